@@ -1,0 +1,153 @@
+//! The command line, defined once with clap derive: help, man page and completions all
+//! come from here.
+
+use std::path::PathBuf;
+
+use clap::{Args, Parser, Subcommand, ValueEnum};
+
+/// How many times is my model in memory, and why?
+///
+/// twofold reads the kernel's own accounting (/proc, cgroups, cachestat, mincore) and tells
+/// page cache, private copies and copy-on-write pages of model files apart.
+#[derive(Debug, Parser)]
+#[command(name = "twofold", version, about, long_about)]
+pub struct Cli {
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Per-process, per-file and per-cgroup footprint of model files, with findings.
+    Scan(ScanArgs),
+    /// Page-cache residency of files (like fincore; --map draws it like vmtouch -v).
+    Residency(ResidencyArgs),
+    /// Writes a small safetensors model, starts a copying and a mapping reader, and
+    /// diagnoses them with the scan code; removes everything afterwards.
+    Demo(DemoArgs),
+    /// Prints shell completions to stdout.
+    Completions {
+        #[arg(value_enum)]
+        shell: clap_complete::Shell,
+    },
+    /// Prints the man page (roff) to stdout.
+    Man,
+    /// A test reader process (used by the demo and the tests).
+    #[command(name = "__child", hide = true)]
+    Child(ChildArgs),
+}
+
+/// Output format shared by the commands.
+#[derive(Debug, Args, Clone, Copy, Default)]
+pub struct OutputArgs {
+    /// Print one JSON document (with schema_version) instead of tables; warnings go to
+    /// stderr.
+    #[arg(long)]
+    pub json: bool,
+}
+
+#[derive(Debug, Clone, Copy, ValueEnum, Default)]
+pub enum MethodArg {
+    /// cachestat(2), falling back to mincore(2) where the kernel lacks it.
+    #[default]
+    Auto,
+    Cachestat,
+    Mincore,
+}
+
+#[derive(Debug, Args)]
+pub struct ScanArgs {
+    /// Model files or directories to include (directories: files with a model extension
+    /// or at least --min-size).
+    pub paths: Vec<PathBuf>,
+    /// Only this process (repeatable).
+    #[arg(long = "pid", value_name = "PID")]
+    pub pids: Vec<i32>,
+    /// Only processes in this memory cgroup (a directory under /sys/fs/cgroup, or a path
+    /// like /system.slice/llama.service); its counters are reported.
+    #[arg(long, value_name = "PATH")]
+    pub cgroup: Option<PathBuf>,
+    /// Files at least this large are of interest whatever their extension.
+    #[arg(long, value_name = "SIZE", default_value = "64M", value_parser = parse_size)]
+    pub min_size: u64,
+    /// List every process, not only those holding model files.
+    #[arg(long)]
+    pub all: bool,
+    /// How to read page-cache residency.
+    #[arg(long, value_enum, default_value_t)]
+    pub method: MethodArg,
+    #[command(flatten)]
+    pub output: OutputArgs,
+}
+
+#[derive(Debug, Args)]
+pub struct ResidencyArgs {
+    /// Files (or, with --recursive, directories).
+    #[arg(required = true)]
+    pub files: Vec<PathBuf>,
+    /// Draw the per-page residency map (uses mincore).
+    #[arg(long)]
+    pub map: bool,
+    /// Descend into directories.
+    #[arg(short, long)]
+    pub recursive: bool,
+    /// Print only the total line (for many files).
+    #[arg(long)]
+    pub summary: bool,
+    /// How to read page-cache residency.
+    #[arg(long, value_enum, default_value_t)]
+    pub method: MethodArg,
+    #[command(flatten)]
+    pub output: OutputArgs,
+}
+
+#[derive(Debug, Args)]
+pub struct DemoArgs {
+    /// Size of the synthetic model file.
+    #[arg(long, value_name = "SIZE", default_value = "256M", value_parser = parse_size)]
+    pub size: u64,
+    /// Directory for the temporary model (default: the system temp dir).
+    #[arg(long, value_name = "DIR")]
+    pub dir: Option<PathBuf>,
+    #[command(flatten)]
+    pub output: OutputArgs,
+}
+
+#[derive(Debug, Clone, Copy, ValueEnum, PartialEq, Eq)]
+pub enum ChildMode {
+    /// read() the whole file into a heap buffer; keep the fd open.
+    Copy,
+    /// mmap MAP_SHARED read-only and touch every page.
+    Map,
+    /// mmap MAP_PRIVATE read-write and write --bytes of it (copy-on-write).
+    PrivateWrite,
+    /// Allocate and touch --bytes of anonymous memory.
+    Anon,
+}
+
+#[derive(Debug, Args)]
+pub struct ChildArgs {
+    #[arg(value_enum)]
+    pub mode: ChildMode,
+    pub file: Option<PathBuf>,
+    /// Heap offset of the copy (copy mode), to land at an unusual alignment.
+    #[arg(long, default_value_t = 0)]
+    pub offset: usize,
+    #[arg(long, value_parser = parse_size, default_value = "0")]
+    pub bytes: u64,
+}
+
+fn parse_size(s: &str) -> Result<u64, String> {
+    crate::units::parse_size(s)
+}
+
+impl From<MethodArg> for crate::collect::residency::Method {
+    fn from(m: MethodArg) -> Self {
+        use crate::collect::residency::Method;
+        match m {
+            MethodArg::Auto => Method::Auto,
+            MethodArg::Cachestat => Method::Cachestat,
+            MethodArg::Mincore => Method::Mincore,
+        }
+    }
+}

@@ -1,0 +1,90 @@
+//! `twofold __child MODE FILE`: reader processes with a known footprint, for the demo and
+//! for tests that need ground truth. Each prints `ready` once its memory is in place and
+//! then waits until its stdin closes (so it never outlives its parent), or is killed.
+
+use std::fs::File;
+use std::io::{Read, Write};
+
+use anyhow::Context;
+
+use crate::cli::{ChildArgs, ChildMode};
+
+fn die_with_parent() {
+    // SAFETY: prctl(PR_SET_PDEATHSIG) takes plain integers and changes only this process.
+    unsafe {
+        libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL);
+    }
+}
+
+fn touch_read(bytes: &[u8]) -> u64 {
+    let mut sum = 0u64;
+    for chunk in bytes.chunks(4096) {
+        sum = sum.wrapping_add(u64::from(chunk[0]));
+    }
+    std::hint::black_box(sum)
+}
+
+pub fn run(args: &ChildArgs) -> anyhow::Result<()> {
+    die_with_parent();
+    let file_arg = || {
+        args.file
+            .as_ref()
+            .context("this child mode needs a FILE argument")
+    };
+    // Kept alive until the end of the function.
+    let mut _keep_file: Option<File> = None;
+    let mut _keep_heap: Option<Vec<u8>> = None;
+    let mut _keep_map: Option<memmap2::MmapMut> = None;
+    let mut _keep_ro: Option<memmap2::Mmap> = None;
+    match args.mode {
+        ChildMode::Copy => {
+            let path = file_arg()?;
+            let mut f = File::open(path).with_context(|| format!("cannot open '{}'", path.display()))?;
+            let len = f.metadata()?.len() as usize;
+            let mut buf = vec![0u8; args.offset + len];
+            f.read_exact(&mut buf[args.offset..])
+                .with_context(|| format!("cannot read '{}'", path.display()))?;
+            _keep_heap = Some(buf);
+            _keep_file = Some(f);
+        }
+        ChildMode::Map => {
+            let path = file_arg()?;
+            let f = File::open(path).with_context(|| format!("cannot open '{}'", path.display()))?;
+            // SAFETY: read-only shared mapping of a file this test owns; it is not truncated
+            // while we read it during setup.
+            let map = unsafe { memmap2::Mmap::map(&f) }.context("mmap failed")?;
+            touch_read(&map);
+            _keep_ro = Some(map);
+            _keep_file = Some(f);
+        }
+        ChildMode::PrivateWrite => {
+            let path = file_arg()?;
+            let f = File::open(path).with_context(|| format!("cannot open '{}'", path.display()))?;
+            // SAFETY: a private copy-on-write mapping: writes never reach the file.
+            let mut map = unsafe { memmap2::MmapOptions::new().map_copy(&f) }.context("mmap failed")?;
+            touch_read(&map);
+            let n = (args.bytes as usize).min(map.len());
+            for i in (0..n).step_by(4096) {
+                map[i] = map[i].wrapping_add(1);
+            }
+            _keep_map = Some(map);
+            _keep_file = Some(f);
+        }
+        ChildMode::Anon => {
+            let mut v = vec![0u8; args.bytes as usize];
+            for i in (0..v.len()).step_by(4096) {
+                v[i] = 1;
+            }
+            _keep_heap = Some(std::hint::black_box(v));
+        }
+    }
+    let mut out = std::io::stdout().lock();
+    writeln!(out, "ready")?;
+    out.flush()?;
+    drop(out);
+    // Wait for the parent: EOF (or an error) on stdin.
+    let mut sink = [0u8; 64];
+    let mut stdin = std::io::stdin().lock();
+    while matches!(stdin.read(&mut sink), Ok(n) if n > 0) {}
+    Ok(())
+}

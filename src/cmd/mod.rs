@@ -1,0 +1,16 @@
+//! Command glue: each command wires collect → model → render and writes the result.
+
+pub mod child;
+pub mod demo;
+pub mod residency;
+pub mod scan;
+
+use std::io::Write;
+
+/// Prints warnings to stderr, one line each, never to stdout.
+pub fn warn_all(warnings: &[String]) {
+    let mut err = std::io::stderr().lock();
+    for w in warnings {
+        let _ = writeln!(err, "twofold: warning: {w}");
+    }
+}

@@ -1,0 +1,140 @@
+//! A parser for the kernel's flat key/value files.
+//!
+//! Two shapes exist: `Key:   value kB` (`/proc/PID/status`, `/proc/PID/smaps_rollup`,
+//! `/proc/meminfo`) and `key value` (`/proc/vmstat`, cgroup `memory.stat`). Values with a
+//! `kB` suffix are converted to bytes here, at the reader boundary. Lines without a number
+//! (`Name:  bash`) are skipped; a line that looks like a field but whose value does not
+//! parse is an error naming the file and the line.
+
+use std::path::Path;
+
+use super::error::{CollectError, Result};
+
+/// Visits each numeric field of `text`; `kB` values are passed as bytes.
+///
+/// `numeric_only` lists keys whose value must be numeric (a malformed value for them is
+/// an error); other keys with non-numeric values are skipped silently, as the kernel mixes
+/// text fields (`Name`, `State`, `Cpus_allowed_list`) with numeric ones.
+pub fn for_each_field(
+    path: &Path,
+    text: &str,
+    numeric_only: &[&str],
+    mut visit: impl FnMut(&str, u64),
+) -> Result<()> {
+    for (index, line) in text.lines().enumerate() {
+        let line_no = index + 1;
+        if line.trim().is_empty() {
+            continue;
+        }
+        let (key, rest) = match line.split_once(':') {
+            Some((k, r)) if !k.contains(' ') => (k, r),
+            _ => match line.split_once(char::is_whitespace) {
+                Some((k, r)) => (k, r),
+                None => return Err(CollectError::parse(path, line_no, line)),
+            },
+        };
+        let mut parts = rest.split_whitespace();
+        let Some(value) = parts.next() else {
+            if numeric_only.contains(&key) {
+                return Err(CollectError::parse(path, line_no, line));
+            }
+            continue;
+        };
+        let unit = parts.next();
+        match value.parse::<u64>() {
+            Ok(v) => {
+                let bytes = match unit {
+                    Some("kB") => v.checked_mul(1024),
+                    None => Some(v),
+                    Some(_) => None,
+                };
+                match bytes {
+                    Some(b) => visit(key, b),
+                    None if numeric_only.contains(&key) => {
+                        return Err(CollectError::parse(path, line_no, line))
+                    }
+                    None => {}
+                }
+            }
+            Err(_) if numeric_only.contains(&key) => {
+                return Err(CollectError::parse(path, line_no, line))
+            }
+            Err(_) => {}
+        }
+    }
+    Ok(())
+}
+
+/// Reads a whole small kernel file into a string.
+pub fn read_to_string(path: &Path) -> Result<String> {
+    std::fs::read_to_string(path).map_err(|e| CollectError::io(path, e))
+}
+
+/// Reads a file holding one number (cgroup `memory.current`); `max` gives `None`.
+pub fn read_limit(path: &Path) -> Result<Option<u64>> {
+    let text = read_to_string(path)?;
+    let t = text.trim();
+    if t == "max" {
+        return Ok(None);
+    }
+    t.parse::<u64>()
+        .map(Some)
+        .map_err(|_| CollectError::parse(path, 1, t))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn collect(text: &str, numeric: &[&str]) -> Result<Vec<(String, u64)>> {
+        let mut out = Vec::new();
+        for_each_field(Path::new("/fixture"), text, numeric, |k, v| {
+            out.push((k.to_string(), v))
+        })?;
+        Ok(out)
+    }
+
+    #[test]
+    fn colon_kb_and_space_forms() {
+        let got = collect("Name:\tcat\nVmRSS:\t  1024 kB\nRssAnon:  0 kB\n", &[]).unwrap();
+        assert_eq!(
+            got,
+            vec![("VmRSS".into(), 1024 * 1024), ("RssAnon".into(), 0)]
+        );
+        let got = collect("anon 4096\nfile 8192\n", &[]).unwrap();
+        assert_eq!(got, vec![("anon".into(), 4096), ("file".into(), 8192)]);
+    }
+
+    #[test]
+    fn values_near_u64_limits() {
+        let max = u64::MAX;
+        let got = collect(&format!("total_rss {max}\n"), &[]).unwrap();
+        assert_eq!(got[0].1, u64::MAX);
+        // kB that would overflow as bytes is an error for a required field, not a wrap.
+        let err = collect(&format!("Rss: {max} kB\n"), &["Rss"]).unwrap_err();
+        assert!(err.to_string().contains("line 1"), "{err}");
+    }
+
+    #[test]
+    fn malformed_line_names_file_and_line() {
+        let err = collect("Rss: 4 kB\nPss: x kB\n", &["Pss"]).unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "malformed line 2 of '/fixture': 'Pss: x kB'"
+        );
+        let err = collect("Rss: 4 kB\ngarbage\n", &[]).unwrap_err();
+        assert!(err.to_string().contains("line 2"), "{err}");
+    }
+
+    #[test]
+    fn limit_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("memory.max");
+        std::fs::write(&p, "max\n").unwrap();
+        assert_eq!(read_limit(&p).unwrap(), None);
+        std::fs::write(&p, "1073741824\n").unwrap();
+        assert_eq!(read_limit(&p).unwrap(), Some(1 << 30));
+        std::fs::write(&p, "lots\n").unwrap();
+        assert!(read_limit(&p).is_err());
+    }
+}

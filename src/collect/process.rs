@@ -1,0 +1,305 @@
+//! Per-process readers over a procfs root (`/proc` on a live system, a fixture tree in tests).
+//!
+//! - `/proc/PID/status`: `Name`, `Uid`, `VmRSS`, `RssAnon`, `RssFile`, `RssShmem`, `VmSwap`
+//!   (kB → bytes). World-readable.
+//! - `/proc/PID/smaps_rollup`: sums of the `smaps` fields (Linux ≥ 4.14; `Pss_Anon`,
+//!   `Pss_File`, `Pss_Shmem` since 5.x). Needs `PTRACE_MODE_READ` (same user, or root /
+//!   `CAP_SYS_PTRACE`); empty for kernel threads.
+//! - `/proc/PID/maps`, `/proc/PID/smaps`: see [`super::maps`].
+//! - `/proc/PID/fd/*`: symlinks to open files; `stat` through them gives (dev, inode, size).
+//! - `/proc/PID/cgroup`: `hierarchy:controllers:path` lines.
+//!
+//! Kernel documentation: <https://www.kernel.org/doc/html/latest/filesystems/proc.html>.
+
+use std::collections::HashSet;
+use std::os::unix::fs::MetadataExt;
+use std::path::{Path, PathBuf};
+
+use super::error::{from_procfs, CollectError, Result};
+use super::kv;
+use super::maps;
+use crate::sample::{
+    CgroupRef, CgroupVersion, FileKey, MappingSample, RollupSample, StatusSample,
+};
+
+/// `status` plus the name and whether it is a kernel thread.
+#[derive(Debug, Clone, Default)]
+pub struct StatusRead {
+    pub comm: String,
+    pub kernel_thread: bool,
+    pub status: StatusSample,
+}
+
+/// An open regular file seen through `/proc/PID/fd/N`.
+#[derive(Debug, Clone)]
+pub struct FdTarget {
+    pub fd: i32,
+    pub path: String,
+    pub key: FileKey,
+    pub size_bytes: u64,
+}
+
+/// Reads processes under one procfs root.
+#[derive(Debug, Clone)]
+pub struct ProcReader {
+    root: PathBuf,
+}
+
+impl ProcReader {
+    pub fn new(root: impl Into<PathBuf>) -> Self {
+        ProcReader { root: root.into() }
+    }
+
+    pub fn root(&self) -> &Path {
+        &self.root
+    }
+
+    fn file(&self, pid: i32, name: &str) -> PathBuf {
+        self.root.join(pid.to_string()).join(name)
+    }
+
+    /// All numeric entries of the root, ascending.
+    pub fn pids(&self) -> Result<Vec<i32>> {
+        let dir = std::fs::read_dir(&self.root).map_err(|e| CollectError::io(&self.root, e))?;
+        let mut pids: Vec<i32> = dir
+            .filter_map(|e| e.ok())
+            .filter_map(|e| e.file_name().to_str().and_then(|s| s.parse().ok()))
+            .collect();
+        pids.sort_unstable();
+        Ok(pids)
+    }
+
+    pub fn exists(&self, pid: i32) -> bool {
+        self.root.join(pid.to_string()).is_dir()
+    }
+
+    pub fn status(&self, pid: i32) -> Result<StatusRead> {
+        let path = self.file(pid, "status");
+        let text = kv::read_to_string(&path)?;
+        parse_status(&path, &text)
+    }
+
+    /// `None` for kernel threads (the kernel prints nothing for them).
+    pub fn rollup(&self, pid: i32) -> Result<Option<RollupSample>> {
+        let path = self.file(pid, "smaps_rollup");
+        let text = kv::read_to_string(&path)?;
+        parse_rollup(&path, &text)
+    }
+
+    pub fn maps(&self, pid: i32) -> Result<Vec<MappingSample>> {
+        let path = self.file(pid, "maps");
+        let text = kv::read_to_string(&path)?;
+        maps::parse_maps(&path, &text)
+    }
+
+    pub fn smaps(&self, pid: i32, wanted: &HashSet<FileKey>) -> Result<Vec<MappingSample>> {
+        let path = self.file(pid, "smaps");
+        let text = kv::read_to_string(&path)?;
+        maps::parse_smaps(&path, &text, wanted)
+    }
+
+    pub fn cmdline(&self, pid: i32) -> Result<Vec<String>> {
+        let path = self.file(pid, "cmdline");
+        let bytes = std::fs::read(&path).map_err(|e| CollectError::io(&path, e))?;
+        Ok(bytes
+            .split(|b| *b == 0)
+            .filter(|s| !s.is_empty())
+            .map(|s| String::from_utf8_lossy(s).into_owned())
+            .collect())
+    }
+
+    /// The memory cgroup: the v1 `memory` hierarchy line if present, else the v2 `0::` line.
+    pub fn cgroup(&self, pid: i32) -> Result<Option<CgroupRef>> {
+        let path = self.file(pid, "cgroup");
+        let text = kv::read_to_string(&path)?;
+        parse_cgroup(&path, &text)
+    }
+
+    /// Regular files the process holds open, with (dev, inode) and size from `stat`
+    /// through the fd link (which works for files outside our mount namespace too).
+    pub fn open_files(&self, pid: i32) -> Result<Vec<FdTarget>> {
+        let dir = self.root.join(pid.to_string());
+        let process = procfs::process::Process::new_with_root(dir.clone())
+            .map_err(|e| from_procfs(e, &dir))?;
+        let fds = process.fd().map_err(|e| from_procfs(e, &dir.join("fd")))?;
+        let mut out = Vec::new();
+        for fd in fds {
+            let fd = match fd {
+                Ok(fd) => fd,
+                // An fd closed while we iterate.
+                Err(procfs::ProcError::NotFound(_)) => continue,
+                Err(e) => return Err(from_procfs(e, &dir.join("fd"))),
+            };
+            let procfs::process::FDTarget::Path(target) = &fd.target else {
+                continue;
+            };
+            let link = dir.join("fd").join(fd.fd.to_string());
+            let meta = match std::fs::metadata(&link) {
+                Ok(m) => m,
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => continue,
+                Err(e) => return Err(CollectError::io(&link, e)),
+            };
+            if !meta.file_type().is_file() {
+                continue;
+            }
+            out.push(FdTarget {
+                fd: fd.fd,
+                path: target.to_string_lossy().into_owned(),
+                key: FileKey::from_dev(meta.dev(), meta.ino()),
+                size_bytes: meta.len(),
+            });
+        }
+        Ok(out)
+    }
+}
+
+pub fn parse_status(path: &Path, text: &str) -> Result<StatusRead> {
+    let mut read = StatusRead {
+        kernel_thread: true,
+        ..StatusRead::default()
+    };
+    let s = &mut read.status;
+    let numeric = ["VmRSS", "RssAnon", "RssFile", "RssShmem", "VmSwap", "VmSize"];
+    let mut saw_vm = false;
+    kv::for_each_field(path, text, &numeric, |k, v| match k {
+        "VmSize" => saw_vm = true,
+        "VmRSS" => s.vm_rss_bytes = Some(v),
+        "RssAnon" => s.rss_anon_bytes = Some(v),
+        "RssFile" => s.rss_file_bytes = Some(v),
+        "RssShmem" => s.rss_shmem_bytes = Some(v),
+        "VmSwap" => s.vm_swap_bytes = Some(v),
+        _ => {}
+    })?;
+    read.kernel_thread = !saw_vm;
+    for (i, line) in text.lines().enumerate() {
+        if let Some(name) = line.strip_prefix("Name:") {
+            read.comm = name.trim().to_string();
+        } else if let Some(uids) = line.strip_prefix("Uid:") {
+            let real = uids.split_whitespace().next();
+            read.status.uid = Some(
+                real.and_then(|u| u.parse().ok())
+                    .ok_or_else(|| CollectError::parse(path, i + 1, line))?,
+            );
+        }
+    }
+    Ok(read)
+}
+
+pub fn parse_rollup(path: &Path, text: &str) -> Result<Option<RollupSample>> {
+    if text.trim().is_empty() {
+        return Ok(None);
+    }
+    // The first line is the `[rollup]` header, like a maps line.
+    let body = match text.split_once('\n') {
+        Some((first, rest)) if maps::parse_header(first).is_some() => rest,
+        _ => text,
+    };
+    let mut r = RollupSample::default();
+    let (mut rss, mut pss) = (None, None);
+    kv::for_each_field(path, body, &["Rss", "Pss"], |k, v| match k {
+        "Rss" => rss = Some(v),
+        "Pss" => pss = Some(v),
+        "Pss_Anon" => r.pss_anon_bytes = Some(v),
+        "Pss_File" => r.pss_file_bytes = Some(v),
+        "Pss_Shmem" => r.pss_shmem_bytes = Some(v),
+        "Shared_Clean" => r.shared_clean_bytes = v,
+        "Shared_Dirty" => r.shared_dirty_bytes = v,
+        "Private_Clean" => r.private_clean_bytes = v,
+        "Private_Dirty" => r.private_dirty_bytes = v,
+        "Anonymous" => r.anonymous_bytes = Some(v),
+        "Swap" => r.swap_bytes = Some(v),
+        "SwapPss" => r.swap_pss_bytes = Some(v),
+        _ => {}
+    })?;
+    match (rss, pss) {
+        (Some(rss), Some(pss)) => {
+            r.rss_bytes = rss;
+            r.pss_bytes = pss;
+            Ok(Some(r))
+        }
+        _ => Err(CollectError::parse(path, 1, "missing 'Rss' or 'Pss'")),
+    }
+}
+
+pub fn parse_cgroup(path: &Path, text: &str) -> Result<Option<CgroupRef>> {
+    let mut v2 = None;
+    for (i, line) in text.lines().enumerate() {
+        if line.is_empty() {
+            continue;
+        }
+        let mut parts = line.splitn(3, ':');
+        let (Some(id), Some(ctrl), Some(cg)) = (parts.next(), parts.next(), parts.next()) else {
+            return Err(CollectError::parse(path, i + 1, line));
+        };
+        if ctrl.split(',').any(|c| c == "memory") {
+            return Ok(Some(CgroupRef {
+                version: CgroupVersion::V1,
+                path: cg.to_string(),
+            }));
+        }
+        if id == "0" && ctrl.is_empty() {
+            v2 = Some(CgroupRef {
+                version: CgroupVersion::V2,
+                path: cg.to_string(),
+            });
+        }
+    }
+    Ok(v2)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn status_of_a_kernel_thread_has_no_memory() {
+        let text = "Name:\tkworker/0:1\nUmask:\t0000\nState:\tI (idle)\nUid:\t0\t0\t0\t0\n";
+        let r = parse_status(Path::new("s"), text).unwrap();
+        assert!(r.kernel_thread);
+        assert_eq!(r.comm, "kworker/0:1");
+        assert_eq!(r.status.rss_anon_bytes, None);
+        assert_eq!(r.status.uid, Some(0));
+    }
+
+    #[test]
+    fn status_of_an_old_kernel_lacks_rss_split() {
+        // Kernels before 4.5 print VmRSS but no RssAnon/RssFile/RssShmem.
+        let text = "Name:\tbash\nUid:\t1000\t1000\t1000\t1000\nVmSize:\t 8000 kB\nVmRSS:\t 3000 kB\n";
+        let r = parse_status(Path::new("s"), text).unwrap();
+        assert!(!r.kernel_thread);
+        assert_eq!(r.status.vm_rss_bytes, Some(3000 * 1024));
+        assert_eq!(r.status.rss_anon_bytes, None);
+        assert_eq!(r.status.uid, Some(1000));
+    }
+
+    #[test]
+    fn rollup_empty_is_kernel_thread_and_missing_pss_is_error() {
+        assert_eq!(parse_rollup(Path::new("r"), "").unwrap(), None);
+        let err = parse_rollup(Path::new("r"), "Rss: 4 kB\n").unwrap_err();
+        assert!(err.to_string().contains("'r'"));
+    }
+
+    #[test]
+    fn rollup_of_an_old_kernel_lacks_pss_split() {
+        let text = "00400000-ffffffffff601000 ---p 00000000 00:00 0 [rollup]\n\
+                    Rss: 800 kB\nPss: 400 kB\nShared_Clean: 400 kB\nShared_Dirty: 0 kB\n\
+                    Private_Clean: 200 kB\nPrivate_Dirty: 200 kB\n";
+        let r = parse_rollup(Path::new("r"), text).unwrap().unwrap();
+        assert_eq!(r.pss_bytes, 400 * 1024);
+        assert_eq!(r.pss_anon_bytes, None);
+        assert_eq!(r.anonymous_bytes, None);
+    }
+
+    #[test]
+    fn cgroup_prefers_v1_memory_then_v2() {
+        let v1 = "4:memory:/process_api/x\n0::/\n";
+        let c = parse_cgroup(Path::new("c"), v1).unwrap().unwrap();
+        assert_eq!(c.version, CgroupVersion::V1);
+        assert_eq!(c.path, "/process_api/x");
+        let v2 = "0::/system.slice/llama.service\n";
+        let c = parse_cgroup(Path::new("c"), v2).unwrap().unwrap();
+        assert_eq!(c.version, CgroupVersion::V2);
+        assert_eq!(c.path, "/system.slice/llama.service");
+        assert!(parse_cgroup(Path::new("c"), "garbage\n").is_err());
+    }
+}

@@ -1,0 +1,316 @@
+//! Page-cache residency of a file.
+//!
+//! First choice is `cachestat(2)` (Linux ≥ 6.5, syscall 451): one call returns the number
+//! of cached, dirty, writeback, evicted and recently evicted pages of a range, without
+//! mapping anything (<https://man7.org/linux/man-pages/man2/cachestat.2.html>). Where it is
+//! missing (`ENOSYS`), a read-only `MAP_SHARED` mapping is made window by window and
+//! `mincore(2)` reports which pages are in the page cache; nothing is ever read from or
+//! written to the file. `mincore` is also what draws the per-page map (`--map`).
+//!
+//! The kernel only reveals page-cache state of files the caller owns or may write to
+//! (`can_do_mincore`; newer kernels apply the same rule to `cachestat`). Otherwise the
+//! answer is "unknown" with the reason, never 0.
+
+use std::fs::File;
+use std::io;
+use std::os::fd::AsRawFd;
+use std::os::unix::fs::MetadataExt;
+use std::path::Path;
+
+use crate::sample::{ResidencySample, ResidencySource};
+
+/// Size of each mapping window used by `mincore`: bounds address space and the vector.
+const WINDOW_BYTES: u64 = 1 << 30;
+
+#[cfg(any(target_arch = "x86_64", target_arch = "aarch64", target_arch = "riscv64"))]
+const SYS_CACHESTAT: libc::c_long = 451;
+
+#[repr(C)]
+#[derive(Default)]
+struct CachestatRange {
+    off: u64,
+    len: u64,
+}
+
+#[repr(C)]
+#[derive(Default)]
+struct Cachestat {
+    nr_cache: u64,
+    nr_dirty: u64,
+    nr_writeback: u64,
+    nr_evicted: u64,
+    nr_recently_evicted: u64,
+}
+
+/// Which interface to use.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Method {
+    /// `cachestat`, falling back to `mincore` where the kernel lacks it.
+    #[default]
+    Auto,
+    Cachestat,
+    Mincore,
+}
+
+/// Why residency is unknown.
+#[derive(Debug, thiserror::Error)]
+pub enum ResidencyError {
+    #[error("cannot open '{path}' read-only")]
+    Open {
+        path: String,
+        #[source]
+        source: io::Error,
+    },
+    #[error("'{path}' is not a regular file")]
+    NotRegular { path: String },
+    #[error(
+        "the kernel does not reveal page-cache state of '{path}' to this user (needs ownership, write access, or root)"
+    )]
+    NotRevealed { path: String },
+    #[error("{call} failed on '{path}'")]
+    Syscall {
+        call: &'static str,
+        path: String,
+        #[source]
+        source: io::Error,
+    },
+}
+
+/// Opens a file read-only for residency queries; refuses what is not a regular file.
+pub fn open(path: &Path) -> Result<(File, u64), ResidencyError> {
+    let shown = path.display().to_string();
+    let file = File::open(path).map_err(|source| ResidencyError::Open {
+        path: shown.clone(),
+        source,
+    })?;
+    let meta = file.metadata().map_err(|source| ResidencyError::Open {
+        path: shown.clone(),
+        source,
+    })?;
+    if !meta.file_type().is_file() {
+        return Err(ResidencyError::NotRegular { path: shown });
+    }
+    Ok((file, meta.len()))
+}
+
+/// Page-cache state of an open file of `size` bytes.
+pub fn query(
+    file: &File,
+    path: &Path,
+    size: u64,
+    method: Method,
+) -> Result<ResidencySample, ResidencyError> {
+    if method != Method::Mincore {
+        match cachestat(file, path) {
+            Ok(s) => return Ok(s),
+            Err(e) if method == Method::Cachestat => return Err(e),
+            Err(ResidencyError::Syscall { source, .. })
+                if matches!(source.raw_os_error(), Some(libc::ENOSYS) | Some(libc::EOPNOTSUPP)) => {}
+            Err(e) => return Err(e),
+        }
+    }
+    let map = mincore_map(file, path, size)?;
+    Ok(ResidencySample {
+        source: ResidencySource::Mincore,
+        cached_bytes: map.resident_pages() * map.page_size,
+        ..ResidencySample::default()
+    })
+}
+
+fn page_size() -> u64 {
+    // SAFETY: sysconf has no preconditions.
+    let v = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
+    if v > 0 {
+        v as u64
+    } else {
+        4096
+    }
+}
+
+fn cachestat(file: &File, path: &Path) -> Result<ResidencySample, ResidencyError> {
+    let range = CachestatRange::default(); // len 0: to the end of the file
+    let mut cs = Cachestat::default();
+    // SAFETY: both pointers refer to live, correctly laid-out structs for the duration of
+    // the call; the kernel writes only `cs`.
+    let rc = unsafe {
+        libc::syscall(
+            SYS_CACHESTAT,
+            file.as_raw_fd(),
+            &range as *const CachestatRange,
+            &mut cs as *mut Cachestat,
+            0u32,
+        )
+    };
+    if rc != 0 {
+        let source = io::Error::last_os_error();
+        if matches!(source.raw_os_error(), Some(libc::EPERM) | Some(libc::EACCES)) {
+            return Err(ResidencyError::NotRevealed {
+                path: path.display().to_string(),
+            });
+        }
+        return Err(ResidencyError::Syscall {
+            call: "cachestat",
+            path: path.display().to_string(),
+            source,
+        });
+    }
+    let ps = page_size();
+    Ok(ResidencySample {
+        source: ResidencySource::Cachestat,
+        cached_bytes: cs.nr_cache * ps,
+        dirty_bytes: Some(cs.nr_dirty * ps),
+        writeback_bytes: Some(cs.nr_writeback * ps),
+        evicted_bytes: Some(cs.nr_evicted * ps),
+        recently_evicted_bytes: Some(cs.nr_recently_evicted * ps),
+    })
+}
+
+/// Whether `mincore` on a mapping of this file reports the page cache: the kernel's
+/// `can_do_mincore` (owner, write permission, or root); otherwise it only reports pages
+/// mapped by the caller, which would read as 0.
+fn mincore_reveals(file: &File, path: &Path) -> bool {
+    let euid = nix::unistd::geteuid();
+    if euid.is_root() {
+        return true;
+    }
+    if file.metadata().is_ok_and(|m| m.uid() == euid.as_raw()) {
+        return true;
+    }
+    nix::unistd::access(path, nix::unistd::AccessFlags::W_OK).is_ok()
+}
+
+/// Per-page residency bitmap.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ResidencyMap {
+    pub page_size: u64,
+    pub pages: u64,
+    bits: Vec<u64>,
+}
+
+impl ResidencyMap {
+    pub fn is_resident(&self, page: u64) -> bool {
+        page < self.pages && self.bits[(page / 64) as usize] & (1 << (page % 64)) != 0
+    }
+
+    pub fn resident_pages(&self) -> u64 {
+        self.bits.iter().map(|w| u64::from(w.count_ones())).sum()
+    }
+
+    /// Resident pages in `[first, last)`.
+    pub fn resident_in(&self, first: u64, last: u64) -> u64 {
+        (first..last.min(self.pages))
+            .filter(|p| self.is_resident(*p))
+            .count() as u64
+    }
+
+    pub fn from_bools(page_size: u64, pages: &[bool]) -> Self {
+        let mut bits = vec![0u64; pages.len().div_ceil(64)];
+        for (i, r) in pages.iter().enumerate() {
+            if *r {
+                bits[i / 64] |= 1 << (i % 64);
+            }
+        }
+        ResidencyMap {
+            page_size,
+            pages: pages.len() as u64,
+            bits,
+        }
+    }
+}
+
+/// Maps the file read-only in windows and asks `mincore` which pages are cached.
+pub fn mincore_map(file: &File, path: &Path, size: u64) -> Result<ResidencyMap, ResidencyError> {
+    if !mincore_reveals(file, path) {
+        return Err(ResidencyError::NotRevealed {
+            path: path.display().to_string(),
+        });
+    }
+    let ps = page_size();
+    let pages = size.div_ceil(ps);
+    let mut bits = vec![0u64; pages.div_ceil(64) as usize];
+    let mut vec = Vec::new();
+    let mut offset = 0u64;
+    while offset < size {
+        let len = (size - offset).min(WINDOW_BYTES);
+        // SAFETY: a read-only shared mapping of a file we opened read-only; it is never
+        // dereferenced (mincore only inspects page tables and the page cache), so a file
+        // that shrinks meanwhile cannot fault us.
+        let map = unsafe {
+            memmap2::MmapOptions::new()
+                .offset(offset)
+                .len(len as usize)
+                .map(file)
+        }
+        .map_err(|source| ResidencyError::Syscall {
+            call: "mmap",
+            path: path.display().to_string(),
+            source,
+        })?;
+        let npages = len.div_ceil(ps) as usize;
+        vec.clear();
+        vec.resize(npages, 0u8);
+        // SAFETY: the address and length describe the live mapping above and `vec` holds
+        // one byte per page of it.
+        let rc = unsafe {
+            libc::mincore(
+                map.as_ptr() as *mut libc::c_void,
+                len as usize,
+                vec.as_mut_ptr(),
+            )
+        };
+        if rc != 0 {
+            return Err(ResidencyError::Syscall {
+                call: "mincore",
+                path: path.display().to_string(),
+                source: io::Error::last_os_error(),
+            });
+        }
+        let first = offset / ps;
+        for (i, b) in vec.iter().enumerate() {
+            if b & 1 != 0 {
+                let p = first + i as u64;
+                bits[(p / 64) as usize] |= 1 << (p % 64);
+            }
+        }
+        offset += len;
+    }
+    Ok(ResidencyMap {
+        page_size: ps,
+        pages,
+        bits,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn map_counts_bits() {
+        let m = ResidencyMap::from_bools(4096, &[true, false, true, true]);
+        assert_eq!(m.resident_pages(), 3);
+        assert!(m.is_resident(0) && !m.is_resident(1) && !m.is_resident(4));
+        assert_eq!(m.resident_in(1, 4), 2);
+    }
+
+    #[test]
+    fn cachestat_and_mincore_agree_on_a_written_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("f");
+        std::fs::write(&path, vec![7u8; 1 << 20]).unwrap();
+        let (file, size) = open(&path).unwrap();
+        let a = query(&file, &path, size, Method::Auto).unwrap();
+        let b = query(&file, &path, size, Method::Mincore).unwrap();
+        // Just written: fully cached and (until writeback) possibly dirty.
+        assert_eq!(a.cached_bytes, 1 << 20);
+        assert_eq!(b.cached_bytes, 1 << 20);
+        assert_eq!(b.source, ResidencySource::Mincore);
+    }
+
+    #[test]
+    fn directory_is_not_regular() {
+        let dir = tempfile::tempdir().unwrap();
+        let err = open(dir.path()).unwrap_err();
+        assert!(err.to_string().contains("not a regular file"), "{err}");
+    }
+}

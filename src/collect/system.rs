@@ -1,0 +1,39 @@
+//! System-wide counters: `/proc/meminfo` (kB → bytes) and `/proc/vmstat` (event counts and
+//! `nr_*` page counts, kept as read). See
+//! <https://www.kernel.org/doc/html/latest/filesystems/proc.html> (§1.2, "meminfo").
+
+use std::collections::BTreeMap;
+use std::path::Path;
+
+use super::error::Result;
+use super::kv;
+use crate::sample::SystemSample;
+
+pub fn read(proc_root: &Path) -> Result<SystemSample> {
+    let mut s = SystemSample {
+        page_size: page_size(),
+        ..SystemSample::default()
+    };
+    s.meminfo = read_map(&proc_root.join("meminfo"))?;
+    s.vmstat = read_map(&proc_root.join("vmstat"))?;
+    Ok(s)
+}
+
+fn read_map(path: &Path) -> Result<BTreeMap<String, u64>> {
+    let text = kv::read_to_string(path)?;
+    let mut map = BTreeMap::new();
+    kv::for_each_field(path, &text, &[], |k, v| {
+        map.insert(k.to_string(), v);
+    })?;
+    Ok(map)
+}
+
+pub fn page_size() -> u64 {
+    // SAFETY: sysconf has no preconditions.
+    let v = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
+    if v > 0 {
+        v as u64
+    } else {
+        4096
+    }
+}

@@ -1,0 +1,26 @@
+//! twofold: how many times is my model in memory, and why?
+//!
+//! The crate follows the data flow: [`collect`] reads the kernel's files (every reader
+//! takes a root path) into raw [`sample`] types; [`model`] derives footprints,
+//! representation estimates and findings from a sample without any I/O; [`render`] turns
+//! a model into tables or JSON; [`cmd`] wires the commands defined in [`cli`].
+//!
+//! ```no_run
+//! use twofold::collect::{gather, Roots};
+//! let mut warnings = Vec::new();
+//! let sample = gather::gather(&Roots::live(), &gather::Request::default(), &mut warnings)?;
+//! let report = twofold::model::build(&sample);
+//! for f in &report.files {
+//!     println!("{}: {:?} representations", f.path, f.representations.total_estimate);
+//! }
+//! # Ok::<(), anyhow::Error>(())
+//! ```
+
+pub mod cli;
+pub mod cmd;
+pub mod collect;
+pub mod model;
+pub mod render;
+pub mod sample;
+pub mod spawn;
+pub mod units;

@@ -1,0 +1,197 @@
+//! Findings: small rules over the model, each a one-line explanation and a remedy.
+
+use serde::{Deserialize, Serialize};
+
+use super::{CgroupModel, FileModel, MapKind};
+use crate::units::iec;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Severity {
+    Warning,
+    Notice,
+    Info,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Finding {
+    pub severity: Severity,
+    /// Stable identifier of the rule (`suspected-private-copy`, ...).
+    pub code: String,
+    /// The file path or cgroup it concerns.
+    pub subject: String,
+    pub message: String,
+    pub remedy: Option<String>,
+}
+
+/// Below this page-cache fraction a mapped file's reads go to storage.
+pub const LOW_RESIDENCY: f64 = 0.9;
+/// A cgroup using this fraction of its limit is near it.
+pub const NEAR_LIMIT: f64 = 0.9;
+
+fn name(path: &str) -> &str {
+    path.rsplit('/').next().unwrap_or(path)
+}
+
+fn finding(sev: Severity, code: &str, subject: &str, message: String, remedy: Option<&str>) -> Finding {
+    Finding {
+        severity: sev,
+        code: code.to_string(),
+        subject: subject.to_string(),
+        message,
+        remedy: remedy.map(str::to_string),
+    }
+}
+
+pub fn evaluate(files: &[FileModel], cgroups: &[CgroupModel]) -> Vec<Finding> {
+    let mut out = Vec::new();
+    for f in files {
+        file_findings(f, &mut out);
+    }
+    for c in cgroups {
+        cgroup_findings(c, &mut out);
+    }
+    out.sort_by(|a, b| a.severity.cmp(&b.severity));
+    out
+}
+
+fn file_findings(f: &FileModel, out: &mut Vec<Finding>) {
+    let n = name(&f.path);
+    let size = iec(f.size_bytes);
+    for s in &f.suspected_copies {
+        let how = if s.mapped {
+            "maps it and also"
+        } else {
+            "holds it open without mapping it and"
+        };
+        out.push(finding(
+            Severity::Warning,
+            "suspected-private-copy",
+            &f.path,
+            format!(
+                "pid {} ({}) {how} has RssAnon {} ≈ file size {size} of '{n}': likely a private copy",
+                s.pid, s.comm, iec(s.anon_bytes)
+            ),
+            Some("load it with mmap (llama.cpp default mmap, np.load(mmap_mode='r'), safetensors safe_open) to share the page cache; 'twofold dupes' proves the copy byte by byte"),
+        ));
+    }
+    for m in &f.mappers {
+        let cow = m.cow_anon_bytes.unwrap_or(0);
+        if m.kind != MapKind::Shared && m.writable && cow > 0 {
+            out.push(finding(
+                Severity::Warning,
+                "cow-in-private-mapping",
+                &f.path,
+                format!(
+                    "'{n}' is mapped MAP_PRIVATE writable by pid {} ({}) and {} of it is copy-on-write anonymous",
+                    m.pid, m.comm, iec(cow)
+                ),
+                Some("map it read-only, or do not write tensors in place: each written page becomes a private copy"),
+            ));
+        }
+        if m.beyond_eof_bytes > 0 {
+            out.push(finding(
+                Severity::Warning,
+                "mapping-beyond-eof",
+                &f.path,
+                format!(
+                    "pid {} ({}) maps {} of '{n}' past its end: the file shrank while mapped, touching those pages raises SIGBUS",
+                    m.pid, m.comm, iec(m.beyond_eof_bytes)
+                ),
+                Some("never truncate or rewrite a model file in place while it is mapped; write a new file and rename it"),
+            ));
+        }
+        if m.thp_bytes.unwrap_or(0) > 0 {
+            out.push(finding(
+                Severity::Info,
+                "file-thp",
+                &f.path,
+                format!(
+                    "pid {} ({}) maps {} of '{n}' with 2 MiB huge pages (FilePmdMapped)",
+                    m.pid, m.comm, iec(m.thp_bytes.unwrap_or(0))
+                ),
+                None,
+            ));
+        }
+    }
+    let sharers = f.mappers.iter().filter(|m| !m.writable || m.kind == MapKind::Shared).count();
+    if sharers >= 2 {
+        out.push(finding(
+            Severity::Info,
+            "shared-mapping",
+            &f.path,
+            format!("{sharers} processes share one mapped copy of '{n}' ({size}): PSS splits it between them"),
+            None,
+        ));
+    }
+    let held = !f.mappers.is_empty() || !f.holders.is_empty();
+    match (f.resident_fraction, &f.residency_unknown_reason) {
+        (Some(r), _) if held && !f.mappers.is_empty() && r < LOW_RESIDENCY => out.push(finding(
+            Severity::Notice,
+            "low-residency",
+            &f.path,
+            format!("'{n}' is {:.0}% resident in the page cache: reads will hit storage", r * 100.0),
+            Some("leave room for the page cache (memory limit, competing processes) or prefetch it (vmtouch -t)"),
+        )),
+        (None, Some(reason)) => out.push(finding(
+            Severity::Notice,
+            "residency-unknown",
+            &f.path,
+            format!("page-cache residency of '{n}' is unknown: {reason}"),
+            Some("run as root, or as the file's owner"),
+        )),
+        _ => {}
+    }
+    if let Some(total) = f.representations.total_estimate {
+        if total >= 1.8 {
+            let pc = f.representations.page_cache.unwrap_or(0.0);
+            let mut parts = vec![format!("page cache {:.0}%", pc * 100.0)];
+            if f.representations.cow_anon > 0.0 {
+                parts.push(format!("CoW {:.0}%", f.representations.cow_anon * 100.0));
+            }
+            if f.representations.suspected_copies > 0 {
+                parts.push(format!(
+                    "{} suspected private cop{}",
+                    f.representations.suspected_copies,
+                    if f.representations.suspected_copies == 1 { "y" } else { "ies" }
+                ));
+            }
+            out.push(finding(
+                Severity::Warning,
+                "multiple-representations",
+                &f.path,
+                format!("'{n}' is in memory about {total:.1} times: {}", parts.join(" + ")),
+                Some("on unified memory the GPU can read the page cache in place: the copies are waste; on a discrete GPU only the device copy is needed"),
+            ));
+        }
+    }
+}
+
+fn cgroup_findings(c: &CgroupModel, out: &mut Vec<Finding>) {
+    if let Some(k) = c.oom_kills.filter(|k| *k > 0) {
+        out.push(finding(
+            Severity::Warning,
+            "cgroup-oom-kills",
+            &c.path,
+            format!("cgroup '{}' has had {k} OOM kill(s)", c.path),
+            Some("a private model copy counts against the limit twice with its page cache; map the model instead, or raise the limit"),
+        ));
+    }
+    if let (Some(u), Some(l)) = (c.usage_bytes, c.limit_bytes) {
+        if l > 0 && u as f64 >= NEAR_LIMIT * l as f64 {
+            out.push(finding(
+                Severity::Warning,
+                "cgroup-near-limit",
+                &c.path,
+                format!(
+                    "cgroup '{}' uses {} of its {} limit ({:.0}%)",
+                    c.path,
+                    iec(u),
+                    iec(l),
+                    u as f64 * 100.0 / l as f64
+                ),
+                Some("page cache of mapped weights is reclaimable, anonymous copies are not: prefer mapping"),
+            ));
+        }
+    }
+}

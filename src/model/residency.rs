@@ -1,0 +1,137 @@
+//! Residency of files for `twofold residency` (pure: from samples and bitmaps).
+
+use serde::{Deserialize, Serialize};
+
+use crate::collect::residency::ResidencyMap;
+use crate::sample::ResidencySample;
+
+/// Most cells a residency map draws; a cell covers `pages_per_cell` pages.
+pub const MAX_CELLS: u64 = 256;
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct FileResidency {
+    pub path: String,
+    pub size_bytes: u64,
+    pub pages: u64,
+    pub resident_pages: Option<u64>,
+    pub resident_bytes: Option<u64>,
+    pub resident_fraction: Option<f64>,
+    pub dirty_bytes: Option<u64>,
+    pub writeback_bytes: Option<u64>,
+    pub evicted_bytes: Option<u64>,
+    pub recently_evicted_bytes: Option<u64>,
+    pub source: Option<String>,
+    pub unknown_reason: Option<String>,
+    pub map: Option<MapModel>,
+}
+
+/// A compact drawing of which pages are resident: `O` every page of the cell, `o` some,
+/// ` ` none (as `vmtouch -v`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct MapModel {
+    pub pages_per_cell: u64,
+    pub cells: String,
+}
+
+pub fn build(
+    path: &str,
+    size: u64,
+    page_size: u64,
+    sample: Result<&ResidencySample, String>,
+    map: Option<&ResidencyMap>,
+) -> FileResidency {
+    let pages = size.div_ceil(page_size.max(1));
+    let mut r = FileResidency {
+        path: path.to_string(),
+        size_bytes: size,
+        pages,
+        resident_pages: None,
+        resident_bytes: None,
+        resident_fraction: None,
+        dirty_bytes: None,
+        writeback_bytes: None,
+        evicted_bytes: None,
+        recently_evicted_bytes: None,
+        source: None,
+        unknown_reason: None,
+        map: map.map(draw),
+    };
+    match sample {
+        Ok(s) => {
+            // cachestat counts whole pages; the last, partial page is cached whole.
+            let resident_pages = s.cached_bytes / page_size.max(1);
+            r.resident_pages = Some(resident_pages);
+            r.resident_bytes = Some((resident_pages * page_size).min(size));
+            r.resident_fraction = Some(if pages == 0 {
+                0.0
+            } else {
+                resident_pages as f64 / pages as f64
+            });
+            r.dirty_bytes = s.dirty_bytes;
+            r.writeback_bytes = s.writeback_bytes;
+            r.evicted_bytes = s.evicted_bytes;
+            r.recently_evicted_bytes = s.recently_evicted_bytes;
+            r.source = Some(format!("{:?}", s.source).to_lowercase());
+        }
+        Err(reason) => r.unknown_reason = Some(reason),
+    }
+    r
+}
+
+pub fn draw(map: &ResidencyMap) -> MapModel {
+    let cells = map.pages.clamp(1, MAX_CELLS);
+    let per = map.pages.div_ceil(cells).max(1);
+    let mut s = String::new();
+    let mut first = 0;
+    while first < map.pages {
+        let last = (first + per).min(map.pages);
+        let n = map.resident_in(first, last);
+        s.push(if n == 0 {
+            ' '
+        } else if n == last - first {
+            'O'
+        } else {
+            'o'
+        });
+        first = last;
+    }
+    MapModel {
+        pages_per_cell: per,
+        cells: s,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn draws_full_partial_and_empty_cells() {
+        let mut pages = vec![true; 256];
+        pages.extend(vec![false; 256]);
+        pages.extend((0..256).map(|i| i % 2 == 0));
+        let m = ResidencyMap::from_bools(4096, &pages);
+        let d = draw(&m);
+        assert_eq!(d.pages_per_cell, 3);
+        assert_eq!(d.cells.len(), 256);
+        assert!(d.cells.starts_with("OOOOO"));
+        assert!(d.cells.contains("     "));
+        assert!(d.cells.ends_with("ooo"));
+    }
+
+    #[test]
+    fn partial_last_page_counts_as_page() {
+        let s = ResidencySample {
+            cached_bytes: 8192,
+            ..ResidencySample::default()
+        };
+        let r = build("f", 5000, 4096, Ok(&s), None);
+        assert_eq!(r.pages, 2);
+        assert_eq!(r.resident_pages, Some(2));
+        assert_eq!(r.resident_bytes, Some(5000));
+        assert_eq!(r.resident_fraction, Some(1.0));
+        let u = build("f", 5000, 4096, Err("no".into()), None);
+        assert_eq!(u.resident_bytes, None);
+        assert_eq!(u.unknown_reason.as_deref(), Some("no"));
+    }
+}

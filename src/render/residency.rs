@@ -1,0 +1,63 @@
+//! Human output of `twofold residency`, in the manner of `fincore` (and `vmtouch -v`).
+
+use std::fmt::Write as _;
+
+use super::table::{Align, Table};
+use crate::model::residency::FileResidency;
+use crate::units::{iec, iec_opt};
+
+/// Cells per line of a residency map.
+const MAP_WIDTH: usize = 64;
+
+pub fn human(files: &[FileResidency]) -> String {
+    let mut t = Table::new(&[
+        ("resident", Align::Right),
+        ("pages", Align::Right),
+        ("of pages", Align::Right),
+        ("%", Align::Right),
+        ("size", Align::Right),
+        ("dirty", Align::Right),
+        ("file", Align::Left),
+    ]);
+    for f in files {
+        t.row(vec![
+            iec_opt(f.resident_bytes),
+            f.resident_pages
+                .map(|p| p.to_string())
+                .unwrap_or_else(|| "n/a".into()),
+            f.pages.to_string(),
+            f.resident_fraction
+                .map(|v| format!("{:.1}", v * 100.0))
+                .unwrap_or_else(|| "n/a".into()),
+            iec(f.size_bytes),
+            iec_opt(f.dirty_bytes),
+            f.path.clone(),
+        ]);
+    }
+    let mut out = t.render(0);
+    for f in files {
+        if let Some(reason) = &f.unknown_reason {
+            let _ = writeln!(out, "'{}': residency unknown: {reason}", f.path);
+        }
+        if let Some(m) = &f.map {
+            let _ = writeln!(
+                out,
+                "\n{}  ({} page{} per cell; O all resident, o some, blank none)",
+                f.path,
+                m.pages_per_cell,
+                if m.pages_per_cell == 1 { "" } else { "s" }
+            );
+            let cells: Vec<char> = m.cells.chars().collect();
+            for line in cells.chunks(MAP_WIDTH) {
+                let s: String = line.iter().collect();
+                let _ = writeln!(out, "[{s:<MAP_WIDTH$}]");
+            }
+        }
+    }
+    if files.len() > 1 {
+        let total: u64 = files.iter().filter_map(|f| f.resident_bytes).sum();
+        let size: u64 = files.iter().map(|f| f.size_bytes).sum();
+        let _ = writeln!(out, "{} files: {} of {} resident", files.len(), iec(total), iec(size));
+    }
+    out
+}

@@ -1,0 +1,220 @@
+//! Human output of a scan [`Report`].
+
+use std::fmt::Write as _;
+
+use super::table::{Align, Table};
+use crate::model::{FileModel, MapKind, Report, Severity};
+use crate::units::{iec, iec_opt};
+
+fn pct(f: Option<f64>) -> String {
+    f.map(|v| format!("{:.1}%", v * 100.0))
+        .unwrap_or_else(|| "n/a".into())
+}
+
+fn kind(k: MapKind) -> &'static str {
+    match k {
+        MapKind::Shared => "MAP_SHARED",
+        MapKind::Private => "MAP_PRIVATE",
+        MapKind::Mixed => "shared+private",
+    }
+}
+
+fn file_section(f: &FileModel, out: &mut String) {
+    let r = &f.representations;
+    let reps = match r.total_estimate {
+        Some(t) => format!("≈ {t:.2}"),
+        None => "unknown (residency unknown)".to_string(),
+    };
+    let _ = writeln!(out, "  {}", f.path);
+    let _ = writeln!(
+        out,
+        "    size {}  resident {} ({}{})  in memory {} times: page cache {} + CoW {:.2} + {} suspected cop{}",
+        iec(f.size_bytes),
+        iec_opt(f.resident_bytes),
+        pct(f.resident_fraction),
+        f.residency_source
+            .as_ref()
+            .map(|s| format!(", {s}"))
+            .unwrap_or_default(),
+        reps,
+        r.page_cache.map(|v| format!("{v:.2}")).unwrap_or_else(|| "n/a".into()),
+        r.cow_anon,
+        r.suspected_copies,
+        if r.suspected_copies == 1 { "y" } else { "ies" },
+    );
+    let mut t = Table::new(&[
+        ("pid", Align::Right),
+        ("comm", Align::Left),
+        ("how", Align::Left),
+        ("prot", Align::Left),
+        ("mapped", Align::Right),
+        ("resident", Align::Right),
+        ("pss", Align::Right),
+        ("cow anon", Align::Right),
+        ("thp", Align::Right),
+        ("note", Align::Left),
+    ]);
+    for m in &f.mappers {
+        let suspect = f.suspected_copies.iter().any(|s| s.pid == m.pid);
+        t.row(vec![
+            m.pid.to_string(),
+            m.comm.clone(),
+            kind(m.kind).into(),
+            m.prot.clone(),
+            iec(m.mapped_bytes),
+            iec_opt(m.resident_bytes),
+            iec_opt(m.pss_bytes),
+            iec_opt(m.cow_anon_bytes),
+            iec_opt(m.thp_bytes),
+            if suspect { "+ suspected private copy".into() } else { String::new() },
+        ]);
+    }
+    for h in f.holders.iter().filter(|h| !h.mapped) {
+        let suspect = f.suspected_copies.iter().find(|s| s.pid == h.pid);
+        let fds: Vec<String> = h.fds.iter().map(|d| d.to_string()).collect();
+        t.row(vec![
+            h.pid.to_string(),
+            h.comm.clone(),
+            format!("open fd {}, not mapped", fds.join(",")),
+            "-".into(),
+            "-".into(),
+            "-".into(),
+            "-".into(),
+            "-".into(),
+            "-".into(),
+            match suspect {
+                Some(s) => format!("suspected private copy (RssAnon {})", iec(s.anon_bytes)),
+                None => String::new(),
+            },
+        ]);
+    }
+    if !t.is_empty() {
+        out.push_str(&t.render(4));
+    }
+    if let Some(reason) = &f.residency_unknown_reason {
+        let _ = writeln!(out, "    residency unknown: {reason}");
+    }
+}
+
+/// Renders the whole report for a terminal.
+pub fn human(report: &Report) -> String {
+    let mut out = String::new();
+    let holders = report.processes.iter().filter(|p| p.holds_files > 0).count();
+    let _ = writeln!(
+        out,
+        "twofold scan: {} model file{} held by {} process{}",
+        report.files.len(),
+        if report.files.len() == 1 { "" } else { "s" },
+        holders,
+        if holders == 1 { "" } else { "es" }
+    );
+    if let (Some(total), Some(avail), Some(cache)) = (
+        report.system.mem_total_bytes,
+        report.system.mem_available_bytes,
+        report.system.page_cache_bytes,
+    ) {
+        let _ = writeln!(
+            out,
+            "memory: total {}  available {}  page cache {}  anon {}",
+            iec(total),
+            iec(avail),
+            iec(cache),
+            iec_opt(report.system.anon_bytes)
+        );
+    }
+    if !report.files.is_empty() {
+        out.push_str("\nMODEL FILES\n");
+        for f in &report.files {
+            file_section(f, &mut out);
+        }
+    }
+    if !report.processes.is_empty() {
+        out.push_str("\nPROCESSES\n");
+        let mut t = Table::new(&[
+            ("pid", Align::Right),
+            ("comm", Align::Left),
+            ("rss", Align::Right),
+            ("anon", Align::Right),
+            ("file", Align::Right),
+            ("shmem", Align::Right),
+            ("pss", Align::Right),
+            ("uss", Align::Right),
+            ("private dirty", Align::Right),
+            ("swap", Align::Right),
+            ("cgroup", Align::Left),
+        ]);
+        for p in &report.processes {
+            t.row(vec![
+                p.pid.to_string(),
+                p.comm.clone(),
+                iec_opt(p.rss_bytes),
+                iec_opt(p.anon_bytes),
+                iec_opt(p.file_bytes),
+                iec_opt(p.shmem_bytes),
+                iec_opt(p.pss_bytes),
+                iec_opt(p.uss_bytes),
+                iec_opt(p.private_dirty_bytes),
+                iec_opt(p.swap_bytes),
+                p.cgroup.clone().unwrap_or_else(|| "n/a".into()),
+            ]);
+        }
+        out.push_str(&t.render(2));
+    }
+    if !report.cgroups.is_empty() {
+        out.push_str("\nCGROUPS\n");
+        let mut t = Table::new(&[
+            ("cgroup", Align::Left),
+            ("ver", Align::Left),
+            ("usage", Align::Right),
+            ("limit", Align::Right),
+            ("peak", Align::Right),
+            ("anon", Align::Right),
+            ("file", Align::Right),
+            ("file mapped", Align::Right),
+            ("shmem", Align::Right),
+            ("refaults", Align::Right),
+            ("oom kills", Align::Right),
+        ]);
+        for c in &report.cgroups {
+            t.row(vec![
+                c.path.clone(),
+                c.version
+                    .map(|v| format!("{v:?}").to_lowercase())
+                    .unwrap_or_else(|| "n/a".into()),
+                iec_opt(c.usage_bytes),
+                if c.unlimited { "max".into() } else { iec_opt(c.limit_bytes) },
+                iec_opt(c.peak_bytes),
+                iec_opt(c.anon_bytes),
+                iec_opt(c.file_bytes),
+                iec_opt(c.file_mapped_bytes),
+                iec_opt(c.shmem_bytes),
+                c.refaults_file.map(|v| v.to_string()).unwrap_or_else(|| "n/a".into()),
+                c.oom_kills.map(|v| v.to_string()).unwrap_or_else(|| "n/a".into()),
+            ]);
+        }
+        out.push_str(&t.render(2));
+    }
+    out.push_str("\nFINDINGS\n");
+    if report.findings.is_empty() {
+        out.push_str("  none\n");
+    }
+    for f in &report.findings {
+        let tag = match f.severity {
+            Severity::Warning => "warning",
+            Severity::Notice => "notice ",
+            Severity::Info => "info   ",
+        };
+        let _ = writeln!(out, "  {tag}  {}", f.message);
+        if let Some(r) = &f.remedy {
+            let _ = writeln!(out, "           → {r}");
+        }
+    }
+    if report.skipped.gone > 0 {
+        let _ = writeln!(
+            out,
+            "\n{} process(es) exited during the scan and were skipped",
+            report.skipped.gone
+        );
+    }
+    out
+}

@@ -1,0 +1,243 @@
+//! Raw samples: values exactly as the kernel reported them, converted to bytes.
+//!
+//! A field is `None` where the kernel lacks it (older kernels have no `Pss_Anon`) or where
+//! it could not be read (no permission). Nothing here is derived; see [`crate::model`].
+
+use serde::{Deserialize, Serialize};
+
+/// Identity of a file: `(major, minor, inode)`, as `/proc/PID/maps` and `stat(2)` give it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+pub struct FileKey {
+    pub major: u32,
+    pub minor: u32,
+    pub inode: u64,
+}
+
+impl FileKey {
+    pub fn from_dev(dev: u64, inode: u64) -> Self {
+        FileKey {
+            major: libc::major(dev),
+            minor: libc::minor(dev),
+            inode,
+        }
+    }
+}
+
+/// `/proc/PID/status`, memory lines (bytes).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct StatusSample {
+    pub vm_rss_bytes: Option<u64>,
+    pub rss_anon_bytes: Option<u64>,
+    pub rss_file_bytes: Option<u64>,
+    pub rss_shmem_bytes: Option<u64>,
+    pub vm_swap_bytes: Option<u64>,
+    pub uid: Option<u32>,
+}
+
+/// `/proc/PID/smaps_rollup` (bytes). `rss`/`pss` exist on every kernel with the file.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct RollupSample {
+    pub rss_bytes: u64,
+    pub pss_bytes: u64,
+    pub pss_anon_bytes: Option<u64>,
+    pub pss_file_bytes: Option<u64>,
+    pub pss_shmem_bytes: Option<u64>,
+    pub shared_clean_bytes: u64,
+    pub shared_dirty_bytes: u64,
+    pub private_clean_bytes: u64,
+    pub private_dirty_bytes: u64,
+    pub anonymous_bytes: Option<u64>,
+    pub swap_bytes: Option<u64>,
+    pub swap_pss_bytes: Option<u64>,
+}
+
+/// Protection and sharing of one mapping, from the `rwxp`/`rwxs` column of `maps`.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Perms {
+    pub read: bool,
+    pub write: bool,
+    pub exec: bool,
+    pub shared: bool,
+}
+
+impl Perms {
+    pub fn as_str(&self) -> String {
+        [
+            if self.read { 'r' } else { '-' },
+            if self.write { 'w' } else { '-' },
+            if self.exec { 'x' } else { '-' },
+            if self.shared { 's' } else { 'p' },
+        ]
+        .iter()
+        .collect()
+    }
+}
+
+/// One VMA of a file of interest: the `maps` header plus its `smaps` fields (bytes).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct MappingSample {
+    pub start: u64,
+    pub end: u64,
+    pub perms: Perms,
+    pub offset_bytes: u64,
+    pub major: u32,
+    pub minor: u32,
+    pub inode: u64,
+    pub path: String,
+    pub rss_bytes: Option<u64>,
+    pub pss_bytes: Option<u64>,
+    pub shared_clean_bytes: Option<u64>,
+    pub shared_dirty_bytes: Option<u64>,
+    pub private_clean_bytes: Option<u64>,
+    pub private_dirty_bytes: Option<u64>,
+    /// `Anonymous:` inside a file mapping: copy-on-write pages.
+    pub anonymous_bytes: Option<u64>,
+    /// `FilePmdMapped:`: file pages mapped with PMD (2 MiB) entries.
+    pub file_pmd_mapped_bytes: Option<u64>,
+    pub swap_bytes: Option<u64>,
+}
+
+impl MappingSample {
+    pub fn key(&self) -> FileKey {
+        FileKey {
+            major: self.major,
+            minor: self.minor,
+            inode: self.inode,
+        }
+    }
+    pub fn size_bytes(&self) -> u64 {
+        self.end.saturating_sub(self.start)
+    }
+}
+
+/// An open file descriptor of a file of interest.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct OpenFileSample {
+    pub fd: i32,
+    pub key: FileKey,
+    pub path: String,
+}
+
+/// Why part of a process could not be read.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Unreadable {
+    /// EACCES/EPERM: needs root or `CAP_SYS_PTRACE`.
+    Denied,
+    /// The process exited while it was read.
+    Gone,
+}
+
+/// One process.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct ProcessSample {
+    pub pid: i32,
+    pub comm: String,
+    pub cmdline: Vec<String>,
+    pub kernel_thread: bool,
+    pub status: StatusSample,
+    pub rollup: Option<RollupSample>,
+    /// Set when `smaps_rollup`, `maps`, `smaps` or `fd` could not be read.
+    pub unreadable: Option<Unreadable>,
+    /// Path of the process's memory cgroup, relative to its hierarchy, and the hierarchy.
+    pub cgroup: Option<CgroupRef>,
+    pub mappings: Vec<MappingSample>,
+    pub open_files: Vec<OpenFileSample>,
+}
+
+/// A cgroup a process belongs to.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+pub struct CgroupRef {
+    pub version: CgroupVersion,
+    /// Path inside the hierarchy, starting with `/`.
+    pub path: String,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum CgroupVersion {
+    V1,
+    V2,
+}
+
+/// Page-cache state of a file, in bytes.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct ResidencySample {
+    pub source: ResidencySource,
+    pub cached_bytes: u64,
+    /// Only `cachestat(2)` reports these.
+    pub dirty_bytes: Option<u64>,
+    pub writeback_bytes: Option<u64>,
+    pub evicted_bytes: Option<u64>,
+    pub recently_evicted_bytes: Option<u64>,
+}
+
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ResidencySource {
+    #[default]
+    Cachestat,
+    Mincore,
+}
+
+/// A file of interest.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct FileSample {
+    pub key: FileKey,
+    /// The path as a process (or the command line) names it.
+    pub path: String,
+    pub size_bytes: u64,
+    pub residency: Option<ResidencySample>,
+    /// Why residency is unknown, when it is.
+    pub residency_error: Option<String>,
+    /// Named on the command line (rather than found in a process).
+    pub explicit: bool,
+}
+
+/// A memory cgroup (v1 or v2), bytes and event counts.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct CgroupSample {
+    pub version: Option<CgroupVersion>,
+    pub path: String,
+    /// v2 `memory.current`, v1 `memory.usage_in_bytes`.
+    pub usage_bytes: Option<u64>,
+    /// v2 `memory.max`, v1 `memory.limit_in_bytes`; `None` inside means unlimited.
+    pub limit_bytes: Option<Option<u64>>,
+    /// v2 `memory.peak`, v1 `memory.max_usage_in_bytes`.
+    pub peak_bytes: Option<u64>,
+    /// `memory.stat` as read (v1: `total_*` keys are hierarchical).
+    pub stat: std::collections::BTreeMap<String, u64>,
+    /// v2 `memory.events` or v1 `memory.oom_control` (`oom_kill`, `under_oom`, ...).
+    pub events: std::collections::BTreeMap<String, u64>,
+    /// v1 `memory.failcnt`.
+    pub failcnt: Option<u64>,
+}
+
+/// System-wide counters.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct SystemSample {
+    /// `/proc/meminfo` (bytes).
+    pub meminfo: std::collections::BTreeMap<String, u64>,
+    /// `/proc/vmstat` (counts; `nr_*` in pages).
+    pub vmstat: std::collections::BTreeMap<String, u64>,
+    pub page_size: u64,
+}
+
+/// Counts of what a scan had to leave out.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct Skipped {
+    /// Processes that exited between listing and reading.
+    pub gone: u64,
+    /// Processes whose private files could not be read (needs root or `CAP_SYS_PTRACE`).
+    pub denied: u64,
+}
+
+/// Everything one scan read.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct Sample {
+    pub system: SystemSample,
+    pub processes: Vec<ProcessSample>,
+    pub files: Vec<FileSample>,
+    pub cgroups: Vec<CgroupSample>,
+    pub skipped: Skipped,
+}

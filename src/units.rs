@@ -1,0 +1,73 @@
+//! Byte sizes: IEC formatting for people and parsing of user-given sizes.
+
+/// Formats bytes in IEC units with one decimal (`1.5 GiB`), exact bytes below 1 KiB.
+pub fn iec(bytes: u64) -> String {
+    const UNITS: [&str; 6] = ["KiB", "MiB", "GiB", "TiB", "PiB", "EiB"];
+    if bytes < 1024 {
+        return format!("{bytes} B");
+    }
+    let mut value = bytes as f64 / 1024.0;
+    let mut unit = 0;
+    while value >= 1024.0 && unit < UNITS.len() - 1 {
+        value /= 1024.0;
+        unit += 1;
+    }
+    format!("{value:.1} {}", UNITS[unit])
+}
+
+/// Like [`iec`], `n/a` for unknown.
+pub fn iec_opt(bytes: Option<u64>) -> String {
+    bytes.map(iec).unwrap_or_else(|| "n/a".to_string())
+}
+
+/// Parses `64M`, `64MiB`, `1.5G`, `4096` (bytes). Suffixes are binary (K = 1024).
+pub fn parse_size(text: &str) -> Result<u64, String> {
+    let t = text.trim();
+    let split = t
+        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+        .unwrap_or(t.len());
+    let (num, unit) = t.split_at(split);
+    let unit = unit.trim().to_ascii_lowercase();
+    let shift = match unit.as_str() {
+        "" | "b" => 0,
+        "k" | "kb" | "kib" => 10,
+        "m" | "mb" | "mib" => 20,
+        "g" | "gb" | "gib" => 30,
+        "t" | "tb" | "tib" => 40,
+        _ => return Err(format!("unknown size unit in '{text}' (use K, M, G or T)")),
+    };
+    let value: f64 = num
+        .parse()
+        .map_err(|_| format!("'{text}' is not a size (e.g. 64M, 1.5G, 4096)"))?;
+    let bytes = value * (1u64 << shift) as f64;
+    if !bytes.is_finite() || bytes < 0.0 || bytes > u64::MAX as f64 {
+        return Err(format!("size '{text}' is out of range"));
+    }
+    Ok(bytes as u64)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn formats() {
+        assert_eq!(iec(0), "0 B");
+        assert_eq!(iec(1023), "1023 B");
+        assert_eq!(iec(1536), "1.5 KiB");
+        assert_eq!(iec(256 << 20), "256.0 MiB");
+        assert_eq!(iec(u64::MAX), "16.0 EiB");
+        assert_eq!(iec_opt(None), "n/a");
+    }
+
+    #[test]
+    fn parses() {
+        assert_eq!(parse_size("64M").unwrap(), 64 << 20);
+        assert_eq!(parse_size("64MiB").unwrap(), 64 << 20);
+        assert_eq!(parse_size("1.5g").unwrap(), 3 << 29);
+        assert_eq!(parse_size("4096").unwrap(), 4096);
+        assert!(parse_size("lots").is_err());
+        assert!(parse_size("5X").is_err());
+        assert!(parse_size("99999999999T").is_err());
+    }
+}
