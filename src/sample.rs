@@ -186,7 +186,9 @@ pub struct FileSample {
     pub key: FileKey,
     /// The path as a process (or the command line) names it.
     pub path: String,
-    pub size_bytes: u64,
+    /// `None` when the file could not be `stat`ed (gone, or another mount namespace
+    /// we may not enter).
+    pub size_bytes: Option<u64>,
     pub residency: Option<ResidencySample>,
     /// Why residency is unknown, when it is.
     pub residency_error: Option<String>,

@@ -59,7 +59,12 @@ pub fn write_safetensors(path: &Path, size: u64) -> anyhow::Result<u64> {
         w.write_all(&block[..take])?;
         left -= take as u64;
     }
-    w.flush()?;
+    // Write back now: a just-written file's pages are dirty page cache, which smaps shows
+    // as Private_Dirty of the mapping reader and would blur the clean/dirty split.
+    w.into_inner()
+        .map_err(|e| e.into_error())?
+        .sync_all()
+        .with_context(|| format!("cannot sync '{}'", path.display()))?;
     Ok(8 + header.len() as u64 + n * TENSOR_BYTES)
 }
 

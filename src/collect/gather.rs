@@ -55,7 +55,7 @@ impl Default for Request {
 struct Interest {
     shown: String,
     open_path: PathBuf,
-    size_bytes: u64,
+    size_bytes: Option<u64>,
     explicit: bool,
 }
 
@@ -213,7 +213,7 @@ impl Gatherer<'_> {
             Some(Interest {
                 shown: abs.display().to_string(),
                 open_path: abs,
-                size_bytes: meta.len(),
+                size_bytes: Some(meta.len()),
                 explicit: true,
             }),
         );
@@ -244,7 +244,7 @@ impl Gatherer<'_> {
         let value = interesting.then(|| Interest {
             shown: path.to_string(),
             open_path,
-            size_bytes: size.unwrap_or(0),
+            size_bytes: size,
             explicit: false,
         });
         self.decided.insert(key, value);
@@ -360,7 +360,7 @@ fn file_sample(key: FileKey, i: Interest, method: Method) -> FileSample {
                 ));
                 return f;
             }
-            f.size_bytes = size;
+            f.size_bytes = Some(size);
             match residency::query(&file, &i.open_path, size, method) {
                 Ok(r) => f.residency = Some(r),
                 Err(e) => f.residency_error = Some(format!("{:#}", anyhow::Error::from(e))),

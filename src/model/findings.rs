@@ -3,7 +3,7 @@
 use serde::{Deserialize, Serialize};
 
 use super::{CgroupModel, FileModel, MapKind};
-use crate::units::iec;
+use crate::units::{iec, iec_opt};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
@@ -57,7 +57,7 @@ pub fn evaluate(files: &[FileModel], cgroups: &[CgroupModel]) -> Vec<Finding> {
 
 fn file_findings(f: &FileModel, out: &mut Vec<Finding>) {
     let n = name(&f.path);
-    let size = iec(f.size_bytes);
+    let size = iec_opt(f.size_bytes);
     for s in &f.suspected_copies {
         let how = if s.mapped {
             "maps it and also"

@@ -145,7 +145,7 @@ pub struct FileModel {
     pub path: String,
     pub device: String,
     pub inode: u64,
-    pub size_bytes: u64,
+    pub size_bytes: Option<u64>,
     pub resident_bytes: Option<u64>,
     pub resident_fraction: Option<f64>,
     pub dirty_bytes: Option<u64>,
@@ -188,7 +188,7 @@ fn process_model(p: &ProcessSample, holds_files: usize) -> ProcessModel {
     }
 }
 
-fn mapper(p: &ProcessSample, key: FileKey, size: u64, page: u64) -> Option<Mapper> {
+fn mapper(p: &ProcessSample, key: FileKey, size: Option<u64>, page: u64) -> Option<Mapper> {
     let vmas: Vec<_> = p.mappings.iter().filter(|m| m.key() == key).collect();
     if vmas.is_empty() {
         return None;
@@ -206,7 +206,7 @@ fn mapper(p: &ProcessSample, key: FileKey, size: u64, page: u64) -> Option<Mappe
         prot.exec |= m.perms.exec;
         prot.shared |= m.perms.shared;
     }
-    let eof = size.div_ceil(page) * page;
+    let eof = size.map(|s| s.div_ceil(page) * page);
     Some(Mapper {
         pid: p.pid,
         comm: p.comm.clone(),
@@ -219,10 +219,11 @@ fn mapper(p: &ProcessSample, key: FileKey, size: u64, page: u64) -> Option<Mappe
         pss_bytes: sum_opt(vmas.iter().map(|m| m.pss_bytes)),
         cow_anon_bytes: sum_opt(vmas.iter().map(|m| m.anonymous_bytes)),
         thp_bytes: sum_opt(vmas.iter().map(|m| m.file_pmd_mapped_bytes)),
-        beyond_eof_bytes: vmas
-            .iter()
-            .map(|m| (m.offset_bytes + m.size_bytes()).saturating_sub(eof.max(m.offset_bytes)))
-            .sum(),
+        beyond_eof_bytes: eof.map_or(0, |eof| {
+            vmas.iter()
+                .map(|m| (m.offset_bytes + m.size_bytes()).saturating_sub(eof.max(m.offset_bytes)))
+                .sum()
+        }),
     })
 }
 
@@ -240,7 +241,7 @@ pub fn build(sample: &Sample) -> Report {
                 inode: f.key.inode,
                 size_bytes: f.size_bytes,
                 resident_bytes: resident,
-                resident_fraction: resident.map(|r| fraction(r, f.size_bytes)),
+                resident_fraction: resident.zip(f.size_bytes).map(|(r, s)| fraction(r, s)),
                 dirty_bytes: f.residency.as_ref().and_then(|r| r.dirty_bytes),
                 residency_source: f
                     .residency
@@ -270,7 +271,7 @@ pub fn build(sample: &Sample) -> Report {
     files.sort_by(|a, b| {
         let ta = a.representations.total_estimate.unwrap_or(0.0);
         let tb = b.representations.total_estimate.unwrap_or(0.0);
-        tb.total_cmp(&ta).then(b.size_bytes.cmp(&a.size_bytes))
+        tb.total_cmp(&ta).then(b.size_bytes.cmp(&a.size_bytes)).then(a.path.cmp(&b.path))
     });
 
     let mut holds: BTreeMap<i32, usize> = BTreeMap::new();
@@ -352,11 +353,12 @@ fn attribute_copies(sample: &Sample, files: &mut [FileModel]) {
             let f = &mut files[i];
             let mapped = f.mappers.iter().any(|m| m.pid == p.pid);
             let held = mapped || f.holders.iter().any(|h| h.pid == p.pid);
-            if !held || f.size_bytes == 0 {
+            let size = f.size_bytes.unwrap_or(0);
+            if !held || size == 0 {
                 continue;
             }
-            if left as f64 >= SUSPECT_FRACTION * f.size_bytes as f64 {
-                let attributed = left.min(f.size_bytes);
+            if left as f64 >= SUSPECT_FRACTION * size as f64 {
+                let attributed = left.min(size);
                 left -= attributed;
                 f.suspected_copies.push(SuspectedCopy {
                     pid: p.pid,
@@ -373,7 +375,7 @@ fn attribute_copies(sample: &Sample, files: &mut [FileModel]) {
 
 fn representations(f: &FileModel) -> Representations {
     let cow: u64 = f.mappers.iter().filter_map(|m| m.cow_anon_bytes).sum();
-    let cow_anon = fraction(cow, f.size_bytes);
+    let cow_anon = fraction(cow, f.size_bytes.unwrap_or(0));
     let n = f.suspected_copies.len();
     Representations {
         page_cache: f.resident_fraction,

@@ -1,0 +1,213 @@
+//! Model tests over hand-built samples: no I/O.
+
+use super::*;
+use crate::sample::*;
+
+const MIB: u64 = 1 << 20;
+
+fn key(inode: u64) -> FileKey {
+    FileKey {
+        major: 8,
+        minor: 1,
+        inode,
+    }
+}
+
+fn file(inode: u64, size: u64, cached: Option<u64>) -> FileSample {
+    FileSample {
+        key: key(inode),
+        path: format!("/m/f{inode}.gguf"),
+        size_bytes: Some(size),
+        residency: cached.map(|c| ResidencySample {
+            cached_bytes: c,
+            ..ResidencySample::default()
+        }),
+        residency_error: cached.is_none().then(|| "denied".to_string()),
+        explicit: false,
+    }
+}
+
+fn proc_(pid: i32, anon: u64) -> ProcessSample {
+    ProcessSample {
+        pid,
+        comm: format!("p{pid}"),
+        status: StatusSample {
+            rss_anon_bytes: Some(anon),
+            ..StatusSample::default()
+        },
+        ..ProcessSample::default()
+    }
+}
+
+fn map(inode: u64, len: u64, shared: bool, write: bool, rss: u64, cow: u64) -> MappingSample {
+    MappingSample {
+        start: 0x7f00_0000_0000,
+        end: 0x7f00_0000_0000 + len,
+        perms: Perms {
+            read: true,
+            write,
+            exec: false,
+            shared,
+        },
+        major: 8,
+        minor: 1,
+        inode,
+        path: format!("/m/f{inode}.gguf"),
+        rss_bytes: Some(rss),
+        pss_bytes: Some(rss),
+        anonymous_bytes: Some(cow),
+        file_pmd_mapped_bytes: Some(0),
+        ..MappingSample::default()
+    }
+}
+
+fn open(inode: u64) -> OpenFileSample {
+    OpenFileSample {
+        fd: 3,
+        key: key(inode),
+        path: format!("/m/f{inode}.gguf"),
+    }
+}
+
+fn sample(files: Vec<FileSample>, processes: Vec<ProcessSample>) -> Sample {
+    Sample {
+        system: SystemSample {
+            page_size: 4096,
+            ..SystemSample::default()
+        },
+        files,
+        processes,
+        ..Sample::default()
+    }
+}
+
+#[test]
+fn copy_reader_is_suspected_and_map_reader_is_not() {
+    let mut copier = proc_(10, 260 * MIB);
+    copier.open_files.push(open(1));
+    let mut mapper = proc_(11, MIB);
+    mapper.mappings.push(map(1, 256 * MIB, true, false, 256 * MIB, 0));
+    let r = build(&sample(vec![file(1, 256 * MIB, Some(256 * MIB))], vec![copier, mapper]));
+    let f = &r.files[0];
+    assert_eq!(f.suspected_copies.len(), 1);
+    assert_eq!(f.suspected_copies[0].pid, 10);
+    assert!(!f.suspected_copies[0].mapped);
+    assert_eq!(f.suspected_copies[0].attributed_bytes, 256 * MIB);
+    assert_eq!(f.representations.total_estimate, Some(2.0));
+    assert_eq!(f.mappers.len(), 1);
+    assert_eq!(f.mappers[0].kind, MapKind::Shared);
+    let codes: Vec<_> = r.findings.iter().map(|x| x.code.as_str()).collect();
+    assert_eq!(codes, ["suspected-private-copy", "multiple-representations"]);
+    assert!(r.findings[0].message.starts_with("pid 10 (p10) holds it open without mapping it"));
+}
+
+#[test]
+fn one_heap_is_not_the_copy_of_two_files() {
+    // 300 MiB of anon, holding a 256 MiB and a 200 MiB file: only the larger is suspected.
+    let mut p = proc_(10, 300 * MIB);
+    p.open_files.push(open(1));
+    p.open_files.push(open(2));
+    let r = build(&sample(
+        vec![file(1, 256 * MIB, Some(0)), file(2, 200 * MIB, Some(0))],
+        vec![p],
+    ));
+    let suspected: Vec<_> = r
+        .files
+        .iter()
+        .filter(|f| !f.suspected_copies.is_empty())
+        .map(|f| f.path.as_str())
+        .collect();
+    assert_eq!(suspected, ["/m/f1.gguf"]);
+}
+
+#[test]
+fn below_threshold_is_not_suspected() {
+    let mut p = proc_(10, 200 * MIB);
+    p.open_files.push(open(1));
+    let r = build(&sample(vec![file(1, 256 * MIB, Some(256 * MIB))], vec![p]));
+    assert!(r.files[0].suspected_copies.is_empty());
+    assert_eq!(r.files[0].representations.total_estimate, Some(1.0));
+}
+
+#[test]
+fn cow_is_counted_once_and_not_as_a_copy() {
+    // 88 MiB written into a private writable mapping; the process anon is that CoW.
+    let mut p = proc_(10, 90 * MIB);
+    p.mappings.push(map(1, 100 * MIB, false, true, 100 * MIB, 88 * MIB));
+    let r = build(&sample(vec![file(1, 100 * MIB, Some(100 * MIB))], vec![p]));
+    let f = &r.files[0];
+    assert!(f.suspected_copies.is_empty());
+    assert!((f.representations.cow_anon - 0.88).abs() < 1e-9);
+    assert!(r
+        .findings
+        .iter()
+        .any(|x| x.code == "cow-in-private-mapping" && x.message.contains("88.0 MiB")));
+}
+
+#[test]
+fn shared_low_residency_and_beyond_eof() {
+    let mut a = proc_(1, 0);
+    let mut b = proc_(2, 0);
+    let mut c = proc_(3, 0);
+    a.mappings.push(map(1, 64 * MIB, true, false, 10 * MIB, 0));
+    b.mappings.push(map(1, 64 * MIB, true, false, 10 * MIB, 0));
+    // The file is 32 MiB now: c maps 64 MiB of it.
+    c.mappings.push(map(1, 64 * MIB, false, false, 0, 0));
+    let r = build(&sample(vec![file(1, 32 * MIB, Some(14 * MIB))], vec![a, b, c]));
+    let by_code = |code: &str| r.findings.iter().filter(|x| x.code == code).count();
+    assert_eq!(by_code("shared-mapping"), 1);
+    assert_eq!(by_code("low-residency"), 1);
+    assert_eq!(by_code("mapping-beyond-eof"), 3);
+    assert_eq!(r.files[0].mappers[2].beyond_eof_bytes, 32 * MIB);
+    assert!(r.findings.iter().any(|x| x.message.contains("44% resident")));
+}
+
+#[test]
+fn unknown_residency_is_unknown_not_zero() {
+    let mut p = proc_(10, 300 * MIB);
+    p.open_files.push(open(1));
+    let r = build(&sample(vec![file(1, 256 * MIB, None)], vec![p]));
+    let f = &r.files[0];
+    assert_eq!(f.resident_bytes, None);
+    assert_eq!(f.representations.page_cache, None);
+    assert_eq!(f.representations.total_estimate, None);
+    assert_eq!(f.suspected_copies.len(), 1);
+    assert!(r.findings.iter().any(|x| x.code == "residency-unknown"));
+    // And the JSON says null.
+    let json = serde_json::to_value(&r).unwrap();
+    assert!(json["files"][0]["resident_bytes"].is_null());
+}
+
+#[test]
+fn cgroup_near_limit_and_oom() {
+    let mut stat = std::collections::BTreeMap::new();
+    stat.insert("total_rss".to_string(), 900 * MIB);
+    stat.insert("rss".to_string(), 1);
+    let mut events = std::collections::BTreeMap::new();
+    events.insert("oom_kill".to_string(), 3);
+    let cg = CgroupSample {
+        version: Some(CgroupVersion::V1),
+        path: "/x".into(),
+        usage_bytes: Some(950 * MIB),
+        limit_bytes: Some(Some(1000 * MIB)),
+        stat,
+        events,
+        ..CgroupSample::default()
+    };
+    let mut s = sample(vec![], vec![]);
+    s.cgroups.push(cg);
+    let r = build(&s);
+    assert_eq!(r.cgroups[0].anon_bytes, Some(900 * MIB));
+    let codes: Vec<_> = r.findings.iter().map(|x| x.code.as_str()).collect();
+    assert_eq!(codes, ["cgroup-oom-kills", "cgroup-near-limit"]);
+}
+
+#[test]
+fn report_round_trips_through_json() {
+    let mut p = proc_(10, 260 * MIB);
+    p.open_files.push(open(1));
+    let r = build(&sample(vec![file(1, 256 * MIB, Some(MIB))], vec![p]));
+    let text = serde_json::to_string(&r).unwrap();
+    let back: Report = serde_json::from_str(&text).unwrap();
+    assert_eq!(back, r);
+}

@@ -29,7 +29,7 @@ fn file_section(f: &FileModel, out: &mut String) {
     let _ = writeln!(
         out,
         "    size {}  resident {} ({}{})  in memory {} times: page cache {} + CoW {:.2} + {} suspected cop{}",
-        iec(f.size_bytes),
+        iec_opt(f.size_bytes),
         iec_opt(f.resident_bytes),
         pct(f.resident_fraction),
         f.residency_source
