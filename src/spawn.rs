@@ -22,7 +22,45 @@ impl Reader {
         extra: &[&str],
         timeout: Duration,
     ) -> anyhow::Result<Reader> {
+        Self::start_in(exe, mode, file, extra, timeout, None)
+    }
+
+    /// Like [`Reader::start`], first moving the child into the cgroup whose
+    /// `cgroup.procs` file is given, before it executes (so all its memory is charged
+    /// there).
+    pub fn start_in(
+        exe: &Path,
+        mode: &str,
+        file: Option<&Path>,
+        extra: &[&str],
+        timeout: Duration,
+        cgroup_procs: Option<&Path>,
+    ) -> anyhow::Result<Reader> {
         let mut cmd = Command::new(exe);
+        if let Some(procs) = cgroup_procs {
+            let c_path = std::ffi::CString::new(procs.as_os_str().as_encoded_bytes())
+                .context("cgroup path contains a NUL byte")?;
+            // SAFETY: the closure runs between fork and exec and only calls
+            // async-signal-safe functions (open, write, close) on memory prepared before
+            // the fork.
+            unsafe {
+                use std::os::unix::process::CommandExt;
+                cmd.pre_exec(move || {
+                    let fd = libc::open(c_path.as_ptr(), libc::O_WRONLY | libc::O_CLOEXEC);
+                    if fd < 0 {
+                        return Err(std::io::Error::last_os_error());
+                    }
+                    // "0" moves the writing process itself.
+                    let n = libc::write(fd, b"0\n".as_ptr().cast(), 2);
+                    let err = std::io::Error::last_os_error();
+                    libc::close(fd);
+                    if n != 2 {
+                        return Err(err);
+                    }
+                    Ok(())
+                });
+            }
+        }
         cmd.arg("__child").arg(mode);
         if let Some(f) = file {
             cmd.arg(f);

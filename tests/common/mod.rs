@@ -1,0 +1,101 @@
+//! Helpers for live tests: ground-truth files and readers, capability checks that never
+//! skip silently (in CI, where `CI` is set, a missing capability fails the test).
+#![allow(dead_code)]
+
+use std::io::Write;
+use std::os::fd::AsRawFd;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use twofold::spawn::Reader;
+
+pub const MIB: u64 = 1 << 20;
+
+pub fn exe() -> PathBuf {
+    PathBuf::from(env!("CARGO_BIN_EXE_twofold"))
+}
+
+fn in_ci() -> bool {
+    std::env::var_os("CI").is_some()
+}
+
+/// `true` if the test may go on; prints why not otherwise (and fails in CI).
+pub fn require(ok: bool, what: &str) -> bool {
+    if ok {
+        return true;
+    }
+    if in_ci() {
+        panic!("CI must provide {what}");
+    }
+    eprintln!("SKIPPED: {what} is not available here");
+    false
+}
+
+pub fn is_root() -> bool {
+    nix::unistd::geteuid().is_root()
+}
+
+pub fn have(tool: &str) -> bool {
+    std::process::Command::new("sh")
+        .args(["-c", &format!("command -v {tool}")])
+        .output()
+        .is_ok_and(|o| o.status.success())
+}
+
+/// A file of `size` pseudo-random bytes, written back to disk (clean page cache).
+pub fn model_file(dir: &Path, name: &str, size: u64) -> PathBuf {
+    let path = dir.join(name);
+    let mut f = std::fs::File::create(&path).unwrap();
+    let mut state = 0x1234_5678_9abc_def1u64 ^ size;
+    let mut block = vec![0u8; MIB as usize];
+    let mut left = size;
+    while left > 0 {
+        for w in block.chunks_exact_mut(8) {
+            state ^= state << 13;
+            state ^= state >> 7;
+            state ^= state << 17;
+            w.copy_from_slice(&state.to_le_bytes());
+        }
+        let n = left.min(MIB) as usize;
+        f.write_all(&block[..n]).unwrap();
+        left -= n as u64;
+    }
+    f.sync_all().unwrap();
+    path
+}
+
+/// Drops the whole file from the page cache (it must not be mapped anywhere).
+pub fn evict(path: &Path) {
+    let f = std::fs::File::open(path).unwrap();
+    // SAFETY: plain syscall on an fd we own.
+    let rc = unsafe { libc::posix_fadvise(f.as_raw_fd(), 0, 0, libc::POSIX_FADV_DONTNEED) };
+    assert_eq!(rc, 0);
+}
+
+pub fn reader(mode: &str, file: Option<&Path>, extra: &[&str]) -> Reader {
+    Reader::start(&exe(), mode, file, extra, Duration::from_secs(60)).unwrap()
+}
+
+/// A `/proc/PID/status` field in bytes, read by the test itself (ground truth).
+pub fn status_bytes(pid: i32, field: &str) -> u64 {
+    let text = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+    let line = text
+        .lines()
+        .find(|l| l.starts_with(&format!("{field}:")))
+        .unwrap();
+    let kb: u64 = line.split_whitespace().nth(1).unwrap().parse().unwrap();
+    kb * 1024
+}
+
+/// Allowed error: one page per MiB of `size`.
+pub fn tolerance(size: u64) -> u64 {
+    (size / MIB).max(1) * 4096
+}
+
+pub fn assert_near(got: u64, want: u64, tol: u64, what: &str) {
+    let diff = got.abs_diff(want);
+    assert!(
+        diff <= tol,
+        "{what}: got {got}, want {want} ± {tol} (off by {diff})"
+    );
+}

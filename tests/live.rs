@@ -1,0 +1,251 @@
+//! Live tests: child processes with a footprint the test created, scanned by the library
+//! and checked against /proc itself and peer tools (util-linux `fincore`, `smem`).
+
+mod common;
+
+use std::process::Command;
+
+use common::*;
+use twofold::collect::gather::{gather, Request};
+use twofold::collect::Roots;
+use twofold::model::{self, MapKind, Report};
+
+fn scan(req: &Request) -> Report {
+    let mut warnings = Vec::new();
+    let sample = gather(&Roots::live(), req, &mut warnings).unwrap();
+    model::build(&sample)
+}
+
+fn proc_of(r: &Report, pid: i32) -> &model::ProcessModel {
+    r.processes.iter().find(|p| p.pid == pid).unwrap()
+}
+
+#[test]
+fn copy_and_map_readers_are_told_apart() {
+    let dir = tempfile::tempdir().unwrap();
+    let size = 64 * MIB;
+    let file = model_file(dir.path(), "m.safetensors", size);
+    let base = reader("anon", None, &["--bytes", "0"]);
+    let copy = reader("copy", Some(&file), &[]);
+    let map = reader("map", Some(&file), &[]);
+    let r = scan(&Request {
+        paths: vec![file.clone()],
+        pids: vec![base.pid(), copy.pid(), map.pid()],
+        ..Request::default()
+    });
+    let (b, c, m) = (
+        proc_of(&r, base.pid()),
+        proc_of(&r, copy.pid()),
+        proc_of(&r, map.pid()),
+    );
+    // Numbers equal /proc's own (the readers are idle).
+    for p in [b, c, m] {
+        assert_eq!(p.anon_bytes, Some(status_bytes(p.pid, "RssAnon")));
+        assert_eq!(p.file_bytes, Some(status_bytes(p.pid, "RssFile")));
+    }
+    let tol = tolerance(size);
+    assert_near(c.anon_bytes.unwrap() - b.anon_bytes.unwrap(), size, tol, "copy RssAnon");
+    assert_near(m.file_bytes.unwrap() - b.file_bytes.unwrap(), size, tol, "map RssFile");
+    assert_near(m.anon_bytes.unwrap(), b.anon_bytes.unwrap(), tol, "map RssAnon");
+
+    let f = &r.files[0];
+    assert_eq!(f.size_bytes, Some(size));
+    assert_eq!(f.resident_bytes, Some(size), "mapped and touched: fully resident");
+    assert_eq!(f.mappers.len(), 1);
+    let mp = &f.mappers[0];
+    assert_eq!(mp.pid, map.pid());
+    assert_eq!(mp.kind, MapKind::Shared);
+    assert_eq!(mp.prot, "r--s");
+    assert_eq!(mp.mapped_bytes, size);
+    assert_eq!(mp.resident_bytes, Some(size));
+    assert_eq!(mp.cow_anon_bytes, Some(0));
+    let suspects: Vec<i32> = f.suspected_copies.iter().map(|s| s.pid).collect();
+    assert_eq!(suspects, [copy.pid()]);
+    let t = f.representations.total_estimate.unwrap();
+    assert!((t - 2.0).abs() < 1e-9, "{t}");
+    assert!(r
+        .findings
+        .iter()
+        .any(|x| x.code == "suspected-private-copy"
+            && x.message.starts_with(&format!("pid {} (twofold) holds it open", copy.pid()))));
+}
+
+#[test]
+fn two_mappers_split_pss() {
+    let dir = tempfile::tempdir().unwrap();
+    let size = 64 * MIB;
+    let file = model_file(dir.path(), "m.gguf", size);
+    let a = reader("map", Some(&file), &[]);
+    let b = reader("map", Some(&file), &[]);
+    let r = scan(&Request {
+        paths: vec![file],
+        pids: vec![a.pid(), b.pid()],
+        ..Request::default()
+    });
+    let f = &r.files[0];
+    assert_eq!(f.mappers.len(), 2);
+    for m in &f.mappers {
+        assert_eq!(m.resident_bytes, Some(size));
+        assert_near(m.pss_bytes.unwrap(), size / 2, tolerance(size), "PSS of one of two mappers");
+    }
+    assert!(r.findings.iter().any(|x| x.code == "shared-mapping"));
+    assert!(f.suspected_copies.is_empty());
+}
+
+#[test]
+fn cow_pages_inside_a_private_mapping_are_exact() {
+    let dir = tempfile::tempdir().unwrap();
+    let size = 32 * MIB;
+    let file = model_file(dir.path(), "m.safetensors", size);
+    let before = std::fs::read(&file).unwrap();
+    let w = reader("private-write", Some(&file), &["--bytes", "8M"]);
+    let r = scan(&Request {
+        paths: vec![file.clone()],
+        pids: vec![w.pid()],
+        ..Request::default()
+    });
+    let m = &r.files[0].mappers[0];
+    assert_eq!(m.kind, MapKind::Private);
+    assert!(m.writable);
+    assert_eq!(m.cow_anon_bytes, Some(8 * MIB));
+    assert!(r.findings.iter().any(|x| x.code == "cow-in-private-mapping"));
+    drop(w);
+    assert!(std::fs::read(&file).unwrap() == before, "the file must be unchanged");
+}
+
+fn fincore_bytes(path: &std::path::Path) -> u64 {
+    let out = Command::new("fincore")
+        .args(["--bytes", "--noheadings", "--output", "RES"])
+        .arg(path)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    String::from_utf8_lossy(&out.stdout).trim().parse().unwrap()
+}
+
+fn twofold_residency(path: &std::path::Path, method: &str) -> u64 {
+    let out = Command::new(exe())
+        .args(["residency", "--json", "--method", method])
+        .arg(path)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    v["files"][0]["resident_bytes"].as_u64().unwrap()
+}
+
+#[test]
+fn residency_matches_fincore_in_set_states() {
+    if !require(have("fincore"), "util-linux fincore") {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let size = 64 * MIB;
+    let file = model_file(dir.path(), "m.npy", size);
+    // Evicted: whole-file DONTNEED of an unmapped, clean file.
+    evict(&file);
+    assert_eq!(twofold_residency(&file, "cachestat"), 0);
+    assert_eq!(twofold_residency(&file, "mincore"), 0);
+    assert_eq!(fincore_bytes(&file), 0);
+    // Mapped and touched: fully resident, and stays so while mapped.
+    let m = reader("map", Some(&file), &[]);
+    assert_eq!(twofold_residency(&file, "cachestat"), size);
+    assert_eq!(twofold_residency(&file, "mincore"), size);
+    assert_eq!(fincore_bytes(&file), size);
+    drop(m);
+    // A partial state (first 16 MiB read): whatever readahead did, all three agree.
+    evict(&file);
+    {
+        use std::io::Read;
+        let mut f = std::fs::File::open(&file).unwrap();
+        let mut buf = vec![0u8; (16 * MIB) as usize];
+        f.read_exact(&mut buf).unwrap();
+    }
+    let peer = fincore_bytes(&file);
+    assert!(peer >= 16 * MIB && peer < size, "{peer}");
+    assert_eq!(twofold_residency(&file, "cachestat"), peer);
+    assert_eq!(twofold_residency(&file, "mincore"), peer);
+}
+
+#[test]
+fn pss_and_uss_match_smem() {
+    if !require(have("smem"), "smem") {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let file = model_file(dir.path(), "m.gguf", 32 * MIB);
+    let readers = [
+        reader("copy", Some(&file), &[]),
+        reader("map", Some(&file), &[]),
+        reader("map", Some(&file), &[]),
+    ];
+    let pids: Vec<i32> = readers.iter().map(|r| r.pid()).collect();
+    let r = scan(&Request {
+        pids: pids.clone(),
+        all_processes: true,
+        ..Request::default()
+    });
+    let out = Command::new("smem")
+        .args(["-H", "-c", "pid pss uss", "-P", "twofold __child"])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let text = String::from_utf8_lossy(&out.stdout);
+    let mut checked = 0;
+    for line in text.lines() {
+        let cols: Vec<u64> = line.split_whitespace().filter_map(|c| c.parse().ok()).collect();
+        let [pid, pss_kb, uss_kb] = cols[..] else { continue };
+        let Some(p) = r.processes.iter().find(|p| p.pid as u64 == pid) else {
+            continue;
+        };
+        // smem sums per-VMA kB; smaps_rollup sums bytes first: allow 4 KiB per 64 VMAs.
+        assert_near(p.pss_bytes.unwrap(), pss_kb * 1024, 64 * 1024, "PSS vs smem");
+        assert_near(p.uss_bytes.unwrap(), uss_kb * 1024, 64 * 1024, "USS vs smem");
+        checked += 1;
+    }
+    assert_eq!(checked, pids.len(), "smem output: {text}");
+}
+
+#[test]
+fn file_that_shrinks_while_mapped() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = model_file(dir.path(), "m.gguf", 16 * MIB);
+    let m = reader("map", Some(&file), &[]);
+    std::fs::OpenOptions::new()
+        .write(true)
+        .open(&file)
+        .unwrap()
+        .set_len(4 * MIB)
+        .unwrap();
+    let r = scan(&Request {
+        paths: vec![file],
+        pids: vec![m.pid()],
+        ..Request::default()
+    });
+    let f = &r.files[0];
+    assert_eq!(f.size_bytes, Some(4 * MIB));
+    assert_eq!(f.mappers[0].mapped_bytes, 16 * MIB);
+    assert_eq!(f.mappers[0].beyond_eof_bytes, 12 * MIB);
+    assert!(r.findings.iter().any(|x| x.code == "mapping-beyond-eof"));
+}
+
+#[test]
+fn whole_system_scan_finds_the_readers_by_model_extension_and_size() {
+    let dir = tempfile::tempdir().unwrap();
+    // No model extension but over --min-size; and a small file with one.
+    let big = model_file(dir.path(), "weights.data", 80 * MIB);
+    let small = model_file(dir.path(), "tiny.onnx", MIB);
+    let a = reader("map", Some(&big), &[]);
+    let b = reader("copy", Some(&small), &[]);
+    let r = scan(&Request::default());
+    let paths: Vec<&str> = r.files.iter().map(|f| f.path.as_str()).collect();
+    assert!(paths.contains(&big.to_str().unwrap()), "{paths:?}");
+    assert!(paths.contains(&small.to_str().unwrap()), "{paths:?}");
+    assert!(r.processes.iter().any(|p| p.pid == a.pid()));
+    assert!(r.processes.iter().any(|p| p.pid == b.pid()));
+    let r = scan(&Request {
+        min_size: 100 * MIB,
+        ..Request::default()
+    });
+    assert!(!r.files.iter().any(|f| f.path == big.to_str().unwrap()));
+}
