@@ -39,6 +39,7 @@ fn main() -> ExitCode {
         Err(e) if is_broken_pipe(&e) => ExitCode::SUCCESS,
         Err(e) => {
             drop(out);
+            twofold::cleanup::wait_if_interrupted();
             eprintln!("twofold: error: {e:#}");
             ExitCode::from(2)
         }

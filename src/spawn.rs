@@ -88,10 +88,7 @@ impl Reader {
         let start = Instant::now();
         match rx.recv_timeout(timeout) {
             Ok(true) => Ok(()),
-            Ok(false) => bail!(
-                "reader pid {} exited before it was ready",
-                self.child.id()
-            ),
+            Ok(false) => bail!("reader pid {} exited before it was ready", self.child.id()),
             Err(_) => bail!(
                 "reader pid {} not ready after {:?}",
                 self.child.id(),

@@ -27,6 +27,9 @@ pub fn parse_size(text: &str) -> Result<u64, String> {
         .find(|c: char| !(c.is_ascii_digit() || c == '.'))
         .unwrap_or(t.len());
     let (num, unit) = t.split_at(split);
+    if num.is_empty() {
+        return Err(format!("'{text}' is not a size (e.g. 64M, 1.5G, 4096)"));
+    }
     let unit = unit.trim().to_ascii_lowercase();
     let shift = match unit.as_str() {
         "" | "b" => 0,

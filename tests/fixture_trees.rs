@@ -5,6 +5,8 @@
 //! kernel thread; its model file no longer exists, so sizes and residency are unknown
 //! (null), never 0. `v2-hand` is a hand-written cgroup v2 tree of a llama-server.
 
+#![allow(clippy::unwrap_used)]
+
 use std::path::{Path, PathBuf};
 
 use twofold::collect::gather::{gather, Request};
@@ -39,8 +41,16 @@ fn v1_recorded_tree() {
     assert_eq!(f.resident_bytes, None);
     assert!(f.residency_unknown_reason.is_some());
     // map child: MAP_SHARED read-only; private-write child: MAP_PRIVATE with 1 MiB CoW.
-    let shared: Vec<_> = f.mappers.iter().filter(|m| m.kind == MapKind::Shared).collect();
-    let private: Vec<_> = f.mappers.iter().filter(|m| m.kind == MapKind::Private).collect();
+    let shared: Vec<_> = f
+        .mappers
+        .iter()
+        .filter(|m| m.kind == MapKind::Shared)
+        .collect();
+    let private: Vec<_> = f
+        .mappers
+        .iter()
+        .filter(|m| m.kind == MapKind::Private)
+        .collect();
     assert_eq!(shared.len(), 1);
     assert_eq!(private.len(), 1);
     assert_eq!(private[0].cow_anon_bytes, Some(1 << 20));
@@ -52,7 +62,10 @@ fn v1_recorded_tree() {
     assert!(report.processes.iter().all(|p| p.pid != 2));
     assert_eq!(report.skipped.gone, 0);
     assert_eq!(report.cgroups.len(), 1);
-    assert!(report.findings.iter().any(|x| x.code == "cow-in-private-mapping"));
+    assert!(report
+        .findings
+        .iter()
+        .any(|x| x.code == "cow-in-private-mapping"));
     insta::assert_json_snapshot!("v1_recorded_tree", report, {
         ".files[].residency_unknown_reason" => "[reason]",
         ".system.page_size_bytes" => "[page]",

@@ -1,6 +1,8 @@
 //! Live tests: child processes with a footprint the test created, scanned by the library
 //! and checked against /proc itself and peer tools (util-linux `fincore`, `smem`).
 
+#![allow(clippy::unwrap_used)]
+
 mod common;
 
 use std::process::Command;
@@ -44,13 +46,32 @@ fn copy_and_map_readers_are_told_apart() {
         assert_eq!(p.file_bytes, Some(status_bytes(p.pid, "RssFile")));
     }
     let tol = tolerance(size);
-    assert_near(c.anon_bytes.unwrap() - b.anon_bytes.unwrap(), size, tol, "copy RssAnon");
-    assert_near(m.file_bytes.unwrap() - b.file_bytes.unwrap(), size, tol, "map RssFile");
-    assert_near(m.anon_bytes.unwrap(), b.anon_bytes.unwrap(), tol, "map RssAnon");
+    assert_near(
+        c.anon_bytes.unwrap() - b.anon_bytes.unwrap(),
+        size,
+        tol,
+        "copy RssAnon",
+    );
+    assert_near(
+        m.file_bytes.unwrap() - b.file_bytes.unwrap(),
+        size,
+        tol,
+        "map RssFile",
+    );
+    assert_near(
+        m.anon_bytes.unwrap(),
+        b.anon_bytes.unwrap(),
+        tol,
+        "map RssAnon",
+    );
 
     let f = &r.files[0];
     assert_eq!(f.size_bytes, Some(size));
-    assert_eq!(f.resident_bytes, Some(size), "mapped and touched: fully resident");
+    assert_eq!(
+        f.resident_bytes,
+        Some(size),
+        "mapped and touched: fully resident"
+    );
     assert_eq!(f.mappers.len(), 1);
     let mp = &f.mappers[0];
     assert_eq!(mp.pid, map.pid());
@@ -63,11 +84,9 @@ fn copy_and_map_readers_are_told_apart() {
     assert_eq!(suspects, [copy.pid()]);
     let t = f.representations.total_estimate.unwrap();
     assert!((t - 2.0).abs() < 1e-9, "{t}");
-    assert!(r
-        .findings
-        .iter()
-        .any(|x| x.code == "suspected-private-copy"
-            && x.message.starts_with(&format!("pid {} (twofold) holds it open", copy.pid()))));
+    assert!(r.findings.iter().any(|x| x.code == "suspected-private-copy"
+        && x.message
+            .starts_with(&format!("pid {} (twofold) holds it open", copy.pid()))));
 }
 
 #[test]
@@ -86,7 +105,12 @@ fn two_mappers_split_pss() {
     assert_eq!(f.mappers.len(), 2);
     for m in &f.mappers {
         assert_eq!(m.resident_bytes, Some(size));
-        assert_near(m.pss_bytes.unwrap(), size / 2, tolerance(size), "PSS of one of two mappers");
+        assert_near(
+            m.pss_bytes.unwrap(),
+            size / 2,
+            tolerance(size),
+            "PSS of one of two mappers",
+        );
     }
     assert!(r.findings.iter().any(|x| x.code == "shared-mapping"));
     assert!(f.suspected_copies.is_empty());
@@ -108,9 +132,15 @@ fn cow_pages_inside_a_private_mapping_are_exact() {
     assert_eq!(m.kind, MapKind::Private);
     assert!(m.writable);
     assert_eq!(m.cow_anon_bytes, Some(8 * MIB));
-    assert!(r.findings.iter().any(|x| x.code == "cow-in-private-mapping"));
+    assert!(r
+        .findings
+        .iter()
+        .any(|x| x.code == "cow-in-private-mapping"));
     drop(w);
-    assert!(std::fs::read(&file).unwrap() == before, "the file must be unchanged");
+    assert!(
+        std::fs::read(&file).unwrap() == before,
+        "the file must be unchanged"
+    );
 }
 
 fn fincore_bytes(path: &std::path::Path) -> u64 {
@@ -119,7 +149,11 @@ fn fincore_bytes(path: &std::path::Path) -> u64 {
         .arg(path)
         .output()
         .unwrap();
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     String::from_utf8_lossy(&out.stdout).trim().parse().unwrap()
 }
 
@@ -129,7 +163,11 @@ fn twofold_residency(path: &std::path::Path, method: &str) -> u64 {
         .arg(path)
         .output()
         .unwrap();
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     v["files"][0]["resident_bytes"].as_u64().unwrap()
 }
@@ -189,18 +227,37 @@ fn pss_and_uss_match_smem() {
         .args(["-H", "-c", "pid pss uss", "-P", "twofold __child"])
         .output()
         .unwrap();
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     let text = String::from_utf8_lossy(&out.stdout);
     let mut checked = 0;
     for line in text.lines() {
-        let cols: Vec<u64> = line.split_whitespace().filter_map(|c| c.parse().ok()).collect();
-        let [pid, pss_kb, uss_kb] = cols[..] else { continue };
+        let cols: Vec<u64> = line
+            .split_whitespace()
+            .filter_map(|c| c.parse().ok())
+            .collect();
+        let [pid, pss_kb, uss_kb] = cols[..] else {
+            continue;
+        };
         let Some(p) = r.processes.iter().find(|p| p.pid as u64 == pid) else {
             continue;
         };
         // smem sums per-VMA kB; smaps_rollup sums bytes first: allow 4 KiB per 64 VMAs.
-        assert_near(p.pss_bytes.unwrap(), pss_kb * 1024, 64 * 1024, "PSS vs smem");
-        assert_near(p.uss_bytes.unwrap(), uss_kb * 1024, 64 * 1024, "USS vs smem");
+        assert_near(
+            p.pss_bytes.unwrap(),
+            pss_kb * 1024,
+            64 * 1024,
+            "PSS vs smem",
+        );
+        assert_near(
+            p.uss_bytes.unwrap(),
+            uss_kb * 1024,
+            64 * 1024,
+            "USS vs smem",
+        );
         checked += 1;
     }
     assert_eq!(checked, pids.len(), "smem output: {text}");

@@ -39,7 +39,8 @@ pub fn run(args: &ChildArgs) -> anyhow::Result<()> {
     match args.mode {
         ChildMode::Copy => {
             let path = file_arg()?;
-            let mut f = File::open(path).with_context(|| format!("cannot open '{}'", path.display()))?;
+            let mut f =
+                File::open(path).with_context(|| format!("cannot open '{}'", path.display()))?;
             let len = f.metadata()?.len() as usize;
             let mut buf = vec![0u8; args.offset + len];
             f.read_exact(&mut buf[args.offset..])
@@ -49,7 +50,8 @@ pub fn run(args: &ChildArgs) -> anyhow::Result<()> {
         }
         ChildMode::Map => {
             let path = file_arg()?;
-            let f = File::open(path).with_context(|| format!("cannot open '{}'", path.display()))?;
+            let f =
+                File::open(path).with_context(|| format!("cannot open '{}'", path.display()))?;
             // SAFETY: read-only shared mapping of a file this test owns; it is not truncated
             // while we read it during setup.
             let map = unsafe { memmap2::Mmap::map(&f) }.context("mmap failed")?;
@@ -59,9 +61,11 @@ pub fn run(args: &ChildArgs) -> anyhow::Result<()> {
         }
         ChildMode::PrivateWrite => {
             let path = file_arg()?;
-            let f = File::open(path).with_context(|| format!("cannot open '{}'", path.display()))?;
+            let f =
+                File::open(path).with_context(|| format!("cannot open '{}'", path.display()))?;
             // SAFETY: a private copy-on-write mapping: writes never reach the file.
-            let mut map = unsafe { memmap2::MmapOptions::new().map_copy(&f) }.context("mmap failed")?;
+            let mut map =
+                unsafe { memmap2::MmapOptions::new().map_copy(&f) }.context("mmap failed")?;
             touch_read(&map);
             let n = (args.bytes as usize).min(map.len());
             for i in (0..n).step_by(4096) {
@@ -85,7 +89,10 @@ pub fn run(args: &ChildArgs) -> anyhow::Result<()> {
     unsafe {
         let ready = b"ready\n";
         if libc::write(1, ready.as_ptr().cast(), ready.len()) != ready.len() as isize {
-            anyhow::bail!("cannot report readiness: {}", std::io::Error::last_os_error());
+            anyhow::bail!(
+                "cannot report readiness: {}",
+                std::io::Error::last_os_error()
+            );
         }
         // Wait for the parent: EOF (or an error) on stdin.
         while libc::read(0, sink.as_mut_ptr().cast(), sink.len()) > 0 {}

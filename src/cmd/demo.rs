@@ -8,12 +8,12 @@
 //! removes the dir; the readers also die with their parent through `PR_SET_PDEATHSIG`).
 
 use std::io::{BufWriter, Write};
-use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex};
+use std::path::Path;
 use std::time::Duration;
 
 use anyhow::Context;
 
+use crate::cleanup::Registry;
 use crate::cli::DemoArgs;
 use crate::collect::gather::{self, Request};
 use crate::collect::Roots;
@@ -68,40 +68,8 @@ pub fn write_safetensors(path: &Path, size: u64) -> anyhow::Result<u64> {
     Ok(8 + header.len() as u64 + n * TENSOR_BYTES)
 }
 
-/// What the signal thread must undo.
-#[derive(Default)]
-struct Cleanup {
-    dir: Option<PathBuf>,
-    pids: Vec<i32>,
-}
-
-fn install_signal_cleanup(state: Arc<Mutex<Cleanup>>) -> anyhow::Result<()> {
-    use signal_hook::consts::{SIGHUP, SIGINT, SIGTERM};
-    let mut signals = signal_hook::iterator::Signals::new([SIGINT, SIGTERM, SIGHUP])
-        .context("cannot install signal handlers")?;
-    std::thread::spawn(move || {
-        if let Some(sig) = signals.forever().next() {
-            if let Ok(s) = state.lock() {
-                for pid in &s.pids {
-                    let _ = nix::sys::signal::kill(
-                        nix::unistd::Pid::from_raw(*pid),
-                        nix::sys::signal::Signal::SIGKILL,
-                    );
-                }
-                if let Some(d) = &s.dir {
-                    let _ = std::fs::remove_dir_all(d);
-                }
-            }
-            eprintln!("twofold: interrupted; removed the demo's readers and files");
-            std::process::exit(128 + sig);
-        }
-    });
-    Ok(())
-}
-
 pub fn run(args: &DemoArgs, out: &mut dyn Write) -> anyhow::Result<()> {
-    let state = Arc::new(Mutex::new(Cleanup::default()));
-    install_signal_cleanup(state.clone())?;
+    let cleanup = Registry::install()?;
     let mut builder = tempfile::Builder::new();
     builder.prefix("twofold-demo-");
     let dir = match &args.dir {
@@ -109,18 +77,15 @@ pub fn run(args: &DemoArgs, out: &mut dyn Write) -> anyhow::Result<()> {
         None => builder.tempdir(),
     }
     .context("cannot create the demo's temp dir")?;
-    if let Ok(mut s) = state.lock() {
-        s.dir = Some(dir.path().to_path_buf());
-    }
+    cleanup.add_dir(dir.path().to_path_buf());
     let file = dir.path().join("model.safetensors");
     let size = write_safetensors(&file, args.size)?;
     let exe = std::env::current_exe().context("cannot find the twofold executable")?;
     let timeout = Duration::from_secs(120);
     let copy = Reader::start(&exe, "copy", Some(&file), &[], timeout)?;
+    cleanup.add_pid(copy.pid());
     let map = Reader::start(&exe, "map", Some(&file), &[], timeout)?;
-    if let Ok(mut s) = state.lock() {
-        s.pids = vec![copy.pid(), map.pid()];
-    }
+    cleanup.add_pid(map.pid());
     let req = Request {
         paths: vec![file.clone()],
         pids: vec![copy.pid(), map.pid()],

@@ -24,7 +24,13 @@ fn expand(args: &ResidencyArgs) -> anyhow::Result<Vec<PathBuf>> {
     let mut out = Vec::new();
     for p in &args.files {
         let meta = std::fs::symlink_metadata(p)
-            .and_then(|m| if m.is_symlink() { std::fs::metadata(p) } else { Ok(m) })
+            .and_then(|m| {
+                if m.is_symlink() {
+                    std::fs::metadata(p)
+                } else {
+                    Ok(m)
+                }
+            })
             .with_context(|| format!("cannot access '{}'", p.display()))?;
         if meta.is_dir() {
             if !args.recursive {
@@ -62,7 +68,15 @@ pub fn one(path: &Path, method: Method, with_map: bool, page: u64) -> FileReside
     let shown = path.display().to_string();
     let (file, size) = match residency::open(path) {
         Ok(v) => v,
-        Err(e) => return build(&shown, 0, page, Err(format!("{:#}", anyhow::Error::from(e))), None),
+        Err(e) => {
+            return build(
+                &shown,
+                0,
+                page,
+                Err(format!("{:#}", anyhow::Error::from(e))),
+                None,
+            )
+        }
     };
     if with_map {
         return match residency::mincore_map(&file, path, size) {
@@ -74,12 +88,24 @@ pub fn one(path: &Path, method: Method, with_map: bool, page: u64) -> FileReside
                 };
                 build(&shown, size, page, Ok(&s), Some(&m))
             }
-            Err(e) => build(&shown, size, page, Err(format!("{:#}", anyhow::Error::from(e))), None),
+            Err(e) => build(
+                &shown,
+                size,
+                page,
+                Err(format!("{:#}", anyhow::Error::from(e))),
+                None,
+            ),
         };
     }
     match residency::query(&file, path, size, method) {
         Ok(s) => build(&shown, size, page, Ok(&s), None),
-        Err(e) => build(&shown, size, page, Err(format!("{:#}", anyhow::Error::from(e))), None),
+        Err(e) => build(
+            &shown,
+            size,
+            page,
+            Err(format!("{:#}", anyhow::Error::from(e))),
+            None,
+        ),
     }
 }
 

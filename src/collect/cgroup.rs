@@ -179,7 +179,11 @@ mod tests {
         write(&d, "memory.current", "1048576\n");
         write(&d, "memory.max", "max\n");
         write(&d, "memory.stat", "anon 4096\nfile 8192\n");
-        write(&d, "memory.events", "low 0\nhigh 0\nmax 3\noom 1\noom_kill 1\n");
+        write(
+            &d,
+            "memory.events",
+            "low 0\nhigh 0\nmax 3\noom 1\noom_kill 1\n",
+        );
         let r = CgroupReader::new(root);
         let cg = CgroupRef {
             version: CgroupVersion::V2,
@@ -203,7 +207,11 @@ mod tests {
         write(&d, "memory.limit_in_bytes", "9223372036854771712\n");
         write(&d, "memory.max_usage_in_bytes", "8192\n");
         write(&d, "memory.stat", "cache 0\nrss 4096\ntotal_rss 4096\n");
-        write(&d, "memory.oom_control", "oom_kill_disable 0\nunder_oom 0\noom_kill 2\n");
+        write(
+            &d,
+            "memory.oom_control",
+            "oom_kill_disable 0\nunder_oom 0\noom_kill 2\n",
+        );
         write(&d, "memory.failcnt", "7\n");
         let s = read_dir(&d, None).unwrap();
         assert_eq!(s.version, Some(CgroupVersion::V1));

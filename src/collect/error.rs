@@ -50,10 +50,12 @@ impl CollectError {
     /// The process (or cgroup) went away between listing and reading: ENOENT or ESRCH.
     pub fn is_gone(&self) -> bool {
         match self {
-            CollectError::Io { source, .. } => matches!(
-                source.raw_os_error(),
-                Some(libc::ENOENT) | Some(libc::ESRCH)
-            ) || source.kind() == io::ErrorKind::NotFound,
+            CollectError::Io { source, .. } => {
+                matches!(
+                    source.raw_os_error(),
+                    Some(libc::ENOENT) | Some(libc::ESRCH)
+                ) || source.kind() == io::ErrorKind::NotFound
+            }
             CollectError::Parse { .. } => false,
         }
     }
@@ -62,8 +64,10 @@ impl CollectError {
     pub fn is_denied(&self) -> bool {
         match self {
             CollectError::Io { source, .. } => {
-                matches!(source.raw_os_error(), Some(libc::EACCES) | Some(libc::EPERM))
-                    || source.kind() == io::ErrorKind::PermissionDenied
+                matches!(
+                    source.raw_os_error(),
+                    Some(libc::EACCES) | Some(libc::EPERM)
+                ) || source.kind() == io::ErrorKind::PermissionDenied
             }
             CollectError::Parse { .. } => false,
         }

@@ -168,12 +168,16 @@ impl Gatherer<'_> {
             } else if meta.is_file() {
                 self.insert_explicit(path, &meta);
             } else {
-                let kind = if meta.file_type().is_block_device() || meta.file_type().is_char_device() {
-                    "a device"
-                } else {
-                    "not a regular file or directory"
-                };
-                bail!("'{}' is {kind}: give a model file or a directory", path.display());
+                let kind =
+                    if meta.file_type().is_block_device() || meta.file_type().is_char_device() {
+                        "a device"
+                    } else {
+                        "not a regular file or directory"
+                    };
+                bail!(
+                    "'{}' is {kind}: give a model file or a directory",
+                    path.display()
+                );
             }
         }
         Ok(())
@@ -197,7 +201,8 @@ impl Gatherer<'_> {
                     stack.push(p);
                 } else if ft.is_file() {
                     let Ok(meta) = entry.metadata() else { continue };
-                    if has_model_extension(&p.to_string_lossy()) || meta.len() >= self.req.min_size {
+                    if has_model_extension(&p.to_string_lossy()) || meta.len() >= self.req.min_size
+                    {
                         self.insert_explicit(&p, &meta);
                     }
                 }
@@ -239,8 +244,7 @@ impl Gatherer<'_> {
         let root = self.procs.root().join(pid.to_string()).join("root");
         let open_path = root.join(path.trim_start_matches('/'));
         let size = size.or_else(|| std::fs::metadata(&open_path).ok().map(|m| m.len()));
-        let interesting =
-            has_model_extension(path) || size.is_some_and(|s| s >= self.req.min_size);
+        let interesting = has_model_extension(path) || size.is_some_and(|s| s >= self.req.min_size);
         let value = interesting.then(|| Interest {
             shown: path.to_string(),
             open_path,
@@ -370,4 +374,3 @@ fn file_sample(key: FileKey, i: Interest, method: Method) -> FileSample {
     }
     f
 }
-

@@ -18,9 +18,7 @@ use std::path::{Path, PathBuf};
 use super::error::{from_procfs, CollectError, Result};
 use super::kv;
 use super::maps;
-use crate::sample::{
-    CgroupRef, CgroupVersion, FileKey, MappingSample, RollupSample, StatusSample,
-};
+use crate::sample::{CgroupRef, CgroupVersion, FileKey, MappingSample, RollupSample, StatusSample};
 
 /// `status` plus the name and whether it is a kernel thread.
 #[derive(Debug, Clone, Default)]
@@ -159,7 +157,9 @@ pub fn parse_status(path: &Path, text: &str) -> Result<StatusRead> {
         ..StatusRead::default()
     };
     let s = &mut read.status;
-    let numeric = ["VmRSS", "RssAnon", "RssFile", "RssShmem", "VmSwap", "VmSize"];
+    let numeric = [
+        "VmRSS", "RssAnon", "RssFile", "RssShmem", "VmSwap", "VmSize",
+    ];
     let mut saw_vm = false;
     kv::for_each_field(path, text, &numeric, |k, v| match k {
         "VmSize" => saw_vm = true,
@@ -264,7 +264,8 @@ mod tests {
     #[test]
     fn status_of_an_old_kernel_lacks_rss_split() {
         // Kernels before 4.5 print VmRSS but no RssAnon/RssFile/RssShmem.
-        let text = "Name:\tbash\nUid:\t1000\t1000\t1000\t1000\nVmSize:\t 8000 kB\nVmRSS:\t 3000 kB\n";
+        let text =
+            "Name:\tbash\nUid:\t1000\t1000\t1000\t1000\nVmSize:\t 8000 kB\nVmRSS:\t 3000 kB\n";
         let r = parse_status(Path::new("s"), text).unwrap();
         assert!(!r.kernel_thread);
         assert_eq!(r.status.vm_rss_bytes, Some(3000 * 1024));

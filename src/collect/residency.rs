@@ -22,7 +22,11 @@ use crate::sample::{ResidencySample, ResidencySource};
 /// Size of each mapping window used by `mincore`: bounds address space and the vector.
 const WINDOW_BYTES: u64 = 1 << 30;
 
-#[cfg(any(target_arch = "x86_64", target_arch = "aarch64", target_arch = "riscv64"))]
+#[cfg(any(
+    target_arch = "x86_64",
+    target_arch = "aarch64",
+    target_arch = "riscv64"
+))]
 const SYS_CACHESTAT: libc::c_long = 451;
 
 #[repr(C)]
@@ -105,7 +109,10 @@ pub fn query(
             Ok(s) => return Ok(s),
             Err(e) if method == Method::Cachestat => return Err(e),
             Err(ResidencyError::Syscall { source, .. })
-                if matches!(source.raw_os_error(), Some(libc::ENOSYS) | Some(libc::EOPNOTSUPP)) => {}
+                if matches!(
+                    source.raw_os_error(),
+                    Some(libc::ENOSYS) | Some(libc::EOPNOTSUPP)
+                ) => {}
             Err(e) => return Err(e),
         }
     }
@@ -143,7 +150,10 @@ fn cachestat(file: &File, path: &Path) -> Result<ResidencySample, ResidencyError
     };
     if rc != 0 {
         let source = io::Error::last_os_error();
-        if matches!(source.raw_os_error(), Some(libc::EPERM) | Some(libc::EACCES)) {
+        if matches!(
+            source.raw_os_error(),
+            Some(libc::EPERM) | Some(libc::EACCES)
+        ) {
             return Err(ResidencyError::NotRevealed {
                 path: path.display().to_string(),
             });

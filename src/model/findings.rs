@@ -33,7 +33,13 @@ fn name(path: &str) -> &str {
     path.rsplit('/').next().unwrap_or(path)
 }
 
-fn finding(sev: Severity, code: &str, subject: &str, message: String, remedy: Option<&str>) -> Finding {
+fn finding(
+    sev: Severity,
+    code: &str,
+    subject: &str,
+    message: String,
+    remedy: Option<&str>,
+) -> Finding {
     Finding {
         severity: sev,
         code: code.to_string(),
@@ -51,7 +57,7 @@ pub fn evaluate(files: &[FileModel], cgroups: &[CgroupModel]) -> Vec<Finding> {
     for c in cgroups {
         cgroup_findings(c, &mut out);
     }
-    out.sort_by(|a, b| a.severity.cmp(&b.severity));
+    out.sort_by_key(|f| f.severity);
     out
 }
 
@@ -108,13 +114,19 @@ fn file_findings(f: &FileModel, out: &mut Vec<Finding>) {
                 &f.path,
                 format!(
                     "pid {} ({}) maps {} of '{n}' with 2 MiB huge pages (FilePmdMapped)",
-                    m.pid, m.comm, iec(m.thp_bytes.unwrap_or(0))
+                    m.pid,
+                    m.comm,
+                    iec(m.thp_bytes.unwrap_or(0))
                 ),
                 None,
             ));
         }
     }
-    let sharers = f.mappers.iter().filter(|m| !m.writable || m.kind == MapKind::Shared).count();
+    let sharers = f
+        .mappers
+        .iter()
+        .filter(|m| !m.writable || m.kind == MapKind::Shared)
+        .count();
     if sharers >= 2 {
         out.push(finding(
             Severity::Info,
@@ -153,7 +165,11 @@ fn file_findings(f: &FileModel, out: &mut Vec<Finding>) {
                 parts.push(format!(
                     "{} suspected private cop{}",
                     f.representations.suspected_copies,
-                    if f.representations.suspected_copies == 1 { "y" } else { "ies" }
+                    if f.representations.suspected_copies == 1 {
+                        "y"
+                    } else {
+                        "ies"
+                    }
                 ));
             }
             out.push(finding(

@@ -158,8 +158,8 @@ pub struct FileModel {
     pub representations: Representations,
 }
 
-fn sum_opt(values: impl Iterator<Item = Option<u64>>) -> Option<u64> {
-    values.fold(Some(0u64), |acc, v| Some(acc? + v?))
+fn sum_opt(mut values: impl Iterator<Item = Option<u64>>) -> Option<u64> {
+    values.try_fold(0u64, |acc, v| Some(acc + v?))
 }
 
 fn process_model(p: &ProcessSample, holds_files: usize) -> ProcessModel {
@@ -241,7 +241,10 @@ pub fn build(sample: &Sample) -> Report {
                 inode: f.key.inode,
                 size_bytes: f.size_bytes,
                 resident_bytes: resident,
-                resident_fraction: resident.zip(f.size_bytes).map(|(r, s)| fraction(r, s)),
+                // In pages: the last, partial page of a file is cached whole.
+                resident_fraction: resident
+                    .zip(f.size_bytes)
+                    .map(|(r, s)| fraction(r.div_ceil(page), s.div_ceil(page))),
                 dirty_bytes: f.residency.as_ref().and_then(|r| r.dirty_bytes),
                 residency_source: f
                     .residency
@@ -271,7 +274,9 @@ pub fn build(sample: &Sample) -> Report {
     files.sort_by(|a, b| {
         let ta = a.representations.total_estimate.unwrap_or(0.0);
         let tb = b.representations.total_estimate.unwrap_or(0.0);
-        tb.total_cmp(&ta).then(b.size_bytes.cmp(&a.size_bytes)).then(a.path.cmp(&b.path))
+        tb.total_cmp(&ta)
+            .then(b.size_bytes.cmp(&a.size_bytes))
+            .then(a.path.cmp(&b.path))
     });
 
     let mut holds: BTreeMap<i32, usize> = BTreeMap::new();

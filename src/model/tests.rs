@@ -86,8 +86,13 @@ fn copy_reader_is_suspected_and_map_reader_is_not() {
     let mut copier = proc_(10, 260 * MIB);
     copier.open_files.push(open(1));
     let mut mapper = proc_(11, MIB);
-    mapper.mappings.push(map(1, 256 * MIB, true, false, 256 * MIB, 0));
-    let r = build(&sample(vec![file(1, 256 * MIB, Some(256 * MIB))], vec![copier, mapper]));
+    mapper
+        .mappings
+        .push(map(1, 256 * MIB, true, false, 256 * MIB, 0));
+    let r = build(&sample(
+        vec![file(1, 256 * MIB, Some(256 * MIB))],
+        vec![copier, mapper],
+    ));
     let f = &r.files[0];
     assert_eq!(f.suspected_copies.len(), 1);
     assert_eq!(f.suspected_copies[0].pid, 10);
@@ -97,8 +102,13 @@ fn copy_reader_is_suspected_and_map_reader_is_not() {
     assert_eq!(f.mappers.len(), 1);
     assert_eq!(f.mappers[0].kind, MapKind::Shared);
     let codes: Vec<_> = r.findings.iter().map(|x| x.code.as_str()).collect();
-    assert_eq!(codes, ["suspected-private-copy", "multiple-representations"]);
-    assert!(r.findings[0].message.starts_with("pid 10 (p10) holds it open without mapping it"));
+    assert_eq!(
+        codes,
+        ["suspected-private-copy", "multiple-representations"]
+    );
+    assert!(r.findings[0]
+        .message
+        .starts_with("pid 10 (p10) holds it open without mapping it"));
 }
 
 #[test]
@@ -133,7 +143,8 @@ fn below_threshold_is_not_suspected() {
 fn cow_is_counted_once_and_not_as_a_copy() {
     // 88 MiB written into a private writable mapping; the process anon is that CoW.
     let mut p = proc_(10, 90 * MIB);
-    p.mappings.push(map(1, 100 * MIB, false, true, 100 * MIB, 88 * MIB));
+    p.mappings
+        .push(map(1, 100 * MIB, false, true, 100 * MIB, 88 * MIB));
     let r = build(&sample(vec![file(1, 100 * MIB, Some(100 * MIB))], vec![p]));
     let f = &r.files[0];
     assert!(f.suspected_copies.is_empty());
@@ -153,13 +164,19 @@ fn shared_low_residency_and_beyond_eof() {
     b.mappings.push(map(1, 64 * MIB, true, false, 10 * MIB, 0));
     // The file is 32 MiB now: c maps 64 MiB of it.
     c.mappings.push(map(1, 64 * MIB, false, false, 0, 0));
-    let r = build(&sample(vec![file(1, 32 * MIB, Some(14 * MIB))], vec![a, b, c]));
+    let r = build(&sample(
+        vec![file(1, 32 * MIB, Some(14 * MIB))],
+        vec![a, b, c],
+    ));
     let by_code = |code: &str| r.findings.iter().filter(|x| x.code == code).count();
     assert_eq!(by_code("shared-mapping"), 1);
     assert_eq!(by_code("low-residency"), 1);
     assert_eq!(by_code("mapping-beyond-eof"), 3);
     assert_eq!(r.files[0].mappers[2].beyond_eof_bytes, 32 * MIB);
-    assert!(r.findings.iter().any(|x| x.message.contains("44% resident")));
+    assert!(r
+        .findings
+        .iter()
+        .any(|x| x.message.contains("44% resident")));
 }
 
 #[test]

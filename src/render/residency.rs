@@ -57,7 +57,13 @@ pub fn human(files: &[FileResidency]) -> String {
     if files.len() > 1 {
         let total: u64 = files.iter().filter_map(|f| f.resident_bytes).sum();
         let size: u64 = files.iter().map(|f| f.size_bytes).sum();
-        let _ = writeln!(out, "{} files: {} of {} resident", files.len(), iec(total), iec(size));
+        let _ = writeln!(
+            out,
+            "{} files: {} of {} resident",
+            files.len(),
+            iec(total),
+            iec(size)
+        );
     }
     out
 }

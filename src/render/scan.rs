@@ -66,7 +66,11 @@ fn file_section(f: &FileModel, out: &mut String) {
             iec_opt(m.pss_bytes),
             iec_opt(m.cow_anon_bytes),
             iec_opt(m.thp_bytes),
-            if suspect { "+ suspected private copy".into() } else { String::new() },
+            if suspect {
+                "+ suspected private copy".into()
+            } else {
+                String::new()
+            },
         ]);
     }
     for h in f.holders.iter().filter(|h| !h.mapped) {
@@ -99,7 +103,11 @@ fn file_section(f: &FileModel, out: &mut String) {
 /// Renders the whole report for a terminal.
 pub fn human(report: &Report) -> String {
     let mut out = String::new();
-    let holders = report.processes.iter().filter(|p| p.holds_files > 0).count();
+    let holders = report
+        .processes
+        .iter()
+        .filter(|p| p.holds_files > 0)
+        .count();
     let _ = writeln!(
         out,
         "twofold scan: {} model file{} held by {} process{}",
@@ -182,14 +190,22 @@ pub fn human(report: &Report) -> String {
                     .map(|v| format!("{v:?}").to_lowercase())
                     .unwrap_or_else(|| "n/a".into()),
                 iec_opt(c.usage_bytes),
-                if c.unlimited { "max".into() } else { iec_opt(c.limit_bytes) },
+                if c.unlimited {
+                    "max".into()
+                } else {
+                    iec_opt(c.limit_bytes)
+                },
                 iec_opt(c.peak_bytes),
                 iec_opt(c.anon_bytes),
                 iec_opt(c.file_bytes),
                 iec_opt(c.file_mapped_bytes),
                 iec_opt(c.shmem_bytes),
-                c.refaults_file.map(|v| v.to_string()).unwrap_or_else(|| "n/a".into()),
-                c.oom_kills.map(|v| v.to_string()).unwrap_or_else(|| "n/a".into()),
+                c.refaults_file
+                    .map(|v| v.to_string())
+                    .unwrap_or_else(|| "n/a".into()),
+                c.oom_kills
+                    .map(|v| v.to_string())
+                    .unwrap_or_else(|| "n/a".into()),
             ]);
         }
         out.push_str(&t.render(2));

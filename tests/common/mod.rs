@@ -1,6 +1,6 @@
 //! Helpers for live tests: ground-truth files and readers, capability checks that never
 //! skip silently (in CI, where `CI` is set, a missing capability fails the test).
-#![allow(dead_code)]
+#![allow(dead_code, clippy::unwrap_used)]
 
 use std::io::Write;
 use std::os::fd::AsRawFd;

@@ -1,0 +1,23 @@
+#!/usr/bin/env bash
+# The whole test suite, as README and CI run it. Installs the peer tools the tests
+# compare against (util-linux fincore, smem) when they are missing and we are root.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+need=()
+command -v fincore >/dev/null 2>&1 || need+=(util-linux)
+command -v smem >/dev/null 2>&1 || need+=(smem)
+if [ ${#need[@]} -gt 0 ]; then
+  if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
+    echo "test.sh: installing ${need[*]}"
+    apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${need[@]}" >/dev/null
+  else
+    echo "test.sh: missing ${need[*]} (install them, or run as root to have them installed)" >&2
+  fi
+fi
+
+cargo fmt --all -- --check
+cargo clippy --all-targets -- -D warnings
+cargo test --all-targets
+cargo test --doc

@@ -1,0 +1,308 @@
+//! The binary as a user runs it: exit codes, one-line errors, JSON on stdout only,
+//! the demo and its cleanup, real cgroups.
+
+#![allow(clippy::unwrap_used)]
+
+mod common;
+
+use std::path::Path;
+use std::process::{Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+use common::*;
+
+fn twofold(args: &[&str]) -> Output {
+    Command::new(exe()).args(args).output().unwrap()
+}
+
+fn text(b: &[u8]) -> String {
+    String::from_utf8_lossy(b).into_owned()
+}
+
+/// Exit 2, exactly one line on stderr naming `needle`, nothing on stdout.
+fn assert_bad_input(args: &[&str], needle: &str) {
+    let out = twofold(args);
+    let err = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{args:?}: {err}");
+    assert_eq!(err.lines().count(), 1, "{args:?}: {err}");
+    assert!(err.starts_with("twofold: error: "), "{err}");
+    assert!(err.contains(needle), "{args:?}: {err}");
+    assert!(
+        out.stdout.is_empty(),
+        "{args:?}: stdout {}",
+        text(&out.stdout)
+    );
+}
+
+#[test]
+fn bad_input_is_one_line_and_exit_2() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path().to_str().unwrap();
+    let missing = format!("{d}/nope.gguf");
+    assert_bad_input(&["scan", "--json", &missing], "'");
+    assert_bad_input(&["scan", "--json", &missing], "nope.gguf");
+    assert_bad_input(&["residency", "--json", &missing], "nope.gguf");
+    assert_bad_input(&["residency", d], "is a directory");
+    assert_bad_input(
+        &["residency", "--json", "/dev/null"],
+        "'/dev/null' is not a regular file",
+    );
+    assert_bad_input(&["scan", "--json", "/dev/null"], "'/dev/null' is a device");
+    assert_bad_input(
+        &["scan", "--json", "--pid", "2147483647"],
+        "no process with pid '2147483647'",
+    );
+    assert_bad_input(
+        &["scan", "--cgroup", "/no/such/cgroup"],
+        "no memory cgroup at '/no/such/cgroup'",
+    );
+    // clap's own usage errors also exit 2.
+    let out = twofold(&["scan", "--min-size", "lots"]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(text(&out.stderr).contains("'lots' is not a size"));
+}
+
+#[test]
+fn scan_json_parses_into_the_typed_report() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = model_file(dir.path(), "m.gguf", 8 * MIB);
+    let m = reader("map", Some(&file), &[]);
+    let out = twofold(&[
+        "scan",
+        "--json",
+        "--pid",
+        &m.pid().to_string(),
+        file.to_str().unwrap(),
+    ]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    let r: twofold::model::Report = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(r.schema_version, twofold::model::SCHEMA_VERSION);
+    assert_eq!(r.files[0].mappers[0].pid, m.pid());
+    assert_eq!(r.files[0].resident_bytes, Some(8 * MIB));
+    // The human form names the same process and file.
+    let out = twofold(&[
+        "scan",
+        "--pid",
+        &m.pid().to_string(),
+        file.to_str().unwrap(),
+    ]);
+    let t = text(&out.stdout);
+    assert!(
+        t.contains("MODEL FILES") && t.contains(file.to_str().unwrap()),
+        "{t}"
+    );
+}
+
+#[test]
+fn residency_map_draws_the_resident_half() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = model_file(dir.path(), "m.bin", 8 * MIB);
+    evict(&file);
+    let m = {
+        // Map and touch the first 4 MiB only: read them through a private reader would
+        // also do; here the test reads them itself.
+        use std::io::Read;
+        let mut f = std::fs::File::open(&file).unwrap();
+        let mut buf = vec![0u8; (4 * MIB) as usize];
+        f.read_exact(&mut buf).unwrap();
+        buf.len()
+    };
+    assert_eq!(m as u64, 4 * MIB);
+    let out = twofold(&["residency", "--map", "--json", file.to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(0));
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let f = &v["files"][0];
+    let cells = f["map"]["cells"].as_str().unwrap();
+    assert_eq!(f["pages"], 2048);
+    assert_eq!(cells.len(), 256);
+    // The first half is resident; readahead may have brought some of the rest.
+    assert!(cells[..128].chars().all(|c| c == 'O'), "{cells}");
+    let resident = f["resident_pages"].as_u64().unwrap();
+    let drawn_full = cells.chars().filter(|c| *c == 'O').count() as u64 * 8;
+    assert!(resident >= drawn_full, "{resident} {drawn_full}");
+    let human = text(&twofold(&["residency", "--map", file.to_str().unwrap()]).stdout);
+    assert!(human.contains("[OOOO"), "{human}");
+}
+
+#[test]
+fn man_page_and_completions_come_from_the_cli() {
+    let man = text(&twofold(&["man"]).stdout);
+    assert!(man.contains(".TH twofold") && man.contains("scan"), "{man}");
+    let bash = text(&twofold(&["completions", "bash"]).stdout);
+    assert!(bash.contains("_twofold") && bash.contains("residency"));
+}
+
+fn leftover_readers(marker: &str) -> Vec<i32> {
+    let mut out = Vec::new();
+    for e in std::fs::read_dir("/proc").unwrap().flatten() {
+        let Ok(pid) = e.file_name().to_string_lossy().parse::<i32>() else {
+            continue;
+        };
+        if let Ok(c) = std::fs::read(format!("/proc/{pid}/cmdline")) {
+            if String::from_utf8_lossy(&c).contains(marker) {
+                out.push(pid);
+            }
+        }
+    }
+    out
+}
+
+fn is_empty_dir(d: &Path) -> bool {
+    std::fs::read_dir(d).unwrap().next().is_none()
+}
+
+#[test]
+fn demo_diagnoses_and_leaves_nothing_behind() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path().to_str().unwrap();
+    let out = twofold(&["demo", "--size", "32M", "--json", "--dir", d]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    let r: twofold::model::Report = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(r.files.len(), 1);
+    let f = &r.files[0];
+    assert_eq!(f.suspected_copies.len(), 1);
+    assert_eq!(f.mappers.len(), 1);
+    assert_eq!(f.resident_fraction, Some(1.0));
+    let copy = f.suspected_copies[0].pid;
+    let map = f.mappers[0].pid;
+    let pc = r.processes.iter().find(|p| p.pid == copy).unwrap();
+    let pm = r.processes.iter().find(|p| p.pid == map).unwrap();
+    assert!(pc.anon_bytes.unwrap() >= 32 * MIB);
+    assert!(pm.file_bytes.unwrap() >= 32 * MIB);
+    assert!(pm.anon_bytes.unwrap() < 8 * MIB);
+    assert!(is_empty_dir(dir.path()), "demo left files behind");
+    assert!(leftover_readers(d).is_empty());
+    // Human output has the diagnosis.
+    let out = twofold(&["demo", "--size", "16M", "--dir", d]);
+    let t = text(&out.stdout);
+    assert!(
+        t.contains("DIAGNOSIS") && t.contains("suspected private copy"),
+        "{t}"
+    );
+    assert!(is_empty_dir(dir.path()));
+}
+
+#[test]
+fn demo_interrupted_cleans_up() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path().to_str().unwrap().to_string();
+    let mut child = Command::new(exe())
+        .args(["demo", "--size", "256M", "--dir", &d])
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    // Interrupt once the readers are running.
+    let start = Instant::now();
+    while leftover_readers(&d).len() < 2 {
+        assert!(
+            start.elapsed() < Duration::from_secs(60),
+            "readers never started"
+        );
+        if child.try_wait().unwrap().is_some() {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(child.id() as i32),
+        nix::sys::signal::Signal::SIGINT,
+    )
+    .unwrap();
+    let status = child.wait().unwrap();
+    // Interrupted (130) or, if it raced to the end, a clean success.
+    assert!(matches!(status.code(), Some(130) | Some(0)), "{status:?}");
+    let start = Instant::now();
+    while !leftover_readers(&d).is_empty() {
+        assert!(
+            start.elapsed() < Duration::from_secs(5),
+            "readers left behind"
+        );
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    assert!(is_empty_dir(dir.path()), "demo left files behind");
+}
+
+/// A real memory cgroup (v2 if the host has it, else v1), removed on drop.
+struct TestCgroup {
+    dir: std::path::PathBuf,
+}
+
+impl TestCgroup {
+    fn new(limit: u64) -> Option<TestCgroup> {
+        let v2 = std::fs::read_to_string("/sys/fs/cgroup/cgroup.controllers")
+            .is_ok_and(|c| c.split_whitespace().any(|x| x == "memory"));
+        let parent = if v2 {
+            "/sys/fs/cgroup"
+        } else {
+            "/sys/fs/cgroup/memory"
+        };
+        if !Path::new(parent).exists() {
+            return None;
+        }
+        let dir = Path::new(parent).join(format!("twofold-test-{}", std::process::id()));
+        std::fs::create_dir(&dir).ok()?;
+        let limit_file = if v2 {
+            "memory.max"
+        } else {
+            "memory.limit_in_bytes"
+        };
+        std::fs::write(dir.join(limit_file), limit.to_string()).unwrap();
+        Some(TestCgroup { dir })
+    }
+}
+
+impl Drop for TestCgroup {
+    fn drop(&mut self) {
+        for _ in 0..100 {
+            if std::fs::remove_dir(&self.dir).is_ok() {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+}
+
+#[test]
+fn scan_reports_a_real_cgroup() {
+    if !require(is_root(), "root (to create a memory cgroup)") {
+        return;
+    }
+    let cg = TestCgroup::new(256 * MIB).expect("memory cgroup hierarchy");
+    let dir = tempfile::tempdir().unwrap();
+    let file = model_file(dir.path(), "m.safetensors", 16 * MIB);
+    let copy = twofold::spawn::Reader::start_in(
+        &exe(),
+        "copy",
+        Some(&file),
+        &[],
+        Duration::from_secs(60),
+        Some(&cg.dir.join("cgroup.procs")),
+    )
+    .unwrap();
+    let out = twofold(&["scan", "--json", "--cgroup", cg.dir.to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    let r: twofold::model::Report = serde_json::from_slice(&out.stdout).unwrap();
+    let pids: Vec<i32> = r.processes.iter().map(|p| p.pid).collect();
+    assert_eq!(pids, [copy.pid()]);
+    let c = &r.cgroups[0];
+    assert_eq!(c.limit_bytes, Some(256 * MIB));
+    // Ground truth: the cgroup's own files, read now (the reader is idle).
+    let stat = std::fs::read_to_string(cg.dir.join("memory.stat")).unwrap();
+    let key = if c.version == Some(twofold::sample::CgroupVersion::V1) {
+        "total_rss"
+    } else {
+        "anon"
+    };
+    let anon: u64 = stat
+        .lines()
+        .find_map(|l| l.strip_prefix(&format!("{key} ")))
+        .unwrap()
+        .parse()
+        .unwrap();
+    assert_eq!(c.anon_bytes, Some(anon));
+    assert!(anon >= 16 * MIB, "{anon}");
+    assert!(c.usage_bytes.unwrap() >= anon);
+    assert_eq!(c.oom_kills, Some(0));
+    drop(copy);
+}
