@@ -78,7 +78,7 @@ fn file_findings(f: &FileModel, out: &mut Vec<Finding>) {
                 "pid {} ({}) {how} has RssAnon {} ≈ file size {size} of '{n}': likely a private copy",
                 s.pid, s.comm, iec(s.anon_bytes)
             ),
-            Some("load it with mmap (llama.cpp default mmap, np.load(mmap_mode='r'), safetensors safe_open) to share the page cache; 'twofold dupes' proves the copy byte by byte"),
+            Some("load it with mmap (llama.cpp default mmap, np.load(mmap_mode='r'), safetensors safe_open) to share the page cache instead of copying it"),
         ));
     }
     for m in &f.mappers {

@@ -7,7 +7,7 @@
 //!   per *suspected* private copy: a holder whose `RssAnon` (less the CoW bytes already
 //!   counted) is at least 80% of the file size. Anonymous memory is attributed greedily,
 //!   largest file first, so one heap is never counted as the copy of two files. Suspected
-//!   copies are sizes, not proof: `twofold dupes` proves them byte by byte.
+//!   copies are sizes, not proof (a byte-level proof is the job of a later `dupes`).
 
 pub mod cgroup;
 pub mod findings;
