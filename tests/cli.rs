@@ -306,3 +306,47 @@ fn scan_reports_a_real_cgroup() {
     assert_eq!(c.oom_kills, Some(0));
     drop(copy);
 }
+
+#[test]
+fn unprivileged_scan_degrades_to_unknown() {
+    if !require(is_root(), "root (to drop to 'nobody' with setpriv)")
+        || !require(have("setpriv"), "util-linux setpriv")
+    {
+        return;
+    }
+    use std::os::unix::fs::PermissionsExt;
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+    // A copy of the binary that 'nobody' may execute wherever the checkout lives.
+    let bin = dir.path().join("twofold");
+    std::fs::copy(exe(), &bin).unwrap();
+    std::fs::set_permissions(&bin, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let file = model_file(dir.path(), "root.gguf", 8 * MIB);
+    std::fs::set_permissions(&file, std::fs::Permissions::from_mode(0o644)).unwrap();
+    let m = reader("map", Some(&file), &[]);
+    let out = Command::new("setpriv")
+        .args(["--reuid=65534", "--regid=65534", "--clear-groups"])
+        .arg(&bin)
+        .args(["scan", "--json", "--all"])
+        .arg(&file)
+        .output()
+        .unwrap();
+    let err = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(0), "{err}");
+    assert!(err.contains("CAP_SYS_PTRACE"), "{err}");
+    let r: twofold::model::Report = serde_json::from_slice(&out.stdout).unwrap();
+    assert!(r.skipped.denied >= 1);
+    let p = r.processes.iter().find(|p| p.pid == m.pid()).unwrap();
+    assert_eq!(p.unreadable, Some(twofold::sample::Unreadable::Denied));
+    assert_eq!(p.pss_bytes, None, "unknown, not 0");
+    // status is world-readable: RSS is still known.
+    assert!(p.file_bytes.unwrap() >= 8 * MIB);
+    let f = r
+        .files
+        .iter()
+        .find(|f| f.path.ends_with("root.gguf"))
+        .unwrap();
+    assert_eq!(f.resident_bytes, None, "unknown, not 0");
+    assert!(f.residency_unknown_reason.is_some());
+    assert!(f.mappers.is_empty(), "cannot see another user's mappings");
+}
