@@ -149,6 +149,10 @@ pub struct FileModel {
     pub resident_bytes: Option<u64>,
     pub resident_fraction: Option<f64>,
     pub dirty_bytes: Option<u64>,
+    /// `cachestat` only: pages of this file evicted since it was first cached, and those
+    /// evicted recently enough that reading them again counts as a refault.
+    pub evicted_bytes: Option<u64>,
+    pub recently_evicted_bytes: Option<u64>,
     pub residency_source: Option<String>,
     pub residency_unknown_reason: Option<String>,
     pub mappers: Vec<Mapper>,
@@ -246,6 +250,8 @@ pub fn build(sample: &Sample) -> Report {
                     .zip(f.size_bytes)
                     .map(|(r, s)| fraction(r.div_ceil(page), s.div_ceil(page))),
                 dirty_bytes: f.residency.as_ref().and_then(|r| r.dirty_bytes),
+                evicted_bytes: f.residency.as_ref().and_then(|r| r.evicted_bytes),
+                recently_evicted_bytes: f.residency.as_ref().and_then(|r| r.recently_evicted_bytes),
                 residency_source: f
                     .residency
                     .as_ref()

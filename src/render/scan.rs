@@ -11,6 +11,16 @@ fn pct(f: Option<f64>) -> String {
         .unwrap_or_else(|| "n/a".into())
 }
 
+/// At most `max` characters, with an ellipsis when cut.
+fn short(s: &str, max: usize) -> String {
+    if s.chars().count() <= max {
+        return s.to_string();
+    }
+    let mut out: String = s.chars().take(max - 1).collect();
+    out.push('…');
+    out
+}
+
 fn kind(k: MapKind) -> &'static str {
     match k {
         MapKind::Shared => "MAP_SHARED",
@@ -150,6 +160,7 @@ pub fn human(report: &Report) -> String {
             ("private dirty", Align::Right),
             ("swap", Align::Right),
             ("cgroup", Align::Left),
+            ("command", Align::Left),
         ]);
         for p in &report.processes {
             t.row(vec![
@@ -164,6 +175,7 @@ pub fn human(report: &Report) -> String {
                 iec_opt(p.private_dirty_bytes),
                 iec_opt(p.swap_bytes),
                 p.cgroup.clone().unwrap_or_else(|| "n/a".into()),
+                short(&p.cmdline, 60),
             ]);
         }
         out.push_str(&t.render(2));
