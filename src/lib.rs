@@ -20,6 +20,7 @@ pub mod cleanup;
 pub mod cli;
 pub mod cmd;
 pub mod collect;
+pub mod container;
 pub mod model;
 pub mod render;
 pub mod sample;
