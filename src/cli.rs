@@ -22,6 +22,9 @@ pub enum Command {
     Scan(ScanArgs),
     /// Page-cache residency of files (like fincore; --map draws it like vmtouch -v).
     Residency(ResidencyArgs),
+    /// Proves private and widened copies of model files in processes' memory, tensor by
+    /// tensor, byte by byte.
+    Dupes(DupesArgs),
     /// Writes a small safetensors model, starts a copying and a mapping reader, and
     /// diagnoses them with the scan code; removes everything afterwards.
     Demo(DemoArgs),
@@ -97,6 +100,25 @@ pub struct ResidencyArgs {
     /// How to read page-cache residency.
     #[arg(long, value_enum, default_value_t)]
     pub method: MethodArg,
+    #[command(flatten)]
+    pub output: OutputArgs,
+}
+
+#[derive(Debug, Args)]
+pub struct DupesArgs {
+    /// Process to search (repeatable).
+    #[arg(long = "pid", value_name = "PID", required = true)]
+    pub pids: Vec<i32>,
+    /// Model files to look for (default: every model file each process maps or holds
+    /// open).
+    pub files: Vec<PathBuf>,
+    /// Alignment copies may start at: 16 covers heap allocators; smaller values find
+    /// copies at any offset at proportionally more work.
+    #[arg(long, default_value_t = 16, value_parser = clap::value_parser!(u64).range(1..=16))]
+    pub align: u64,
+    /// Do not look for F16/BF16 tensors widened to F32.
+    #[arg(long)]
+    pub no_widen: bool,
     #[command(flatten)]
     pub output: OutputArgs,
 }

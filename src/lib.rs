@@ -21,6 +21,7 @@ pub mod cli;
 pub mod cmd;
 pub mod collect;
 pub mod container;
+pub mod dupes;
 pub mod model;
 pub mod render;
 pub mod sample;

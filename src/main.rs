@@ -9,6 +9,7 @@ fn run(cli: Cli, out: &mut dyn Write) -> anyhow::Result<()> {
     match cli.command {
         Command::Scan(a) => cmd::scan::run(&a, out),
         Command::Residency(a) => cmd::residency::run(&a, out),
+        Command::Dupes(a) => cmd::dupes::run(&a, out),
         Command::Demo(a) => cmd::demo::run(&a, out),
         Command::Child(a) => cmd::child::run(&a),
         Command::Completions { shell } => {

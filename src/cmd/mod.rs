@@ -2,6 +2,7 @@
 
 pub mod child;
 pub mod demo;
+pub mod dupes;
 pub mod residency;
 pub mod scan;
 

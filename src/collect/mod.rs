@@ -7,6 +7,7 @@ pub mod error;
 pub mod gather;
 pub mod kv;
 pub mod maps;
+pub mod memory;
 pub mod process;
 pub mod residency;
 pub mod system;

@@ -10,6 +10,7 @@
 //!   copies are sizes, not proof (a byte-level proof is the job of a later `dupes`).
 
 pub mod cgroup;
+pub mod dupes;
 pub mod findings;
 pub mod residency;
 

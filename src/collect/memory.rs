@@ -1,0 +1,202 @@
+//! Reading another process's memory, read-only, for byte-level proof of copies.
+//!
+//! - `/proc/PID/maps`: which ranges to search: anonymous mappings (heap, `mmap`ed buffers,
+//!   shared anonymous memory) and private writable file mappings (where copy-on-write
+//!   pages live). Guard pages (no read permission) and `[vvar]`/`[vsyscall]` are skipped.
+//! - `/proc/PID/pagemap` (<https://docs.kernel.org/admin-guide/mm/pagemap.html>): one u64
+//!   per page; bit 63 present, bit 62 swapped, bit 61 file-page or shared-anon. Only
+//!   present pages are read, and inside private file mappings only anonymous (CoW) pages,
+//!   so twofold never faults pages in or swaps them in.
+//! - `process_vm_readv(2)`: copies bytes out of the target without stopping it. Needs
+//!   ptrace access (`PTRACE_MODE_ATTACH`: the same user under `ptrace_scope` 0, or root /
+//!   `CAP_SYS_PTRACE`). Nothing is ever written to the target.
+
+use std::fs::File;
+use std::io;
+use std::os::unix::fs::FileExt;
+use std::path::{Path, PathBuf};
+
+use super::error::{CollectError, Result};
+use super::maps;
+use crate::sample::MappingSample;
+
+pub const PAGE: u64 = 4096;
+const PM_PRESENT: u64 = 1 << 63;
+const PM_FILE: u64 = 1 << 61;
+/// Most iovecs one `process_vm_readv` call takes (IOV_MAX on Linux).
+pub const IOV_MAX: usize = 1024;
+
+/// What kind of memory a searched range is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum RegionKind {
+    /// Private anonymous memory (heap, `mmap(MAP_ANONYMOUS)`, stacks).
+    Anon,
+    /// Shared anonymous memory or shmem/memfd/tmpfs mappings.
+    SharedAnon,
+    /// Anonymous (copy-on-write) pages inside a private writable file mapping.
+    PrivateFile,
+}
+
+/// A range of the target to search.
+#[derive(Debug, Clone)]
+pub struct Region {
+    pub start: u64,
+    pub end: u64,
+    pub kind: RegionKind,
+    pub label: String,
+}
+
+/// Read-only access to one process's memory.
+pub struct Target {
+    pub pid: i32,
+    pagemap: File,
+    pagemap_path: PathBuf,
+}
+
+fn denied_hint(e: io::Error, what: &str, pid: i32) -> io::Error {
+    if matches!(e.raw_os_error(), Some(libc::EPERM) | Some(libc::EACCES)) {
+        io::Error::new(
+            e.kind(),
+            format!("reading {what} of pid {pid} needs ptrace rights (root or CAP_SYS_PTRACE, or the same user with kernel.yama.ptrace_scope=0): {e}"),
+        )
+    } else {
+        e
+    }
+}
+
+impl Target {
+    pub fn open(proc_root: &Path, pid: i32) -> Result<Target> {
+        let pagemap_path = proc_root.join(pid.to_string()).join("pagemap");
+        let pagemap = File::open(&pagemap_path)
+            .map_err(|e| CollectError::io(&pagemap_path, denied_hint(e, "the page map", pid)))?;
+        let t = Target {
+            pid,
+            pagemap,
+            pagemap_path,
+        };
+        // Probe process_vm_readv once, so a missing permission is reported up front.
+        let mut probe = [0u8; 1];
+        if let Err(e) = t.read(0, &mut probe) {
+            if matches!(e.raw_os_error(), Some(libc::EPERM) | Some(libc::ESRCH)) {
+                let path = proc_root.join(pid.to_string()).join("mem");
+                return Err(CollectError::io(&path, denied_hint(e, "the memory", pid)));
+            }
+        }
+        Ok(t)
+    }
+
+    /// Ranges worth searching, from `maps` text.
+    pub fn regions(maps_path: &Path, maps_text: &str) -> Result<Vec<Region>> {
+        let mut out = Vec::new();
+        for (i, line) in maps_text.lines().enumerate() {
+            if line.is_empty() {
+                continue;
+            }
+            let m: MappingSample =
+                maps::parse_header(line).ok_or_else(|| CollectError::parse(maps_path, i + 1, line))?;
+            if !m.perms.read || m.path == "[vvar]" || m.path == "[vsyscall]" || m.path == "[vdso]" {
+                continue;
+            }
+            let kind = if m.inode == 0 {
+                if m.perms.shared {
+                    RegionKind::SharedAnon
+                } else {
+                    RegionKind::Anon
+                }
+            } else if m.major == 0 && m.perms.shared {
+                // shmem, memfd, SysV shm: anonymous memory with an inode.
+                RegionKind::SharedAnon
+            } else if !m.perms.shared && m.perms.write {
+                RegionKind::PrivateFile
+            } else {
+                continue;
+            };
+            out.push(Region {
+                start: m.start,
+                end: m.end,
+                kind,
+                label: if m.path.is_empty() {
+                    "[anon]".to_string()
+                } else {
+                    m.path.clone()
+                },
+            });
+        }
+        Ok(out)
+    }
+
+    /// Pagemap entries for `[start, end)`, one per page.
+    pub fn pagemap(&self, start: u64, end: u64, out: &mut Vec<u64>) -> Result<()> {
+        let pages = ((end - start) / PAGE) as usize;
+        out.clear();
+        out.resize(pages, 0);
+        // SAFETY: u64 has no invalid bit patterns; the byte view covers exactly `out`.
+        let bytes = unsafe {
+            std::slice::from_raw_parts_mut(out.as_mut_ptr().cast::<u8>(), pages * 8)
+        };
+        let mut done = 0;
+        while done < bytes.len() {
+            let n = self
+                .pagemap
+                .read_at(&mut bytes[done..], (start / PAGE) * 8 + done as u64)
+                .map_err(|e| CollectError::io(&self.pagemap_path, e))?;
+            if n == 0 {
+                break;
+            }
+            done += n;
+        }
+        Ok(())
+    }
+
+    /// Whether a page may be read for `kind`: present, and anonymous inside file mappings.
+    pub fn eligible(entry: u64, kind: RegionKind) -> bool {
+        entry & PM_PRESENT != 0 && (kind != RegionKind::PrivateFile || entry & PM_FILE == 0)
+    }
+
+    /// Copies `buf.len()` bytes from the target at `addr`.
+    pub fn read(&self, addr: u64, buf: &mut [u8]) -> io::Result<usize> {
+        let local = libc::iovec {
+            iov_base: buf.as_mut_ptr().cast(),
+            iov_len: buf.len(),
+        };
+        let remote = libc::iovec {
+            iov_base: addr as *mut libc::c_void,
+            iov_len: buf.len(),
+        };
+        // SAFETY: `local` describes our own writable buffer; `remote` is only read by the
+        // kernel from the target's address space, which it validates.
+        let n = unsafe { libc::process_vm_readv(self.pid, &local, 1, &remote, 1, 0) };
+        if n < 0 {
+            Err(io::Error::last_os_error())
+        } else {
+            Ok(n as usize)
+        }
+    }
+
+    /// Gathers `len` bytes at each address into `buf` (`addrs.len() * len` bytes), up to
+    /// [`IOV_MAX`] at a time. Returns how many addresses were read completely: a read
+    /// stops at the first address the kernel cannot copy.
+    pub fn gather(&self, addrs: &[u64], len: usize, buf: &mut [u8]) -> io::Result<usize> {
+        debug_assert!(addrs.len() <= IOV_MAX && buf.len() >= addrs.len() * len);
+        let remote: Vec<libc::iovec> = addrs
+            .iter()
+            .map(|a| libc::iovec {
+                iov_base: *a as *mut libc::c_void,
+                iov_len: len,
+            })
+            .collect();
+        let local = libc::iovec {
+            iov_base: buf.as_mut_ptr().cast(),
+            iov_len: addrs.len() * len,
+        };
+        // SAFETY: as in `read`; the local buffer holds every remote range back to back.
+        let n = unsafe {
+            libc::process_vm_readv(self.pid, &local, 1, remote.as_ptr(), remote.len() as _, 0)
+        };
+        if n < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        Ok(n as usize / len)
+    }
+}

@@ -1,0 +1,101 @@
+//! Human output of `twofold dupes`.
+
+use std::fmt::Write as _;
+
+use super::table::{Align, Table};
+use crate::model::dupes::DupesReport;
+use crate::units::iec;
+
+pub fn human(r: &DupesReport) -> String {
+    let mut out = String::new();
+    for p in &r.processes {
+        let _ = writeln!(out, "pid {} ({})", p.pid, p.comm);
+        if let Some(e) = &p.error {
+            let _ = writeln!(out, "  not searched: {e}");
+            continue;
+        }
+        if p.files.is_empty() {
+            let _ = writeln!(out, "  maps or holds no model file");
+        }
+        for f in &p.files {
+            let _ = writeln!(
+                out,
+                "  {}  ({}, {} tensors, {})",
+                f.path,
+                iec(f.size_bytes),
+                f.tensors,
+                format!("{:?}", f.format).to_lowercase()
+            );
+            let _ = writeln!(
+                out,
+                "    identical copies: {} tensors, {}   widened to F32: {} tensors, {} (from {} of the file)",
+                f.identical.tensors,
+                iec(f.identical.memory_bytes),
+                f.widened.tensors,
+                iec(f.widened.memory_bytes),
+                iec(f.widened.file_bytes)
+            );
+            let _ = writeln!(
+                out,
+                "    private copies of the file: {:.2}   (searched {} of private memory, {} compared byte by byte)",
+                f.private_copies,
+                iec(f.stats.present_bytes),
+                iec(f.stats.confirmed_bytes)
+            );
+            if f.too_small.tensors + f.low_entropy.tensors > 0 {
+                let _ = writeln!(
+                    out,
+                    "    not searchable: {} tensors under 4 KiB ({}), {} constant/low-entropy ({})",
+                    f.too_small.tensors,
+                    iec(f.too_small.file_bytes),
+                    f.low_entropy.tensors,
+                    iec(f.low_entropy.file_bytes)
+                );
+            }
+            if !f.regions.is_empty() {
+                let mut t = Table::new(&[
+                    ("mapping", Align::Left),
+                    ("kind", Align::Left),
+                    ("identical", Align::Right),
+                    ("widened", Align::Right),
+                    ("where", Align::Left),
+                ]);
+                for g in &f.regions {
+                    t.row(vec![
+                        format!("{:x}-{:x}", g.start, g.end),
+                        format!("{:?}", g.kind).to_lowercase(),
+                        iec(g.identical_bytes),
+                        iec(g.widened_bytes),
+                        g.label.clone(),
+                    ]);
+                }
+                out.push_str(&t.render(4));
+            }
+        }
+    }
+    if !r.files.is_empty() {
+        out.push_str("\nREPRESENTATIONS (page cache + proven private copies, all processes searched)\n");
+        let mut t = Table::new(&[
+            ("file", Align::Left),
+            ("size", Align::Right),
+            ("page cache", Align::Right),
+            ("copies", Align::Right),
+            ("total", Align::Right),
+        ]);
+        for f in &r.files {
+            t.row(vec![
+                f.path.clone(),
+                iec(f.size_bytes),
+                f.page_cache
+                    .map(|v| format!("{v:.2}"))
+                    .unwrap_or_else(|| "n/a".into()),
+                format!("{:.2}", f.private_copies),
+                f.representations
+                    .map(|v| format!("{v:.2}"))
+                    .unwrap_or_else(|| "n/a".into()),
+            ]);
+        }
+        out.push_str(&t.render(2));
+    }
+    out
+}
