@@ -145,6 +145,9 @@ pub enum ChildMode {
     PrivateWrite,
     /// Allocate and touch --bytes of anonymous memory.
     Anon,
+    /// Copy the --range byte ranges (F16 or BF16 per --dtype) widened to F32 into a heap
+    /// buffer.
+    Widen,
 }
 
 #[derive(Debug, Args)]
@@ -157,6 +160,13 @@ pub struct ChildArgs {
     pub offset: usize,
     #[arg(long, value_parser = parse_size, default_value = "0")]
     pub bytes: u64,
+    /// Only these byte ranges of FILE, `START:LEN` (repeatable); copies are laid out one
+    /// after another at 16-byte-aligned positions from --offset.
+    #[arg(long = "range", value_name = "START:LEN")]
+    pub ranges: Vec<String>,
+    /// Source element type for widen mode: f16 or bf16.
+    #[arg(long, default_value = "f16")]
+    pub dtype: String,
 }
 
 fn parse_size(s: &str) -> Result<u64, String> {

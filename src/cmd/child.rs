@@ -3,11 +3,31 @@
 //! then waits until its stdin closes (so it never outlives its parent), or is killed.
 
 use std::fs::File;
-use std::io::Read;
 
 use anyhow::Context;
 
 use crate::cli::{ChildArgs, ChildMode};
+use crate::dupes::index::CopyKind;
+
+/// `START:LEN` ranges; none means the whole file.
+fn parse_ranges(ranges: &[String], file_len: u64) -> anyhow::Result<Vec<(u64, u64)>> {
+    if ranges.is_empty() {
+        return Ok(vec![(0, file_len)]);
+    }
+    ranges
+        .iter()
+        .map(|r| {
+            let (a, b) = r
+                .split_once(':')
+                .with_context(|| format!("range '{r}' is not START:LEN"))?;
+            let (a, b): (u64, u64) = (a.parse()?, b.parse()?);
+            if a.checked_add(b).is_none_or(|e| e > file_len) {
+                anyhow::bail!("range '{r}' is past the end of the file");
+            }
+            Ok((a, b))
+        })
+        .collect()
+}
 
 fn die_with_parent() {
     // SAFETY: prctl(PR_SET_PDEATHSIG) takes plain integers and changes only this process.
@@ -37,14 +57,34 @@ pub fn run(args: &ChildArgs) -> anyhow::Result<()> {
     let mut _keep_map: Option<memmap2::MmapMut> = None;
     let mut _keep_ro: Option<memmap2::Mmap> = None;
     match args.mode {
-        ChildMode::Copy => {
+        ChildMode::Copy | ChildMode::Widen => {
             let path = file_arg()?;
-            let mut f =
+            let f =
                 File::open(path).with_context(|| format!("cannot open '{}'", path.display()))?;
-            let len = f.metadata()?.len() as usize;
-            let mut buf = vec![0u8; args.offset + len];
-            f.read_exact(&mut buf[args.offset..])
-                .with_context(|| format!("cannot read '{}'", path.display()))?;
+            let len = f.metadata()?.len();
+            let ranges = parse_ranges(&args.ranges, len)?;
+            let kind = match (args.mode, args.dtype.as_str()) {
+                (ChildMode::Copy, _) => CopyKind::Identical,
+                (_, "f16") => CopyKind::WidenedF16,
+                (_, "bf16") => CopyKind::WidenedBf16,
+                (_, other) => anyhow::bail!("unknown --dtype '{other}' (f16 or bf16)"),
+            };
+            let total: u64 = ranges
+                .iter()
+                .map(|r| (r.1 * kind.factor()).next_multiple_of(16))
+                .sum();
+            let mut buf = vec![0u8; args.offset + total as usize];
+            let mut at = args.offset;
+            let mut src = Vec::new();
+            let mut out = Vec::new();
+            for (start, n) in ranges {
+                src.resize(n as usize, 0);
+                std::os::unix::fs::FileExt::read_exact_at(&f, &mut src, start)
+                    .with_context(|| format!("cannot read '{}'", path.display()))?;
+                kind.convert(&src, &mut out);
+                buf[at..at + out.len()].copy_from_slice(&out);
+                at += out.len().next_multiple_of(16);
+            }
             _keep_heap = Some(buf);
             _keep_file = Some(f);
         }

@@ -104,7 +104,14 @@ fn search_process(
     let mut out = Vec::new();
     for f in files {
         let (found, stats) = search::search(&f.index, &f.file, &target, &regions, align)?;
-        out.push(file_dupes(&f.path, &f.container, &f.index, &regions, &found, stats));
+        out.push(file_dupes(
+            &f.path,
+            &f.container,
+            &f.index,
+            &regions,
+            &found,
+            stats,
+        ));
     }
     Ok(out)
 }

@@ -93,8 +93,8 @@ impl Target {
             if line.is_empty() {
                 continue;
             }
-            let m: MappingSample =
-                maps::parse_header(line).ok_or_else(|| CollectError::parse(maps_path, i + 1, line))?;
+            let m: MappingSample = maps::parse_header(line)
+                .ok_or_else(|| CollectError::parse(maps_path, i + 1, line))?;
             if !m.perms.read || m.path == "[vvar]" || m.path == "[vsyscall]" || m.path == "[vdso]" {
                 continue;
             }
@@ -132,9 +132,8 @@ impl Target {
         out.clear();
         out.resize(pages, 0);
         // SAFETY: u64 has no invalid bit patterns; the byte view covers exactly `out`.
-        let bytes = unsafe {
-            std::slice::from_raw_parts_mut(out.as_mut_ptr().cast::<u8>(), pages * 8)
-        };
+        let bytes =
+            unsafe { std::slice::from_raw_parts_mut(out.as_mut_ptr().cast::<u8>(), pages * 8) };
         let mut done = 0;
         while done < bytes.len() {
             let n = self

@@ -164,7 +164,10 @@ pub fn search(
                     }
                     // Inside file mappings, every page of the copy must be anonymous.
                     let first = a / PAGE * PAGE;
-                    if (first..a + len).step_by(PAGE as usize).any(|p| !eligible(p, &pagemap)) {
+                    if (first..a + len)
+                        .step_by(PAGE as usize)
+                        .any(|p| !eligible(p, &pagemap))
+                    {
                         continue;
                     }
                     s.stats.candidates += 1;

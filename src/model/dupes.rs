@@ -170,7 +170,10 @@ pub fn file_dupes(
 }
 
 /// Machine-wide summary per file over all processes searched.
-pub fn summarize(processes: &[ProcessDupes], residency: &[(String, Option<f64>)]) -> Vec<FileSummary> {
+pub fn summarize(
+    processes: &[ProcessDupes],
+    residency: &[(String, Option<f64>)],
+) -> Vec<FileSummary> {
     residency
         .iter()
         .map(|(path, page_cache)| {

@@ -74,7 +74,9 @@ pub fn human(r: &DupesReport) -> String {
         }
     }
     if !r.files.is_empty() {
-        out.push_str("\nREPRESENTATIONS (page cache + proven private copies, all processes searched)\n");
+        out.push_str(
+            "\nREPRESENTATIONS (page cache + proven private copies, all processes searched)\n",
+        );
         let mut t = Table::new(&[
             ("file", Align::Left),
             ("size", Align::Right),

@@ -1,0 +1,263 @@
+//! `twofold dupes` against child processes whose copies the test made: exact bytes found
+//! for each case, and no false positives.
+
+#![allow(clippy::unwrap_used)]
+
+mod common;
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use common::*;
+use twofold::model::dupes::{DupesReport, FileDupes};
+
+/// A tensor the test wrote: name, dtype, byte offset in the file, length.
+#[derive(Clone, Debug)]
+struct Written {
+    name: String,
+    offset: u64,
+    len: u64,
+    searchable: bool,
+}
+
+enum Fill {
+    Random(u64),
+    Zero,
+    /// F16 1.0 everywhere.
+    Ones,
+}
+
+/// Writes a safetensors file of F16 tensors; returns the tensors with absolute offsets.
+fn safetensors(dir: &Path, specs: &[(&str, u64, Fill)]) -> (PathBuf, Vec<Written>) {
+    let mut header = String::from("{");
+    let mut rel = 0u64;
+    for (i, (name, len, _)) in specs.iter().enumerate() {
+        if i > 0 {
+            header.push(',');
+        }
+        header.push_str(&format!(
+            r#""{name}":{{"dtype":"F16","shape":[{}],"data_offsets":[{rel},{}]}}"#,
+            len / 2,
+            rel + len
+        ));
+        rel += len;
+    }
+    header.push('}');
+    while header.len() % 8 != 0 {
+        header.push(' ');
+    }
+    let base = 8 + header.len() as u64;
+    let mut bytes = (header.len() as u64).to_le_bytes().to_vec();
+    bytes.extend_from_slice(header.as_bytes());
+    let mut out = Vec::new();
+    for (name, len, fill) in specs {
+        let offset = bytes.len() as u64;
+        match fill {
+            Fill::Random(seed) => {
+                let mut s = *seed | 1;
+                for _ in 0..len / 8 {
+                    s ^= s << 13;
+                    s ^= s >> 7;
+                    s ^= s << 17;
+                    // Finite F16 values only (clear exponent's top bit), as real weights.
+                    let v = s & 0x3fff_3fff_3fff_3fff;
+                    bytes.extend_from_slice(&v.to_le_bytes());
+                }
+            }
+            Fill::Zero => bytes.extend(std::iter::repeat_n(0u8, *len as usize)),
+            Fill::Ones => {
+                for _ in 0..len / 2 {
+                    bytes.extend_from_slice(&0x3c00u16.to_le_bytes());
+                }
+            }
+        }
+        out.push(Written {
+            name: name.to_string(),
+            offset,
+            len: *len,
+            searchable: matches!(fill, Fill::Random(_)) && *len >= 4096,
+        });
+    }
+    assert_eq!(bytes.len() as u64, base + rel);
+    let path = dir.join("model.safetensors");
+    std::fs::write(&path, bytes).unwrap();
+    (path, out)
+}
+
+fn model(dir: &Path) -> (PathBuf, Vec<Written>) {
+    safetensors(
+        dir,
+        &[
+            ("embed", 1 << 20, Fill::Random(1)),
+            ("l0.attn", 256 << 10, Fill::Random(2)),
+            ("l0.norm", 2048, Fill::Random(3)),
+            ("l0.mlp", 64 << 10, Fill::Random(4)),
+            ("l1.zero_bias", 64 << 10, Fill::Zero),
+            ("l1.ones_norm", 16 << 10, Fill::Ones),
+            ("l1.attn", 8 << 10, Fill::Random(5)),
+            ("l1.mlp", 512 << 10, Fill::Random(6)),
+        ],
+    )
+}
+
+fn dupes(pid: i32, file: &Path, extra: &[&str]) -> FileDupes {
+    let out = Command::new(exe())
+        .args(["dupes", "--json", "--pid", &pid.to_string()])
+        .args(extra)
+        .arg(file)
+        .output()
+        .unwrap();
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let r: DupesReport = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(r.processes.len(), 1);
+    assert_eq!(r.processes[0].error, None);
+    r.processes[0].files[0].clone()
+}
+
+fn found_names(f: &FileDupes, widened: bool) -> Vec<String> {
+    let mut v: Vec<String> = f
+        .copies
+        .iter()
+        .filter(|c| (c.kind != twofold::dupes::index::CopyKind::Identical) == widened)
+        .map(|c| c.tensor.clone())
+        .collect();
+    v.sort();
+    v
+}
+
+fn names(ts: &[&Written]) -> Vec<String> {
+    let mut v: Vec<String> = ts.iter().map(|t| t.name.clone()).collect();
+    v.sort();
+    v
+}
+
+fn range(t: &Written) -> String {
+    format!("{}:{}", t.offset, t.len)
+}
+
+#[test]
+fn whole_copy_at_an_unaligned_heap_offset() {
+    let dir = tempfile::tempdir().unwrap();
+    let (file, ts) = model(dir.path());
+    let searchable: Vec<&Written> = ts.iter().filter(|t| t.searchable).collect();
+    // 48: 16-byte aligned, not page aligned.
+    let c = reader("copy", Some(&file), &["--offset", "48"]);
+    let f = dupes(c.pid(), &file, &[]);
+    assert_eq!(found_names(&f, false), names(&searchable));
+    let bytes: u64 = searchable.iter().map(|t| t.len).sum();
+    assert_eq!(f.identical.file_bytes, bytes);
+    assert_eq!(f.identical.memory_bytes, bytes);
+    assert_eq!(f.widened.tensors, 0);
+    assert_eq!(f.too_small.tensors, 1);
+    assert_eq!(f.low_entropy.tensors, 2);
+    assert_eq!(f.regions.len(), 1);
+    // An odd offset (3) is found with --align 1, and not claimed with the default 16.
+    let c = reader("copy", Some(&file), &["--offset", "3"]);
+    assert_eq!(
+        found_names(&dupes(c.pid(), &file, &["--align", "1"]), false),
+        names(&searchable)
+    );
+    assert_eq!(dupes(c.pid(), &file, &[]).identical.tensors, 0);
+}
+
+#[test]
+fn half_of_the_tensors() {
+    let dir = tempfile::tempdir().unwrap();
+    let (file, ts) = model(dir.path());
+    let copied: Vec<&Written> = ts.iter().step_by(2).collect();
+    let args: Vec<String> = copied
+        .iter()
+        .flat_map(|t| ["--range".to_string(), range(t)])
+        .collect();
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let c = reader("copy", Some(&file), &args);
+    let f = dupes(c.pid(), &file, &[]);
+    let want: Vec<&Written> = copied.into_iter().filter(|t| t.searchable).collect();
+    assert_eq!(found_names(&f, false), names(&want));
+    assert_eq!(
+        f.identical.file_bytes,
+        want.iter().map(|t| t.len).sum::<u64>()
+    );
+}
+
+#[test]
+fn f16_widened_to_f32() {
+    let dir = tempfile::tempdir().unwrap();
+    let (file, ts) = model(dir.path());
+    let widened: Vec<&Written> = ts
+        .iter()
+        .filter(|t| t.name.ends_with("mlp") || t.name == "embed")
+        .collect();
+    let mut args = vec!["--dtype".to_string(), "f16".to_string()];
+    for t in &widened {
+        args.push("--range".into());
+        args.push(range(t));
+    }
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let c = reader("widen", Some(&file), &args);
+    let f = dupes(c.pid(), &file, &[]);
+    assert_eq!(found_names(&f, true), names(&widened));
+    assert!(found_names(&f, false).is_empty());
+    let src: u64 = widened.iter().map(|t| t.len).sum();
+    assert_eq!(f.widened.file_bytes, src);
+    assert_eq!(f.widened.memory_bytes, 2 * src);
+    // --no-widen does not look for them.
+    assert_eq!(dupes(c.pid(), &file, &["--no-widen"]).widened.tensors, 0);
+}
+
+#[test]
+fn no_false_positives() {
+    let dir = tempfile::tempdir().unwrap();
+    let (file, _) = model(dir.path());
+    // A mapping without a copy; a CoW-written private mapping; unrelated memory that is
+    // mostly zero pages.
+    for (mode, extra) in [
+        ("map", vec![]),
+        ("private-write", vec!["--bytes", "2M"]),
+        ("anon", vec!["--bytes", "64M"]),
+    ] {
+        let c = if mode == "anon" {
+            reader(mode, None, &extra)
+        } else {
+            reader(mode, Some(&file), &extra)
+        };
+        let f = dupes(c.pid(), &file, &[]);
+        assert_eq!(f.identical.tensors, 0, "{mode}: {:?}", f.copies);
+        assert_eq!(f.widened.tensors, 0, "{mode}: {:?}", f.copies);
+        assert_eq!(f.private_copies, 0.0);
+    }
+}
+
+#[test]
+fn process_without_rights_is_unknown_not_zero() {
+    if !require(is_root(), "root (to drop to 'nobody')") {
+        return;
+    }
+    use std::os::unix::fs::PermissionsExt;
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+    let (file, _) = model(dir.path());
+    std::fs::set_permissions(&file, std::fs::Permissions::from_mode(0o644)).unwrap();
+    let bin = dir.path().join("twofold");
+    std::fs::copy(exe(), &bin).unwrap();
+    std::fs::set_permissions(&bin, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let c = reader("copy", Some(&file), &[]);
+    let out = Command::new("setpriv")
+        .args(["--reuid=65534", "--regid=65534", "--clear-groups"])
+        .arg(&bin)
+        .args(["dupes", "--json", "--pid", &c.pid().to_string()])
+        .arg(&file)
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(0));
+    let r: DupesReport = serde_json::from_slice(&out.stdout).unwrap();
+    let e = r.processes[0].error.as_deref().unwrap();
+    assert!(e.contains("ptrace"), "{e}");
+    assert!(r.processes[0].files.is_empty());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("not searched"));
+}
