@@ -76,6 +76,9 @@ pub struct ScanArgs {
     /// List every process, not only those holding model files.
     #[arg(long)]
     pub all: bool,
+    /// Prove suspected copies byte by byte (as `twofold dupes` does; needs ptrace rights).
+    #[arg(long)]
+    pub prove: bool,
     /// How to read page-cache residency.
     #[arg(long, value_enum, default_value_t)]
     pub method: MethodArg,
@@ -143,7 +146,7 @@ pub enum ChildMode {
     Map,
     /// mmap MAP_PRIVATE read-write and write --bytes of it (copy-on-write).
     PrivateWrite,
-    /// Allocate and touch --bytes of anonymous memory.
+    /// Allocate and touch --bytes of anonymous memory (holding FILE open, if given).
     Anon,
     /// Copy the --range byte ranges (F16 or BF16 per --dtype) widened to F32 into a heap
     /// buffer.

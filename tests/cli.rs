@@ -161,6 +161,9 @@ fn demo_diagnoses_and_leaves_nothing_behind() {
     assert_eq!(r.files.len(), 1);
     let f = &r.files[0];
     assert_eq!(f.suspected_copies.len(), 1);
+    // The demo proves it: every tensor byte of the file is in the copying reader.
+    assert_eq!(f.suspected_copies[0].proven, Some(true));
+    assert!(f.representations.proven_fraction > 0.99);
     assert_eq!(f.mappers.len(), 1);
     assert_eq!(f.resident_fraction, Some(1.0));
     let copy = f.suspected_copies[0].pid;
@@ -176,7 +179,7 @@ fn demo_diagnoses_and_leaves_nothing_behind() {
     let out = twofold(&["demo", "--size", "16M", "--dir", d]);
     let t = text(&out.stdout);
     assert!(
-        t.contains("DIAGNOSIS") && t.contains("suspected private copy"),
+        t.contains("DIAGNOSIS") && t.contains("proven private copy"),
         "{t}"
     );
     assert!(is_empty_dir(dir.path()));

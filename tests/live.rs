@@ -306,3 +306,40 @@ fn whole_system_scan_finds_the_readers_by_model_extension_and_size() {
     });
     assert!(!r.files.iter().any(|f| f.path == big.to_str().unwrap()));
 }
+
+#[test]
+fn scan_prove_confirms_and_disproves() {
+    let dir = tempfile::tempdir().unwrap();
+    let size = 16 * MIB;
+    let file = model_file(dir.path(), "m.gguf", size);
+    let copy = reader("copy", Some(&file), &[]);
+    // Holds the file open and has as much anonymous memory, none of it the file.
+    let decoy = reader("anon", Some(&file), &["--bytes", "20M"]);
+    let out = Command::new(exe())
+        .args(["scan", "--prove", "--json", "--pid"])
+        .arg(copy.pid().to_string())
+        .arg("--pid")
+        .arg(decoy.pid().to_string())
+        .arg(&file)
+        .output()
+        .unwrap();
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let r: Report = serde_json::from_slice(&out.stdout).unwrap();
+    let f = &r.files[0];
+    let by_pid = |pid: i32| f.suspected_copies.iter().find(|s| s.pid == pid).unwrap();
+    assert_eq!(by_pid(copy.pid()).proven, Some(true));
+    assert_eq!(by_pid(copy.pid()).proven_fraction, Some(1.0));
+    assert_eq!(by_pid(decoy.pid()).proven, Some(false));
+    assert_eq!(by_pid(decoy.pid()).proven_fraction, Some(0.0));
+    assert_eq!(f.representations.proven_copies, 1);
+    assert_eq!(f.representations.suspected_copies, 0);
+    assert_eq!(f.representations.total_estimate, Some(2.0));
+    let codes: Vec<&str> = r.findings.iter().map(|x| x.code.as_str()).collect();
+    assert!(codes.contains(&"proven-private-copy"), "{codes:?}");
+    assert!(codes.contains(&"suspected-copy-disproven"), "{codes:?}");
+}

@@ -115,6 +115,13 @@ pub fn run(args: &ChildArgs) -> anyhow::Result<()> {
             _keep_file = Some(f);
         }
         ChildMode::Anon => {
+            // With a FILE, hold it open (without reading it) beside the anonymous memory.
+            if let Some(path) = &args.file {
+                _keep_file = Some(
+                    File::open(path)
+                        .with_context(|| format!("cannot open '{}'", path.display()))?,
+                );
+            }
             let mut v = vec![0u8; args.bytes as usize];
             for i in (0..v.len()).step_by(4096) {
                 v[i] = 1;

@@ -93,7 +93,11 @@ pub fn run(args: &DemoArgs, out: &mut dyn Write) -> anyhow::Result<()> {
     };
     let mut warnings = Vec::new();
     let sample = gather::gather(&Roots::live(), &req, &mut warnings)?;
-    let report = model::build(&sample);
+    let mut report = model::build(&sample);
+    // Prove the suspected copy byte by byte (the readers are our children: ptrace rights
+    // hold even under Yama's ptrace_scope 1).
+    let proofs = super::dupes::prove(&report, &Roots::live(), &mut warnings);
+    model::apply_proofs(&mut report, &proofs);
     super::warn_all(&warnings);
     if args.output.json {
         render::json(out, &report)?;

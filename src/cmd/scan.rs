@@ -21,7 +21,11 @@ pub fn request(args: &ScanArgs) -> Request {
 pub fn run(args: &ScanArgs, out: &mut dyn Write) -> anyhow::Result<()> {
     let mut warnings = Vec::new();
     let sample = gather::gather(&Roots::live(), &request(args), &mut warnings)?;
-    let report = model::build(&sample);
+    let mut report = model::build(&sample);
+    if args.prove {
+        let proofs = super::dupes::prove(&report, &Roots::live(), &mut warnings);
+        model::apply_proofs(&mut report, &proofs);
+    }
     super::warn_all(&warnings);
     if args.output.json {
         render::json(out, &report)?;

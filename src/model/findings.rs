@@ -70,16 +70,39 @@ fn file_findings(f: &FileModel, out: &mut Vec<Finding>) {
         } else {
             "holds it open without mapping it and"
         };
-        out.push(finding(
-            Severity::Warning,
-            "suspected-private-copy",
-            &f.path,
-            format!(
-                "pid {} ({}) {how} has RssAnon {} ≈ file size {size} of '{n}': likely a private copy",
-                s.pid, s.comm, iec(s.anon_bytes)
-            ),
-            Some("load it with mmap (llama.cpp default mmap, np.load(mmap_mode='r'), safetensors safe_open) to share the page cache instead of copying it"),
-        ));
+        let remedy = Some("load it with mmap (llama.cpp default mmap, np.load(mmap_mode='r'), safetensors safe_open) to share the page cache instead of copying it");
+        match (s.proven, s.proven_fraction) {
+            (Some(true), Some(fr)) => out.push(finding(
+                Severity::Warning,
+                "proven-private-copy",
+                &f.path,
+                format!(
+                    "pid {} ({}) holds a proven private copy of '{n}': {:.0}% of the file found byte by byte in its memory",
+                    s.pid, s.comm, fr * 100.0
+                ),
+                remedy,
+            )),
+            (Some(false), _) => out.push(finding(
+                Severity::Notice,
+                "suspected-copy-disproven",
+                &f.path,
+                format!(
+                    "pid {} ({}) has RssAnon {} ≈ file size of '{n}', but no tensor of it was found in its memory: the anonymous memory is something else",
+                    s.pid, s.comm, iec(s.anon_bytes)
+                ),
+                None,
+            )),
+            _ => out.push(finding(
+                Severity::Warning,
+                "suspected-private-copy",
+                &f.path,
+                format!(
+                    "pid {} ({}) {how} has RssAnon {} ≈ file size {size} of '{n}': likely a private copy",
+                    s.pid, s.comm, iec(s.anon_bytes)
+                ),
+                remedy,
+            )),
+        }
     }
     for m in &f.mappers {
         let cow = m.cow_anon_bytes.unwrap_or(0);
@@ -160,6 +183,18 @@ fn file_findings(f: &FileModel, out: &mut Vec<Finding>) {
             let mut parts = vec![format!("page cache {:.0}%", pc * 100.0)];
             if f.representations.cow_anon > 0.0 {
                 parts.push(format!("CoW {:.0}%", f.representations.cow_anon * 100.0));
+            }
+            if f.representations.proven_copies > 0 {
+                parts.push(format!(
+                    "{} proven private cop{} ({:.0}%)",
+                    f.representations.proven_copies,
+                    if f.representations.proven_copies == 1 {
+                        "y"
+                    } else {
+                        "ies"
+                    },
+                    f.representations.proven_fraction * 100.0
+                ));
             }
             if f.representations.suspected_copies > 0 {
                 parts.push(format!(

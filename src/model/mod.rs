@@ -127,7 +127,11 @@ pub struct SuspectedCopy {
     /// Anonymous bytes attributed to this file (at most its size).
     pub attributed_bytes: u64,
     pub mapped: bool,
-    pub proven: bool,
+    /// `None`: not checked (`scan` without `--prove`); `Some(false)`: `dupes` found no
+    /// byte-identical or widened copy; `Some(true)`: it did.
+    pub proven: Option<bool>,
+    /// Fraction of the file found copied byte by byte (identical + widened), when checked.
+    pub proven_fraction: Option<f64>,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -136,7 +140,12 @@ pub struct Representations {
     pub page_cache: Option<f64>,
     /// CoW anonymous bytes inside private mappings, as a fraction of the file.
     pub cow_anon: f64,
+    /// Suspected copies not (or not yet) checked byte by byte; each counts as one.
     pub suspected_copies: usize,
+    /// Suspected copies that `--prove` confirmed.
+    pub proven_copies: usize,
+    /// Fraction of the file those proven copies cover (identical + widened).
+    pub proven_fraction: f64,
     /// Sum of the above; `None` if the page-cache part is unknown.
     pub total_estimate: Option<f64>,
 }
@@ -269,6 +278,8 @@ pub fn build(sample: &Sample) -> Report {
                     page_cache: None,
                     cow_anon: 0.0,
                     suspected_copies: 0,
+                    proven_copies: 0,
+                    proven_fraction: 0.0,
                     total_estimate: None,
                 },
             }
@@ -378,7 +389,8 @@ fn attribute_copies(sample: &Sample, files: &mut [FileModel]) {
                     anon_bytes: anon,
                     attributed_bytes: attributed,
                     mapped,
-                    proven: false,
+                    proven: None,
+                    proven_fraction: None,
                 });
             }
         }
@@ -388,13 +400,58 @@ fn attribute_copies(sample: &Sample, files: &mut [FileModel]) {
 fn representations(f: &FileModel) -> Representations {
     let cow: u64 = f.mappers.iter().filter_map(|m| m.cow_anon_bytes).sum();
     let cow_anon = fraction(cow, f.size_bytes.unwrap_or(0));
-    let n = f.suspected_copies.len();
+    let unchecked = f
+        .suspected_copies
+        .iter()
+        .filter(|s| s.proven.is_none())
+        .count();
+    let proven: f64 = f
+        .suspected_copies
+        .iter()
+        .filter_map(|s| s.proven_fraction)
+        .sum();
+    let n_proven = f
+        .suspected_copies
+        .iter()
+        .filter(|s| s.proven == Some(true))
+        .count();
     Representations {
         page_cache: f.resident_fraction,
         cow_anon,
-        suspected_copies: n,
-        total_estimate: f.resident_fraction.map(|pc| pc + cow_anon + n as f64),
+        suspected_copies: unchecked,
+        proven_copies: n_proven,
+        proven_fraction: proven,
+        total_estimate: f
+            .resident_fraction
+            .map(|pc| pc + cow_anon + unchecked as f64 + proven),
     }
+}
+
+/// The outcome of `dupes` for one (process, file): fraction of the file found copied.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Proof {
+    pub pid: i32,
+    pub path: String,
+    /// `None` when the process could not be searched.
+    pub fraction: Option<f64>,
+}
+
+/// Folds byte-level proofs into a report: suspected copies become proven or disproven,
+/// and representations and findings are recomputed.
+pub fn apply_proofs(report: &mut Report, proofs: &[Proof]) {
+    for f in &mut report.files {
+        for s in &mut f.suspected_copies {
+            let Some(p) = proofs.iter().find(|p| p.pid == s.pid && p.path == f.path) else {
+                continue;
+            };
+            if let Some(fr) = p.fraction {
+                s.proven = Some(fr > 0.0);
+                s.proven_fraction = Some(fr);
+            }
+        }
+        f.representations = representations(f);
+    }
+    report.findings = findings::evaluate(&report.files, &report.cgroups);
 }
 
 fn system_model(sample: &Sample) -> SystemModel {

@@ -3,7 +3,7 @@
 use std::fmt::Write as _;
 
 use super::table::{Align, Table};
-use crate::model::{FileModel, MapKind, Report, Severity};
+use crate::model::{FileModel, MapKind, Report, Severity, SuspectedCopy};
 use crate::units::{iec, iec_opt};
 
 fn pct(f: Option<f64>) -> String {
@@ -19,6 +19,24 @@ fn short(s: &str, max: usize) -> String {
     let mut out: String = s.chars().take(max - 1).collect();
     out.push('…');
     out
+}
+
+/// The note for a holder that may hold a copy.
+fn copy_note(s: &SuspectedCopy, mapped: bool) -> String {
+    let plus = if mapped { "+ " } else { "" };
+    match (s.proven, s.proven_fraction) {
+        (Some(true), Some(fr)) => {
+            format!("{plus}proven private copy ({:.0}% of the file)", fr * 100.0)
+        }
+        (Some(false), _) => format!(
+            "{plus}no copy found byte by byte (RssAnon {})",
+            iec(s.anon_bytes)
+        ),
+        _ => format!(
+            "{plus}suspected private copy (RssAnon {})",
+            iec(s.anon_bytes)
+        ),
+    }
 }
 
 fn kind(k: MapKind) -> &'static str {
@@ -38,7 +56,7 @@ fn file_section(f: &FileModel, out: &mut String) {
     let _ = writeln!(out, "  {}", f.path);
     let _ = writeln!(
         out,
-        "    size {}  resident {} ({}{})  in memory {} times: page cache {} + CoW {:.2} + {} suspected cop{}",
+        "    size {}  resident {} ({}{})  in memory {} times: page cache {} + CoW {:.2} + {} suspected cop{}{}",
         iec_opt(f.size_bytes),
         iec_opt(f.resident_bytes),
         pct(f.resident_fraction),
@@ -51,6 +69,11 @@ fn file_section(f: &FileModel, out: &mut String) {
         r.cow_anon,
         r.suspected_copies,
         if r.suspected_copies == 1 { "y" } else { "ies" },
+        if r.proven_copies > 0 {
+            format!(" + proven copies {:.2}", r.proven_fraction)
+        } else {
+            String::new()
+        },
     );
     let mut t = Table::new(&[
         ("pid", Align::Right),
@@ -65,7 +88,7 @@ fn file_section(f: &FileModel, out: &mut String) {
         ("note", Align::Left),
     ]);
     for m in &f.mappers {
-        let suspect = f.suspected_copies.iter().any(|s| s.pid == m.pid);
+        let suspect = f.suspected_copies.iter().find(|s| s.pid == m.pid);
         t.row(vec![
             m.pid.to_string(),
             m.comm.clone(),
@@ -76,11 +99,7 @@ fn file_section(f: &FileModel, out: &mut String) {
             iec_opt(m.pss_bytes),
             iec_opt(m.cow_anon_bytes),
             iec_opt(m.thp_bytes),
-            if suspect {
-                "+ suspected private copy".into()
-            } else {
-                String::new()
-            },
+            suspect.map(|s| copy_note(s, true)).unwrap_or_default(),
         ]);
     }
     for h in f.holders.iter().filter(|h| !h.mapped) {
@@ -96,10 +115,7 @@ fn file_section(f: &FileModel, out: &mut String) {
             "-".into(),
             "-".into(),
             "-".into(),
-            match suspect {
-                Some(s) => format!("suspected private copy (RssAnon {})", iec(s.anon_bytes)),
-                None => String::new(),
-            },
+            suspect.map(|s| copy_note(s, false)).unwrap_or_default(),
         ]);
     }
     if !t.is_empty() {
