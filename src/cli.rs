@@ -38,6 +38,10 @@ pub enum Command {
     /// A test reader process (used by the demo and the tests).
     #[command(name = "__child", hide = true)]
     Child(ChildArgs),
+    /// Benchmark helpers: write a synthetic safetensors model; read a process's memory
+    /// with plain process_vm_readv (the bandwidth baseline for `dupes`).
+    #[command(name = "__bench", hide = true)]
+    Bench(BenchArgs),
 }
 
 /// Output format shared by the commands.
@@ -167,9 +171,32 @@ pub struct ChildArgs {
     /// after another at 16-byte-aligned positions from --offset.
     #[arg(long = "range", value_name = "START:LEN")]
     pub ranges: Vec<String>,
+    /// Fill --bytes of extra anonymous memory with pseudo-random data instead of touching
+    /// one byte per page (copy and anon modes).
+    #[arg(long)]
+    pub random: bool,
     /// Source element type for widen mode: f16 or bf16.
     #[arg(long, default_value = "f16")]
     pub dtype: String,
+}
+
+#[derive(Debug, Args)]
+pub struct BenchArgs {
+    #[command(subcommand)]
+    pub what: BenchWhat,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum BenchWhat {
+    /// Writes a synthetic safetensors model of about SIZE bytes.
+    WriteModel {
+        file: PathBuf,
+        #[arg(value_parser = parse_size)]
+        size: u64,
+    },
+    /// Reads every present page `dupes` would search in PID, 1 MiB per call, and prints
+    /// bytes, seconds and GB/s as JSON.
+    Readmem { pid: i32 },
 }
 
 fn parse_size(s: &str) -> Result<u64, String> {

@@ -44,6 +44,25 @@ fn touch_read(bytes: &[u8]) -> u64 {
     std::hint::black_box(sum)
 }
 
+/// `bytes` of anonymous memory: pseudo-random, or one byte touched per page.
+fn extra_anon(bytes: u64, random: bool) -> Vec<u8> {
+    let mut v = vec![0u8; bytes as usize];
+    if random {
+        let mut s = 0x2545_f491_4f6c_dd1du64;
+        for w in v.chunks_exact_mut(8) {
+            s ^= s << 13;
+            s ^= s >> 7;
+            s ^= s << 17;
+            w.copy_from_slice(&s.to_le_bytes());
+        }
+    } else {
+        for i in (0..v.len()).step_by(4096) {
+            v[i] = 1;
+        }
+    }
+    std::hint::black_box(v)
+}
+
 pub fn run(args: &ChildArgs) -> anyhow::Result<()> {
     die_with_parent();
     let file_arg = || {
@@ -54,6 +73,7 @@ pub fn run(args: &ChildArgs) -> anyhow::Result<()> {
     // Kept alive until the end of the function.
     let mut _keep_file: Option<File> = None;
     let mut _keep_heap: Option<Vec<u8>> = None;
+    let mut _keep_extra: Option<Vec<u8>> = None;
     let mut _keep_map: Option<memmap2::MmapMut> = None;
     let mut _keep_ro: Option<memmap2::Mmap> = None;
     match args.mode {
@@ -87,6 +107,7 @@ pub fn run(args: &ChildArgs) -> anyhow::Result<()> {
             }
             _keep_heap = Some(buf);
             _keep_file = Some(f);
+            _keep_extra = Some(extra_anon(args.bytes, args.random));
         }
         ChildMode::Map => {
             let path = file_arg()?;
@@ -122,11 +143,7 @@ pub fn run(args: &ChildArgs) -> anyhow::Result<()> {
                         .with_context(|| format!("cannot open '{}'", path.display()))?,
                 );
             }
-            let mut v = vec![0u8; args.bytes as usize];
-            for i in (0..v.len()).step_by(4096) {
-                v[i] = 1;
-            }
-            _keep_heap = Some(std::hint::black_box(v));
+            _keep_heap = Some(extra_anon(args.bytes, args.random));
         }
     }
     // Raw fds from here on: nothing may allocate or touch new memory after `ready`, so

@@ -1,5 +1,6 @@
 //! Command glue: each command wires collect → model → render and writes the result.
 
+pub mod bench;
 pub mod child;
 pub mod demo;
 pub mod dupes;
