@@ -63,8 +63,13 @@ pub struct Tensor {
 #[serde(rename_all = "snake_case")]
 pub enum Format {
     Safetensors,
-    Gguf { version: u32 },
-    Npy { major: u8, minor: u8 },
+    Gguf {
+        version: u32,
+    },
+    Npy {
+        major: u8,
+        minor: u8,
+    },
     Npz,
     Torch,
     /// Unknown format: the whole file is one region.
