@@ -10,6 +10,7 @@ fn run(cli: Cli, out: &mut dyn Write) -> anyhow::Result<()> {
         Command::Scan(a) => cmd::scan::run(&a, out),
         Command::Residency(a) => cmd::residency::run(&a, out),
         Command::Demo(a) => cmd::demo::run(&a, out),
+        Command::Inspect(a) => cmd::inspect::run(&a, out),
         Command::Child(a) => cmd::child::run(&a),
         Command::Completions { shell } => {
             clap_complete::generate(shell, &mut Cli::command(), "twofold", out);

@@ -2,6 +2,7 @@
 
 pub mod child;
 pub mod demo;
+pub mod inspect;
 pub mod residency;
 pub mod scan;
 

@@ -11,6 +11,7 @@
 
 pub mod cgroup;
 pub mod findings;
+pub mod inspect;
 pub mod residency;
 
 use std::collections::BTreeMap;

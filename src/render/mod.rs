@@ -1,6 +1,7 @@
 //! Rendering: turns models into text for people and JSON for programs. No I/O besides
 //! the `Write` it is given.
 
+pub mod inspect;
 pub mod residency;
 pub mod scan;
 pub mod table;
