@@ -28,6 +28,8 @@ pub enum Command {
     /// Writes a small safetensors model, starts a copying and a mapping reader, and
     /// diagnoses them with the scan code; removes everything afterwards.
     Demo(DemoArgs),
+    /// Tensors, dtypes and alignment of model containers (safetensors, GGUF, NumPy, PyTorch).
+    Inspect(InspectArgs),
     /// Prints shell completions to stdout.
     Completions {
         #[arg(value_enum)]
@@ -138,6 +140,15 @@ pub struct DemoArgs {
     /// Directory for the temporary model (default: the system temp dir).
     #[arg(long, value_name = "DIR")]
     pub dir: Option<PathBuf>,
+    #[command(flatten)]
+    pub output: OutputArgs,
+}
+
+#[derive(Debug, Args)]
+pub struct InspectArgs {
+    /// Model files; the format is sniffed from their first bytes, not their names.
+    #[arg(required = true)]
+    pub files: Vec<PathBuf>,
     #[command(flatten)]
     pub output: OutputArgs,
 }

@@ -11,6 +11,7 @@ fn run(cli: Cli, out: &mut dyn Write) -> anyhow::Result<()> {
         Command::Residency(a) => cmd::residency::run(&a, out),
         Command::Dupes(a) => cmd::dupes::run(&a, out),
         Command::Demo(a) => cmd::demo::run(&a, out),
+        Command::Inspect(a) => cmd::inspect::run(&a, out),
         Command::Child(a) => cmd::child::run(&a),
         Command::Bench(a) => cmd::bench::run(&a, out),
         Command::Completions { shell } => {

@@ -4,6 +4,7 @@ pub mod bench;
 pub mod child;
 pub mod demo;
 pub mod dupes;
+pub mod inspect;
 pub mod residency;
 pub mod scan;
 

@@ -1,26 +1,145 @@
-//! Model containers: safetensors, GGUF, NumPy, PyTorch zip; anything else is opaque.
+//! Model containers: safetensors, GGUF, NumPy (`.npy`, `.npz`), PyTorch zip; anything else
+//! is opaque (one region covering the file).
 //!
-//! Parsers are pure functions over bytes or a reader, never panic on any input, and bound
-//! their allocations by the file size whatever a header claims.
+//! Parsers are pure functions over a [`Source`] of bytes (memory or a file read with
+//! `pread`), never panic on any input, and bound their allocations by the file size
+//! whatever a header claims. The format is sniffed from the first bytes, never from the
+//! file name. Only headers are read (and, for torch, `data.pkl`), never tensor data.
+//!
+//! ```no_run
+//! let c = twofold::container::open(std::path::Path::new("model.gguf"))?;
+//! for t in &c.tensors {
+//!     println!("{} {} bytes at {}", t.name, t.len, t.offset);
+//! }
+//! # Ok::<(), twofold::container::ContainerError>(())
+//! ```
+//!
+//! See `docs/containers.md` for what each parser reads and its limits.
 
+mod error;
+pub mod gguf;
+pub mod npy;
+pub mod npz;
+pub mod pickle;
+mod pyliteral;
+pub mod safetensors;
+pub mod source;
+pub mod torch;
 mod types;
+pub mod zip;
 
+use std::fs::File;
+use std::path::Path;
+
+pub use error::ContainerError;
+pub use source::{FileSource, Source};
 pub use types::{Container, Dtype, Format, Tensor};
 
-/// Placeholder until the format parsers land: every file is opaque.
-pub fn open(path: &std::path::Path) -> std::io::Result<Container> {
-    let size = std::fs::metadata(path)?.len();
-    Ok(Container {
+/// Elements of a shape (1 for a scalar), `None` on overflow.
+pub fn numel(shape: &[u64]) -> Option<u64> {
+    shape.iter().try_fold(1u64, |acc, &d| acc.checked_mul(d))
+}
+
+/// Sorts tensors by offset, then by name (the order [`Container::tensors`] promises).
+pub(crate) fn sort_tensors(tensors: &mut [Tensor]) {
+    tensors.sort_by(|a, b| a.offset.cmp(&b.offset).then_with(|| a.name.cmp(&b.name)));
+}
+
+/// An unknown format: the whole file as one region.
+fn opaque(size: u64) -> Container {
+    Container {
         format: Format::Opaque,
         file_size: size,
         data_offset: None,
         alignment: None,
         tensors: vec![Tensor {
             name: "file".into(),
-            dtype: Dtype::U8,
+            dtype: Dtype::Other("opaque".into()),
             shape: vec![size],
             offset: 0,
             len: size,
         }],
-    })
+    }
+}
+
+/// A zip: a torch archive, an `.npz`, or opaque.
+fn parse_zip(src: &dyn Source) -> Result<Container, ContainerError> {
+    let archive = zip::read(src)?;
+    if torch::detect(&archive) {
+        torch::parse(src, &archive)
+    } else if npz::detect(&archive) {
+        npz::parse(src, &archive)
+    } else {
+        Ok(opaque(src.size()))
+    }
+}
+
+/// Sniffs the format from the first bytes and parses the container.
+pub fn parse(src: &dyn Source) -> Result<Container, ContainerError> {
+    let head = src.read_at(0, src.size().min(16), "magic")?;
+    if gguf::sniff(&head) {
+        gguf::parse(src)
+    } else if npy::sniff(&head) {
+        npy::parse(src)
+    } else if zip::sniff(&head) {
+        parse_zip(src)
+    } else if safetensors::sniff(&head) {
+        safetensors::parse(src)
+    } else {
+        Ok(opaque(src.size()))
+    }
+}
+
+/// Parses a container held in memory (tests, fuzzing).
+pub fn parse_bytes(bytes: &[u8]) -> Result<Container, ContainerError> {
+    parse(&bytes)
+}
+
+/// Opens `path` read-only and parses its headers (never its tensor data).
+pub fn open(path: &Path) -> Result<Container, ContainerError> {
+    let open_err = |source| ContainerError::Open {
+        path: path.to_path_buf(),
+        source,
+    };
+    // Checked before opening: opening a FIFO for reading would block.
+    let meta = std::fs::metadata(path).map_err(open_err)?;
+    if !meta.is_file() {
+        let kind = if meta.is_dir() {
+            "a directory"
+        } else {
+            "a device, socket or pipe"
+        };
+        return Err(ContainerError::NotAFile {
+            path: path.to_path_buf(),
+            kind,
+        });
+    }
+    let file = File::open(path).map_err(open_err)?;
+    let meta = file.metadata().map_err(open_err)?;
+    parse(&FileSource::new(file, meta.len()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn unknown_bytes_are_one_opaque_region() {
+        let c = parse_bytes(b"hello world").unwrap();
+        assert_eq!(c.format, Format::Opaque);
+        assert_eq!(c.tensors.len(), 1);
+        assert_eq!((c.tensors[0].offset, c.tensors[0].len), (0, 11));
+        assert_eq!(parse_bytes(b"").unwrap().tensors[0].len, 0);
+    }
+
+    #[test]
+    fn open_rejects_what_is_not_a_file() {
+        let err = open(Path::new("/")).unwrap_err();
+        assert_eq!(err.to_string(), "'/' is not a regular file (a directory)");
+        let err = open(Path::new("/dev/null")).unwrap_err();
+        assert!(err.to_string().contains("device"));
+        let err = open(Path::new("/no/such/file")).unwrap_err();
+        assert_eq!(err.to_string(), "cannot open '/no/such/file'");
+        assert!(err.names_path());
+    }
 }

@@ -12,6 +12,7 @@
 pub mod cgroup;
 pub mod dupes;
 pub mod findings;
+pub mod inspect;
 pub mod residency;
 
 use std::collections::BTreeMap;

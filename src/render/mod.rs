@@ -2,6 +2,7 @@
 //! the `Write` it is given.
 
 pub mod dupes;
+pub mod inspect;
 pub mod residency;
 pub mod scan;
 pub mod table;
