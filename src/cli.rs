@@ -121,8 +121,9 @@ pub struct DupesArgs {
     /// Model files to look for (default: every model file each process maps or holds
     /// open).
     pub files: Vec<PathBuf>,
-    /// Alignment copies may start at: 16 covers heap allocators; smaller values find
-    /// copies at any offset at proportionally more work.
+    /// Alignment copies may start at: 16 covers heap allocators (and whole-file copies
+    /// into an aligned buffer are always covered); smaller values find copies at any
+    /// offset at proportionally more work.
     #[arg(long, default_value_t = 16, value_parser = clap::value_parser!(u64).range(1..=16))]
     pub align: u64,
     /// Do not look for F16/BF16 tensors widened to F32.

@@ -54,7 +54,7 @@ fn safetensors(dir: &Path, specs: &[(&str, u64, Fill)]) -> (PathBuf, Vec<Written
         let offset = bytes.len() as u64;
         match fill {
             Fill::Random(seed) => {
-                let mut s = *seed | 1;
+                let mut s = seed * 2 + 1;
                 for _ in 0..len / 8 {
                     s ^= s << 13;
                     s ^= s >> 7;

@@ -77,9 +77,25 @@ impl Searcher<'_> {
     }
 }
 
-/// Searches `regions` of `target` for copies of the indexed tensors. `align` is the
-/// alignment copies may start at (16 covers heap allocators; 1 finds any byte offset at
-/// 16 times the lookups).
+/// Byte shifts to try at each sampled page: every multiple of `align` below 16 (copies
+/// allocated on their own start at such addresses), plus each tensor's file offset modulo
+/// 16 (a copy of the whole file into a 16-byte-aligned buffer puts every tensor at its
+/// file offset's residue: safetensors data, for one, is only 8-byte aligned).
+pub fn probes(index: &Index, align: u64) -> Vec<usize> {
+    let align = align.clamp(1, WIN as u64) as usize;
+    let mut p: Vec<usize> = (0..WIN).step_by(align).collect();
+    for t in &index.targets {
+        if t.kind == super::index::CopyKind::Identical {
+            p.push((t.file_offset % WIN as u64) as usize);
+        }
+    }
+    p.sort_unstable();
+    p.dedup();
+    p
+}
+
+/// Searches `regions` of `target` for copies of the indexed tensors, trying the byte
+/// shifts of [`probes`] at each sampled page.
 pub fn search(
     index: &Index,
     file: &File,
@@ -87,8 +103,7 @@ pub fn search(
     regions: &[Region],
     align: u64,
 ) -> crate::collect::error::Result<(Vec<Found>, Stats)> {
-    let align = align.clamp(1, WIN as u64);
-    let probes: Vec<usize> = (0..WIN).step_by(align as usize).collect();
+    let probes = probes(index, align);
     let sample_len = WIN + probes.last().copied().unwrap_or(0);
     let mut s = Searcher {
         index,

@@ -186,7 +186,7 @@ pub fn summarize(
                     size = f.size_bytes;
                     f.private_copies
                 })
-                .sum();
+                .fold(0.0, |a, b| a + b);
             FileSummary {
                 path: path.clone(),
                 size_bytes: size,

@@ -410,7 +410,7 @@ fn representations(f: &FileModel) -> Representations {
         .suspected_copies
         .iter()
         .filter_map(|s| s.proven_fraction)
-        .sum();
+        .fold(0.0, |a, b| a + b);
     let n_proven = f
         .suspected_copies
         .iter()
