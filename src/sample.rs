@@ -95,6 +95,7 @@ pub struct MappingSample {
     /// `FilePmdMapped:`: file pages mapped with PMD (2 MiB) entries.
     pub file_pmd_mapped_bytes: Option<u64>,
     pub swap_bytes: Option<u64>,
+    pub swap_pss_bytes: Option<u64>,
 }
 
 impl MappingSample {

@@ -343,3 +343,38 @@ fn scan_prove_confirms_and_disproves() {
     assert!(codes.contains(&"proven-private-copy"), "{codes:?}");
     assert!(codes.contains(&"suspected-copy-disproven"), "{codes:?}");
 }
+
+#[test]
+fn totals_from_smaps_match_smaps_rollup() {
+    use twofold::collect::process::ProcReader;
+    let dir = tempfile::tempdir().unwrap();
+    let file = model_file(dir.path(), "m.safetensors", 16 * MIB);
+    let readers = [
+        reader("copy", Some(&file), &[]),
+        reader("map", Some(&file), &[]),
+        reader("private-write", Some(&file), &["--bytes", "4M"]),
+    ];
+    let procs = ProcReader::new("/proc");
+    for r in &readers {
+        let text = std::fs::read_to_string(format!("/proc/{}/smaps", r.pid())).unwrap();
+        let vmas = text.lines().filter(|l| l.starts_with("Rss:")).count() as u64;
+        let (_, sum) = procs.smaps(r.pid(), &Default::default()).unwrap();
+        let roll = procs.rollup(r.pid()).unwrap().unwrap();
+        assert_eq!(sum.rss_bytes, roll.rss_bytes);
+        assert_eq!(sum.shared_clean_bytes, roll.shared_clean_bytes);
+        assert_eq!(sum.private_dirty_bytes, roll.private_dirty_bytes);
+        assert_eq!(sum.private_clean_bytes, roll.private_clean_bytes);
+        assert_eq!(sum.anonymous_bytes, roll.anonymous_bytes);
+        // Per-VMA kB rounding: under 1 KiB per VMA.
+        let tol = vmas * 1024;
+        assert!(sum.pss_bytes <= roll.pss_bytes && roll.pss_bytes - sum.pss_bytes < tol);
+        for (a, b) in [
+            (sum.pss_anon_bytes, roll.pss_anon_bytes),
+            (sum.pss_file_bytes, roll.pss_file_bytes),
+            (sum.pss_shmem_bytes, roll.pss_shmem_bytes),
+        ] {
+            let (a, b) = (a.unwrap(), b.unwrap());
+            assert!(a.abs_diff(b) < tol, "{a} vs {b} (pid {})", r.pid());
+        }
+    }
+}

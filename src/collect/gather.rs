@@ -14,11 +14,12 @@ use anyhow::{bail, Context};
 
 use super::cgroup::CgroupReader;
 use super::error::Result as CResult;
-use super::process::ProcReader;
+use super::process::{FdTarget, ProcReader, StatusRead};
 use super::residency::{self, Method};
 use super::{has_model_extension, system, Roots};
 use crate::sample::{
-    CgroupRef, FileKey, FileSample, OpenFileSample, ProcessSample, Sample, Unreadable,
+    CgroupRef, FileKey, FileSample, MappingSample, OpenFileSample, ProcessSample, Sample,
+    Unreadable,
 };
 
 /// What to scan.
@@ -104,15 +105,35 @@ pub fn gather(roots: &Roots, req: &Request, warnings: &mut Vec<String>) -> anyho
         req.pids.clone()
     };
 
-    for pid in pids {
-        match g.process(pid, only_cgroup.as_ref()) {
-            Ok(Some(p)) => {
+    // Phase 1, in parallel: status, maps and fds of every process (cheap).
+    let procs = g.procs.clone();
+    let basics = super::par_map(&pids, |pid| read_basic(&procs, *pid, only_cgroup.as_ref()));
+    // Phase 2: which files are of interest (a stat per new file, cached), which
+    // processes to keep.
+    let mut kept = Vec::new();
+    for (pid, basic) in pids.iter().zip(basics) {
+        match basic {
+            Ok(Some(b)) => {
+                if let Some(k) = g.keep(*pid, b) {
+                    kept.push(k);
+                }
+            }
+            Ok(None) => {}
+            Err(e) if e.is_gone() => sample.skipped.gone += 1,
+            Err(e) if e.is_denied() => sample.skipped.denied += 1,
+            Err(e) => g.warnings.push(format!("{:#}", anyhow::Error::from(e))),
+        }
+    }
+    // Phase 3, in parallel: smaps (or smaps_rollup), cmdline and cgroup of the kept ones.
+    let details = super::par_map(&kept, |k| read_detail(&procs, k));
+    for detail in details {
+        match detail {
+            Ok(p) => {
                 if p.unreadable == Some(Unreadable::Denied) {
                     sample.skipped.denied += 1;
                 }
                 sample.processes.push(p)
             }
-            Ok(None) => {}
             Err(e) if e.is_gone() => sample.skipped.gone += 1,
             Err(e) if e.is_denied() => sample.skipped.denied += 1,
             Err(e) => g.warnings.push(format!("{:#}", anyhow::Error::from(e))),
@@ -128,6 +149,85 @@ pub fn gather(roots: &Roots, req: &Request, warnings: &mut Vec<String>) -> anyho
     sample.files = g.files();
     sample.cgroups = read_cgroups(&cgroups, &sample.processes, only_cgroup, g.warnings);
     Ok(sample)
+}
+
+/// What phase 1 reads of every process.
+struct Basic {
+    status: StatusRead,
+    maps: Vec<MappingSample>,
+    fds: Vec<FdTarget>,
+    denied: bool,
+}
+
+fn in_cgroup(procs: &ProcReader, pid: i32, only: Option<&CgroupRef>) -> CResult<bool> {
+    let Some(only) = only else { return Ok(true) };
+    let Some(cg) = procs.cgroup(pid)? else {
+        return Ok(false);
+    };
+    let base = only.path.trim_end_matches('/');
+    Ok(cg.version == only.version
+        && (cg.path == only.path || base.is_empty() || cg.path.starts_with(&format!("{base}/"))))
+}
+
+/// Phase 1: `status`, `maps` and `fd` (the last two need ptrace read access).
+fn read_basic(procs: &ProcReader, pid: i32, only: Option<&CgroupRef>) -> CResult<Option<Basic>> {
+    if !in_cgroup(procs, pid, only)? {
+        return Ok(None);
+    }
+    let status = procs.status(pid)?;
+    let mut b = Basic {
+        status,
+        maps: Vec::new(),
+        fds: Vec::new(),
+        denied: false,
+    };
+    if b.status.kernel_thread {
+        return Ok(Some(b));
+    }
+    match procs.maps(pid) {
+        Ok(m) => b.maps = m,
+        Err(e) if e.is_denied() => b.denied = true,
+        Err(e) => return Err(e),
+    }
+    match procs.open_files(pid) {
+        Ok(f) => b.fds = f,
+        Err(e) if e.is_denied() => b.denied = true,
+        Err(e) => return Err(e),
+    }
+    Ok(Some(b))
+}
+
+/// Phase 3: one page-table walk per process: `smaps` when it maps a file of interest
+/// (per-VMA values and the totals), else `smaps_rollup`.
+fn read_detail(
+    procs: &ProcReader,
+    (p, wanted): &(ProcessSample, HashSet<FileKey>),
+) -> CResult<ProcessSample> {
+    let mut p = p.clone();
+    if p.kernel_thread {
+        return Ok(p);
+    }
+    let pid = p.pid;
+    let mut denied = p.unreadable == Some(Unreadable::Denied);
+    let rollup = if wanted.is_empty() {
+        procs.rollup(pid)
+    } else {
+        procs.smaps(pid, wanted).map(|(m, totals)| {
+            p.mappings = m;
+            Some(totals)
+        })
+    };
+    match rollup {
+        Ok(r) => p.rollup = r,
+        Err(e) if e.is_denied() => denied = true,
+        Err(e) => return Err(e),
+    }
+    p.cmdline = procs.cmdline(pid).unwrap_or_default();
+    p.cgroup = procs.cgroup(pid).ok().flatten();
+    if denied {
+        p.unreadable = Some(Unreadable::Denied);
+    }
+    Ok(p)
 }
 
 fn read_cgroups(
@@ -224,18 +324,6 @@ impl Gatherer<'_> {
         );
     }
 
-    fn in_cgroup(&self, pid: i32, only: Option<&CgroupRef>) -> CResult<bool> {
-        let Some(only) = only else { return Ok(true) };
-        let Some(cg) = self.procs.cgroup(pid)? else {
-            return Ok(false);
-        };
-        let base = only.path.trim_end_matches('/');
-        Ok(cg.version == only.version
-            && (cg.path == only.path
-                || base.is_empty()
-                || cg.path.starts_with(&format!("{base}/"))))
-    }
-
     /// Decides whether a file a process maps or holds is of interest.
     fn decide(&mut self, pid: i32, key: FileKey, path: &str, size: Option<u64>) -> bool {
         if let Some(d) = self.decided.get(&key) {
@@ -255,74 +343,37 @@ impl Gatherer<'_> {
         interesting
     }
 
-    fn process(&mut self, pid: i32, only: Option<&CgroupRef>) -> CResult<Option<ProcessSample>> {
-        if !self.in_cgroup(pid, only)? {
-            return Ok(None);
-        }
-        let st = self.procs.status(pid)?;
+    /// Decides the files of interest of one process; `None` if it is not to be reported.
+    fn keep(&mut self, pid: i32, b: Basic) -> Option<(ProcessSample, HashSet<FileKey>)> {
         let asked = self.req.pids.contains(&pid);
         let mut p = ProcessSample {
             pid,
-            comm: st.comm,
-            kernel_thread: st.kernel_thread,
-            status: st.status,
+            comm: b.status.comm,
+            kernel_thread: b.status.kernel_thread,
+            status: b.status.status,
+            unreadable: b.denied.then_some(Unreadable::Denied),
             ..ProcessSample::default()
         };
         if p.kernel_thread {
-            return Ok((asked || self.req.all_processes).then_some(p));
+            return (asked || self.req.all_processes).then_some((p, HashSet::new()));
         }
-        let mut denied = false;
-        let maps = match self.procs.maps(pid) {
-            Ok(m) => m,
-            Err(e) if e.is_denied() => {
-                denied = true;
-                Vec::new()
-            }
-            Err(e) => return Err(e),
-        };
         let mut wanted = HashSet::new();
-        for m in &maps {
+        for m in &b.maps {
             if self.decide(pid, m.key(), &m.path, None) {
                 wanted.insert(m.key());
             }
         }
-        match self.procs.open_files(pid) {
-            Ok(fds) => {
-                for fd in fds {
-                    if self.decide(pid, fd.key, &fd.path, Some(fd.size_bytes)) {
-                        p.open_files.push(OpenFileSample {
-                            fd: fd.fd,
-                            key: fd.key,
-                            path: fd.path,
-                        });
-                    }
-                }
+        for fd in b.fds {
+            if self.decide(pid, fd.key, &fd.path, Some(fd.size_bytes)) {
+                p.open_files.push(OpenFileSample {
+                    fd: fd.fd,
+                    key: fd.key,
+                    path: fd.path,
+                });
             }
-            Err(e) if e.is_denied() => denied = true,
-            Err(e) => return Err(e),
         }
         let holds = !wanted.is_empty() || !p.open_files.is_empty();
-        if !(holds || asked || self.req.all_processes) {
-            return Ok(None);
-        }
-        if !wanted.is_empty() {
-            match self.procs.smaps(pid, &wanted) {
-                Ok(m) => p.mappings = m,
-                Err(e) if e.is_denied() => denied = true,
-                Err(e) => return Err(e),
-            }
-        }
-        match self.procs.rollup(pid) {
-            Ok(r) => p.rollup = r,
-            Err(e) if e.is_denied() => denied = true,
-            Err(e) => return Err(e),
-        }
-        p.cmdline = self.procs.cmdline(pid).unwrap_or_default();
-        p.cgroup = self.procs.cgroup(pid).ok().flatten();
-        if denied {
-            p.unreadable = Some(Unreadable::Denied);
-        }
-        Ok(Some(p))
+        (holds || asked || self.req.all_processes).then_some((p, wanted))
     }
 
     /// Files of interest with their residency, largest first.

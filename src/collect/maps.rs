@@ -8,7 +8,7 @@ use std::collections::HashSet;
 use std::path::Path;
 
 use super::error::{CollectError, Result};
-use crate::sample::{FileKey, MappingSample, Perms};
+use crate::sample::{FileKey, MappingSample, Perms, RollupSample};
 
 /// Parses one header line; `None` if it is not a header.
 pub fn parse_header(line: &str) -> Option<MappingSample> {
@@ -63,14 +63,76 @@ fn is_header(line: &str) -> bool {
         .is_some_and(|(a, _)| !a.is_empty() && a.bytes().all(|b| b.is_ascii_hexdigit()))
 }
 
-/// Parses `smaps` text, keeping only the VMAs whose file is in `wanted`.
+/// Adds one VMA to process totals. Returns `false` if its PSS cannot be split exactly into
+/// anon / file / shmem (a file mapping holding both file pages and CoW anonymous pages,
+/// some of them shared).
+fn accumulate(t: &mut RollupSample, m: &MappingSample) -> bool {
+    let v = |x: Option<u64>| x.unwrap_or(0);
+    let pss = v(m.pss_bytes);
+    t.rss_bytes += v(m.rss_bytes);
+    t.pss_bytes += pss;
+    t.shared_clean_bytes += v(m.shared_clean_bytes);
+    t.shared_dirty_bytes += v(m.shared_dirty_bytes);
+    t.private_clean_bytes += v(m.private_clean_bytes);
+    t.private_dirty_bytes += v(m.private_dirty_bytes);
+    let anon = v(m.anonymous_bytes);
+    let add = |slot: &mut Option<u64>, x: u64| *slot = Some(slot.unwrap_or(0) + x);
+    add(&mut t.anonymous_bytes, anon);
+    add(&mut t.swap_bytes, v(m.swap_bytes));
+    add(&mut t.swap_pss_bytes, v(m.swap_pss_bytes));
+    let special = matches!(m.path.as_str(), "[vdso]" | "[vvar]" | "[vsyscall]");
+    let shmem = !special && m.major == 0 && (m.inode != 0 || m.perms.shared);
+    let (pa, pf, ps) = if special {
+        (0, pss, 0)
+    } else if m.inode == 0 && !m.perms.shared {
+        (pss, 0, 0)
+    } else if anon == 0 {
+        if shmem {
+            (0, 0, pss)
+        } else {
+            (0, pss, 0)
+        }
+    } else if v(m.shared_clean_bytes) + v(m.shared_dirty_bytes) == 0
+        || anon == v(m.rss_bytes)
+        || (v(m.shared_dirty_bytes) == 0 && v(m.swap_bytes) == 0)
+    {
+        // Every page is mapped once (its PSS is its size); or every page is anonymous; or
+        // no dirty page is shared: anonymous pages are dirty (without swap), so each is
+        // mapped once and its PSS is its size.
+        let pa = anon.min(pss);
+        if shmem {
+            (pa, 0, pss - pa)
+        } else {
+            (pa, pss - pa, 0)
+        }
+    } else {
+        return false;
+    };
+    add(&mut t.pss_anon_bytes, pa);
+    add(&mut t.pss_file_bytes, pf);
+    add(&mut t.pss_shmem_bytes, ps);
+    true
+}
+
+/// Parses `smaps` text: the VMAs whose file is in `wanted`, and the process totals summed
+/// over every VMA (as `smem` sums them; per-VMA values are rounded down to kB, so `Pss`
+/// can be below `smaps_rollup`'s by under 1 KiB per VMA). The PSS split into anon / file /
+/// shmem is `None` when one VMA cannot be split exactly.
 pub fn parse_smaps(
     path: &Path,
     text: &str,
     wanted: &HashSet<FileKey>,
-) -> Result<Vec<MappingSample>> {
+) -> Result<(Vec<MappingSample>, RollupSample)> {
     let mut out = Vec::new();
+    let mut totals = RollupSample::default();
+    let mut exact_split = true;
     let mut current: Option<MappingSample> = None;
+    let mut finish = |done: MappingSample, out: &mut Vec<MappingSample>| {
+        exact_split &= accumulate(&mut totals, &done);
+        if wanted.contains(&done.key()) {
+            out.push(done);
+        }
+    };
     for (i, line) in text.lines().enumerate() {
         if line.is_empty() {
             continue;
@@ -85,16 +147,6 @@ pub fn parse_smaps(
             let (key, rest) = line
                 .split_once(':')
                 .ok_or_else(|| CollectError::parse(path, i + 1, line))?;
-            let mut parts = rest.split_whitespace();
-            let value: u64 = parts
-                .next()
-                .and_then(|v| v.parse().ok())
-                .ok_or_else(|| CollectError::parse(path, i + 1, line))?;
-            let bytes = match parts.next() {
-                Some("kB") => value.checked_mul(1024),
-                _ => Some(value),
-            }
-            .ok_or_else(|| CollectError::parse(path, i + 1, line))?;
             let slot = match key {
                 "Rss" => &mut m.rss_bytes,
                 "Pss" => &mut m.pss_bytes,
@@ -105,25 +157,37 @@ pub fn parse_smaps(
                 "Anonymous" => &mut m.anonymous_bytes,
                 "FilePmdMapped" => &mut m.file_pmd_mapped_bytes,
                 "Swap" => &mut m.swap_bytes,
+                "SwapPss" => &mut m.swap_pss_bytes,
                 _ => continue,
             };
+            let mut parts = rest.split_whitespace();
+            let value: u64 = parts
+                .next()
+                .and_then(|v| v.parse().ok())
+                .ok_or_else(|| CollectError::parse(path, i + 1, line))?;
+            let bytes = match parts.next() {
+                Some("kB") => value.checked_mul(1024),
+                _ => Some(value),
+            }
+            .ok_or_else(|| CollectError::parse(path, i + 1, line))?;
             *slot = Some(bytes);
         } else {
             let m = parse_header(line).ok_or_else(|| CollectError::parse(path, i + 1, line))?;
             if let Some(done) = current.take() {
-                if wanted.contains(&done.key()) {
-                    out.push(done);
-                }
+                finish(done, &mut out);
             }
             current = Some(m);
         }
     }
     if let Some(done) = current.take() {
-        if wanted.contains(&done.key()) {
-            out.push(done);
-        }
+        finish(done, &mut out);
     }
-    Ok(out)
+    if !exact_split {
+        totals.pss_anon_bytes = None;
+        totals.pss_file_bytes = None;
+        totals.pss_shmem_bytes = None;
+    }
+    Ok((out, totals))
 }
 
 #[cfg(test)]
@@ -148,10 +212,12 @@ VmFlags: rd sh mr mw me ms sd
 7f0010000000-7f0010001000 rw-p 00000000 00:00 0 
 Size:                  4 kB
 Rss:                   4 kB
+Pss:                   4 kB
 Anonymous:             4 kB
 VmFlags: rd wr mr mw me ac sd
 7f0020000000-7f0020400000 rw-p 00100000 fd:01 1234                       /models/m (deleted)
 Rss:                4096 kB
+Pss:                4096 kB
 Private_Dirty:      1024 kB
 Anonymous:          1024 kB
 ";
@@ -164,7 +230,12 @@ Anonymous:          1024 kB
             inode: 1234,
         }]
         .into();
-        let maps = parse_smaps(Path::new("/proc/1/smaps"), SMAPS, &wanted).unwrap();
+        let (maps, totals) = parse_smaps(Path::new("/proc/1/smaps"), SMAPS, &wanted).unwrap();
+        assert_eq!(totals.rss_bytes, (256 << 20) + 4096 + (4 << 20));
+        assert_eq!(totals.anonymous_bytes, Some(4096 + (1 << 20)));
+        // The CoW VMA has no shared pages: its split is exact.
+        assert_eq!(totals.pss_anon_bytes, Some(4096 + (1 << 20)));
+        assert_eq!(totals.pss_file_bytes, Some((128 << 20) + (3 << 20)));
         assert_eq!(maps.len(), 2);
         assert_eq!(maps[0].rss_bytes, Some(256 << 20));
         assert_eq!(maps[0].pss_bytes, Some(128 << 20));

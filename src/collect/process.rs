@@ -90,7 +90,12 @@ impl ProcReader {
         maps::parse_maps(&path, &text)
     }
 
-    pub fn smaps(&self, pid: i32, wanted: &HashSet<FileKey>) -> Result<Vec<MappingSample>> {
+    /// The VMAs of `wanted` files, and process totals summed over all VMAs.
+    pub fn smaps(
+        &self,
+        pid: i32,
+        wanted: &HashSet<FileKey>,
+    ) -> Result<(Vec<MappingSample>, RollupSample)> {
         let path = self.file(pid, "smaps");
         let text = kv::read_to_string(&path)?;
         maps::parse_smaps(&path, &text, wanted)
