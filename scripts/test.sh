@@ -17,6 +17,12 @@ if [ ${#need[@]} -gt 0 ]; then
   fi
 fi
 
+# Real runtimes for tests/runtimes.rs: NumPy and safetensors from PyPI.
+if ! python3 -c "import numpy, safetensors" >/dev/null 2>&1; then
+  echo "test.sh: installing numpy and safetensors (pip)"
+  python3 -m pip install -q numpy safetensors
+fi
+
 cargo fmt --all -- --check
 cargo clippy --all-targets -- -D warnings
 cargo test --all-targets

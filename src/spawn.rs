@@ -65,30 +65,44 @@ impl Reader {
         if let Some(f) = file {
             cmd.arg(f);
         }
-        cmd.args(extra)
-            .stdin(Stdio::piped())
+        cmd.args(extra);
+        let (reader, line) = Self::spawn(cmd, timeout)?;
+        if line.trim() != "ready" {
+            bail!(
+                "reader pid {} said '{}' instead of 'ready'",
+                reader.pid(),
+                line.trim()
+            );
+        }
+        Ok(reader)
+    }
+
+    /// Starts any command that prints one line once it is set up and then waits for its
+    /// stdin to close; returns the reader and that line.
+    pub fn spawn(mut cmd: Command, timeout: Duration) -> anyhow::Result<(Reader, String)> {
+        cmd.stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .stderr(Stdio::inherit());
         let child = cmd
             .spawn()
-            .with_context(|| format!("cannot start '{}'", exe.display()))?;
+            .with_context(|| format!("cannot start '{:?}'", cmd.get_program()))?;
         let mut reader = Reader { child };
-        reader.wait_ready(timeout)?;
-        Ok(reader)
+        let line = reader.first_line(timeout)?;
+        Ok((reader, line))
     }
 
-    fn wait_ready(&mut self, timeout: Duration) -> anyhow::Result<()> {
+    fn first_line(&mut self, timeout: Duration) -> anyhow::Result<String> {
         let stdout = self.child.stdout.take().context("child has no stdout")?;
         let (tx, rx) = std::sync::mpsc::channel();
         std::thread::spawn(move || {
             let mut line = String::new();
-            let ok = BufReader::new(stdout).read_line(&mut line).is_ok();
-            let _ = tx.send(ok && line.trim() == "ready");
+            let ok = BufReader::new(stdout).read_line(&mut line).is_ok() && !line.is_empty();
+            let _ = tx.send(ok.then_some(line));
         });
         let start = Instant::now();
         match rx.recv_timeout(timeout) {
-            Ok(true) => Ok(()),
-            Ok(false) => bail!("reader pid {} exited before it was ready", self.child.id()),
+            Ok(Some(line)) => Ok(line),
+            Ok(None) => bail!("reader pid {} exited before it was ready", self.child.id()),
             Err(_) => bail!(
                 "reader pid {} not ready after {:?}",
                 self.child.id(),

@@ -88,7 +88,7 @@ impl Target {
 
     /// Ranges worth searching, from `maps` text.
     pub fn regions(maps_path: &Path, maps_text: &str) -> Result<Vec<Region>> {
-        let mut out = Vec::new();
+        let mut out: Vec<Region> = Vec::new();
         for (i, line) in maps_text.lines().enumerate() {
             if line.is_empty() {
                 continue;
@@ -112,6 +112,14 @@ impl Target {
             } else {
                 continue;
             };
+            // Adjacent anonymous VMAs are one buffer split by flags (an allocator's
+            // madvise(MADV_HUGEPAGE) on its aligned part, say): search them as one.
+            if let Some(prev) = out.last_mut() {
+                if prev.end == m.start && prev.kind == kind && kind == RegionKind::Anon {
+                    prev.end = m.end;
+                    continue;
+                }
+            }
             out.push(Region {
                 start: m.start,
                 end: m.end,

@@ -99,3 +99,76 @@ pub fn assert_near(got: u64, want: u64, tol: u64, what: &str) {
         "{what}: got {got}, want {want} ± {tol} (off by {diff})"
     );
 }
+
+/// A tensor the test wrote: name, dtype, byte offset in the file, length.
+#[derive(Clone, Debug)]
+pub struct Written {
+    pub name: String,
+    pub offset: u64,
+    pub len: u64,
+    pub searchable: bool,
+}
+
+pub enum Fill {
+    Random(u64),
+    Zero,
+    /// F16 1.0 everywhere.
+    Ones,
+}
+
+/// Writes a safetensors file of F16 tensors; returns the tensors with absolute offsets.
+pub fn safetensors(dir: &Path, specs: &[(&str, u64, Fill)]) -> (PathBuf, Vec<Written>) {
+    let mut header = String::from("{");
+    let mut rel = 0u64;
+    for (i, (name, len, _)) in specs.iter().enumerate() {
+        if i > 0 {
+            header.push(',');
+        }
+        header.push_str(&format!(
+            r#""{name}":{{"dtype":"F16","shape":[{}],"data_offsets":[{rel},{}]}}"#,
+            len / 2,
+            rel + len
+        ));
+        rel += len;
+    }
+    header.push('}');
+    while header.len() % 8 != 0 {
+        header.push(' ');
+    }
+    let base = 8 + header.len() as u64;
+    let mut bytes = (header.len() as u64).to_le_bytes().to_vec();
+    bytes.extend_from_slice(header.as_bytes());
+    let mut out = Vec::new();
+    for (name, len, fill) in specs {
+        let offset = bytes.len() as u64;
+        match fill {
+            Fill::Random(seed) => {
+                let mut s = seed * 2 + 1;
+                for _ in 0..len / 8 {
+                    s ^= s << 13;
+                    s ^= s >> 7;
+                    s ^= s << 17;
+                    // Finite F16 values only (clear exponent's top bit), as real weights.
+                    let v = s & 0x3fff_3fff_3fff_3fff;
+                    bytes.extend_from_slice(&v.to_le_bytes());
+                }
+            }
+            Fill::Zero => bytes.extend(std::iter::repeat_n(0u8, *len as usize)),
+            Fill::Ones => {
+                for _ in 0..len / 2 {
+                    bytes.extend_from_slice(&0x3c00u16.to_le_bytes());
+                }
+            }
+        }
+        out.push(Written {
+            name: name.to_string(),
+            offset,
+            len: *len,
+            searchable: matches!(fill, Fill::Random(_)) && *len >= 4096,
+        });
+    }
+    assert_eq!(bytes.len() as u64, base + rel);
+    let path = dir.join("model.safetensors");
+    std::fs::write(&path, bytes).unwrap();
+    (path, out)
+}
