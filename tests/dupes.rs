@@ -28,19 +28,7 @@ fn model(dir: &Path) -> (PathBuf, Vec<Written>) {
 }
 
 fn dupes(pid: i32, file: &Path, extra: &[&str]) -> FileDupes {
-    let out = Command::new(exe())
-        .args(["dupes", "--json", "--pid", &pid.to_string()])
-        .args(extra)
-        .arg(file)
-        .output()
-        .unwrap();
-    assert_eq!(
-        out.status.code(),
-        Some(0),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let r: DupesReport = serde_json::from_slice(&out.stdout).unwrap();
+    let r = dupes_report(pid, file, extra);
     assert_eq!(r.processes.len(), 1);
     assert_eq!(r.processes[0].error, None);
     r.processes[0].files[0].clone()

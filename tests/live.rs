@@ -144,31 +144,22 @@ fn cow_pages_inside_a_private_mapping_are_exact() {
 }
 
 fn fincore_bytes(path: &std::path::Path) -> u64 {
-    let out = Command::new("fincore")
-        .args(["--bytes", "--noheadings", "--output", "RES"])
-        .arg(path)
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
+    let out = run_ok(
+        Command::new("fincore")
+            .args(["--bytes", "--noheadings", "--output", "RES"])
+            .arg(path),
     );
-    String::from_utf8_lossy(&out.stdout).trim().parse().unwrap()
+    String::from_utf8_lossy(&out).trim().parse().unwrap()
 }
 
 fn twofold_residency(path: &std::path::Path, method: &str) -> u64 {
-    let out = Command::new(exe())
-        .args(["residency", "--json", "--method", method])
-        .arg(path)
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let v: serde_json::Value = twofold_json(&[
+        "residency".as_ref(),
+        "--json".as_ref(),
+        "--method".as_ref(),
+        method.as_ref(),
+        path.as_os_str(),
+    ]);
     v["files"][0]["resident_bytes"].as_u64().unwrap()
 }
 
@@ -315,21 +306,17 @@ fn scan_prove_confirms_and_disproves() {
     let copy = reader("copy", Some(&file), &[]);
     // Holds the file open and has as much anonymous memory, none of it the file.
     let decoy = reader("anon", Some(&file), &["--bytes", "20M"]);
-    let out = Command::new(exe())
-        .args(["scan", "--prove", "--json", "--pid"])
-        .arg(copy.pid().to_string())
-        .arg("--pid")
-        .arg(decoy.pid().to_string())
-        .arg(&file)
-        .output()
-        .unwrap();
-    assert_eq!(
-        out.status.code(),
-        Some(0),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let r: Report = serde_json::from_slice(&out.stdout).unwrap();
+    let (c, d) = (copy.pid().to_string(), decoy.pid().to_string());
+    let r: Report = twofold_json(&[
+        "scan".as_ref(),
+        "--prove".as_ref(),
+        "--json".as_ref(),
+        "--pid".as_ref(),
+        c.as_ref(),
+        "--pid".as_ref(),
+        d.as_ref(),
+        file.as_os_str(),
+    ]);
     let f = &r.files[0];
     let by_pid = |pid: i32| f.suspected_copies.iter().find(|s| s.pid == pid).unwrap();
     assert_eq!(by_pid(copy.pid()).proven, Some(true));

@@ -12,7 +12,6 @@ use std::process::Command;
 use std::time::Duration;
 
 use common::*;
-use twofold::model::dupes::DupesReport;
 
 fn python_ready() -> bool {
     Command::new("python3")
@@ -75,19 +74,7 @@ fn in_anon(pid: i32, addrs: &BTreeMap<String, u64>) -> BTreeMap<String, u64> {
 }
 
 fn found(pid: i32, file: &Path) -> BTreeMap<String, u64> {
-    let out = Command::new(exe())
-        .args(["dupes", "--json", "--pid", &pid.to_string()])
-        .arg(file)
-        .output()
-        .unwrap();
-    assert_eq!(
-        out.status.code(),
-        Some(0),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let r: DupesReport = serde_json::from_slice(&out.stdout).unwrap();
-    r.processes[0].files[0]
+    dupes_report(pid, file, &[]).processes[0].files[0]
         .copies
         .iter()
         .map(|c| (c.tensor.clone(), c.address))

@@ -15,8 +15,7 @@ use anyhow::Context;
 
 use crate::cleanup::Registry;
 use crate::cli::DemoArgs;
-use crate::collect::gather::{self, Request};
-use crate::collect::Roots;
+use crate::collect::gather::Request;
 use crate::spawn::Reader;
 use crate::units::iec;
 use crate::{model, render};
@@ -91,14 +90,9 @@ pub fn run(args: &DemoArgs, out: &mut dyn Write) -> anyhow::Result<()> {
         pids: vec![copy.pid(), map.pid()],
         ..Request::default()
     };
-    let mut warnings = Vec::new();
-    let sample = gather::gather(&Roots::live(), &req, &mut warnings)?;
-    let mut report = model::build(&sample);
-    // Prove the suspected copy byte by byte (the readers are our children: ptrace rights
-    // hold even under Yama's ptrace_scope 1).
-    let proofs = super::dupes::prove(&report, &Roots::live(), &mut warnings);
-    model::apply_proofs(&mut report, &proofs);
-    super::warn_all(&warnings);
+    // The readers are our children: ptrace rights hold even under Yama's ptrace_scope 1,
+    // so the suspected copy is proven byte by byte.
+    let report = super::scan::report(&req, true)?;
     if args.output.json {
         render::json(out, &report)?;
     } else {

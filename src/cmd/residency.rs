@@ -78,6 +78,15 @@ pub fn one(path: &Path, method: Method, with_map: bool, page: u64) -> FileReside
             )
         }
     };
+    let unknown = |e: residency::ResidencyError| {
+        build(
+            &shown,
+            size,
+            page,
+            Err(format!("{:#}", anyhow::Error::from(e))),
+            None,
+        )
+    };
     if with_map {
         return match residency::mincore_map(&file, path, size) {
             Ok(m) => {
@@ -88,24 +97,12 @@ pub fn one(path: &Path, method: Method, with_map: bool, page: u64) -> FileReside
                 };
                 build(&shown, size, page, Ok(&s), Some(&m))
             }
-            Err(e) => build(
-                &shown,
-                size,
-                page,
-                Err(format!("{:#}", anyhow::Error::from(e))),
-                None,
-            ),
+            Err(e) => unknown(e),
         };
     }
     match residency::query(&file, path, size, method) {
         Ok(s) => build(&shown, size, page, Ok(&s), None),
-        Err(e) => build(
-            &shown,
-            size,
-            page,
-            Err(format!("{:#}", anyhow::Error::from(e))),
-            None,
-        ),
+        Err(e) => unknown(e),
     }
 }
 

@@ -18,15 +18,23 @@ pub fn request(args: &ScanArgs) -> Request {
     }
 }
 
-pub fn run(args: &ScanArgs, out: &mut dyn Write) -> anyhow::Result<()> {
+/// collect → model (→ byte-level proof of suspected copies when `prove`), on the live
+/// system; warnings go to stderr.
+pub fn report(req: &Request, prove: bool) -> anyhow::Result<model::Report> {
+    let roots = Roots::live();
     let mut warnings = Vec::new();
-    let sample = gather::gather(&Roots::live(), &request(args), &mut warnings)?;
+    let sample = gather::gather(&roots, req, &mut warnings)?;
     let mut report = model::build(&sample);
-    if args.prove {
-        let proofs = super::dupes::prove(&report, &Roots::live(), &mut warnings);
+    if prove {
+        let proofs = super::dupes::prove(&report, &roots, &mut warnings);
         model::apply_proofs(&mut report, &proofs);
     }
     super::warn_all(&warnings);
+    Ok(report)
+}
+
+pub fn run(args: &ScanArgs, out: &mut dyn Write) -> anyhow::Result<()> {
+    let report = report(&request(args), args.prove)?;
     if args.output.json {
         render::json(out, &report)?;
     } else {

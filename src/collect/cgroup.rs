@@ -12,7 +12,6 @@
 //! Layouts found: pure v2 at the root (`cgroup.controllers` there); hybrid, with v1
 //! controllers in `<root>/<controller>` and v2 at `<root>/unified`.
 
-use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 use super::error::{CollectError, Result};
@@ -113,15 +112,6 @@ fn optional<T>(r: Result<T>) -> Result<Option<T>> {
     }
 }
 
-fn read_map(path: &Path) -> Result<BTreeMap<String, u64>> {
-    let text = kv::read_to_string(path)?;
-    let mut map = BTreeMap::new();
-    kv::for_each_field(path, &text, &[], |k, v| {
-        map.insert(k.to_string(), v);
-    })?;
-    Ok(map)
-}
-
 /// Reads one cgroup directory. `version` `None` detects it.
 pub fn read_dir(dir: &Path, version: Option<CgroupVersion>) -> Result<CgroupSample> {
     let version = match version.or_else(|| detect(dir)) {
@@ -136,7 +126,7 @@ pub fn read_dir(dir: &Path, version: Option<CgroupVersion>) -> Result<CgroupSamp
     let mut s = CgroupSample {
         version: Some(version),
         path: dir.to_string_lossy().into_owned(),
-        stat: read_map(&dir.join("memory.stat"))?,
+        stat: kv::read_map(&dir.join("memory.stat"))?,
         ..CgroupSample::default()
     };
     match version {
@@ -145,7 +135,7 @@ pub fn read_dir(dir: &Path, version: Option<CgroupVersion>) -> Result<CgroupSamp
             // The root cgroup has no memory.max: it is unlimited.
             s.limit_bytes = Some(optional(kv::read_limit(&dir.join("memory.max")))?.flatten());
             s.peak_bytes = optional(kv::read_limit(&dir.join("memory.peak")))?.flatten();
-            s.events = optional(read_map(&dir.join("memory.events")))?.unwrap_or_default();
+            s.events = optional(kv::read_map(&dir.join("memory.events")))?.unwrap_or_default();
         }
         CgroupVersion::V1 => {
             s.usage_bytes = optional(kv::read_limit(&dir.join("memory.usage_in_bytes")))?.flatten();
@@ -153,7 +143,7 @@ pub fn read_dir(dir: &Path, version: Option<CgroupVersion>) -> Result<CgroupSamp
                 .map(|l| l.filter(|v| *v < V1_UNLIMITED));
             s.peak_bytes =
                 optional(kv::read_limit(&dir.join("memory.max_usage_in_bytes")))?.flatten();
-            s.events = optional(read_map(&dir.join("memory.oom_control")))?.unwrap_or_default();
+            s.events = optional(kv::read_map(&dir.join("memory.oom_control")))?.unwrap_or_default();
             s.failcnt = optional(kv::read_limit(&dir.join("memory.failcnt")))?.flatten();
         }
     }

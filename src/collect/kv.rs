@@ -65,6 +65,16 @@ pub fn for_each_field(
     Ok(())
 }
 
+/// Reads a flat key/value file into a map (values as [`for_each_field`] gives them).
+pub fn read_map(path: &Path) -> Result<std::collections::BTreeMap<String, u64>> {
+    let text = read_to_string(path)?;
+    let mut map = std::collections::BTreeMap::new();
+    for_each_field(path, &text, &[], |k, v| {
+        map.insert(k.to_string(), v);
+    })?;
+    Ok(map)
+}
+
 /// Reads a whole small kernel file into a string.
 pub fn read_to_string(path: &Path) -> Result<String> {
     std::fs::read_to_string(path).map_err(|e| CollectError::io(path, e))

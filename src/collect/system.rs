@@ -2,7 +2,6 @@
 //! `nr_*` page counts, kept as read). See
 //! <https://www.kernel.org/doc/html/latest/filesystems/proc.html> (§1.2, "meminfo").
 
-use std::collections::BTreeMap;
 use std::path::Path;
 
 use super::error::Result;
@@ -14,18 +13,9 @@ pub fn read(proc_root: &Path) -> Result<SystemSample> {
         page_size: page_size(),
         ..SystemSample::default()
     };
-    s.meminfo = read_map(&proc_root.join("meminfo"))?;
-    s.vmstat = read_map(&proc_root.join("vmstat"))?;
+    s.meminfo = kv::read_map(&proc_root.join("meminfo"))?;
+    s.vmstat = kv::read_map(&proc_root.join("vmstat"))?;
     Ok(s)
-}
-
-fn read_map(path: &Path) -> Result<BTreeMap<String, u64>> {
-    let text = kv::read_to_string(path)?;
-    let mut map = BTreeMap::new();
-    kv::for_each_field(path, &text, &[], |k, v| {
-        map.insert(k.to_string(), v);
-    })?;
-    Ok(map)
 }
 
 pub fn page_size() -> u64 {

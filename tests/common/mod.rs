@@ -172,3 +172,35 @@ pub fn safetensors(dir: &Path, specs: &[(&str, u64, Fill)]) -> (PathBuf, Vec<Wri
     std::fs::write(&path, bytes).unwrap();
     (path, out)
 }
+
+/// Runs a command that must succeed; returns its stdout.
+pub fn run_ok(cmd: &mut std::process::Command) -> Vec<u8> {
+    let out = cmd.output().unwrap();
+    assert!(
+        out.status.success(),
+        "{:?} failed: {}",
+        cmd,
+        String::from_utf8_lossy(&out.stderr)
+    );
+    out.stdout
+}
+
+/// Runs `twofold ARGS...`, which must succeed, and parses its JSON output.
+pub fn twofold_json<T: serde::de::DeserializeOwned>(args: &[&std::ffi::OsStr]) -> T {
+    let stdout = run_ok(std::process::Command::new(exe()).args(args));
+    serde_json::from_slice(&stdout).unwrap()
+}
+
+/// `twofold dupes --json --pid PID [EXTRA...] FILE`.
+pub fn dupes_report(pid: i32, file: &Path, extra: &[&str]) -> twofold::model::dupes::DupesReport {
+    let pid = pid.to_string();
+    let mut args: Vec<&std::ffi::OsStr> = vec![
+        "dupes".as_ref(),
+        "--json".as_ref(),
+        "--pid".as_ref(),
+        pid.as_ref(),
+    ];
+    args.extend(extra.iter().map(|e| std::ffi::OsStr::new(*e)));
+    args.push(file.as_os_str());
+    twofold_json(&args)
+}
