@@ -171,7 +171,7 @@ mod tests {
         };
         let report = InspectReport {
             schema_version: 1,
-            files: vec![file("m.gguf", &c)],
+            files: vec![file("m.gguf", c)],
         };
         let text = human(&report);
         let expected = "\
