@@ -13,6 +13,15 @@ use twofold::collect::gather::{gather, Request};
 use twofold::collect::Roots;
 use twofold::model::{self, MapKind};
 
+/// Messages name fixture paths under the checkout; snapshots must not depend on where
+/// the repository is cloned.
+fn checkout_redacted(value: insta::internals::Content, _: insta::internals::ContentPath) -> String {
+    value
+        .as_str()
+        .unwrap_or_default()
+        .replace(env!("CARGO_MANIFEST_DIR"), "[checkout]")
+}
+
 fn fixture(name: &str) -> Roots {
     let base = Path::new(env!("CARGO_MANIFEST_DIR"))
         .join("tests/fixtures")
@@ -69,6 +78,7 @@ fn v1_recorded_tree() {
     insta::assert_json_snapshot!("v1_recorded_tree", report, {
         ".files[].residency_unknown_reason" => "[reason]",
         ".system.page_size_bytes" => "[page]",
+        ".findings[].message" => insta::dynamic_redaction(checkout_redacted),
     });
 }
 
@@ -111,6 +121,7 @@ fn v2_hand_written_tree() {
     insta::assert_json_snapshot!("v2_hand_written_tree", report, {
         ".files[].residency_unknown_reason" => "[reason]",
         ".system.page_size_bytes" => "[page]",
+        ".findings[].message" => insta::dynamic_redaction(checkout_redacted),
     });
     // Restricting to the cgroup keeps the process; another cgroup excludes it.
     let req = Request {

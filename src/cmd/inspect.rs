@@ -22,7 +22,7 @@ pub fn run(args: &InspectArgs, out: &mut dyn Write) -> anyhow::Result<()> {
     let mut files = Vec::with_capacity(args.files.len());
     for path in &args.files {
         let c = container::open(path).map_err(|e| in_file(path, e))?;
-        files.push(inspect::file(&path.display().to_string(), &c));
+        files.push(inspect::file(&path.display().to_string(), c));
     }
     let report = InspectReport {
         schema_version: SCHEMA_VERSION,

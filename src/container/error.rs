@@ -38,6 +38,9 @@ pub enum ContainerError {
     /// A header length field is larger than the file (or than the format's own limit).
     #[error("header length '{len}' exceeds file size '{size}'")]
     HeaderTooLong { len: u64, size: u64 },
+    /// A header length above what this parser accepts (a guard against huge reads).
+    #[error("header length '{len}' exceeds the limit '{limit}'")]
+    HeaderLimit { len: u64, limit: u64 },
     /// A count (tensors, key-values, zip entries) that cannot fit in the file.
     #[error("{what} '{count}' cannot fit in a file of '{size}' bytes")]
     AbsurdCount {

@@ -16,6 +16,9 @@ pub const MAX_DIMS: u32 = 4;
 const MIN_TENSOR_INFO: u64 = 8 + 4 + 4 + 8;
 /// Smallest encoding of a key-value: key length, value type, a one-byte value.
 const MIN_KV: u64 = 8 + 4 + 1;
+/// Tensor names longer than this are refused (ggml's own limit is 64 bytes).
+pub const MAX_NAME_BYTES: u64 = 64 << 10;
+const ALIGNMENT_KEY: &[u8] = b"general.alignment";
 /// Arrays of arrays nest at most this deep (a guard for the stack, not a format rule).
 const MAX_NESTING: u32 = 16;
 
@@ -95,11 +98,6 @@ fn fixed_size(ty: u32) -> Option<u64> {
     })
 }
 
-fn string<'a>(r: &'a mut Seq, what: &'static str) -> Result<&'a [u8], ContainerError> {
-    let len = r.u64(what)?;
-    r.take(len, what)
-}
-
 /// Skips one value of type `ty`.
 fn skip_value(r: &mut Seq, ty: u32, depth: u32) -> Result<(), ContainerError> {
     if let Some(n) = fixed_size(ty) {
@@ -151,7 +149,14 @@ fn skip_value(r: &mut Seq, ty: u32, depth: u32) -> Result<(), ContainerError> {
 fn key_values(r: &mut Seq, count: u64) -> Result<Option<u64>, ContainerError> {
     let mut alignment = None;
     for _ in 0..count {
-        let is_alignment = string(r, "gguf key")? == b"general.alignment";
+        // Keys are compared, never stored: only one length can match.
+        let len = r.u64("gguf key length")?;
+        let is_alignment = if len == ALIGNMENT_KEY.len() as u64 {
+            r.take(len, "gguf key")? == ALIGNMENT_KEY
+        } else {
+            r.skip(len, "gguf key")?;
+            false
+        };
         let ty = r.u32("gguf value type")?;
         if is_alignment {
             if ty != T_U32 {
@@ -184,7 +189,16 @@ struct Info {
 
 fn tensor_info(r: &mut Seq) -> Result<Info, ContainerError> {
     let at = r.pos();
-    let name = std::str::from_utf8(string(r, "gguf tensor name")?)
+    let len = r.u64("gguf tensor name length")?;
+    if len > MAX_NAME_BYTES {
+        return Err(ContainerError::invalid(
+            FORMAT,
+            format!(
+                "tensor name at offset '{at}' is '{len}' bytes long (at most '{MAX_NAME_BYTES}')"
+            ),
+        ));
+    }
+    let name = std::str::from_utf8(r.take(len, "gguf tensor name")?)
         .map_err(|_| ContainerError::Utf8 {
             what: "gguf tensor name",
             offset: at,

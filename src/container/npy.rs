@@ -11,6 +11,9 @@ use super::{numel, Container, ContainerError, Dtype, Format, Tensor};
 
 const FORMAT: &str = "npy";
 pub const MAGIC: &[u8] = b"\x93NUMPY";
+/// Headers longer than this are refused (NumPy itself refuses more than 10,000 bytes
+/// unless told otherwise).
+pub const MAX_HEADER_BYTES: u64 = 16 << 20;
 
 /// `true` if the file starts with the NumPy magic.
 pub fn sniff(head: &[u8]) -> bool {
@@ -107,6 +110,12 @@ pub fn array(src: &dyn Source, start: u64, end: u64) -> Result<Array, ContainerE
         .rev()
         .fold(0u64, |acc, b| (acc << 8) | u64::from(*b));
     let header_at = start + len_at + len_size;
+    if header_len > MAX_HEADER_BYTES {
+        return Err(ContainerError::HeaderLimit {
+            len: header_len,
+            limit: MAX_HEADER_BYTES,
+        });
+    }
     if header_at.saturating_add(header_len) > end {
         return Err(ContainerError::HeaderTooLong {
             len: header_len,

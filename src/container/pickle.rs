@@ -171,172 +171,169 @@ impl Walker<'_> {
         loop {
             let at = self.pos;
             let op = *self.take(1)?.first().unwrap_or(&b'.');
-            let v = match op {
-                b'.' => return Ok(()),
-                b'(' => V::Mark,
-                b'0' => {
-                    self.pop()?;
-                    continue;
-                }
-                b'1' => {
-                    self.pop_mark()?;
-                    continue;
-                }
-                b'2' => self.top()?,
-                b'F' => {
-                    self.line()?;
-                    V::Other
-                }
-                b'I' | b'L' => {
-                    let l = self.line()?;
-                    let s = String::from_utf8_lossy(l);
-                    s.trim_end_matches('L').parse().map_or(V::Other, V::Int)
-                }
-                b'J' => V::Int(i64::from(self.uint(4)? as u32 as i32)),
-                b'K' => V::Int(self.uint(1)? as i64),
-                b'M' => V::Int(self.uint(2)? as i64),
-                0x8a => {
-                    let n = self.uint(1)?;
-                    int_le(self.take(n)?)
-                }
-                0x8b => {
-                    let n = self.uint(4)?;
-                    int_le(self.take(n)?)
-                }
-                b'N' | 0x88 | 0x89 | b']' | b'}' | b')' | 0x8f | 0x97 => V::Other,
-                b'G' => {
-                    self.take(8)?;
-                    V::Other
-                }
-                b'P' => {
-                    self.line()?;
-                    V::Other
-                }
-                b'Q' => {
-                    let pid = self.pop()?;
-                    self.persistent(pid);
-                    V::Other
-                }
-                b'R' | 0x81 => {
-                    self.pop()?;
-                    self.pop()?;
-                    V::Other
-                }
-                0x92 => {
-                    self.pop()?;
-                    self.pop()?;
-                    self.pop()?;
-                    V::Other
-                }
-                b'S' => {
-                    let l = self.line()?;
-                    let l = l
-                        .strip_prefix(b"'")
-                        .and_then(|l| l.strip_suffix(b"'"))
-                        .unwrap_or(l);
-                    text(l)
-                }
-                b'V' => text(self.line()?),
-                b'T' | b'X' | b'B' => {
-                    let n = self.uint(4)?;
-                    text(self.take(n)?)
-                }
-                b'U' | b'C' | 0x8c => {
-                    let n = self.uint(1)?;
-                    text(self.take(n)?)
-                }
-                0x8d | 0x8e | 0x96 => {
-                    let n = self.uint(8)?;
-                    text(self.take(n)?)
-                }
-                b'c' | b'i' => {
-                    let module = String::from_utf8_lossy(self.line()?).into_owned();
-                    let name = String::from_utf8_lossy(self.line()?).into_owned();
-                    if op == b'i' {
-                        self.pop_mark()?;
-                        V::Other
-                    } else {
-                        V::Global(Rc::new((module, name)))
-                    }
-                }
-                0x93 => {
-                    let name = self.pop()?;
-                    let module = self.pop()?;
-                    match (module, name) {
-                        (V::Str(m), V::Str(n)) => {
-                            V::Global(Rc::new((m.to_string(), n.to_string())))
-                        }
-                        _ => V::Other,
-                    }
-                }
-                b'a' | b'b' => {
-                    self.pop()?;
-                    continue;
-                }
-                b's' => {
-                    self.pop()?;
-                    self.pop()?;
-                    continue;
-                }
-                b'e' | b'u' | 0x90 => {
-                    self.pop_mark()?;
-                    continue;
-                }
-                b'd' | b'l' | b'o' | 0x91 => {
-                    self.pop_mark()?;
-                    V::Other
-                }
-                b't' => V::Tuple(self.pop_mark()?.into()),
-                0x85..=0x87 => {
-                    let n = usize::from(op - 0x84);
-                    if self.stack.len() < n {
-                        return Err(format!("stack underflow at byte '{at}'"));
-                    }
-                    let items = self.stack.split_off(self.stack.len() - n);
-                    V::Tuple(items.into())
-                }
-                b'g' => {
-                    let i = self.line_int()?;
-                    self.get(i)?;
-                    continue;
-                }
-                b'h' | b'j' => {
-                    let i = self.uint(if op == b'h' { 1 } else { 4 })?;
-                    self.get(i)?;
-                    continue;
-                }
-                b'p' => {
-                    let i = self.line_int()?;
-                    self.put(i)?;
-                    continue;
-                }
-                b'q' | b'r' => {
-                    let i = self.uint(if op == b'q' { 1 } else { 4 })?;
-                    self.put(i)?;
-                    continue;
-                }
-                0x94 => {
-                    let i = self.memo.len() as u64;
-                    self.put(i)?;
-                    continue;
-                }
-                0x80 => {
-                    self.take(1)?;
-                    continue;
-                }
-                0x95 => {
-                    self.take(8)?;
-                    continue;
-                }
-                0x82..=0x84 => {
-                    self.take([1, 2, 4][usize::from(op - 0x82)])?;
-                    V::Other
-                }
-                0x98 => continue,
-                other => return Err(format!("unknown opcode '0x{other:02x}' at byte '{at}'")),
-            };
-            self.stack.push(v);
+            if op == b'.' {
+                return Ok(());
+            }
+            if let Some(v) = self.literal(op)? {
+                self.stack.push(v);
+            } else if !self.memo_op(op)? {
+                self.structural(op, at)?;
+            }
         }
+    }
+
+    /// Opcodes that push a constant: numbers, strings, globals, empty containers.
+    fn literal(&mut self, op: u8) -> R<Option<V>> {
+        Ok(Some(match op {
+            b'F' | b'P' => {
+                self.line()?;
+                V::Other
+            }
+            b'I' | b'L' => {
+                let l = String::from_utf8_lossy(self.line()?).into_owned();
+                l.trim_end_matches('L').parse().map_or(V::Other, V::Int)
+            }
+            b'J' => V::Int(i64::from(self.uint(4)? as u32 as i32)),
+            b'K' => V::Int(self.uint(1)? as i64),
+            b'M' => V::Int(self.uint(2)? as i64),
+            0x8a | 0x8b => {
+                let n = self.uint(if op == 0x8a { 1 } else { 4 })?;
+                int_le(self.take(n)?)
+            }
+            b'N' | 0x88 | 0x89 | b']' | b'}' | b')' | 0x8f | 0x97 => V::Other,
+            b'G' => {
+                self.take(8)?;
+                V::Other
+            }
+            b'S' => {
+                let l = self.line()?;
+                text(
+                    l.strip_prefix(b"'")
+                        .and_then(|l| l.strip_suffix(b"'"))
+                        .unwrap_or(l),
+                )
+            }
+            b'V' => text(self.line()?),
+            b'T' | b'X' | b'B' => {
+                let n = self.uint(4)?;
+                text(self.take(n)?)
+            }
+            b'U' | b'C' | 0x8c => {
+                let n = self.uint(1)?;
+                text(self.take(n)?)
+            }
+            0x8d | 0x8e | 0x96 => {
+                let n = self.uint(8)?;
+                text(self.take(n)?)
+            }
+            b'c' => {
+                let module = String::from_utf8_lossy(self.line()?).into_owned();
+                let name = String::from_utf8_lossy(self.line()?).into_owned();
+                V::Global(Rc::new((module, name)))
+            }
+            0x82..=0x84 => {
+                self.take([1, 2, 4][usize::from(op - 0x82)])?;
+                V::Other
+            }
+            _ => return Ok(None),
+        }))
+    }
+
+    /// Memo opcodes; `false` if `op` is not one.
+    fn memo_op(&mut self, op: u8) -> R<bool> {
+        match op {
+            b'g' => {
+                let i = self.line_int()?;
+                self.get(i)?;
+            }
+            b'h' | b'j' => {
+                let i = self.uint(if op == b'h' { 1 } else { 4 })?;
+                self.get(i)?;
+            }
+            b'p' => {
+                let i = self.line_int()?;
+                self.put(i)?;
+            }
+            b'q' | b'r' => {
+                let i = self.uint(if op == b'q' { 1 } else { 4 })?;
+                self.put(i)?;
+            }
+            0x94 => {
+                let i = self.memo.len() as u64;
+                self.put(i)?;
+            }
+            _ => return Ok(false),
+        }
+        Ok(true)
+    }
+
+    /// Opcodes that rearrange the stack or build objects (which stay opaque).
+    fn structural(&mut self, op: u8, at: usize) -> R<()> {
+        let v = match op {
+            b'(' => V::Mark,
+            b'2' => self.top()?,
+            b't' => V::Tuple(self.pop_mark()?.into()),
+            0x85..=0x87 => {
+                let n = usize::from(op - 0x84);
+                let Some(from) = self.stack.len().checked_sub(n) else {
+                    return Err(format!("stack underflow at byte '{at}'"));
+                };
+                V::Tuple(self.stack.split_off(from).into())
+            }
+            b'Q' => {
+                let pid = self.pop()?;
+                self.persistent(pid);
+                V::Other
+            }
+            0x93 => {
+                let name = self.pop()?;
+                match (self.pop()?, name) {
+                    (V::Str(m), V::Str(n)) => V::Global(Rc::new((m.to_string(), n.to_string()))),
+                    _ => V::Other,
+                }
+            }
+            b'i' => {
+                self.line()?;
+                self.line()?;
+                self.pop_mark()?;
+                V::Other
+            }
+            b'R' | 0x81 | 0x92 => {
+                for _ in 0..(if op == 0x92 { 3 } else { 2 }) {
+                    self.pop()?;
+                }
+                V::Other
+            }
+            b'd' | b'l' | b'o' | 0x91 => {
+                self.pop_mark()?;
+                V::Other
+            }
+            b'0' | b'a' | b'b' => {
+                self.pop()?;
+                return Ok(());
+            }
+            b's' => {
+                self.pop()?;
+                self.pop()?;
+                return Ok(());
+            }
+            b'1' | b'e' | b'u' | 0x90 => {
+                self.pop_mark()?;
+                return Ok(());
+            }
+            0x80 => {
+                self.take(1)?;
+                return Ok(());
+            }
+            0x95 => {
+                self.take(8)?;
+                return Ok(());
+            }
+            0x98 => return Ok(()),
+            other => return Err(format!("unknown opcode '0x{other:02x}' at byte '{at}'")),
+        };
+        self.stack.push(v);
+        Ok(())
     }
 }
 

@@ -65,10 +65,16 @@ pub fn parse(src: &dyn Source) -> Result<Container, ContainerError> {
     let mut len = [0u8; 8];
     len.copy_from_slice(&src.read_at(0, 8, "safetensors header length")?);
     let header_len = u64::from_le_bytes(len);
-    if header_len > size - 8 || header_len > MAX_HEADER_BYTES {
+    if header_len > size - 8 {
         return Err(ContainerError::HeaderTooLong {
             len: header_len,
             size,
+        });
+    }
+    if header_len > MAX_HEADER_BYTES {
+        return Err(ContainerError::HeaderLimit {
+            len: header_len,
+            limit: MAX_HEADER_BYTES,
         });
     }
     let header = src.read_at(8, header_len, "safetensors header")?;

@@ -163,11 +163,10 @@ pub fn widens(d: &Dtype) -> bool {
 }
 
 fn widening(tensors: &[Tensor]) -> Widening {
-    let mut by: BTreeMap<String, WidenStat> = BTreeMap::new();
+    let mut by: BTreeMap<&Dtype, WidenStat> = BTreeMap::new();
     for t in tensors.iter().filter(|t| widens(&t.dtype)) {
-        let name = t.dtype.name();
-        let s = by.entry(name.clone()).or_insert_with(|| WidenStat {
-            dtype: name,
+        let s = by.entry(&t.dtype).or_insert_with(|| WidenStat {
+            dtype: t.dtype.name(),
             tensors: 0,
             bytes: 0,
             elements: 0,
@@ -195,16 +194,16 @@ fn widening(tensors: &[Tensor]) -> Widening {
 }
 
 fn dtypes(tensors: &[Tensor]) -> Vec<DtypeStat> {
-    let mut by: BTreeMap<String, (usize, u64)> = BTreeMap::new();
+    let mut by: BTreeMap<&Dtype, (usize, u64)> = BTreeMap::new();
     for t in tensors {
-        let e = by.entry(t.dtype.name()).or_default();
+        let e = by.entry(&t.dtype).or_default();
         e.0 += 1;
         e.1 = e.1.saturating_add(t.len);
     }
     let mut out: Vec<DtypeStat> = by
         .into_iter()
         .map(|(dtype, (tensors, bytes))| DtypeStat {
-            dtype,
+            dtype: dtype.name(),
             tensors,
             bytes,
         })
@@ -242,14 +241,17 @@ pub fn alignment(tensors: &[Tensor]) -> AlignmentStats {
     }
 }
 
-/// The statistics of one file's container.
-pub fn file(path: &str, c: &Container) -> FileInspect {
-    let mut tensors = c.tensors.clone();
-    tensors.sort_by(|a, b| a.offset.cmp(&b.offset).then_with(|| a.name.cmp(&b.name)));
+/// The statistics of one file's container (whose tensor table it keeps).
+pub fn file(path: &str, c: Container) -> FileInspect {
+    let mut tensors = c.tensors;
+    let order = |a: &Tensor, b: &Tensor| a.offset.cmp(&b.offset).then_with(|| a.name.cmp(&b.name));
+    if !tensors.is_sorted_by(|a, b| order(a, b).is_le()) {
+        tensors.sort_by(order);
+    }
     FileInspect {
         path: path.to_string(),
-        format: c.format.clone(),
         format_name: format_name(&c.format),
+        format: c.format,
         file_size_bytes: c.file_size,
         data_offset_bytes: c.data_offset,
         format_alignment_bytes: c.alignment,
@@ -324,7 +326,7 @@ mod tests {
         ];
         let f = file(
             "m",
-            &Container {
+            Container {
                 format: Format::Gguf { version: 3 },
                 file_size: 256,
                 data_offset: Some(0),

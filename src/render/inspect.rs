@@ -3,6 +3,7 @@
 use std::fmt::Write as _;
 
 use super::table::{Align, Table};
+use crate::container::Format;
 use crate::model::inspect::{FileInspect, InspectReport, Relayout};
 use crate::units::iec;
 
@@ -131,6 +132,15 @@ pub fn human(report: &InspectReport) -> String {
         if i > 0 {
             out.push('\n');
         }
+        if f.format == Format::Opaque {
+            let _ = writeln!(
+                out,
+                "{}\n  opaque: not a container twofold reads (safetensors, GGUF, NumPy, PyTorch zip); one {} region",
+                f.path,
+                iec(f.file_size_bytes)
+            );
+            continue;
+        }
         header(f, &mut out);
         dtype_table(f, &mut out);
         alignment_table(f, &mut out);
@@ -142,7 +152,7 @@ pub fn human(report: &InspectReport) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::container::{Container, Dtype, Format, Tensor};
+    use crate::container::{Container, Dtype, Tensor};
     use crate::model::inspect::file;
 
     #[test]
@@ -171,7 +181,7 @@ mod tests {
         };
         let report = InspectReport {
             schema_version: 1,
-            files: vec![file("m.gguf", &c)],
+            files: vec![file("m.gguf", c)],
         };
         let text = human(&report);
         let expected = "\
@@ -192,5 +202,18 @@ m.gguf
     F16          1  2.0 KiB  4.0 KiB
 ";
         assert_eq!(text, expected, "\n{text}");
+    }
+
+    #[test]
+    fn opaque_files_have_no_tables() {
+        let c = crate::container::parse_bytes(b"plain text").unwrap();
+        let report = InspectReport {
+            schema_version: 1,
+            files: vec![file("notes.txt", c)],
+        };
+        assert_eq!(
+            human(&report),
+            "notes.txt\n  opaque: not a container twofold reads (safetensors, GGUF, NumPy, PyTorch zip); one 10 B region\n"
+        );
     }
 }

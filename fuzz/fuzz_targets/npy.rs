@@ -1,0 +1,11 @@
+#![no_main]
+//! The npy parser, and the sniffing entry point, on arbitrary bytes: errors are fine,
+//! panics, overflows, hangs and huge allocations are not.
+
+use libfuzzer_sys::fuzz_target;
+use twofold::container;
+
+fuzz_target!(|data: &[u8]| {
+    let _ = container::npy::parse(&data);
+    let _ = container::parse_bytes(data);
+});
