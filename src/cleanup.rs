@@ -34,6 +34,28 @@ pub fn wait_if_interrupted() {
 struct State {
     dirs: Vec<PathBuf>,
     pids: Vec<i32>,
+    cgroups: Vec<PathBuf>,
+}
+
+/// Kills every process in a cgroup and removes it (best effort, bounded in time).
+pub fn remove_cgroup(dir: &std::path::Path) {
+    for _ in 0..200 {
+        let procs = std::fs::read_to_string(dir.join("cgroup.procs")).unwrap_or_default();
+        let pids: Vec<i32> = procs
+            .lines()
+            .filter_map(|l| l.trim().parse().ok())
+            .collect();
+        for pid in &pids {
+            let _ = nix::sys::signal::kill(
+                nix::unistd::Pid::from_raw(*pid),
+                nix::sys::signal::Signal::SIGKILL,
+            );
+        }
+        if std::fs::remove_dir(dir).is_ok() || !dir.exists() {
+            return;
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
 }
 
 /// What to undo; cheap to clone.
@@ -63,6 +85,9 @@ impl Registry {
                     for d in &s.dirs {
                         let _ = std::fs::remove_dir_all(d);
                     }
+                    for c in &s.cgroups {
+                        remove_cgroup(c);
+                    }
                 }
                 eprintln!("twofold: interrupted; removed what this run created");
                 std::process::exit(128 + sig);
@@ -74,6 +99,12 @@ impl Registry {
     pub fn add_dir(&self, dir: PathBuf) {
         if let Ok(mut s) = self.state.lock() {
             s.dirs.push(dir);
+        }
+    }
+
+    pub fn add_cgroup(&self, dir: PathBuf) {
+        if let Ok(mut s) = self.state.lock() {
+            s.cgroups.push(dir);
         }
     }
 

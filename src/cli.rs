@@ -25,6 +25,15 @@ pub enum Command {
     /// Proves private and widened copies of model files in processes' memory, tensor by
     /// tensor, byte by byte.
     Dupes(DupesArgs),
+    /// Runs a command inside a memory-limited cgroup and reports its peak footprint,
+    /// relative to a model file, with a timeline and plots.
+    Run(RunArgs),
+    /// Alternating, order-rotated rounds of two commands under `run`: medians, IQR and
+    /// bootstrap 95% intervals of the paired ratios.
+    Compare(CompareArgs),
+    /// Pressure experiments on a model file: N concurrent readers, and eviction/refault
+    /// integrity.
+    Pressure(PressureArgs),
     /// Writes a small safetensors model, starts a copying and a mapping reader, and
     /// diagnoses them with the scan code; removes everything afterwards.
     Demo(DemoArgs),
@@ -133,6 +142,87 @@ pub struct DupesArgs {
     pub output: OutputArgs,
 }
 
+/// Sandbox settings shared by the campaigns.
+#[derive(Debug, Args, Clone)]
+pub struct SandboxArgs {
+    /// Memory limit of the campaign's cgroup (default: a quarter of MemAvailable). Refused
+    /// above MemAvailable minus a margin.
+    #[arg(long, value_name = "SIZE", value_parser = parse_size)]
+    pub memory_max: Option<u64>,
+    /// Sampling interval in milliseconds.
+    #[arg(long, value_name = "MS", default_value_t = 100)]
+    pub interval_ms: u64,
+    /// Write the timeline (JSON Lines), the summary (JSON, Markdown) and plots (SVG, PNG)
+    /// into this directory (created if missing).
+    #[arg(long, value_name = "DIR")]
+    pub out: Option<PathBuf>,
+}
+
+#[derive(Debug, Args)]
+pub struct RunArgs {
+    /// The model file the command loads (for ratios and residency).
+    #[arg(long, value_name = "FILE")]
+    pub model: Option<PathBuf>,
+    /// Kill the command after this many seconds.
+    #[arg(long, value_name = "SECONDS")]
+    pub timeout: Option<f64>,
+    #[command(flatten)]
+    pub sandbox: SandboxArgs,
+    #[command(flatten)]
+    pub output: OutputArgs,
+    /// The command, after `--`.
+    #[arg(last = true, required = true)]
+    pub command: Vec<String>,
+}
+
+#[derive(Debug, Args)]
+pub struct CompareArgs {
+    /// Rounds (each runs both commands, order alternating).
+    #[arg(long, default_value_t = 5)]
+    pub rounds: usize,
+    #[arg(long, value_name = "FILE")]
+    pub model: Option<PathBuf>,
+    #[arg(long, value_name = "SECONDS")]
+    pub timeout: Option<f64>,
+    #[command(flatten)]
+    pub sandbox: SandboxArgs,
+    #[command(flatten)]
+    pub output: OutputArgs,
+    /// `CMD_A... ::: CMD_B...`, after `--`.
+    #[arg(last = true, required = true)]
+    pub commands: Vec<String>,
+}
+
+#[derive(Debug, Clone, Copy, ValueEnum, PartialEq, Eq)]
+pub enum Experiment {
+    /// N concurrent readers, copy and mmap arms.
+    Readers,
+    /// Checksums per 2 MiB chunk, full eviction, refault through a mapping, re-check.
+    Integrity,
+}
+
+#[derive(Debug, Args)]
+pub struct PressureArgs {
+    /// The model file (opened read-only, never written).
+    pub file: PathBuf,
+    /// Experiments to run (repeatable; default all).
+    #[arg(long = "experiment", value_enum)]
+    pub experiments: Vec<Experiment>,
+    /// Reader counts for the readers experiment.
+    #[arg(long, value_delimiter = ',', default_value = "1,6,10")]
+    pub readers: Vec<usize>,
+    /// Eviction/refault cycles for the integrity experiment.
+    #[arg(long, default_value_t = 3)]
+    pub cycles: usize,
+    /// Test only: compare against the checksums of this file instead of FILE's own.
+    #[arg(long, hide = true, value_name = "FILE")]
+    pub reference: Option<PathBuf>,
+    #[command(flatten)]
+    pub sandbox: SandboxArgs,
+    #[command(flatten)]
+    pub output: OutputArgs,
+}
+
 #[derive(Debug, Args)]
 pub struct DemoArgs {
     /// Size of the synthetic model file.
@@ -187,6 +277,10 @@ pub struct ChildArgs {
     /// one byte per page (copy and anon modes).
     #[arg(long)]
     pub random: bool,
+    /// Exit this many milliseconds after `ready` instead of waiting for stdin to close
+    /// (a loader that runs to completion, for `twofold run`).
+    #[arg(long, value_name = "MS")]
+    pub exit_after_ms: Option<u64>,
     /// Source element type for widen mode: f16 or bf16.
     #[arg(long, default_value = "f16")]
     pub dtype: String,

@@ -16,6 +16,7 @@
 //! # Ok::<(), anyhow::Error>(())
 //! ```
 
+pub mod campaign;
 pub mod cleanup;
 pub mod cli;
 pub mod cmd;

@@ -7,6 +7,33 @@ use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context};
 
+/// Makes `cmd`'s process move itself into the cgroup whose `cgroup.procs` file is given,
+/// between fork and exec, so that all its memory is charged there.
+pub fn enter_cgroup(cmd: &mut Command, procs: &Path) -> anyhow::Result<()> {
+    let c_path = std::ffi::CString::new(procs.as_os_str().as_encoded_bytes())
+        .context("cgroup path contains a NUL byte")?;
+    // SAFETY: the closure runs between fork and exec and only calls async-signal-safe
+    // functions (open, write, close) on memory prepared before the fork.
+    unsafe {
+        use std::os::unix::process::CommandExt;
+        cmd.pre_exec(move || {
+            let fd = libc::open(c_path.as_ptr(), libc::O_WRONLY | libc::O_CLOEXEC);
+            if fd < 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            // "0" moves the writing process itself.
+            let n = libc::write(fd, b"0\n".as_ptr().cast(), 2);
+            let err = std::io::Error::last_os_error();
+            libc::close(fd);
+            if n != 2 {
+                return Err(err);
+            }
+            Ok(())
+        });
+    }
+    Ok(())
+}
+
 /// A running reader; killed and reaped on drop.
 #[derive(Debug)]
 pub struct Reader {
@@ -38,28 +65,7 @@ impl Reader {
     ) -> anyhow::Result<Reader> {
         let mut cmd = Command::new(exe);
         if let Some(procs) = cgroup_procs {
-            let c_path = std::ffi::CString::new(procs.as_os_str().as_encoded_bytes())
-                .context("cgroup path contains a NUL byte")?;
-            // SAFETY: the closure runs between fork and exec and only calls
-            // async-signal-safe functions (open, write, close) on memory prepared before
-            // the fork.
-            unsafe {
-                use std::os::unix::process::CommandExt;
-                cmd.pre_exec(move || {
-                    let fd = libc::open(c_path.as_ptr(), libc::O_WRONLY | libc::O_CLOEXEC);
-                    if fd < 0 {
-                        return Err(std::io::Error::last_os_error());
-                    }
-                    // "0" moves the writing process itself.
-                    let n = libc::write(fd, b"0\n".as_ptr().cast(), 2);
-                    let err = std::io::Error::last_os_error();
-                    libc::close(fd);
-                    if n != 2 {
-                        return Err(err);
-                    }
-                    Ok(())
-                });
-            }
+            enter_cgroup(&mut cmd, procs)?;
         }
         cmd.arg("__child").arg(mode);
         if let Some(f) = file {
@@ -109,6 +115,11 @@ impl Reader {
                 start.elapsed()
             ),
         }
+    }
+
+    /// Whether the process is still running (not killed, e.g. by the OOM killer).
+    pub fn alive(&mut self) -> bool {
+        matches!(self.child.try_wait(), Ok(None))
     }
 
     pub fn pid(&self) -> i32 {

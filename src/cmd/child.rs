@@ -159,7 +159,12 @@ pub fn run(args: &ChildArgs) -> anyhow::Result<()> {
             );
         }
         // Wait for the parent: EOF (or an error) on stdin.
-        while libc::read(0, sink.as_mut_ptr().cast(), sink.len()) > 0 {}
+        if args.exit_after_ms.is_none() {
+            while libc::read(0, sink.as_mut_ptr().cast(), sink.len()) > 0 {}
+        }
+    }
+    if let Some(ms) = args.exit_after_ms {
+        std::thread::sleep(std::time::Duration::from_millis(ms));
     }
     Ok(())
 }

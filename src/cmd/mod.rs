@@ -2,10 +2,13 @@
 
 pub mod bench;
 pub mod child;
+pub mod compare;
 pub mod demo;
 pub mod dupes;
 pub mod inspect;
+pub mod pressure;
 pub mod residency;
+pub mod run;
 pub mod scan;
 
 use std::io::Write;

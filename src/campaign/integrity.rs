@@ -1,0 +1,140 @@
+//! The integrity experiment: xxh3 of every 2 MiB chunk and of the whole file; evict the
+//! file completely (whole-file `POSIX_FADV_DONTNEED`, confirmed 0% resident by
+//! cachestat); refault it through a read-only mapping while hashing again; compare. The
+//! file is only ever opened read-only.
+
+use std::fs::File;
+use std::os::unix::fs::FileExt;
+use std::path::Path;
+use std::time::Instant;
+
+use anyhow::Context;
+use serde::{Deserialize, Serialize};
+use xxhash_rust::xxh3::{xxh3_64, Xxh3};
+
+use super::readers::evict;
+use crate::collect::residency;
+
+pub const CHUNK: usize = 2 << 20;
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Hashes {
+    pub chunks: Vec<u64>,
+    pub whole: u128,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Cycle {
+    /// Bytes still resident after the eviction (0 when it worked).
+    pub resident_after_evict_bytes: Option<u64>,
+    pub refault_seconds: f64,
+    pub refault_gb_per_s: f64,
+    pub mismatched_chunks: Vec<usize>,
+    pub whole_matches: bool,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Integrity {
+    pub size_bytes: u64,
+    pub chunk_bytes: usize,
+    pub chunks: usize,
+    pub whole_xxh3_128: String,
+    /// Hashing rate on cached data (one core), GB/s.
+    pub hash_gb_per_s: f64,
+    pub cycles: Vec<Cycle>,
+}
+
+/// Hashes a file through `pread` (page cache).
+pub fn hash_file(path: &Path) -> anyhow::Result<Hashes> {
+    let f = File::open(path).with_context(|| format!("cannot open '{}'", path.display()))?;
+    let size = f.metadata()?.len();
+    let mut buf = vec![0u8; CHUNK];
+    let mut chunks = Vec::new();
+    let mut whole = Xxh3::new();
+    let mut off = 0u64;
+    while off < size {
+        let n = (size - off).min(CHUNK as u64) as usize;
+        f.read_exact_at(&mut buf[..n], off)
+            .with_context(|| format!("cannot read '{}'", path.display()))?;
+        chunks.push(xxh3_64(&buf[..n]));
+        whole.update(&buf[..n]);
+        off += n as u64;
+    }
+    Ok(Hashes {
+        chunks,
+        whole: whole.digest128(),
+    })
+}
+
+/// Hashes a file through a read-only mapping (faulting in what is not cached).
+pub fn hash_mapped(path: &Path) -> anyhow::Result<Hashes> {
+    let f = File::open(path).with_context(|| format!("cannot open '{}'", path.display()))?;
+    if f.metadata()?.len() == 0 {
+        return Ok(Hashes {
+            chunks: vec![],
+            whole: Xxh3::new().digest128(),
+        });
+    }
+    // SAFETY: a read-only shared mapping of a file opened read-only; campaigns never
+    // truncate it, and it is dropped before this function returns.
+    let map = unsafe { memmap2::Mmap::map(&f) }.context("mmap failed")?;
+    let mut whole = Xxh3::new();
+    let chunks = map
+        .chunks(CHUNK)
+        .map(|c| {
+            whole.update(c);
+            xxh3_64(c)
+        })
+        .collect();
+    Ok(Hashes {
+        chunks,
+        whole: whole.digest128(),
+    })
+}
+
+fn resident(path: &Path) -> Option<u64> {
+    let (f, size) = residency::open(path).ok()?;
+    residency::query(&f, path, size, residency::Method::Auto)
+        .ok()
+        .map(|r| r.cached_bytes)
+}
+
+/// Runs `cycles` evict/refault cycles; `reference` (test only) supplies the expected
+/// checksums instead of the file's own.
+pub fn run(path: &Path, cycles: usize, reference: Option<&Path>) -> anyhow::Result<Integrity> {
+    let size = std::fs::metadata(path)
+        .with_context(|| format!("cannot access '{}'", path.display()))?
+        .len();
+    let base = hash_file(reference.unwrap_or(path))?;
+    // Hash rate on cached data: hash again, now warm.
+    let t = Instant::now();
+    let warm = hash_file(path)?;
+    let hash_gb_per_s = size as f64 / t.elapsed().as_secs_f64() / 1e9;
+    std::hint::black_box(&warm);
+    let mut out = Vec::new();
+    for _ in 0..cycles {
+        evict(path);
+        let left = resident(path);
+        let t = Instant::now();
+        let again = hash_mapped(path)?;
+        let secs = t.elapsed().as_secs_f64();
+        let mismatched: Vec<usize> = (0..base.chunks.len().max(again.chunks.len()))
+            .filter(|i| base.chunks.get(*i) != again.chunks.get(*i))
+            .collect();
+        out.push(Cycle {
+            resident_after_evict_bytes: left,
+            refault_seconds: secs,
+            refault_gb_per_s: size as f64 / secs / 1e9,
+            mismatched_chunks: mismatched,
+            whole_matches: base.whole == again.whole,
+        });
+    }
+    Ok(Integrity {
+        size_bytes: size,
+        chunk_bytes: CHUNK,
+        chunks: base.chunks.len(),
+        whole_xxh3_128: format!("{:032x}", base.whole),
+        hash_gb_per_s,
+        cycles: out,
+    })
+}

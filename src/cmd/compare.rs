@@ -1,0 +1,152 @@
+//! `twofold compare`: paired, order-rotated rounds of two commands.
+
+use std::io::Write;
+use std::time::Duration;
+
+use anyhow::bail;
+use serde::{Deserialize, Serialize};
+
+use crate::campaign::run::{run as run_campaign, RunRequest, RunSummary};
+use crate::campaign::stats::{bootstrap_ci, median, quartiles};
+use crate::cleanup::Registry;
+use crate::cli::CompareArgs;
+use crate::units::iec;
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Arm {
+    pub command: Vec<String>,
+    pub peak_bytes: Vec<Option<u64>>,
+    pub wall_seconds: Vec<f64>,
+    pub median_peak_bytes: Option<f64>,
+    pub median_wall_seconds: Option<f64>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Ratio {
+    /// B / A per round.
+    pub per_round: Vec<f64>,
+    pub median: Option<f64>,
+    pub iqr: Option<(f64, f64)>,
+    pub ci95: Option<(f64, f64)>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Comparison {
+    pub schema_version: u32,
+    pub rounds: usize,
+    pub a: Arm,
+    pub b: Arm,
+    pub peak_ratio_b_over_a: Ratio,
+    pub wall_ratio_b_over_a: Ratio,
+    pub runs: Vec<RunSummary>,
+}
+
+fn ratio(per_round: Vec<f64>) -> Ratio {
+    Ratio {
+        median: median(&per_round),
+        iqr: quartiles(&per_round),
+        ci95: bootstrap_ci(&per_round, 2000, 0.95),
+        per_round,
+    }
+}
+
+fn arm(command: &[String], runs: &[&RunSummary]) -> Arm {
+    let peaks: Vec<Option<u64>> = runs.iter().map(|r| r.peak_bytes).collect();
+    let walls: Vec<f64> = runs.iter().map(|r| r.wall_seconds).collect();
+    let pk: Vec<f64> = peaks.iter().flatten().map(|v| *v as f64).collect();
+    Arm {
+        command: command.to_vec(),
+        median_peak_bytes: median(&pk),
+        median_wall_seconds: median(&walls),
+        peak_bytes: peaks,
+        wall_seconds: walls,
+    }
+}
+
+pub fn run(args: &CompareArgs, out: &mut dyn Write) -> anyhow::Result<()> {
+    let Some(split) = args.commands.iter().position(|a| a == ":::") else {
+        bail!("give two commands separated by ':::' (twofold compare -- CMD_A ::: CMD_B)");
+    };
+    let (a, b) = (&args.commands[..split], &args.commands[split + 1..]);
+    if a.is_empty() || b.is_empty() || args.rounds == 0 {
+        bail!("give two non-empty commands and at least one round");
+    }
+    let registry = Registry::install()?;
+    let memory_max = super::run::memory_max(&args.sandbox)?;
+    let mut runs: Vec<(usize, RunSummary)> = Vec::new();
+    for round in 0..args.rounds {
+        // Alternate which arm goes first, so order effects (a warm page cache) cancel.
+        let order: [usize; 2] = if round % 2 == 0 { [0, 1] } else { [1, 0] };
+        for which in order {
+            let req = RunRequest {
+                command: if which == 0 { a.to_vec() } else { b.to_vec() },
+                memory_max,
+                model: args.model.clone(),
+                interval: Duration::from_millis(args.sandbox.interval_ms.max(1)),
+                timeout: args.timeout.map(Duration::from_secs_f64),
+            };
+            let (summary, _) = run_campaign(&req, &registry)?;
+            runs.push((which, summary));
+        }
+    }
+    let of =
+        |w: usize| -> Vec<&RunSummary> { runs.iter().filter(|r| r.0 == w).map(|r| &r.1).collect() };
+    let (ra, rb) = (of(0), of(1));
+    let peak_ratios: Vec<f64> = ra
+        .iter()
+        .zip(&rb)
+        .filter_map(|(x, y)| Some(y.peak_bytes? as f64 / x.peak_bytes?.max(1) as f64))
+        .collect();
+    let wall_ratios: Vec<f64> = ra
+        .iter()
+        .zip(&rb)
+        .map(|(x, y)| y.wall_seconds / x.wall_seconds.max(1e-9))
+        .collect();
+    let c = Comparison {
+        schema_version: crate::model::SCHEMA_VERSION,
+        rounds: args.rounds,
+        a: arm(a, &ra),
+        b: arm(b, &rb),
+        peak_ratio_b_over_a: ratio(peak_ratios),
+        wall_ratio_b_over_a: ratio(wall_ratios),
+        runs: runs.into_iter().map(|r| r.1).collect(),
+    };
+    if args.output.json {
+        crate::render::json(out, &c)?;
+        return Ok(());
+    }
+    let f = |v: Option<f64>| v.map(|v| format!("{v:.3}")).unwrap_or_else(|| "n/a".into());
+    let pair = |v: Option<(f64, f64)>| {
+        v.map(|(l, h)| format!("[{l:.3}, {h:.3}]"))
+            .unwrap_or_else(|| "n/a".into())
+    };
+    writeln!(
+        out,
+        "twofold compare: {} rounds, order alternating",
+        c.rounds
+    )?;
+    for (name, arm) in [("A", &c.a), ("B", &c.b)] {
+        writeln!(
+            out,
+            "  {name}: '{}'  median peak {}  median wall {} s",
+            arm.command.join(" "),
+            arm.median_peak_bytes
+                .map(|v| iec(v as u64))
+                .unwrap_or_else(|| "n/a".into()),
+            f(arm.median_wall_seconds)
+        )?;
+    }
+    for (name, r) in [
+        ("peak B/A", &c.peak_ratio_b_over_a),
+        ("wall B/A", &c.wall_ratio_b_over_a),
+    ] {
+        writeln!(
+            out,
+            "  {name}: median {}  IQR {}  bootstrap 95% CI {}",
+            f(r.median),
+            pair(r.iqr),
+            pair(r.ci95)
+        )?;
+    }
+    Ok(())
+}

@@ -1,0 +1,191 @@
+//! `twofold pressure FILE`: the readers and integrity experiments.
+
+use std::fmt::Write as _;
+use std::io::Write;
+
+use anyhow::{bail, Context};
+use serde::{Deserialize, Serialize};
+
+use crate::campaign::integrity::{self, Integrity};
+use crate::campaign::plot::{line_chart, Series};
+use crate::campaign::readers::{run_config, Arm, ReadersRow};
+use crate::cleanup::Registry;
+use crate::cli::{Experiment, PressureArgs};
+use crate::units::{iec, iec_opt};
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct PressureReport {
+    pub schema_version: u32,
+    pub file: String,
+    pub size_bytes: u64,
+    pub memory_max_bytes: Option<u64>,
+    pub readers: Vec<ReadersRow>,
+    pub integrity: Option<Integrity>,
+}
+
+pub fn readers_markdown(rows: &[ReadersRow]) -> String {
+    let mut s = String::from(
+        "| arm | N | alive | OOM kills | peak | anon | page cache | file resident | MemAvailable | PSS per reader (median) | load GB/s |\n|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n",
+    );
+    for r in rows {
+        let mut pss = r.reader_pss_bytes.clone();
+        pss.sort_unstable();
+        let _ = writeln!(
+            s,
+            "| {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} |",
+            format!("{:?}", r.arm).to_lowercase(),
+            r.readers,
+            r.alive,
+            r.oom_kills
+                .map(|v| v.to_string())
+                .unwrap_or_else(|| "n/a".into()),
+            iec_opt(r.peak_bytes),
+            iec_opt(r.anon_bytes),
+            iec_opt(r.page_cache_bytes),
+            r.file_resident_fraction
+                .map(|v| format!("{:.0}%", v * 100.0))
+                .unwrap_or_else(|| "n/a".into()),
+            iec_opt(r.mem_available_bytes),
+            iec_opt(pss.get(pss.len() / 2).copied()),
+            r.load_gb_per_s
+                .map(|v| format!("{v:.2}"))
+                .unwrap_or_else(|| "n/a".into()),
+        );
+    }
+    s
+}
+
+pub fn integrity_markdown(i: &Integrity) -> String {
+    let mut s = format!(
+        "{} in {} chunks of {}; xxh3-128 {}; hashing {:.2} GB/s on cached data\n\n| cycle | resident after evict | refault | mismatched chunks | whole file |\n|---:|---:|---:|---|---|\n",
+        iec(i.size_bytes),
+        i.chunks,
+        iec(i.chunk_bytes as u64),
+        i.whole_xxh3_128,
+        i.hash_gb_per_s
+    );
+    for (n, c) in i.cycles.iter().enumerate() {
+        let _ = writeln!(
+            s,
+            "| {} | {} | {:.3} s ({:.2} GB/s) | {} | {} |",
+            n + 1,
+            iec_opt(c.resident_after_evict_bytes),
+            c.refault_seconds,
+            c.refault_gb_per_s,
+            if c.mismatched_chunks.is_empty() {
+                "none".to_string()
+            } else {
+                format!("{:?}", c.mismatched_chunks)
+            },
+            if c.whole_matches {
+                "matches"
+            } else {
+                "DIFFERS"
+            }
+        );
+    }
+    s
+}
+
+fn plot_readers(dir: &std::path::Path, rows: &[ReadersRow]) -> anyhow::Result<()> {
+    let series: Vec<Series> = [Arm::Copy, Arm::Mmap]
+        .iter()
+        .map(|arm| Series {
+            name: format!("{} arm: peak", format!("{arm:?}").to_lowercase()),
+            points: rows
+                .iter()
+                .filter(|r| r.arm == *arm)
+                .filter_map(|r| Some((r.readers as f64, r.peak_bytes? as f64 / 1048576.0)))
+                .collect(),
+        })
+        .collect();
+    line_chart(
+        dir,
+        "readers",
+        "N concurrent readers: peak cgroup usage",
+        "readers",
+        "MiB",
+        &series,
+    )
+}
+
+pub fn run(args: &PressureArgs, out: &mut dyn Write) -> anyhow::Result<()> {
+    let meta = std::fs::metadata(&args.file)
+        .with_context(|| format!("cannot access '{}'", args.file.display()))?;
+    if !meta.is_file() {
+        bail!("'{}' is not a regular file", args.file.display());
+    }
+    let all = args.experiments.is_empty();
+    let want = |e: Experiment| all || args.experiments.contains(&e);
+    let registry = Registry::install()?;
+    let mut report = PressureReport {
+        schema_version: crate::model::SCHEMA_VERSION,
+        file: args.file.display().to_string(),
+        size_bytes: meta.len(),
+        memory_max_bytes: None,
+        readers: Vec::new(),
+        integrity: None,
+    };
+    if want(Experiment::Readers) {
+        let limit = super::run::memory_max(&args.sandbox)?;
+        // Refuse up front, before any reader starts.
+        let (avail, total) = crate::campaign::sandbox::host_memory(std::path::Path::new("/proc"))?;
+        crate::campaign::sandbox::check_limit(limit, avail, total)?;
+        report.memory_max_bytes = Some(limit);
+        let exe = std::env::current_exe().context("cannot find the twofold executable")?;
+        for arm in [Arm::Copy, Arm::Mmap] {
+            for &n in &args.readers {
+                if !args.output.json {
+                    eprintln!("twofold: readers: {arm:?} arm, N = {n}");
+                }
+                report
+                    .readers
+                    .push(run_config(&exe, &args.file, arm, n, limit, &registry)?);
+            }
+        }
+    }
+    if want(Experiment::Integrity) {
+        report.integrity = Some(integrity::run(
+            &args.file,
+            args.cycles,
+            args.reference.as_deref(),
+        )?);
+    }
+    let mut md = String::new();
+    if !report.readers.is_empty() {
+        let _ = writeln!(
+            md,
+            "## readers: '{}' ({}) under {}\n\n{}",
+            report.file,
+            iec(report.size_bytes),
+            iec_opt(report.memory_max_bytes),
+            readers_markdown(&report.readers)
+        );
+    }
+    if let Some(i) = &report.integrity {
+        let _ = writeln!(
+            md,
+            "## integrity: '{}'\n\n{}",
+            report.file,
+            integrity_markdown(i)
+        );
+    }
+    if let Some(dir) = &args.sandbox.out {
+        std::fs::create_dir_all(dir)
+            .with_context(|| format!("cannot create '{}'", dir.display()))?;
+        std::fs::write(
+            dir.join("pressure.json"),
+            serde_json::to_vec_pretty(&report)?,
+        )?;
+        std::fs::write(dir.join("pressure.md"), &md)?;
+        if !report.readers.is_empty() {
+            plot_readers(dir, &report.readers)?;
+        }
+    }
+    if args.output.json {
+        crate::render::json(out, &report)?;
+    } else {
+        out.write_all(md.as_bytes())?;
+    }
+    Ok(())
+}

@@ -1,0 +1,143 @@
+//! `twofold run`.
+
+use std::io::Write;
+use std::path::Path;
+use std::time::Duration;
+
+use anyhow::Context;
+
+use crate::campaign::plot::{line_chart, Series};
+use crate::campaign::run::{run as run_campaign, RunRequest, RunSummary};
+use crate::campaign::sampler::Point;
+use crate::campaign::sandbox::host_memory;
+use crate::cleanup::Registry;
+use crate::cli::{RunArgs, SandboxArgs};
+use crate::units::{iec, iec_opt};
+
+/// The limit to use: the one given, else a quarter of MemAvailable.
+pub fn memory_max(args: &SandboxArgs) -> anyhow::Result<u64> {
+    match args.memory_max {
+        Some(m) => Ok(m),
+        None => Ok(host_memory(Path::new("/proc"))?.0 / 4),
+    }
+}
+
+const MIB: f64 = 1048576.0;
+
+/// Writes `timeline.jsonl` and `memory.{svg,png}` for samples.
+pub fn write_timeline(dir: &Path, stem: &str, points: &[Point], title: &str) -> anyhow::Result<()> {
+    std::fs::create_dir_all(dir).with_context(|| format!("cannot create '{}'", dir.display()))?;
+    let path = dir.join(format!("{stem}.jsonl"));
+    let mut f = std::io::BufWriter::new(
+        std::fs::File::create(&path)
+            .with_context(|| format!("cannot create '{}'", path.display()))?,
+    );
+    for p in points {
+        serde_json::to_writer(&mut f, &serde_json::json!({"type": "sample", "data": p}))?;
+        writeln!(f)?;
+    }
+    f.flush()?;
+    let series = |name: &str, get: &dyn Fn(&Point) -> Option<u64>| Series {
+        name: name.to_string(),
+        points: points
+            .iter()
+            .filter_map(|p| get(p).map(|v| (p.t_seconds, v as f64 / MIB)))
+            .collect(),
+    };
+    let mut lines = vec![
+        series("cgroup usage", &|p| p.usage_bytes),
+        series("anon", &|p| p.anon_bytes),
+        series("file (page cache)", &|p| p.file_bytes),
+    ];
+    if points
+        .iter()
+        .any(|p| p.files_resident_bytes.first().copied().flatten().is_some())
+    {
+        lines.push(series("model resident", &|p| {
+            p.files_resident_bytes.first().copied().flatten()
+        }));
+    }
+    line_chart(dir, stem, title, "seconds", "MiB", &lines)
+}
+
+fn human(s: &RunSummary) -> String {
+    let mut out = format!(
+        "twofold run: '{}' in a {} cgroup limited to {}\n",
+        s.command.join(" "),
+        s.cgroup_version,
+        iec(s.memory_max_bytes)
+    );
+    let status = match (s.exit_code, s.exit_signal) {
+        (Some(c), _) => format!("exit code {c}"),
+        (None, Some(9)) => "killed by SIGKILL (OOM killer or timeout)".to_string(),
+        (None, Some(sig)) => format!("killed by signal {sig}"),
+        _ => "unknown".to_string(),
+    };
+    out.push_str(&format!(
+        "  {status} after {:.2} s{}\n",
+        s.wall_seconds,
+        if s.timed_out { " (timed out)" } else { "" }
+    ));
+    out.push_str(&format!(
+        "  peak {}  (anon {}, file {})   at the end: anon {}, file {}\n",
+        iec_opt(s.peak_bytes),
+        iec_opt(s.peak_anon_bytes),
+        iec_opt(s.peak_file_bytes),
+        iec_opt(s.end_anon_bytes),
+        iec_opt(s.end_file_bytes)
+    ));
+    out.push_str(&format!(
+        "  settled after {}   OOM kills {}   samples {}\n",
+        s.settle_seconds
+            .map(|v| format!("{v:.2} s"))
+            .unwrap_or_else(|| "n/a".into()),
+        s.oom_kills
+            .map(|v| v.to_string())
+            .unwrap_or_else(|| "n/a".into()),
+        s.samples
+    ));
+    if let Some(m) = &s.model {
+        let r = |v: Option<f64>| {
+            v.map(|v| format!("{v:.2}×"))
+                .unwrap_or_else(|| "n/a".into())
+        };
+        out.push_str(&format!(
+            "  model '{}' ({}): peak = {} the file (copies + page cache charged here); {} without the model's page-cache growth (UMLoad's metric)\n",
+            m.path,
+            iec(m.size_bytes),
+            r(m.peak_ratio),
+            r(m.peak_ratio_excluding_cache)
+        ));
+    }
+    out
+}
+
+pub fn run(args: &RunArgs, out: &mut dyn Write) -> anyhow::Result<()> {
+    let registry = Registry::install()?;
+    let req = RunRequest {
+        command: args.command.clone(),
+        memory_max: memory_max(&args.sandbox)?,
+        model: args.model.clone(),
+        interval: Duration::from_millis(args.sandbox.interval_ms.max(1)),
+        timeout: args.timeout.map(Duration::from_secs_f64),
+    };
+    let (summary, points) = run_campaign(&req, &registry)?;
+    if let Some(dir) = &args.sandbox.out {
+        write_timeline(
+            dir,
+            "timeline",
+            &points,
+            &format!("twofold run: {}", summary.command.join(" ")),
+        )?;
+        std::fs::write(
+            dir.join("summary.json"),
+            serde_json::to_vec_pretty(&summary)?,
+        )?;
+    }
+    if args.output.json {
+        crate::render::json(out, &summary)?;
+    } else {
+        out.write_all(human(&summary).as_bytes())?;
+    }
+    Ok(())
+}
