@@ -39,7 +39,8 @@ struct State {
 
 /// Kills every process in a cgroup and removes it (best effort, bounded in time).
 pub fn remove_cgroup(dir: &std::path::Path) {
-    for _ in 0..200 {
+    // Up to 10 s: a large process can take a while to free its memory.
+    for _ in 0..1000 {
         let procs = std::fs::read_to_string(dir.join("cgroup.procs")).unwrap_or_default();
         let pids: Vec<i32> = procs
             .lines()

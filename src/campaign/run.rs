@@ -104,6 +104,8 @@ pub fn summarize(
 
 pub struct RunRequest {
     pub command: Vec<String>,
+    /// Send the command's stdout to our stderr (keeps `--json` output clean).
+    pub stdout_to_stderr: bool,
     pub memory_max: u64,
     pub model: Option<PathBuf>,
     pub interval: Duration,
@@ -127,7 +129,10 @@ pub fn run(req: &RunRequest, registry: &Registry) -> anyhow::Result<(RunSummary,
         req.interval,
     );
     let mut cmd = Command::new(prog);
-    cmd.args(args);
+    cmd.args(args).stdin(std::process::Stdio::null());
+    if req.stdout_to_stderr {
+        cmd.stdout(std::io::stderr());
+    }
     sandbox.enter(&mut cmd)?;
     let start = Instant::now();
     let mut child = cmd

@@ -98,9 +98,18 @@ pub fn run(args: &ChildArgs) -> anyhow::Result<()> {
             let mut src = Vec::new();
             let mut out = Vec::new();
             for (start, n) in ranges {
+                let read_err = || format!("cannot read '{}'", path.display());
+                if kind == CopyKind::Identical {
+                    // Straight into the heap buffer: exactly one private copy.
+                    let dst = &mut buf[at..at + n as usize];
+                    std::os::unix::fs::FileExt::read_exact_at(&f, dst, start)
+                        .with_context(read_err)?;
+                    at += (n as usize).next_multiple_of(16);
+                    continue;
+                }
                 src.resize(n as usize, 0);
                 std::os::unix::fs::FileExt::read_exact_at(&f, &mut src, start)
-                    .with_context(|| format!("cannot read '{}'", path.display()))?;
+                    .with_context(read_err)?;
                 kind.convert(&src, &mut out);
                 buf[at..at + out.len()].copy_from_slice(&out);
                 at += out.len().next_multiple_of(16);

@@ -80,6 +80,7 @@ pub fn run(args: &CompareArgs, out: &mut dyn Write) -> anyhow::Result<()> {
         for which in order {
             let req = RunRequest {
                 command: if which == 0 { a.to_vec() } else { b.to_vec() },
+                stdout_to_stderr: true,
                 memory_max,
                 model: args.model.clone(),
                 interval: Duration::from_millis(args.sandbox.interval_ms.max(1)),

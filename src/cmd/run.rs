@@ -116,6 +116,7 @@ pub fn run(args: &RunArgs, out: &mut dyn Write) -> anyhow::Result<()> {
     let registry = Registry::install()?;
     let req = RunRequest {
         command: args.command.clone(),
+        stdout_to_stderr: args.output.json,
         memory_max: memory_max(&args.sandbox)?,
         model: args.model.clone(),
         interval: Duration::from_millis(args.sandbox.interval_ms.max(1)),

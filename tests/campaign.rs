@@ -1,0 +1,315 @@
+//! Campaigns for real (as root): cgroups, the OOM killer, eviction and refault, cleanup.
+
+#![allow(clippy::unwrap_used)]
+
+mod common;
+
+use std::path::Path;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use common::*;
+use twofold::campaign::run::RunSummary;
+use twofold::cmd::pressure::PressureReport;
+
+/// Cgroups this test binary's twofold processes may have made (named `twofold-PID-N`).
+fn leftover_cgroups() -> Vec<String> {
+    let mut out = Vec::new();
+    for root in [
+        "/sys/fs/cgroup/memory",
+        "/sys/fs/cgroup",
+        "/sys/fs/cgroup/unified",
+    ] {
+        if let Ok(rd) = std::fs::read_dir(root) {
+            for e in rd.flatten() {
+                let name = e.file_name().to_string_lossy().into_owned();
+                // twofold-PID-N: a leftover only once its creator PID is gone (other
+                // tests' campaigns run concurrently).
+                let creator = name
+                    .strip_prefix("twofold-")
+                    .and_then(|r| r.split('-').next())
+                    .and_then(|p| p.parse::<i32>().ok());
+                if let Some(pid) = creator {
+                    if !Path::new(&format!("/proc/{pid}")).exists() {
+                        out.push(format!("{root}/{name}"));
+                    }
+                }
+            }
+        }
+    }
+    out
+}
+
+/// Processes whose command line mentions `marker`.
+fn processes_with(marker: &str) -> Vec<i32> {
+    std::fs::read_dir("/proc")
+        .unwrap()
+        .flatten()
+        .filter_map(|e| e.file_name().to_string_lossy().parse::<i32>().ok())
+        .filter(|pid| {
+            std::fs::read(format!("/proc/{pid}/cmdline")).is_ok_and(|c| {
+                String::from_utf8_lossy(&c)
+                    .replace('\0', " ")
+                    .contains(marker)
+            })
+        })
+        .collect()
+}
+
+fn wait_gone(marker: &str) {
+    let start = Instant::now();
+    while !processes_with(marker).is_empty() {
+        assert!(
+            start.elapsed() < Duration::from_secs(5),
+            "processes left behind: {marker}"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+fn root() -> bool {
+    require(is_root(), "root (campaigns create memory cgroups)")
+}
+
+#[test]
+fn readers_copy_arm_ooms_and_mmap_arm_does_not() {
+    if !root() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let file = model_file(dir.path(), "m.gguf", 64 * MIB);
+    let f = file.to_str().unwrap();
+    let r: PressureReport = twofold_json(&[
+        "pressure".as_ref(),
+        f.as_ref(),
+        "--experiment".as_ref(),
+        "readers".as_ref(),
+        "--readers".as_ref(),
+        "1,4".as_ref(),
+        "--memory-max".as_ref(),
+        "200M".as_ref(),
+        "--json".as_ref(),
+    ]);
+    let row = |arm: &str, n: usize| {
+        r.readers
+            .iter()
+            .find(|x| format!("{:?}", x.arm).to_lowercase() == arm && x.readers == n)
+            .unwrap()
+            .clone()
+    };
+    // 4 copies of 64 MiB plus the page cache cannot fit in 200 MiB: the OOM killer acts.
+    let c4 = row("copy", 4);
+    assert!(c4.oom_kills.unwrap() >= 1, "{c4:?}");
+    assert!(c4.alive < 4, "{c4:?}");
+    // One mapped copy serves four readers.
+    let m4 = row("mmap", 4);
+    assert_eq!(m4.oom_kills, Some(0), "{m4:?}");
+    assert_eq!(m4.alive, 4);
+    assert_eq!(m4.file_resident_fraction, Some(1.0));
+    // Four mappers split the file's PSS: each about a quarter of 64 MiB plus its own.
+    for pss in &m4.reader_pss_bytes {
+        assert!(*pss < 32 * MIB, "{pss}");
+    }
+    assert_eq!(row("copy", 1).oom_kills, Some(0));
+    assert!(leftover_cgroups().is_empty(), "{:?}", leftover_cgroups());
+    wait_gone(f);
+}
+
+#[test]
+fn integrity_cycle_and_an_altered_copy() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = model_file(dir.path(), "m.safetensors", 16 * MIB);
+    let before = std::fs::read(&file).unwrap();
+    let r: PressureReport = twofold_json(&[
+        "pressure".as_ref(),
+        file.as_os_str(),
+        "--experiment".as_ref(),
+        "integrity".as_ref(),
+        "--cycles".as_ref(),
+        "2".as_ref(),
+        "--json".as_ref(),
+    ]);
+    let i = r.integrity.unwrap();
+    assert_eq!(i.chunks, 8);
+    for c in &i.cycles {
+        assert_eq!(c.resident_after_evict_bytes, Some(0), "evicted completely");
+        assert!(c.mismatched_chunks.is_empty());
+        assert!(c.whole_matches);
+    }
+    // A reference that differs in one byte of chunk 5 (bytes 10 MiB..12 MiB).
+    let reference = dir.path().join("altered");
+    let mut altered = before.clone();
+    altered[(10 * MIB + 12345) as usize] ^= 0xff;
+    std::fs::write(&reference, altered).unwrap();
+    let r: PressureReport = twofold_json(&[
+        "pressure".as_ref(),
+        file.as_os_str(),
+        "--experiment".as_ref(),
+        "integrity".as_ref(),
+        "--cycles".as_ref(),
+        "1".as_ref(),
+        "--reference".as_ref(),
+        reference.as_os_str(),
+        "--json".as_ref(),
+    ]);
+    let c = &r.integrity.unwrap().cycles[0];
+    assert_eq!(c.mismatched_chunks, [5]);
+    assert!(!c.whole_matches);
+    assert!(
+        std::fs::read(&file).unwrap() == before,
+        "the model file was changed"
+    );
+}
+
+fn run_json(args: &[&str]) -> RunSummary {
+    let a: Vec<&std::ffi::OsStr> = args.iter().map(|s| std::ffi::OsStr::new(*s)).collect();
+    twofold_json(&a)
+}
+
+#[test]
+fn run_peak_ratio_copy_twice_map_once() {
+    if !root() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let size = 256 * MIB;
+    let file = model_file(dir.path(), "m.safetensors", size);
+    let f = file.to_str().unwrap();
+    let bin = exe();
+    let bin = bin.to_str().unwrap();
+    for (mode, want) in [("copy", 2.0), ("map", 1.0)] {
+        evict(&file);
+        let s = run_json(&[
+            "run",
+            "--json",
+            "--memory-max",
+            "1G",
+            "--model",
+            f,
+            "--",
+            bin,
+            "__child",
+            mode,
+            f,
+            "--exit-after-ms",
+            "300",
+        ]);
+        assert_eq!(s.exit_code, Some(0), "{s:?}");
+        assert_eq!(s.oom_kills, Some(0));
+        let ratio = s.model.as_ref().unwrap().peak_ratio.unwrap();
+        assert!(
+            (ratio - want).abs() / want <= 0.05,
+            "{mode}: peak ratio {ratio}, want {want}"
+        );
+        assert!(s.samples >= 3, "{s:?}");
+    }
+    assert!(leftover_cgroups().is_empty());
+}
+
+#[test]
+fn memory_max_above_available_is_refused() {
+    let out = Command::new(exe())
+        .args(["run", "--memory-max", "100T", "--", "true"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("must never push the host into OOM"), "{err}");
+    assert_eq!(err.lines().count(), 1, "{err}");
+}
+
+#[test]
+fn cleanup_after_sigint_and_after_a_killed_child() {
+    if !root() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let file = model_file(dir.path(), "m.bin", 32 * MIB);
+    let f = file.to_str().unwrap().to_string();
+    // SIGINT while the readers experiment runs.
+    let mut child = Command::new(exe())
+        .args([
+            "pressure",
+            &f,
+            "--experiment",
+            "readers",
+            "--readers",
+            "3,3,3,3",
+            "--memory-max",
+            "512M",
+        ])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let start = Instant::now();
+    while processes_with(&format!("__child copy {f}")).len() < 2 {
+        assert!(
+            start.elapsed() < Duration::from_secs(60),
+            "readers never started"
+        );
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(child.id() as i32),
+        nix::sys::signal::Signal::SIGINT,
+    )
+    .unwrap();
+    let status = child.wait().unwrap();
+    assert_eq!(status.code(), Some(130), "{status:?}");
+    wait_gone(&f);
+    assert!(leftover_cgroups().is_empty(), "{:?}", leftover_cgroups());
+    // The command's own child is SIGKILLed mid-run; what it started goes too.
+    let marker = format!("sleep 3{}", std::process::id() % 10);
+    let mut run = Command::new(exe())
+        .args([
+            "run",
+            "--memory-max",
+            "256M",
+            "--",
+            "sh",
+            "-c",
+            &format!("{marker} & exec {marker}"),
+        ])
+        .stdout(Stdio::null())
+        .spawn()
+        .unwrap();
+    let start = Instant::now();
+    let parent_of = |pid: i32| -> Option<i32> {
+        let st = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+        st.lines()
+            .find_map(|l| l.strip_prefix("PPid:"))
+            .and_then(|v| v.trim().parse().ok())
+    };
+    let victim = loop {
+        // Both sleeps running: kill the command itself (the exec'd sleep, whose parent
+        // is twofold), leaving its background sleep to twofold's cleanup.
+        let p: Vec<i32> = processes_with(&marker)
+            .into_iter()
+            .filter(|pid| {
+                std::fs::read(format!("/proc/{pid}/cmdline")).is_ok_and(|c| c.starts_with(b"sleep"))
+            })
+            .collect();
+        if p.len() >= 2 {
+            if let Some(v) = p
+                .iter()
+                .find(|pid| parent_of(**pid) == Some(run.id() as i32))
+            {
+                break *v;
+            }
+        }
+        assert!(start.elapsed() < Duration::from_secs(30));
+        std::thread::sleep(Duration::from_millis(5));
+    };
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(victim),
+        nix::sys::signal::Signal::SIGKILL,
+    )
+    .unwrap();
+    // The command died of SIGKILL; twofold reports it and kills the background sleep with
+    // the cgroup.
+    assert!(run.wait().unwrap().success());
+    wait_gone(&marker);
+    assert!(leftover_cgroups().is_empty(), "{:?}", leftover_cgroups());
+    assert!(Path::new(&f).exists(), "the model file must stay");
+}
