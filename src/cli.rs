@@ -166,6 +166,9 @@ pub struct RunArgs {
     /// Kill the command after this many seconds.
     #[arg(long, value_name = "SECONDS")]
     pub timeout: Option<f64>,
+    /// Also sample the residency of this file (repeatable).
+    #[arg(long, value_name = "FILE")]
+    pub watch: Vec<PathBuf>,
     #[command(flatten)]
     pub sandbox: SandboxArgs,
     #[command(flatten)]

@@ -34,6 +34,9 @@ pub struct RunSummary {
     pub oom_kills: Option<u64>,
     pub model: Option<ModelRatios>,
     pub samples: usize,
+    /// CPU seconds the sampler thread used (getrusage), and as a share of one core.
+    pub sampler_cpu_seconds: f64,
+    pub sampler_cpu_fraction: f64,
 }
 
 /// The footprint relative to the model file.
@@ -106,8 +109,12 @@ pub struct RunRequest {
     pub command: Vec<String>,
     /// Send the command's stdout to our stderr (keeps `--json` output clean).
     pub stdout_to_stderr: bool,
+    /// No progress display.
+    pub quiet: bool,
     pub memory_max: u64,
     pub model: Option<PathBuf>,
+    /// More files whose residency to sample.
+    pub watch: Vec<PathBuf>,
     pub interval: Duration,
     pub timeout: Option<Duration>,
 }
@@ -120,7 +127,7 @@ pub fn run(req: &RunRequest, registry: &Registry) -> anyhow::Result<(RunSummary,
         .split_first()
         .context("no command given after '--'")?;
     let sandbox = Sandbox::create(&roots, req.memory_max, registry)?;
-    let files: Vec<PathBuf> = req.model.iter().cloned().collect();
+    let files: Vec<PathBuf> = req.model.iter().chain(&req.watch).cloned().collect();
     let sampler = Sampler::start(
         &roots.proc,
         &sandbox.dir,
@@ -140,6 +147,11 @@ pub fn run(req: &RunRequest, registry: &Registry) -> anyhow::Result<(RunSummary,
         .with_context(|| format!("cannot start '{prog}'"))?;
     registry.add_pid(child.id() as i32);
     let mut timed_out = false;
+    let bar = super::progress(0, req.quiet);
+    bar.set_message(format!(
+        "running '{}' in the sandbox",
+        req.command.join(" ")
+    ));
     let status = loop {
         if let Some(s) = child.try_wait()? {
             break s;
@@ -151,10 +163,11 @@ pub fn run(req: &RunRequest, registry: &Registry) -> anyhow::Result<(RunSummary,
         }
         std::thread::sleep(Duration::from_millis(5));
     };
+    bar.finish_and_clear();
     let wall = start.elapsed().as_secs_f64();
     // Whatever the command left behind in the sandbox goes with it.
     sandbox.kill_all();
-    let points = sampler.finish();
+    let (points, sampler_cpu) = sampler.finish();
     let cg = sandbox.read().ok();
     let cgroup_peak = cg.as_ref().and_then(|c| c.peak_bytes);
     let model = match &req.model {
@@ -187,6 +200,8 @@ pub fn run(req: &RunRequest, registry: &Registry) -> anyhow::Result<(RunSummary,
         oom_kills: cg.as_ref().and_then(|c| c.events.get("oom_kill").copied()),
         model: ratios,
         samples: points.len(),
+        sampler_cpu_seconds: sampler_cpu,
+        sampler_cpu_fraction: sampler_cpu / wall.max(1e-9),
     };
     Ok((summary, points))
 }

@@ -1,6 +1,8 @@
-//! The campaign sampler: every interval, the sandbox cgroup's counters, the summed
-//! `RssAnon`/`RssFile` of its processes, and the page-cache residency (cachestat) of the
-//! files of interest. Runs on its own thread; the samples come back when it is stopped.
+//! The campaign sampler: every interval, the sandbox cgroup's counters and the summed
+//! `RssAnon`/`RssFile` of its processes; at most once a second (and in the first and last
+//! sample), the page-cache residency (cachestat) of the files of interest, whose cost grows
+//! with the number of cached folios. Runs on its own thread; the samples come back when it
+//! is stopped.
 
 use std::fs::File;
 use std::path::{Path, PathBuf};
@@ -27,6 +29,8 @@ pub struct Point {
     pub file_mapped_bytes: Option<u64>,
     pub oom_kills: Option<u64>,
     pub processes: usize,
+    /// Summed over the processes, from `/proc/PID/statm` (cheaper than `status`):
+    /// `resident − shared` (= RssAnon) and `shared` (= RssFile + RssShmem).
     pub rss_anon_bytes: u64,
     pub rss_file_bytes: u64,
     /// Resident bytes of each file of interest, in the order given.
@@ -35,7 +39,19 @@ pub struct Point {
 
 pub struct Sampler {
     stop: Arc<AtomicBool>,
-    handle: JoinHandle<Vec<Point>>,
+    handle: JoinHandle<(Vec<Point>, f64)>,
+}
+
+/// CPU seconds (user + system) of the calling thread, from getrusage(RUSAGE_THREAD).
+fn thread_cpu_seconds() -> f64 {
+    // SAFETY: getrusage writes only into the zeroed struct we pass.
+    let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
+    // SAFETY: as above; RUSAGE_THREAD is valid on Linux.
+    if unsafe { libc::getrusage(libc::RUSAGE_THREAD, &mut ru) } != 0 {
+        return 0.0;
+    }
+    let t = |tv: libc::timeval| tv.tv_sec as f64 + tv.tv_usec as f64 / 1e6;
+    t(ru.ru_utime) + t(ru.ru_stime)
 }
 
 struct Target {
@@ -45,13 +61,25 @@ struct Target {
     files: Vec<Option<(File, PathBuf, u64)>>,
 }
 
+/// (RssAnon, RssFile + RssShmem) in bytes from `/proc/PID/statm` (pages).
+fn statm(procs: &ProcReader, pid: i32) -> Option<(u64, u64)> {
+    let text = std::fs::read_to_string(procs.root().join(pid.to_string()).join("statm")).ok()?;
+    let mut it = text
+        .split_whitespace()
+        .skip(1)
+        .map(|v| v.parse::<u64>().ok());
+    let (resident, shared) = (it.next()??, it.next()??);
+    let page = crate::collect::system::page_size();
+    Some((resident.saturating_sub(shared) * page, shared * page))
+}
+
 impl Target {
-    fn sample(&self, t: f64) -> Point {
+    fn sample(&self, t: f64, with_files: bool) -> Point {
         let mut p = Point {
             t_seconds: t,
             ..Point::default()
         };
-        if let Ok(s) = cgroup::read_dir(&self.dir, Some(self.version)) {
+        if let Ok(s) = cgroup::read_counters(&self.dir, self.version) {
             let m = cgroup_model(&s);
             p.usage_bytes = m.usage_bytes;
             p.anon_bytes = m.anon_bytes;
@@ -67,10 +95,14 @@ impl Target {
             .collect();
         p.processes = pids.len();
         for pid in pids {
-            if let Ok(st) = self.procs.status(pid) {
-                p.rss_anon_bytes += st.status.rss_anon_bytes.unwrap_or(0);
-                p.rss_file_bytes += st.status.rss_file_bytes.unwrap_or(0);
+            if let Some((anon, shared)) = statm(&self.procs, pid) {
+                p.rss_anon_bytes += anon;
+                p.rss_file_bytes += shared;
             }
+        }
+        if !with_files {
+            p.files_resident_bytes = vec![None; self.files.len()];
+            return p;
         }
         p.files_resident_bytes = self
             .files
@@ -110,10 +142,14 @@ impl Sampler {
             let start = Instant::now();
             let mut points = Vec::new();
             let mut next = Duration::ZERO;
+            let files_every =
+                (Duration::from_secs(1).as_nanos() / interval.as_nanos().max(1)).max(1) as usize;
             loop {
-                points.push(target.sample(start.elapsed().as_secs_f64()));
-                if flag.load(Ordering::Relaxed) {
-                    return points;
+                let stopping = flag.load(Ordering::Relaxed);
+                let with_files = points.len() % files_every == 0 || stopping;
+                points.push(target.sample(start.elapsed().as_secs_f64(), with_files));
+                if stopping {
+                    return (points, thread_cpu_seconds());
                 }
                 next += interval;
                 let now = start.elapsed();
@@ -131,8 +167,9 @@ impl Sampler {
         Sampler { stop, handle }
     }
 
-    /// Stops sampling (after one last sample) and returns every sample.
-    pub fn finish(self) -> Vec<Point> {
+    /// Stops sampling (after one last sample) and returns every sample and the CPU
+    /// seconds the sampler used.
+    pub fn finish(self) -> (Vec<Point>, f64) {
         self.stop.store(true, Ordering::Relaxed);
         self.handle.join().unwrap_or_default()
     }

@@ -81,8 +81,10 @@ pub fn run(args: &CompareArgs, out: &mut dyn Write) -> anyhow::Result<()> {
             let req = RunRequest {
                 command: if which == 0 { a.to_vec() } else { b.to_vec() },
                 stdout_to_stderr: true,
+                quiet: args.output.json,
                 memory_max,
                 model: args.model.clone(),
+                watch: Vec::new(),
                 interval: Duration::from_millis(args.sandbox.interval_ms.max(1)),
                 timeout: args.timeout.map(Duration::from_secs_f64),
             };

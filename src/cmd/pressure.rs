@@ -57,12 +57,13 @@ pub fn readers_markdown(rows: &[ReadersRow]) -> String {
 
 pub fn integrity_markdown(i: &Integrity) -> String {
     let mut s = format!(
-        "{} in {} chunks of {}; xxh3-128 {}; hashing {:.2} GB/s on cached data\n\n| cycle | resident after evict | refault | mismatched chunks | whole file |\n|---:|---:|---:|---|---|\n",
+        "{} in {} chunks of {}; xxh3-128 {}; hashing {:.2} GB/s on cached data (memcpy {:.2} GB/s)\n\n| cycle | resident after evict | refault | mismatched chunks | whole file |\n|---:|---:|---:|---|---|\n",
         iec(i.size_bytes),
         i.chunks,
         iec(i.chunk_bytes as u64),
         i.whole_xxh3_128,
-        i.hash_gb_per_s
+        i.hash_gb_per_s,
+        i.memcpy_gb_per_s
     );
     for (n, c) in i.cycles.iter().enumerate() {
         let _ = writeln!(
@@ -133,23 +134,28 @@ pub fn run(args: &PressureArgs, out: &mut dyn Write) -> anyhow::Result<()> {
         crate::campaign::sandbox::check_limit(limit, avail, total)?;
         report.memory_max_bytes = Some(limit);
         let exe = std::env::current_exe().context("cannot find the twofold executable")?;
+        let bar = crate::campaign::progress(2 * args.readers.len() as u64, args.output.json);
         for arm in [Arm::Copy, Arm::Mmap] {
             for &n in &args.readers {
-                if !args.output.json {
-                    eprintln!("twofold: readers: {arm:?} arm, N = {n}");
-                }
+                bar.set_message(format!("readers: {arm:?} arm, N = {n}").to_lowercase());
                 report
                     .readers
                     .push(run_config(&exe, &args.file, arm, n, limit, &registry)?);
+                bar.inc(1);
             }
         }
+        bar.finish_and_clear();
     }
     if want(Experiment::Integrity) {
+        let bar = crate::campaign::progress(args.cycles as u64 + 1, args.output.json);
+        bar.set_message("integrity: evict, refault, re-hash");
         report.integrity = Some(integrity::run(
             &args.file,
             args.cycles,
             args.reference.as_deref(),
+            &|| bar.inc(1),
         )?);
+        bar.finish_and_clear();
     }
     let mut md = String::new();
     if !report.readers.is_empty() {

@@ -117,8 +117,10 @@ pub fn run(args: &RunArgs, out: &mut dyn Write) -> anyhow::Result<()> {
     let req = RunRequest {
         command: args.command.clone(),
         stdout_to_stderr: args.output.json,
+        quiet: args.output.json,
         memory_max: memory_max(&args.sandbox)?,
         model: args.model.clone(),
+        watch: args.watch.clone(),
         interval: Duration::from_millis(args.sandbox.interval_ms.max(1)),
         timeout: args.timeout.map(Duration::from_secs_f64),
     };

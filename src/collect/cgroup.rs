@@ -150,6 +150,23 @@ pub fn read_dir(dir: &Path, version: Option<CgroupVersion>) -> Result<CgroupSamp
     Ok(s)
 }
 
+/// The counters that change: `memory.stat`, usage and events (a campaign sampler's
+/// subset of [`read_dir`]: limit, peak and failcnt are read once at the end).
+pub fn read_counters(dir: &Path, version: CgroupVersion) -> Result<CgroupSample> {
+    let (usage, events) = match version {
+        CgroupVersion::V2 => ("memory.current", "memory.events"),
+        CgroupVersion::V1 => ("memory.usage_in_bytes", "memory.oom_control"),
+    };
+    Ok(CgroupSample {
+        version: Some(version),
+        path: dir.to_string_lossy().into_owned(),
+        stat: kv::read_map(&dir.join("memory.stat"))?,
+        usage_bytes: kv::read_limit(&dir.join(usage))?,
+        events: optional(kv::read_map(&dir.join(events)))?.unwrap_or_default(),
+        ..CgroupSample::default()
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
