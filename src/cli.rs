@@ -202,6 +202,8 @@ pub enum Experiment {
     Readers,
     /// Checksums per 2 MiB chunk, full eviction, refault through a mapping, re-check.
     Integrity,
+    /// Mapped readers against a growing anonymous competitor (shared and private arms).
+    Competitor,
 }
 
 #[derive(Debug, Args)]
@@ -217,6 +219,21 @@ pub struct PressureArgs {
     /// Eviction/refault cycles for the integrity experiment.
     #[arg(long, default_value_t = 3)]
     pub cycles: usize,
+    /// Competitor: final size as a fraction of the limit.
+    #[arg(long, default_value_t = 0.9)]
+    pub competitor_fraction: f64,
+    /// Competitor: number of growth steps.
+    #[arg(long, default_value_t = 4)]
+    pub competitor_steps: usize,
+    /// Competitor: seconds per step (and of warm-up).
+    #[arg(long, default_value_t = 1.0)]
+    pub competitor_step_seconds: f64,
+    /// Competitor: keep touching its pages (else it stays idle once allocated).
+    #[arg(long)]
+    pub competitor_active: bool,
+    /// Competitor: mapped readers touching the file every pass.
+    #[arg(long, default_value_t = 2)]
+    pub map_readers: usize,
     /// Test only: compare against the checksums of this file instead of FILE's own.
     #[arg(long, hide = true, value_name = "FILE")]
     pub reference: Option<PathBuf>,
@@ -260,6 +277,9 @@ pub enum ChildMode {
     /// Copy the --range byte ranges (F16 or BF16 per --dtype) widened to F32 into a heap
     /// buffer.
     Widen,
+    /// mmap read-only (MAP_SHARED, or MAP_PRIVATE with --private) and read every page
+    /// over and over, appending each pass's time to --stats.
+    MapLoop,
 }
 
 #[derive(Debug, Args)]
@@ -284,6 +304,15 @@ pub struct ChildArgs {
     /// (a loader that runs to completion, for `twofold run`).
     #[arg(long, value_name = "MS")]
     pub exit_after_ms: Option<u64>,
+    /// map-loop: map MAP_PRIVATE instead of MAP_SHARED.
+    #[arg(long)]
+    pub private: bool,
+    /// map-loop: file to append `<seconds since start> <pass milliseconds>` lines to.
+    #[arg(long, value_name = "FILE")]
+    pub stats: Option<PathBuf>,
+    /// anon: keep touching every page after `ready` (an active competitor).
+    #[arg(long)]
+    pub touch_loop: bool,
     /// Source element type for widen mode: f16 or bf16.
     #[arg(long, default_value = "f16")]
     pub dtype: String,

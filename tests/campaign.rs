@@ -313,3 +313,44 @@ fn cleanup_after_sigint_and_after_a_killed_child() {
     assert!(leftover_cgroups().is_empty(), "{:?}", leftover_cgroups());
     assert!(Path::new(&f).exists(), "the model file must stay");
 }
+
+#[test]
+fn competitor_pushes_the_mapped_file_out() {
+    if !root() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let file = model_file(dir.path(), "m.bin", 64 * MIB);
+    let r: PressureReport = twofold_json(&[
+        "pressure".as_ref(),
+        file.as_os_str(),
+        "--experiment".as_ref(),
+        "competitor".as_ref(),
+        "--memory-max".as_ref(),
+        "160M".as_ref(),
+        "--competitor-fraction".as_ref(),
+        "0.9".as_ref(),
+        "--competitor-steps".as_ref(),
+        "3".as_ref(),
+        "--competitor-step-seconds".as_ref(),
+        "0.5".as_ref(),
+        "--json".as_ref(),
+    ]);
+    assert_eq!(r.competitor.len(), 2);
+    for c in &r.competitor {
+        // Warm: the readers had the whole file resident; the competitor took most of it
+        // (the limit leaves 16 MiB for 64 MiB of file), and reading it back refaulted.
+        assert_eq!(c.resident_start_fraction, Some(1.0), "{:?}", c.arm);
+        assert!(
+            c.resident_min_fraction.unwrap() < 0.5,
+            "{:?}",
+            c.resident_min_fraction
+        );
+        assert!(c.refaults_file.unwrap() > 0);
+        // Passes slow down under pressure (when one completed at full size at all).
+        if let Some(under) = c.pass_ms_under_pressure {
+            assert!(under > c.pass_ms_before.unwrap(), "{under}");
+        }
+    }
+    assert!(leftover_cgroups().is_empty(), "{:?}", leftover_cgroups());
+}

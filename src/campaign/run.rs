@@ -134,6 +134,7 @@ pub fn run(req: &RunRequest, registry: &Registry) -> anyhow::Result<(RunSummary,
         sandbox.version,
         &files,
         req.interval,
+        Duration::from_secs(1),
     );
     let mut cmd = Command::new(prog);
     cmd.args(args).stdin(std::process::Stdio::null());

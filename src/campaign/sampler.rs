@@ -28,6 +28,8 @@ pub struct Point {
     pub shmem_bytes: Option<u64>,
     pub file_mapped_bytes: Option<u64>,
     pub oom_kills: Option<u64>,
+    /// Cumulative `workingset_refault_file` of the cgroup (pages).
+    pub refaults_file: Option<u64>,
     pub processes: usize,
     /// Summed over the processes, from `/proc/PID/statm` (cheaper than `status`):
     /// `resident − shared` (= RssAnon) and `shared` (= RssFile + RssShmem).
@@ -87,6 +89,7 @@ impl Target {
             p.shmem_bytes = m.shmem_bytes;
             p.file_mapped_bytes = m.file_mapped_bytes;
             p.oom_kills = m.oom_kills;
+            p.refaults_file = m.refaults_file;
         }
         let pids: Vec<i32> = std::fs::read_to_string(self.dir.join("cgroup.procs"))
             .unwrap_or_default()
@@ -126,6 +129,7 @@ impl Sampler {
         version: CgroupVersion,
         files: &[PathBuf],
         interval: Duration,
+        files_interval: Duration,
     ) -> Sampler {
         let target = Target {
             dir: dir.to_path_buf(),
@@ -143,7 +147,7 @@ impl Sampler {
             let mut points = Vec::new();
             let mut next = Duration::ZERO;
             let files_every =
-                (Duration::from_secs(1).as_nanos() / interval.as_nanos().max(1)).max(1) as usize;
+                (files_interval.as_nanos() / interval.as_nanos().max(1)).max(1) as usize;
             loop {
                 let stopping = flag.load(Ordering::Relaxed);
                 let with_files = points.len() % files_every == 0 || stopping;

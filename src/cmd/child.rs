@@ -63,6 +63,20 @@ fn extra_anon(bytes: u64, random: bool) -> Vec<u8> {
     std::hint::black_box(v)
 }
 
+/// Writes `ready` on stdout with a raw write (no buffer to allocate after it).
+fn report_ready() -> anyhow::Result<()> {
+    let ready = b"ready\n";
+    // SAFETY: fd 1 is open for the life of the process; the buffer is valid.
+    let n = unsafe { libc::write(1, ready.as_ptr().cast(), ready.len()) };
+    if n != ready.len() as isize {
+        anyhow::bail!(
+            "cannot report readiness: {}",
+            std::io::Error::last_os_error()
+        );
+    }
+    Ok(())
+}
+
 pub fn run(args: &ChildArgs) -> anyhow::Result<()> {
     die_with_parent();
     let file_arg = || {
@@ -129,6 +143,41 @@ pub fn run(args: &ChildArgs) -> anyhow::Result<()> {
             _keep_ro = Some(map);
             _keep_file = Some(f);
         }
+        ChildMode::MapLoop => {
+            let path = file_arg()?;
+            let f =
+                File::open(path).with_context(|| format!("cannot open '{}'", path.display()))?;
+            // SAFETY: a read-only mapping (shared, or private and never written) of a file
+            // the campaign never truncates.
+            let map = unsafe {
+                if args.private {
+                    memmap2::MmapOptions::new().map_copy_read_only(&f)
+                } else {
+                    memmap2::Mmap::map(&f)
+                }
+            }
+            .context("mmap failed")?;
+            let stats_path = args.stats.as_ref().context("map-loop needs --stats FILE")?;
+            let mut stats = std::fs::OpenOptions::new()
+                .create(true)
+                .append(true)
+                .open(stats_path)
+                .with_context(|| format!("cannot open '{}'", stats_path.display()))?;
+            touch_read(&map);
+            report_ready()?;
+            let start = std::time::Instant::now();
+            loop {
+                let t = std::time::Instant::now();
+                touch_read(&map);
+                use std::io::Write;
+                let _ = writeln!(
+                    stats,
+                    "{:.3} {:.3}",
+                    start.elapsed().as_secs_f64(),
+                    t.elapsed().as_secs_f64() * 1e3
+                );
+            }
+        }
         ChildMode::PrivateWrite => {
             let path = file_arg()?;
             let f =
@@ -153,24 +202,27 @@ pub fn run(args: &ChildArgs) -> anyhow::Result<()> {
                 );
             }
             _keep_heap = Some(extra_anon(args.bytes, args.random));
+            if args.touch_loop {
+                report_ready()?;
+                loop {
+                    if let Some(v) = _keep_heap.as_mut() {
+                        for i in (0..v.len()).step_by(4096) {
+                            v[i] = v[i].wrapping_add(1);
+                        }
+                        std::hint::black_box(&v);
+                    }
+                }
+            }
         }
     }
     // Raw fds from here on: nothing may allocate or touch new memory after `ready`, so
     // the footprint a test measures is the one it set up.
     let mut sink = [0u8; 64];
-    // SAFETY: fd 1 and fd 0 are open for the life of the process; the buffers are valid.
-    unsafe {
-        let ready = b"ready\n";
-        if libc::write(1, ready.as_ptr().cast(), ready.len()) != ready.len() as isize {
-            anyhow::bail!(
-                "cannot report readiness: {}",
-                std::io::Error::last_os_error()
-            );
-        }
-        // Wait for the parent: EOF (or an error) on stdin.
-        if args.exit_after_ms.is_none() {
-            while libc::read(0, sink.as_mut_ptr().cast(), sink.len()) > 0 {}
-        }
+    report_ready()?;
+    // Wait for the parent: EOF (or an error) on stdin.
+    if args.exit_after_ms.is_none() {
+        // SAFETY: fd 0 is open for the life of the process; the buffer is valid.
+        while unsafe { libc::read(0, sink.as_mut_ptr().cast(), sink.len()) } > 0 {}
     }
     if let Some(ms) = args.exit_after_ms {
         std::thread::sleep(std::time::Duration::from_millis(ms));

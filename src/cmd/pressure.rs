@@ -6,6 +6,7 @@ use std::io::Write;
 use anyhow::{bail, Context};
 use serde::{Deserialize, Serialize};
 
+use crate::campaign::competitor::{run_arm, CompetitorRequest, CompetitorRun, MapArm};
 use crate::campaign::integrity::{self, Integrity};
 use crate::campaign::plot::{line_chart, Series};
 use crate::campaign::readers::{run_config, Arm, ReadersRow};
@@ -20,6 +21,7 @@ pub struct PressureReport {
     pub size_bytes: u64,
     pub memory_max_bytes: Option<u64>,
     pub readers: Vec<ReadersRow>,
+    pub competitor: Vec<CompetitorRun>,
     pub integrity: Option<Integrity>,
 }
 
@@ -88,6 +90,68 @@ pub fn integrity_markdown(i: &Integrity) -> String {
     s
 }
 
+pub fn competitor_markdown(rows: &[CompetitorRun]) -> String {
+    let pct = |v: Option<f64>| {
+        v.map(|v| format!("{:.0}%", v * 100.0))
+            .unwrap_or_else(|| "n/a".into())
+    };
+    let ms = |v: Option<f64>| v.map(|v| format!("{v:.1}")).unwrap_or_else(|| "n/a".into());
+    let mut s = String::from(
+        "| arm | competitor | resident at start | min | end | pass ms before | pass ms under pressure | refaults (pages) | OOM kills |\n|---|---:|---:|---:|---:|---:|---:|---:|---:|\n",
+    );
+    for r in rows {
+        let _ = writeln!(
+            s,
+            "| {} | {} {} | {} | {} | {} | {} | {} | {} | {} |",
+            format!("{:?}", r.arm).to_lowercase(),
+            iec(r.competitor_bytes),
+            if r.active { "active" } else { "idle" },
+            pct(r.resident_start_fraction),
+            pct(r.resident_min_fraction),
+            pct(r.resident_end_fraction),
+            ms(r.pass_ms_before),
+            ms(r.pass_ms_under_pressure),
+            r.refaults_file
+                .map(|v| v.to_string())
+                .unwrap_or_else(|| "n/a".into()),
+            r.oom_kills
+                .map(|v| v.to_string())
+                .unwrap_or_else(|| "n/a".into()),
+        );
+    }
+    s
+}
+
+fn plot_competitor(dir: &std::path::Path, report: &PressureReport) -> anyhow::Result<()> {
+    let size = report.size_bytes.max(1) as f64;
+    let series: Vec<Series> = report
+        .competitor
+        .iter()
+        .map(|r| Series {
+            name: format!(
+                "{} mapping: file resident %",
+                format!("{:?}", r.arm).to_lowercase()
+            ),
+            points: r
+                .timeline
+                .iter()
+                .filter_map(|p| {
+                    let b = p.files_resident_bytes.first().copied().flatten()?;
+                    Some((p.t_seconds, (b as f64 / size * 100.0).min(100.0)))
+                })
+                .collect(),
+        })
+        .collect();
+    line_chart(
+        dir,
+        "competitor",
+        "mapped file under a growing competitor",
+        "seconds",
+        "% resident",
+        &series,
+    )
+}
+
 fn plot_readers(dir: &std::path::Path, rows: &[ReadersRow]) -> anyhow::Result<()> {
     let series: Vec<Series> = [Arm::Copy, Arm::Mmap]
         .iter()
@@ -125,6 +189,7 @@ pub fn run(args: &PressureArgs, out: &mut dyn Write) -> anyhow::Result<()> {
         size_bytes: meta.len(),
         memory_max_bytes: None,
         readers: Vec::new(),
+        competitor: Vec::new(),
         integrity: None,
     };
     if want(Experiment::Readers) {
@@ -143,6 +208,29 @@ pub fn run(args: &PressureArgs, out: &mut dyn Write) -> anyhow::Result<()> {
                     .push(run_config(&exe, &args.file, arm, n, limit, &registry)?);
                 bar.inc(1);
             }
+        }
+        bar.finish_and_clear();
+    }
+    if want(Experiment::Competitor) {
+        let limit = super::run::memory_max(&args.sandbox)?;
+        let exe = std::env::current_exe().context("cannot find the twofold executable")?;
+        let req = CompetitorRequest {
+            readers: args.map_readers,
+            fraction: args.competitor_fraction,
+            steps: args.competitor_steps,
+            step_seconds: args.competitor_step_seconds,
+            active: args.competitor_active,
+            limit,
+            interval: std::time::Duration::from_millis(args.sandbox.interval_ms.max(1)),
+        };
+        report.memory_max_bytes = Some(limit);
+        let bar = crate::campaign::progress(2, args.output.json);
+        for arm in [MapArm::Shared, MapArm::Private] {
+            bar.set_message(format!("competitor: {arm:?} arm").to_lowercase());
+            report
+                .competitor
+                .push(run_arm(&exe, &args.file, arm, &req, &registry)?);
+            bar.inc(1);
         }
         bar.finish_and_clear();
     }
@@ -168,6 +256,16 @@ pub fn run(args: &PressureArgs, out: &mut dyn Write) -> anyhow::Result<()> {
             readers_markdown(&report.readers)
         );
     }
+    if !report.competitor.is_empty() {
+        let _ = writeln!(
+            md,
+            "## competitor: '{}' ({}) under {}\n\n{}",
+            report.file,
+            iec(report.size_bytes),
+            iec_opt(report.memory_max_bytes),
+            competitor_markdown(&report.competitor)
+        );
+    }
     if let Some(i) = &report.integrity {
         let _ = writeln!(
             md,
@@ -186,6 +284,9 @@ pub fn run(args: &PressureArgs, out: &mut dyn Write) -> anyhow::Result<()> {
         std::fs::write(dir.join("pressure.md"), &md)?;
         if !report.readers.is_empty() {
             plot_readers(dir, &report.readers)?;
+        }
+        if !report.competitor.is_empty() {
+            plot_competitor(dir, &report)?;
         }
     }
     if args.output.json {
