@@ -354,3 +354,82 @@ fn competitor_pushes_the_mapped_file_out() {
     }
     assert!(leftover_cgroups().is_empty(), "{:?}", leftover_cgroups());
 }
+
+#[test]
+fn compare_rotates_rounds_and_reports_intervals() {
+    if !root() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let file = model_file(dir.path(), "m.npy", 32 * MIB);
+    let f = file.to_str().unwrap();
+    let bin = exe();
+    let bin = bin.to_str().unwrap();
+    let out = dir.path().join("out");
+    let c: twofold::cmd::compare::Comparison = twofold_json(&[
+        "compare".as_ref(),
+        "--rounds".as_ref(),
+        "3".as_ref(),
+        "--memory-max".as_ref(),
+        "512M".as_ref(),
+        "--json".as_ref(),
+        "--".as_ref(),
+        bin.as_ref(),
+        "__child".as_ref(),
+        "copy".as_ref(),
+        f.as_ref(),
+        "--exit-after-ms".as_ref(),
+        "200".as_ref(),
+        ":::".as_ref(),
+        bin.as_ref(),
+        "__child".as_ref(),
+        "map".as_ref(),
+        f.as_ref(),
+        "--exit-after-ms".as_ref(),
+        "200".as_ref(),
+    ]);
+    assert_eq!(c.runs.len(), 6);
+    // Order alternates: A first in rounds 1 and 3, B first in round 2.
+    let firsts: Vec<&str> = c
+        .runs
+        .iter()
+        .step_by(2)
+        .map(|r| r.command[2].as_str())
+        .collect();
+    assert_eq!(firsts, ["copy", "map", "copy"]);
+    let r = &c.peak_ratio_b_over_a;
+    assert_eq!(r.per_round.len(), 3);
+    // Mapping needs no private copy: well under the copying arm's peak.
+    assert!(r.median.unwrap() < 0.8, "{r:?}");
+    let (lo, hi) = r.ci95.unwrap();
+    assert!(lo <= r.median.unwrap() && r.median.unwrap() <= hi);
+    // `run --out` writes the timeline and the plots.
+    let s: RunSummary = twofold_json(&[
+        "run".as_ref(),
+        "--json".as_ref(),
+        "--out".as_ref(),
+        out.as_os_str(),
+        "--memory-max".as_ref(),
+        "512M".as_ref(),
+        "--".as_ref(),
+        bin.as_ref(),
+        "__child".as_ref(),
+        "map".as_ref(),
+        f.as_ref(),
+        "--exit-after-ms".as_ref(),
+        "300".as_ref(),
+    ]);
+    let lines = std::fs::read_to_string(out.join("timeline.jsonl")).unwrap();
+    assert_eq!(lines.lines().count(), s.samples);
+    for l in lines.lines() {
+        let v: serde_json::Value = serde_json::from_str(l).unwrap();
+        assert_eq!(v["type"], "sample");
+    }
+    assert!(std::fs::read_to_string(out.join("timeline.svg"))
+        .unwrap()
+        .contains("<svg"));
+    assert!(std::fs::read(out.join("timeline.png"))
+        .unwrap()
+        .starts_with(b"\x89PNG"));
+    assert!(leftover_cgroups().is_empty());
+}
