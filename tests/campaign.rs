@@ -433,3 +433,38 @@ fn compare_rotates_rounds_and_reports_intervals() {
         .starts_with(b"\x89PNG"));
     assert!(leftover_cgroups().is_empty());
 }
+
+#[test]
+fn run_proves_the_copy_a_long_running_command_holds() {
+    if !root() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let file = model_file(dir.path(), "m.safetensors", 32 * MIB);
+    let f = file.to_str().unwrap();
+    let bin = exe();
+    let bin = bin.to_str().unwrap();
+    let s = run_json(&[
+        "run",
+        "--json",
+        "--memory-max",
+        "512M",
+        "--model",
+        f,
+        "--timeout",
+        "1.5",
+        "--",
+        bin,
+        "__child",
+        "copy",
+        f,
+        "--exit-after-ms",
+        "60000",
+    ]);
+    assert!(s.timed_out);
+    let copies = s.copies.unwrap();
+    assert_eq!(copies.len(), 1, "{copies:?}");
+    assert_eq!(copies[0].proven, Some(true));
+    assert_eq!(copies[0].proven_fraction, Some(1.0));
+    assert!(leftover_cgroups().is_empty());
+}

@@ -32,6 +32,9 @@ pub struct RunSummary {
     /// Seconds until usage stays within 5% of its final value.
     pub settle_seconds: Option<f64>,
     pub oom_kills: Option<u64>,
+    /// With `--model` and `--timeout`: the suspected copies of the model in the sandbox's
+    /// processes when the timeout struck, each proven or disproven byte by byte.
+    pub copies: Option<Vec<crate::model::SuspectedCopy>>,
     pub model: Option<ModelRatios>,
     pub samples: usize,
     /// CPU seconds the sampler thread used (getrusage), and as a share of one core.
@@ -119,6 +122,22 @@ pub struct RunRequest {
     pub timeout: Option<Duration>,
 }
 
+/// Scans the sandbox's processes for the model and proves their suspected copies.
+fn copies_in(
+    sandbox: &Sandbox,
+    model: &std::path::Path,
+) -> Option<Vec<crate::model::SuspectedCopy>> {
+    let req = crate::collect::gather::Request {
+        paths: vec![model.to_path_buf()],
+        cgroup: Some(sandbox.dir.clone()),
+        ..Default::default()
+    };
+    let report = crate::cmd::scan::report(&req, true).ok()?;
+    let shown = std::path::absolute(model).ok()?.display().to_string();
+    let file = report.files.into_iter().find(|f| f.path == shown)?;
+    Some(file.suspected_copies)
+}
+
 /// Runs the command in a fresh sandbox; returns the summary and the samples.
 pub fn run(req: &RunRequest, registry: &Registry) -> anyhow::Result<(RunSummary, Vec<Point>)> {
     let roots = Roots::live();
@@ -148,6 +167,7 @@ pub fn run(req: &RunRequest, registry: &Registry) -> anyhow::Result<(RunSummary,
         .with_context(|| format!("cannot start '{prog}'"))?;
     registry.add_pid(child.id() as i32);
     let mut timed_out = false;
+    let mut copies = None;
     let bar = super::progress(0, req.quiet);
     bar.set_message(format!(
         "running '{}' in the sandbox",
@@ -159,6 +179,9 @@ pub fn run(req: &RunRequest, registry: &Registry) -> anyhow::Result<(RunSummary,
         }
         if req.timeout.is_some_and(|t| start.elapsed() >= t) {
             timed_out = true;
+            // A long-running command (a server) is still holding what it loaded: look
+            // for copies of the model, byte by byte, before stopping it.
+            copies = req.model.as_ref().and_then(|m| copies_in(&sandbox, m));
             sandbox.kill_all();
             break child.wait()?;
         }
@@ -199,6 +222,7 @@ pub fn run(req: &RunRequest, registry: &Registry) -> anyhow::Result<(RunSummary,
         end_file_bytes: end.and_then(|p| p.file_bytes),
         settle_seconds: settle_time(&points, 0.05),
         oom_kills: cg.as_ref().and_then(|c| c.events.get("oom_kill").copied()),
+        copies,
         model: ratios,
         samples: points.len(),
         sampler_cpu_seconds: sampler_cpu,

@@ -96,6 +96,26 @@ fn human(s: &RunSummary) -> String {
             .unwrap_or_else(|| "n/a".into()),
         s.samples
     ));
+    if let Some(copies) = &s.copies {
+        if copies.is_empty() {
+            out.push_str("  copies of the model at the timeout: none suspected\n");
+        }
+        for c in copies {
+            let verdict = match (c.proven, c.proven_fraction) {
+                (Some(true), Some(f)) => {
+                    format!("proven private copy ({:.0}% of the file)", f * 100.0)
+                }
+                (Some(false), _) => "suspected, but not found byte by byte".to_string(),
+                _ => "suspected (not proven: no ptrace rights?)".to_string(),
+            };
+            out.push_str(&format!(
+                "  copy of the model at the timeout: pid {} ({}), RssAnon {}: {verdict}\n",
+                c.pid,
+                c.comm,
+                iec(c.anon_bytes)
+            ));
+        }
+    }
     if let Some(m) = &s.model {
         let r = |v: Option<f64>| {
             v.map(|v| format!("{v:.2}×"))
