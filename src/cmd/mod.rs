@@ -7,6 +7,7 @@ pub mod dupes;
 pub mod inspect;
 pub mod residency;
 pub mod scan;
+pub mod trace;
 
 use std::io::Write;
 

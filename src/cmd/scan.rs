@@ -20,11 +20,17 @@ pub fn request(args: &ScanArgs) -> Request {
 
 pub fn run(args: &ScanArgs, out: &mut dyn Write) -> anyhow::Result<()> {
     let mut warnings = Vec::new();
+    let traced = args
+        .trace
+        .and_then(|d| super::trace::trace_window(d, &request(args), &mut warnings));
     let sample = gather::gather(&Roots::live(), &request(args), &mut warnings)?;
     let mut report = model::build(&sample);
     if args.prove {
         let proofs = super::dupes::prove(&report, &Roots::live(), &mut warnings);
         model::apply_proofs(&mut report, &proofs);
+    }
+    if let Some(t) = &traced {
+        super::trace::apply_to_report(&mut report, t, &args.pids);
     }
     super::warn_all(&warnings);
     if args.output.json {
