@@ -68,6 +68,27 @@ int page_fault_user(struct page_fault_ctx *ctx)
 	return 0;
 }
 
+/* Highest user address on x86-64 (4-level and 5-level paging alike, below the
+ * kernel half); faults above it are the kernel's own. */
+#define USER_ADDR_MAX 0x00ffffffffffffffull
+
+/* The kernel touching user memory on a process's behalf (copy_to_user of a
+ * read() into pages never touched before): the process's fault all the same,
+ * and /proc/PID/stat counts it. */
+SEC("tracepoint/exceptions/page_fault_kernel")
+int page_fault_kernel(struct page_fault_ctx *ctx)
+{
+	if (ctx->address > USER_ADDR_MAX)
+		return 0;
+	__u64 code = ctx->error_code & 3;
+	struct pid_faults *v = pid_entry();
+	if (v) {
+		__sync_fetch_and_add(&v->by_code[code], 1);
+		__sync_fetch_and_add(&v->kernel, 1);
+	}
+	return 0;
+}
+
 SEC("tracepoint/filemap/mm_filemap_fault")
 int filemap_fault(struct trace_event_raw_mm_filemap_fault *ctx)
 {

@@ -18,7 +18,7 @@ typedef unsigned char __u8;
 #endif
 
 /* Bump when a layout below changes. */
-#define TWOFOLD_LAYOUT_VERSION 1
+#define TWOFOLD_LAYOUT_VERSION 2
 
 /* A file: (dev, inode). */
 struct file_key {
@@ -47,16 +47,18 @@ struct chunk_bits {
 	__u64 bits[8];
 };
 
-/* exceptions:page_fault_user, filemap:mm_filemap_fault and
- * filemap:mm_filemap_map_pages, per thread group. `by_code` is indexed by
- * error_code & 3: 0 read of a not-present page, 1 read protection fault,
- * 2 write to a not-present page, 3 write protection fault (copy-on-write). */
+/* exceptions:page_fault_user and page_fault_kernel (at user addresses),
+ * filemap:mm_filemap_fault and filemap:mm_filemap_map_pages, per thread
+ * group. `by_code` counts user- and kernel-mode faults by error_code & 3:
+ * 0 read of a not-present page, 1 read protection fault, 2 write to a
+ * not-present page, 3 write protection fault (copy-on-write); `kernel` is the
+ * part taken in kernel mode (e.g. read() copying into untouched memory). */
 struct pid_faults {
 	__u64 by_code[4];
 	__u64 filemap_faults;
 	__u64 map_pages_events;
 	__u64 map_pages_pages;
-	__u64 pad;
+	__u64 kernel;
 };
 
 /* filemap:mm_filemap_fault and filemap:mm_filemap_map_pages, per file. */

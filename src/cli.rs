@@ -226,6 +226,10 @@ pub struct ChildArgs {
     /// Source element type for widen mode: f16 or bf16.
     #[arg(long, default_value = "f16")]
     pub dtype: String,
+    /// Print `armed` and wait for a line on stdin before doing anything (so a tracer can
+    /// measure exactly the work of the mode).
+    #[arg(long)]
+    pub go: bool,
 }
 
 #[derive(Debug, Args)]

@@ -174,16 +174,17 @@ pub fn run(args: &TraceArgs, out: &mut dyn Write) -> anyhow::Result<()> {
         files: paths.values().cloned().collect(),
         pids: args.pids.clone(),
     };
+    let stop = stop_flag();
+    let start = Instant::now();
+    let end = args.duration.map(|d| start + d);
+    // Sampled before saying "attached", so nothing that follows is left out.
+    let mut prev = tracer.sample();
     if args.output.json {
         out_trace::json_line(out, Record::Attached(attached))?;
     } else {
         out.write_all(out_trace::human_attached(&attached).as_bytes())?;
         out.flush()?;
     }
-    let stop = stop_flag();
-    let start = Instant::now();
-    let end = args.duration.map(|d| start + d);
-    let mut prev = tracer.sample();
     let mut next = start + args.interval;
     loop {
         let until = end.map_or(next, |e| e.min(next));
@@ -244,6 +245,8 @@ pub fn trace_window(d: Duration, req: &Request, warnings: &mut Vec<String>) -> O
         }
     };
     warnings.extend(tracer.warnings().iter().cloned());
+    // Progress, on stderr: also tells a caller when the window starts.
+    eprintln!("twofold: tracing for {:.1} s", d.as_secs_f64());
     std::thread::sleep(d);
     Some(tracer.sample())
 }

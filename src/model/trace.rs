@@ -109,7 +109,10 @@ pub struct FaultsByCode {
 
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct ProcessTotals {
+    /// Page faults, user mode and kernel mode at user addresses.
     pub faults: Option<u64>,
+    /// The part of `faults` taken in kernel mode (read() into untouched memory...).
+    pub kernel_faults: Option<u64>,
     pub faults_by_code: Option<FaultsByCode>,
     pub file_faults: Option<u64>,
     pub fault_around_pages: Option<u64>,
@@ -223,6 +226,7 @@ fn process_totals(s: &TraceSample, c: &PidCounters, read: u64) -> ProcessTotals 
     let reclaim = [C::DirectReclaim, C::MemcgReclaim];
     ProcessTotals {
         faults: avail(s, &[C::PageFaults], c.faults()),
+        kernel_faults: avail(s, &[C::PageFaults], c.kernel_faults),
         faults_by_code: avail(s, &[C::PageFaults], 0).map(|_| FaultsByCode {
             read_not_present: rn,
             read_protection: rp,
@@ -264,6 +268,7 @@ fn process_delta(cur: &ProcessTotals, prev: &ProcessTotals) -> ProcessTotals {
     });
     ProcessTotals {
         faults: d(cur.faults, prev.faults),
+        kernel_faults: d(cur.kernel_faults, prev.kernel_faults),
         faults_by_code: by_code,
         file_faults: d(cur.file_faults, prev.file_faults),
         fault_around_pages: d(cur.fault_around_pages, prev.fault_around_pages),
@@ -405,6 +410,13 @@ fn processes(
     if !ctx.pids.is_empty() {
         pids.retain(|pid| ctx.pids.contains(pid));
     }
+    // Readers and mappers of files of interest are always listed.
+    let keep: BTreeSet<i32> = cur
+        .io
+        .keys()
+        .filter(|(_, k)| ctx.interest.contains(k))
+        .map(|(pid, _)| *pid)
+        .collect();
     let zero = PidCounters::default();
     let mut rows: Vec<ProcessTrace> = pids
         .into_iter()
@@ -444,8 +456,14 @@ fn processes(
             .then(a.pid.cmp(&b.pid))
     });
     if ctx.pids.is_empty() {
-        rows.retain(|r| process_activity(&r.delta) > 0);
-        rows.truncate(ctx.top);
+        let mut others = 0;
+        rows.retain(|r| {
+            if keep.contains(&r.pid) {
+                return true;
+            }
+            others += 1;
+            process_activity(&r.delta) > 0 && others <= ctx.top
+        });
     }
     rows
 }

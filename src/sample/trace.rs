@@ -15,7 +15,7 @@ use super::FileKey;
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Counter {
-    /// `exceptions:page_fault_user`.
+    /// `exceptions:page_fault_user` and `page_fault_kernel`.
     PageFaults,
     /// `filemap:mm_filemap_fault`.
     FileFaults,
@@ -40,9 +40,11 @@ pub enum Counter {
 /// Per process (thread group), cumulative.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct PidCounters {
-    /// User-mode page faults by `error_code & 3`: read not-present, read protection,
-    /// write not-present, write protection.
+    /// Page faults by `error_code & 3`: read not-present, read protection, write
+    /// not-present, write protection (user mode, and kernel mode at user addresses).
     pub faults_by_code: [u64; 4],
+    /// The part of them the kernel took in kernel mode (copy_to_user and the like).
+    pub kernel_faults: u64,
     pub file_faults: u64,
     pub fault_around_events: u64,
     pub fault_around_pages: u64,

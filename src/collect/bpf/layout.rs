@@ -10,7 +10,7 @@ use bytemuck::{Pod, Zeroable};
 use crate::sample::FileKey;
 
 /// `TWOFOLD_LAYOUT_VERSION` of `ebpf/twofold.h`.
-pub const LAYOUT_VERSION: u32 = 1;
+pub const LAYOUT_VERSION: u32 = 2;
 /// `RECLAIM_BUCKETS`.
 pub const RECLAIM_BUCKETS: usize = 32;
 /// Indices of the `totals` array.
@@ -52,13 +52,13 @@ layouts! {
     struct FileKeyC (16) { ino: u64, dev: u32, pad: u32, }
     /// `struct pid_file_key`.
     struct PidFileKeyC (16) { ino: u64, dev: u32, pid: u32, }
-    /// `struct pid_faults`: `by_code[error_code & 3]`.
+    /// `struct pid_faults`: `by_code[error_code & 3]`, user and kernel mode.
     struct PidFaults (64) {
         by_code: [u64; 4],
         filemap_faults: u64,
         map_pages_events: u64,
         map_pages_pages: u64,
-        pad: u64,
+        kernel: u64,
     }
     /// `struct file_faults`.
     struct FileFaults (32) {

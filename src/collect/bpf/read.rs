@@ -39,6 +39,7 @@ fn add_pid_faults(c: &mut PidCounters, v: &PidFaults) {
     c.file_faults += v.filemap_faults;
     c.fault_around_events += v.map_pages_events;
     c.fault_around_pages += v.map_pages_pages;
+    c.kernel_faults += v.kernel;
 }
 
 fn add_pid_reclaim(c: &mut PidCounters, v: &PidReclaim) {
