@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The whole test suite, as README and CI run it. Installs the peer tools the tests
-# compare against (util-linux fincore, smem) when they are missing and we are root.
+# compare against (util-linux fincore, smem, bpftrace) and the BPF toolchain (clang,
+# llvm, libbpf-dev) when they are missing and we are root.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
