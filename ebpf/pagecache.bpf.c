@@ -70,17 +70,28 @@ static __always_inline void read_event(struct trace_event_raw_mm_filemap_op_page
 	e->pages = 1ull << (e->order & 31);
 }
 
-/* Bits of word w (pages w*64 .. w*64+63 of a chunk) inside [lo, hi). */
-static __always_inline __u64 word_mask(__u32 w, __u32 lo, __u32 hi)
+/* The words of a chunk's bitmap a folio covers. Folios are naturally aligned
+ * in the file, so a folio of 64 pages or more covers whole words (`count` of
+ * them from `first`, all bits), and a smaller one lies inside one word. */
+struct span {
+	__u32 first;
+	__u32 count;
+	__u64 mask;
+};
+
+static __always_inline struct span folio_span(__u64 index, __u32 order)
 {
-	__u32 a = w * 64, b = a + 64;
-	__u32 from = lo > a ? lo : a;
-	__u32 to = hi < b ? hi : b;
-	if (from >= to)
-		return 0;
-	__u32 n = to - from;
-	__u64 bits = n >= 64 ? ~0ull : ((1ull << n) - 1);
-	return bits << (from - a);
+	struct span s;
+	__u32 lo = index & (CHUNK_PAGES - 1);
+	s.first = lo >> 6;
+	if (order >= 6) {
+		s.count = 1u << ((order - 6) & 3);
+		s.mask = ~0ull;
+	} else {
+		s.count = 1;
+		s.mask = ((1ull << (1u << order)) - 1) << (lo & 63);
+	}
+	return s;
 }
 
 static __always_inline __u64 popcount(__u64 x)
@@ -115,13 +126,12 @@ int delete_from_page_cache(struct trace_event_raw_mm_filemap_op_page_cache *ctx)
 		b = lookup_or_init(&evicted, &k, &zero_bits);
 	if (!b)
 		return 0;
-	__u32 lo = e.index & (CHUNK_PAGES - 1);
-	__u32 hi = lo + (__u32)e.pages;
-#pragma unroll
-	for (__u32 w = 0; w < 8; w++) {
-		__u64 m = word_mask(w, lo, hi);
-		if (m)
-			__sync_fetch_and_or(&b->bits[w], m);
+	struct span sp = folio_span(e.index, e.order);
+	/* At most 8 iterations, one exit each: cheap for the verifier. */
+	for (__u32 i = 0; i < 8; i++) {
+		if (i >= sp.count)
+			break;
+		__sync_fetch_and_or(&b->bits[(sp.first + i) & 7], sp.mask);
 	}
 	return 0;
 }
@@ -147,16 +157,13 @@ int add_to_page_cache(struct trace_event_raw_mm_filemap_op_page_cache *ctx)
 		b = bpf_map_lookup_elem(&evicted, &k);
 	if (!b)
 		return 0;
-	__u32 lo = e.index & (CHUNK_PAGES - 1);
-	__u32 hi = lo + (__u32)e.pages;
+	struct span sp = folio_span(e.index, e.order);
 	__u64 refaults = 0;
-#pragma unroll
-	for (__u32 w = 0; w < 8; w++) {
-		__u64 m = word_mask(w, lo, hi);
-		if (m && (b->bits[w] & m)) {
-			__u64 old = __sync_fetch_and_and(&b->bits[w], ~m);
-			refaults += popcount(old & m);
-		}
+	for (__u32 i = 0; i < 8; i++) {
+		if (i >= sp.count)
+			break;
+		__u64 old = __sync_fetch_and_and(&b->bits[(sp.first + i) & 7], ~sp.mask);
+		refaults += popcount(old & sp.mask);
 	}
 	if (refaults && c)
 		__sync_fetch_and_add(&c->refault_pages, refaults);

@@ -375,10 +375,11 @@ impl Tracer {
             started_ns: 0,
             attach_time: Duration::ZERO,
         };
-        // Parsed once for all objects (it is a few MiB): CO-RE relocations use it.
-        let btf = aya::Btf::from_sys_fs().ok();
+        // One loader for all objects: creating one parses the kernel's BTF (a few MiB,
+        // tens of milliseconds), which CO-RE relocations need.
+        let mut loader = EbpfLoader::new();
         for family in &FAMILIES {
-            let ebpf = match load(family, opts.objects_dir.as_deref(), btf.as_ref()) {
+            let ebpf = match load(&mut loader, family, opts.objects_dir.as_deref()) {
                 Ok(e) => e,
                 Err(e) if TraceError::is_permission(&e) => {
                     return Err(TraceError::Privilege {
@@ -526,10 +527,12 @@ fn pin<K: aya::Pod, V: aya::Pod>(
     Ok(())
 }
 
-fn load(family: &Family, dir: Option<&Path>, btf: Option<&aya::Btf>) -> Result<Ebpf, TraceError> {
+fn load(
+    loader: &mut EbpfLoader<'_>,
+    family: &Family,
+    dir: Option<&Path>,
+) -> Result<Ebpf, TraceError> {
     let object = format!("{}.bpf.o", family.name);
-    let mut loader = EbpfLoader::new();
-    loader.btf(btf);
     let result = match dir {
         Some(d) => loader.load_file(d.join(&object)),
         None => loader.load(family.bytes),

@@ -84,13 +84,14 @@ pub fn evaluate(m: &TraceModel, ctx: &TraceContext) -> Vec<Finding> {
     }
     for f in &m.files {
         let pages = f.total.refault_pages.unwrap_or(0);
-        if pages < REFAULT_MIN_PAGES {
+        // Files nobody can name (deleted temp files...) are noise in a diagnosis.
+        if pages < REFAULT_MIN_PAGES || (f.path.is_none() && !f.of_interest) {
             continue;
         }
         let shown = f
             .path
             .clone()
-            .unwrap_or_else(|| format!("{} inode {}", f.device, f.inode));
+            .unwrap_or_else(|| format!("[{} inode {}]", f.device, f.inode));
         out.push(finding(
             Severity::Notice,
             "refaults",
