@@ -1,12 +1,19 @@
 #!/usr/bin/env bash
 # The whole test suite, as README and CI run it. Installs the peer tools the tests
-# compare against (util-linux fincore, smem) when they are missing and we are root.
+# compare against (util-linux fincore, smem, bpftrace) and the BPF toolchain (clang,
+# llvm, libbpf-dev) when they are missing and we are root.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 need=()
 command -v fincore >/dev/null 2>&1 || need+=(util-linux)
 command -v smem >/dev/null 2>&1 || need+=(smem)
+# eBPF tests (tests/trace.rs): bpftrace as the independent counter; clang, llvm-strip
+# and libbpf's headers to rebuild ebpf/*.bpf.o and compare them with the committed ones.
+command -v bpftrace >/dev/null 2>&1 || need+=(bpftrace)
+command -v clang >/dev/null 2>&1 || need+=(clang)
+command -v llvm-strip >/dev/null 2>&1 || need+=(llvm)
+[ -e /usr/include/bpf/bpf_helpers.h ] || need+=(libbpf-dev)
 if [ ${#need[@]} -gt 0 ]; then
   if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
     echo "test.sh: installing ${need[*]}"

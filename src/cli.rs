@@ -2,6 +2,7 @@
 //! come from here.
 
 use std::path::PathBuf;
+use std::time::Duration;
 
 use clap::{Args, Parser, Subcommand, ValueEnum};
 
@@ -39,6 +40,10 @@ pub enum Command {
     Demo(DemoArgs),
     /// Tensors, dtypes and alignment of model containers (safetensors, GGUF, NumPy, PyTorch).
     Inspect(InspectArgs),
+    /// Live eBPF tracing: page faults, page-cache adds, evictions and refaults, read()
+    /// ingestion, direct reclaim and OOM kills, per file and per process (needs root or
+    /// CAP_BPF + CAP_PERFMON).
+    Trace(TraceArgs),
     /// Prints shell completions to stdout.
     Completions {
         #[arg(value_enum)]
@@ -97,6 +102,11 @@ pub struct ScanArgs {
     /// How to read page-cache residency.
     #[arg(long, value_enum, default_value_t)]
     pub method: MethodArg,
+    /// Also trace with eBPF for this long first (e.g. 10s) and add the counters of
+    /// `twofold trace` and their findings (needs root or CAP_BPF + CAP_PERFMON; without,
+    /// a warning and the plain scan).
+    #[arg(long, value_name = "DURATION", value_parser = parse_duration)]
+    pub trace: Option<Duration>,
     #[command(flatten)]
     pub output: OutputArgs,
 }
@@ -264,6 +274,32 @@ pub struct InspectArgs {
     pub output: OutputArgs,
 }
 
+#[derive(Debug, Args)]
+pub struct TraceArgs {
+    /// Only this process (repeatable); its counters are kept however many others run.
+    #[arg(long = "pid", value_name = "PID")]
+    pub pids: Vec<i32>,
+    /// A file (or directory of model files) of interest (repeatable); only these files
+    /// are listed. Default: the model files processes hold now, and the busiest others.
+    #[arg(long = "file", value_name = "PATH")]
+    pub files: Vec<PathBuf>,
+    /// Time between reports.
+    #[arg(long, value_name = "DURATION", default_value = "1s", value_parser = parse_duration)]
+    pub interval: Duration,
+    /// Stop after this long and print a summary (default: until interrupted).
+    #[arg(long, value_name = "DURATION", value_parser = parse_duration)]
+    pub duration: Option<Duration>,
+    /// At most this many other files and processes per report.
+    #[arg(long, default_value_t = 10)]
+    pub top: usize,
+    /// Files at least this large are of interest whatever their extension.
+    #[arg(long, value_name = "SIZE", default_value = "64M", value_parser = parse_size)]
+    pub min_size: u64,
+    // With --json: JSON Lines, one `{"schema_version", "type", "data"}` object per report.
+    #[command(flatten)]
+    pub output: OutputArgs,
+}
+
 #[derive(Debug, Clone, Copy, ValueEnum, PartialEq, Eq)]
 pub enum ChildMode {
     /// read() the whole file into a heap buffer; keep the fd open.
@@ -316,6 +352,10 @@ pub struct ChildArgs {
     /// Source element type for widen mode: f16 or bf16.
     #[arg(long, default_value = "f16")]
     pub dtype: String,
+    /// Print `armed` and wait for a line on stdin before doing anything (so a tracer can
+    /// measure exactly the work of the mode).
+    #[arg(long)]
+    pub go: bool,
 }
 
 #[derive(Debug, Args)]
@@ -339,6 +379,10 @@ pub enum BenchWhat {
 
 fn parse_size(s: &str) -> Result<u64, String> {
     crate::units::parse_size(s)
+}
+
+fn parse_duration(s: &str) -> Result<Duration, String> {
+    crate::units::parse_duration(s)
 }
 
 impl From<MethodArg> for crate::collect::residency::Method {

@@ -244,3 +244,5 @@ pub struct Sample {
     pub cgroups: Vec<CgroupSample>,
     pub skipped: Skipped,
 }
+
+pub mod trace;

@@ -132,7 +132,7 @@ fn copies_in(
         cgroup: Some(sandbox.dir.clone()),
         ..Default::default()
     };
-    let report = crate::cmd::scan::report(&req, true).ok()?;
+    let report = crate::cmd::scan::report(&req, true, None).ok()?;
     let shown = std::path::absolute(model).ok()?.display().to_string();
     let file = report.files.into_iter().find(|f| f.path == shown)?;
     Some(file.suspected_copies)

@@ -77,8 +77,28 @@ fn report_ready() -> anyhow::Result<()> {
     Ok(())
 }
 
+/// `--go`: says `armed`, then blocks until a line (or EOF) arrives on stdin.
+fn wait_for_go() -> anyhow::Result<()> {
+    let armed = b"armed\n";
+    let mut byte = [0u8; 1];
+    // SAFETY: fds 1 and 0 are open for the life of the process; the buffers are valid.
+    unsafe {
+        if libc::write(1, armed.as_ptr().cast(), armed.len()) != armed.len() as isize {
+            anyhow::bail!(
+                "cannot report being armed: {}",
+                std::io::Error::last_os_error()
+            );
+        }
+        while libc::read(0, byte.as_mut_ptr().cast(), 1) == 1 && byte[0] != b'\n' {}
+    }
+    Ok(())
+}
+
 pub fn run(args: &ChildArgs) -> anyhow::Result<()> {
     die_with_parent();
+    if args.go {
+        wait_for_go()?;
+    }
     let file_arg = || {
         args.file
             .as_ref()

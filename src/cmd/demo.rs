@@ -92,7 +92,7 @@ pub fn run(args: &DemoArgs, out: &mut dyn Write) -> anyhow::Result<()> {
     };
     // The readers are our children: ptrace rights hold even under Yama's ptrace_scope 1,
     // so the suspected copy is proven byte by byte.
-    let report = super::scan::report(&req, true)?;
+    let report = super::scan::report(&req, true, None)?;
     if args.output.json {
         render::json(out, &report)?;
     } else {

@@ -10,6 +10,7 @@ pub mod pressure;
 pub mod residency;
 pub mod run;
 pub mod scan;
+pub mod trace;
 
 use std::io::Write;
 

@@ -20,21 +20,29 @@ pub fn request(args: &ScanArgs) -> Request {
 
 /// collect → model (→ byte-level proof of suspected copies when `prove`), on the live
 /// system; warnings go to stderr.
-pub fn report(req: &Request, prove: bool) -> anyhow::Result<model::Report> {
+pub fn report(
+    req: &Request,
+    prove: bool,
+    trace: Option<std::time::Duration>,
+) -> anyhow::Result<model::Report> {
     let roots = Roots::live();
     let mut warnings = Vec::new();
+    let traced = trace.and_then(|d| super::trace::trace_window(d, req, &mut warnings));
     let sample = gather::gather(&roots, req, &mut warnings)?;
     let mut report = model::build(&sample);
     if prove {
         let proofs = super::dupes::prove(&report, &roots, &mut warnings);
         model::apply_proofs(&mut report, &proofs);
     }
+    if let Some(t) = &traced {
+        super::trace::apply_to_report(&mut report, t, &req.pids);
+    }
     super::warn_all(&warnings);
     Ok(report)
 }
 
 pub fn run(args: &ScanArgs, out: &mut dyn Write) -> anyhow::Result<()> {
-    let report = report(&request(args), args.prove)?;
+    let report = report(&request(args), args.prove, args.trace)?;
     if args.output.json {
         render::json(out, &report)?;
     } else {

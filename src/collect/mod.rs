@@ -2,12 +2,14 @@
 //!
 //! Every reader takes a root path; the live roots are named once, in [`Roots::live`].
 
+pub mod bpf;
 pub mod cgroup;
 pub mod error;
 pub mod gather;
 pub mod kv;
 pub mod maps;
 pub mod memory;
+pub mod names;
 pub mod process;
 pub mod residency;
 pub mod system;

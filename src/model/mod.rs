@@ -14,6 +14,7 @@ pub mod dupes;
 pub mod findings;
 pub mod inspect;
 pub mod residency;
+pub mod trace;
 
 use std::collections::BTreeMap;
 
@@ -38,6 +39,9 @@ pub struct Report {
     pub cgroups: Vec<CgroupModel>,
     pub findings: Vec<Finding>,
     pub skipped: Skipped,
+    /// `scan --trace D`: eBPF counters over the traced window; absent otherwise.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub trace: Option<trace::TraceModel>,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -331,6 +335,7 @@ pub fn build(sample: &Sample) -> Report {
         cgroups,
         findings,
         skipped: sample.skipped.clone(),
+        trace: None,
     }
 }
 
@@ -453,6 +458,15 @@ pub fn apply_proofs(report: &mut Report, proofs: &[Proof]) {
         f.representations = representations(f);
     }
     report.findings = findings::evaluate(&report.files, &report.cgroups);
+}
+
+/// Adds the traced counters of `scan --trace` and their findings to a report.
+pub fn apply_trace(report: &mut Report, model: trace::TraceModel, ctx: &trace::TraceContext) {
+    report
+        .findings
+        .extend(trace::findings::evaluate(&model, ctx));
+    report.findings.sort_by_key(|f| f.severity);
+    report.trace = Some(model);
 }
 
 fn system_model(sample: &Sample) -> SystemModel {

@@ -6,6 +6,7 @@ pub mod inspect;
 pub mod residency;
 pub mod scan;
 pub mod table;
+pub mod trace;
 
 use serde::Serialize;
 

@@ -238,6 +238,9 @@ pub fn human(report: &Report) -> String {
         }
         out.push_str(&t.render(2));
     }
+    if let Some(t) = &report.trace {
+        out.push_str(&super::trace::scan_section(t));
+    }
     out.push_str("\nFINDINGS\n");
     if report.findings.is_empty() {
         out.push_str("  none\n");

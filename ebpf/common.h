@@ -1,0 +1,49 @@
+/* SPDX-License-Identifier: GPL-2.0 OR MIT */
+/* Helpers shared by the program families. */
+#ifndef TWOFOLD_COMMON_H
+#define TWOFOLD_COMMON_H
+
+#include "kernel.h"
+#include <bpf/bpf_helpers.h>
+#include <bpf/bpf_core_read.h>
+#include "twofold.h"
+
+char LICENSE[] SEC("license") = "GPL";
+
+/* Global counters of this object (see TOTAL_* in twofold.h). */
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, TOTAL_COUNT);
+	__type(key, __u32);
+	__type(value, __u64);
+} totals SEC(".maps");
+
+static __always_inline void total_add(__u32 which, __u64 n)
+{
+	__u64 *v = bpf_map_lookup_elem(&totals, &which);
+	if (v)
+		__sync_fetch_and_add(v, n);
+}
+
+/* The value for `key` in `map`, inserted as zeroes when missing. NULL only
+ * when the map is full (a non-LRU map) or out of memory. */
+static __always_inline void *lookup_or_init(void *map, const void *key, const void *zero)
+{
+	void *v = bpf_map_lookup_elem(map, key);
+	if (v)
+		return v;
+	/* BPF_NOEXIST: another CPU may have inserted it meanwhile; then the
+	 * lookup below finds that one. */
+	bpf_map_update_elem(map, key, zero, BPF_NOEXIST);
+	v = bpf_map_lookup_elem(map, key);
+	if (!v)
+		total_add(TOTAL_MAP_FULL, 1);
+	return v;
+}
+
+static __always_inline __u32 current_tgid(void)
+{
+	return bpf_get_current_pid_tgid() >> 32;
+}
+
+#endif

@@ -1,0 +1,150 @@
+/* SPDX-License-Identifier: GPL-2.0 OR MIT */
+/*
+ * Key and value layouts shared by the BPF programs (ebpf/NAME.bpf.c) and twofold
+ * (src/collect/bpf/layout.rs mirrors every struct with #[repr(C)] and asserts
+ * the same sizes). Change both sides together, then run ebpf/build.sh.
+ *
+ * Conventions: every field is a fixed-width integer; structs have no implicit
+ * padding (explicit `pad` fields); `dev` is the kernel's internal dev_t
+ * (major << 20 | minor), as tracepoints report `s_dev`.
+ */
+#ifndef TWOFOLD_H
+#define TWOFOLD_H
+
+#ifndef __TWOFOLD_TYPES
+typedef unsigned long long __u64;
+typedef unsigned int __u32;
+typedef unsigned char __u8;
+#endif
+
+/* Bump when a layout below changes. */
+#define TWOFOLD_LAYOUT_VERSION 2
+
+/* A file: (dev, inode). */
+struct file_key {
+	__u64 ino;
+	__u32 dev;
+	__u32 pad;
+};
+
+/* One process (thread group id) and one file. */
+struct pid_file_key {
+	__u64 ino;
+	__u32 dev;
+	__u32 pid;
+};
+
+/* 512 pages (2 MiB) of one file: index >> 9. */
+struct chunk_key {
+	__u64 ino;
+	__u32 dev;
+	__u32 pad;
+	__u64 chunk;
+};
+
+/* Pages of a chunk that twofold saw evicted and not yet added again. */
+struct chunk_bits {
+	__u64 bits[8];
+};
+
+/* exceptions:page_fault_user and page_fault_kernel (at user addresses),
+ * filemap:mm_filemap_fault and filemap:mm_filemap_map_pages, per thread
+ * group. `by_code` counts user- and kernel-mode faults by error_code & 3:
+ * 0 read of a not-present page, 1 read protection fault, 2 write to a
+ * not-present page, 3 write protection fault (copy-on-write); `kernel` is the
+ * part taken in kernel mode (e.g. read() copying into untouched memory). */
+struct pid_faults {
+	__u64 by_code[4];
+	__u64 filemap_faults;
+	__u64 map_pages_events;
+	__u64 map_pages_pages;
+	__u64 kernel;
+};
+
+/* filemap:mm_filemap_fault and filemap:mm_filemap_map_pages, per file. */
+struct file_faults {
+	__u64 filemap_faults;
+	__u64 map_pages_events;
+	__u64 map_pages_pages;
+	__u64 pad;
+};
+
+/* filemap:mm_filemap_add_to_page_cache / _delete_from_page_cache, per file.
+ * Pages are summed as 1 << order (folios of up to 512 pages). */
+struct file_cache {
+	__u64 added_pages;
+	__u64 evicted_pages;
+	__u64 refault_pages;
+	__u64 add_events;
+	__u64 evict_events;
+	__u64 pad;
+};
+
+#define RECLAIM_BUCKETS 32
+
+/* vmscan direct reclaim (global and memory cgroup), per thread group.
+ * hist[k] counts reclaims that took [2^k, 2^(k+1)) microseconds (k = 0 also
+ * holds those under 1 us). */
+struct pid_reclaim {
+	__u64 direct_count;
+	__u64 memcg_count;
+	__u64 total_ns;
+	__u64 max_ns;
+	__u64 reclaimed_pages;
+	__u64 pad;
+	__u64 hist[RECLAIM_BUCKETS];
+};
+
+/* A reclaim in progress, per thread. */
+struct reclaim_start {
+	__u64 ts_ns;
+	__u32 memcg;
+	__u32 pad;
+};
+
+/* oom:mark_victim, per victim pid. Sizes in kB as the tracepoint gives them. */
+struct oom_victim {
+	__u64 ts_ns;
+	__u64 total_vm_kb;
+	__u64 anon_rss_kb;
+	__u64 file_rss_kb;
+	__u64 shmem_rss_kb;
+	__u32 pid;
+	__u32 uid;
+	__u32 killer_pid;
+	__u32 pad;
+	char comm[16];
+};
+
+/* read()/pread64()/readv()/preadv() and mmap() of one file by one process. */
+struct pid_file_io {
+	__u64 read_bytes;
+	__u64 read_calls;
+	__u64 mmap_shared;
+	__u64 mmap_shared_write;
+	__u64 mmap_private;
+	__u64 mmap_private_write;
+	__u64 mmap_bytes;
+	char comm[16]; /* of the last counted call */
+};
+
+/* A syscall in progress, per thread: the file its fd named at entry. */
+struct io_start {
+	__u64 ino;
+	__u32 dev;
+	__u32 kind; /* IO_READ or IO_MMAP */
+	__u64 len;
+	__u32 prot;
+	__u32 flags;
+};
+
+#define IO_READ 1
+#define IO_MMAP 2
+
+/* Index of the global counters array (`totals` in each object). */
+#define TOTAL_EVENTS 0       /* tracepoint hits seen by this object */
+#define TOTAL_MAP_FULL 1     /* updates refused because a non-LRU map was full */
+#define TOTAL_OOM_KILLS 2
+#define TOTAL_COUNT 4
+
+#endif

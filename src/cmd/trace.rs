@@ -1,0 +1,275 @@
+//! `twofold trace`, and the traced window of `scan --trace`: attach the eBPF programs,
+//! sample their maps every interval, name what they count (scan collectors for files of
+//! interest, `/proc` for the rest) and print rates.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::io::Write;
+use std::os::unix::fs::MetadataExt;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, Context};
+
+use crate::cli::TraceArgs;
+use crate::collect::bpf::{TraceOptions, Tracer};
+use crate::collect::gather::{self, Request};
+use crate::collect::names::Names;
+use crate::collect::Roots;
+use crate::model::trace::{file_key, TraceContext, TraceModel};
+use crate::model::Report;
+use crate::render::trace::{self as out_trace, Attached, Record};
+use crate::sample::trace::TraceSample;
+use crate::sample::FileKey;
+
+/// Environment variable naming a directory of `NAME.bpf.o` objects to load instead of
+/// the embedded ones (used by the tests of freshly built objects).
+pub const OBJECTS_ENV: &str = "TWOFOLD_BPF_OBJECTS";
+
+fn options(pids: &[i32], files: &[FileKey]) -> TraceOptions {
+    TraceOptions {
+        pids: pids.to_vec(),
+        files: files.to_vec(),
+        objects_dir: std::env::var_os(OBJECTS_ENV).map(PathBuf::from),
+    }
+}
+
+/// (dev, inode) of each path (files, or the model files of directories).
+fn explicit_files(paths: &[PathBuf]) -> anyhow::Result<BTreeMap<FileKey, String>> {
+    let mut out = BTreeMap::new();
+    for p in paths {
+        let meta =
+            std::fs::metadata(p).with_context(|| format!("cannot access '{}'", p.display()))?;
+        if meta.is_file() {
+            let abs = std::path::absolute(p).unwrap_or_else(|_| p.clone());
+            out.insert(
+                FileKey::from_dev(meta.dev(), meta.ino()),
+                abs.display().to_string(),
+            );
+        } else if !meta.is_dir() {
+            bail!("'{}' is not a regular file or directory", p.display());
+        }
+    }
+    Ok(out)
+}
+
+/// Names, files of interest and their sizes for the model.
+struct Session {
+    names: Names,
+    interest: BTreeSet<FileKey>,
+    sizes: BTreeMap<FileKey, u64>,
+    pids: Vec<i32>,
+    only_files: Vec<FileKey>,
+    top: usize,
+}
+
+impl Session {
+    /// The model of `cur` (over the time since `prev`), after naming its rows.
+    fn model(&mut self, cur: &TraceSample, prev: Option<&TraceSample>) -> TraceModel {
+        let m = TraceModel::new(cur, prev, &self.ctx());
+        let mut keys: BTreeSet<FileKey> = m
+            .files
+            .iter()
+            .filter(|f| f.path.is_none())
+            .map(|f| file_key(&f.device, f.inode))
+            .collect();
+        keys.extend(
+            m.processes
+                .iter()
+                .flat_map(|p| &p.files)
+                .filter(|f| f.path.is_none())
+                .map(|f| file_key(&f.device, f.inode)),
+        );
+        let pids: BTreeSet<i32> = m.processes.iter().map(|p| p.pid).collect();
+        self.names.resolve_paths(&keys);
+        self.names.resolve_comms(&pids);
+        TraceModel::new(cur, prev, &self.ctx())
+    }
+
+    fn ctx(&self) -> TraceContext {
+        TraceContext {
+            paths: self.names.paths().clone(),
+            interest: self.interest.clone(),
+            sizes: self.sizes.clone(),
+            comms: self.names.comms().clone(),
+            pids: self.pids.clone(),
+            files: self.only_files.clone(),
+            top: self.top,
+        }
+    }
+}
+
+/// Stops the loop on SIGINT/SIGTERM so the summary is still printed.
+fn stop_flag() -> Arc<AtomicBool> {
+    let stop = Arc::new(AtomicBool::new(false));
+    for sig in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {
+        let _ = signal_hook::flag::register(sig, stop.clone());
+    }
+    stop
+}
+
+/// Sleeps until `until` or until `stop` is set; false if stopped.
+fn sleep_until(until: Instant, stop: &AtomicBool) -> bool {
+    loop {
+        if stop.load(Ordering::Relaxed) {
+            return false;
+        }
+        let now = Instant::now();
+        if now >= until {
+            return true;
+        }
+        std::thread::sleep((until - now).min(Duration::from_millis(50)));
+    }
+}
+
+pub fn run(args: &TraceArgs, out: &mut dyn Write) -> anyhow::Result<()> {
+    let roots = Roots::live();
+    crate::collect::bpf::check_privilege(&roots.proc)?;
+    if args.interval.is_zero() {
+        bail!("--interval must be longer than '0s'");
+    }
+    let explicit = explicit_files(&args.files)?;
+    // Files of interest now: the named ones, and model files the processes hold.
+    let mut warnings = Vec::new();
+    let sample = gather::gather(
+        &roots,
+        &Request {
+            paths: args.files.clone(),
+            pids: args.pids.clone(),
+            min_size: args.min_size,
+            ..Request::default()
+        },
+        &mut warnings,
+    )?;
+    super::warn_all(&warnings);
+    let mut paths = explicit.clone();
+    let mut sizes = BTreeMap::new();
+    for f in &sample.files {
+        paths.entry(f.key).or_insert_with(|| f.path.clone());
+        if let Some(s) = f.size_bytes {
+            sizes.insert(f.key, s);
+        }
+    }
+    let interest: BTreeSet<FileKey> = paths.keys().copied().collect();
+    let pinned: Vec<FileKey> = interest.iter().copied().collect();
+    let only_files: Vec<FileKey> = if args.files.is_empty() {
+        Vec::new()
+    } else {
+        pinned.clone()
+    };
+    let tracer = Tracer::attach(&options(&args.pids, &pinned))?;
+    super::warn_all(tracer.warnings());
+    let mut cx = Session {
+        names: Names::new(&roots, paths.clone()),
+        interest,
+        sizes,
+        pids: args.pids.clone(),
+        only_files,
+        top: args.top,
+    };
+    let attached = Attached {
+        attach_ms: tracer.attach_time().as_secs_f64() * 1e3,
+        unavailable: tracer.unavailable().clone(),
+        files: paths.values().cloned().collect(),
+        pids: args.pids.clone(),
+    };
+    let stop = stop_flag();
+    let start = Instant::now();
+    let end = args.duration.map(|d| start + d);
+    // Sampled before saying "attached", so nothing that follows is left out.
+    let mut prev = tracer.sample();
+    if args.output.json {
+        out_trace::json_line(out, Record::Attached(attached))?;
+    } else {
+        out.write_all(out_trace::human_attached(&attached).as_bytes())?;
+        out.flush()?;
+    }
+    let mut next = start + args.interval;
+    loop {
+        let until = end.map_or(next, |e| e.min(next));
+        let finished = !sleep_until(until, &stop) || end.is_some_and(|e| Instant::now() >= e);
+        let cur = tracer.sample();
+        if !finished || end.is_none() {
+            let m = cx.model(&cur, Some(&prev));
+            emit(out, args.output.json, Record::Interval(m))?;
+        } else if cur.at_secs - prev.at_secs > 0.01 {
+            // The last, partial interval.
+            let m = cx.model(&cur, Some(&prev));
+            emit(out, args.output.json, Record::Interval(m))?;
+        }
+        if finished {
+            let m = cx.model(&cur, None);
+            emit(out, args.output.json, Record::Summary(m))?;
+            return Ok(());
+        }
+        prev = cur;
+        next += args.interval;
+    }
+}
+
+fn emit(out: &mut dyn Write, json: bool, record: Record) -> anyhow::Result<()> {
+    if json {
+        out_trace::json_line(out, record)?;
+        return Ok(());
+    }
+    let text = match &record {
+        Record::Interval(m) => out_trace::human(m, "interval"),
+        Record::Summary(m) => out_trace::human(m, "summary since attach"),
+        Record::Attached(a) => out_trace::human_attached(a),
+    };
+    writeln!(out, "{text}")?;
+    out.flush()?;
+    Ok(())
+}
+
+/// `scan --trace D`: traces for `d` (warning and `None` when tracing is impossible),
+/// pinning the explicit paths and pids of the request.
+pub fn trace_window(d: Duration, req: &Request, warnings: &mut Vec<String>) -> Option<TraceSample> {
+    let explicit = match explicit_files(&req.paths) {
+        Ok(e) => e,
+        Err(e) => {
+            warnings.push(format!("{e:#}"));
+            return None;
+        }
+    };
+    let keys: Vec<FileKey> = explicit.keys().copied().collect();
+    let tracer = match Tracer::attach(&options(&req.pids, &keys)) {
+        Ok(t) => t,
+        Err(e) => {
+            warnings.push(format!(
+                "--trace: {:#}; the scan goes on without it",
+                anyhow::Error::from(e)
+            ));
+            return None;
+        }
+    };
+    warnings.extend(tracer.warnings().iter().cloned());
+    // Progress, on stderr: also tells a caller when the window starts.
+    eprintln!("twofold: tracing for {:.1} s", d.as_secs_f64());
+    std::thread::sleep(d);
+    Some(tracer.sample())
+}
+
+/// Adds a traced window to a scan report: files of the report are the files of interest.
+pub fn apply_to_report(report: &mut Report, sample: &TraceSample, pids: &[i32]) {
+    let mut paths = BTreeMap::new();
+    let mut sizes = BTreeMap::new();
+    for f in &report.files {
+        let key = file_key(&f.device, f.inode);
+        paths.insert(key, f.path.clone());
+        if let Some(s) = f.size_bytes {
+            sizes.insert(key, s);
+        }
+    }
+    let mut cx = Session {
+        names: Names::new(&Roots::live(), paths.clone()),
+        interest: paths.keys().copied().collect(),
+        sizes,
+        pids: pids.to_vec(),
+        only_files: Vec::new(),
+        top: 10,
+    };
+    let m = cx.model(sample, None);
+    crate::model::apply_trace(report, m, &cx.ctx());
+}

@@ -1,0 +1,555 @@
+//! Loading and attaching twofold's eBPF programs (`ebpf/*.bpf.c`, compiled objects
+//! committed as `ebpf/*.bpf.o` and embedded in the binary), and reading their maps into a
+//! [`TraceSample`].
+//!
+//! Everything BPF happens in this module. Each step carries a context message; a
+//! tracepoint the kernel lacks disables only the counter it feeds (listed in
+//! [`TraceSample::unavailable`]), never the whole trace. Without root or `CAP_BPF` +
+//! `CAP_PERFMON`, [`Tracer::attach`] fails with [`TraceError::Privilege`] before touching
+//! anything, and callers keep working without the counters.
+//!
+//! Kernel interfaces: tracepoints under `/sys/kernel/tracing/events` (mounted here if
+//! missing), BTF at `/sys/kernel/btf/vmlinux` for CO-RE relocations; see
+//! <https://docs.kernel.org/trace/events.html> and <https://docs.kernel.org/bpf/>.
+
+pub mod layout;
+mod read;
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use aya::maps::HashMap as BpfHashMap;
+use aya::programs::TracePoint;
+use aya::{Ebpf, EbpfLoader};
+
+use crate::sample::trace::{Counter, TraceSample};
+use crate::sample::FileKey;
+use layout::{FileCache, FileFaults, FileKeyC, PidFaults, PidReclaim};
+
+/// Where tracefs is (or gets) mounted; aya looks there too.
+pub const TRACEFS: &str = "/sys/kernel/tracing";
+
+/// One tracepoint program of an object.
+#[derive(Debug)]
+struct Program {
+    /// The C function name (aya's program name).
+    func: &'static str,
+    category: &'static str,
+    event: &'static str,
+    counter: Counter,
+    /// Without it the counter means nothing (a begin without its end); optional ones
+    /// (the readv/preadv variants of reads) only narrow what is counted.
+    required: bool,
+}
+
+/// One compiled object: one program family of `ebpf/`.
+#[derive(Debug)]
+pub struct Family {
+    pub name: &'static str,
+    bytes: &'static [u8],
+    programs: &'static [Program],
+}
+
+const fn p(
+    func: &'static str,
+    category: &'static str,
+    event: &'static str,
+    counter: Counter,
+    required: bool,
+) -> Program {
+    Program {
+        func,
+        category,
+        event,
+        counter,
+        required,
+    }
+}
+
+use Counter as C;
+
+/// The program families, in attach order.
+pub static FAMILIES: [Family; 4] = [
+    Family {
+        name: "faults",
+        bytes: aya::include_bytes_aligned!("../../../ebpf/faults.bpf.o"),
+        programs: &[
+            p(
+                "page_fault_user",
+                "exceptions",
+                "page_fault_user",
+                C::PageFaults,
+                true,
+            ),
+            p(
+                "filemap_fault",
+                "filemap",
+                "mm_filemap_fault",
+                C::FileFaults,
+                true,
+            ),
+            p(
+                "filemap_map_pages",
+                "filemap",
+                "mm_filemap_map_pages",
+                C::FaultAround,
+                true,
+            ),
+        ],
+    },
+    Family {
+        name: "pagecache",
+        bytes: aya::include_bytes_aligned!("../../../ebpf/pagecache.bpf.o"),
+        programs: &[
+            p(
+                "add_to_page_cache",
+                "filemap",
+                "mm_filemap_add_to_page_cache",
+                C::PageCacheAdds,
+                true,
+            ),
+            p(
+                "delete_from_page_cache",
+                "filemap",
+                "mm_filemap_delete_from_page_cache",
+                C::PageCacheEvictions,
+                true,
+            ),
+        ],
+    },
+    Family {
+        name: "reclaim",
+        bytes: aya::include_bytes_aligned!("../../../ebpf/reclaim.bpf.o"),
+        programs: &[
+            p(
+                "direct_reclaim_begin",
+                "vmscan",
+                "mm_vmscan_direct_reclaim_begin",
+                C::DirectReclaim,
+                true,
+            ),
+            p(
+                "direct_reclaim_end",
+                "vmscan",
+                "mm_vmscan_direct_reclaim_end",
+                C::DirectReclaim,
+                true,
+            ),
+            p(
+                "memcg_reclaim_begin",
+                "vmscan",
+                "mm_vmscan_memcg_reclaim_begin",
+                C::MemcgReclaim,
+                true,
+            ),
+            p(
+                "memcg_reclaim_end",
+                "vmscan",
+                "mm_vmscan_memcg_reclaim_end",
+                C::MemcgReclaim,
+                true,
+            ),
+            p("mark_victim", "oom", "mark_victim", C::OomKills, true),
+        ],
+    },
+    Family {
+        name: "syscalls",
+        bytes: aya::include_bytes_aligned!("../../../ebpf/syscalls.bpf.o"),
+        programs: &[
+            p("enter_read", "syscalls", "sys_enter_read", C::Reads, true),
+            p("exit_read", "syscalls", "sys_exit_read", C::Reads, true),
+            p(
+                "enter_pread64",
+                "syscalls",
+                "sys_enter_pread64",
+                C::Reads,
+                false,
+            ),
+            p(
+                "exit_pread64",
+                "syscalls",
+                "sys_exit_pread64",
+                C::Reads,
+                false,
+            ),
+            p(
+                "enter_readv",
+                "syscalls",
+                "sys_enter_readv",
+                C::Reads,
+                false,
+            ),
+            p("exit_readv", "syscalls", "sys_exit_readv", C::Reads, false),
+            p(
+                "enter_preadv",
+                "syscalls",
+                "sys_enter_preadv",
+                C::Reads,
+                false,
+            ),
+            p(
+                "exit_preadv",
+                "syscalls",
+                "sys_exit_preadv",
+                C::Reads,
+                false,
+            ),
+            p("enter_mmap", "syscalls", "sys_enter_mmap", C::Mmaps, true),
+            p("exit_mmap", "syscalls", "sys_exit_mmap", C::Mmaps, true),
+        ],
+    },
+];
+
+/// Why tracing cannot start at all.
+#[derive(Debug, thiserror::Error)]
+pub enum TraceError {
+    #[error("eBPF tracing needs root, or CAP_BPF and CAP_PERFMON ({what}); scan, residency and dupes work without it")]
+    Privilege { what: String },
+    #[error("tracefs is not mounted at '{path}' and mounting it failed: {source}")]
+    Tracefs {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("cannot load the BPF object '{object}'")]
+    Load {
+        object: String,
+        #[source]
+        source: Box<aya::EbpfError>,
+    },
+    #[error("BPF map '{map}' of '{object}' is missing or has another layout than twofold's")]
+    Map {
+        object: &'static str,
+        map: &'static str,
+        #[source]
+        source: Option<aya::maps::MapError>,
+    },
+    #[error("no tracepoint could be attached: {0}")]
+    NothingAttached(String),
+}
+
+impl TraceError {
+    /// The kernel refused (EPERM/EACCES) somewhere down the chain.
+    fn is_permission(e: &(dyn std::error::Error + 'static)) -> bool {
+        let mut cur = Some(e);
+        while let Some(err) = cur {
+            if let Some(io) = err.downcast_ref::<std::io::Error>() {
+                if matches!(io.raw_os_error(), Some(libc::EPERM) | Some(libc::EACCES)) {
+                    return true;
+                }
+            }
+            cur = err.source();
+        }
+        false
+    }
+}
+
+/// What to trace with particular care: these processes and files get entries in the
+/// non-LRU maps, so no amount of other activity can evict their counters.
+#[derive(Debug, Clone, Default)]
+pub struct TraceOptions {
+    pub pids: Vec<i32>,
+    pub files: Vec<FileKey>,
+    /// Load `NAME.bpf.o` from this directory instead of the embedded objects (to test
+    /// freshly built ones).
+    pub objects_dir: Option<PathBuf>,
+}
+
+/// A loaded object and its attached programs.
+struct Loaded {
+    family: &'static Family,
+    ebpf: Ebpf,
+}
+
+/// Attached programs; detached when dropped.
+pub struct Tracer {
+    loaded: Vec<Loaded>,
+    unavailable: BTreeMap<Counter, String>,
+    warnings: Vec<String>,
+    started: Instant,
+    /// CLOCK_MONOTONIC at `started`, the clock of `bpf_ktime_get_ns`.
+    started_ns: u64,
+    attach_time: Duration,
+}
+
+/// CLOCK_MONOTONIC in nanoseconds (the clock BPF timestamps use).
+fn monotonic_ns() -> u64 {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: clock_gettime writes into the timespec we own.
+    unsafe {
+        libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts);
+    }
+    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
+}
+
+/// Effective capabilities of this process, from `/proc/self/status` (`CapEff`).
+fn effective_caps(proc_root: &Path) -> Option<u64> {
+    let text = std::fs::read_to_string(proc_root.join("self/status")).ok()?;
+    let hex = text.lines().find_map(|l| l.strip_prefix("CapEff:"))?;
+    u64::from_str_radix(hex.trim(), 16).ok()
+}
+
+const CAP_SYS_ADMIN: u32 = 21;
+const CAP_PERFMON: u32 = 38;
+const CAP_BPF: u32 = 39;
+
+/// `Err` with the missing capabilities when this process may not load tracing programs.
+pub fn check_privilege(proc_root: &Path) -> Result<(), TraceError> {
+    let Some(caps) = effective_caps(proc_root) else {
+        return Ok(()); // Unknown: let the kernel decide.
+    };
+    let has = |c: u32| caps & (1u64 << c) != 0;
+    if has(CAP_SYS_ADMIN) || (has(CAP_BPF) && has(CAP_PERFMON)) {
+        return Ok(());
+    }
+    let missing: Vec<&str> = [(CAP_BPF, "CAP_BPF"), (CAP_PERFMON, "CAP_PERFMON")]
+        .iter()
+        .filter(|(c, _)| !has(*c))
+        .map(|(_, n)| *n)
+        .collect();
+    Err(TraceError::Privilege {
+        what: format!("this process lacks {}", missing.join(" and ")),
+    })
+}
+
+/// Mounts tracefs at [`TRACEFS`] unless it (or the debugfs copy) is already there.
+fn ensure_tracefs() -> Result<(), TraceError> {
+    let mounted = |p: &str| {
+        std::fs::read_dir(p)
+            .map(|mut d| d.next().is_some())
+            .unwrap_or(false)
+    };
+    if mounted(TRACEFS) || mounted("/sys/kernel/debug/tracing") {
+        return Ok(());
+    }
+    let c = |s: &str| std::ffi::CString::new(s).unwrap_or_default();
+    let (src, target, fstype) = (c("nodev"), c(TRACEFS), c("tracefs"));
+    // SAFETY: mount(2) with NUL-terminated strings that outlive the call and no data.
+    let rc = unsafe {
+        libc::mount(
+            src.as_ptr(),
+            target.as_ptr(),
+            fstype.as_ptr(),
+            0,
+            std::ptr::null(),
+        )
+    };
+    if rc != 0 {
+        return Err(TraceError::Tracefs {
+            path: TRACEFS.into(),
+            source: std::io::Error::last_os_error(),
+        });
+    }
+    Ok(())
+}
+
+fn raise_memlock() {
+    let unlimited = libc::rlimit {
+        rlim_cur: libc::RLIM_INFINITY,
+        rlim_max: libc::RLIM_INFINITY,
+    };
+    // SAFETY: setrlimit reads the struct we pass; failure is harmless (kernels since 5.11
+    // charge BPF memory to the memory cgroup, not to RLIMIT_MEMLOCK).
+    unsafe {
+        libc::setrlimit(libc::RLIMIT_MEMLOCK, &unlimited);
+    }
+}
+
+impl Tracer {
+    /// Loads every program family, fills the pinned maps for `opts` and attaches each
+    /// program to its tracepoint.
+    pub fn attach(opts: &TraceOptions) -> Result<Tracer, TraceError> {
+        let t0 = Instant::now();
+        check_privilege(Path::new("/proc"))?;
+        raise_memlock();
+        ensure_tracefs()?;
+        let mut tracer = Tracer {
+            loaded: Vec::new(),
+            unavailable: BTreeMap::new(),
+            warnings: Vec::new(),
+            started: t0,
+            started_ns: 0,
+            attach_time: Duration::ZERO,
+        };
+        // One loader for all objects: creating one parses the kernel's BTF (a few MiB,
+        // tens of milliseconds), which CO-RE relocations need.
+        let mut loader = EbpfLoader::new();
+        for family in &FAMILIES {
+            let ebpf = match load(&mut loader, family, opts.objects_dir.as_deref()) {
+                Ok(e) => e,
+                Err(e) if TraceError::is_permission(&e) => {
+                    return Err(TraceError::Privilege {
+                        what: format!("the kernel refused to load '{}': {e:#}", family.name),
+                    })
+                }
+                Err(e) => {
+                    let why = format!("{:#}", anyhow::Error::from(e));
+                    for p in family.programs {
+                        tracer
+                            .unavailable
+                            .entry(p.counter)
+                            .or_insert_with(|| why.clone());
+                    }
+                    continue;
+                }
+            };
+            tracer.loaded.push(Loaded { family, ebpf });
+        }
+        tracer.pin_pids(&opts.pids)?;
+        tracer.pin_files(&opts.files)?;
+        let mut attached = 0;
+        for l in &mut tracer.loaded {
+            for prog in l.family.programs {
+                match attach_one(&mut l.ebpf, prog) {
+                    Ok(()) => attached += 1,
+                    Err(e) if TraceError::is_permission(e.as_ref()) => {
+                        return Err(TraceError::Privilege {
+                            what: format!(
+                                "the kernel refused '{}:{}': {e:#}",
+                                prog.category, prog.event
+                            ),
+                        })
+                    }
+                    Err(e) => {
+                        let why = format!(
+                            "tracepoint '{}:{}' not attached: {:#}",
+                            prog.category, prog.event, e
+                        );
+                        if prog.required {
+                            tracer.unavailable.entry(prog.counter).or_insert(why);
+                        } else {
+                            tracer.warnings.push(why);
+                        }
+                    }
+                }
+            }
+        }
+        if attached == 0 {
+            let why: Vec<String> = tracer.unavailable.values().cloned().collect();
+            return Err(TraceError::NothingAttached(why.join("; ")));
+        }
+        tracer.attach_time = t0.elapsed();
+        tracer.started = Instant::now();
+        tracer.started_ns = monotonic_ns();
+        Ok(tracer)
+    }
+
+    /// How long loading and attaching took.
+    pub fn attach_time(&self) -> Duration {
+        self.attach_time
+    }
+
+    /// Counters that are unavailable, with the reason.
+    pub fn unavailable(&self) -> &BTreeMap<Counter, String> {
+        &self.unavailable
+    }
+
+    /// Non-fatal problems (optional tracepoints that could not be attached).
+    pub fn warnings(&self) -> &[String] {
+        &self.warnings
+    }
+
+    fn map_mut<'a>(
+        l: &'a mut Loaded,
+        name: &'static str,
+    ) -> Result<&'a mut aya::maps::Map, TraceError> {
+        let object = l.family.name;
+        l.ebpf.map_mut(name).ok_or(TraceError::Map {
+            object,
+            map: name,
+            source: None,
+        })
+    }
+
+    /// Gives these processes entries in the non-LRU maps (kept through any churn).
+    pub fn pin_pids(&mut self, pids: &[i32]) -> Result<(), TraceError> {
+        for l in &mut self.loaded {
+            match l.family.name {
+                "faults" => pin(l, "pid_faults_pinned", pids, PidFaults::default())?,
+                "reclaim" => pin(l, "pid_reclaim_pinned", pids, PidReclaim::default())?,
+                _ => {}
+            }
+        }
+        Ok(())
+    }
+
+    /// Makes these files "of interest": their counters live in non-LRU maps, and
+    /// reads of them are counted per process in a non-LRU map too.
+    pub fn pin_files(&mut self, files: &[FileKey]) -> Result<(), TraceError> {
+        let keys: Vec<FileKeyC> = files.iter().map(|k| FileKeyC::new(*k)).collect();
+        for l in &mut self.loaded {
+            match l.family.name {
+                "faults" => pin(l, "file_faults_pinned", &keys, FileFaults::default())?,
+                "pagecache" => pin(l, "file_cache_pinned", &keys, FileCache::default())?,
+                "syscalls" => pin(l, "interest", &keys, 1u8)?,
+                _ => {}
+            }
+        }
+        Ok(())
+    }
+
+    /// Reads every map now.
+    pub fn sample(&self) -> TraceSample {
+        let mut s = read::sample(self.loaded.iter().map(|l| (l.family.name, &l.ebpf)));
+        s.at_secs = self.started.elapsed().as_secs_f64();
+        s.unavailable = self.unavailable.clone();
+        for k in &mut s.oom_kills {
+            k.at_secs -= self.started_ns as f64 / 1e9;
+        }
+        s
+    }
+}
+
+/// Inserts `zero` for each key not yet present (BPF_NOEXIST keeps existing counters).
+fn pin<K: aya::Pod, V: aya::Pod>(
+    l: &mut Loaded,
+    map: &'static str,
+    keys: &[K],
+    zero: V,
+) -> Result<(), TraceError> {
+    let object = l.family.name;
+    let m = Tracer::map_mut(l, map)?;
+    let mut h: BpfHashMap<_, K, V> = BpfHashMap::try_from(m).map_err(|e| TraceError::Map {
+        object,
+        map,
+        source: Some(e),
+    })?;
+    for k in keys {
+        const BPF_NOEXIST: u64 = 1;
+        // EEXIST is the expected outcome for keys already there; a full map only means
+        // that file falls back to the LRU map.
+        let _ = h.insert(k, zero, BPF_NOEXIST);
+    }
+    Ok(())
+}
+
+fn load(
+    loader: &mut EbpfLoader<'_>,
+    family: &Family,
+    dir: Option<&Path>,
+) -> Result<Ebpf, TraceError> {
+    let object = format!("{}.bpf.o", family.name);
+    let result = match dir {
+        Some(d) => loader.load_file(d.join(&object)),
+        None => loader.load(family.bytes),
+    };
+    result.map_err(|source| TraceError::Load {
+        object,
+        source: Box::new(source),
+    })
+}
+
+fn attach_one(ebpf: &mut Ebpf, prog: &Program) -> Result<(), Box<dyn std::error::Error>> {
+    let tp: &mut TracePoint = ebpf
+        .program_mut(prog.func)
+        .ok_or_else(|| format!("program '{}' is not in the object", prog.func))?
+        .try_into()?;
+    tp.load()
+        .map_err(|e| format!("the verifier rejected '{}': {e}", prog.func))?;
+    tp.attach(prog.category, prog.event)?;
+    Ok(())
+}

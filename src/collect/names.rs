@@ -1,0 +1,90 @@
+//! Names for what the eBPF counters key by number: (dev, inode) → a path, from the
+//! processes that map or hold the file (`/proc/PID/maps`, `/proc/PID/fd`), and pid →
+//! comm (`/proc/PID/comm`). Cached: a whole-/proc pass runs at most every
+//! [`Names::RESCAN`], and only when a key is still unknown.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::time::{Duration, Instant};
+
+use super::process::ProcReader;
+use super::Roots;
+use crate::sample::FileKey;
+
+pub struct Names {
+    procs: ProcReader,
+    paths: BTreeMap<FileKey, String>,
+    comms: BTreeMap<i32, String>,
+    last_scan: Option<Instant>,
+}
+
+impl Names {
+    /// Minimum time between two passes over every process.
+    pub const RESCAN: Duration = Duration::from_secs(5);
+
+    /// Starts with the paths already known (files of interest from a scan).
+    pub fn new(roots: &Roots, known: BTreeMap<FileKey, String>) -> Self {
+        Names {
+            procs: ProcReader::new(&roots.proc),
+            paths: known,
+            comms: BTreeMap::new(),
+            last_scan: None,
+        }
+    }
+
+    pub fn paths(&self) -> &BTreeMap<FileKey, String> {
+        &self.paths
+    }
+
+    pub fn comms(&self) -> &BTreeMap<i32, String> {
+        &self.comms
+    }
+
+    /// Looks for the paths of `keys` not yet known (at most every [`Self::RESCAN`]).
+    pub fn resolve_paths(&mut self, keys: &BTreeSet<FileKey>) {
+        let missing: BTreeSet<FileKey> = keys
+            .iter()
+            .filter(|k| !self.paths.contains_key(k))
+            .copied()
+            .collect();
+        if missing.is_empty() || self.last_scan.is_some_and(|t| t.elapsed() < Self::RESCAN) {
+            return;
+        }
+        self.last_scan = Some(Instant::now());
+        let Ok(pids) = self.procs.pids() else { return };
+        let procs = self.procs.clone();
+        let found = super::par_map(&pids, |pid| {
+            let mut out = Vec::new();
+            if let Ok(maps) = procs.maps(*pid) {
+                out.extend(
+                    maps.iter()
+                        .filter(|m| missing.contains(&m.key()))
+                        .map(|m| (m.key(), m.path.clone())),
+                );
+            }
+            if let Ok(fds) = procs.open_files(*pid) {
+                out.extend(
+                    fds.into_iter()
+                        .filter(|f| missing.contains(&f.key))
+                        .map(|f| (f.key, f.path)),
+                );
+            }
+            out
+        });
+        for (k, path) in found.into_iter().flatten() {
+            self.paths.entry(k).or_insert(path);
+        }
+    }
+
+    /// Reads the comms of `pids` not yet known (a process that exited stays unknown).
+    pub fn resolve_comms(&mut self, pids: &BTreeSet<i32>) {
+        for pid in pids {
+            if self.comms.contains_key(pid) {
+                continue;
+            }
+            let path = self.procs.root().join(pid.to_string()).join("comm");
+            if let Ok(c) = std::fs::read_to_string(path) {
+                self.comms.insert(*pid, c.trim_end().to_string());
+            }
+        }
+    }
+}

@@ -1,0 +1,194 @@
+use std::collections::BTreeMap;
+
+use super::*;
+use crate::model::findings::Severity;
+
+fn key(inode: u64) -> FileKey {
+    FileKey {
+        major: 254,
+        minor: 0,
+        inode,
+    }
+}
+
+fn sample(at: f64, faults: u64, added: u64, read: u64) -> TraceSample {
+    let mut s = TraceSample {
+        at_secs: at,
+        ..TraceSample::default()
+    };
+    s.pids.insert(
+        42,
+        PidCounters {
+            faults_by_code: [faults, 0, faults, 1],
+            reclaim_ns: 20_000_000 * (at as u64),
+            direct_reclaims: at as u64,
+            ..PidCounters::default()
+        },
+    );
+    s.files.insert(
+        key(7),
+        FileCounters {
+            added_pages: added,
+            evicted_pages: added / 2,
+            refault_pages: added / 4,
+            file_faults: faults / 10,
+            ..FileCounters::default()
+        },
+    );
+    s.io.insert(
+        (42, key(7)),
+        IoCounters {
+            read_bytes: read,
+            read_calls: 3,
+            comm: "loader".into(),
+            ..IoCounters::default()
+        },
+    );
+    s
+}
+
+fn ctx() -> TraceContext {
+    TraceContext {
+        paths: BTreeMap::from([(key(7), "/m/model.gguf".to_string())]),
+        interest: [key(7)].into(),
+        sizes: BTreeMap::from([(key(7), 1 << 30)]),
+        top: 10,
+        ..TraceContext::default()
+    }
+}
+
+#[test]
+fn rates_are_differences_over_elapsed_time() {
+    let prev = sample(1.0, 100, 1000, 1 << 20);
+    let cur = sample(3.0, 300, 5000, 5 << 20);
+    let m = TraceModel::new(&cur, Some(&prev), &ctx());
+    assert_eq!(m.interval_secs, 2.0);
+    let p = &m.processes[0];
+    assert_eq!(p.pid, 42);
+    assert_eq!(
+        p.comm.as_deref(),
+        Some("loader"),
+        "comm from the read counters"
+    );
+    // faults = by_code sum: 2*faults + 1.
+    assert_eq!(p.total.faults, Some(601));
+    assert_eq!(p.delta.faults, Some(400));
+    assert_eq!(p.faults_per_sec, Some(200.0));
+    assert_eq!(p.write_faults_per_sec, Some(100.0));
+    assert_eq!(p.read_bytes_per_sec, Some(2.0 * 1048576.0));
+    assert_eq!(p.reclaim_ms_per_sec, Some(20.0));
+    let f = &m.files[0];
+    assert_eq!(f.path.as_deref(), Some("/m/model.gguf"));
+    assert_eq!(f.device, "254:0");
+    assert_eq!(f.added_pages_per_sec, Some(2000.0));
+    assert_eq!(f.evicted_pages_per_sec, Some(1000.0));
+    assert_eq!(f.refault_pages_per_sec, Some(500.0));
+    assert_eq!(f.total.read_bytes, Some(5 << 20));
+    assert_eq!(f.delta.read_bytes, Some(4 << 20));
+}
+
+#[test]
+fn without_previous_sample_rates_are_since_attach() {
+    let cur = sample(2.0, 100, 1000, 0);
+    let m = TraceModel::new(&cur, None, &ctx());
+    assert_eq!(m.processes[0].faults_per_sec, Some(100.5));
+    assert_eq!(m.files[0].added_pages_per_sec, Some(500.0));
+}
+
+#[test]
+fn a_counter_that_went_down_restarted() {
+    // An LRU entry evicted and created again: count from zero, never negative.
+    let prev = sample(1.0, 500, 1000, 0);
+    let cur = sample(2.0, 100, 1000, 0);
+    let m = TraceModel::new(&cur, Some(&prev), &ctx());
+    assert_eq!(m.processes[0].delta.faults, Some(201));
+}
+
+#[test]
+fn unavailable_counters_are_unknown_not_zero() {
+    let mut cur = sample(2.0, 100, 1000, 0);
+    cur.unavailable
+        .insert(Counter::PageCacheEvictions, "tracepoint missing".into());
+    let m = TraceModel::new(&cur, None, &ctx());
+    let f = &m.files[0];
+    assert_eq!(f.evicted_pages_per_sec, None);
+    assert_eq!(f.refault_pages_per_sec, None, "refaults need evictions");
+    assert_eq!(f.added_pages_per_sec, Some(500.0));
+    let json = serde_json::to_value(&m).unwrap();
+    assert!(json["files"][0]["evicted_pages_per_sec"].is_null());
+    assert_eq!(
+        json["unavailable"]["page_cache_evictions"],
+        "tracepoint missing"
+    );
+}
+
+#[test]
+fn idle_files_of_interest_are_listed_others_only_when_active() {
+    let mut cur = sample(1.0, 0, 0, 0);
+    cur.files.insert(key(8), FileCounters::default());
+    cur.files.insert(
+        key(9),
+        FileCounters {
+            added_pages: 3,
+            ..FileCounters::default()
+        },
+    );
+    let m = TraceModel::new(&cur, Some(&cur.clone()), &ctx());
+    let inodes: Vec<u64> = m.files.iter().map(|f| f.inode).collect();
+    assert_eq!(inodes, [7], "idle others are dropped");
+    let m = TraceModel::new(&cur, None, &ctx());
+    let inodes: Vec<u64> = m.files.iter().map(|f| f.inode).collect();
+    assert_eq!(inodes, [7, 9]);
+}
+
+#[test]
+fn pid_filter_keeps_asked_processes_even_idle() {
+    let cur = sample(1.0, 0, 0, 0);
+    let c = TraceContext {
+        pids: vec![42, 43],
+        ..ctx()
+    };
+    let m = TraceModel::new(&cur, None, &c);
+    let pids: Vec<i32> = m.processes.iter().map(|p| p.pid).collect();
+    assert_eq!(pids, [42, 43]);
+    assert_eq!(m.processes[1].total.faults, Some(0));
+}
+
+#[test]
+fn findings_name_the_copying_loader_thrashing_reclaim_and_oom() {
+    let mut cur = sample(10.0, 100, 4096, 900 << 20);
+    cur.oom_kills.push(OomKill {
+        pid: 99,
+        comm: "hog".into(),
+        uid: 0,
+        killer_pid: 99,
+        total_vm_bytes: 1 << 30,
+        anon_rss_bytes: 1 << 29,
+        file_rss_bytes: 0,
+        shmem_rss_bytes: 0,
+        at_secs: 3.0,
+    });
+    let m = TraceModel::new(&cur, None, &ctx());
+    let f = findings::evaluate(&m, &ctx());
+    let codes: Vec<&str> = f.iter().map(|f| f.code.as_str()).collect();
+    assert_eq!(
+        codes,
+        ["read-copy", "oom-kill", "direct-reclaim", "refaults"]
+    );
+    assert_eq!(
+        f[0].message,
+        "pid 42 (loader) read 900.0 MiB of 'model.gguf' with read() in 10.0 s: a copying loader"
+    );
+    assert_eq!(f[0].severity, Severity::Warning);
+    assert!(
+        f[2].message
+            .contains("stalled 200 ms in direct reclaim (10 reclaims"),
+        "{}",
+        f[2].message
+    );
+    assert!(
+        f[3].message.contains("4.0 MiB evicted and read back"),
+        "{}",
+        f[3].message
+    );
+}

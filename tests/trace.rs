@@ -1,0 +1,525 @@
+//! eBPF tracing, live: real programs attached to real tracepoints, counting work the
+//! tests create themselves (children that wait for a go, files they evict and read back,
+//! memory cgroups they fill), checked exactly against the kernel's own accounting
+//! (`/proc/PID/stat`, `mincore`, cgroup OOM counters) and against bpftrace counting the
+//! same tracepoints. Needs root; in CI (`CI` set) nothing here may skip.
+
+#![allow(clippy::unwrap_used)]
+
+mod common;
+#[path = "trace/support.rs"]
+mod support;
+
+use std::process::Command;
+
+use common::*;
+use support::*;
+use twofold::sample::trace::Counter;
+
+#[test]
+fn anonymous_write_faults_match_proc_stat_exactly() {
+    if !bpf_ready() {
+        return;
+    }
+    let n: u64 = 4096; // pages: 16 MiB
+    let mut tracer = attach(&[], &[]);
+    let mut child = Armed::start("anon", None, &["--bytes", &(n * 4096).to_string()]);
+    let pid = child.pid();
+    tracer.pin_pids(&[pid]).unwrap();
+    // The child is idle (blocked reading its stdin) at both ends of the window.
+    let (s1, b1) = (proc_faults(pid), tracer.sample());
+    assert_eq!(child.go(), "ready");
+    let (s2, b2) = (proc_faults(pid), tracer.sample());
+    let bpf = faults(&b2, pid) - faults(&b1, pid);
+    assert_eq!(
+        bpf,
+        s2 - s1,
+        "BPF faults vs /proc/{pid}/stat over the window"
+    );
+    // Since fork (the programs were attached before the child existed), /proc also
+    // counts the faults exec takes through get_user_pages (copying argv and the
+    // environment to the new stack), which no tracepoint reports.
+    let since_fork = faults(&b2, pid);
+    assert!(
+        since_fork <= s2 && s2 - since_fork < 16,
+        "since fork: BPF {since_fork}, /proc {s2}"
+    );
+    // N write faults on not-present pages, plus the few of the code that does it.
+    let c2 = b2.pids[&pid];
+    let c1 = b1.pids.get(&pid).copied().unwrap_or_default();
+    let writes = c2.faults_by_code[2] - c1.faults_by_code[2];
+    assert!(writes >= n, "{writes} write faults for {n} pages");
+    assert!(bpf - n < 64, "{bpf} faults for {n} pages: too many extra");
+    eprintln!(
+        "faults: {bpf} in the window ({n} pages written), /proc says {}",
+        s2 - s1
+    );
+}
+
+#[test]
+fn eviction_read_back_and_refaults_are_exact() {
+    if !bpf_ready() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let size = 24 * MIB;
+    let n = pages(size);
+    let file = model_file(dir.path(), "m.gguf", size);
+    let k = key(&file);
+    read_all(&file); // fully cached now, whatever DAMON did meanwhile
+    assert_eq!(resident_pages(&file), n);
+    let tracer = attach(&[], &[k]);
+    let me = std::process::id() as i32;
+
+    let s0 = tracer.sample();
+    evict(&file);
+    let s1 = tracer.sample();
+    assert_eq!(
+        resident_pages(&file),
+        0,
+        "ground truth: all of it left the cache"
+    );
+    let f1 = s1.files[&k];
+    assert_eq!(
+        f1.evicted_pages - s0.files.get(&k).map_or(0, |f| f.evicted_pages),
+        n
+    );
+    assert_eq!(f1.added_pages, 0);
+
+    // read() it back: every page added again, and each is a refault.
+    assert_eq!(read_all(&file), size);
+    let s2 = tracer.sample();
+    assert_eq!(resident_pages(&file), n);
+    let f2 = s2.files[&k];
+    assert_eq!(f2.added_pages, n, "added pages");
+    assert_eq!(f2.refault_pages, n, "refaulted pages");
+    assert_eq!(s2.io[&(me, k)].read_bytes, size, "read() bytes");
+
+    // readv() it again after another eviction: N more of each.
+    evict(&file);
+    let got = readv_all(&file);
+    assert_eq!(got, size);
+    let s3 = tracer.sample();
+    let f3 = s3.files[&k];
+    assert_eq!(f3.evicted_pages, 2 * n);
+    assert_eq!(f3.added_pages, 2 * n);
+    assert_eq!(f3.refault_pages, 2 * n);
+    assert_eq!(
+        s3.io[&(me, k)].read_bytes,
+        2 * size,
+        "read() + readv() bytes"
+    );
+
+    // A child that pread64()s it into its heap, and one that maps it.
+    let mut copy = Armed::start("copy", Some(&file), &[]);
+    let mut map = Armed::start("map", Some(&file), &[]);
+    let (pre, p_copy, p_map) = (
+        tracer.sample(),
+        proc_faults(copy.pid()),
+        proc_faults(map.pid()),
+    );
+    assert_eq!(copy.go(), "ready");
+    assert_eq!(map.go(), "ready");
+    let s4 = tracer.sample();
+    // Faults over the window equal /proc's (user mode and kernel mode together).
+    for (pid, before) in [(copy.pid(), p_copy), (map.pid(), p_map)] {
+        assert_eq!(
+            faults(&s4, pid) - faults(&pre, pid),
+            proc_faults(pid) - before,
+            "faults of pid {pid} vs /proc"
+        );
+    }
+    let io = &s4.io[&(copy.pid(), k)];
+    assert_eq!(io.read_bytes, size, "pread64() bytes of the copying child");
+    assert_eq!(io.comm, "twofold");
+    let io = &s4.io[&(map.pid(), k)];
+    assert_eq!(
+        (io.mmap_shared, io.mmap_private, io.mmap_bytes),
+        (1, 0, size)
+    );
+    assert_eq!(io.read_bytes, 0);
+    let fm = s4.files[&k];
+    assert!(fm.file_faults + fm.fault_around_events > 0);
+    assert!(fm.fault_around_pages > 0);
+    assert_eq!(s4.lost_updates, 0);
+}
+
+#[test]
+fn pinned_file_survives_lru_churn() {
+    if !bpf_ready() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let size = 8 * MIB;
+    let n = pages(size);
+    let file = model_file(dir.path(), "pinned.safetensors", size);
+    let k = key(&file);
+    read_all(&file);
+    let tracer = attach(&[], &[k]);
+    evict(&file);
+    // Churn: more files than the LRU maps hold are cached and evicted (adds, deletes
+    // and remembered evictions of 36864 other inodes).
+    let churn = dir.path().join("churn");
+    std::fs::create_dir(&churn).unwrap();
+    let block = vec![7u8; 4096];
+    for i in 0..36_864 {
+        let p = churn.join(i.to_string());
+        std::fs::write(&p, &block).unwrap();
+        evict(&p);
+    }
+    let s = tracer.sample();
+    assert!(
+        s.files.len() < 36_864,
+        "the LRU maps are bounded ({} files)",
+        s.files.len()
+    );
+    assert_eq!(read_all(&file), size);
+    let s = tracer.sample();
+    let f = s.files[&k];
+    assert_eq!(
+        (f.evicted_pages, f.added_pages, f.refault_pages),
+        (n, n, n),
+        "counters and remembered evictions of the pinned file survived the churn"
+    );
+    assert_eq!(s.lost_updates, 0);
+}
+
+#[test]
+fn direct_reclaim_in_a_small_cgroup_agrees_with_bpftrace() {
+    if !bpf_ready() || !require(have("bpftrace"), "bpftrace") {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let size = 96 * MIB;
+    let file = model_file(dir.path(), "big.bin", size);
+    evict(&file);
+    let cg = TestCgroup::new("reclaim", 32 * MIB);
+    let mut tracer = attach(&[], &[]);
+    let mut child = Armed::start("map", Some(&file), &[]);
+    child.join(&cg);
+    tracer.pin_pids(&[child.pid()]).unwrap();
+    let bt = Bpftrace::start(&format!(
+        "tracepoint:vmscan:mm_vmscan_memcg_reclaim_end /pid == {pid}/ {{ @reclaims = count(); @pages = sum(args->nr_reclaimed); }}\n\
+         tracepoint:vmscan:mm_vmscan_direct_reclaim_end /pid == {pid}/ {{ @direct = count(); }}",
+        pid = child.pid()
+    ));
+    // Mapping 96 MiB of page cache in a 32 MiB cgroup: the child reclaims its own
+    // pages as it faults them in (no OOM: clean file pages are reclaimable).
+    assert_eq!(child.go(), "ready");
+    let s = tracer.sample();
+    let got = bt.stop();
+    let c = s.pids[&child.pid()];
+    assert!(c.memcg_reclaims > 0, "no memcg reclaim seen: {c:?}");
+    assert!(c.reclaim_ns > 0 && c.reclaim_max_ns > 0);
+    assert_eq!(c.memcg_reclaims, got.get("reclaims").copied().unwrap_or(0));
+    assert_eq!(c.direct_reclaims, got.get("direct").copied().unwrap_or(0));
+    assert_eq!(c.reclaimed_pages, got.get("pages").copied().unwrap_or(0));
+    let hist: u64 = c.reclaim_hist_us_log2.iter().sum();
+    assert_eq!(hist, c.memcg_reclaims + c.direct_reclaims);
+}
+
+#[test]
+fn oom_kill_is_reported_with_the_victims_pid() {
+    if !bpf_ready() {
+        return;
+    }
+    let cg = TestCgroup::new("oom", 32 * MIB);
+    let tracer = attach(&[], &[]);
+    // No swap here: 96 MiB of anonymous memory cannot fit in 32 MiB.
+    let mut child = Armed::start("anon", None, &["--bytes", "96M"]);
+    child.join(&cg);
+    let pid = child.pid();
+    assert_eq!(child.go(), "", "the child should have died");
+    assert_eq!(child.wait_killed(), Some(libc::SIGKILL));
+    let s = tracer.sample();
+    let kill = s
+        .oom_kills
+        .iter()
+        .find(|k| k.pid == pid)
+        .unwrap_or_else(|| panic!("pid {pid} not among {:?}", s.oom_kills));
+    assert_eq!(kill.comm, "twofold");
+    assert!(kill.anon_rss_bytes > 16 * MIB, "{kill:?}");
+    assert!(kill.at_secs > 0.0);
+    assert_eq!(cg.oom_kills(), 1, "ground truth: the cgroup's own counter");
+    // It reclaimed before it was killed.
+    assert!(s.pids[&pid].memcg_reclaims > 0);
+}
+
+#[test]
+fn counts_agree_with_bpftrace_on_the_same_tracepoints() {
+    if !bpf_ready() || !require(have("bpftrace"), "bpftrace") {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let size = 32 * MIB;
+    let file = model_file(dir.path(), "m.bin", size);
+    let k = key(&file);
+    evict(&file);
+    let tracer = attach(&[], &[k]);
+    let mut child = Armed::start("copy", Some(&file), &["--bytes", "8M"]);
+    let pid = child.pid();
+    let bt = Bpftrace::start(&format!(
+        "tracepoint:exceptions:page_fault_user /pid == {pid}/ {{ @faults = count(); }}\n\
+         tracepoint:exceptions:page_fault_kernel /pid == {pid} && args->address <= 0x00ffffffffffffff/ {{ @faults = count(); }}\n\
+         tracepoint:filemap:mm_filemap_add_to_page_cache /args->i_ino == {ino}/ {{ @added = sum(1 << args->order); }}\n\
+         tracepoint:filemap:mm_filemap_delete_from_page_cache /args->i_ino == {ino}/ {{ @evicted = sum(1 << args->order); }}\n\
+         tracepoint:syscalls:sys_exit_pread64 /pid == {pid} && args->ret > 0/ {{ @pread = sum(args->ret); }}",
+        ino = k.inode
+    ));
+    let b1 = tracer.sample();
+    assert_eq!(child.go(), "ready");
+    evict(&file);
+    let b2 = tracer.sample();
+    let got = bt.stop();
+    let (f1, f2) = (b1.files.get(&k).copied().unwrap_or_default(), b2.files[&k]);
+    assert_eq!(faults(&b2, pid) - faults(&b1, pid), got["faults"], "faults");
+    assert_eq!(f2.added_pages - f1.added_pages, got["added"], "added pages");
+    assert_eq!(
+        f2.evicted_pages - f1.evicted_pages,
+        got["evicted"],
+        "evicted pages"
+    );
+    assert_eq!(got["added"], pages(size));
+    assert_eq!(b2.io[&(pid, k)].read_bytes, got["pread"], "pread64 bytes");
+    assert_eq!(got["pread"], size);
+    eprintln!("bpftrace and twofold agree: {got:?}");
+}
+
+fn twofold_cmd() -> Command {
+    Command::new(exe())
+}
+
+#[test]
+fn trace_json_lines_parse_into_typed_records() {
+    if !bpf_ready() {
+        return;
+    }
+    use std::io::BufRead;
+    use twofold::render::trace::{Line, Record};
+    let dir = tempfile::tempdir().unwrap();
+    let size = 16 * MIB;
+    let file = model_file(dir.path(), "m.npy", size);
+    let k = key(&file);
+    evict(&file);
+    let mut copy = Armed::start("copy", Some(&file), &[]);
+    let mut trace = twofold_cmd()
+        .args(["trace", "--json", "--interval", "300ms", "--duration", "3s"])
+        .args(["--pid", &copy.pid().to_string(), "--file"])
+        .arg(&file)
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut lines = std::io::BufReader::new(trace.stdout.take().unwrap()).lines();
+    let first: Line = serde_json::from_str(&lines.next().unwrap().unwrap()).unwrap();
+    let Record::Attached(a) = first.record else {
+        panic!("first record {first:?}")
+    };
+    assert_eq!(first.schema_version, twofold::render::trace::SCHEMA_VERSION);
+    assert!(a.unavailable.is_empty(), "{:?}", a.unavailable);
+    assert_eq!(a.pids, [copy.pid()]);
+    assert_eq!(copy.go(), "ready");
+    let records: Vec<Record> = lines
+        .map(|l| serde_json::from_str::<Line>(&l.unwrap()).unwrap().record)
+        .collect();
+    assert!(trace.wait().unwrap().success());
+    let intervals = records
+        .iter()
+        .filter(|r| matches!(r, Record::Interval(_)))
+        .count();
+    assert!(intervals >= 5, "{intervals} intervals in 3 s");
+    let Some(Record::Summary(m)) = records.last() else {
+        panic!("no summary last")
+    };
+    let f = m.files.iter().find(|f| f.inode == k.inode).unwrap();
+    assert!(f.of_interest);
+    assert_eq!(f.total.read_bytes, Some(size));
+    assert_eq!(f.total.added_pages, Some(pages(size)));
+    let p = m.processes.iter().find(|p| p.pid == copy.pid()).unwrap();
+    assert_eq!(p.total.read_bytes, Some(size));
+    assert_eq!(p.files[0].path.as_deref(), file.to_str());
+    // Rates over the intervals add up to the totals.
+    let sum: f64 = records
+        .iter()
+        .filter_map(|r| match r {
+            Record::Interval(m) => m
+                .files
+                .iter()
+                .find(|f| f.inode == k.inode)
+                .and_then(|f| f.delta.read_bytes),
+            _ => None,
+        })
+        .map(|v| v as f64)
+        .sum();
+    assert_eq!(sum, size as f64);
+}
+
+#[test]
+fn scan_trace_names_the_copying_loader() {
+    if !bpf_ready() {
+        return;
+    }
+    use std::io::BufRead;
+    let dir = tempfile::tempdir().unwrap();
+    let size = 80 * MIB;
+    let file = model_file(dir.path(), "model.gguf", size);
+    let mut copy = Armed::start("copy", Some(&file), &[]);
+    let mut scan = twofold_cmd()
+        .args(["scan", "--json", "--trace", "2s"])
+        .arg(&file)
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut err = std::io::BufReader::new(scan.stderr.take().unwrap());
+    let mut line = String::new();
+    err.read_line(&mut line).unwrap();
+    assert!(line.starts_with("twofold: tracing for 2.0 s"), "{line}");
+    assert_eq!(copy.go(), "ready");
+    let out = scan.wait_with_output().unwrap();
+    assert!(out.status.success());
+    let r: twofold::model::Report = serde_json::from_slice(&out.stdout).unwrap();
+    let t = r.trace.as_ref().unwrap();
+    let p = t.processes.iter().find(|p| p.pid == copy.pid()).unwrap();
+    assert_eq!(p.total.read_bytes, Some(size));
+    let f = r.findings.iter().find(|f| f.code == "read-copy").unwrap();
+    assert_eq!(
+        f.message,
+        format!(
+            "pid {} (twofold) read 80.0 MiB of 'model.gguf' with read() in {:.1} s: a copying loader",
+            copy.pid(),
+            t.interval_secs
+        )
+    );
+}
+
+#[test]
+fn without_privileges_trace_fails_cleanly_and_scan_goes_on() {
+    if !require(is_root(), "root (to drop to 'nobody' with setpriv)")
+        || !require(have("setpriv"), "util-linux setpriv")
+    {
+        return;
+    }
+    use std::os::unix::fs::PermissionsExt;
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+    let bin = dir.path().join("twofold");
+    std::fs::copy(exe(), &bin).unwrap();
+    std::fs::set_permissions(&bin, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let nobody = |args: &[&str]| {
+        Command::new("setpriv")
+            .args(["--reuid=65534", "--regid=65534", "--clear-groups"])
+            .arg(&bin)
+            .args(args)
+            .output()
+            .unwrap()
+    };
+    let out = nobody(&["trace", "--duration", "1s"]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert_eq!(err.lines().count(), 1, "{err}");
+    assert!(
+        err.starts_with("twofold: error: eBPF tracing needs root, or CAP_BPF and CAP_PERFMON"),
+        "{err}"
+    );
+    assert!(out.stdout.is_empty());
+    let out = nobody(&["scan", "--json", "--trace", "1s"]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(0), "{err}");
+    assert!(err.contains("--trace: eBPF tracing needs root"), "{err}");
+    let r: twofold::model::Report = serde_json::from_slice(&out.stdout).unwrap();
+    assert!(r.trace.is_none());
+}
+
+/// The committed objects are what `ebpf/build.sh` makes of the committed sources, and
+/// freshly built ones load and attach.
+#[test]
+fn committed_bpf_objects_match_their_sources_and_rebuilt_ones_load() {
+    if !bpf_ready() || !require(have("clang"), "clang (to rebuild the BPF objects)") {
+        return;
+    }
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
+    let lock = std::fs::read_to_string(root.join("ebpf/objects.lock")).unwrap();
+    let field = |name: &str| {
+        lock.lines()
+            .find_map(|l| l.strip_prefix(name))
+            .unwrap()
+            .trim()
+            .to_string()
+    };
+    let sh = |cmd: &str| {
+        let o = Command::new("sh")
+            .args(["-c", cmd])
+            .current_dir(root.join("ebpf"))
+            .output()
+            .unwrap();
+        assert!(
+            o.status.success(),
+            "{cmd}: {}",
+            String::from_utf8_lossy(&o.stderr)
+        );
+        String::from_utf8(o.stdout).unwrap().trim().to_string()
+    };
+    let sources =
+        sh("cat build.sh twofold.h kernel.h common.h *.bpf.c | sha256sum | cut -d' ' -f1");
+    assert_eq!(
+        sources,
+        field("sources:"),
+        "sources changed: run ebpf/build.sh and commit the objects"
+    );
+    let out = tempfile::tempdir().unwrap();
+    sh(&format!("./build.sh {}", out.path().display()));
+    let same_clang = sh("clang --version | head -1") == field("clang:");
+    for family in &twofold::collect::bpf::FAMILIES {
+        let name = format!("{}.bpf.o", family.name);
+        let rebuilt = std::fs::read(out.path().join(&name)).unwrap();
+        let committed = std::fs::read(root.join("ebpf").join(&name)).unwrap();
+        if same_clang {
+            assert!(
+                rebuilt == committed,
+                "{name} differs from a rebuild with the same clang"
+            );
+        } else {
+            eprintln!(
+                "note: another clang than the committed objects'; {name} compared by loading only"
+            );
+        }
+    }
+    let t = twofold::collect::bpf::Tracer::attach(&twofold::collect::bpf::TraceOptions {
+        objects_dir: Some(out.path().to_path_buf()),
+        ..Default::default()
+    })
+    .unwrap();
+    assert!(t.unavailable().is_empty(), "{:?}", t.unavailable());
+    assert!(t.warnings().is_empty(), "{:?}", t.warnings());
+    assert!(!t.unavailable().contains_key(&Counter::Reads));
+}
+
+/// A system-wide `drop_caches` evicts millions of pages of other files; the counters of a
+/// file of interest stay exact. It empties every page cache of the machine, so it only
+/// runs when asked: `cargo test --test trace -- --ignored`.
+#[test]
+#[ignore = "drops the page cache of the whole machine; run with --ignored"]
+fn drop_caches_keeps_the_counters_of_files_of_interest() {
+    if !bpf_ready() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let size = 64 * MIB;
+    let n = pages(size);
+    let file = model_file(dir.path(), "m.safetensors", size);
+    let k = key(&file);
+    read_all(&file);
+    let tracer = attach(&[], &[k]);
+    std::fs::write("/proc/sys/vm/drop_caches", "3").unwrap();
+    let s1 = tracer.sample();
+    let total: u64 = s1.files.values().map(|f| f.evicted_pages).sum();
+    eprintln!(
+        "drop_caches: {total} pages of {} files seen evicted (bounded maps)",
+        s1.files.len()
+    );
+    assert_eq!(read_all(&file), size);
+    let s2 = tracer.sample();
+    let f = s2.files[&k];
+    assert_eq!((f.evicted_pages, f.added_pages, f.refault_pages), (n, n, n));
+    assert_eq!(s2.lost_updates, 0);
+}
