@@ -30,8 +30,54 @@ pub struct ArmPlan {
     pub references: bool,
 }
 
-/// Called after each arm, with that arm's allocations still alive: returns the fraction
-/// of the working set in the page cache (the post-execution coexistence check).
+/// One timed pass of a prepared arm: seconds and the device's checksum.
+pub type PassFn<'a> = Box<dyn FnMut() -> Result<(f64, Checksum), String> + 'a>;
+
+/// Runs `plan.warmup + plan.passes` rounds of paired passes: every round runs one pass
+/// of each prepared arm, starting one arm later than the round before, so drift and
+/// noise fall on all arms alike. An arm stops at its first error or checksum mismatch.
+pub fn interleave(plan: &ArmPlan, arms: &mut [(ArmRun, Option<PassFn<'_>>)]) {
+    let n = arms.len();
+    for round in 0..(plan.warmup + plan.passes) as usize {
+        for k in 0..n {
+            let (run, f) = &mut arms[(k + round) % n];
+            let Some(f) = f else { continue };
+            if run.error.is_some() {
+                continue;
+            }
+            match f() {
+                Ok((secs, got)) => {
+                    run.device_checksum = Some(got);
+                    if got != plan.expected {
+                        run.checksums_ok = false;
+                        run.error = Some(format!(
+                            "pass {round}: device checksum {got} differs from the CPU's {}",
+                            plan.expected
+                        ));
+                    } else if round >= plan.warmup as usize {
+                        run.pass_seconds.push(secs);
+                    }
+                }
+                Err(e) => {
+                    run.checksums_ok = false;
+                    run.error = Some(format!("pass {round}: {e}"));
+                }
+            }
+        }
+    }
+}
+
+/// An arm ready to run: checksums assumed good until a pass says otherwise.
+pub fn prepared(arm: Arm, bytes: u64) -> ArmRun {
+    let mut r = ArmRun::failed(arm, bytes, "");
+    r.error = None;
+    r.checksums_ok = true;
+    r
+}
+
+/// Called once per arm after all passes, with every arm's allocations still alive:
+/// returns the fraction of the working set in the page cache (the post-execution
+/// coexistence check).
 pub type Observer<'a> = &'a mut dyn FnMut(Arm) -> Option<f64>;
 
 /// One driver stack (Vulkan, CUDA, or the fake).
@@ -58,6 +104,7 @@ pub trait Backend {
 /// A backend that computes on the CPU and reports configured rates, with no sleeping:
 /// pass times are the bytes divided by the rate.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
 pub struct Fake {
     pub topology: Topology,
     /// GB/s per arm; `None` makes the arm fail.
@@ -69,6 +116,8 @@ pub struct Fake {
     /// Corrupt the map arm's checksum (to test invalid arms).
     pub corrupt_map: bool,
     pub device_free_bytes: Option<u64>,
+    /// Imports never return (a driver stuck pinning pages), to test the timeout.
+    pub hang_imports: bool,
 }
 
 impl Default for Fake {
@@ -81,6 +130,7 @@ impl Default for Fake {
             import_ceiling: u64::MAX,
             corrupt_map: false,
             device_free_bytes: Some(64 << 30),
+            hang_imports: false,
         }
     }
 }
@@ -95,6 +145,12 @@ impl Backend for Fake {
     }
 
     fn try_import(&self, _device: usize, data: &[u8], _m: ImportMethod) -> Result<(), String> {
+        if self.hang_imports {
+            // Like a driver stuck pinning pages: never returns.
+            loop {
+                std::thread::park();
+            }
+        }
         if data.len() as u64 > self.import_ceiling {
             return Err(format!(
                 "fake: {} bytes exceed the import ceiling of {}",
@@ -113,7 +169,10 @@ impl Backend for Fake {
         observe: Observer<'_>,
     ) -> Result<ArmsReport, String> {
         let bytes = data.len() as u64;
-        let mut runs = Vec::new();
+        let sum = checksum::parallel(data);
+        let limit = plan.range_limit.unwrap_or(bytes).max(16);
+        let ranges = crate::mapping::split(bytes, limit, 16);
+        let mut arms: Vec<(ArmRun, Option<PassFn<'_>>)> = Vec::new();
         for &arm in &plan.order {
             let rate = match arm {
                 Arm::Map => self.map_gbps,
@@ -121,28 +180,26 @@ impl Backend for Fake {
                 Arm::PerUseCopy => self.per_use_copy_gbps,
             };
             let Some(rate) = rate else {
-                runs.push(ArmRun::failed(arm, bytes, "fake: arm disabled"));
+                arms.push((ArmRun::failed(arm, bytes, "fake: arm disabled"), None));
                 continue;
             };
-            let mut sum = checksum::parallel(data);
+            let mut got = sum;
             if self.corrupt_map && arm == Arm::Map {
-                sum.sum ^= 1;
+                got.sum ^= 1;
             }
-            let limit = plan.range_limit.unwrap_or(bytes).max(16);
-            let ranges = crate::mapping::split(bytes, limit, 16);
-            runs.push(ArmRun {
-                arm,
-                bytes,
-                pass_seconds: vec![bytes as f64 / (rate * 1e9); plan.passes as usize],
-                device_checksum: Some(sum),
-                checksums_ok: sum == plan.expected,
-                error: None,
-                setup_seconds: (arm == Arm::Resident).then_some(0.0),
-                max_range_bytes: ranges.iter().map(|r| r.1).max().unwrap_or(0),
-                ranges: ranges.len() as u32,
-                detail: Some("fake".into()),
-                resident_fraction_after: observe(arm),
-            });
+            let mut run = prepared(arm, bytes);
+            run.setup_seconds = (arm == Arm::Resident).then_some(0.0);
+            run.max_range_bytes = ranges.iter().map(|r| r.1).max().unwrap_or(0);
+            run.ranges = ranges.len() as u32;
+            run.detail = Some("fake".into());
+            let secs = bytes as f64 / (rate * 1e9);
+            arms.push((run, Some(Box::new(move || Ok((secs, got))))));
+        }
+        interleave(plan, &mut arms);
+        let mut runs = Vec::new();
+        for (mut run, _) in arms {
+            run.resident_fraction_after = observe(run.arm);
+            runs.push(run);
         }
         Ok(ArmsReport {
             backend: BackendKind::Fake,

@@ -8,7 +8,7 @@ use cudarc::driver::{result, sys};
 
 use super::driver::{check, driver_error, Driver, Registered, READ_ONLY};
 use super::kernel::Kernel;
-use crate::backend::{ArmPlan, Observer};
+use crate::backend::{interleave, prepared, ArmPlan, Observer, PassFn};
 use crate::mapping::{align_down, split};
 use crate::types::{Arm, ArmRun, ArmsReport, BackendKind, Checksum, CudaDeviceCaps, ReferenceRate};
 
@@ -197,32 +197,6 @@ impl Probe<'_> {
         let t = start.until(&end)?;
         Ok((t, self.read()?))
     }
-
-    fn passes(
-        &self,
-        run: &mut ArmRun,
-        mut one: impl FnMut() -> Result<(f64, Checksum), String>,
-    ) -> Result<(), String> {
-        run.checksums_ok = true;
-        run.error = None;
-        for i in 0..self.plan.warmup + self.plan.passes {
-            let (secs, got) = one()?;
-            if run.checksums_ok {
-                run.device_checksum = Some(got);
-                if got != self.plan.expected {
-                    run.checksums_ok = false;
-                    run.error = Some(format!(
-                        "pass {i}: device checksum {got} differs from the CPU's {}",
-                        self.plan.expected
-                    ));
-                }
-            }
-            if i >= self.plan.warmup {
-                run.pass_seconds.push(secs);
-            }
-        }
-        Ok(())
-    }
 }
 
 /// Registers the working set (read-only flag first, then default flags), in pieces of
@@ -241,12 +215,6 @@ fn register(d: &Driver, data: &[u8], limit: u64) -> Result<Vec<Registered>, Stri
         }
     }
     Err(errors.join("; "))
-}
-
-fn new_run(arm: Arm, bytes: u64) -> ArmRun {
-    let mut r = ArmRun::failed(arm, bytes, "");
-    r.error = None;
-    r
 }
 
 fn median_rate(bytes: u64, mut one: impl FnMut() -> Result<f64, String>) -> Result<f64, String> {
@@ -340,28 +308,29 @@ pub fn run(
         Err(e) => format!("not registered: {e}"),
     };
     let (device_free, _) = d.mem_info()?;
-    let mut runs = Vec::new();
+    let mut arms: Vec<(ArmRun, Option<PassFn<'_>>)> = Vec::new();
     for &arm in &plan.order {
-        let mut run = new_run(arm, bytes);
-        let r = match arm {
+        let mut run = prepared(arm, bytes);
+        let f = match arm {
             Arm::Map => map_arm(&p, caps, data, &reg, &mut run),
-            Arm::Resident => resident_arm(&p, d, data, &mut run, &mut *observe),
+            Arm::Resident => resident_arm(&p, d, data, &mut run),
             Arm::PerUseCopy => copy_arm(&p, data, &mut run),
         };
-        match r {
-            Ok(()) => {
-                if arm != Arm::Resident {
-                    run.resident_fraction_after = observe(arm);
-                }
-            }
-            Err(e) => run = ArmRun::failed(arm, bytes, e),
+        if arm != Arm::Resident {
+            let detail = run.detail.take().unwrap_or_default();
+            run.detail = Some(format!("{detail}; {reg_detail}"));
         }
-        if arm == Arm::PerUseCopy || arm == Arm::Map {
-            let d = run.detail.take().unwrap_or_default();
-            run.detail = Some(format!("{d}; {reg_detail}"));
+        match f {
+            Ok(f) => arms.push((run, Some(f))),
+            Err(e) => arms.push((ArmRun::failed(arm, bytes, e), None)),
         }
-        runs.push(run);
     }
+    interleave(plan, &mut arms);
+    // Every arm's allocations are still alive: the coexistence check.
+    for (run, _) in &mut arms {
+        run.resident_fraction_after = observe(run.arm);
+    }
+    let runs: Vec<ArmRun> = arms.into_iter().map(|(r, _)| r).collect();
     let references = if plan.references {
         references(&p, data, reg.is_ok()).unwrap_or_else(|e| {
             vec![ReferenceRate {
@@ -385,13 +354,13 @@ pub fn run(
     })
 }
 
-fn map_arm(
-    p: &Probe<'_>,
+fn map_arm<'a>(
+    p: &'a Probe<'a>,
     caps: &CudaDeviceCaps,
-    data: &[u8],
+    data: &'a [u8],
     reg: &Result<Vec<Registered>, String>,
     run: &mut ArmRun,
-) -> Result<(), String> {
+) -> Result<PassFn<'a>, String> {
     let segs: Vec<Segment> = match reg {
         Ok(regs) => {
             let mut at = 0u64;
@@ -417,16 +386,15 @@ fn map_arm(
     };
     run.ranges = segs.len() as u32;
     run.max_range_bytes = segs.iter().map(|s| s.1).max().unwrap_or(0);
-    p.passes(run, || p.kernel_pass(&segs))
+    Ok(Box::new(move || p.kernel_pass(&segs)))
 }
 
-fn resident_arm(
-    p: &Probe<'_>,
+fn resident_arm<'a>(
+    p: &'a Probe<'a>,
     d: &Driver,
     data: &[u8],
     run: &mut ArmRun,
-    observe: Observer<'_>,
-) -> Result<(), String> {
+) -> Result<PassFn<'a>, String> {
     let bytes = data.len() as u64;
     let (free, _) = d.mem_info()?;
     if bytes + (256 << 20) > free {
@@ -441,16 +409,17 @@ fn resident_arm(
     unsafe { result::stream::synchronize(p.main.0) }
         .map_err(|e| format!("cuStreamSynchronize: {}", driver_error(e)))?;
     run.setup_seconds = Some(t.elapsed().as_secs_f64());
-    run.detail = Some("one-time cuMemcpyHtoD into cuMemAlloc memory".into());
+    run.detail = Some("one-time cuMemcpyHtoD into cuMemAlloc memory, kernel reads it".into());
     run.ranges = 1;
     run.max_range_bytes = bytes;
-    let segs = [(buf.0, bytes, 0)];
-    p.passes(run, || p.kernel_pass(&segs))?;
-    run.resident_fraction_after = observe(Arm::Resident);
-    Ok(())
+    // `&buf` (not `buf.0`) so the closure owns the allocation, not a copy of its address.
+    Ok(Box::new(move || {
+        let b = &buf;
+        p.kernel_pass(&[(b.0, bytes, 0)])
+    }))
 }
 
-fn copy_arm(p: &Probe<'_>, data: &[u8], run: &mut ArmRun) -> Result<(), String> {
+fn copy_arm<'a>(p: &'a Probe<'a>, data: &'a [u8], run: &mut ArmRun) -> Result<PassFn<'a>, String> {
     let chunk = align_down(p.plan.chunk_bytes.min(data.len() as u64), 16).max(16);
     let bufs = [DevBuf::new(chunk)?, DevBuf::new(chunk)?];
     run.ranges = split(data.len() as u64, chunk, 16).len() as u32;
@@ -458,5 +427,5 @@ fn copy_arm(p: &Probe<'_>, data: &[u8], run: &mut ArmRun) -> Result<(), String> 
     run.detail = Some(format!(
         "cuMemcpyHtoDAsync of {chunk}-byte chunks into two device buffers, overlapped with the kernel"
     ));
-    p.passes(run, || p.copy_pass(data, &bufs, chunk))
+    Ok(Box::new(move || p.copy_pass(data, &bufs, chunk)))
 }

@@ -1,13 +1,14 @@
-//! The three endpoint arms on Vulkan. Every pass zeroes the result buffer, dispatches
-//! the checksum kernel over each range of at most maxStorageBufferRange bytes, waits,
-//! and compares the two sums with the CPU's.
+//! The three endpoint arms on Vulkan. Each arm is prepared first (imports, the resident
+//! copy, staging buffers), then the passes run interleaved. A pass zeroes the arm's
+//! result buffer, dispatches the checksum kernel over each range of at most
+//! maxStorageBufferRange bytes, waits, and returns the two sums.
 
 use std::time::Instant;
 
 use ash::vk;
 
 use super::ctx::{Buffer, Ctx, PARAM_STRIDE};
-use crate::backend::{ArmPlan, Observer};
+use crate::backend::{interleave, prepared, ArmPlan, Observer, PassFn};
 use crate::mapping::{align_down, split};
 use crate::types::{Arm, ArmRun, ArmsReport, BackendKind, Checksum, ReferenceRate, Topology};
 
@@ -58,30 +59,34 @@ fn par_copy(dst: &mut [u8], src: &[u8]) {
     });
 }
 
-struct Shared<'c> {
-    result: Buffer<'c>,
+/// A host-visible 8-byte buffer the kernel adds its two sums into.
+fn result_buffer<'c>(ctx: &'c Ctx<'c>) -> Result<Buffer<'c>, String> {
+    ctx.alloc(
+        8,
+        Usage::STORAGE_BUFFER,
+        Flags::HOST_VISIBLE | Flags::HOST_COHERENT,
+        Flags::empty(),
+    )
 }
 
-impl<'c> Shared<'c> {
-    fn zero(&mut self) {
-        if let Some(b) = self.result.bytes_mut() {
-            b[..8].fill(0);
-        }
-    }
-
-    fn read(&mut self) -> Checksum {
-        let Some(b) = self.result.bytes_mut() else {
-            return Checksum::default();
-        };
-        let word = |i: usize| u32::from_le_bytes([b[i], b[i + 1], b[i + 2], b[i + 3]]);
-        Checksum {
-            sum: word(0),
-            weighted: word(4),
-        }
+fn zero(result: &mut Buffer<'_>) {
+    if let Some(b) = result.bytes_mut() {
+        b[..8].fill(0);
     }
 }
 
-/// A params buffer with one slot per dispatch.
+fn read(result: &mut Buffer<'_>) -> Checksum {
+    let Some(b) = result.bytes_mut() else {
+        return Checksum::default();
+    };
+    let word = |i: usize| u32::from_le_bytes([b[i], b[i + 1], b[i + 2], b[i + 3]]);
+    Checksum {
+        sum: word(0),
+        weighted: word(4),
+    }
+}
+
+/// A params buffer with one slot per dispatch: (first byte in the working set, bytes).
 fn params<'c>(ctx: &'c Ctx<'c>, slots: &[(u64, u64)]) -> Result<Buffer<'c>, String> {
     let size = (slots.len().max(1) as u64) * PARAM_STRIDE;
     let mut p = ctx.alloc(
@@ -99,90 +104,45 @@ fn params<'c>(ctx: &'c Ctx<'c>, slots: &[(u64, u64)]) -> Result<Buffer<'c>, Stri
     Ok(p)
 }
 
-/// Runs warm-up and timed passes of `one`; fills the timing and checksum fields of `run`.
-fn passes(
-    plan: &ArmPlan,
+/// A pass over fixed ranges; `keep` holds the buffers the ranges live in.
+fn fixed_ranges<'c>(
+    ctx: &'c Ctx<'c>,
     run: &mut ArmRun,
-    mut one: impl FnMut() -> Result<Checksum, String>,
-) -> Result<(), String> {
-    run.checksums_ok = true;
-    for i in 0..plan.warmup + plan.passes {
-        let t = Instant::now();
-        let got = one()?;
-        let secs = t.elapsed().as_secs_f64();
-        if got != plan.expected && run.checksums_ok {
-            run.checksums_ok = false;
-            run.device_checksum = Some(got);
-            run.error = Some(format!(
-                "pass {i}: device checksum {got} differs from the CPU's {}",
-                plan.expected
-            ));
-        } else if run.checksums_ok {
-            run.device_checksum = Some(got);
-        }
-        if i >= plan.warmup {
-            run.pass_seconds.push(secs);
-        }
-    }
-    Ok(())
-}
-
-/// Records and submits one pass over fixed ranges; returns the checksum.
-fn dispatch_pass(
-    ctx: &Ctx<'_>,
-    shared: &mut Shared<'_>,
-    sets: &[vk::DescriptorSet],
-    ranges: &[Range],
-    cmd: (vk::CommandBuffer, vk::Fence),
-) -> Result<Checksum, String> {
-    shared.zero();
-    ctx.begin(cmd.0)?;
-    for (i, (set, r)) in sets.iter().zip(ranges).enumerate() {
-        ctx.dispatch(cmd.0, *set, i as u32, r.len / 16);
-    }
-    ctx.barrier(
-        cmd.0,
-        (
-            vk::PipelineStageFlags::COMPUTE_SHADER,
-            vk::AccessFlags::SHADER_WRITE,
-        ),
-        (vk::PipelineStageFlags::HOST, vk::AccessFlags::HOST_READ),
-    );
-    ctx.submit(cmd.0, cmd.1)?;
-    ctx.wait(cmd.1)?;
-    Ok(shared.read())
-}
-
-/// Descriptor sets for `ranges`, timed passes, and the run record.
-fn fixed_ranges(
-    ctx: &Ctx<'_>,
-    shared: &mut Shared<'_>,
-    plan: &ArmPlan,
-    arm: Arm,
-    ranges: &[Range],
-) -> Result<ArmRun, String> {
-    let bytes = ranges.iter().map(|r| r.len).sum();
+    ranges: Vec<Range>,
+    keep: Vec<Buffer<'c>>,
+) -> Result<PassFn<'c>, String> {
     let slots: Vec<_> = ranges.iter().map(|r| (r.first_byte, r.len)).collect();
     let p = params(ctx, &slots)?;
+    let mut result = result_buffer(ctx)?;
     let pool = ctx.descriptor_pool(ranges.len() as u32)?;
-    let result = (|| {
-        let sets = ranges
-            .iter()
-            .map(|r| ctx.set(pool, (r.buf, r.offset, r.len), &p, &shared.result))
-            .collect::<Result<Vec<_>, _>>()?;
-        let cmd = ctx.command_buffer()?;
-        let mut run = ArmRun::failed(arm, bytes, "");
-        run.error = None;
-        run.ranges = ranges.len() as u32;
-        run.max_range_bytes = ranges.iter().map(|r| r.len).max().unwrap_or(0);
-        let r = passes(plan, &mut run, || {
-            dispatch_pass(ctx, shared, &sets, ranges, cmd)
-        });
-        ctx.destroy_fence(cmd.1);
-        r.map(|()| run)
-    })();
-    ctx.destroy_pool(pool);
-    result
+    let sets = ranges
+        .iter()
+        .map(|r| ctx.set(&pool, (r.buf, r.offset, r.len), &p, &result))
+        .collect::<Result<Vec<_>, _>>()?;
+    let mut cmd = ctx.command_buffer()?;
+    run.ranges = ranges.len() as u32;
+    run.max_range_bytes = ranges.iter().map(|r| r.len).max().unwrap_or(0);
+    Ok(Box::new(move || {
+        let _keep = (&keep, &p, &pool);
+        let t = Instant::now();
+        zero(&mut result);
+        ctx.begin(cmd.cb)?;
+        for (i, (set, r)) in sets.iter().zip(&ranges).enumerate() {
+            ctx.dispatch(cmd.cb, *set, i as u32, r.len / 16);
+        }
+        ctx.barrier(
+            cmd.cb,
+            (
+                vk::PipelineStageFlags::COMPUTE_SHADER,
+                vk::AccessFlags::SHADER_WRITE,
+            ),
+            (vk::PipelineStageFlags::HOST, vk::AccessFlags::HOST_READ),
+        );
+        ctx.submit(&mut cmd)?;
+        ctx.wait(&mut cmd)?;
+        let sum = read(&mut result);
+        Ok((t.elapsed().as_secs_f64(), sum))
+    }))
 }
 
 /// Ranges of at most `range` bytes over consecutive buffers holding the working set.
@@ -201,13 +161,12 @@ fn ranges_over(bufs: &[(&Buffer<'_>, u64)], range: u64) -> Vec<Range> {
     out
 }
 
-fn map_arm(
-    ctx: &Ctx<'_>,
-    shared: &mut Shared<'_>,
-    data: &[u8],
+fn map_arm<'c>(
+    ctx: &'c Ctx<'c>,
+    data: &'c [u8],
     plan: &ArmPlan,
-    observe: Observer<'_>,
-) -> Result<ArmRun, String> {
+    run: &mut ArmRun,
+) -> Result<PassFn<'c>, String> {
     let align = ctx.caps.min_imported_host_pointer_alignment.unwrap_or(4096);
     let max = align_down(
         alloc_bytes(ctx, align).min(plan.import_limit.unwrap_or(u64::MAX)),
@@ -221,93 +180,79 @@ fn map_arm(
         .collect::<Result<Vec<_>, _>>()?;
     let bufs: Vec<_> = imports.iter().zip(&pieces).map(|(b, p)| (b, p.0)).collect();
     let ranges = ranges_over(&bufs, range_bytes(ctx, plan));
-    let mut run = fixed_ranges(ctx, shared, plan, Arm::Map, &ranges)?;
-    run.detail = Some(format!("{} host-pointer import(s)", imports.len()));
-    run.resident_fraction_after = observe(Arm::Map);
-    Ok(run)
+    run.detail = Some(format!(
+        "kernel reads {} host-pointer import(s) of the mapping",
+        imports.len()
+    ));
+    fixed_ranges(ctx, run, ranges, imports)
 }
 
-/// Device-local buffers holding the working set (each with its offset in it), the
-/// seconds the one-time copy took, and how it was made.
-struct Uploaded<'c> {
-    bufs: Vec<(Buffer<'c>, u64)>,
-    seconds: f64,
-    how: &'static str,
-}
+/// Device-local buffers holding the working set, each with its offset in it.
+type Pieces<'c> = Vec<(Buffer<'c>, u64)>;
 
-/// Device-local buffers holding the working set, filled once.
-fn upload<'c>(ctx: &'c Ctx<'c>, data: &[u8], plan: &ArmPlan) -> Result<Uploaded<'c>, String> {
+/// The working set copied once into device-local buffers; returns them and how they
+/// were filled.
+fn upload<'c>(
+    ctx: &'c Ctx<'c>,
+    data: &[u8],
+    plan: &ArmPlan,
+) -> Result<(Pieces<'c>, &'static str), String> {
     let pieces = split(data.len() as u64, alloc_bytes(ctx, 4096), 4096);
     let usage = Usage::STORAGE_BUFFER | Usage::TRANSFER_DST | Usage::TRANSFER_SRC;
-    let t = Instant::now();
     let mut bufs = Vec::new();
-    let mut how = "mapped device memory";
-    let mut staging: Option<(Buffer<'c>, (vk::CommandBuffer, vk::Fence))> = None;
+    let mut how = "memcpy into mapped device memory";
+    let mut staging: Option<Buffer<'c>> = None;
+    let mut cmd = ctx.command_buffer()?;
     for (off, len) in pieces {
         let mut b = ctx.alloc(len, usage, Flags::DEVICE_LOCAL, Flags::HOST_VISIBLE)?;
         let src = &data[off as usize..(off + len) as usize];
         if let Some(dst) = b.bytes_mut() {
             par_copy(dst, src);
         } else {
-            how = "staged copy";
+            how = "staging buffer and vkCmdCopyBuffer";
             if staging.is_none() {
                 let chunk = plan.chunk_bytes.clamp(1 << 20, 256 << 20);
-                let s = ctx.alloc(
+                staging = Some(ctx.alloc(
                     chunk,
                     Usage::TRANSFER_SRC,
                     Flags::HOST_VISIBLE | Flags::HOST_COHERENT,
                     Flags::DEVICE_LOCAL,
-                )?;
-                staging = Some((s, ctx.command_buffer()?));
+                )?);
             }
-            let Some((s, cmd)) = staging.as_mut() else {
-                return Err("no staging buffer".into());
-            };
+            let s = staging.as_mut().ok_or("no staging buffer")?;
             for (c_off, c_len) in split(len, s.size, 16) {
                 let dst = s.bytes_mut().ok_or("staging buffer is not mapped")?;
                 par_copy(dst, &src[c_off as usize..(c_off + c_len) as usize]);
-                ctx.begin(cmd.0)?;
+                ctx.begin(cmd.cb)?;
                 let region = vk::BufferCopy {
                     src_offset: 0,
                     dst_offset: c_off,
                     size: c_len,
                 };
-                ctx.copy(cmd.0, s.buf, b.buf, region);
-                ctx.submit(cmd.0, cmd.1)?;
-                ctx.wait(cmd.1)?;
+                ctx.copy(cmd.cb, s.buf, b.buf, region);
+                ctx.submit(&mut cmd)?;
+                ctx.wait(&mut cmd)?;
             }
         }
         bufs.push((b, off));
     }
-    if let Some((_, cmd)) = staging {
-        ctx.destroy_fence(cmd.1);
-    }
-    Ok(Uploaded {
-        bufs,
-        seconds: t.elapsed().as_secs_f64(),
-        how,
-    })
+    Ok((bufs, how))
 }
 
-fn resident_arm(
-    ctx: &Ctx<'_>,
-    shared: &mut Shared<'_>,
+fn resident_arm<'c>(
+    ctx: &'c Ctx<'c>,
     data: &[u8],
     plan: &ArmPlan,
-    observe: Observer<'_>,
-) -> Result<ArmRun, String> {
-    let Uploaded {
-        bufs,
-        seconds: setup,
-        how,
-    } = upload(ctx, data, plan)?;
+    run: &mut ArmRun,
+) -> Result<PassFn<'c>, String> {
+    let t = Instant::now();
+    let (bufs, how) = upload(ctx, data, plan)?;
+    run.setup_seconds = Some(t.elapsed().as_secs_f64());
+    run.detail = Some(format!("one-time copy ({how}), kernel reads device memory"));
     let refs: Vec<_> = bufs.iter().map(|(b, off)| (b, *off)).collect();
     let ranges = ranges_over(&refs, range_bytes(ctx, plan));
-    let mut run = fixed_ranges(ctx, shared, plan, Arm::Resident, &ranges)?;
-    run.setup_seconds = Some(setup);
-    run.detail = Some(format!("one-time copy through {how}"));
-    run.resident_fraction_after = observe(Arm::Resident);
-    Ok(run)
+    let keep = bufs.into_iter().map(|(b, _)| b).collect();
+    fixed_ranges(ctx, run, ranges, keep)
 }
 
 /// A staging slot of the per-use copy arm.
@@ -315,128 +260,109 @@ struct Slot<'c> {
     staging: Buffer<'c>,
     device: Option<Buffer<'c>>,
     set: vk::DescriptorSet,
-    cmd: (vk::CommandBuffer, vk::Fence),
-    busy: bool,
+    cmd: super::ctx::Cmd<'c>,
 }
 
-fn per_use_copy_arm(
-    ctx: &Ctx<'_>,
-    shared: &mut Shared<'_>,
-    data: &[u8],
+fn per_use_copy_arm<'c>(
+    ctx: &'c Ctx<'c>,
+    data: &'c [u8],
     plan: &ArmPlan,
-    observe: Observer<'_>,
-) -> Result<ArmRun, String> {
+    run: &mut ArmRun,
+) -> Result<PassFn<'c>, String> {
     let chunk = align_down(plan.chunk_bytes.min(range_bytes(ctx, plan)), 4096).max(4096);
     let chunks = split(data.len() as u64, chunk, 16);
     let p = params(ctx, &chunks)?;
+    let mut result = result_buffer(ctx)?;
     let pool = ctx.descriptor_pool(2)?;
     let unified = ctx.caps.topology == Topology::Unified;
     let mut slots = Vec::new();
-    let result = (|| {
-        for _ in 0..2 {
-            let staging = ctx.alloc(
-                chunk,
-                Usage::STORAGE_BUFFER | Usage::TRANSFER_SRC,
-                Flags::HOST_VISIBLE | Flags::HOST_COHERENT,
-                if unified {
-                    Flags::empty()
-                } else {
-                    Flags::DEVICE_LOCAL
-                },
-            )?;
-            let direct = unified && staging.flags.contains(Flags::DEVICE_LOCAL);
-            let device = if direct {
-                None
-            } else {
-                Some(ctx.alloc(
-                    chunk,
-                    Usage::STORAGE_BUFFER | Usage::TRANSFER_DST,
-                    Flags::DEVICE_LOCAL,
-                    Flags::HOST_VISIBLE,
-                )?)
-            };
-            let target = device.as_ref().map_or(staging.buf, |d| d.buf);
-            let set = ctx.set(pool, (target, 0, chunk), &p, &shared.result)?;
-            slots.push(Slot {
-                staging,
-                device,
-                set,
-                cmd: ctx.command_buffer()?,
-                busy: false,
-            });
-        }
-        let direct = slots[0].device.is_none();
-        let mut run = ArmRun::failed(Arm::PerUseCopy, data.len() as u64, "");
-        run.error = None;
-        run.ranges = chunks.len() as u32;
-        run.max_range_bytes = chunk;
-        run.detail = Some(if direct {
-            format!("memcpy into device-visible host memory, {chunk} bytes at a time")
+    for _ in 0..2 {
+        let avoid = if unified {
+            Flags::empty()
         } else {
-            format!("memcpy into staging, then vkCmdCopyBuffer, {chunk} bytes at a time")
+            Flags::DEVICE_LOCAL
+        };
+        let staging = ctx.alloc(
+            chunk,
+            Usage::STORAGE_BUFFER | Usage::TRANSFER_SRC,
+            Flags::HOST_VISIBLE | Flags::HOST_COHERENT,
+            avoid,
+        )?;
+        let device = if unified && staging.flags.contains(Flags::DEVICE_LOCAL) {
+            None
+        } else {
+            Some(ctx.alloc(
+                chunk,
+                Usage::STORAGE_BUFFER | Usage::TRANSFER_DST,
+                Flags::DEVICE_LOCAL,
+                Flags::HOST_VISIBLE,
+            )?)
+        };
+        let target = device.as_ref().map_or(staging.buf, |d| d.buf);
+        let set = ctx.set(&pool, (target, 0, chunk), &p, &result)?;
+        slots.push(Slot {
+            staging,
+            device,
+            set,
+            cmd: ctx.command_buffer()?,
         });
-        passes(plan, &mut run, || {
-            shared.zero();
-            for (i, &(off, len)) in chunks.iter().enumerate() {
-                let s = &mut slots[i % 2];
-                if s.busy {
-                    ctx.wait(s.cmd.1)?;
-                }
-                let dst = s
-                    .staging
-                    .bytes_mut()
-                    .ok_or("staging buffer is not mapped")?;
-                par_copy(dst, &data[off as usize..(off + len) as usize]);
-                ctx.begin(s.cmd.0)?;
-                if let Some(d) = &s.device {
-                    let region = vk::BufferCopy {
-                        src_offset: 0,
-                        dst_offset: 0,
-                        size: len,
-                    };
-                    ctx.copy(s.cmd.0, s.staging.buf, d.buf, region);
-                    ctx.barrier(
-                        s.cmd.0,
-                        (
-                            vk::PipelineStageFlags::TRANSFER,
-                            vk::AccessFlags::TRANSFER_WRITE,
-                        ),
-                        (
-                            vk::PipelineStageFlags::COMPUTE_SHADER,
-                            vk::AccessFlags::SHADER_READ,
-                        ),
-                    );
-                }
-                ctx.dispatch(s.cmd.0, s.set, i as u32, len / 16);
+    }
+    run.ranges = chunks.len() as u32;
+    run.max_range_bytes = chunk;
+    run.detail = Some(if slots[0].device.is_none() {
+        format!("memcpy of {chunk}-byte chunks into device-visible memory, then the kernel")
+    } else {
+        format!("memcpy of {chunk}-byte chunks into staging, vkCmdCopyBuffer, then the kernel")
+    });
+    Ok(Box::new(move || {
+        let _keep = (&p, &pool);
+        let t = Instant::now();
+        zero(&mut result);
+        for (i, &(off, len)) in chunks.iter().enumerate() {
+            let s = &mut slots[i % 2];
+            ctx.wait(&mut s.cmd)?;
+            let dst = s
+                .staging
+                .bytes_mut()
+                .ok_or("staging buffer is not mapped")?;
+            par_copy(dst, &data[off as usize..(off + len) as usize]);
+            ctx.begin(s.cmd.cb)?;
+            if let Some(d) = &s.device {
+                let region = vk::BufferCopy {
+                    src_offset: 0,
+                    dst_offset: 0,
+                    size: len,
+                };
+                ctx.copy(s.cmd.cb, s.staging.buf, d.buf, region);
                 ctx.barrier(
-                    s.cmd.0,
+                    s.cmd.cb,
+                    (
+                        vk::PipelineStageFlags::TRANSFER,
+                        vk::AccessFlags::TRANSFER_WRITE,
+                    ),
                     (
                         vk::PipelineStageFlags::COMPUTE_SHADER,
-                        vk::AccessFlags::SHADER_WRITE,
+                        vk::AccessFlags::SHADER_READ,
                     ),
-                    (vk::PipelineStageFlags::HOST, vk::AccessFlags::HOST_READ),
                 );
-                ctx.submit(s.cmd.0, s.cmd.1)?;
-                s.busy = true;
             }
-            for s in slots.iter_mut().filter(|s| s.busy) {
-                ctx.wait(s.cmd.1)?;
-                s.busy = false;
-            }
-            Ok(shared.read())
-        })?;
-        run.resident_fraction_after = observe(Arm::PerUseCopy);
-        Ok(run)
-    })();
-    for s in &slots {
-        if s.busy {
-            let _ = ctx.wait(s.cmd.1);
+            ctx.dispatch(s.cmd.cb, s.set, i as u32, len / 16);
+            ctx.barrier(
+                s.cmd.cb,
+                (
+                    vk::PipelineStageFlags::COMPUTE_SHADER,
+                    vk::AccessFlags::SHADER_WRITE,
+                ),
+                (vk::PipelineStageFlags::HOST, vk::AccessFlags::HOST_READ),
+            );
+            ctx.submit(&mut s.cmd)?;
         }
-        ctx.destroy_fence(s.cmd.1);
-    }
-    drop(slots);
-    ctx.destroy_pool(pool);
-    result
+        for s in slots.iter_mut() {
+            ctx.wait(&mut s.cmd)?;
+        }
+        let sum = read(&mut result);
+        Ok((t.elapsed().as_secs_f64(), sum))
+    }))
 }
 
 /// Median seconds of `n` runs of `f`.
@@ -463,41 +389,50 @@ fn references(ctx: &Ctx<'_>, bytes: u64) -> Result<Vec<ReferenceRate>, String> {
         Flags::HOST_VISIBLE | Flags::HOST_COHERENT,
         Flags::DEVICE_LOCAL,
     )?;
-    let cmd = ctx.command_buffer()?;
-    let copy_rate = |src: vk::Buffer, dst: vk::Buffer| {
+    let mut cmd = ctx.command_buffer()?;
+    let mut copy_rate = |src: vk::Buffer, dst: vk::Buffer| {
         median_secs(5, || {
-            ctx.begin(cmd.0)?;
+            ctx.begin(cmd.cb)?;
             let region = vk::BufferCopy {
                 src_offset: 0,
                 dst_offset: 0,
                 size,
             };
-            ctx.copy(cmd.0, src, dst, region);
-            ctx.submit(cmd.0, cmd.1)?;
-            ctx.wait(cmd.1)
+            ctx.copy(cmd.cb, src, dst, region);
+            ctx.submit(&mut cmd)?;
+            ctx.wait(&mut cmd)
         })
         .map(|s| size as f64 / s / 1e9)
     };
-    let d2d = copy_rate(a.buf, b.buf);
-    let h2d = copy_rate(h.buf, a.buf);
-    ctx.destroy_fence(cmd.1);
+    let d2d = copy_rate(a.buf, b.buf)?;
+    let h2d = copy_rate(h.buf, a.buf)?;
     Ok(vec![
         ReferenceRate {
             what: "device-to-device copy (vkCmdCopyBuffer)".into(),
             bytes: size,
-            gbps: d2d?,
+            gbps: d2d,
         },
         ReferenceRate {
             what: "host-to-device copy from host-visible memory (vkCmdCopyBuffer)".into(),
             bytes: size,
-            gbps: h2d?,
+            gbps: h2d,
         },
     ])
 }
 
-pub fn run(
-    ctx: &Ctx<'_>,
-    data: &[u8],
+/// The budget (or size) of the largest device-local heap.
+fn device_local_budget(ctx: &Ctx<'_>) -> Option<u64> {
+    ctx.caps
+        .heaps
+        .iter()
+        .filter(|h| h.device_local)
+        .map(|h| h.budget_bytes.unwrap_or(h.size_bytes))
+        .max()
+}
+
+pub fn run<'c>(
+    ctx: &'c Ctx<'c>,
+    data: &'c [u8],
     plan: &ArmPlan,
     observe: Observer<'_>,
 ) -> Result<ArmsReport, String> {
@@ -507,25 +442,34 @@ pub fn run(
             "working set of {bytes} bytes is not a positive multiple of 16"
         ));
     }
-    let result = ctx.alloc(
-        8,
-        Usage::STORAGE_BUFFER,
-        Flags::HOST_VISIBLE | Flags::HOST_COHERENT,
-        Flags::empty(),
-    )?;
-    let mut shared = Shared { result };
     let device_free_bytes = device_local_budget(ctx);
-    let mut runs = Vec::new();
+    let mut arms: Vec<(ArmRun, Option<PassFn<'c>>)> = Vec::new();
     for &arm in &plan.order {
-        let r = match arm {
-            Arm::Map => map_arm(ctx, &mut shared, data, plan, observe),
-            Arm::Resident => resident_arm(ctx, &mut shared, data, plan, observe),
-            Arm::PerUseCopy => per_use_copy_arm(ctx, &mut shared, data, plan, observe),
+        let mut run = prepared(arm, bytes);
+        let f = match arm {
+            Arm::Map => map_arm(ctx, data, plan, &mut run),
+            Arm::Resident => resident_arm(ctx, data, plan, &mut run),
+            Arm::PerUseCopy => per_use_copy_arm(ctx, data, plan, &mut run),
         };
-        runs.push(r.unwrap_or_else(|e| ArmRun::failed(arm, bytes, e)));
+        match f {
+            Ok(f) => arms.push((run, Some(f))),
+            Err(e) => arms.push((ArmRun::failed(arm, bytes, e), None)),
+        }
     }
+    interleave(plan, &mut arms);
+    // Every arm's allocations are still alive: the coexistence check.
+    for (run, _) in &mut arms {
+        run.resident_fraction_after = observe(run.arm);
+    }
+    let runs: Vec<ArmRun> = arms.into_iter().map(|(r, _)| r).collect();
     let references = if plan.references {
-        references(ctx, bytes).unwrap_or_default()
+        references(ctx, bytes).unwrap_or_else(|e| {
+            vec![ReferenceRate {
+                what: format!("failed: {e}"),
+                bytes: 0,
+                gbps: 0.0,
+            }]
+        })
     } else {
         Vec::new()
     };
@@ -538,14 +482,4 @@ pub fn run(
         device_free_bytes,
         kernel: "WGSL via naga (SPIR-V 1.0)".into(),
     })
-}
-
-/// The budget (or size) of the largest device-local heap.
-fn device_local_budget(ctx: &Ctx<'_>) -> Option<u64> {
-    ctx.caps
-        .heaps
-        .iter()
-        .filter(|h| h.device_local)
-        .map(|h| h.budget_bytes.unwrap_or(h.size_bytes))
-        .max()
 }

@@ -28,6 +28,37 @@ pub(crate) struct Ctx<'a> {
     pub max_workgroups: u32,
 }
 
+/// A descriptor pool, destroyed on drop.
+pub(crate) struct Pool<'c> {
+    ctx: &'c Ctx<'c>,
+    pool: vk::DescriptorPool,
+}
+
+impl Drop for Pool<'_> {
+    fn drop(&mut self) {
+        // SAFETY: no pending submission uses the pool's sets (command buffers are waited
+        // for before their pools and buffers drop).
+        unsafe { self.ctx.device.destroy_descriptor_pool(self.pool, None) };
+    }
+}
+
+/// A command buffer and its fence; `busy` while submitted and not waited for.
+pub(crate) struct Cmd<'c> {
+    ctx: &'c Ctx<'c>,
+    pub cb: vk::CommandBuffer,
+    fence: vk::Fence,
+    busy: bool,
+}
+
+impl Drop for Cmd<'_> {
+    fn drop(&mut self) {
+        let ctx = self.ctx;
+        let _ = ctx.wait(self);
+        // SAFETY: the fence is not in use by a pending submission any more.
+        unsafe { ctx.device.destroy_fence(self.fence, None) };
+    }
+}
+
 /// A buffer with its own memory; host-visible ones stay mapped.
 pub(crate) struct Buffer<'c> {
     ctx: &'c Ctx<'c>,
@@ -112,7 +143,10 @@ impl<'a> Ctx<'a> {
             layout: vk::PipelineLayout::null(),
             pipeline: vk::Pipeline::null(),
             shader: vk::ShaderModule::null(),
-            max_workgroups: limits.max_compute_work_group_count[0].max(1),
+            max_workgroups: std::env::var("TWOFOLD_VK_GROUPS")
+                .ok()
+                .and_then(|v| v.parse().ok())
+                .unwrap_or(limits.max_compute_work_group_count[0].max(1)),
         };
         ctx.init(qfi)?;
         Ok(ctx)
@@ -314,7 +348,7 @@ impl<'a> Ctx<'a> {
     }
 
     /// A descriptor pool for `n` sets of the checksum layout.
-    pub fn descriptor_pool(&self, n: u32) -> Result<vk::DescriptorPool, String> {
+    pub fn descriptor_pool(&self, n: u32) -> Result<Pool<'_>, String> {
         let sizes = [
             vk::DescriptorPoolSize {
                 ty: vk::DescriptorType::STORAGE_BUFFER,
@@ -328,27 +362,23 @@ impl<'a> Ctx<'a> {
         let ci = vk::DescriptorPoolCreateInfo::default()
             .max_sets(n)
             .pool_sizes(&sizes);
-        // SAFETY: valid create info; the pool is destroyed by `destroy_pool`.
-        unsafe { self.device.create_descriptor_pool(&ci, None) }
-            .map_err(vk_err("vkCreateDescriptorPool"))
-    }
-
-    pub fn destroy_pool(&self, pool: vk::DescriptorPool) {
-        // SAFETY: no submitted work uses the pool's sets any more.
-        unsafe { self.device.destroy_descriptor_pool(pool, None) };
+        // SAFETY: valid create info; the pool is destroyed by `Pool::drop`.
+        let pool = unsafe { self.device.create_descriptor_pool(&ci, None) }
+            .map_err(vk_err("vkCreateDescriptorPool"))?;
+        Ok(Pool { ctx: self, pool })
     }
 
     /// A set reading `data[offset .. offset+range]`, with the params and result buffers.
     pub fn set(
         &self,
-        pool: vk::DescriptorPool,
+        pool: &Pool<'_>,
         data: (vk::Buffer, u64, u64),
         params: &Buffer<'_>,
         result: &Buffer<'_>,
     ) -> Result<vk::DescriptorSet, String> {
         let layouts = [self.set_layout];
         let ai = vk::DescriptorSetAllocateInfo::default()
-            .descriptor_pool(pool)
+            .descriptor_pool(pool.pool)
             .set_layouts(&layouts);
         // SAFETY: the pool was sized for the sets allocated from it.
         let set = unsafe { self.device.allocate_descriptor_sets(&ai) }
@@ -382,7 +412,8 @@ impl<'a> Ctx<'a> {
         Ok(set)
     }
 
-    pub fn command_buffer(&self) -> Result<(vk::CommandBuffer, vk::Fence), String> {
+    /// A command buffer with its fence.
+    pub fn command_buffer(&self) -> Result<Cmd<'_>, String> {
         let ai = vk::CommandBufferAllocateInfo::default()
             .command_pool(self.pool)
             .level(vk::CommandBufferLevel::PRIMARY)
@@ -390,18 +421,18 @@ impl<'a> Ctx<'a> {
         // SAFETY: the pool is alive; buffers are freed with it.
         let cb = unsafe { self.device.allocate_command_buffers(&ai) }
             .map_err(vk_err("vkAllocateCommandBuffers"))?[0];
-        // SAFETY: valid create info; fences are destroyed by `destroy_fence`.
+        // SAFETY: valid create info; the fence is destroyed by `Cmd::drop`.
         let fence = unsafe {
             self.device
                 .create_fence(&vk::FenceCreateInfo::default(), None)
         }
         .map_err(vk_err("vkCreateFence"))?;
-        Ok((cb, fence))
-    }
-
-    pub fn destroy_fence(&self, f: vk::Fence) {
-        // SAFETY: the fence is not in use by a pending submission.
-        unsafe { self.device.destroy_fence(f, None) };
+        Ok(Cmd {
+            ctx: self,
+            cb,
+            fence,
+            busy: false,
+        })
     }
 
     pub fn begin(&self, cb: vk::CommandBuffer) -> Result<(), String> {
@@ -470,33 +501,40 @@ impl<'a> Ctx<'a> {
         unsafe { self.device.cmd_copy_buffer(cb, src, dst, &[r]) };
     }
 
-    /// Ends and submits `cb`, signalling `fence`.
-    pub fn submit(&self, cb: vk::CommandBuffer, fence: vk::Fence) -> Result<(), String> {
-        let cbs = [cb];
+    /// Ends and submits the command buffer, signalling its fence.
+    pub fn submit(&self, cmd: &mut Cmd<'_>) -> Result<(), String> {
+        let cbs = [cmd.cb];
         let si = [vk::SubmitInfo::default().command_buffers(&cbs)];
         // SAFETY: `cb` is recording and everything it references is alive; `fence` is
         // unsignalled.
         unsafe {
             self.device
-                .end_command_buffer(cb)
+                .end_command_buffer(cmd.cb)
                 .map_err(vk_err("vkEndCommandBuffer"))?;
             self.device
-                .queue_submit(self.queue, &si, fence)
-                .map_err(vk_err("vkQueueSubmit"))
+                .queue_submit(self.queue, &si, cmd.fence)
+                .map_err(vk_err("vkQueueSubmit"))?;
         }
+        cmd.busy = true;
+        Ok(())
     }
 
-    /// Waits for `fence` and resets it.
-    pub fn wait(&self, fence: vk::Fence) -> Result<(), String> {
-        // SAFETY: the fence belongs to this device.
+    /// Waits for the command buffer's submission, if any, and resets its fence.
+    pub fn wait(&self, cmd: &mut Cmd<'_>) -> Result<(), String> {
+        if !cmd.busy {
+            return Ok(());
+        }
+        // SAFETY: the fence belongs to this device and was submitted.
         unsafe {
             self.device
-                .wait_for_fences(&[fence], true, u64::MAX)
+                .wait_for_fences(&[cmd.fence], true, u64::MAX)
                 .map_err(vk_err("vkWaitForFences"))?;
             self.device
-                .reset_fences(&[fence])
-                .map_err(vk_err("vkResetFences"))
+                .reset_fences(&[cmd.fence])
+                .map_err(vk_err("vkResetFences"))?;
         }
+        cmd.busy = false;
+        Ok(())
     }
 }
 
