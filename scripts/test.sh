@@ -1,12 +1,15 @@
 #!/usr/bin/env bash
 # The whole test suite, as README and CI run it. Installs the peer tools the tests
-# compare against (util-linux fincore, smem) when they are missing and we are root.
+# compare against (util-linux fincore, smem) and lavapipe, the CPU Vulkan driver the
+# probe tests run on (mesa-vulkan-drivers, libvulkan1), when missing and we are root.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 need=()
 command -v fincore >/dev/null 2>&1 || need+=(util-linux)
 command -v smem >/dev/null 2>&1 || need+=(smem)
+ls /usr/share/vulkan/icd.d/lvp_icd.*.json >/dev/null 2>&1 || need+=(mesa-vulkan-drivers)
+ldconfig -p 2>/dev/null | grep 'libvulkan.so.1 ' >/dev/null || need+=(libvulkan1)
 if [ ${#need[@]} -gt 0 ]; then
   if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
     echo "test.sh: installing ${need[*]}"
@@ -24,6 +27,6 @@ if ! python3 -c "import numpy, safetensors" >/dev/null 2>&1; then
 fi
 
 cargo fmt --all -- --check
-cargo clippy --all-targets -- -D warnings
-cargo test --all-targets
-cargo test --doc
+cargo clippy --workspace --all-targets -- -D warnings
+cargo test --workspace --all-targets
+cargo test --workspace --doc

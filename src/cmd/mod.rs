@@ -5,6 +5,8 @@ pub mod child;
 pub mod demo;
 pub mod dupes;
 pub mod inspect;
+pub mod probe;
+pub mod probe_job;
 pub mod residency;
 pub mod scan;
 

@@ -376,6 +376,131 @@ pub fn bisect(
     c
 }
 
+/// The file a probe read.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ProbeFile {
+    pub path: String,
+    pub size_bytes: u64,
+    /// Bytes every pass reads from the start of the file.
+    pub working_set_bytes: u64,
+    /// Written by the probe and removed afterwards.
+    pub generated: bool,
+    /// Fraction of the working set in the page cache before the arms ran.
+    pub resident_fraction: Option<f64>,
+    /// The CPU's checksum of the working set (`sum:weighted`, hex).
+    pub cpu_checksum: String,
+    pub mem_available_bytes: Option<u64>,
+}
+
+/// One import attempt at the working set, and the ceiling search that followed.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ImportReport {
+    pub outcome: twofold_probes::types::ImportOutcome,
+    pub ceiling: Option<Ceiling>,
+}
+
+/// Everything measured and decided for one backend.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct BackendReport {
+    pub backend: twofold_probes::types::BackendKind,
+    pub device: String,
+    pub topology: Topology,
+    pub imports: Vec<ImportReport>,
+    pub processes: Vec<ArmsReport>,
+    /// Probe processes that returned no report (hang, crash, error).
+    pub process_errors: Vec<String>,
+    pub endpoints: Vec<Endpoint>,
+    pub limits: Vec<LimitCheck>,
+    pub capacity: Capacity,
+    /// Lowest fraction of the working set seen in the page cache.
+    pub resident_fraction: Option<f64>,
+    pub verdict: Verdict,
+}
+
+/// The whole `twofold probe` document.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ProbeReport {
+    pub schema_version: u32,
+    pub caps: twofold_probes::types::Caps,
+    pub file: Option<ProbeFile>,
+    pub backends: Vec<BackendReport>,
+}
+
+/// What [`assess`] derives from the processes' reports.
+pub struct Assessment {
+    pub endpoints: Vec<Endpoint>,
+    pub limits: Vec<LimitCheck>,
+    pub capacity: Capacity,
+    pub resident_fraction: Option<f64>,
+    pub verdict: Verdict,
+}
+
+/// Endpoints, capacity and verdict for one backend. Capacity is free device memory on
+/// discrete and coherent-link devices (the copy goes to device memory) and MemAvailable
+/// less the cached working set on unified ones (the copy competes with the mapping).
+pub fn assess(
+    file: &ProbeFile,
+    topology: Topology,
+    reports: &[ArmsReport],
+    tie_band: f64,
+) -> Assessment {
+    let bytes = file.working_set_bytes;
+    let endpoints = endpoints(bytes, reports);
+    let limits = limits(&endpoints, reports);
+    let after = |arm: Arm| {
+        reports
+            .iter()
+            .filter_map(move |r| r.runs.iter().find(|a| a.arm == arm))
+            .filter(|a| a.error.is_none())
+            .map(|a| a.resident_fraction_after)
+    };
+    let resident_fraction = file
+        .resident_fraction
+        .into_iter()
+        .chain(after(Arm::Map).flatten())
+        .chain(after(Arm::PerUseCopy).flatten())
+        .reduce(f64::min);
+    let coexist: Vec<Option<f64>> = after(Arm::Resident).collect();
+    let (available_bytes, source) = match topology {
+        Topology::Unified => (
+            file.mem_available_bytes.map(|m| {
+                let cached = (file.resident_fraction.unwrap_or(0.0) * bytes as f64) as u64;
+                m.saturating_sub(cached)
+            }),
+            "MemAvailable less the cached working set",
+        ),
+        _ => (
+            reports.iter().filter_map(|r| r.device_free_bytes).min(),
+            "free device memory",
+        ),
+    };
+    let capacity = Capacity {
+        needed_bytes: bytes,
+        available_bytes,
+        source: source.into(),
+        coexisted: coexist
+            .iter()
+            .filter(|f| f.is_none_or(|f| f >= RESIDENT_THRESHOLD))
+            .count() as u32,
+        processes: coexist.len() as u32,
+    };
+    let verdict = decide(&VerdictInput {
+        working_set_bytes: bytes,
+        resident_fraction,
+        topology,
+        capacity: capacity.clone(),
+        endpoints: endpoints.clone(),
+        tie_band,
+    });
+    Assessment {
+        endpoints,
+        limits,
+        capacity,
+        resident_fraction,
+        verdict,
+    }
+}
+
 #[cfg(test)]
 #[path = "probe_tests.rs"]
 mod tests;

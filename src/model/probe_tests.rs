@@ -264,7 +264,7 @@ fn endpoints_take_the_median_of_process_medians_and_keep_the_spread() {
     assert!((map.min_gbps.unwrap() - 2.0).abs() < 1e-9);
     assert!(!e[1].valid && e[1].gbps.is_none());
     assert_eq!(e[2].invalid_reason.as_deref(), Some("not run"));
-    let l = limits(&endpoints(1_000_000_000, &[a.clone()]), &[a]);
+    let l = limits(&endpoints(1_000_000_000, std::slice::from_ref(&a)), &[a]);
     let res = l.iter().find(|c| c.arm == Arm::Resident).unwrap();
     assert!((res.reference_gbps - 1000.0).abs() < 1e-9);
     assert!(res.met, "{res:?}");
