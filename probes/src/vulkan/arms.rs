@@ -444,7 +444,16 @@ pub fn run<'c>(
     }
     let device_free_bytes = device_local_budget(ctx);
     let mut arms: Vec<(ArmRun, Option<PassFn<'c>>)> = Vec::new();
-    for &arm in &plan.order {
+    // Set up device allocations before host imports: on NVIDIA's driver (580) a failed
+    // host-pointer import made the next 4 GiB device-local allocation of the same
+    // device fail too. The passes still run in the plan's (rotated) order.
+    let mut setup = plan.order.clone();
+    setup.sort_by_key(|a| match a {
+        Arm::Resident => 0,
+        Arm::PerUseCopy => 1,
+        Arm::Map => 2,
+    });
+    for &arm in &setup {
         let mut run = prepared(arm, bytes);
         let f = match arm {
             Arm::Map => map_arm(ctx, data, plan, &mut run),
@@ -456,6 +465,7 @@ pub fn run<'c>(
             Err(e) => arms.push((ArmRun::failed(arm, bytes, e), None)),
         }
     }
+    arms.sort_by_key(|(r, _)| plan.order.iter().position(|a| *a == r.arm));
     interleave(plan, &mut arms);
     // Every arm's allocations are still alive: the coexistence check.
     for (run, _) in &mut arms {

@@ -131,6 +131,7 @@ impl<'a> Ctx<'a> {
             .then(|| ash::ext::external_memory_host::Device::new(&vk.instance, &device));
         // SAFETY: plain property query.
         let limits = unsafe { vk.instance.get_physical_device_properties(pd) }.limits;
+        let caps_is_cpu = caps.device_type == "cpu";
         let mut ctx = Ctx {
             vk,
             caps,
@@ -143,10 +144,13 @@ impl<'a> Ctx<'a> {
             layout: vk::PipelineLayout::null(),
             pipeline: vk::Pipeline::null(),
             shader: vk::ShaderModule::null(),
-            max_workgroups: std::env::var("TWOFOLD_VK_GROUPS")
-                .ok()
-                .and_then(|v| v.parse().ok())
-                .unwrap_or(limits.max_compute_work_group_count[0].max(1)),
+            // A CPU device runs workgroups on a few threads: fewer, longer ones cost
+            // less scheduling; a GPU wants enough to fill every multiprocessor.
+            max_workgroups: if caps_is_cpu {
+                64
+            } else {
+                limits.max_compute_work_group_count[0].clamp(1, 65535)
+            },
         };
         ctx.init(qfi)?;
         Ok(ctx)
@@ -452,8 +456,8 @@ impl<'a> Ctx<'a> {
     /// Records one checksum dispatch over `n_vec4` 16-byte elements.
     pub fn dispatch(&self, cb: vk::CommandBuffer, set: vk::DescriptorSet, slot: u32, n_vec4: u64) {
         let groups = n_vec4
-            .div_ceil(u64::from(WORKGROUP) * 8)
-            .clamp(1, u64::from(self.max_workgroups.min(65535))) as u32;
+            .div_ceil(u64::from(WORKGROUP) * 16)
+            .clamp(1, u64::from(self.max_workgroups)) as u32;
         let offsets = [slot * PARAM_STRIDE as u32];
         // SAFETY: `cb` is recording; the set matches the pipeline layout and its buffers
         // are alive until the submission is waited for.
