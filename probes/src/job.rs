@@ -8,6 +8,7 @@ use std::time::Instant;
 use serde::{Deserialize, Serialize};
 
 use crate::backend::{ArmPlan, Backend, Fake};
+use crate::mapping::MappingKind;
 use crate::types::{ArmsReport, BackendKind, ImportMethod, ImportOutcome, ImportStatus};
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -20,6 +21,8 @@ pub enum Job {
         file: PathBuf,
         bytes: u64,
         method: ImportMethod,
+        #[serde(default)]
+        mapping: MappingKind,
         fake: Option<Fake>,
     },
     /// Map the first `bytes` of `file` and run the arms of `plan` over them.
@@ -50,8 +53,23 @@ pub fn backend(kind: BackendKind, fake: Option<Fake>) -> Box<dyn Backend> {
     }
 }
 
-/// The mapping every job reads.
+/// The mapping every job reads unless told otherwise.
 pub const MAPPING: &str = "shared-read-only";
+
+/// Where a child reads its own memory counters.
+const SELF_STATUS: &str = "/proc/self/status";
+
+/// RssAnon and RssFile of this process, bytes.
+fn rss() -> Option<(i64, i64)> {
+    let text = std::fs::read_to_string(SELF_STATUS).ok()?;
+    let field = |name: &str| {
+        text.lines()
+            .find_map(|l| l.strip_prefix(name))
+            .and_then(|v| v.split_whitespace().next()?.parse::<i64>().ok())
+            .map(|kb| kb * 1024)
+    };
+    Some((field("RssAnon:")?, field("RssFile:")?))
+}
 
 /// Runs `job`. `residency(file, bytes)` returns the fraction of the first `bytes` of
 /// `file` in the page cache (the caller's cachestat).
@@ -63,18 +81,24 @@ pub fn run(job: &Job, residency: &dyn Fn(&Path, u64) -> Option<f64>) -> JobResul
             file,
             bytes,
             method,
+            mapping,
             fake,
         } => {
-            let map = match crate::mapping::map_shared_read_only(file, *bytes) {
+            let map = match crate::mapping::map(file, *bytes, *mapping) {
                 Ok(m) => m,
                 Err(e) => return JobResult::Error(format!("cannot map '{}': {e}", file.display())),
             };
+            let before = rss();
             let t = Instant::now();
             let r = backend(*kind, fake.clone()).try_import(*device, &map, *method);
             let seconds = t.elapsed().as_secs_f64();
+            let after = rss();
+            let delta = |f: fn((i64, i64)) -> i64| Some(f(after?) - f(before?));
             JobResult::Import(ImportOutcome {
                 method: *method,
-                mapping: MAPPING.into(),
+                mapping: mapping.name().into(),
+                anon_bytes_delta: delta(|r| r.0),
+                file_bytes_delta: delta(|r| r.1),
                 bytes: *bytes,
                 status: if r.is_ok() {
                     ImportStatus::Ok
@@ -147,6 +171,7 @@ mod tests {
             file,
             bytes: 1 << 17,
             method: ImportMethod::Fake,
+            mapping: MappingKind::SharedReadOnly,
             fake: None,
         };
         assert!(matches!(run(&imp, &|_, _| None), JobResult::Error(e) if e.contains("fewer")));

@@ -1,9 +1,82 @@
 //! The file mapping every probe reads: `mmap(PROT_READ, MAP_SHARED)`, so the pages stay
-//! the page cache's own (see mmap(2)), and the arithmetic of cutting it into ranges.
+//! the page cache's own (see mmap(2)), the writable and copy-on-write views an import
+//! test may fall back to, and the arithmetic of cutting a mapping into ranges.
 
 use std::fs::File;
 use std::io;
 use std::path::Path;
+
+use serde::{Deserialize, Serialize};
+
+/// How a file is mapped for an import attempt.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum MappingKind {
+    /// `PROT_READ`, `MAP_SHARED`: the page cache's own pages, read-only.
+    #[default]
+    SharedReadOnly,
+    /// `PROT_READ|PROT_WRITE`, `MAP_SHARED` (file opened read-write): still the page
+    /// cache's pages, but a driver that pins them for writing dirties them.
+    SharedReadWrite,
+    /// `PROT_READ|PROT_WRITE`, `MAP_PRIVATE`: a driver that pins it for writing gets
+    /// anonymous copies of every page (the copy comes back).
+    PrivateCopyOnWrite,
+}
+
+impl MappingKind {
+    pub fn name(self) -> &'static str {
+        match self {
+            MappingKind::SharedReadOnly => "shared-read-only",
+            MappingKind::SharedReadWrite => "shared-read-write",
+            MappingKind::PrivateCopyOnWrite => "private-copy-on-write",
+        }
+    }
+}
+
+/// A mapping of any kind, read as bytes.
+pub enum Mapped {
+    ReadOnly(memmap2::Mmap),
+    Writable(memmap2::MmapMut),
+}
+
+impl std::ops::Deref for Mapped {
+    type Target = [u8];
+    fn deref(&self) -> &[u8] {
+        match self {
+            Mapped::ReadOnly(m) => m,
+            Mapped::Writable(m) => m,
+        }
+    }
+}
+
+/// The first `len` bytes of `path`, mapped as `kind` says.
+pub fn map(path: &Path, len: u64, kind: MappingKind) -> io::Result<Mapped> {
+    if kind == MappingKind::SharedReadOnly {
+        return map_shared_read_only(path, len).map(Mapped::ReadOnly);
+    }
+    let file = std::fs::OpenOptions::new()
+        .read(true)
+        .write(kind == MappingKind::SharedReadWrite)
+        .open(path)?;
+    let size = file.metadata()?.len();
+    if len > size {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidInput,
+            format!("'{}' has {size} bytes, fewer than {len}", path.display()),
+        ));
+    }
+    let mut o = memmap2::MmapOptions::new();
+    o.len(len as usize);
+    // SAFETY: as in `map_shared_read_only`; nothing here writes through the mapping (a
+    // private one would only change this process's copy anyway).
+    let m = unsafe {
+        match kind {
+            MappingKind::SharedReadWrite => o.map_mut(&file),
+            _ => o.map_copy(&file),
+        }
+    }?;
+    Ok(Mapped::Writable(m))
+}
 
 /// The first `len` bytes of `path`, mapped read-only and shared.
 pub fn map_shared_read_only(path: &Path, len: u64) -> io::Result<memmap2::Mmap> {

@@ -187,13 +187,19 @@ pub enum ImportStatus {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct ImportOutcome {
     pub method: ImportMethod,
-    /// `shared-read-only`: `mmap(PROT_READ, MAP_SHARED)` of the file.
+    /// `shared-read-only` (`mmap(PROT_READ, MAP_SHARED)` of the file), or a fallback
+    /// view: `shared-read-write`, `private-copy-on-write`.
     pub mapping: String,
     pub bytes: u64,
     pub status: ImportStatus,
     /// The driver's exact error, or what happened to the child.
     pub error: Option<String>,
     pub seconds: f64,
+    /// Growth of the child's RssAnon and RssFile (`/proc/self/status`) from before the
+    /// import to after its release, the mapping still alive: anonymous growth means
+    /// the driver's pinning made private copies of file pages.
+    pub anon_bytes_delta: Option<i64>,
+    pub file_bytes_delta: Option<i64>,
 }
 
 /// One endpoint of the seed paper's §8: how a pass reaches the bytes.

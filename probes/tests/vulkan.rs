@@ -90,3 +90,34 @@ fn arms_checksums_match_the_cpu_over_several_ranges() {
     let map_run = r.runs.iter().find(|a| a.arm == Arm::Map).unwrap();
     assert!(map_run.ranges >= 5, "{map_run:?}");
 }
+
+#[test]
+fn writable_and_copy_on_write_views_import_too() {
+    use twofold_probes::job::{run, Job, JobResult};
+    use twofold_probes::mapping::MappingKind;
+    use twofold_probes::types::{BackendKind, ImportStatus};
+    let Some(dev) = vulkan_device() else { return };
+    let dir = tempfile::tempdir().unwrap();
+    let p = file(dir.path(), 4 << 20);
+    for kind in [
+        MappingKind::SharedReadOnly,
+        MappingKind::SharedReadWrite,
+        MappingKind::PrivateCopyOnWrite,
+    ] {
+        let job = Job::Import {
+            backend: BackendKind::Vulkan,
+            device: dev,
+            file: p.clone(),
+            bytes: 4 << 20,
+            method: ImportMethod::VulkanHostPointer,
+            mapping: kind,
+            fake: None,
+        };
+        let JobResult::Import(o) = run(&job, &|_, _| None) else {
+            panic!("not an import result");
+        };
+        assert_eq!(o.status, ImportStatus::Ok, "{o:?}");
+        assert_eq!(o.mapping, kind.name());
+        assert!(o.anon_bytes_delta.is_some() && o.file_bytes_delta.is_some());
+    }
+}

@@ -9,6 +9,7 @@ use std::time::Duration;
 use anyhow::{bail, Context};
 use twofold_probes::backend::{ArmPlan, Fake};
 use twofold_probes::job::{Job, JobResult};
+use twofold_probes::mapping::MappingKind;
 use twofold_probes::types::{
     Arm, ArmsReport, BackendCaps, BackendKind, Caps, ImportMethod, ImportOutcome, ImportStatus,
     Topology,
@@ -143,21 +144,35 @@ struct Runner<'a> {
 
 impl Runner<'_> {
     fn import(&self, t: &Target, file: &Path, bytes: u64, method: ImportMethod) -> ImportOutcome {
+        self.import_as(t, file, bytes, method, MappingKind::SharedReadOnly)
+    }
+
+    fn import_as(
+        &self,
+        t: &Target,
+        file: &Path,
+        bytes: u64,
+        method: ImportMethod,
+        mapping: MappingKind,
+    ) -> ImportOutcome {
         let job = Job::Import {
             backend: t.kind,
             device: t.device,
             file: file.to_path_buf(),
             bytes,
             method,
+            mapping,
             fake: t.fake.clone(),
         };
         let failed = |status, error: String| ImportOutcome {
             method,
-            mapping: twofold_probes::job::MAPPING.into(),
+            mapping: mapping.name().into(),
             bytes,
             status,
             error: Some(error),
             seconds: 0.0,
+            anon_bytes_delta: None,
+            file_bytes_delta: None,
         };
         match probe_job::spawn(&self.exe, &job, self.timeout, self.cleanup) {
             Ok(Ok(JobResult::Import(o))) => o,
@@ -237,6 +252,26 @@ fn imports(
             _ => None,
         };
         out.push(ImportReport { outcome, ceiling });
+    }
+    // Where the read-only shared mapping does not import (NVIDIA's Vulkan driver pins
+    // pages for writing), say whether a writable view would, and at what cost. The
+    // shared writable view dirties the file's pages, so only the generated file gets it.
+    let vulkan_failed = out.iter().any(|i| {
+        i.outcome.method == ImportMethod::VulkanHostPointer
+            && i.outcome.status == ImportStatus::Failed
+    });
+    if vulkan_failed {
+        let mut kinds = vec![MappingKind::PrivateCopyOnWrite];
+        if file.generated {
+            kinds.insert(0, MappingKind::SharedReadWrite);
+        }
+        for k in kinds {
+            let outcome = r.import_as(t, path, w, ImportMethod::VulkanHostPointer, k);
+            out.push(ImportReport {
+                outcome,
+                ceiling: None,
+            });
+        }
     }
     // An import that works at the working set needs no limit.
     if out.iter().any(|i| {

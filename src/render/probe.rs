@@ -131,6 +131,10 @@ pub fn caps(c: &Caps) -> String {
     s
 }
 
+fn signed(v: i64) -> String {
+    format!("{}{}", if v < 0 { "-" } else { "+" }, iec(v.unsigned_abs()))
+}
+
 fn gbps(v: Option<f64>) -> String {
     v.map_or("n/a".into(), |b| format!("{b:.1}"))
 }
@@ -151,9 +155,15 @@ fn one_backend(s: &mut String, b: &BackendReport) {
             ImportStatus::Hang => "HANG".into(),
             ImportStatus::Crashed => "crashed".into(),
         };
+        let rss = match (o.anon_bytes_delta, o.file_bytes_delta) {
+            (Some(a), Some(f)) if o.status == ImportStatus::Ok => {
+                format!(" (RssAnon {}, RssFile {})", signed(a), signed(f))
+            }
+            _ => String::new(),
+        };
         let _ = writeln!(
             s,
-            "  import {} of {} ({}): {status}{}",
+            "  import {} of {} ({}): {status}{rss}{}",
             iec(o.bytes),
             o.mapping,
             o.method.describe(),
