@@ -207,7 +207,8 @@ pub struct ProbeArgs {
     /// Probe processes per backend; the arm order rotates from one to the next.
     #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..))]
     pub processes: u32,
-    /// Seconds a probe child may run before it is killed and reported as a hang.
+    /// Seconds an import attempt may take before its process is killed and reported as
+    /// a hang; a set of arms gets this much for its setup and for every round of passes.
     #[arg(long, value_name = "SECS", default_value_t = 120)]
     pub timeout: u64,
     /// Import attempts spent bisecting the largest single import after one fails.

@@ -34,7 +34,7 @@ fn caps(args: &ProbeArgs) -> Caps {
             BackendCaps::absent("not requested")
         },
         cuda: if want(ProbeBackendArg::Cuda) {
-            cuda::caps(Path::new("/sys"))
+            cuda::caps(Path::new(cuda::SYSFS))
         } else {
             BackendCaps::absent("not requested")
         },
@@ -139,6 +139,8 @@ fn write_probe_file(path: &Path, size: u64) -> anyhow::Result<()> {
 struct Runner<'a> {
     exe: PathBuf,
     timeout: Duration,
+    /// Warm-up and timed rounds of a set of arms.
+    rounds: u32,
     cleanup: &'a Registry,
 }
 
@@ -202,7 +204,9 @@ impl Runner<'_> {
             plan,
             fake: t.fake.clone(),
         };
-        match probe_job::spawn(&self.exe, &job, self.timeout, self.cleanup) {
+        // One timeout for the setup and one for every round of passes.
+        let rounds = self.rounds + 1;
+        match probe_job::spawn(&self.exe, &job, self.timeout * rounds, self.cleanup) {
             Ok(Ok(JobResult::Arms(r))) => Ok(r),
             Ok(Ok(JobResult::Error(e))) => Err(e),
             Ok(Ok(other)) => Err(format!("unexpected answer {other:?}")),
@@ -411,6 +415,7 @@ pub fn run(args: &ProbeArgs, out: &mut dyn Write) -> anyhow::Result<()> {
     let runner = Runner {
         exe: std::env::current_exe().context("cannot find the twofold executable")?,
         timeout: Duration::from_secs(args.timeout.max(1)),
+        rounds: args.warmup + args.passes,
         cleanup: &cleanup,
     };
     let backends = targets

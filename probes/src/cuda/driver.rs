@@ -146,9 +146,10 @@ impl Driver {
         // SAFETY: `data` is a live mapping for as long as the caller keeps the returned
         // registration (it borrows the mapping for the whole job); with the read-only
         // flag the device never writes to it, and nothing here writes either.
+        let r = unsafe { sys::cuMemHostRegister_v2(ptr, data.len(), flags) };
         check(
             &format!("cuMemHostRegister({} bytes, flags {flags:#x})", data.len()),
-            unsafe { sys::cuMemHostRegister_v2(ptr, data.len(), flags) },
+            r,
         )?;
         Ok(Registered {
             ptr,

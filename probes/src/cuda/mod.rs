@@ -23,6 +23,9 @@ use crate::types::{
 
 pub(crate) use driver::Driver;
 
+/// Where sysfs is mounted on a live system.
+pub const SYSFS: &str = "/sys";
+
 /// The topology class CUDA's attributes imply.
 pub fn topology(integrated: bool, uses_host_page_tables: bool) -> Topology {
     if integrated {
@@ -148,7 +151,7 @@ impl Backend for CudaBackend {
         observe: Observer<'_>,
     ) -> Result<ArmsReport, String> {
         let d = Driver::open()?;
-        let caps = device_caps(&d, device as i32, Path::new("/sys"))?;
+        let caps = device_caps(&d, device as i32, Path::new(SYSFS))?;
         let _ctx = d.context(device as i32)?;
         arms::run(&d, &caps, data, plan, observe)
     }
@@ -186,7 +189,7 @@ mod tests {
         if unsafe { cudarc::driver::sys::is_culib_present() } {
             return;
         }
-        let c = caps(Path::new("/sys"));
+        let c = caps(Path::new(SYSFS));
         assert!(c.devices.is_empty());
         assert!(c.not_available.unwrap().contains("libcuda"));
     }
