@@ -287,3 +287,26 @@ fn job_subcommand_rejects_bad_input() {
     assert_eq!(out.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&out.stderr).contains("cannot parse the probe job"));
 }
+
+#[test]
+fn h200_report_parses_and_renders() {
+    // The H200 run committed under docs/ (JSON as the machine wrote it).
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("docs/probe-h200.json");
+    let text = std::fs::read_to_string(&path).unwrap();
+    let doc: ProbeReport = serde_json::from_str(&text).unwrap();
+    let cuda = doc
+        .backends
+        .iter()
+        .find(|b| b.backend == twofold_probes::types::BackendKind::Cuda)
+        .unwrap();
+    assert_eq!(cuda.verdict.decision, Decision::Resident);
+    assert!(cuda.limits.iter().all(|l| l.met), "{:?}", cuda.limits);
+    let out = probe(&[OsStr::new("--report"), path.as_os_str()], None);
+    assert!(out.status.success());
+    let shown = String::from_utf8(out.stdout).unwrap();
+    assert!(
+        shown.contains("host register, read-only flag): ok"),
+        "{shown}"
+    );
+    assert!(shown.contains("verdict: resident"), "{shown}");
+}

@@ -61,7 +61,12 @@ fn vulkan_device(s: &mut String, d: &VulkanDeviceCaps) {
         );
     }
     for (i, t) in d.memory_types.iter().enumerate() {
-        let _ = writeln!(s, "      type {i}: heap {}, {}", t.heap, t.flags.join(" "));
+        let flags = if t.flags.is_empty() {
+            "no property flags".to_string()
+        } else {
+            t.flags.join(" ")
+        };
+        let _ = writeln!(s, "      type {i}: heap {}, {flags}", t.heap);
     }
 }
 
@@ -178,11 +183,15 @@ fn one_backend(s: &mut String, b: &BackendReport) {
                 .iter()
                 .map(|(n, st)| format!("{} {}", iec(*n), format!("{st:?}").to_lowercase()))
                 .collect();
+            let found = match (c.largest_ok, c.smallest_failed) {
+                (Some(ok), Some(bad)) => format!("{} (fails at {})", iec(ok), iec(bad)),
+                (Some(ok), None) => format!("at least {}", iec(ok)),
+                (None, Some(bad)) => format!("none, down to {}", iec(bad)),
+                (None, None) => "n/a".into(),
+            };
             let _ = writeln!(
                 s,
-                "    largest single import: {} (smallest failure {}; tried {})",
-                iec_opt(c.largest_ok),
-                iec_opt(c.smallest_failed),
+                "    largest single import: {found}; tried {}",
                 tried.join(", ")
             );
         }
@@ -212,18 +221,22 @@ fn one_backend(s: &mut String, b: &BackendReport) {
             gbps(e.max_gbps),
             e.path_seconds
                 .map_or("n/a".into(), |x| format!("{:.2}", x * 1e3)),
-            first.map_or("n/a".into(), |r| {
+            first.filter(|r| r.ranges > 0).map_or("n/a".into(), |r| {
                 format!("{} ≤ {}", r.ranges, iec(r.max_range_bytes))
             }),
-            if e.valid {
-                "= CPU".into()
-            } else {
-                e.invalid_reason.clone().unwrap_or_default()
-            },
+            if e.valid { "= CPU" } else { "invalid" }.into(),
             first.and_then(|r| r.detail.clone()).unwrap_or_default(),
         ]);
     }
     let _ = write!(s, "{}", t.render(2));
+    for e in b.endpoints.iter().filter(|e| !e.valid) {
+        let _ = writeln!(
+            s,
+            "  {} invalid: {}",
+            e.arm.name(),
+            e.invalid_reason.as_deref().unwrap_or("no rate")
+        );
+    }
     if let Some(p) = b.processes.first() {
         let _ = writeln!(s, "  kernel: {}", p.kernel);
         for r in &p.references {
