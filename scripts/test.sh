@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The whole test suite, as README and CI run it. Installs the peer tools the tests
-# compare against (util-linux fincore, smem, bpftrace) and the BPF toolchain (clang,
-# llvm, libbpf-dev) when they are missing and we are root.
+# compare against (util-linux fincore, smem, bpftrace), the BPF toolchain (clang, llvm,
+# libbpf-dev) and lavapipe, the CPU Vulkan driver the probe tests run on
+# (mesa-vulkan-drivers, libvulkan1), when they are missing and we are root.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -14,6 +15,8 @@ command -v bpftrace >/dev/null 2>&1 || need+=(bpftrace)
 command -v clang >/dev/null 2>&1 || need+=(clang)
 command -v llvm-strip >/dev/null 2>&1 || need+=(llvm)
 [ -e /usr/include/bpf/bpf_helpers.h ] || need+=(libbpf-dev)
+ls /usr/share/vulkan/icd.d/lvp_icd.*.json >/dev/null 2>&1 || need+=(mesa-vulkan-drivers)
+ldconfig -p 2>/dev/null | grep 'libvulkan.so.1 ' >/dev/null || need+=(libvulkan1)
 if [ ${#need[@]} -gt 0 ]; then
   if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
     echo "test.sh: installing ${need[*]}"
@@ -31,6 +34,6 @@ if ! python3 -c "import numpy, safetensors" >/dev/null 2>&1; then
 fi
 
 cargo fmt --all -- --check
-cargo clippy --all-targets -- -D warnings
-cargo test --all-targets
-cargo test --doc
+cargo clippy --workspace --all-targets -- -D warnings
+cargo test --workspace --all-targets
+cargo test --workspace --doc

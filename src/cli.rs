@@ -44,6 +44,10 @@ pub enum Command {
     /// ingestion, direct reclaim and OOM kills, per file and per process (needs root or
     /// CAP_BPF + CAP_PERFMON).
     Trace(TraceArgs),
+    /// Can a GPU read the model file's pages in place, and should it? Vulkan and CUDA
+    /// capabilities, import tests of a read-only shared mapping, map / resident /
+    /// per-use copy rates, and the placement verdict.
+    Probe(ProbeArgs),
     /// Prints shell completions to stdout.
     Completions {
         #[arg(value_enum)]
@@ -298,6 +302,92 @@ pub struct TraceArgs {
     // With --json: JSON Lines, one `{"schema_version", "type", "data"}` object per report.
     #[command(flatten)]
     pub output: OutputArgs,
+}
+
+#[derive(Debug, Clone, Copy, ValueEnum, PartialEq, Eq, Default)]
+pub enum ProbeBackendArg {
+    /// Every backend whose driver is present.
+    #[default]
+    All,
+    Vulkan,
+    Cuda,
+    /// A CPU stand-in with fixed rates (for tests).
+    #[value(hide = true)]
+    Fake,
+}
+
+#[derive(Debug, Args)]
+#[command(args_conflicts_with_subcommands = true)]
+pub struct ProbeArgs {
+    /// Model file to probe (default: a generated probe file of --size, removed
+    /// afterwards).
+    pub file: Option<PathBuf>,
+    /// Only list devices and their capabilities (fast; needs no file).
+    #[arg(long)]
+    pub caps: bool,
+    /// Which driver stacks to probe.
+    #[arg(long, value_enum, default_value_t)]
+    pub backend: ProbeBackendArg,
+    /// Vulkan device index (default: the first GPU with host-pointer import).
+    #[arg(long, value_name = "INDEX")]
+    pub vulkan_device: Option<usize>,
+    /// CUDA device ordinal.
+    #[arg(long, value_name = "ORDINAL", default_value_t = 0)]
+    pub cuda_device: usize,
+    /// Bytes every pass reads from the start of the file (default: the whole file;
+    /// rounded down to 4 KiB).
+    #[arg(long, value_name = "SIZE", value_parser = parse_size)]
+    pub working_set: Option<u64>,
+    /// Size of the generated probe file when no FILE is given.
+    #[arg(long, value_name = "SIZE", default_value = "1G", value_parser = parse_size)]
+    pub size: u64,
+    /// Directory for the generated probe file (default: the system temp dir).
+    #[arg(long, value_name = "DIR")]
+    pub dir: Option<PathBuf>,
+    /// Timed passes per arm and process (their median is the process's rate).
+    #[arg(long, default_value_t = 5, value_parser = clap::value_parser!(u32).range(1..))]
+    pub passes: u32,
+    /// Warm-up passes per arm and process, discarded.
+    #[arg(long, default_value_t = 1)]
+    pub warmup: u32,
+    /// Probe processes per backend; the arm order rotates from one to the next.
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..))]
+    pub processes: u32,
+    /// Seconds an import attempt may take before its process is killed and reported as
+    /// a hang; a set of arms gets this much for its setup and for every round of passes.
+    #[arg(long, value_name = "SECS", default_value_t = 120)]
+    pub timeout: u64,
+    /// Import attempts spent bisecting the largest single import after one fails.
+    #[arg(long, default_value_t = 6)]
+    pub ceiling_steps: u32,
+    /// Bind at most this many bytes per descriptor (default: maxStorageBufferRange).
+    #[arg(long, value_name = "SIZE", value_parser = parse_size)]
+    pub range_limit: Option<u64>,
+    /// Bytes staged per copy in the per-use copy arm.
+    #[arg(long, value_name = "SIZE", default_value = "64M", value_parser = parse_size)]
+    pub chunk: u64,
+    /// Endpoints whose path times differ by at most this fraction are a tie, resolved
+    /// to map.
+    #[arg(long, default_value_t = crate::model::probe::TIE_BAND)]
+    pub tie_band: f64,
+    /// Skip the import tests and the ceiling search.
+    #[arg(long)]
+    pub no_import: bool,
+    /// Print a report saved with `--json` (from another machine, say) instead of
+    /// probing.
+    #[arg(long, value_name = "JSON")]
+    pub report: Option<PathBuf>,
+    #[command(flatten)]
+    pub output: OutputArgs,
+    #[command(subcommand)]
+    pub job: Option<ProbeJob>,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum ProbeJob {
+    /// Runs one probe job (JSON) and prints its result: the child side of `probe`.
+    #[command(name = "__job", hide = true)]
+    Job { json: String },
 }
 
 #[derive(Debug, Clone, Copy, ValueEnum, PartialEq, Eq)]

@@ -16,6 +16,7 @@ fn run(cli: Cli, out: &mut dyn Write) -> anyhow::Result<()> {
         Command::Demo(a) => cmd::demo::run(&a, out),
         Command::Inspect(a) => cmd::inspect::run(&a, out),
         Command::Trace(a) => cmd::trace::run(&a, out),
+        Command::Probe(a) => cmd::probe::run(&a, out),
         Command::Child(a) => cmd::child::run(&a),
         Command::Bench(a) => cmd::bench::run(&a, out),
         Command::Completions { shell } => {

@@ -7,6 +7,8 @@ pub mod demo;
 pub mod dupes;
 pub mod inspect;
 pub mod pressure;
+pub mod probe;
+pub mod probe_job;
 pub mod residency;
 pub mod run;
 pub mod scan;

@@ -135,7 +135,34 @@ fn page_size() -> u64 {
 }
 
 fn cachestat(file: &File, path: &Path) -> Result<ResidencySample, ResidencyError> {
-    let range = CachestatRange::default(); // len 0: to the end of the file
+    cachestat_range(file, path, 0, 0) // len 0: to the end of the file
+}
+
+/// Bytes of `[0, len)` of the file in the page cache: `cachestat` over that range, or
+/// `mincore` where the kernel lacks it.
+pub fn resident_prefix(file: &File, path: &Path, len: u64) -> Result<u64, ResidencyError> {
+    match cachestat_range(file, path, 0, len) {
+        Ok(s) => Ok(s.cached_bytes.min(len)),
+        Err(ResidencyError::Syscall { source, .. })
+            if matches!(
+                source.raw_os_error(),
+                Some(libc::ENOSYS) | Some(libc::EOPNOTSUPP)
+            ) =>
+        {
+            let map = mincore_map(file, path, len)?;
+            Ok((map.resident_pages() * map.page_size).min(len))
+        }
+        Err(e) => Err(e),
+    }
+}
+
+fn cachestat_range(
+    file: &File,
+    path: &Path,
+    off: u64,
+    len: u64,
+) -> Result<ResidencySample, ResidencyError> {
+    let range = CachestatRange { off, len };
     let mut cs = Cachestat::default();
     // SAFETY: both pointers refer to live, correctly laid-out structs for the duration of
     // the call; the kernel writes only `cs`.
@@ -315,6 +342,7 @@ mod tests {
         assert_eq!(a.cached_bytes, 1 << 20);
         assert_eq!(b.cached_bytes, 1 << 20);
         assert_eq!(b.source, ResidencySource::Mincore);
+        assert_eq!(resident_prefix(&file, &path, 8192).unwrap(), 8192);
     }
 
     #[test]

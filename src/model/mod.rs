@@ -13,6 +13,7 @@ pub mod cgroup;
 pub mod dupes;
 pub mod findings;
 pub mod inspect;
+pub mod probe;
 pub mod residency;
 pub mod trace;
 

@@ -3,6 +3,7 @@
 
 pub mod dupes;
 pub mod inspect;
+pub mod probe;
 pub mod residency;
 pub mod scan;
 pub mod table;
