@@ -325,14 +325,24 @@ impl Gatherer<'_> {
     }
 
     /// Decides whether a file a process maps or holds is of interest.
-    fn decide(&mut self, pid: i32, key: FileKey, path: &str, size: Option<u64>) -> bool {
+    /// Code (a file some process maps executable: programs, shared libraries such as a
+    /// 1 GiB `libtorch_cuda.so`) is never a model by size alone.
+    fn decide(
+        &mut self,
+        pid: i32,
+        key: FileKey,
+        path: &str,
+        size: Option<u64>,
+        code: bool,
+    ) -> bool {
         if let Some(d) = self.decided.get(&key) {
             return d.is_some();
         }
         let root = self.procs.root().join(pid.to_string()).join("root");
         let open_path = root.join(path.trim_start_matches('/'));
         let size = size.or_else(|| std::fs::metadata(&open_path).ok().map(|m| m.len()));
-        let interesting = has_model_extension(path) || size.is_some_and(|s| s >= self.req.min_size);
+        let interesting =
+            has_model_extension(path) || (!code && size.is_some_and(|s| s >= self.req.min_size));
         let value = interesting.then(|| Interest {
             shown: path.to_string(),
             open_path,
@@ -358,13 +368,25 @@ impl Gatherer<'_> {
             return (asked || self.req.all_processes).then_some((p, HashSet::new()));
         }
         let mut wanted = HashSet::new();
+        let code: HashSet<FileKey> = b
+            .maps
+            .iter()
+            .filter(|m| m.perms.exec)
+            .map(|m| m.key())
+            .collect();
         for m in &b.maps {
-            if self.decide(pid, m.key(), &m.path, None) {
+            if self.decide(pid, m.key(), &m.path, None, code.contains(&m.key())) {
                 wanted.insert(m.key());
             }
         }
         for fd in b.fds {
-            if self.decide(pid, fd.key, &fd.path, Some(fd.size_bytes)) {
+            if self.decide(
+                pid,
+                fd.key,
+                &fd.path,
+                Some(fd.size_bytes),
+                code.contains(&fd.key),
+            ) {
                 p.open_files.push(OpenFileSample {
                     fd: fd.fd,
                     key: fd.key,
