@@ -155,9 +155,10 @@ struct io_start {
 #define IO_MMAP 2
 
 /* Index of the global counters array (`totals` in each object). */
-#define TOTAL_EVENTS 0       /* tracepoint hits seen by this object */
-#define TOTAL_MAP_FULL 1     /* updates refused because a non-LRU map was full */
+#define TOTAL_EVICTED_PAGES 0 /* page-cache pages evicted, all files */
+#define TOTAL_MAP_FULL 1      /* updates refused because a non-LRU map was full */
 #define TOTAL_OOM_KILLS 2
+#define TOTAL_ADDED_PAGES 3   /* page-cache pages added, all files */
 #define TOTAL_COUNT 4
 
 /* Index of the `config` array, set by twofold: non-zero when some processes

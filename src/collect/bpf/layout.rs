@@ -14,9 +14,10 @@ pub const LAYOUT_VERSION: u32 = 3;
 /// `RECLAIM_BUCKETS`.
 pub const RECLAIM_BUCKETS: usize = 32;
 /// Indices of the `totals` array.
-pub const TOTAL_EVENTS: u32 = 0;
+pub const TOTAL_EVICTED_PAGES: u32 = 0;
 pub const TOTAL_MAP_FULL: u32 = 1;
 pub const TOTAL_OOM_KILLS: u32 = 2;
+pub const TOTAL_ADDED_PAGES: u32 = 3;
 /// Indices of the `config` array.
 pub const CONFIG_PINNED_PIDS: u32 = 0;
 pub const CONFIG_PINNED_FILES: u32 = 1;

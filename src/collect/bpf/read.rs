@@ -164,6 +164,10 @@ pub fn sample<'a>(loaded: impl Iterator<Item = (&'static str, &'a Ebpf)>) -> Tra
     let mut files: BTreeMap<_, FileCounters> = BTreeMap::new();
     for (name, ebpf) in loaded {
         s.lost_updates += total(ebpf, layout::TOTAL_MAP_FULL);
+        if name == "pagecache" {
+            s.added_pages_all = total(ebpf, layout::TOTAL_ADDED_PAGES);
+            s.evicted_pages_all = total(ebpf, layout::TOTAL_EVICTED_PAGES);
+        }
         match name {
             "faults" => {
                 for (pid, c) in pid_faults(ebpf) {
