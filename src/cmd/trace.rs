@@ -32,6 +32,7 @@ fn options(pids: &[i32], files: &[FileKey]) -> TraceOptions {
         pids: pids.to_vec(),
         files: files.to_vec(),
         objects_dir: std::env::var_os(OBJECTS_ENV).map(PathBuf::from),
+        ..TraceOptions::default()
     }
 }
 

@@ -186,6 +186,21 @@ pub struct TraceOptions {
     /// Load `NAME.bpf.o` from this directory instead of the embedded objects (to test
     /// freshly built ones).
     pub objects_dir: Option<PathBuf>,
+    /// Attach these `category:event` tracepoints under another event name (the tests
+    /// name one that does not exist, to see a missing tracepoint disable only its
+    /// counter).
+    #[doc(hidden)]
+    pub rename_events: Vec<(String, String)>,
+}
+
+impl TraceOptions {
+    fn event_name<'a>(&'a self, prog: &'a Program) -> &'a str {
+        let full = format!("{}:{}", prog.category, prog.event);
+        self.rename_events
+            .iter()
+            .find(|(from, _)| *from == full)
+            .map_or(prog.event, |(_, to)| to.as_str())
+    }
 }
 
 /// A loaded object and its attached programs.
@@ -336,20 +351,23 @@ impl Tracer {
         let mut attached = 0;
         for l in &mut tracer.loaded {
             for prog in l.family.programs {
-                match attach_one(&mut l.ebpf, prog) {
+                let event = opts.event_name(prog);
+                match attach_one(&mut l.ebpf, prog, event) {
                     Ok(()) => attached += 1,
                     Err(e) if TraceError::is_permission(e.as_ref()) => {
                         return Err(TraceError::Privilege {
                             what: format!(
-                                "the kernel refused '{}:{}': {e:#}",
-                                prog.category, prog.event
+                                "the kernel refused '{}:{event}': {}",
+                                prog.category,
+                                chain(e.as_ref())
                             ),
                         })
                     }
                     Err(e) => {
                         let why = format!(
-                            "tracepoint '{}:{}' not attached: {:#}",
-                            prog.category, prog.event, e
+                            "tracepoint '{}:{event}' not attached: {}",
+                            prog.category,
+                            chain(e.as_ref())
                         );
                         if prog.required {
                             tracer.unavailable.entry(prog.counter).or_insert(why);
@@ -502,9 +520,25 @@ fn load(
 
 /// Attaches the raw variant if there is one and the kernel takes it, else the
 /// tracepoint program.
-fn attach_one(ebpf: &mut Ebpf, prog: &Program) -> Result<(), Box<dyn std::error::Error>> {
+/// An error and its sources, `: `-separated.
+fn chain(e: &(dyn std::error::Error + 'static)) -> String {
+    let mut out = e.to_string();
+    let mut cur = e.source();
+    while let Some(s) = cur {
+        out.push_str(": ");
+        out.push_str(&s.to_string());
+        cur = s.source();
+    }
+    out
+}
+
+fn attach_one(
+    ebpf: &mut Ebpf,
+    prog: &Program,
+    event: &str,
+) -> Result<(), Box<dyn std::error::Error>> {
     if let Some(raw) = prog.raw {
-        if attach_raw(ebpf, raw, prog.event).is_ok() {
+        if attach_raw(ebpf, raw, event).is_ok() {
             return Ok(());
         }
     }
@@ -514,7 +548,7 @@ fn attach_one(ebpf: &mut Ebpf, prog: &Program) -> Result<(), Box<dyn std::error:
         .try_into()?;
     tp.load()
         .map_err(|e| format!("the verifier rejected '{}': {e}", prog.func))?;
-    tp.attach(prog.category, prog.event)?;
+    tp.attach(prog.category, event)?;
     Ok(())
 }
 
