@@ -33,7 +33,7 @@ pub enum Command {
     Inspect(InspectArgs),
     /// Live eBPF tracing: page faults, page-cache adds, evictions and refaults, read()
     /// ingestion, direct reclaim and OOM kills, per file and per process (needs root or
-    /// CAP_BPF + CAP_PERFMON).
+    /// CAP_BPF + CAP_PERFMON); --json prints JSON Lines.
     Trace(TraceArgs),
     /// Prints shell completions to stdout.
     Completions {
