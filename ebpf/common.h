@@ -18,6 +18,22 @@ struct {
 	__type(value, __u64);
 } totals SEC(".maps");
 
+/* Settings written by twofold (see CONFIG_* in twofold.h). */
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, CONFIG_COUNT);
+	__type(key, __u32);
+	__type(value, __u64);
+} config SEC(".maps");
+
+/* Whether twofold pinned any process (CONFIG_PINNED_PIDS) or file. An array
+ * lookup is a few instructions (the JIT inlines it); a hash miss is not. */
+static __always_inline int any_pinned(__u32 which)
+{
+	__u64 *v = bpf_map_lookup_elem(&config, &which);
+	return v && *v;
+}
+
 static __always_inline void total_add(__u32 which, __u64 n)
 {
 	__u64 *v = bpf_map_lookup_elem(&totals, &which);

@@ -28,6 +28,7 @@ typedef __u32 __wsum;
 enum bpf_map_type {
 	BPF_MAP_TYPE_HASH = 1,
 	BPF_MAP_TYPE_ARRAY = 2,
+	BPF_MAP_TYPE_PERCPU_ARRAY = 6,
 	BPF_MAP_TYPE_LRU_HASH = 9,
 };
 
@@ -101,6 +102,11 @@ struct task_struct {
 };
 
 #pragma clang attribute pop
+
+/* A raw tracepoint's context: the TP_PROTO arguments, 8 bytes each. */
+struct bpf_raw_tracepoint_args {
+	__u64 args[0];
+};
 
 /* exceptions:page_fault_user (x86), from its tracefs format. */
 struct page_fault_ctx {

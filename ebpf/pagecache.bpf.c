@@ -111,6 +111,7 @@ int delete_from_page_cache(struct trace_event_raw_mm_filemap_op_page_cache *ctx)
 	int pinned = c != 0;
 	if (!c)
 		c = lookup_or_init(&file_cache, &e.file, &zero_cache);
+	total_add(TOTAL_EVICTED_PAGES, e.pages);
 	if (c) {
 		__sync_fetch_and_add(&c->evicted_pages, e.pages);
 		__sync_fetch_and_add(&c->evict_events, 1);
@@ -144,6 +145,7 @@ int add_to_page_cache(struct trace_event_raw_mm_filemap_op_page_cache *ctx)
 	struct file_cache *c = bpf_map_lookup_elem(&file_cache_pinned, &e.file);
 	if (!c)
 		c = lookup_or_init(&file_cache, &e.file, &zero_cache);
+	total_add(TOTAL_ADDED_PAGES, e.pages);
 	if (c) {
 		__sync_fetch_and_add(&c->added_pages, e.pages);
 		__sync_fetch_and_add(&c->add_events, 1);

@@ -18,7 +18,7 @@ typedef unsigned char __u8;
 #endif
 
 /* Bump when a layout below changes. */
-#define TWOFOLD_LAYOUT_VERSION 2
+#define TWOFOLD_LAYOUT_VERSION 3
 
 /* A file: (dev, inode). */
 struct file_key {
@@ -58,6 +58,19 @@ struct pid_faults {
 	__u64 filemap_faults;
 	__u64 map_pages_events;
 	__u64 map_pages_pages;
+	__u64 kernel;
+};
+
+/* Faults not yet added to `pid_faults`, per CPU: the hot path counts into
+ * this entry while the same process keeps faulting on the CPU (no hash lookup,
+ * no atomic), and moves the counts to the process's hash entry when another
+ * process faults there (`gen` counts those moves). Readers add what is pending
+ * here to the hash, and look again at the hash entry of a process whose
+ * pending counts moved while they read. */
+struct fault_cache {
+	__u32 pid;
+	__u32 gen;
+	__u64 by_code[4];
 	__u64 kernel;
 };
 
@@ -142,9 +155,16 @@ struct io_start {
 #define IO_MMAP 2
 
 /* Index of the global counters array (`totals` in each object). */
-#define TOTAL_EVENTS 0       /* tracepoint hits seen by this object */
-#define TOTAL_MAP_FULL 1     /* updates refused because a non-LRU map was full */
+#define TOTAL_EVICTED_PAGES 0 /* page-cache pages evicted, all files */
+#define TOTAL_MAP_FULL 1      /* updates refused because a non-LRU map was full */
 #define TOTAL_OOM_KILLS 2
+#define TOTAL_ADDED_PAGES 3   /* page-cache pages added, all files */
 #define TOTAL_COUNT 4
+
+/* Index of the `config` array, set by twofold: non-zero when some processes
+ * (files) were pinned, so the hot paths skip the pinned lookup otherwise. */
+#define CONFIG_PINNED_PIDS 0
+#define CONFIG_PINNED_FILES 1
+#define CONFIG_COUNT 4
 
 #endif

@@ -42,7 +42,7 @@ pub enum Command {
     Inspect(InspectArgs),
     /// Live eBPF tracing: page faults, page-cache adds, evictions and refaults, read()
     /// ingestion, direct reclaim and OOM kills, per file and per process (needs root or
-    /// CAP_BPF + CAP_PERFMON).
+    /// CAP_BPF + CAP_PERFMON); --json prints JSON Lines.
     Trace(TraceArgs),
     /// Can a GPU read the model file's pages in place, and should it? Vulkan and CUDA
     /// capabilities, import tests of a read-only shared mapping, map / resident /

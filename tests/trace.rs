@@ -494,6 +494,49 @@ fn committed_bpf_objects_match_their_sources_and_rebuilt_ones_load() {
     assert!(!t.unavailable().contains_key(&Counter::Reads));
 }
 
+#[test]
+fn a_missing_tracepoint_disables_only_its_counter() {
+    if !bpf_ready() {
+        return;
+    }
+    use twofold::collect::bpf::{TraceOptions, Tracer};
+    use twofold::model::trace::{TraceContext, TraceModel};
+    let dir = tempfile::tempdir().unwrap();
+    let file = model_file(dir.path(), "m.bin", 4 * MIB);
+    let k = key(&file);
+    evict(&file);
+    let t = Tracer::attach(&TraceOptions {
+        files: vec![k],
+        rename_events: vec![(
+            "filemap:mm_filemap_fault".into(),
+            "twofold_no_such_event".into(),
+        )],
+        ..TraceOptions::default()
+    })
+    .unwrap();
+    let why = &t.unavailable()[&Counter::FileFaults];
+    assert_eq!(t.unavailable().len(), 1, "{:?}", t.unavailable());
+    assert!(
+        why.starts_with("tracepoint 'filemap:twofold_no_such_event' not attached")
+            && why.contains("No such file"),
+        "{why}"
+    );
+    assert_eq!(read_all(&file), 4 * MIB);
+    let m = TraceModel::new(
+        &t.sample(),
+        None,
+        &TraceContext {
+            files: vec![k],
+            ..TraceContext::default()
+        },
+    );
+    let f = &m.files[0];
+    assert_eq!(f.total.file_faults, None, "unknown, not 0");
+    assert_eq!(f.total.added_pages, Some(pages(4 * MIB)));
+    let json = serde_json::to_value(f).unwrap();
+    assert!(json["file_faults_per_sec"].is_null());
+}
+
 /// A system-wide `drop_caches` evicts millions of pages of other files; the counters of a
 /// file of interest stay exact. It empties every page cache of the machine, so it only
 /// runs when asked: `cargo test --test trace -- --ignored`.
@@ -512,11 +555,13 @@ fn drop_caches_keeps_the_counters_of_files_of_interest() {
     let tracer = attach(&[], &[k]);
     std::fs::write("/proc/sys/vm/drop_caches", "3").unwrap();
     let s1 = tracer.sample();
-    let total: u64 = s1.files.values().map(|f| f.evicted_pages).sum();
+    let kept: u64 = s1.files.values().map(|f| f.evicted_pages).sum();
     eprintln!(
-        "drop_caches: {total} pages of {} files seen evicted (bounded maps)",
+        "drop_caches: {} pages evicted in all; the bounded per-file maps kept {} files ({kept} pages)",
+        s1.evicted_pages_all,
         s1.files.len()
     );
+    assert!(s1.evicted_pages_all >= kept);
     assert_eq!(read_all(&file), size);
     let s2 = tracer.sample();
     let f = s2.files[&k];

@@ -32,6 +32,7 @@ fn options(pids: &[i32], files: &[FileKey]) -> TraceOptions {
         pids: pids.to_vec(),
         files: files.to_vec(),
         objects_dir: std::env::var_os(OBJECTS_ENV).map(PathBuf::from),
+        ..TraceOptions::default()
     }
 }
 
@@ -153,11 +154,14 @@ pub fn run(args: &TraceArgs, out: &mut dyn Write) -> anyhow::Result<()> {
     }
     let interest: BTreeSet<FileKey> = paths.keys().copied().collect();
     let pinned: Vec<FileKey> = interest.iter().copied().collect();
-    let only_files: Vec<FileKey> = if args.files.is_empty() {
-        Vec::new()
-    } else {
-        pinned.clone()
-    };
+    // --file: only the named files (and the model files of named directories).
+    let only_files: Vec<FileKey> = sample
+        .files
+        .iter()
+        .filter(|f| f.explicit)
+        .map(|f| f.key)
+        .chain(explicit.keys().copied())
+        .collect();
     let tracer = Tracer::attach(&options(&args.pids, &pinned))?;
     super::warn_all(tracer.warnings());
     let mut cx = Session {

@@ -48,6 +48,9 @@ pub struct TraceModel {
     pub unavailable: BTreeMap<Counter, String>,
     /// Updates lost to full maps since attach (0 unless something is badly wrong).
     pub lost_updates: u64,
+    /// Page-cache pages added and evicted per second, all files together.
+    pub cache_added_pages_per_sec: Option<f64>,
+    pub cache_evicted_pages_per_sec: Option<f64>,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -344,6 +347,22 @@ impl TraceModel {
                 .collect(),
             unavailable: cur.unavailable.clone(),
             lost_updates: cur.lost_updates,
+            cache_added_pages_per_sec: rate(
+                avail(
+                    cur,
+                    &[Counter::PageCacheAdds],
+                    delta(cur.added_pages_all, p.added_pages_all),
+                ),
+                secs,
+            ),
+            cache_evicted_pages_per_sec: rate(
+                avail(
+                    cur,
+                    &[Counter::PageCacheEvictions],
+                    delta(cur.evicted_pages_all, p.evicted_pages_all),
+                ),
+                secs,
+            ),
         }
     }
 }

@@ -144,8 +144,11 @@ pub fn human(m: &TraceModel, title: &str) -> String {
     let mut out = String::new();
     let _ = writeln!(
         out,
-        "{title} at {:.1} s (rates over {:.2} s)",
-        m.at_secs, m.interval_secs
+        "{title} at {:.1} s (rates over {:.2} s); page cache, all files: added {} pg/s, evicted {} pg/s",
+        m.at_secs,
+        m.interval_secs,
+        num(m.cache_added_pages_per_sec),
+        num(m.cache_evicted_pages_per_sec)
     );
     if m.files.is_empty() {
         out.push_str("  FILES: no activity\n");
@@ -226,6 +229,8 @@ mod tests {
             oom_kills: Vec::new(),
             unavailable: [(Counter::OomKills, "no tracepoint".to_string())].into(),
             lost_updates: 0,
+            cache_added_pages_per_sec: None,
+            cache_evicted_pages_per_sec: Some(2.0),
         };
         let mut buf = Vec::new();
         json_line(&mut buf, Record::Interval(m.clone())).unwrap();

@@ -119,4 +119,8 @@ pub struct TraceSample {
     pub unavailable: BTreeMap<Counter, String>,
     /// Updates lost because a non-LRU map was full (0 in any sane session).
     pub lost_updates: u64,
+    /// Page-cache pages added and evicted, all files together (kept whatever the
+    /// LRU maps dropped).
+    pub added_pages_all: u64,
+    pub evicted_pages_all: u64,
 }

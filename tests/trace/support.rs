@@ -23,7 +23,7 @@ pub fn attach(pids: &[i32], files: &[FileKey]) -> Tracer {
     Tracer::attach(&TraceOptions {
         pids: pids.to_vec(),
         files: files.to_vec(),
-        objects_dir: None,
+        ..TraceOptions::default()
     })
     .unwrap()
 }

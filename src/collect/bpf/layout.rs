@@ -10,13 +10,17 @@ use bytemuck::{Pod, Zeroable};
 use crate::sample::FileKey;
 
 /// `TWOFOLD_LAYOUT_VERSION` of `ebpf/twofold.h`.
-pub const LAYOUT_VERSION: u32 = 2;
+pub const LAYOUT_VERSION: u32 = 3;
 /// `RECLAIM_BUCKETS`.
 pub const RECLAIM_BUCKETS: usize = 32;
 /// Indices of the `totals` array.
-pub const TOTAL_EVENTS: u32 = 0;
+pub const TOTAL_EVICTED_PAGES: u32 = 0;
 pub const TOTAL_MAP_FULL: u32 = 1;
 pub const TOTAL_OOM_KILLS: u32 = 2;
+pub const TOTAL_ADDED_PAGES: u32 = 3;
+/// Indices of the `config` array.
+pub const CONFIG_PINNED_PIDS: u32 = 0;
+pub const CONFIG_PINNED_FILES: u32 = 1;
 
 /// The kernel's internal `dev_t` (`major << 20 | minor`), as tracepoints give `s_dev`.
 pub fn kernel_dev(key: FileKey) -> u32 {
@@ -58,6 +62,13 @@ layouts! {
         filemap_faults: u64,
         map_pages_events: u64,
         map_pages_pages: u64,
+        kernel: u64,
+    }
+    /// `struct fault_cache` (one per CPU).
+    struct FaultCache (48) {
+        pid: u32,
+        gen: u32,
+        by_code: [u64; 4],
         kernel: u64,
     }
     /// `struct file_faults`.
@@ -163,6 +174,7 @@ mod tests {
             "file_key",
             "pid_file_key",
             "pid_faults",
+            "fault_cache",
             "file_faults",
             "file_cache",
             "pid_reclaim",

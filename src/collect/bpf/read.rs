@@ -4,11 +4,12 @@
 
 use std::collections::BTreeMap;
 
-use aya::maps::{Array, HashMap as BpfHashMap, MapData};
+use aya::maps::{Array, HashMap as BpfHashMap, MapData, PerCpuArray};
 use aya::Ebpf;
 
 use super::layout::{
-    self, FileCache, FileFaults, FileKeyC, OomVictim, PidFaults, PidFileIo, PidFileKeyC, PidReclaim,
+    self, FaultCache, FileCache, FileFaults, FileKeyC, OomVictim, PidFaults, PidFileIo,
+    PidFileKeyC, PidReclaim,
 };
 use crate::sample::trace::{FileCounters, IoCounters, OomKill, PidCounters, TraceSample};
 
@@ -30,6 +31,76 @@ fn total(ebpf: &Ebpf, index: u32) -> u64 {
     Array::<&MapData, u64>::try_from(map)
         .and_then(|a| a.get(&index, 0))
         .unwrap_or(0)
+}
+
+/// The `fault_cache` entry of every CPU.
+fn fault_caches(ebpf: &Ebpf) -> Vec<FaultCache> {
+    let Some(map) = ebpf.map("fault_cache") else {
+        return Vec::new();
+    };
+    let Ok(a) = PerCpuArray::<&MapData, FaultCache>::try_from(map) else {
+        return Vec::new();
+    };
+    a.get(&0, 0)
+        .map(|v| v.iter().copied().collect())
+        .unwrap_or_default()
+}
+
+/// The hash entries of one process (pinned plus LRU), looked up now.
+fn pid_faults_now(ebpf: &Ebpf, pid: u32) -> PidFaults {
+    let mut sum = PidFaults::default();
+    for map in ["pid_faults_pinned", "pid_faults"] {
+        let Some(m) = ebpf.map(map) else { continue };
+        let Ok(h) = BpfHashMap::<&MapData, u32, PidFaults>::try_from(m) else {
+            continue;
+        };
+        if let Ok(v) = h.get(&pid, 0) {
+            add_faults(&mut sum, &v);
+        }
+    }
+    sum
+}
+
+fn add_faults(a: &mut PidFaults, b: &PidFaults) {
+    for (x, y) in a.by_code.iter_mut().zip(b.by_code) {
+        *x += y;
+    }
+    a.filemap_faults += b.filemap_faults;
+    a.map_pages_events += b.map_pages_events;
+    a.map_pages_pages += b.map_pages_pages;
+    a.kernel += b.kernel;
+}
+
+/// Faults per process: the hashes plus what each CPU's `fault_cache` holds.
+///
+/// The BPF side moves a CPU's pending counts into the hash when another process faults
+/// there, possibly while this reads the hash. So the caches are read before (`c0`) and
+/// after (`c1`) the hash; a process whose pending counts were moved in between (its
+/// CPU's `gen` changed) has its hash entry looked up again after `c1`. A process that
+/// is idle while it is read is thus counted exactly; one that faults meanwhile is
+/// counted as of some moment of the read.
+fn pid_faults(ebpf: &Ebpf) -> BTreeMap<u32, PidFaults> {
+    let c0 = fault_caches(ebpf);
+    let mut out: BTreeMap<u32, PidFaults> = BTreeMap::new();
+    for map in ["pid_faults_pinned", "pid_faults"] {
+        for (pid, v) in entries::<u32, PidFaults>(ebpf, map) {
+            add_faults(out.entry(pid).or_default(), &v);
+        }
+    }
+    let c1 = fault_caches(ebpf);
+    for (before, after) in c0.iter().zip(&c1) {
+        if before.pid != 0 && before.gen != after.gen {
+            out.insert(before.pid, pid_faults_now(ebpf, before.pid));
+        }
+    }
+    for c in c1.iter().filter(|c| c.pid != 0) {
+        let e = out.entry(c.pid).or_default();
+        for (x, y) in e.by_code.iter_mut().zip(c.by_code) {
+            *x += y;
+        }
+        e.kernel += c.kernel;
+    }
+    out
 }
 
 fn add_pid_faults(c: &mut PidCounters, v: &PidFaults) {
@@ -93,12 +164,14 @@ pub fn sample<'a>(loaded: impl Iterator<Item = (&'static str, &'a Ebpf)>) -> Tra
     let mut files: BTreeMap<_, FileCounters> = BTreeMap::new();
     for (name, ebpf) in loaded {
         s.lost_updates += total(ebpf, layout::TOTAL_MAP_FULL);
+        if name == "pagecache" {
+            s.added_pages_all = total(ebpf, layout::TOTAL_ADDED_PAGES);
+            s.evicted_pages_all = total(ebpf, layout::TOTAL_EVICTED_PAGES);
+        }
         match name {
             "faults" => {
-                for map in ["pid_faults_pinned", "pid_faults"] {
-                    for (pid, v) in entries::<u32, PidFaults>(ebpf, map) {
-                        add_pid_faults(pids.entry(pid as i32).or_default(), &v);
-                    }
+                for (pid, c) in pid_faults(ebpf) {
+                    add_pid_faults(pids.entry(pid as i32).or_default(), &c);
                 }
                 for map in ["file_faults_pinned", "file_faults"] {
                     for (k, v) in entries::<FileKeyC, FileFaults>(ebpf, map) {
