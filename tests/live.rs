@@ -438,3 +438,30 @@ fn totals_from_smaps_match_smaps_rollup() {
         }
     }
 }
+
+#[test]
+fn residency_summary_of_a_directory_matches_fincore() {
+    if !require(have("fincore"), "util-linux fincore") {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let mut files = Vec::new();
+    for i in 0..20 {
+        files.push(model_file(dir.path(), &format!("f{i}.bin"), 256 << 10));
+    }
+    // Half of them evicted.
+    for f in files.iter().step_by(2) {
+        evict(f);
+    }
+    let want: u64 = files.iter().map(|f| fincore_bytes(f)).sum();
+    let v: serde_json::Value = twofold_json(&[
+        "residency".as_ref(),
+        "-r".as_ref(),
+        "--summary".as_ref(),
+        "--json".as_ref(),
+        dir.path().as_os_str(),
+    ]);
+    assert_eq!(v["total_resident_bytes"].as_u64(), Some(want));
+    assert_eq!(v["total_size_bytes"].as_u64(), Some(20 * (256 << 10)));
+    assert_eq!(want, 10 * (256 << 10));
+}

@@ -110,13 +110,31 @@ pub fn run(args: &ResidencyArgs, out: &mut dyn Write) -> anyhow::Result<()> {
     let paths = expand(args)?;
     let page = page_size();
     let method: Method = args.method.into();
-    let files: Vec<FileResidency> = paths
-        .iter()
-        .map(|p| one(p, method, args.map, page))
-        .collect();
-    let total_resident: u64 = files.iter().filter_map(|f| f.resident_bytes).sum();
-    let total_size: u64 = files.iter().map(|f| f.size_bytes).sum();
-    let unknown = files.iter().filter(|f| f.unknown_reason.is_some()).count();
+    let (files, total_resident, total_size, unknown) = if args.summary && !args.map {
+        // Totals only: no per-file record (10,000 small files are mostly syscalls).
+        let (mut resident, mut size, mut unknown) = (0u64, 0u64, 0usize);
+        for p in &paths {
+            match residency::open(p)
+                .and_then(|(f, len)| residency::query(&f, p, len, method).map(|r| (r, len)))
+            {
+                Ok((r, len)) => {
+                    resident += (r.cached_bytes / page * page).min(len);
+                    size += len;
+                }
+                Err(_) => unknown += 1,
+            }
+        }
+        (Vec::new(), resident, size, unknown)
+    } else {
+        let files: Vec<FileResidency> = paths
+            .iter()
+            .map(|p| one(p, method, args.map, page))
+            .collect();
+        let resident = files.iter().filter_map(|f| f.resident_bytes).sum();
+        let size = files.iter().map(|f| f.size_bytes).sum();
+        let unknown = files.iter().filter(|f| f.unknown_reason.is_some()).count();
+        (files, resident, size, unknown)
+    };
     if args.output.json {
         render::json(
             out,
@@ -131,7 +149,7 @@ pub fn run(args: &ResidencyArgs, out: &mut dyn Write) -> anyhow::Result<()> {
         writeln!(
             out,
             "{} files: {} of {} resident{}",
-            files.len(),
+            paths.len(),
             crate::units::iec(total_resident),
             crate::units::iec(total_size),
             if unknown > 0 {

@@ -82,19 +82,19 @@ pub enum ResidencyError {
 
 /// Opens a file read-only for residency queries; refuses what is not a regular file.
 pub fn open(path: &Path) -> Result<(File, u64), ResidencyError> {
-    let shown = path.display().to_string();
-    let file = File::open(path).map_err(|source| ResidencyError::Open {
-        path: shown.clone(),
+    let err = |source: io::Error| ResidencyError::Open {
+        path: path.display().to_string(),
         source,
-    })?;
-    let meta = file.metadata().map_err(|source| ResidencyError::Open {
-        path: shown.clone(),
-        source,
-    })?;
-    if !meta.file_type().is_file() {
-        return Err(ResidencyError::NotRegular { path: shown });
+    };
+    let file = File::open(path).map_err(err)?;
+    // fstat(2): cheaper than statx on an empty path, and this runs once per file.
+    let st = nix::sys::stat::fstat(file.as_raw_fd()).map_err(|e| err(io::Error::from(e)))?;
+    if st.st_mode & libc::S_IFMT != libc::S_IFREG {
+        return Err(ResidencyError::NotRegular {
+            path: path.display().to_string(),
+        });
     }
-    Ok((file, meta.len()))
+    Ok((file, st.st_size as u64))
 }
 
 /// Page-cache state of an open file of `size` bytes.
