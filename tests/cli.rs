@@ -312,18 +312,10 @@ fn scan_reports_a_real_cgroup() {
 
 #[test]
 fn unprivileged_scan_degrades_to_unknown() {
-    if !require(is_root(), "root (to drop to 'nobody' with setpriv)")
-        || !require(have("setpriv"), "util-linux setpriv")
-    {
+    let Some((dir, bin)) = nobody_setup() else {
         return;
-    }
+    };
     use std::os::unix::fs::PermissionsExt;
-    let dir = tempfile::tempdir().unwrap();
-    std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
-    // A copy of the binary that 'nobody' may execute wherever the checkout lives.
-    let bin = dir.path().join("twofold");
-    std::fs::copy(exe(), &bin).unwrap();
-    std::fs::set_permissions(&bin, std::fs::Permissions::from_mode(0o755)).unwrap();
     let file = model_file(dir.path(), "root.gguf", 8 * MIB);
     std::fs::set_permissions(&file, std::fs::Permissions::from_mode(0o644)).unwrap();
     let m = reader("map", Some(&file), &[]);

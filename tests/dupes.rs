@@ -150,17 +150,12 @@ fn no_false_positives() {
 
 #[test]
 fn process_without_rights_is_unknown_not_zero() {
-    if !require(is_root(), "root (to drop to 'nobody')") {
+    let Some((dir, bin)) = nobody_setup() else {
         return;
-    }
+    };
     use std::os::unix::fs::PermissionsExt;
-    let dir = tempfile::tempdir().unwrap();
-    std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
     let (file, _) = model(dir.path());
     std::fs::set_permissions(&file, std::fs::Permissions::from_mode(0o644)).unwrap();
-    let bin = dir.path().join("twofold");
-    std::fs::copy(exe(), &bin).unwrap();
-    std::fs::set_permissions(&bin, std::fs::Permissions::from_mode(0o755)).unwrap();
     let c = reader("copy", Some(&file), &[]);
     let out = Command::new("setpriv")
         .args(["--reuid=65534", "--regid=65534", "--clear-groups"])

@@ -394,17 +394,9 @@ fn scan_trace_names_the_copying_loader() {
 
 #[test]
 fn without_privileges_trace_fails_cleanly_and_scan_goes_on() {
-    if !require(is_root(), "root (to drop to 'nobody' with setpriv)")
-        || !require(have("setpriv"), "util-linux setpriv")
-    {
+    let Some((_dir, bin)) = nobody_setup() else {
         return;
-    }
-    use std::os::unix::fs::PermissionsExt;
-    let dir = tempfile::tempdir().unwrap();
-    std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
-    let bin = dir.path().join("twofold");
-    std::fs::copy(exe(), &bin).unwrap();
-    std::fs::set_permissions(&bin, std::fs::Permissions::from_mode(0o755)).unwrap();
+    };
     let nobody = |args: &[&str]| {
         Command::new("setpriv")
             .args(["--reuid=65534", "--regid=65534", "--clear-groups"])

@@ -204,3 +204,21 @@ pub fn dupes_report(pid: i32, file: &Path, extra: &[&str]) -> twofold::model::du
     args.push(file.as_os_str());
     twofold_json(&args)
 }
+
+/// For tests that drop to 'nobody': `None` (with the reason printed, or a failure in CI)
+/// unless root and `setpriv` are there; else a world-readable temp dir holding a copy of
+/// the binary that 'nobody' may execute wherever the checkout lives.
+pub fn nobody_setup() -> Option<(tempfile::TempDir, PathBuf)> {
+    if !require(is_root(), "root (to drop to 'nobody' with setpriv)")
+        || !require(have("setpriv"), "util-linux setpriv")
+    {
+        return None;
+    }
+    use std::os::unix::fs::PermissionsExt;
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+    let bin = dir.path().join("twofold");
+    std::fs::copy(exe(), &bin).unwrap();
+    std::fs::set_permissions(&bin, std::fs::Permissions::from_mode(0o755)).unwrap();
+    Some((dir, bin))
+}
