@@ -100,9 +100,20 @@ pub struct ScanArgs {
     /// List every process, not only those holding model files.
     #[arg(long)]
     pub all: bool,
-    /// Prove suspected copies byte by byte (as `twofold dupes` does; needs ptrace rights).
-    #[arg(long)]
+    /// Kept for compatibility: the byte-level proof now runs by default.
+    #[arg(long, hide = true)]
     pub prove: bool,
+    /// Skip the byte-level proof: copies are then only suspected, and the count is a
+    /// lower bound wherever a process could hold one.
+    #[arg(long, conflicts_with = "prove")]
+    pub no_prove: bool,
+    /// Stop starting new proof searches after this long (the count then says "at least").
+    #[arg(long, value_name = "DURATION", default_value = "5s", value_parser = parse_duration)]
+    pub prove_budget: Duration,
+    /// Compare every page of every copy found (slower; the default compares the pages
+    /// on the sampling stride, and every page of a copy that differs anywhere).
+    #[arg(long)]
+    pub exact: bool,
     /// How to read page-cache residency.
     #[arg(long, value_enum, default_value_t)]
     pub method: MethodArg,

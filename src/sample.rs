@@ -6,7 +6,9 @@
 use serde::{Deserialize, Serialize};
 
 /// Identity of a file: `(major, minor, inode)`, as `/proc/PID/maps` and `stat(2)` give it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[derive(
+    Debug, Clone, Copy, Default, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize,
+)]
 pub struct FileKey {
     pub major: u32,
     pub minor: u32,
@@ -144,6 +146,10 @@ pub struct ProcessSample {
     pub cgroup: Option<CgroupRef>,
     pub mappings: Vec<MappingSample>,
     pub open_files: Vec<OpenFileSample>,
+    /// `/proc/PID/io` `rchar`: bytes this process ever read with read()/pread and the
+    /// like (all files, pipes and sockets). `None`: not read or not readable.
+    #[serde(default)]
+    pub rchar_bytes: Option<u64>,
 }
 
 /// A cgroup a process belongs to.
@@ -195,6 +201,10 @@ pub struct FileSample {
     pub residency_error: Option<String>,
     /// Named on the command line (rather than found in a process).
     pub explicit: bool,
+    /// Found in a well-known model store (Hugging Face, ollama, torch hub,
+    /// `TWOFOLD_MODEL_PATH`) rather than held by a process.
+    #[serde(default)]
+    pub store: bool,
 }
 
 /// A memory cgroup (v1 or v2), bytes and event counts.
@@ -243,6 +253,62 @@ pub struct Sample {
     pub files: Vec<FileSample>,
     pub cgroups: Vec<CgroupSample>,
     pub skipped: Skipped,
+    /// Processes whose private memory could hold a copy of a file of interest.
+    #[serde(default)]
+    pub candidates: Vec<CandidateSample>,
+    /// Byte-level searches of candidates' memory (empty with `--no-prove`).
+    #[serde(default)]
+    pub proofs: Vec<ProofSample>,
+}
+
+/// Why a process could hold a private copy of a file.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum CandidateWhy {
+    /// It maps the file or holds it open.
+    Holder,
+    /// Its command line names the file.
+    Named,
+    /// It has read() at least as many bytes as the file has (`rchar`).
+    Read,
+    /// Its `rchar` could not be read, so a read() copy cannot be ruled out.
+    Unknown,
+}
+
+/// A process whose private anonymous memory is large enough to hold a copy of a file.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct CandidateSample {
+    pub pid: i32,
+    pub file: FileKey,
+    pub why: CandidateWhy,
+    /// `RssAnon` less the copy-on-write pages of files of interest it maps.
+    pub private_anon_bytes: u64,
+}
+
+/// What a byte-level search of one process found of one file.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct ProofSample {
+    pub pid: i32,
+    pub file: FileKey,
+    /// Why the process was not (fully) searched; `None` when it was.
+    pub unsearched: Option<String>,
+    /// File bytes found copied in private memory (heap, anonymous mappings), identical.
+    pub identical_file_bytes: u64,
+    /// File bytes found widened (F16/BF16 → F32) in private memory.
+    pub widened_file_bytes: u64,
+    /// Memory those copies occupy.
+    pub copy_memory_bytes: u64,
+    /// Copies (tensor runs) found.
+    pub copies: u64,
+    /// File bytes found inside the process's own private mapping of this file: its
+    /// copy-on-write pages (counted as CoW, never as another copy).
+    pub cow_file_bytes: u64,
+    /// Fraction of the file's bytes the search could look for (tensors of at least
+    /// 4 KiB with some information in them).
+    pub searchable_fraction: f64,
+    /// Pages between samples (1: every present page).
+    pub stride_pages: u64,
+    pub sampled_bytes: u64,
 }
 
 pub mod trace;

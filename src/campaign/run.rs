@@ -34,7 +34,7 @@ pub struct RunSummary {
     pub oom_kills: Option<u64>,
     /// With `--model` and `--timeout`: the suspected copies of the model in the sandbox's
     /// processes when the timeout struck, each proven or disproven byte by byte.
-    pub copies: Option<Vec<crate::model::SuspectedCopy>>,
+    pub copies: Option<CopiesAtTimeout>,
     pub model: Option<ModelRatios>,
     pub samples: usize,
     /// CPU seconds the sampler thread used (getrusage), and as a share of one core.
@@ -122,20 +122,30 @@ pub struct RunRequest {
     pub timeout: Option<Duration>,
 }
 
-/// Scans the sandbox's processes for the model and proves their suspected copies.
-fn copies_in(
-    sandbox: &Sandbox,
-    model: &std::path::Path,
-) -> Option<Vec<crate::model::SuspectedCopy>> {
+/// The model's copies in the sandbox at the timeout: proven ones, suspected ones (not
+/// searched), and the count of the whole machine for the model.
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct CopiesAtTimeout {
+    pub proven: Vec<crate::model::ProvenCopy>,
+    pub suspected: Vec<crate::model::SuspectedCopy>,
+    pub representations: crate::model::Representations,
+}
+
+/// Scans the sandbox's processes for the model and proves their copies.
+fn copies_in(sandbox: &Sandbox, model: &std::path::Path) -> Option<CopiesAtTimeout> {
     let req = crate::collect::gather::Request {
         paths: vec![model.to_path_buf()],
         cgroup: Some(sandbox.dir.clone()),
         ..Default::default()
     };
-    let report = crate::cmd::scan::report(&req, true, None).ok()?;
+    let report = crate::cmd::scan::report(&req, Some(Default::default()), None).ok()?;
     let shown = std::path::absolute(model).ok()?.display().to_string();
     let file = report.files.into_iter().find(|f| f.path == shown)?;
-    Some(file.suspected_copies)
+    Some(CopiesAtTimeout {
+        proven: file.proven_copies,
+        suspected: file.suspected_copies,
+        representations: file.representations,
+    })
 }
 
 /// Runs the command in a fresh sandbox; returns the summary and the samples.

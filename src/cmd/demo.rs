@@ -92,7 +92,7 @@ pub fn run(args: &DemoArgs, out: &mut dyn Write) -> anyhow::Result<()> {
     };
     // The readers are our children: ptrace rights hold even under Yama's ptrace_scope 1,
     // so the suspected copy is proven byte by byte.
-    let report = super::scan::report(&req, true, None)?;
+    let report = super::scan::report(&req, Some(Default::default()), None)?;
     if args.output.json {
         render::json(out, &report)?;
     } else {
@@ -130,9 +130,9 @@ fn diagnosis(report: &model::Report, copy: i32, map: i32) -> String {
         }
     }
     if let Some(f) = report.files.first() {
-        if let Some(t) = f.representations.total_estimate {
+        if let Some(t) = f.representations.proven {
             s.push_str(&format!(
-                "  the model is in memory about {t:.1} times; mapping it in both readers would make it 1.0\n"
+                "  the model is in memory {t:.2} times (proven); mapping it in both readers would make it 1.00\n"
             ));
         }
     }

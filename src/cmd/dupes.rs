@@ -116,45 +116,6 @@ fn search_process(
     Ok(out)
 }
 
-/// Runs the search for every suspected copy of a scan report (`scan --prove`).
-pub fn prove(
-    report: &crate::model::Report,
-    roots: &Roots,
-    warnings: &mut Vec<String>,
-) -> Vec<crate::model::Proof> {
-    let mut proofs = Vec::new();
-    for f in &report.files {
-        if f.suspected_copies.is_empty() {
-            continue;
-        }
-        for s in &f.suspected_copies {
-            let open_path = roots
-                .proc
-                .join(s.pid.to_string())
-                .join("root")
-                .join(f.path.trim_start_matches('/'));
-            let result = prepare(&f.path, &open_path, true)
-                .and_then(|p| search_process(roots, s.pid, &[&p], 16));
-            let fraction = match result {
-                Ok(found) => found.first().map(|d| d.private_copies),
-                Err(e) => {
-                    warnings.push(format!(
-                        "cannot prove the copy of pid {} of '{}': {e:#}",
-                        s.pid, f.path
-                    ));
-                    None
-                }
-            };
-            proofs.push(crate::model::Proof {
-                pid: s.pid,
-                path: f.path.clone(),
-                fraction,
-            });
-        }
-    }
-    proofs
-}
-
 pub fn report(args: &DupesArgs, roots: &Roots) -> anyhow::Result<DupesReport> {
     let procs = ProcReader::new(&roots.proc);
     for pid in &args.pids {

@@ -96,23 +96,26 @@ fn human(s: &RunSummary) -> String {
             .unwrap_or_else(|| "n/a".into()),
         s.samples
     ));
-    if let Some(copies) = &s.copies {
-        if copies.is_empty() {
-            out.push_str("  copies of the model at the timeout: none suspected\n");
+    if let Some(c) = &s.copies {
+        if c.proven.is_empty() && c.suspected.is_empty() {
+            out.push_str("  copies of the model at the timeout: none (every candidate searched)\n");
         }
-        for c in copies {
-            let verdict = match (c.proven, c.proven_fraction) {
-                (Some(true), Some(f)) => {
-                    format!("proven private copy ({:.0}% of the file)", f * 100.0)
-                }
-                (Some(false), _) => "suspected, but not found byte by byte".to_string(),
-                _ => "suspected (not proven: no ptrace rights?)".to_string(),
-            };
+        for p in &c.proven {
             out.push_str(&format!(
-                "  copy of the model at the timeout: pid {} ({}), RssAnon {}: {verdict}\n",
-                c.pid,
-                c.comm,
-                iec(c.anon_bytes)
+                "  copy of the model at the timeout: pid {} ({}): proven private copy ({:.0}% of the file, {} in memory)\n",
+                p.pid,
+                p.comm,
+                p.fraction * 100.0,
+                iec(p.memory_bytes)
+            ));
+        }
+        for x in &c.suspected {
+            out.push_str(&format!(
+                "  copy of the model at the timeout: pid {} ({}), private anon {}: suspected, not proven ({})\n",
+                x.pid,
+                x.comm,
+                iec(x.anon_bytes),
+                x.unsearched
             ));
         }
     }

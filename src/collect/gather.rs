@@ -18,7 +18,7 @@ use super::process::{FdTarget, ProcReader, StatusRead};
 use super::residency::{self, Method};
 use super::{has_model_extension, system, Roots};
 use crate::sample::{
-    CgroupRef, FileKey, FileSample, MappingSample, OpenFileSample, ProcessSample, Sample,
+    CandidateSample, CandidateWhy, CgroupRef, FileKey, FileSample, MappingSample, OpenFileSample, ProcessSample, Sample,
     Unreadable,
 };
 
@@ -36,6 +36,12 @@ pub struct Request {
     /// Report every process, not only the holders of files of interest.
     pub all_processes: bool,
     pub residency: Method,
+    /// Also look for copies of the model files in the well-known stores
+    /// ([`super::stores`]); `scan` without paths does.
+    pub stores: bool,
+    /// Find the processes whose private memory could hold a copy of a file of interest
+    /// (copy holders that closed the file), for the proof.
+    pub candidates: bool,
 }
 
 impl Default for Request {
@@ -47,6 +53,8 @@ impl Default for Request {
             min_size: 64 << 20,
             all_processes: false,
             residency: Method::Auto,
+            stores: false,
+            candidates: true,
         }
     }
 }
@@ -58,6 +66,7 @@ struct Interest {
     open_path: PathBuf,
     size_bytes: Option<u64>,
     explicit: bool,
+    store: bool,
 }
 
 struct Gatherer<'a> {
@@ -65,6 +74,8 @@ struct Gatherer<'a> {
     req: &'a Request,
     /// Decided files: `Some` = of interest, `None` = looked at and not of interest.
     decided: HashMap<FileKey, Option<Interest>>,
+    /// (pid, file) pairs where the file is named on the process's command line.
+    named: HashSet<(i32, FileKey)>,
     warnings: &'a mut Vec<String>,
 }
 
@@ -79,9 +90,13 @@ pub fn gather(roots: &Roots, req: &Request, warnings: &mut Vec<String>) -> anyho
         procs: ProcReader::new(&roots.proc),
         req,
         decided: HashMap::new(),
+        named: HashSet::new(),
         warnings,
     };
     g.add_explicit_paths()?;
+    if req.stores {
+        g.add_store_files();
+    }
 
     let cgroups = CgroupReader::new(&roots.cgroup);
     let only_cgroup = match &req.cgroup {
@@ -111,17 +126,27 @@ pub fn gather(roots: &Roots, req: &Request, warnings: &mut Vec<String>) -> anyho
     // Phase 2: which files are of interest (a stat per new file, cached), which
     // processes to keep.
     let mut kept = Vec::new();
+    let mut others = Vec::new();
     for (pid, basic) in pids.iter().zip(basics) {
         match basic {
-            Ok(Some(b)) => {
-                if let Some(k) = g.keep(*pid, b) {
-                    kept.push(k);
-                }
-            }
+            Ok(Some(b)) => match g.keep(*pid, b) {
+                Ok(k) => kept.push(k),
+                Err(Some(other)) => others.push(other),
+                Err(None) => {}
+            },
             Ok(None) => {}
             Err(e) if e.is_gone() => sample.skipped.gone += 1,
             Err(e) if e.is_denied() => sample.skipped.denied += 1,
             Err(e) => g.warnings.push(format!("{:#}", anyhow::Error::from(e))),
+        }
+    }
+    // Processes holding nothing that could still hold a copy (read, then closed).
+    if req.candidates {
+        let sizes = g.interest_sizes();
+        for p in others {
+            if could_hold_any(&procs, &p, &sizes, &g.named) {
+                kept.push((p, HashSet::new()));
+            }
         }
     }
     // Phase 3, in parallel: smaps (or smaps_rollup), cmdline and cgroup of the kept ones.
@@ -146,7 +171,16 @@ pub fn gather(roots: &Roots, req: &Request, warnings: &mut Vec<String>) -> anyho
         ));
     }
 
-    sample.files = g.files();
+    let sizes = g.interest_sizes();
+    if req.candidates {
+        for p in &mut sample.processes {
+            if p.rchar_bytes.is_none() && !p.kernel_thread {
+                p.rchar_bytes = procs.rchar(p.pid).ok().flatten();
+            }
+        }
+        sample.candidates = candidates(&sample.processes, &sizes, &g.named);
+    }
+    sample.files = g.files(&sample);
     sample.cgroups = read_cgroups(&cgroups, &sample.processes, only_cgroup, g.warnings);
     Ok(sample)
 }
@@ -156,6 +190,7 @@ struct Basic {
     status: StatusRead,
     maps: Vec<MappingSample>,
     fds: Vec<FdTarget>,
+    cmdline: Vec<String>,
     denied: bool,
 }
 
@@ -179,11 +214,13 @@ fn read_basic(procs: &ProcReader, pid: i32, only: Option<&CgroupRef>) -> CResult
         status,
         maps: Vec::new(),
         fds: Vec::new(),
+        cmdline: Vec::new(),
         denied: false,
     };
     if b.status.kernel_thread {
         return Ok(Some(b));
     }
+    b.cmdline = procs.cmdline(pid).unwrap_or_default();
     match procs.maps(pid) {
         Ok(m) => b.maps = m,
         Err(e) if e.is_denied() => b.denied = true,
@@ -222,7 +259,9 @@ fn read_detail(
         Err(e) if e.is_denied() => denied = true,
         Err(e) => return Err(e),
     }
-    p.cmdline = procs.cmdline(pid).unwrap_or_default();
+    if p.cmdline.is_empty() {
+        p.cmdline = procs.cmdline(pid).unwrap_or_default();
+    }
     p.cgroup = procs.cgroup(pid).ok().flatten();
     if denied {
         p.unreadable = Some(Unreadable::Denied);
@@ -320,6 +359,7 @@ impl Gatherer<'_> {
                 open_path: abs,
                 size_bytes: Some(meta.len()),
                 explicit: true,
+                store: false,
             }),
         );
     }
@@ -348,13 +388,20 @@ impl Gatherer<'_> {
             open_path,
             size_bytes: size,
             explicit: false,
+            store: false,
         });
         self.decided.insert(key, value);
         interesting
     }
 
-    /// Decides the files of interest of one process; `None` if it is not to be reported.
-    fn keep(&mut self, pid: i32, b: Basic) -> Option<(ProcessSample, HashSet<FileKey>)> {
+    /// Decides the files of interest of one process: `Ok` to report it, `Err(Some)` for a
+    /// process that holds nothing (it may still hold a copy), `Err(None)` to drop it.
+    #[allow(clippy::result_large_err)]
+    fn keep(
+        &mut self,
+        pid: i32,
+        b: Basic,
+    ) -> std::result::Result<(ProcessSample, HashSet<FileKey>), Option<ProcessSample>> {
         let asked = self.req.pids.contains(&pid);
         let mut p = ProcessSample {
             pid,
@@ -362,10 +409,15 @@ impl Gatherer<'_> {
             kernel_thread: b.status.kernel_thread,
             status: b.status.status,
             unreadable: b.denied.then_some(Unreadable::Denied),
+            cmdline: b.cmdline,
             ..ProcessSample::default()
         };
         if p.kernel_thread {
-            return (asked || self.req.all_processes).then_some((p, HashSet::new()));
+            return if asked || self.req.all_processes {
+                Ok((p, HashSet::new()))
+            } else {
+                Err(None)
+            };
         }
         let mut wanted = HashSet::new();
         let code: HashSet<FileKey> = b
@@ -394,25 +446,197 @@ impl Gatherer<'_> {
                 });
             }
         }
+        if self.req.candidates {
+            self.named_files(&p);
+        }
         let holds = !wanted.is_empty() || !p.open_files.is_empty();
-        (holds || asked || self.req.all_processes).then_some((p, wanted))
+        if holds || asked || self.req.all_processes {
+            Ok((p, wanted))
+        } else {
+            Err(Some(p))
+        }
     }
 
-    /// Files of interest with their residency, largest first.
-    fn files(&mut self) -> Vec<FileSample> {
+    /// Model files named on the command line (`llama-server -m /models/x.gguf`,
+    /// `--model=x.onnx`): existing regular files with a model extension become files of
+    /// interest, and the process a candidate copy holder of them.
+    fn named_files(&mut self, p: &ProcessSample) {
+        let args: Vec<&str> = p
+            .cmdline
+            .iter()
+            .skip(1)
+            .map(|a| a.rsplit_once('=').map_or(a.as_str(), |(_, v)| v))
+            .filter(|a| has_model_extension(a))
+            .collect();
+        if args.is_empty() {
+            return;
+        }
+        let root = self.procs.root().join(p.pid.to_string()).join("root");
+        let cwd = self.procs.cwd(p.pid);
+        for a in args {
+            let shown = if a.starts_with('/') {
+                PathBuf::from(a)
+            } else if let Some(cwd) = &cwd {
+                cwd.join(a)
+            } else {
+                continue;
+            };
+            let open_path = root.join(shown.to_string_lossy().trim_start_matches('/'));
+            let Ok(meta) = std::fs::metadata(&open_path) else {
+                continue;
+            };
+            if !meta.is_file() {
+                continue;
+            }
+            let key = FileKey::from_dev(meta.dev(), meta.ino());
+            self.decided.entry(key).or_insert_with(|| {
+                Some(Interest {
+                    shown: shown.display().to_string(),
+                    open_path,
+                    size_bytes: Some(meta.len()),
+                    explicit: false,
+                    store: false,
+                })
+            });
+            if self.decided.get(&key).is_some_and(|d| d.is_some()) {
+                self.named.insert((p.pid, key));
+            }
+        }
+    }
+
+    /// Model files of the well-known stores (see [`super::stores`]).
+    fn add_store_files(&mut self) {
+        let dirs = super::stores::dirs(|k| std::env::var_os(k));
+        for (path, key, size) in super::stores::model_files(&dirs) {
+            self.decided.entry(key).or_insert_with(|| {
+                Some(Interest {
+                    shown: path.display().to_string(),
+                    open_path: path,
+                    size_bytes: Some(size),
+                    explicit: false,
+                    store: true,
+                })
+            });
+        }
+    }
+
+    /// Sizes of the files of interest known so far.
+    fn interest_sizes(&self) -> Vec<(FileKey, u64)> {
+        let mut v: Vec<(FileKey, u64)> = self
+            .decided
+            .iter()
+            .filter_map(|(k, i)| Some((*k, i.as_ref()?.size_bytes?)))
+            .filter(|(_, s)| *s > 0)
+            .collect();
+        v.sort();
+        v
+    }
+
+    /// Files of interest with their residency, largest first. Store files are kept only
+    /// when a process holds them or could hold a copy of them.
+    fn files(&mut self, sample: &Sample) -> Vec<FileSample> {
         let mut by_key: BTreeMap<FileKey, Interest> = BTreeMap::new();
         for (k, v) in self.decided.drain() {
             if let Some(i) = v {
                 by_key.insert(k, i);
             }
         }
+        let referenced = |k: &FileKey| {
+            sample.candidates.iter().any(|c| c.file == *k)
+                || sample.processes.iter().any(|p| {
+                    p.mappings.iter().any(|m| m.key() == *k)
+                        || p.open_files.iter().any(|o| o.key == *k)
+                })
+        };
         let mut out: Vec<FileSample> = by_key
             .into_iter()
+            .filter(|(k, i)| !i.store || referenced(k))
             .map(|(key, i)| file_sample(key, i, self.req.residency))
             .collect();
         out.sort_by(|a, b| b.size_bytes.cmp(&a.size_bytes).then(a.path.cmp(&b.path)));
         out
     }
+}
+
+/// A private copy is looked for only where it could be most of the file: private
+/// anonymous memory at least this fraction of the file's size.
+pub const COPY_FRACTION: f64 = 0.8;
+
+fn big_enough(anon: u64, size: u64) -> bool {
+    anon as f64 >= COPY_FRACTION * size as f64
+}
+
+/// Before the detail phase: could a process that holds nothing hold a copy of one of the
+/// files (by its `RssAnon`, its command line, and `rchar`)? Reads `rchar` when needed.
+fn could_hold_any(
+    procs: &ProcReader,
+    p: &ProcessSample,
+    sizes: &[(FileKey, u64)],
+    named: &HashSet<(i32, FileKey)>,
+) -> bool {
+    let Some(anon) = p.status.rss_anon_bytes else {
+        return false;
+    };
+    if p.pid == std::process::id() as i32 || !sizes.iter().any(|(_, s)| big_enough(anon, *s)) {
+        return false;
+    }
+    if sizes
+        .iter()
+        .any(|(k, s)| named.contains(&(p.pid, *k)) && big_enough(anon, *s))
+    {
+        return true;
+    }
+    match procs.rchar(p.pid) {
+        Ok(Some(r)) => sizes
+            .iter()
+            .any(|(_, s)| big_enough(anon, *s) && big_enough(r, *s)),
+        _ => true,
+    }
+}
+
+/// The candidate copy holders of each file: private anonymous memory (`RssAnon` less the
+/// CoW pages of mapped files of interest) of at least [`COPY_FRACTION`] of the file, and a
+/// way to have made the copy: it maps or holds the file, names it on its command line,
+/// read() enough bytes (`rchar`), or its `rchar` is unknown.
+pub fn candidates(
+    processes: &[ProcessSample],
+    sizes: &[(FileKey, u64)],
+    named: &HashSet<(i32, FileKey)>,
+) -> Vec<CandidateSample> {
+    let me = std::process::id() as i32;
+    let mut out = Vec::new();
+    for p in processes.iter().filter(|p| !p.kernel_thread && p.pid != me) {
+        let Some(anon) = p.status.rss_anon_bytes else {
+            continue;
+        };
+        let cow: u64 = p.mappings.iter().filter_map(|m| m.anonymous_bytes).sum();
+        let private = anon.saturating_sub(cow);
+        for &(key, size) in sizes {
+            if !big_enough(private, size) {
+                continue;
+            }
+            let holder = p.mappings.iter().any(|m| m.key() == key)
+                || p.open_files.iter().any(|o| o.key == key);
+            let why = if holder {
+                CandidateWhy::Holder
+            } else if named.contains(&(p.pid, key)) {
+                CandidateWhy::Named
+            } else {
+                match p.rchar_bytes {
+                    Some(r) if big_enough(r, size) => CandidateWhy::Read,
+                    Some(_) => continue,
+                    None => CandidateWhy::Unknown,
+                }
+            };
+            out.push(CandidateSample {
+                pid: p.pid,
+                file: key,
+                why,
+                private_anon_bytes: private,
+            });
+        }
+    }
+    out
 }
 
 fn file_sample(key: FileKey, i: Interest, method: Method) -> FileSample {
@@ -423,6 +647,7 @@ fn file_sample(key: FileKey, i: Interest, method: Method) -> FileSample {
         residency: None,
         residency_error: None,
         explicit: i.explicit,
+        store: i.store,
     };
     match residency::open(&i.open_path) {
         Ok((file, size)) => {

@@ -45,6 +45,8 @@ pub struct Region {
     pub end: u64,
     pub kind: RegionKind,
     pub label: String,
+    /// The file mapped there (private file mappings only).
+    pub key: Option<crate::sample::FileKey>,
 }
 
 /// Read-only access to one process's memory.
@@ -129,6 +131,7 @@ impl Target {
                 } else {
                     m.path.clone()
                 },
+                key: (kind == RegionKind::PrivateFile).then(|| m.key()),
             });
         }
         Ok(out)

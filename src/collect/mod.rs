@@ -12,6 +12,7 @@ pub mod memory;
 pub mod names;
 pub mod process;
 pub mod residency;
+pub mod stores;
 pub mod system;
 
 use std::path::PathBuf;

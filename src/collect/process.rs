@@ -111,6 +111,22 @@ impl ProcReader {
             .collect())
     }
 
+    /// `/proc/PID/io` `rchar`: bytes read with read(2) and the like over the process's
+    /// life. Needs ptrace read access (same user, or root).
+    pub fn rchar(&self, pid: i32) -> Result<Option<u64>> {
+        let path = self.file(pid, "io");
+        let text = kv::read_to_string(&path)?;
+        Ok(text
+            .lines()
+            .find_map(|l| l.strip_prefix("rchar:"))
+            .and_then(|v| v.trim().parse().ok()))
+    }
+
+    /// The current directory of the process, for relative paths on its command line.
+    pub fn cwd(&self, pid: i32) -> Option<PathBuf> {
+        std::fs::read_link(self.file(pid, "cwd")).ok()
+    }
+
     /// The memory cgroup: the v1 `memory` hierarchy line if present, else the v2 `0::` line.
     pub fn cgroup(&self, pid: i32) -> Result<Option<CgroupRef>> {
         let path = self.file(pid, "cgroup");

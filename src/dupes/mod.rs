@@ -6,3 +6,7 @@
 
 pub mod index;
 pub mod search;
+pub mod filebytes;
+pub mod grid;
+pub mod prove;
+pub mod sweep;

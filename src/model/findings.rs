@@ -2,7 +2,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use super::{CgroupModel, FileModel, MapKind};
+use super::{CgroupModel, CopyHow, FileModel, MapKind};
 use crate::units::{iec, iec_opt};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
@@ -64,45 +64,48 @@ pub fn evaluate(files: &[FileModel], cgroups: &[CgroupModel]) -> Vec<Finding> {
 fn file_findings(f: &FileModel, out: &mut Vec<Finding>) {
     let n = name(&f.path);
     let size = iec_opt(f.size_bytes);
-    for s in &f.suspected_copies {
-        let how = if s.mapped {
-            "maps it and also"
-        } else {
-            "holds it open without mapping it and"
+    for c in &f.proven_copies {
+        let (how, remedy) = match c.how {
+            CopyHow::Read => (
+                "copied with read()",
+                "load it with mmap (llama.cpp default mmap, np.load(mmap_mode='r'), safetensors safe_open, torch.load(mmap=True)) to share the page cache instead of copying it",
+            ),
+            CopyHow::CopiedFromMapping => (
+                "copied out of its mapping of the file",
+                "use the mapped tensors in place instead of copying them (no .clone()/.copy() or dtype conversion of weights at load)",
+            ),
+            CopyHow::Copied => (
+                "copied",
+                "load it with mmap to share the page cache instead of copying it",
+            ),
         };
-        let remedy = Some("load it with mmap (llama.cpp default mmap, np.load(mmap_mode='r'), safetensors safe_open) to share the page cache instead of copying it");
-        match (s.proven, s.proven_fraction) {
-            (Some(true), Some(fr)) => out.push(finding(
-                Severity::Warning,
-                "proven-private-copy",
-                &f.path,
-                format!(
-                    "pid {} ({}) holds a proven private copy of '{n}': {:.0}% of the file found byte by byte in its memory",
-                    s.pid, s.comm, fr * 100.0
-                ),
-                remedy,
-            )),
-            (Some(false), _) => out.push(finding(
-                Severity::Notice,
-                "suspected-copy-disproven",
-                &f.path,
-                format!(
-                    "pid {} ({}) has RssAnon {} ≈ file size of '{n}', but no tensor of it was found in its memory: the anonymous memory is something else",
-                    s.pid, s.comm, iec(s.anon_bytes)
-                ),
-                None,
-            )),
-            _ => out.push(finding(
-                Severity::Warning,
-                "suspected-private-copy",
-                &f.path,
-                format!(
-                    "pid {} ({}) {how} has RssAnon {} ≈ file size {size} of '{n}': likely a private copy",
-                    s.pid, s.comm, iec(s.anon_bytes)
-                ),
-                remedy,
-            )),
-        }
+        let widened = if c.widened_bytes > 0 {
+            format!(" ({} of it widened to F32)", iec(c.widened_bytes))
+        } else {
+            String::new()
+        };
+        out.push(finding(
+            Severity::Warning,
+            "proven-private-copy",
+            &f.path,
+            format!(
+                "pid {} ({}) holds a private copy of '{n}' {how}: {:.0}% of the file found byte by byte in its private memory{widened}",
+                c.pid, c.comm, c.fraction * 100.0
+            ),
+            Some(remedy),
+        ));
+    }
+    for s in &f.suspected_copies {
+        out.push(finding(
+            Severity::Notice,
+            "suspected-private-copy",
+            &f.path,
+            format!(
+                "pid {} ({}) could hold a copy of '{n}' (private memory {}, {size} file) but was not searched: {}",
+                s.pid, s.comm, iec(s.anon_bytes), s.unsearched
+            ),
+            Some("run as root (or with CAP_SYS_PTRACE) and without --no-prove, or raise --prove-budget, to prove or rule it out"),
+        ));
     }
     for m in &f.mappers {
         let cow = m.cow_anon_bytes.unwrap_or(0);
@@ -112,7 +115,7 @@ fn file_findings(f: &FileModel, out: &mut Vec<Finding>) {
                 "cow-in-private-mapping",
                 &f.path,
                 format!(
-                    "'{n}' is mapped MAP_PRIVATE writable by pid {} ({}) and {} of it is copy-on-write anonymous",
+                    "'{n}' is mapped MAP_PRIVATE writable by pid {} ({}), then written in place: {} of it are copy-on-write private pages, a second copy of those bytes",
                     m.pid, m.comm, iec(cow)
                 ),
                 Some("map it read-only, or do not write tensors in place: each written page becomes a private copy"),
@@ -177,44 +180,45 @@ fn file_findings(f: &FileModel, out: &mut Vec<Finding>) {
         )),
         _ => {}
     }
-    if let Some(total) = f.representations.total_estimate {
+    let r = &f.representations;
+    if let Some(total) = r.proven {
         if total >= 1.8 {
-            let pc = f.representations.page_cache.unwrap_or(0.0);
-            let mut parts = vec![format!("page cache {:.0}%", pc * 100.0)];
-            if f.representations.cow_anon > 0.0 {
-                parts.push(format!("CoW {:.0}%", f.representations.cow_anon * 100.0));
+            let mut parts = vec![format!("page cache {:.0}%", r.page_cache.unwrap_or(0.0) * 100.0)];
+            if let Some(cow) = r.cow.filter(|c| *c > 0.0) {
+                parts.push(format!("CoW {:.0}%", cow * 100.0));
             }
-            if f.representations.proven_copies > 0 {
+            if !f.proven_copies.is_empty() {
                 parts.push(format!(
-                    "{} proven private cop{} ({:.0}%)",
-                    f.representations.proven_copies,
-                    if f.representations.proven_copies == 1 {
-                        "y"
-                    } else {
-                        "ies"
-                    },
-                    f.representations.proven_fraction * 100.0
+                    "{} private cop{} ({:.0}%)",
+                    f.proven_copies.len(),
+                    if f.proven_copies.len() == 1 { "y" } else { "ies" },
+                    r.private_copies * 100.0
                 ));
             }
-            if f.representations.suspected_copies > 0 {
-                parts.push(format!(
-                    "{} suspected private cop{}",
-                    f.representations.suspected_copies,
-                    if f.representations.suspected_copies == 1 {
-                        "y"
-                    } else {
-                        "ies"
-                    }
-                ));
-            }
+            let at_least = if r.lower_bound { "at least " } else { "" };
             out.push(finding(
                 Severity::Warning,
                 "multiple-representations",
                 &f.path,
-                format!("'{n}' is in memory about {total:.1} times: {}", parts.join(" + ")),
+                format!(
+                    "'{n}' is in memory {at_least}{total:.2} times, proven: {}",
+                    parts.join(" + ")
+                ),
                 Some("on unified memory the GPU can read the page cache in place: the copies are waste; on a discrete GPU only the device copy is needed"),
             ));
         }
+    }
+    if r.unsearched > 0 {
+        out.push(finding(
+            Severity::Info,
+            "count-is-lower-bound",
+            &f.path,
+            format!(
+                "the count of '{n}' is a lower bound: {} of {} processes that could hold a copy were not searched",
+                r.unsearched, f.candidates.could_hold
+            ),
+            None,
+        ));
     }
 }
 

@@ -2,14 +2,13 @@
 //!
 //! Derived quantities and their definitions:
 //! - USS = `Private_Clean + Private_Dirty` (the bytes only this process maps, as `smem`).
-//! - Per file, the *representation estimate*: page-cache resident fraction, plus CoW
-//!   anonymous bytes inside private mappings of it (as a fraction of its size), plus one
-//!   per *suspected* private copy: a holder whose `RssAnon` (less the CoW bytes already
-//!   counted) is at least 80% of the file size. Anonymous memory is attributed greedily,
-//!   largest file first, so one heap is never counted as the copy of two files. Suspected
-//!   copies are sizes, not proof (a byte-level proof is the job of a later `dupes`).
+//! - Per file, the *representation count* (see [`copies`] and `docs/metrics.md`): page
+//!   cache + CoW pages of private mappings + private copies proven byte by byte (+ device
+//!   copies where known). Suspected copies are shown beside it, never summed into it;
+//!   what could not be searched makes it a lower bound.
 
 pub mod cgroup;
+pub mod copies;
 pub mod dupes;
 pub mod findings;
 pub mod inspect;
@@ -28,8 +27,8 @@ pub use findings::{Finding, Severity};
 /// Version of the JSON document; bumped on any incompatible change.
 pub const SCHEMA_VERSION: u32 = 1;
 
-/// A holder's anonymous memory at least this fraction of a file's size is a suspected copy.
-pub const SUSPECT_FRACTION: f64 = 0.8;
+/// Private memory at least this fraction of a file's size could hold a copy of it.
+pub const SUSPECT_FRACTION: f64 = crate::collect::gather::COPY_FRACTION;
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Report {
@@ -124,41 +123,95 @@ pub struct Holder {
     pub mapped: bool,
 }
 
-/// A holder whose anonymous memory is large enough to be a private copy of the file.
+/// A proven private copy of (part of) the file in one process: found byte by byte in its
+/// private anonymous memory (never in its own mapping of the file: that is CoW).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ProvenCopy {
+    pub pid: i32,
+    pub comm: String,
+    /// File bytes found identical / widened to F32, and the memory they occupy.
+    pub identical_bytes: u64,
+    pub widened_bytes: u64,
+    pub memory_bytes: u64,
+    /// Tensor runs found.
+    pub copies: u64,
+    /// (identical + widened) / file size: this copy's part of the count.
+    pub fraction: f64,
+    /// How the copy was made, as far as the kernel tells.
+    pub how: CopyHow,
+    /// The process also maps the file.
+    pub mapped: bool,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum CopyHow {
+    /// It read() at least as many bytes as it holds (`rchar`): a read() copy.
+    Read,
+    /// It maps the file and copied out of the mapping (a copy loop, `.clone()`).
+    CopiedFromMapping,
+    /// Not known (rchar unreadable, or too small for a read() copy).
+    Copied,
+}
+
+/// A process whose private memory could hold a copy that was not (fully) searched.
+/// Shown beside the count, never summed into it.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct SuspectedCopy {
     pub pid: i32,
     pub comm: String,
+    /// Its private anonymous memory (`RssAnon` less CoW pages of mapped files).
     pub anon_bytes: u64,
-    /// Anonymous bytes attributed to this file (at most its size).
+    /// Private memory attributed to this file (at most its size; one heap is never
+    /// suspected of holding two files).
     pub attributed_bytes: u64,
+    /// `attributed_bytes / size`: what the count would grow by if the copy is real.
+    pub fraction: f64,
     pub mapped: bool,
-    /// `None`: not checked (`scan` without `--prove`); `Some(false)`: `dupes` found no
-    /// byte-identical or widened copy; `Some(true)`: it did.
-    pub proven: Option<bool>,
-    /// Fraction of the file found copied byte by byte (identical + widened), when checked.
-    pub proven_fraction: Option<f64>,
+    pub why: crate::sample::CandidateWhy,
+    /// Why it was not searched (or only in part).
+    pub unsearched: String,
 }
 
+/// The candidate copy holders of a file and what became of them.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct CandidateCounts {
+    /// Processes whose private memory could hold a copy.
+    pub could_hold: usize,
+    pub searched: usize,
+    pub not_searched: usize,
+}
+
+/// How many times the file's bytes are in memory, from proven parts only.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Representations {
     /// Page-cache resident fraction; `None` if residency is unknown.
     pub page_cache: Option<f64>,
-    /// CoW anonymous bytes inside private mappings, as a fraction of the file.
-    pub cow_anon: f64,
-    /// Suspected copies not (or not yet) checked byte by byte; each counts as one.
-    pub suspected_copies: usize,
-    /// Suspected copies that `--prove` confirmed.
-    pub proven_copies: usize,
-    /// Fraction of the file those proven copies cover (identical + widened).
-    pub proven_fraction: f64,
-    /// Sum of the above; `None` if the page-cache part is unknown.
-    pub total_estimate: Option<f64>,
+    /// Copy-on-write anonymous pages inside private mappings of the file, as a fraction
+    /// of it; `None` if a mapper's smaps could not be read.
+    pub cow: Option<f64>,
+    /// Proven private copies (heap, anonymous mappings), summed over processes.
+    pub private_copies: f64,
+    /// Device copies (GPU memory); `None`: not known.
+    pub device: Option<f64>,
+    /// `page_cache + cow + private_copies (+ device)`: the count. `None` if the page
+    /// cache part is unknown.
+    pub proven: Option<f64>,
+    /// Suspected copies (unsearched candidates), summed: shown beside, never added.
+    pub suspected: f64,
+    /// Candidates not searched (no permission, gone, over budget, nothing searchable).
+    pub unsearched: usize,
+    /// The count is a lower bound: something that could hold a copy was not searched,
+    /// or a part is unknown.
+    pub lower_bound: bool,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct FileModel {
     pub path: String,
+    /// (major, minor, inode): the identity joins are made on.
+    pub key: FileKey,
+    /// `major:minor`, as people read it.
     pub device: String,
     pub inode: u64,
     pub size_bytes: Option<u64>,
@@ -174,7 +227,11 @@ pub struct FileModel {
     pub mappers: Vec<Mapper>,
     /// Processes holding it open; `mapped: false` ones read it without mapping.
     pub holders: Vec<Holder>,
+    pub proven_copies: Vec<ProvenCopy>,
     pub suspected_copies: Vec<SuspectedCopy>,
+    pub candidates: CandidateCounts,
+    /// Found only in a model store (no process maps or holds it).
+    pub store: bool,
     pub representations: Representations,
 }
 
@@ -257,6 +314,7 @@ pub fn build(sample: &Sample) -> Report {
             let resident = f.residency.as_ref().map(|r| r.cached_bytes);
             FileModel {
                 path: f.path.clone(),
+                key: f.key,
                 device: format!("{}:{}", f.key.major, f.key.minor),
                 inode: f.key.inode,
                 size_bytes: f.size_bytes,
@@ -279,25 +337,38 @@ pub fn build(sample: &Sample) -> Report {
                     .filter_map(|p| mapper(p, f.key, f.size_bytes, page))
                     .collect(),
                 holders: holders(sample, f.key),
+                proven_copies: Vec::new(),
                 suspected_copies: Vec::new(),
+                candidates: CandidateCounts::default(),
+                store: f.store,
                 representations: Representations {
                     page_cache: None,
-                    cow_anon: 0.0,
-                    suspected_copies: 0,
-                    proven_copies: 0,
-                    proven_fraction: 0.0,
-                    total_estimate: None,
+                    cow: None,
+                    private_copies: 0.0,
+                    device: None,
+                    proven: None,
+                    suspected: 0.0,
+                    unsearched: 0,
+                    lower_bound: false,
                 },
             }
         })
         .collect();
-    attribute_copies(sample, &mut files);
+    copies::attribute(sample, &mut files);
     for f in &mut files {
-        f.representations = representations(f);
+        f.representations = copies::representations(f);
     }
+    // A store file nothing holds and no process holds a copy of is not news.
+    files.retain(|f| {
+        !f.store
+            || !f.mappers.is_empty()
+            || !f.holders.is_empty()
+            || !f.proven_copies.is_empty()
+            || !f.suspected_copies.is_empty()
+    });
     files.sort_by(|a, b| {
-        let ta = a.representations.total_estimate.unwrap_or(0.0);
-        let tb = b.representations.total_estimate.unwrap_or(0.0);
+        let ta = a.representations.proven.unwrap_or(0.0);
+        let tb = b.representations.proven.unwrap_or(0.0);
         tb.total_cmp(&ta)
             .then(b.size_bytes.cmp(&a.size_bytes))
             .then(a.path.cmp(&b.path))
@@ -307,6 +378,7 @@ pub fn build(sample: &Sample) -> Report {
     for f in &files {
         let mut pids: Vec<i32> = f.mappers.iter().map(|m| m.pid).collect();
         pids.extend(f.holders.iter().map(|h| h.pid));
+        pids.extend(f.proven_copies.iter().map(|c| c.pid));
         pids.sort_unstable();
         pids.dedup();
         for pid in pids {
@@ -367,98 +439,6 @@ fn holders(sample: &Sample, key: FileKey) -> Vec<Holder> {
             })
         })
         .collect()
-}
-
-/// Attributes each process's anonymous memory to the files it holds, largest first.
-fn attribute_copies(sample: &Sample, files: &mut [FileModel]) {
-    let mut order: Vec<usize> = (0..files.len()).collect();
-    order.sort_by(|a, b| files[*b].size_bytes.cmp(&files[*a].size_bytes));
-    for p in &sample.processes {
-        let Some(anon) = p.status.rss_anon_bytes else {
-            continue;
-        };
-        let cow: u64 = p.mappings.iter().filter_map(|m| m.anonymous_bytes).sum();
-        let mut left = anon.saturating_sub(cow);
-        for &i in &order {
-            let f = &mut files[i];
-            let mapped = f.mappers.iter().any(|m| m.pid == p.pid);
-            let held = mapped || f.holders.iter().any(|h| h.pid == p.pid);
-            let size = f.size_bytes.unwrap_or(0);
-            if !held || size == 0 {
-                continue;
-            }
-            if left as f64 >= SUSPECT_FRACTION * size as f64 {
-                let attributed = left.min(size);
-                left -= attributed;
-                f.suspected_copies.push(SuspectedCopy {
-                    pid: p.pid,
-                    comm: p.comm.clone(),
-                    anon_bytes: anon,
-                    attributed_bytes: attributed,
-                    mapped,
-                    proven: None,
-                    proven_fraction: None,
-                });
-            }
-        }
-    }
-}
-
-fn representations(f: &FileModel) -> Representations {
-    let cow: u64 = f.mappers.iter().filter_map(|m| m.cow_anon_bytes).sum();
-    let cow_anon = fraction(cow, f.size_bytes.unwrap_or(0));
-    let unchecked = f
-        .suspected_copies
-        .iter()
-        .filter(|s| s.proven.is_none())
-        .count();
-    let proven: f64 = f
-        .suspected_copies
-        .iter()
-        .filter_map(|s| s.proven_fraction)
-        .fold(0.0, |a, b| a + b);
-    let n_proven = f
-        .suspected_copies
-        .iter()
-        .filter(|s| s.proven == Some(true))
-        .count();
-    Representations {
-        page_cache: f.resident_fraction,
-        cow_anon,
-        suspected_copies: unchecked,
-        proven_copies: n_proven,
-        proven_fraction: proven,
-        total_estimate: f
-            .resident_fraction
-            .map(|pc| pc + cow_anon + unchecked as f64 + proven),
-    }
-}
-
-/// The outcome of `dupes` for one (process, file): fraction of the file found copied.
-#[derive(Debug, Clone, PartialEq)]
-pub struct Proof {
-    pub pid: i32,
-    pub path: String,
-    /// `None` when the process could not be searched.
-    pub fraction: Option<f64>,
-}
-
-/// Folds byte-level proofs into a report: suspected copies become proven or disproven,
-/// and representations and findings are recomputed.
-pub fn apply_proofs(report: &mut Report, proofs: &[Proof]) {
-    for f in &mut report.files {
-        for s in &mut f.suspected_copies {
-            let Some(p) = proofs.iter().find(|p| p.pid == s.pid && p.path == f.path) else {
-                continue;
-            };
-            if let Some(fr) = p.fraction {
-                s.proven = Some(fr > 0.0);
-                s.proven_fraction = Some(fr);
-            }
-        }
-        f.representations = representations(f);
-    }
-    report.findings = findings::evaluate(&report.files, &report.cgroups);
 }
 
 /// Adds the traced counters of `scan --trace` and their findings to a report.

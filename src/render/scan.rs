@@ -3,7 +3,7 @@
 use std::fmt::Write as _;
 
 use super::table::{Align, Table};
-use crate::model::{FileModel, MapKind, Report, Severity, SuspectedCopy};
+use crate::model::{CopyHow, FileModel, MapKind, Report, Severity};
 use crate::units::{iec, iec_opt};
 
 fn pct(f: Option<f64>) -> String {
@@ -21,22 +21,62 @@ fn short(s: &str, max: usize) -> String {
     out
 }
 
-/// The note for a holder that may hold a copy.
-fn copy_note(s: &SuspectedCopy, mapped: bool) -> String {
-    let plus = if mapped { "+ " } else { "" };
-    match (s.proven, s.proven_fraction) {
-        (Some(true), Some(fr)) => {
-            format!("{plus}proven private copy ({:.0}% of the file)", fr * 100.0)
-        }
-        (Some(false), _) => format!(
-            "{plus}no copy found byte by byte (RssAnon {})",
-            iec(s.anon_bytes)
-        ),
-        _ => format!(
-            "{plus}suspected private copy (RssAnon {})",
-            iec(s.anon_bytes)
-        ),
+fn how(h: CopyHow) -> &'static str {
+    match h {
+        CopyHow::Read => "read()",
+        CopyHow::CopiedFromMapping => "copied from its mapping",
+        CopyHow::Copied => "copied",
     }
+}
+
+/// The note for a process that holds, or may hold, a copy.
+fn copy_note(f: &FileModel, pid: i32, plus: bool) -> String {
+    let plus = if plus { "+ " } else { "" };
+    if let Some(c) = f.proven_copies.iter().find(|c| c.pid == pid) {
+        return format!(
+            "{plus}private copy, {:.0}% of the file ({}, proven)",
+            c.fraction * 100.0,
+            how(c.how)
+        );
+    }
+    if let Some(s) = f.suspected_copies.iter().find(|s| s.pid == pid) {
+        return format!(
+            "{plus}suspected copy: private anon {}, not searched",
+            iec(s.anon_bytes)
+        );
+    }
+    String::new()
+}
+
+/// "2.00 times" or "≥ 1.00 times", with the parts and what is only suspected.
+pub fn count_line(f: &FileModel) -> String {
+    let r = &f.representations;
+    let Some(proven) = r.proven else {
+        return "in memory: unknown times (page-cache residency unknown)".to_string();
+    };
+    let ge = if r.lower_bound { "≥ " } else { "" };
+    let opt = |v: Option<f64>| v.map(|v| format!("{v:.2}")).unwrap_or_else(|| "n/a".into());
+    let mut s = format!(
+        "in memory {ge}{proven:.2} times: page cache {} + CoW {} + private copies {:.2}",
+        opt(r.page_cache),
+        opt(r.cow),
+        r.private_copies
+    );
+    if let Some(d) = r.device {
+        let _ = write!(s, " + device {d:.2}");
+    }
+    if !f.suspected_copies.is_empty() {
+        let pids: Vec<String> = f.suspected_copies.iter().map(|c| c.pid.to_string()).collect();
+        let _ = write!(
+            s,
+            "; up to {:.2} if the suspected cop{} in pid {} {} real",
+            proven + r.suspected,
+            if pids.len() == 1 { "y" } else { "ies" },
+            pids.join(", "),
+            if pids.len() == 1 { "is" } else { "are" }
+        );
+    }
+    s
 }
 
 fn kind(k: MapKind) -> &'static str {
@@ -48,15 +88,10 @@ fn kind(k: MapKind) -> &'static str {
 }
 
 fn file_section(f: &FileModel, out: &mut String) {
-    let r = &f.representations;
-    let reps = match r.total_estimate {
-        Some(t) => format!("≈ {t:.2}"),
-        None => "unknown (residency unknown)".to_string(),
-    };
     let _ = writeln!(out, "  {}", f.path);
     let _ = writeln!(
         out,
-        "    size {}  resident {} ({}{})  in memory {} times: page cache {} + CoW {:.2} + {} suspected cop{}{}",
+        "    size {}  resident {} ({}{})",
         iec_opt(f.size_bytes),
         iec_opt(f.resident_bytes),
         pct(f.resident_fraction),
@@ -64,17 +99,19 @@ fn file_section(f: &FileModel, out: &mut String) {
             .as_ref()
             .map(|s| format!(", {s}"))
             .unwrap_or_default(),
-        reps,
-        r.page_cache.map(|v| format!("{v:.2}")).unwrap_or_else(|| "n/a".into()),
-        r.cow_anon,
-        r.suspected_copies,
-        if r.suspected_copies == 1 { "y" } else { "ies" },
-        if r.proven_copies > 0 {
-            format!(" + proven copies {:.2}", r.proven_fraction)
-        } else {
-            String::new()
-        },
     );
+    let _ = writeln!(out, "    {}", count_line(f));
+    let c = &f.candidates;
+    if c.could_hold > 0 {
+        let _ = writeln!(
+            out,
+            "    {} process{} could hold a copy: {} searched byte by byte, {} not",
+            c.could_hold,
+            if c.could_hold == 1 { "" } else { "es" },
+            c.searched,
+            c.not_searched
+        );
+    }
     let mut t = Table::new(&[
         ("pid", Align::Right),
         ("comm", Align::Left),
@@ -88,7 +125,6 @@ fn file_section(f: &FileModel, out: &mut String) {
         ("note", Align::Left),
     ]);
     for m in &f.mappers {
-        let suspect = f.suspected_copies.iter().find(|s| s.pid == m.pid);
         t.row(vec![
             m.pid.to_string(),
             m.comm.clone(),
@@ -99,11 +135,10 @@ fn file_section(f: &FileModel, out: &mut String) {
             iec_opt(m.pss_bytes),
             iec_opt(m.cow_anon_bytes),
             iec_opt(m.thp_bytes),
-            suspect.map(|s| copy_note(s, true)).unwrap_or_default(),
+            copy_note(f, m.pid, true),
         ]);
     }
     for h in f.holders.iter().filter(|h| !h.mapped) {
-        let suspect = f.suspected_copies.iter().find(|s| s.pid == h.pid);
         let fds: Vec<String> = h.fds.iter().map(|d| d.to_string()).collect();
         t.row(vec![
             h.pid.to_string(),
@@ -115,7 +150,34 @@ fn file_section(f: &FileModel, out: &mut String) {
             "-".into(),
             "-".into(),
             "-".into(),
-            suspect.map(|s| copy_note(s, false)).unwrap_or_default(),
+            copy_note(f, h.pid, false),
+        ]);
+    }
+    // Copy holders that neither map nor hold the file: read it, then closed it.
+    let listed = |pid: i32| {
+        f.mappers.iter().any(|m| m.pid == pid) || f.holders.iter().any(|h| h.pid == pid)
+    };
+    let mut others: Vec<(i32, &str)> = f
+        .proven_copies
+        .iter()
+        .map(|c| (c.pid, c.comm.as_str()))
+        .chain(f.suspected_copies.iter().map(|s| (s.pid, s.comm.as_str())))
+        .filter(|(pid, _)| !listed(*pid))
+        .collect();
+    others.sort_unstable();
+    others.dedup();
+    for (pid, comm) in others {
+        t.row(vec![
+            pid.to_string(),
+            comm.to_string(),
+            "not open, not mapped".into(),
+            "-".into(),
+            "-".into(),
+            "-".into(),
+            "-".into(),
+            "-".into(),
+            "-".into(),
+            copy_note(f, pid, false),
         ]);
     }
     if !t.is_empty() {

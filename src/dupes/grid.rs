@@ -1,0 +1,320 @@
+//! The grid index: fingerprints at fixed points of every tensor of one or more files, so
+//! that a *sparse* sample of a process's memory still finds their copies.
+//!
+//! A *piece* is one (tensor, copy kind) pair: the tensor's bytes as they would lie in
+//! memory if copied identically, or widened F16/BF16 → F32. Its *points* are the 16-byte
+//! windows at memory offsets `k × 2048` with `k mod 2M ∈ {0, 1}`: every 2048 bytes for
+//! `M = 1`, and a pair of points every `4096 × M` bytes when the file is too large to
+//! index densely (at most [`MAX_POINTS`] points in all).
+//!
+//! Memory is sampled one page in `S` (the *stride*), and in each sampled page the 16-byte
+//! windows starting in its first 2048 bytes at the allowed byte *residues* (positions mod
+//! 16, from the tensors' file offsets and the allocation alignment) are looked up. A copy
+//! covering a sampled page always puts a point there when `M = 1`; for `M > 1` the sampled
+//! pages step through the copy's `M` page classes (`S` odd, `M` a power of two, so `S` and
+//! `M` are coprime), so any copy run of at least `M × S + 1` pages is hit: no probability
+//! involved. [`Grid::stride_for`] picks `S` so that the tensors holding 99% of a file's
+//! bytes are at least that long; smaller tensors are found when a neighbour in the same
+//! copy is (run extension in `sweep`), or with `S = 1` (`dupes`, `--exact`).
+
+use serde::{Deserialize, Serialize};
+
+use super::filebytes::FileBytes;
+use super::index::{periodic, CopyKind, Unsearchable};
+use crate::container::{Dtype, Format, Tensor};
+
+pub const WIN: usize = 16;
+/// Spacing of points, and the part of each sampled page whose windows are looked up.
+pub const HALF: u64 = 2048;
+/// Bytes read per sampled page: every window starting in its first half.
+pub const SAMPLE_LEN: usize = HALF as usize + WIN;
+pub const PAGE: u64 = 4096;
+/// Most points indexed over all files (the table takes 32 bytes per point).
+pub const MAX_POINTS: u64 = 1 << 20;
+/// Largest stride (pages).
+pub const MAX_STRIDE: u64 = 63;
+
+/// One (tensor, kind) to find.
+#[derive(Debug, Clone)]
+pub struct Piece {
+    /// Index into the grid's files.
+    pub file: usize,
+    /// Index into that file's tensors.
+    pub tensor: usize,
+    pub kind: CopyKind,
+    pub file_offset: u64,
+    pub mem_len: u64,
+}
+
+/// A file as the grid sees it.
+pub struct GridFile {
+    pub bytes: FileBytes,
+    pub tensors: Vec<Tensor>,
+    pub format: Format,
+    /// Pieces of this file that could not be indexed, with the reason.
+    pub unsearchable: Vec<(usize, CopyKind, Unsearchable)>,
+    /// Guaranteed run length in pages (see the module docs).
+    pub run_pages: u64,
+}
+
+#[derive(Debug, Clone, Copy, Default)]
+struct Slot {
+    key: u64,
+    piece: u32,
+    k: u32,
+}
+
+/// What the grid is, for reports.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct GridShape {
+    pub points: u64,
+    /// Pages between point pairs (`M`).
+    pub pair_every_pages: u64,
+    pub stride_pages: u64,
+    pub residues: u16,
+}
+
+pub struct Grid {
+    pub files: Vec<GridFile>,
+    pub pieces: Vec<Piece>,
+    table: Vec<Slot>,
+    mask: usize,
+    filter: Vec<u64>,
+    filter_mask: u64,
+    /// `M`: a pair of points every `M` pages.
+    pub every: u64,
+    /// Bit `r` set: windows at positions `≡ r (mod 16)` are looked up.
+    pub residues: u16,
+    /// Positions in a sampled page to look up.
+    pub positions: Vec<u16>,
+}
+
+/// Hash of a 16-byte window (never 0: 0 marks an empty slot). Collisions only cost a
+/// comparison: every candidate is confirmed against the file.
+#[inline]
+pub fn hash(w: &[u8]) -> u64 {
+    let mut a = [0u8; 8];
+    let mut b = [0u8; 8];
+    a.copy_from_slice(&w[..8]);
+    b.copy_from_slice(&w[8..16]);
+    let (a, b) = (u64::from_le_bytes(a), u64::from_le_bytes(b));
+    let mut h = (a.wrapping_mul(0x9E37_79B9_7F4A_7C15) ^ b.rotate_left(31))
+        .wrapping_mul(0xC2B2_AE3D_27D4_EB4F);
+    h ^= h >> 29;
+    h | 1
+}
+
+fn kinds(dtype: &Dtype, widen: bool) -> &'static [CopyKind] {
+    match (dtype, widen) {
+        (Dtype::F16, true) => &[CopyKind::Identical, CopyKind::WidenedF16],
+        (Dtype::BF16, true) => &[CopyKind::Identical, CopyKind::WidenedBf16],
+        _ => &[CopyKind::Identical],
+    }
+}
+
+/// Whether point `k` (at `k × 2048`) is indexed when pairs are `every` pages apart.
+fn is_point(k: u64, every: u64) -> bool {
+    every <= 1 || k % (2 * every) < 2
+}
+
+impl Grid {
+    /// Indexes `files` (their tensor tables). `align`: allocation alignment of copies
+    /// (16 for malloc'd buffers); `widen`: also index F16/BF16 → F32 widenings.
+    pub fn build(
+        files: Vec<(FileBytes, Vec<Tensor>, Format)>,
+        align: u64,
+        widen: bool,
+    ) -> std::io::Result<Grid> {
+        let mut pieces = Vec::new();
+        let mut grid_files = Vec::new();
+        let mut residues: u16 = 0;
+        let align = align.clamp(1, WIN as u64);
+        for r in (0..WIN as u64).step_by(align as usize) {
+            residues |= 1 << r;
+        }
+        for (fi, (bytes, tensors, format)) in files.into_iter().enumerate() {
+            let mut unsearchable = Vec::new();
+            for (ti, t) in tensors.iter().enumerate() {
+                for &kind in kinds(&t.dtype, widen) {
+                    let mem_len = t.len.saturating_mul(kind.factor());
+                    if mem_len < PAGE {
+                        unsearchable.push((ti, kind, Unsearchable::TooSmall));
+                        continue;
+                    }
+                    if kind == CopyKind::Identical {
+                        if format == Format::Opaque {
+                            // Any run of an unknown format, at any byte alignment.
+                            residues = u16::MAX;
+                        }
+                        residues |= 1 << (t.offset % WIN as u64);
+                    }
+                    pieces.push(Piece {
+                        file: fi,
+                        tensor: ti,
+                        kind,
+                        file_offset: t.offset,
+                        mem_len,
+                    });
+                }
+            }
+            grid_files.push(GridFile {
+                bytes,
+                tensors,
+                format,
+                unsearchable,
+                run_pages: 0,
+            });
+        }
+        let all_points: u64 = pieces.iter().map(|p| p.mem_len / HALF + 1).sum();
+        let mut every = 1u64;
+        while all_points / every > MAX_POINTS {
+            every *= 2;
+        }
+        let mut keys: Vec<Slot> = Vec::new();
+        let mut src = Vec::new();
+        let mut mem = Vec::new();
+        let mut low_entropy = vec![true; pieces.len()];
+        for (pi, p) in pieces.iter().enumerate() {
+            let f = &grid_files[p.file].bytes;
+            let factor = p.kind.factor();
+            let mut k = 0u64;
+            while k * HALF + WIN as u64 <= p.mem_len {
+                if is_point(k, every) {
+                    let m = k * HALF;
+                    src.resize(WIN / factor as usize, 0);
+                    f.read_exact_at(&mut src, p.file_offset + m / factor)?;
+                    p.kind.convert(&src, &mut mem);
+                    if !periodic(&mem) {
+                        low_entropy[pi] = false;
+                        keys.push(Slot {
+                            key: hash(&mem),
+                            piece: pi as u32,
+                            k: k as u32,
+                        });
+                    }
+                }
+                k += 1;
+            }
+        }
+        for (pi, p) in pieces.iter().enumerate() {
+            if low_entropy[pi] {
+                grid_files[p.file]
+                    .unsearchable
+                    .push((p.tensor, p.kind, Unsearchable::LowEntropy));
+            }
+        }
+        let searchable: Vec<bool> = low_entropy.iter().map(|l| !l).collect();
+        for (fi, gf) in grid_files.iter_mut().enumerate() {
+            let mut lens: Vec<u64> = pieces
+                .iter()
+                .zip(&searchable)
+                .filter(|(p, s)| p.file == fi && **s)
+                .map(|(p, _)| p.mem_len)
+                .collect();
+            lens.sort_unstable_by(|a, b| b.cmp(a));
+            let total: u64 = lens.iter().sum();
+            let mut acc = 0u64;
+            let mut run = 0u64;
+            for l in lens {
+                acc += l;
+                run = l;
+                if acc as f64 >= 0.99 * total as f64 {
+                    break;
+                }
+            }
+            gf.run_pages = run / PAGE;
+        }
+        let cap = (keys.len() * 2).next_power_of_two().max(16);
+        let mask = cap - 1;
+        let mut table = vec![Slot::default(); cap];
+        let fbits = (keys.len() as u64 * 16).next_power_of_two().max(4096);
+        let mut filter = vec![0u64; (fbits / 64) as usize];
+        let filter_mask = fbits - 1;
+        for s in keys {
+            let mut i = s.key as usize & mask;
+            while table[i].key != 0 {
+                i = (i + 1) & mask;
+            }
+            table[i] = s;
+            let b = s.key.rotate_right(32) & filter_mask;
+            filter[(b / 64) as usize] |= 1 << (b % 64);
+        }
+        let positions = (0..HALF as u16)
+            .filter(|d| residues & (1 << (d % WIN as u16)) != 0)
+            .collect();
+        Ok(Grid {
+            files: grid_files,
+            pieces,
+            table,
+            mask,
+            filter,
+            filter_mask,
+            every,
+            residues,
+            positions,
+        })
+    }
+
+    /// The stride (pages between samples) that still hits every copy of the tensors
+    /// holding 99% of each file's bytes: odd, so coprime with `every`.
+    pub fn stride_for(&self) -> u64 {
+        let run = self
+            .files
+            .iter()
+            .map(|f| f.run_pages)
+            .filter(|r| *r > 0)
+            .min()
+            .unwrap_or(1);
+        let s = (run.saturating_sub(1) / self.every).clamp(1, MAX_STRIDE);
+        if self.every > 1 && s % 2 == 0 {
+            s - 1
+        } else {
+            s
+        }
+    }
+
+    /// Number of points indexed.
+    pub fn points(&self) -> u64 {
+        self.table.iter().filter(|s| s.key != 0).count() as u64
+    }
+
+    /// Whether `key` may be in the table (a 16-bits-per-point filter that fits in cache).
+    #[inline]
+    pub fn maybe(&self, key: u64) -> bool {
+        let b = key.rotate_right(32) & self.filter_mask;
+        self.filter[(b / 64) as usize] & (1 << (b % 64)) != 0
+    }
+
+    /// Calls `hit(piece, memory offset of the point in the piece)` for every point with
+    /// this key.
+    #[inline]
+    pub fn lookup(&self, key: u64, mut hit: impl FnMut(usize, u64)) {
+        let mut i = key as usize & self.mask;
+        loop {
+            let s = self.table[i];
+            if s.key == 0 {
+                return;
+            }
+            if s.key == key {
+                hit(s.piece as usize, u64::from(s.k) * HALF);
+            }
+            i = (i + 1) & self.mask;
+        }
+    }
+
+    /// Bytes the index occupies.
+    pub fn bytes(&self) -> usize {
+        self.table.len() * std::mem::size_of::<Slot>()
+            + self.filter.len() * 8
+            + self.pieces.len() * std::mem::size_of::<Piece>()
+    }
+
+    pub fn shape(&self, stride: u64) -> GridShape {
+        GridShape {
+            points: self.points(),
+            pair_every_pages: self.every,
+            stride_pages: stride,
+            residues: self.residues,
+        }
+    }
+}

@@ -1,0 +1,336 @@
+//! The proof behind the count: search every candidate's memory for copies of the files
+//! of interest with one [`Grid`], within a time budget, in parallel.
+//!
+//! Each candidate process is searched once for all files (one pass over its memory).
+//! A copy found inside the process's own private mapping of the same file is that
+//! mapping's copy-on-write pages: reported as such, never as another copy. Whatever is not
+//! searched (no permission, gone, over the budget, nothing searchable in the file) is
+//! reported with the reason, so the count can say it is a lower bound.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
+
+use super::filebytes::FileBytes;
+use super::grid::{Grid, PAGE};
+use super::index::CopyKind;
+use super::sweep::{Hit, Sweep, SweepStats};
+use crate::collect::memory::{Region, RegionKind, Target};
+use crate::collect::Roots;
+use crate::sample::{FileKey, ProofSample, Sample};
+
+/// How to prove.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct ProveOptions {
+    /// Stop starting new searches after this long; `None`: no limit.
+    pub budget: Option<Duration>,
+    /// Compare every page of every copy and sample every page (as `dupes` does).
+    pub exact: bool,
+}
+
+impl Default for ProveOptions {
+    fn default() -> Self {
+        ProveOptions {
+            budget: Some(Duration::from_secs(5)),
+            exact: false,
+        }
+    }
+}
+
+/// A file to search for, and how to open it.
+pub struct ProofFile {
+    pub key: FileKey,
+    pub open_path: PathBuf,
+}
+
+/// Where a file of a sample can be opened: its path as shown, else through the root of a
+/// process that maps or holds it (another mount namespace).
+fn open_path(sample: &Sample, key: FileKey, path: &str, proc_root: &Path) -> PathBuf {
+    let p = path.strip_suffix(" (deleted)").unwrap_or(path);
+    let holder = sample.processes.iter().find(|pr| {
+        pr.mappings.iter().any(|m| m.key() == key) || pr.open_files.iter().any(|o| o.key == key)
+    });
+    match holder {
+        Some(h) => proc_root
+            .join(h.pid.to_string())
+            .join("root")
+            .join(p.trim_start_matches('/')),
+        None => PathBuf::from(p),
+    }
+}
+
+/// Outcome of one process's search.
+struct Searched {
+    pid: i32,
+    result: Result<(Vec<Hit>, Vec<Region>, SweepStats, bool), String>,
+}
+
+/// Searches the sample's candidates; one [`ProofSample`] per (candidate, file) pair, and
+/// one per (process, file) where a copy was found beyond the candidacy.
+pub fn prove(
+    roots: &Roots,
+    sample: &Sample,
+    opts: ProveOptions,
+    warnings: &mut Vec<String>,
+) -> Vec<ProofSample> {
+    let start = Instant::now();
+    let wanted: BTreeSet<FileKey> = sample.candidates.iter().map(|c| c.file).collect();
+    if wanted.is_empty() {
+        return Vec::new();
+    }
+    // Open and parse each file once.
+    let mut keys = Vec::new();
+    let mut inputs = Vec::new();
+    let mut unopened: BTreeMap<FileKey, String> = BTreeMap::new();
+    for f in sample.files.iter().filter(|f| wanted.contains(&f.key)) {
+        let path = open_path(sample, f.key, &f.path, &roots.proc);
+        let opened = FileBytes::open(&path)
+            .map_err(|e| format!("cannot open '{}': {e}", path.display()))
+            .and_then(|b| {
+                let same = b.file().metadata().is_ok_and(|m| {
+                    use std::os::unix::fs::MetadataExt;
+                    FileKey::from_dev(m.dev(), m.ino()) == f.key
+                });
+                if !same {
+                    return Err(format!("'{}' now names another file", path.display()));
+                }
+                crate::container::open(&path)
+                    .map(|c| (b, c))
+                    .map_err(|e| format!("cannot parse '{}': {e}", path.display()))
+            });
+        match opened {
+            Ok((b, c)) => {
+                keys.push(f.key);
+                inputs.push((b, c.tensors, c.format));
+            }
+            Err(e) => {
+                unopened.insert(f.key, e);
+            }
+        }
+    }
+    let grid = match Grid::build(inputs, 16, true) {
+        Ok(g) => g,
+        Err(e) => {
+            warnings.push(format!("cannot index the model files: {e}"));
+            return unsearched_all(sample, &format!("the model files could not be indexed: {e}"));
+        }
+    };
+    let stride = if opts.exact { 1 } else { grid.stride_for() };
+    let searchable: Vec<f64> = grid
+        .files
+        .iter()
+        .enumerate()
+        .map(|(fi, gf)| {
+            let size = gf.bytes.size.max(1);
+            let found: u64 = grid
+                .pieces
+                .iter()
+                .filter(|p| p.file == fi && p.kind == CopyKind::Identical)
+                .filter(|p| {
+                    !gf.unsearchable
+                        .iter()
+                        .any(|(t, k, _)| *t == p.tensor && *k == CopyKind::Identical)
+                })
+                .map(|p| p.mem_len)
+                .sum();
+            (found as f64 / size as f64).min(1.0)
+        })
+        .collect();
+
+    // Candidates, most likely first: holders and named ones, then by private memory.
+    let mut order: Vec<(i32, u64, bool)> = Vec::new();
+    for c in &sample.candidates {
+        let strong = matches!(
+            c.why,
+            crate::sample::CandidateWhy::Holder | crate::sample::CandidateWhy::Named
+        );
+        match order.iter_mut().find(|o| o.0 == c.pid) {
+            Some(o) => o.2 |= strong,
+            None => order.push((c.pid, c.private_anon_bytes, strong)),
+        }
+    }
+    order.sort_by(|a, b| b.2.cmp(&a.2).then(b.1.cmp(&a.1)).then(a.0.cmp(&b.0)));
+    let pids: Vec<i32> = order.iter().map(|o| o.0).collect();
+    let deadline = opts.budget.map(|b| start + b);
+    let next = AtomicUsize::new(0);
+    let threads = std::thread::available_parallelism()
+        .map(|n| n.get())
+        .unwrap_or(1)
+        .clamp(1, 8)
+        .min(pids.len().max(1));
+    let self_pid = std::process::id() as i32;
+    let searched: Vec<Searched> = std::thread::scope(|s| {
+        let workers: Vec<_> = (0..threads)
+            .map(|_| {
+                s.spawn(|| {
+                    let mut out = Vec::new();
+                    loop {
+                        let i = next.fetch_add(1, Ordering::Relaxed);
+                        let Some(&pid) = pids.get(i) else { break };
+                        if pid == self_pid {
+                            continue;
+                        }
+                        if deadline.is_some_and(|d| Instant::now() >= d) {
+                            out.push(Searched {
+                                pid,
+                                result: Err(format!(
+                                    "not searched: over the proof budget ({:.1} s; raise --prove-budget)",
+                                    opts.budget.unwrap_or_default().as_secs_f64()
+                                )),
+                            });
+                            continue;
+                        }
+                        out.push(Searched {
+                            pid,
+                            result: search_one(roots, &grid, pid, stride, opts.exact, deadline),
+                        });
+                    }
+                    out
+                })
+            })
+            .collect();
+        workers
+            .into_iter()
+            .flat_map(|w| w.join().unwrap_or_default())
+            .collect()
+    });
+
+    let mut out = Vec::new();
+    for s in searched {
+        let files_of_pid: BTreeSet<FileKey> = sample
+            .candidates
+            .iter()
+            .filter(|c| c.pid == s.pid)
+            .map(|c| c.file)
+            .collect();
+        match s.result {
+            Err(why) => {
+                for key in files_of_pid {
+                    out.push(ProofSample {
+                        pid: s.pid,
+                        file: key,
+                        unsearched: Some(why.clone()),
+                        ..ProofSample::default()
+                    });
+                }
+            }
+            Ok((hits, regions, stats, complete)) => {
+                let mut per: BTreeMap<usize, ProofSample> = BTreeMap::new();
+                for (fi, key) in keys.iter().enumerate() {
+                    if files_of_pid.contains(key) {
+                        per.insert(fi, proof_for(s.pid, *key, &grid, fi, &searchable));
+                    }
+                }
+                for h in &hits {
+                    let piece = &grid.pieces[h.piece];
+                    let key = keys[piece.file];
+                    let p = per
+                        .entry(piece.file)
+                        .or_insert_with(|| proof_for(s.pid, key, &grid, piece.file, &searchable));
+                    let file_bytes = h.mem_bytes / piece.kind.factor();
+                    let r = &regions[h.region];
+                    if r.kind == RegionKind::PrivateFile && r.key == Some(key) {
+                        p.cow_file_bytes += file_bytes;
+                        continue;
+                    }
+                    if piece.kind == CopyKind::Identical {
+                        p.identical_file_bytes += file_bytes;
+                    } else {
+                        p.widened_file_bytes += file_bytes;
+                    }
+                    p.copy_memory_bytes += h.mem_bytes;
+                    p.copies += 1;
+                }
+                for p in per.values_mut() {
+                    p.stride_pages = stats.stride_pages;
+                    p.sampled_bytes = stats.sampled_pages * PAGE;
+                    if !complete {
+                        p.unsearched = Some(
+                            "searched in part: over the proof budget (raise --prove-budget)"
+                                .into(),
+                        );
+                    } else if searchable[grid_index(&keys, p.file)] == 0.0 {
+                        p.unsearched = Some(
+                            "nothing in the file can be searched for (no tensor of 4 KiB or more with information in it)"
+                                .into(),
+                        );
+                    }
+                }
+                out.extend(per.into_values());
+            }
+        }
+    }
+    // Candidates of files that could not be opened or parsed.
+    for c in &sample.candidates {
+        if let Some(why) = unopened.get(&c.file) {
+            out.push(ProofSample {
+                pid: c.pid,
+                file: c.file,
+                unsearched: Some(why.clone()),
+                ..ProofSample::default()
+            });
+        }
+    }
+    out.sort_by(|a, b| a.file.cmp(&b.file).then(a.pid.cmp(&b.pid)));
+    out
+}
+
+fn grid_index(keys: &[FileKey], key: FileKey) -> usize {
+    keys.iter().position(|k| *k == key).unwrap_or(0)
+}
+
+fn proof_for(pid: i32, key: FileKey, grid: &Grid, fi: usize, searchable: &[f64]) -> ProofSample {
+    let _ = grid;
+    ProofSample {
+        pid,
+        file: key,
+        searchable_fraction: searchable[fi],
+        ..ProofSample::default()
+    }
+}
+
+fn unsearched_all(sample: &Sample, why: &str) -> Vec<ProofSample> {
+    sample
+        .candidates
+        .iter()
+        .map(|c| ProofSample {
+            pid: c.pid,
+            file: c.file,
+            unsearched: Some(why.to_string()),
+            ..ProofSample::default()
+        })
+        .collect()
+}
+
+type SearchResult = Result<(Vec<Hit>, Vec<Region>, SweepStats, bool), String>;
+
+fn search_one(
+    roots: &Roots,
+    grid: &Grid,
+    pid: i32,
+    stride: u64,
+    exact: bool,
+    deadline: Option<Instant>,
+) -> SearchResult {
+    let target = Target::open(&roots.proc, pid).map_err(|e| format!("{e:#}"))?;
+    let maps_path = roots.proc.join(pid.to_string()).join("maps");
+    let text = std::fs::read_to_string(&maps_path)
+        .map_err(|e| format!("cannot read '{}': {e}", maps_path.display()))?;
+    let regions = Target::regions(&maps_path, &text).map_err(|e| format!("{e:#}"))?;
+    let sweep = Sweep {
+        grid,
+        target: &target,
+        stride,
+        exact,
+        deadline,
+    };
+    let (hits, stats, complete) = sweep.run(&regions).map_err(|e| {
+        if e.raw_os_error() == Some(libc::ESRCH) {
+            "the process exited while it was searched".to_string()
+        } else {
+            format!("cannot search pid {pid}: {e}")
+        }
+    })?;
+    Ok((hits, regions, stats, complete))
+}

@@ -1,0 +1,310 @@
+//! One pass over a process's memory with a [`Grid`]: sample one page in `stride`, look
+//! the windows up, and confirm every candidate against the file byte by byte.
+//!
+//! Confirmation compares, in full, the first and last page of the candidate copy and every
+//! page of it that lies on the sampling stride (with `stride = 1`: every page). If one of
+//! them differs the copy is partial, and every page of it is compared (the search widens
+//! to full sampling there); pages equal to the file are credited, as long as they carry
+//! information (a page of zeros matches any zero page). Only present pages are ever read
+//! (pagemap), and inside file mappings only anonymous ones, so nothing is faulted in.
+
+use std::collections::{BTreeMap, HashSet};
+use std::io;
+use std::time::Instant;
+
+use serde::{Deserialize, Serialize};
+
+use super::grid::{hash, Grid, PAGE, SAMPLE_LEN, WIN};
+use super::index::{periodic, CopyKind};
+use crate::collect::memory::{Region, Target, IOV_MAX};
+
+/// A confirmed copy of one piece.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Hit {
+    pub piece: usize,
+    pub addr: u64,
+    /// Index into the searched regions.
+    pub region: usize,
+    /// Present bytes of the copy that equal the file (credited).
+    pub mem_bytes: u64,
+    /// Whether the whole copy matched (else only some pages did).
+    pub whole: bool,
+}
+
+/// Work done, for reports and the benchmark.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct SweepStats {
+    pub regions: usize,
+    /// Address space of the searched regions.
+    pub mapped_bytes: u64,
+    /// Present, eligible bytes in them.
+    pub present_bytes: u64,
+    pub sampled_pages: u64,
+    pub candidates: u64,
+    pub rejected: u64,
+    /// Bytes compared with the file.
+    pub compared_bytes: u64,
+    pub stride_pages: u64,
+}
+
+pub struct Sweep<'a> {
+    pub grid: &'a Grid,
+    pub target: &'a Target,
+    pub stride: u64,
+    /// Compare every page of every copy (`dupes`), not only those on the stride.
+    pub exact: bool,
+    pub deadline: Option<Instant>,
+}
+
+struct State {
+    stats: SweepStats,
+    hits: Vec<Hit>,
+    /// Credited memory ranges, start → end.
+    credited: BTreeMap<u64, u64>,
+    seen: HashSet<(usize, u64)>,
+    extended: HashSet<(usize, u64)>,
+    mem: Vec<u8>,
+    src: Vec<u8>,
+    conv: Vec<u8>,
+}
+
+impl State {
+    fn overlaps(&self, a: u64, b: u64) -> bool {
+        self.credited
+            .range(..b)
+            .next_back()
+            .is_some_and(|(_, end)| *end > a)
+    }
+}
+
+fn eligible(pm: &[u64], r: &Region, addr: u64) -> bool {
+    let i = ((addr - r.start) / PAGE) as usize;
+    i < pm.len() && Target::eligible(pm[i], r.kind)
+}
+
+impl Sweep<'_> {
+    /// Searches `regions`; returns the hits, the work done, and whether every region was
+    /// searched before the deadline.
+    pub fn run(&self, regions: &[Region]) -> io::Result<(Vec<Hit>, SweepStats, bool)> {
+        let mut st = State {
+            stats: SweepStats {
+                regions: regions.len(),
+                stride_pages: self.stride,
+                ..SweepStats::default()
+            },
+            hits: Vec::new(),
+            credited: BTreeMap::new(),
+            seen: HashSet::new(),
+            extended: HashSet::new(),
+            mem: Vec::new(),
+            src: Vec::new(),
+            conv: Vec::new(),
+        };
+        let mut pm = Vec::new();
+        let mut buf = vec![0u8; IOV_MAX * SAMPLE_LEN];
+        let mut addrs = Vec::with_capacity(IOV_MAX);
+        let mut cands: Vec<(usize, u64)> = Vec::new();
+        let stride = self.stride.max(1);
+        for (ri, r) in regions.iter().enumerate() {
+            if self.deadline.is_some_and(|d| Instant::now() >= d) {
+                return Ok((st.hits, st.stats, false));
+            }
+            st.stats.mapped_bytes += r.end - r.start;
+            self.target
+                .pagemap(r.start, r.end, &mut pm)
+                .map_err(|e| io::Error::other(format!("{e:#}")))?;
+            st.stats.present_bytes += pm
+                .iter()
+                .filter(|e| Target::eligible(**e, r.kind))
+                .count() as u64
+                * PAGE;
+            let first = (r.start / PAGE).next_multiple_of(stride) * PAGE;
+            let pages: Vec<u64> = (first..r.end)
+                .step_by((stride * PAGE) as usize)
+                .filter(|a| eligible(&pm, r, *a))
+                .collect();
+            for batch in pages.chunks(IOV_MAX) {
+                if self.deadline.is_some_and(|d| Instant::now() >= d) {
+                    return Ok((st.hits, st.stats, false));
+                }
+                addrs.clear();
+                addrs.extend(batch.iter().copied().filter(|a| !st.overlaps(*a, *a + PAGE)));
+                if addrs.is_empty() {
+                    continue;
+                }
+                let read = match self.target.gather(&addrs, SAMPLE_LEN, &mut buf) {
+                    Ok(n) => n,
+                    Err(e) if e.raw_os_error() == Some(libc::EFAULT) => 0,
+                    Err(e) => return Err(e),
+                };
+                for (k, &page) in addrs.iter().enumerate().take(read) {
+                    if st.overlaps(page, page + PAGE) {
+                        continue;
+                    }
+                    st.stats.sampled_pages += 1;
+                    let s = &buf[k * SAMPLE_LEN..(k + 1) * SAMPLE_LEN];
+                    cands.clear();
+                    for &d in &self.grid.positions {
+                        let w = &s[d as usize..d as usize + WIN];
+                        if w[..8] == w[8..] {
+                            continue;
+                        }
+                        let h = hash(w);
+                        if !self.grid.maybe(h) {
+                            continue;
+                        }
+                        let at = page + u64::from(d);
+                        self.grid.lookup(h, |p, m| {
+                            if at >= m {
+                                cands.push((p, at - m));
+                            }
+                        });
+                    }
+                    for &(p, a) in &cands {
+                        self.consider(&mut st, &pm, r, ri, p, a)?;
+                    }
+                }
+            }
+        }
+        Ok((st.hits, st.stats, true))
+    }
+
+    /// Confirms piece `p` at `a` (once), credits it, and extends the run to the file's
+    /// small neighbours when it is an identical copy.
+    fn consider(
+        &self,
+        st: &mut State,
+        pm: &[u64],
+        r: &Region,
+        ri: usize,
+        p: usize,
+        a: u64,
+    ) -> io::Result<()> {
+        let piece = &self.grid.pieces[p];
+        let end = a + piece.mem_len;
+        if a < r.start || end > r.end || st.overlaps(a, end) || !st.seen.insert((p, a)) {
+            return Ok(());
+        }
+        st.stats.candidates += 1;
+        let Some((bytes, whole)) = self.confirm(st, pm, r, p, a)? else {
+            st.stats.rejected += 1;
+            return Ok(());
+        };
+        st.credited.insert(a, end);
+        st.hits.push(Hit {
+            piece: p,
+            addr: a,
+            region: ri,
+            mem_bytes: bytes,
+            whole,
+        });
+        // Run extension: a copy of the whole file holds every tensor at its file offset
+        // from one base; small tensors the stride may step over are checked there.
+        if piece.kind == CopyKind::Identical && a >= piece.file_offset {
+            let base = a - piece.file_offset;
+            if st.extended.insert((piece.file, base)) {
+                let guaranteed = (self.stride * self.grid.every + 1) * PAGE;
+                let small: Vec<usize> = (0..self.grid.pieces.len())
+                    .filter(|&q| {
+                        let x = &self.grid.pieces[q];
+                        q != p
+                            && x.file == piece.file
+                            && x.kind == CopyKind::Identical
+                            && x.mem_len < guaranteed
+                    })
+                    .collect();
+                for q in small {
+                    let at = base + self.grid.pieces[q].file_offset;
+                    self.consider(st, pm, r, ri, q, at)?;
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Compares `[x, y)` of the target with the file bytes of piece `p` copied at `a`.
+    /// `None` if the memory could not be read.
+    fn equal(&self, st: &mut State, p: usize, a: u64, x: u64, y: u64) -> io::Result<bool> {
+        let piece = &self.grid.pieces[p];
+        let f = &self.grid.files[piece.file].bytes;
+        let factor = piece.kind.factor();
+        // Widened copies are compared in whole elements (4 bytes in memory).
+        let (x, y) = if factor > 1 {
+            (a + (x - a) / 4 * 4, a + (y - a).div_ceil(4) * 4)
+        } else {
+            (x, y)
+        };
+        let y = y.min(a + piece.mem_len);
+        let n = (y - x) as usize;
+        st.mem.resize(n, 0);
+        let got = match self.target.read(x, &mut st.mem) {
+            Ok(g) => g,
+            Err(e) if e.raw_os_error() == Some(libc::EFAULT) => 0,
+            Err(e) => return Err(e),
+        };
+        if got != n {
+            return Ok(false);
+        }
+        st.src.resize(n / factor as usize, 0);
+        f.read_exact_at(&mut st.src, piece.file_offset + (x - a) / factor)?;
+        piece.kind.convert(&st.src, &mut st.conv);
+        st.stats.compared_bytes += n as u64;
+        Ok(st.mem == st.conv)
+    }
+
+    /// Confirms a candidate: `Some((credited present bytes, whole))` or `None`.
+    fn confirm(
+        &self,
+        st: &mut State,
+        pm: &[u64],
+        r: &Region,
+        p: usize,
+        a: u64,
+    ) -> io::Result<Option<(u64, bool)>> {
+        let len = self.grid.pieces[p].mem_len;
+        let end = a + len;
+        // Page-sized chunks of the copy: [x, y) with its eligibility.
+        let chunks: Vec<(u64, u64, bool)> = {
+            let mut v = Vec::new();
+            let mut x = a;
+            while x < end {
+                let y = ((x / PAGE) + 1) * PAGE;
+                let y = y.min(end);
+                v.push((x, y, eligible(pm, r, x)));
+                x = y;
+            }
+            v
+        };
+        let present: u64 = chunks.iter().filter(|c| c.2).map(|c| c.1 - c.0).sum();
+        if present < PAGE.min(len) {
+            return Ok(None);
+        }
+        let last = chunks.len() - 1;
+        let sparse = !self.exact && chunks.len() > 16;
+        let mut all = true;
+        for (i, &(x, y, ok)) in chunks.iter().enumerate() {
+            if !ok {
+                continue;
+            }
+            let on_stride = i == 0 || i == last || (x / PAGE) % self.stride.max(1) == 0;
+            if sparse && !on_stride {
+                continue;
+            }
+            if !self.equal(st, p, a, x, y)? {
+                all = false;
+                break;
+            }
+        }
+        if all {
+            return Ok(Some((present, true)));
+        }
+        // A partial copy: credit the pages that match and carry information.
+        let mut credited = 0u64;
+        for &(x, y, ok) in &chunks {
+            if ok && self.equal(st, p, a, x, y)? && !st.mem.chunks_exact(WIN).all(periodic) {
+                credited += y - x;
+            }
+        }
+        Ok((credited >= PAGE).then_some((credited, false)))
+    }
+}

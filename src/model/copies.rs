@@ -1,0 +1,126 @@
+//! The count and its parts, from the sample's candidates and proofs. Pure.
+//!
+//! One copy, one count: bytes found inside a process's own private mapping of the file are
+//! that mapping's copy-on-write pages (the `cow` part, from smaps `Anonymous:`), never a
+//! private copy; copies found in private anonymous memory are private copies. A candidate
+//! that was not searched (or only in part) is a *suspected* copy, shown beside the count
+//! and never summed into it, and it makes the count a lower bound.
+
+use std::collections::BTreeMap;
+
+use super::{CopyHow, FileModel, ProvenCopy, Representations, SuspectedCopy};
+use crate::sample::{ProcessSample, Sample};
+
+fn fraction(part: u64, whole: u64) -> f64 {
+    if whole == 0 {
+        0.0
+    } else {
+        part as f64 / whole as f64
+    }
+}
+
+fn how(p: Option<&ProcessSample>, mapped: bool, bytes: u64) -> CopyHow {
+    match p.and_then(|p| p.rchar_bytes) {
+        Some(r) if r >= bytes => CopyHow::Read,
+        _ if mapped => CopyHow::CopiedFromMapping,
+        _ => CopyHow::Copied,
+    }
+}
+
+/// Fills each file's proven and suspected copies and candidate counts.
+pub fn attribute(sample: &Sample, files: &mut [FileModel]) {
+    let proc_of = |pid: i32| sample.processes.iter().find(|p| p.pid == pid);
+    // Private memory left for suspicion per process, largest file first.
+    let mut left: BTreeMap<i32, u64> = BTreeMap::new();
+    let mut order: Vec<usize> = (0..files.len()).collect();
+    order.sort_by(|a, b| files[*b].size_bytes.cmp(&files[*a].size_bytes));
+    for i in order {
+        let f = &mut files[i];
+        let key = f.key;
+        let size = f.size_bytes.unwrap_or(0);
+        for pr in sample.proofs.iter().filter(|p| p.file == key) {
+            let bytes = pr.identical_file_bytes + pr.widened_file_bytes;
+            if bytes == 0 {
+                continue;
+            }
+            let p = proc_of(pr.pid);
+            let mapped = f.mappers.iter().any(|m| m.pid == pr.pid);
+            f.proven_copies.push(ProvenCopy {
+                pid: pr.pid,
+                comm: p.map(|p| p.comm.clone()).unwrap_or_default(),
+                identical_bytes: pr.identical_file_bytes,
+                widened_bytes: pr.widened_file_bytes,
+                memory_bytes: pr.copy_memory_bytes,
+                copies: pr.copies,
+                fraction: fraction(bytes, size),
+                how: how(p, mapped, bytes),
+                mapped,
+            });
+        }
+        for c in sample.candidates.iter().filter(|c| c.file == key) {
+            f.candidates.could_hold += 1;
+            let proof = sample
+                .proofs
+                .iter()
+                .find(|p| p.pid == c.pid && p.file == key);
+            let unsearched = match proof {
+                Some(p) => p.unsearched.clone(),
+                None => Some("not searched (--no-prove)".to_string()),
+            };
+            let Some(why_not) = unsearched else {
+                f.candidates.searched += 1;
+                continue;
+            };
+            f.candidates.not_searched += 1;
+            // Memory already proven to be a copy is not suspected again.
+            let proven: u64 = proof.map_or(0, |p| p.copy_memory_bytes);
+            let avail = left
+                .entry(c.pid)
+                .or_insert(c.private_anon_bytes.saturating_sub(proven));
+            if size == 0 || (*avail as f64) < super::SUSPECT_FRACTION * size as f64 {
+                continue;
+            }
+            let attributed = (*avail).min(size);
+            *avail -= attributed;
+            f.suspected_copies.push(SuspectedCopy {
+                pid: c.pid,
+                comm: proc_of(c.pid).map(|p| p.comm.clone()).unwrap_or_default(),
+                anon_bytes: c.private_anon_bytes,
+                attributed_bytes: attributed,
+                fraction: fraction(attributed, size),
+                mapped: f.mappers.iter().any(|m| m.pid == c.pid),
+                why: c.why,
+                unsearched: why_not,
+            });
+        }
+        f.proven_copies.sort_by_key(|c| c.pid);
+        f.suspected_copies.sort_by_key(|c| c.pid);
+    }
+}
+
+/// The count of one file from its parts.
+pub fn representations(f: &FileModel) -> Representations {
+    let size = f.size_bytes.unwrap_or(0);
+    let cow = f
+        .mappers
+        .iter()
+        .map(|m| m.cow_anon_bytes)
+        .try_fold(0u64, |acc, v| Some(acc + v?))
+        .map(|b| fraction(b, size));
+    let private_copies: f64 = f.proven_copies.iter().map(|c| c.fraction).sum();
+    let suspected: f64 = f.suspected_copies.iter().map(|s| s.fraction).sum();
+    let proven = f
+        .resident_fraction
+        .map(|pc| pc + cow.unwrap_or(0.0) + private_copies);
+    let unsearched = f.candidates.not_searched;
+    Representations {
+        page_cache: f.resident_fraction,
+        cow,
+        private_copies,
+        device: None,
+        proven,
+        suspected,
+        unsearched,
+        lower_bound: unsearched > 0 || cow.is_none() || f.resident_fraction.is_none(),
+    }
+}
