@@ -107,8 +107,8 @@ pub fn representations(f: &FileModel) -> Representations {
         .map(|m| m.cow_anon_bytes)
         .try_fold(0u64, |acc, v| Some(acc + v?))
         .map(|b| fraction(b, size));
-    let private_copies: f64 = f.proven_copies.iter().map(|c| c.fraction).sum();
-    let suspected: f64 = f.suspected_copies.iter().map(|s| s.fraction).sum();
+    let private_copies = f.proven_copies.iter().fold(0.0, |a, c| a + c.fraction);
+    let suspected = f.suspected_copies.iter().fold(0.0, |a, s| a + s.fraction);
     let proven = f
         .resident_fraction
         .map(|pc| pc + cow.unwrap_or(0.0) + private_copies);
