@@ -213,7 +213,11 @@ impl Barrier {
     }
 
     /// Takes lines until no reader is in a stage that `waiting` accepts, or `timeout`.
-    fn wait_while(&mut self, timeout: Duration, waiting: impl Fn(Stage) -> bool) -> anyhow::Result<()> {
+    fn wait_while(
+        &mut self,
+        timeout: Duration,
+        waiting: impl Fn(Stage) -> bool,
+    ) -> anyhow::Result<()> {
         let deadline = Instant::now() + timeout;
         while self.stages.iter().any(|s| waiting(*s)) {
             let left = deadline.saturating_duration_since(Instant::now());

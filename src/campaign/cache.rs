@@ -64,6 +64,7 @@ impl StartCache {
     pub fn describe(&self) -> String {
         let state = match (&self.eviction_skipped, self.requested) {
             (None, _) if self.evicted => "cold start (evicted)".to_string(),
+            (_, CacheMode::Warm) => "warm start (--warm: not evicted)".to_string(),
             (Some(why), _) => format!("not evicted: {why}"),
             (None, _) => "not evicted".to_string(),
         };
@@ -193,8 +194,8 @@ mod tests {
             "cold start (evicted); 0% of the model resident at the start"
         );
         assert_eq!(
-            start(false, Some("--warm"), None).describe(),
-            "not evicted: --warm; n/a of the model resident at the start"
+            start(false, Some("pid 1 maps it"), None).describe(),
+            "not evicted: pid 1 maps it; n/a of the model resident at the start"
         );
     }
 

@@ -197,7 +197,10 @@ mod tests {
         let l = loads(&released, &ready, 2_000_000_000);
         assert_eq!(l.release_spread_ms, Some(2.0));
         assert_eq!(l.release_offsets_ms[3], None);
-        assert_eq!(l.load_seconds, [Some(1.0), Some(2.0), Some(4.0), None, None]);
+        assert_eq!(
+            l.load_seconds,
+            [Some(1.0), Some(2.0), Some(4.0), None, None]
+        );
         assert_eq!((l.median, l.max), (Some(2.0), Some(4.0)));
         assert_eq!(l.gb_per_s, Some(1.0));
         // Three loaded readers × 2 GB in 4 s.

@@ -148,7 +148,9 @@ pub fn run(args: &CompareArgs, out: &mut dyn Write) -> anyhow::Result<()> {
     }
     for (i, pair) in c.runs.chunks(2).enumerate() {
         for (j, r) in pair.iter().enumerate() {
-            let Some(cache) = &r.start_cache else { continue };
+            let Some(cache) = &r.start_cache else {
+                continue;
+            };
             // A goes first in odd rounds (counting from 1).
             let name = if (i % 2 == 0) == (j == 0) { "A" } else { "B" };
             writeln!(out, "  round {} {name}: {}", i + 1, cache.describe())?;
