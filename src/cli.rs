@@ -194,6 +194,11 @@ pub struct RunArgs {
     /// Also sample the residency of this file (repeatable).
     #[arg(long, value_name = "FILE")]
     pub watch: Vec<PathBuf>,
+    /// Keep the model's page cache as it is. By default the model's pages are evicted
+    /// (whole-file POSIX_FADV_DONTNEED) before each round, unless a process maps the file,
+    /// so the load is charged to the sandbox from a cold cache.
+    #[arg(long, requires = "model")]
+    pub warm: bool,
     #[command(flatten)]
     pub sandbox: SandboxArgs,
     #[command(flatten)]
@@ -208,8 +213,14 @@ pub struct CompareArgs {
     /// Rounds (each runs both commands, order alternating).
     #[arg(long, default_value_t = 5)]
     pub rounds: usize,
+    /// The model file both commands load (for ratios and residency).
     #[arg(long, value_name = "FILE")]
     pub model: Option<PathBuf>,
+    /// Keep the model's page cache as it is. By default the model's pages are evicted
+    /// (whole-file POSIX_FADV_DONTNEED) before each round, unless a process maps the file,
+    /// so the load is charged to the sandbox from a cold cache.
+    #[arg(long, requires = "model")]
+    pub warm: bool,
     #[arg(long, value_name = "SECONDS")]
     pub timeout: Option<f64>,
     #[command(flatten)]

@@ -133,3 +133,151 @@ impl Drop for Reader {
         let _ = self.child.wait();
     }
 }
+
+/// Where one reader of a [`Barrier`] is.
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum Stage {
+    Starting,
+    Armed,
+    Released(Instant),
+    Ready(Instant),
+    Gone,
+}
+
+/// Readers started with `--go`: each sets itself up, says `armed` and waits; once all are
+/// armed, [`Barrier::release`] lets them go back to back, and [`Barrier::wait_ready`]
+/// times each from its release to its `ready`.
+pub struct Barrier {
+    readers: Vec<Reader>,
+    stages: Vec<Stage>,
+    lines: std::sync::mpsc::Receiver<(usize, Option<String>, Instant)>,
+}
+
+impl Barrier {
+    /// Starts `n` readers `exe __child MODE [FILE] [ARGS...] --go` (inside the cgroup whose
+    /// `cgroup.procs` file is given) and waits until each is armed or gone. `on_start`
+    /// gets each pid as soon as it exists (to register it for cleanup).
+    #[allow(clippy::too_many_arguments)]
+    pub fn arm(
+        exe: &Path,
+        mode: &str,
+        file: Option<&Path>,
+        extra: &[&str],
+        n: usize,
+        cgroup_procs: Option<&Path>,
+        timeout: Duration,
+        on_start: &dyn Fn(i32),
+    ) -> anyhow::Result<Barrier> {
+        let (tx, rx) = std::sync::mpsc::channel();
+        let mut readers = Vec::with_capacity(n);
+        for i in 0..n {
+            let mut cmd = Command::new(exe);
+            if let Some(procs) = cgroup_procs {
+                enter_cgroup(&mut cmd, procs)?;
+            }
+            cmd.arg("__child").arg(mode);
+            if let Some(f) = file {
+                cmd.arg(f);
+            }
+            cmd.args(extra)
+                .arg("--go")
+                .stdin(Stdio::piped())
+                .stdout(Stdio::piped())
+                .stderr(Stdio::inherit());
+            let mut child = cmd
+                .spawn()
+                .with_context(|| format!("cannot start '{}'", exe.display()))?;
+            on_start(child.id() as i32);
+            let stdout = child.stdout.take().context("child has no stdout")?;
+            let tx = tx.clone();
+            std::thread::spawn(move || {
+                let mut out = BufReader::new(stdout);
+                loop {
+                    let mut line = String::new();
+                    let got = out.read_line(&mut line).is_ok_and(|k| k > 0);
+                    let msg = got.then(|| line.trim().to_string());
+                    if tx.send((i, msg, Instant::now())).is_err() || !got {
+                        return;
+                    }
+                }
+            });
+            readers.push(Reader { child });
+        }
+        let mut b = Barrier {
+            stages: vec![Stage::Starting; n],
+            readers,
+            lines: rx,
+        };
+        b.wait_while(timeout, |s| s == Stage::Starting)?;
+        Ok(b)
+    }
+
+    /// Takes lines until no reader is in a stage that `waiting` accepts, or `timeout`.
+    fn wait_while(
+        &mut self,
+        timeout: Duration,
+        waiting: impl Fn(Stage) -> bool,
+    ) -> anyhow::Result<()> {
+        let deadline = Instant::now() + timeout;
+        while self.stages.iter().any(|s| waiting(*s)) {
+            let left = deadline.saturating_duration_since(Instant::now());
+            let Ok((i, line, at)) = self.lines.recv_timeout(left) else {
+                let late = self.stages.iter().filter(|s| waiting(**s)).count();
+                bail!("{late} reader(s) still not done after {timeout:?}");
+            };
+            self.stages[i] = match (self.stages[i], line.as_deref()) {
+                (_, None) => Stage::Gone,
+                (Stage::Starting, Some("armed")) => Stage::Armed,
+                (Stage::Released(_), Some("ready")) => Stage::Ready(at),
+                (_, Some(other)) => bail!(
+                    "reader pid {} said '{other}' out of turn",
+                    self.readers[i].pid()
+                ),
+            };
+        }
+        Ok(())
+    }
+
+    pub fn pids(&self) -> Vec<i32> {
+        self.readers.iter().map(Reader::pid).collect()
+    }
+
+    /// Releases every armed reader, back to back; the instant of each release (`None` for
+    /// one that never armed or died since).
+    pub fn release(&mut self) -> Vec<Option<Instant>> {
+        use std::io::Write;
+        let mut out = vec![None; self.readers.len()];
+        for (i, r) in self.readers.iter_mut().enumerate() {
+            if self.stages[i] != Stage::Armed {
+                continue;
+            }
+            let Some(stdin) = r.child.stdin.as_mut() else {
+                continue;
+            };
+            let at = Instant::now();
+            if stdin.write_all(b"\n").and_then(|()| stdin.flush()).is_ok() {
+                self.stages[i] = Stage::Released(at);
+                out[i] = Some(at);
+            }
+        }
+        out
+    }
+
+    /// Waits until every released reader is ready or gone; the instant each said `ready`.
+    pub fn wait_ready(&mut self, timeout: Duration) -> anyhow::Result<Vec<Option<Instant>>> {
+        self.wait_while(timeout, |s| matches!(s, Stage::Released(_)))?;
+        Ok(self
+            .stages
+            .iter()
+            .map(|s| match s {
+                Stage::Ready(at) => Some(*at),
+                _ => None,
+            })
+            .collect())
+    }
+
+    /// The readers (killed and reaped when dropped).
+    pub fn into_readers(self) -> Vec<Reader> {
+        self.readers
+    }
+}

@@ -111,6 +111,29 @@ fn readers_copy_arm_ooms_and_mmap_arm_does_not() {
         assert!(*pss < 32 * MIB, "{pss}");
     }
     assert_eq!(row("copy", 1).oom_kills, Some(0));
+    for x in &r.readers {
+        // Every configuration starts from a cold cache...
+        assert!(x.start_cache.evicted, "{x:?}");
+        assert!(x.start_cache.resident_fraction.unwrap() < 0.02, "{x:?}");
+        // ...with its readers released together, from the timestamps twofold recorded.
+        let offsets: Vec<f64> = x.release_offsets_ms.iter().map(|o| o.unwrap()).collect();
+        assert_eq!(offsets.len(), x.readers);
+        let spread = offsets.iter().copied().fold(0.0, f64::max);
+        assert!(spread < 50.0, "releases spread over {spread} ms: {x:?}");
+        assert_eq!(x.release_spread_ms, Some(spread));
+        assert_eq!(x.load_seconds.len(), x.readers);
+    }
+    // Every mapping reader loaded: times and rates for all of them.
+    let loaded: Vec<f64> = m4.load_seconds.iter().map(|s| s.unwrap()).collect();
+    let max = loaded.iter().copied().fold(0.0, f64::max);
+    assert_eq!(m4.load_seconds_max, Some(max));
+    let (median, gbs) = (m4.load_seconds_median.unwrap(), m4.load_gb_per_s.unwrap());
+    assert!((gbs - (64 * MIB) as f64 / median / 1e9).abs() < 1e-9);
+    let agg = m4.aggregate_load_gb_per_s.unwrap();
+    assert!((agg - (4 * 64 * MIB) as f64 / max / 1e9).abs() < 1e-9);
+    // Killed copying readers have no load time.
+    let killed = c4.load_seconds.iter().filter(|s| s.is_none()).count();
+    assert!(killed >= 4 - c4.alive, "{c4:?}");
     assert!(leftover_cgroups().is_empty(), "{:?}", leftover_cgroups());
     wait_gone(f);
 }
@@ -370,6 +393,8 @@ fn compare_rotates_rounds_and_reports_intervals() {
         "compare".as_ref(),
         "--rounds".as_ref(),
         "3".as_ref(),
+        "--model".as_ref(),
+        f.as_ref(),
         "--memory-max".as_ref(),
         "512M".as_ref(),
         "--json".as_ref(),
@@ -397,6 +422,13 @@ fn compare_rotates_rounds_and_reports_intervals() {
         .map(|r| r.command[2].as_str())
         .collect();
     assert_eq!(firsts, ["copy", "map", "copy"]);
+    // Each round starts from a cold cache (the other arm's load evicted first).
+    for run in &c.runs {
+        let sc = run.start_cache.as_ref().unwrap();
+        assert!(sc.evicted, "{sc:?}");
+        assert!(sc.resident_fraction.unwrap() < 0.02, "{sc:?}");
+    }
+    assert_eq!(c.a.start_resident_fraction.len(), 3);
     let r = &c.peak_ratio_b_over_a;
     assert_eq!(r.per_round.len(), 3);
     // Mapping needs no private copy: well under the copying arm's peak.
@@ -468,4 +500,71 @@ fn run_proves_the_copy_a_long_running_command_holds() {
     assert!(copies.suspected.is_empty(), "{copies:?}");
     assert!(!copies.representations.lower_bound, "{copies:?}");
     assert!(leftover_cgroups().is_empty());
+}
+
+#[test]
+fn run_starts_cold_unless_warm_or_the_model_is_mapped() {
+    if !root() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let file = model_file(dir.path(), "m.safetensors", 32 * MIB);
+    let f = file.to_str().unwrap();
+    let bin = exe();
+    let bin = bin.to_str().unwrap();
+    let run = |extra: &[&str]| -> RunSummary {
+        let mut args = vec!["run", "--json", "--memory-max", "256M", "--model", f];
+        args.extend_from_slice(extra);
+        args.extend_from_slice(&["--", bin, "__child", "map", f, "--exit-after-ms", "50"]);
+        run_json(&args)
+    };
+    // Cached right before each round (idle page cache drains by itself, slowly).
+    let cache_it = || assert_eq!(std::fs::read(&file).unwrap().len() as u64, 32 * MIB);
+
+    // The default: evicted, ≈0 resident at the start.
+    cache_it();
+    let s = run(&[]);
+    let c = s.start_cache.unwrap();
+    assert!(c.evicted && c.eviction_skipped.is_none(), "{c:?}");
+    assert!(c.resident_fraction.unwrap() < 0.02, "{c:?}");
+    assert_eq!(s.exit_code, Some(0));
+
+    // --warm keeps the cache: ≈1 resident.
+    cache_it();
+    let c = run(&["--warm"]).start_cache.unwrap();
+    assert!(!c.evicted, "{c:?}");
+    assert_eq!(c.eviction_skipped.as_deref(), Some("--warm"));
+    assert!(c.resident_fraction.unwrap() > 0.98, "{c:?}");
+
+    // Another process maps the model: no eviction, and the report names it.
+    let holder = reader("map", Some(&file), &[]);
+    let c = run(&[]).start_cache.unwrap();
+    assert!(!c.evicted, "{c:?}");
+    assert!(c.mapped_by.iter().any(|m| m.pid == holder.pid()), "{c:?}");
+    let why = c.eviction_skipped.clone().unwrap();
+    assert!(
+        why.contains(&format!("pid {} (twofold)", holder.pid())),
+        "{why}"
+    );
+    assert!(c.resident_fraction.unwrap() > 0.98, "{c:?}");
+    // The human report says so too.
+    let out = run_ok(Command::new(exe()).args([
+        "run",
+        "--memory-max",
+        "256M",
+        "--model",
+        f,
+        "--",
+        "true",
+    ]));
+    let text = String::from_utf8_lossy(&out);
+    assert!(
+        text.contains(&format!(
+            "not evicted: the file is mapped by pid {}",
+            holder.pid()
+        )),
+        "{text}"
+    );
+    drop(holder);
+    assert!(leftover_cgroups().is_empty(), "{:?}", leftover_cgroups());
 }

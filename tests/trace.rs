@@ -560,3 +560,64 @@ fn drop_caches_keeps_the_counters_of_files_of_interest() {
     assert_eq!((f.evicted_pages, f.added_pages, f.refault_pages), (n, n, n));
     assert_eq!(s2.lost_updates, 0);
 }
+
+#[test]
+fn trace_json_follows_the_comm_across_exec() {
+    if !bpf_ready() {
+        return;
+    }
+    use std::io::{BufRead, Write};
+    use twofold::render::trace::{Line, Record};
+    // A shell that waits for a line, then becomes `sleep`: comm 'sh', then 'sleep'.
+    let mut sh = Command::new("sh")
+        .args(["-c", "read x; exec sleep 30"])
+        .stdin(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let pid = sh.id() as i32;
+    let mut trace = twofold_cmd()
+        .args(["trace", "--json", "--interval", "200ms", "--duration", "4s"])
+        .args(["--pid", &pid.to_string()])
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let comm_in = |r: &Record| match r {
+        Record::Interval(m) | Record::Summary(m) => m
+            .processes
+            .iter()
+            .find(|p| p.pid == pid)
+            .and_then(|p| p.comm.clone()),
+        Record::Attached(_) => None,
+    };
+    let mut lines = std::io::BufReader::new(trace.stdout.take().unwrap()).lines();
+    let mut next = || {
+        serde_json::from_str::<Line>(&lines.next().unwrap().unwrap())
+            .unwrap()
+            .record
+    };
+    assert!(matches!(next(), Record::Attached(_)));
+    let first = next();
+    assert!(matches!(first, Record::Interval(_)), "{first:?}");
+    assert_eq!(comm_in(&first).as_deref(), Some("sh"));
+    // Exec, and wait for it to show in /proc before reading on.
+    sh.stdin.as_mut().unwrap().write_all(b"go\n").unwrap();
+    let comm = || std::fs::read_to_string(format!("/proc/{pid}/comm")).unwrap();
+    let start = std::time::Instant::now();
+    while comm().trim() != "sleep" {
+        assert!(start.elapsed() < std::time::Duration::from_secs(10));
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+    let mut rest = Vec::new();
+    for l in lines {
+        rest.push(serde_json::from_str::<Line>(&l.unwrap()).unwrap().record);
+    }
+    assert!(trace.wait().unwrap().success());
+    let _ = sh.kill();
+    let _ = sh.wait();
+    // Every record after the exec was seen carries the new comm, the summary too.
+    let last = rest.last().unwrap();
+    assert!(matches!(last, Record::Summary(_)), "{last:?}");
+    assert_eq!(comm_in(last).as_deref(), Some("sleep"));
+    let before_last = &rest[rest.len() - 2];
+    assert_eq!(comm_in(before_last).as_deref(), Some("sleep"));
+}

@@ -1,6 +1,7 @@
 //! Campaigns: commands run inside a memory-limited cgroup ([`sandbox`]), sampled
 //! ([`sampler`]), summarised (`run`), compared, and put under pressure.
 
+pub mod cache;
 pub mod competitor;
 pub mod integrity;
 pub mod plot;

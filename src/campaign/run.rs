@@ -7,6 +7,7 @@ use std::time::{Duration, Instant};
 use anyhow::Context;
 use serde::{Deserialize, Serialize};
 
+use super::cache::{self, CacheMode, StartCache};
 use super::sampler::{Point, Sampler};
 use super::sandbox::Sandbox;
 use crate::cleanup::Registry;
@@ -35,6 +36,9 @@ pub struct RunSummary {
     /// With `--model` and `--timeout`: the suspected copies of the model in the sandbox's
     /// processes when the timeout struck, each proven or disproven byte by byte.
     pub copies: Option<CopiesAtTimeout>,
+    /// With `--model`: the model's page cache at the start (evicted unless `--warm` or
+    /// mapped by another process) and its resident fraction then.
+    pub start_cache: Option<StartCache>,
     pub model: Option<ModelRatios>,
     pub samples: usize,
     /// CPU seconds the sampler thread used (getrusage), and as a share of one core.
@@ -120,6 +124,8 @@ pub struct RunRequest {
     pub watch: Vec<PathBuf>,
     pub interval: Duration,
     pub timeout: Option<Duration>,
+    /// Keep the model's page cache (`--warm`) instead of evicting it first.
+    pub warm: bool,
 }
 
 /// The model's copies in the sandbox at the timeout: proven ones, suspected ones (not
@@ -155,6 +161,15 @@ pub fn run(req: &RunRequest, registry: &Registry) -> anyhow::Result<(RunSummary,
         .command
         .split_first()
         .context("no command given after '--'")?;
+    let mode = if req.warm {
+        CacheMode::Warm
+    } else {
+        CacheMode::Cold
+    };
+    let start_cache = match &req.model {
+        Some(m) => Some(cache::prepare(&roots.proc, m, mode)?),
+        None => None,
+    };
     let sandbox = Sandbox::create(&roots, req.memory_max, registry)?;
     let files: Vec<PathBuf> = req.model.iter().chain(&req.watch).cloned().collect();
     let sampler = Sampler::start(
@@ -233,6 +248,7 @@ pub fn run(req: &RunRequest, registry: &Registry) -> anyhow::Result<(RunSummary,
         settle_seconds: settle_time(&points, 0.05),
         oom_kills: cg.as_ref().and_then(|c| c.events.get("oom_kill").copied()),
         copies,
+        start_cache,
         model: ratios,
         samples: points.len(),
         sampler_cpu_seconds: sampler_cpu,

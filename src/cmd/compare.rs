@@ -19,6 +19,8 @@ pub struct Arm {
     pub wall_seconds: Vec<f64>,
     pub median_peak_bytes: Option<f64>,
     pub median_wall_seconds: Option<f64>,
+    /// With `--model`: the model's resident fraction at the start of each round.
+    pub start_resident_fraction: Vec<Option<f64>>,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -60,6 +62,10 @@ fn arm(command: &[String], runs: &[&RunSummary]) -> Arm {
         median_wall_seconds: median(&walls),
         peak_bytes: peaks,
         wall_seconds: walls,
+        start_resident_fraction: runs
+            .iter()
+            .map(|r| r.start_cache.as_ref().and_then(|c| c.resident_fraction))
+            .collect(),
     }
 }
 
@@ -87,6 +93,7 @@ pub fn run(args: &CompareArgs, out: &mut dyn Write) -> anyhow::Result<()> {
                 watch: Vec::new(),
                 interval: Duration::from_millis(args.sandbox.interval_ms.max(1)),
                 timeout: args.timeout.map(Duration::from_secs_f64),
+                warm: args.warm,
             };
             let (summary, _) = run_campaign(&req, &registry)?;
             runs.push((which, summary));
@@ -138,6 +145,16 @@ pub fn run(args: &CompareArgs, out: &mut dyn Write) -> anyhow::Result<()> {
                 .unwrap_or_else(|| "n/a".into()),
             f(arm.median_wall_seconds)
         )?;
+    }
+    for (i, pair) in c.runs.chunks(2).enumerate() {
+        for (j, r) in pair.iter().enumerate() {
+            let Some(cache) = &r.start_cache else {
+                continue;
+            };
+            // A goes first in odd rounds (counting from 1).
+            let name = if (i % 2 == 0) == (j == 0) { "A" } else { "B" };
+            writeln!(out, "  round {} {name}: {}", i + 1, cache.describe())?;
+        }
     }
     for (name, r) in [
         ("peak B/A", &c.peak_ratio_b_over_a),

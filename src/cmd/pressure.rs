@@ -26,17 +26,28 @@ pub struct PressureReport {
 }
 
 pub fn readers_markdown(rows: &[ReadersRow]) -> String {
+    let pct = |v: Option<f64>| {
+        v.map(|v| format!("{:.0}%", v * 100.0))
+            .unwrap_or_else(|| "n/a".into())
+    };
+    let num = |v: Option<f64>, digits: usize| {
+        v.map(|v| format!("{v:.digits$}"))
+            .unwrap_or_else(|| "n/a".into())
+    };
     let mut s = String::from(
-        "| arm | N | alive | OOM kills | peak | anon | page cache | file resident | MemAvailable | PSS per reader (median) | load GB/s |\n|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n",
+        "| arm | N | resident at start | start spread ms | alive | OOM kills | peak | anon | page cache | file resident | MemAvailable | PSS per reader (median) | load s (median) | load s (max) | load GB/s (file / median) | aggregate GB/s (N × file / max) |\n|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n",
     );
+    let mut notes = Vec::new();
     for r in rows {
         let mut pss = r.reader_pss_bytes.clone();
         pss.sort_unstable();
+        let arm = format!("{:?}", r.arm).to_lowercase();
         let _ = writeln!(
             s,
-            "| {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} |",
-            format!("{:?}", r.arm).to_lowercase(),
+            "| {arm} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} |",
             r.readers,
+            pct(r.start_cache.resident_fraction),
+            num(r.release_spread_ms, 1),
             r.alive,
             r.oom_kills
                 .map(|v| v.to_string())
@@ -44,15 +55,25 @@ pub fn readers_markdown(rows: &[ReadersRow]) -> String {
             iec_opt(r.peak_bytes),
             iec_opt(r.anon_bytes),
             iec_opt(r.page_cache_bytes),
-            r.file_resident_fraction
-                .map(|v| format!("{:.0}%", v * 100.0))
-                .unwrap_or_else(|| "n/a".into()),
+            pct(r.file_resident_fraction),
             iec_opt(r.mem_available_bytes),
             iec_opt(pss.get(pss.len() / 2).copied()),
-            r.load_gb_per_s
-                .map(|v| format!("{v:.2}"))
-                .unwrap_or_else(|| "n/a".into()),
+            num(r.load_seconds_median, 3),
+            num(r.load_seconds_max, 3),
+            num(r.load_gb_per_s, 2),
+            num(r.aggregate_load_gb_per_s, 2),
         );
+        if let Some(why) = &r.start_cache.eviction_skipped {
+            notes.push(format!(
+                "- {arm}, N = {}: not a cold start: {why}",
+                r.readers
+            ));
+        }
+    }
+    if !notes.is_empty() {
+        s.push('\n');
+        s.push_str(&notes.join("\n"));
+        s.push('\n');
     }
     s
 }

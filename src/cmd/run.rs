@@ -96,6 +96,9 @@ fn human(s: &RunSummary) -> String {
             .unwrap_or_else(|| "n/a".into()),
         s.samples
     ));
+    if let Some(c) = &s.start_cache {
+        out.push_str(&format!("  page cache: {}\n", c.describe()));
+    }
     if let Some(c) = &s.copies {
         if c.proven.is_empty() && c.suspected.is_empty() {
             out.push_str("  copies of the model at the timeout: none (every candidate searched)\n");
@@ -146,6 +149,7 @@ pub fn run(args: &RunArgs, out: &mut dyn Write) -> anyhow::Result<()> {
         watch: args.watch.clone(),
         interval: Duration::from_millis(args.sandbox.interval_ms.max(1)),
         timeout: args.timeout.map(Duration::from_secs_f64),
+        warm: args.warm,
     };
     let (summary, points) = run_campaign(&req, &registry)?;
     if let Some(dir) = &args.sandbox.out {

@@ -1,7 +1,8 @@
 //! Names for what the eBPF counters key by number: (dev, inode) → a path, from the
 //! processes that map or hold the file (`/proc/PID/maps`, `/proc/PID/fd`), and pid →
-//! comm (`/proc/PID/comm`). Cached: a whole-/proc pass runs at most every
-//! [`Names::RESCAN`], and only when a key is still unknown.
+//! comm (`/proc/PID/comm`, re-read every time it is asked for: exec changes it). Paths
+//! are cached: a whole-/proc pass runs at most every [`Names::RESCAN`], and only when a
+//! key is still unknown.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::{Duration, Instant};
@@ -75,16 +76,41 @@ impl Names {
         }
     }
 
-    /// Reads the comms of `pids` not yet known (a process that exited stays unknown).
+    /// Reads the comms of `pids` afresh (a process may have exec'd since the last read:
+    /// its comm changes); a process that exited keeps the comm last read.
     pub fn resolve_comms(&mut self, pids: &BTreeSet<i32>) {
         for pid in pids {
-            if self.comms.contains_key(pid) {
-                continue;
-            }
             let path = self.procs.root().join(pid.to_string()).join("comm");
             if let Ok(c) = std::fs::read_to_string(path) {
                 self.comms.insert(*pid, c.trim_end().to_string());
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn comms_follow_an_exec_and_outlive_an_exit() {
+        let dir = tempfile::tempdir().unwrap();
+        let comm = dir.path().join("42").join("comm");
+        std::fs::create_dir_all(comm.parent().unwrap()).unwrap();
+        let roots = Roots {
+            proc: dir.path().to_path_buf(),
+            cgroup: dir.path().to_path_buf(),
+        };
+        let mut names = Names::new(&roots, BTreeMap::new());
+        let pids = BTreeSet::from([42]);
+        std::fs::write(&comm, "sh\n").unwrap();
+        names.resolve_comms(&pids);
+        assert_eq!(names.comms()[&42], "sh");
+        std::fs::write(&comm, "sleep\n").unwrap();
+        names.resolve_comms(&pids);
+        assert_eq!(names.comms()[&42], "sleep");
+        std::fs::remove_file(&comm).unwrap();
+        names.resolve_comms(&pids);
+        assert_eq!(names.comms()[&42], "sleep");
     }
 }
