@@ -106,6 +106,34 @@ fn corpus(dir: &Path) {
     ];
     write(dir, "pickle", "two.pkl", &torch_pickle(&refs));
     write(dir, "pickle", "one.pkl", &torch_pickle(&refs[..1]));
+
+    let typed = onnx_proto::TensorProto {
+        name: "typed".into(),
+        data_type: 1,
+        dims: vec![2],
+        float_data: vec![1.0, -2.0],
+        ..Default::default()
+    };
+    let ints = onnx_proto::TensorProto {
+        name: "ints".into(),
+        data_type: 7,
+        dims: vec![2],
+        int64_data: vec![3, 300],
+        ..Default::default()
+    };
+    let model = vec![
+        onnx_raw("w", 1, &[2, 3], bytes(12, 24)),
+        onnx_raw("h", 10, &[4], bytes(13, 8)),
+        onnx_raw("i", 7, &[2], bytes(14, 16)),
+        typed,
+        ints,
+    ];
+    write(dir, "onnx", "model.onnx", &onnx(model));
+    let ext = vec![
+        onnx_raw("w", 16, &[2], bytes(15, 4)),
+        onnx_external("e", 1, &[4], "model.onnx.data", 64, Some(16)),
+    ];
+    write(dir, "onnx", "external.onnx", &onnx(ext));
 }
 
 fn main() {

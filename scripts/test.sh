@@ -27,10 +27,11 @@ if [ ${#need[@]} -gt 0 ]; then
   fi
 fi
 
-# Real runtimes for tests/runtimes.rs: NumPy and safetensors from PyPI.
-if ! python3 -c "import numpy, safetensors" >/dev/null 2>&1; then
-  echo "test.sh: installing numpy and safetensors (pip)"
-  python3 -m pip install -q numpy safetensors
+# Real runtimes for tests/runtimes.rs: NumPy and safetensors from PyPI; onnx for the
+# cross-check of the ONNX parser (tests/container.rs).
+if ! python3 -c "import numpy, safetensors, onnx" >/dev/null 2>&1; then
+  echo "test.sh: installing numpy, safetensors and onnx (pip)"
+  python3 -m pip install -q numpy safetensors onnx
 fi
 
 cargo fmt --all -- --check

@@ -150,3 +150,77 @@ fn bad_input_is_one_line_and_exit_2() {
     // clap: no file at all.
     assert_eq!(twofold(&["inspect"]).status.code(), Some(2));
 }
+
+#[test]
+fn onnx_model_with_external_data() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("model.onnx");
+    let model = onnx(vec![
+        onnx_raw("w", 1, &[16, 16], bytes(1, 1024)),
+        onnx_raw("h", 10, &[8], bytes(2, 16)),
+        onnx_external("e", 16, &[64], "model.onnx.data", 0, None),
+    ]);
+    std::fs::write(&path, &model).unwrap();
+    let p = path.to_str().unwrap();
+    let out = twofold(&["inspect", "--json", p]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let report: InspectReport = serde_json::from_slice(&out.stdout).unwrap();
+    let f = &report.files[0];
+    assert_eq!(
+        (f.format.clone(), f.format_name.as_str()),
+        (Format::Onnx, "onnx")
+    );
+    assert_eq!((f.tensor_count, f.tensor_bytes), (2, 1040));
+    for t in &f.tensors {
+        let want = if t.name == "w" {
+            bytes(1, 1024)
+        } else {
+            bytes(2, 16)
+        };
+        assert_eq!(
+            &model[t.offset as usize..(t.offset + t.len) as usize],
+            &want[..]
+        );
+    }
+    assert_eq!(f.external.len(), 1);
+    assert_eq!(
+        (f.external[0].dtype.clone(), f.external[0].len),
+        (Dtype::BF16, 128)
+    );
+    let text = String::from_utf8(twofold(&["inspect", p]).stdout).unwrap();
+    assert!(
+        text.contains("onnx, 2 tensors, 1.0 KiB of tensors"),
+        "{text}"
+    );
+    assert!(
+        text.contains("external data: 1 tensor, 128 B in 'model.onnx.data'"),
+        "{text}"
+    );
+}
+
+/// GGML block types are dequantised, never "widened": the widening figure is what
+/// `dupes` can find byte for byte (F16/BF16 as F32), the dequantised one is not.
+#[test]
+fn quantised_gguf_is_dequantised_not_widened() {
+    let dir = tempfile::tempdir().unwrap();
+    let gg = dir.path().join("m.gguf");
+    // Five Q4_K [256, 2] and five F32 [64].
+    std::fs::write(&gg, gguf_many(10)).unwrap();
+    let out = twofold(&["inspect", "--json", gg.to_str().unwrap()]);
+    let report: InspectReport = serde_json::from_slice(&out.stdout).unwrap();
+    let f = &report.files[0];
+    assert_eq!(f.widening.tensors, 0);
+    assert!(f.widening.by_dtype.is_empty());
+    let d = &f.dequantisation;
+    assert_eq!((d.tensors, d.elements), (5, 5 * 512));
+    assert_eq!((d.bytes, d.dequantised_bytes), (5 * 288, 5 * 512 * 4));
+    assert_eq!(d.by_dtype[0].dtype, "Q4_K");
+    assert_eq!(d.by_dtype[0].bits_per_element, Some(4.5));
+    let text = String::from_utf8(twofold(&["inspect", gg.to_str().unwrap()]).stdout).unwrap();
+    assert!(!text.contains("widened to F32"), "{text}");
+    assert!(text.contains("dequantised to F32"), "{text}");
+}

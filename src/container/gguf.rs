@@ -68,6 +68,15 @@ pub fn ggml_type(id: u32) -> Option<(&'static str, u64, u64)> {
     })
 }
 
+/// Bits per element of a GGML type named `name` (`Q4_0` 4.5, `Q4_K` 4.5, `Q6_K` 6.5625,
+/// `Q8_0` 8.5...), from its block geometry in [`ggml_type`].
+pub fn bits_per_element(name: &str) -> Option<f64> {
+    (0..64u32)
+        .filter_map(ggml_type)
+        .find(|(n, _, _)| *n == name)
+        .map(|(_, elems, bytes)| (bytes * 8) as f64 / elems as f64)
+}
+
 fn dtype(id: u32, name: &str) -> Dtype {
     match id {
         0 => Dtype::F32,
@@ -281,6 +290,8 @@ pub fn parse(src: &dyn Source) -> Result<Container, ContainerError> {
         file_size: size,
         data_offset: Some(data_offset),
         alignment: Some(alignment),
+        external: Vec::new(),
+        unmapped: Vec::new(),
         tensors,
     })
 }
@@ -345,6 +356,23 @@ fn tensor(i: Info, data_offset: u64, alignment: u64, size: u64) -> Result<Tensor
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn bits_per_element_of_common_types() {
+        let b = |n| bits_per_element(n).unwrap();
+        assert_eq!(
+            [
+                b("Q4_0"),
+                b("Q4_K"),
+                b("Q5_K"),
+                b("Q6_K"),
+                b("Q8_0"),
+                b("F16")
+            ],
+            [4.5, 4.5, 5.5, 6.5625, 8.5, 16.0]
+        );
+        assert_eq!(bits_per_element("Q9_X"), None);
+    }
 
     fn s(out: &mut Vec<u8>, text: &str) {
         out.extend_from_slice(&(text.len() as u64).to_le_bytes());

@@ -1,5 +1,5 @@
-//! Model containers: safetensors, GGUF, NumPy (`.npy`, `.npz`), PyTorch zip; anything else
-//! is opaque (one region covering the file).
+//! Model containers: safetensors, GGUF, NumPy (`.npy`, `.npz`), PyTorch zip, ONNX; anything
+//! else is opaque (one region covering the file).
 //!
 //! Parsers are pure functions over a [`Source`] of bytes (memory or a file read with
 //! `pread`), never panic on any input, and bound their allocations by the file size
@@ -20,6 +20,7 @@ mod error;
 pub mod gguf;
 pub mod npy;
 pub mod npz;
+pub mod onnx;
 pub mod pickle;
 mod pyliteral;
 pub mod safetensors;
@@ -33,7 +34,7 @@ use std::path::Path;
 
 pub use error::ContainerError;
 pub use source::{FileSource, Source};
-pub use types::{Container, Dtype, Format, Tensor};
+pub use types::{Container, Dtype, ExternalTensor, Format, Tensor, UnmappedTensor};
 
 /// Elements of a shape (1 for a scalar), `None` on overflow.
 pub fn numel(shape: &[u64]) -> Option<u64> {
@@ -52,6 +53,8 @@ fn opaque(size: u64) -> Container {
         file_size: size,
         data_offset: None,
         alignment: None,
+        external: Vec::new(),
+        unmapped: Vec::new(),
         tensors: vec![Tensor {
             name: "file".into(),
             dtype: Dtype::Other("opaque".into()),
@@ -85,6 +88,12 @@ pub fn parse(src: &dyn Source) -> Result<Container, ContainerError> {
         parse_zip(src)
     } else if safetensors::sniff(&head) {
         safetensors::parse(src)
+    } else if onnx::sniff(&head) {
+        // Protobuf has no magic: only a whole `ModelProto` top level makes it ONNX.
+        match onnx::detect(src)? {
+            Some(model) => onnx::parse_model(src, &model),
+            None => Ok(opaque(src.size())),
+        }
     } else {
         Ok(opaque(src.size()))
     }

@@ -198,6 +198,8 @@ pub fn parse(src: &dyn Source) -> Result<Container, ContainerError> {
         file_size: src.size(),
         data_offset: Some(a.data_offset),
         alignment: None,
+        external: Vec::new(),
+        unmapped: Vec::new(),
         tensors: vec![Tensor {
             name: "array".into(),
             dtype: a.dtype,

@@ -104,6 +104,8 @@ pub fn parse(src: &dyn Source) -> Result<Container, ContainerError> {
         file_size: size,
         data_offset: Some(data_start),
         alignment: None,
+        external: Vec::new(),
+        unmapped: Vec::new(),
         tensors,
     })
 }

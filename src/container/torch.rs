@@ -118,6 +118,8 @@ pub fn parse(src: &dyn Source, archive: &Archive) -> Result<Container, Container
         file_size: src.size(),
         data_offset: None,
         alignment: None,
+        external: Vec::new(),
+        unmapped: Vec::new(),
         tensors,
     })
 }

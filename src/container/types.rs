@@ -72,6 +72,8 @@ pub enum Format {
     },
     Npz,
     Torch,
+    /// ONNX: a protobuf `ModelProto` whose graph initializers are the tensors.
+    Onnx,
     /// Unknown format: the whole file is one region.
     Opaque,
 }
@@ -88,4 +90,38 @@ pub struct Container {
     pub alignment: Option<u64>,
     /// Tensors sorted by offset.
     pub tensors: Vec<Tensor>,
+    /// Tensors whose bytes live in another file (ONNX external data), in file order.
+    /// Empty for every other format.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub external: Vec<ExternalTensor>,
+    /// Tensors the container holds in a form that is no contiguous byte range equal to
+    /// their in-memory values (ONNX `int64_data` varints, `string_data`...), in file
+    /// order. They are not in `tensors`. Empty for every other format.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub unmapped: Vec<UnmappedTensor>,
+}
+
+/// A tensor whose bytes lie in another file (ONNX `data_location: EXTERNAL`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ExternalTensor {
+    pub name: String,
+    pub dtype: Dtype,
+    pub shape: Vec<u64>,
+    /// The data file as the model names it: a path relative to the model's directory,
+    /// not resolved or checked by the parser.
+    pub location: String,
+    /// Absolute byte offset in the data file.
+    pub offset: u64,
+    /// Length in bytes.
+    pub len: u64,
+}
+
+/// A tensor stored in a way that maps to no byte range of the file.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct UnmappedTensor {
+    pub name: String,
+    pub dtype: Dtype,
+    pub shape: Vec<u64>,
+    /// How it is stored, e.g. `int64_data (varints)`.
+    pub storage: String,
 }

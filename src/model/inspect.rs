@@ -7,15 +7,22 @@
 //!   such a page is faulted in (and kept resident) by whichever tensor is used first.
 //! - *relayout padding*: the bytes a writer would add if each tensor started at the next
 //!   aligned offset after the previous one, starting from an aligned data section.
-//! - *widening*: packed dtypes that frameworks often upcast to F32 when they load (F16,
-//!   BF16, F8, GGML block quantisations): elements × 4 bytes. I8/U8 are not counted: they
-//!   also hold raw bytes, masks and int8 weights that stay int8.
+//! - *widening*: packed float dtypes that frameworks often upcast to F32 when they load
+//!   (F16, BF16, F8): elements × 4 bytes. A value-exact, element-wise conversion (the one
+//!   `dupes` searches for F16 and BF16). I8/U8 are not counted: they also hold raw bytes,
+//!   masks and int8 weights that stay int8.
+//! - *dequantisation*: GGML block-quantised tensors (`Q4_K`, `Q8_0`, `IQ2_XXS`...) that a
+//!   framework may dequantise to F32 when it loads (elements × 4 bytes). Never called
+//!   widening: the values are reconstructed from block scales, not upcast one by one, and
+//!   no copy of them can be found byte for byte.
 
 use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
-use crate::container::{numel, Container, Dtype, Format, Tensor};
+use crate::container::{
+    gguf, numel, Container, Dtype, ExternalTensor, Format, Tensor, UnmappedTensor,
+};
 
 pub const PAGE_BYTES: u64 = 4096;
 pub const HUGE_PAGE_BYTES: u64 = 2 << 20;
@@ -43,7 +50,16 @@ pub struct FileInspect {
     pub dtypes: Vec<DtypeStat>,
     pub alignment: AlignmentStats,
     pub widening: Widening,
+    /// GGML block-quantised tensors as F32: a separate figure from `widening`.
+    #[serde(default)]
+    pub dequantisation: Dequantisation,
     pub tensors: Vec<Tensor>,
+    /// Tensors in another file (ONNX external data).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub external: Vec<ExternalTensor>,
+    /// Tensors stored as no byte range of the file (ONNX varint-packed data).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub unmapped: Vec<UnmappedTensor>,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -95,6 +111,28 @@ pub struct WidenStat {
     pub widened_bytes: u64,
 }
 
+/// Block-quantised tensors and their size dequantised to F32.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct Dequantisation {
+    pub tensors: usize,
+    pub bytes: u64,
+    pub elements: u64,
+    /// The same elements as F32.
+    pub dequantised_bytes: u64,
+    pub by_dtype: Vec<DequantStat>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct DequantStat {
+    pub dtype: String,
+    pub tensors: usize,
+    pub bytes: u64,
+    pub elements: u64,
+    /// Bits per element of the GGML type (`Q4_K` 4.5); `None` for a type ggml lacks.
+    pub bits_per_element: Option<f64>,
+    pub dequantised_bytes: u64,
+}
+
 fn fraction(part: u64, whole: u64) -> Option<f64> {
     (whole > 0).then(|| part as f64 / whole as f64)
 }
@@ -107,6 +145,7 @@ pub fn format_name(f: &Format) -> String {
         Format::Npy { major, minor } => format!("npy {major}.{minor}"),
         Format::Npz => "npz".into(),
         Format::Torch => "torch zip".into(),
+        Format::Onnx => "onnx".into(),
         Format::Opaque => "opaque".into(),
     }
 }
@@ -154,12 +193,43 @@ pub fn relayout_padding(tensors: &[&Tensor], align: u64) -> u64 {
     padding
 }
 
-/// Packed dtypes that frameworks often widen to F32.
+/// Packed float dtypes that frameworks often widen to F32 element by element. Not GGML
+/// block quantisations: see [`Dequantisation`].
 pub fn widens(d: &Dtype) -> bool {
-    matches!(
-        d,
-        Dtype::F16 | Dtype::BF16 | Dtype::F8E4M3 | Dtype::F8E5M2 | Dtype::Quant(_)
-    )
+    matches!(d, Dtype::F16 | Dtype::BF16 | Dtype::F8E4M3 | Dtype::F8E5M2)
+}
+
+fn dequantisation(tensors: &[Tensor]) -> Dequantisation {
+    let mut by: BTreeMap<&str, DequantStat> = BTreeMap::new();
+    for t in tensors {
+        let Dtype::Quant(name) = &t.dtype else {
+            continue;
+        };
+        let s = by.entry(name).or_insert_with(|| DequantStat {
+            dtype: name.clone(),
+            tensors: 0,
+            bytes: 0,
+            elements: 0,
+            bits_per_element: gguf::bits_per_element(name),
+            dequantised_bytes: 0,
+        });
+        let n = numel(&t.shape).unwrap_or(0);
+        s.tensors += 1;
+        s.bytes = s.bytes.saturating_add(t.len);
+        s.elements = s.elements.saturating_add(n);
+        s.dequantised_bytes = s.dequantised_bytes.saturating_add(n.saturating_mul(4));
+    }
+    let mut by_dtype: Vec<DequantStat> = by.into_values().collect();
+    by_dtype.sort_by(|a, b| b.bytes.cmp(&a.bytes).then(a.dtype.cmp(&b.dtype)));
+    let sum =
+        |f: fn(&DequantStat) -> u64| by_dtype.iter().fold(0u64, |a, s| a.saturating_add(f(s)));
+    Dequantisation {
+        tensors: by_dtype.iter().map(|s| s.tensors).sum(),
+        bytes: sum(|s| s.bytes),
+        elements: sum(|s| s.elements),
+        dequantised_bytes: sum(|s| s.dequantised_bytes),
+        by_dtype,
+    }
 }
 
 fn widening(tensors: &[Tensor]) -> Widening {
@@ -260,7 +330,10 @@ pub fn file(path: &str, c: Container) -> FileInspect {
         dtypes: dtypes(&tensors),
         alignment: alignment(&tensors),
         widening: widening(&tensors),
+        dequantisation: dequantisation(&tensors),
         tensors,
+        external: c.external,
+        unmapped: c.unmapped,
     }
 }
 
@@ -331,16 +404,24 @@ mod tests {
                 file_size: 256,
                 data_offset: Some(0),
                 alignment: Some(32),
+                external: Vec::new(),
+                unmapped: Vec::new(),
                 tensors: ts,
             },
         );
         assert_eq!(f.format_name, "gguf v3");
         assert_eq!(f.tensor_bytes, 64);
         assert_eq!(f.dtypes[0].dtype, "Q4_0");
-        assert_eq!(f.widening.tensors, 2);
-        assert_eq!(f.widening.bytes, 44);
-        assert_eq!(f.widening.widened_bytes, 68 * 4);
-        assert_eq!(f.widening.by_dtype[0].widened_bytes, 256);
+        // Only BF16 widens; Q4_0 is dequantised, a separate figure.
+        assert_eq!(f.widening.tensors, 1);
+        assert_eq!(f.widening.bytes, 8);
+        assert_eq!(f.widening.widened_bytes, 16);
+        assert!(f.widening.by_dtype.iter().all(|s| s.dtype == "BF16"));
+        let d = &f.dequantisation;
+        assert_eq!((d.tensors, d.bytes, d.elements), (1, 36, 64));
+        assert_eq!(d.dequantised_bytes, 256);
+        assert_eq!(d.by_dtype[0].dtype, "Q4_0");
+        assert_eq!(d.by_dtype[0].bits_per_element, Some(4.5));
     }
 
     #[test]

@@ -125,6 +125,66 @@ fn widening(f: &FileInspect, out: &mut String) {
     out.push_str(&t.render(4));
 }
 
+fn dequantisation(f: &FileInspect, out: &mut String) {
+    let d = &f.dequantisation;
+    if d.tensors == 0 {
+        return;
+    }
+    let _ = writeln!(
+        out,
+        "\n  dequantised to F32 by a framework that dequantises on load (not a widened copy): {} tensor{}, {} -> {} (+{})",
+        d.tensors,
+        if d.tensors == 1 { "" } else { "s" },
+        iec(d.bytes),
+        iec(d.dequantised_bytes),
+        iec(d.dequantised_bytes.saturating_sub(d.bytes)),
+    );
+    let mut t = Table::new(&[
+        ("dtype", Align::Left),
+        ("tensors", Align::Right),
+        ("bytes", Align::Right),
+        ("bits", Align::Right),
+        ("as F32", Align::Right),
+    ]);
+    for s in &d.by_dtype {
+        t.row(vec![
+            s.dtype.clone(),
+            s.tensors.to_string(),
+            iec(s.bytes),
+            s.bits_per_element
+                .map_or_else(|| "n/a".into(), |b| format!("{b}")),
+            iec(s.dequantised_bytes),
+        ]);
+    }
+    out.push_str(&t.render(4));
+}
+
+/// Tensors whose bytes are not in this file's tensor table (ONNX).
+fn elsewhere(f: &FileInspect, out: &mut String) {
+    if !f.external.is_empty() {
+        let bytes = f.external.iter().fold(0u64, |a, t| a.saturating_add(t.len));
+        let mut files: Vec<&str> = f.external.iter().map(|t| t.location.as_str()).collect();
+        files.sort_unstable();
+        files.dedup();
+        let _ = writeln!(
+            out,
+            "\n  external data: {} tensor{}, {} in '{}'",
+            f.external.len(),
+            if f.external.len() == 1 { "" } else { "s" },
+            iec(bytes),
+            files.join("', '"),
+        );
+    }
+    if !f.unmapped.is_empty() {
+        let _ = writeln!(
+            out,
+            "\n  not mapped to file bytes (varint or string storage): {} tensor{}",
+            f.unmapped.len(),
+            if f.unmapped.len() == 1 { "" } else { "s" },
+        );
+    }
+}
+
 /// Renders every file of the report for a terminal.
 pub fn human(report: &InspectReport) -> String {
     let mut out = String::new();
@@ -135,7 +195,7 @@ pub fn human(report: &InspectReport) -> String {
         if f.format == Format::Opaque {
             let _ = writeln!(
                 out,
-                "{}\n  opaque: not a container twofold reads (safetensors, GGUF, NumPy, PyTorch zip); one {} region",
+                "{}\n  opaque: not a container twofold reads (safetensors, GGUF, NumPy, PyTorch zip, ONNX); one {} region",
                 f.path,
                 iec(f.file_size_bytes)
             );
@@ -145,6 +205,8 @@ pub fn human(report: &InspectReport) -> String {
         dtype_table(f, &mut out);
         alignment_table(f, &mut out);
         widening(f, &mut out);
+        dequantisation(f, &mut out);
+        elsewhere(f, &mut out);
     }
     out
 }
@@ -162,6 +224,8 @@ mod tests {
             file_size: 8192 + 4096,
             data_offset: Some(4096),
             alignment: Some(32),
+            external: Vec::new(),
+            unmapped: Vec::new(),
             tensors: vec![
                 Tensor {
                     name: "a".into(),
@@ -205,6 +269,50 @@ m.gguf
     }
 
     #[test]
+    fn quantised_tensors_are_dequantised_not_widened() {
+        let t = |name: &str, dtype: Dtype, n: u64, offset: u64, len: u64| Tensor {
+            name: name.into(),
+            dtype,
+            shape: vec![n],
+            offset,
+            len,
+        };
+        let c = Container {
+            format: Format::Gguf { version: 3 },
+            file_size: 4096,
+            data_offset: Some(0),
+            alignment: Some(32),
+            external: Vec::new(),
+            unmapped: Vec::new(),
+            tensors: vec![
+                t("q", Dtype::Quant("Q4_K".into()), 512, 0, 288),
+                t("h", Dtype::F16, 16, 320, 32),
+            ],
+        };
+        let report = InspectReport {
+            schema_version: 1,
+            files: vec![file("m.gguf", c)],
+        };
+        let text = human(&report);
+        let widened = text
+            .lines()
+            .skip_while(|l| !l.contains("widened to F32"))
+            .take_while(|l| !l.contains("dequantised"))
+            .collect::<Vec<_>>()
+            .join("\n");
+        assert!(widened.contains("1 tensor, 32 B -> 64 B"), "{text}");
+        assert!(!widened.contains("Q4_K"), "{text}");
+        assert!(
+            text.contains("dequantised to F32 by a framework that dequantises on load (not a widened copy): 1 tensor, 288 B -> 2.0 KiB"),
+            "{text}"
+        );
+        assert!(
+            text.contains("    Q4_K         1  288 B   4.5  2.0 KiB"),
+            "{text}"
+        );
+    }
+
+    #[test]
     fn opaque_files_have_no_tables() {
         let c = crate::container::parse_bytes(b"plain text").unwrap();
         let report = InspectReport {
@@ -213,7 +321,7 @@ m.gguf
         };
         assert_eq!(
             human(&report),
-            "notes.txt\n  opaque: not a container twofold reads (safetensors, GGUF, NumPy, PyTorch zip); one 10 B region\n"
+            "notes.txt\n  opaque: not a container twofold reads (safetensors, GGUF, NumPy, PyTorch zip, ONNX); one 10 B region\n"
         );
     }
 }

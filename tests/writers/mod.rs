@@ -1,6 +1,7 @@
 //! Writers of real container files for the tests, the fuzz seed corpus and the benchmark:
-//! GGUF v2/v3, safetensors, `.npy`, zip (stored, deflated, zip64) and `torch.save`-style
-//! archives. They follow the format specifications, not the parsers under test, and
+//! GGUF v2/v3, safetensors, `.npy`, zip (stored, deflated, zip64), `torch.save`-style
+//! archives and ONNX models (encoded with prost from the parser's own message structs,
+//! the one writer that shares code with its parser: protobuf encoding is prost's). They follow the format specifications, not the parsers under test, and
 //! return the tensor table the file should parse to.
 #![allow(dead_code, clippy::unwrap_used)]
 
@@ -593,4 +594,79 @@ pub fn torch(prefix: &str, storages: &[(&str, &str, u64, Vec<u8>)]) -> (Vec<u8>,
     ));
     let (out, offsets) = zip(&entries, false);
     (out, offsets[2..2 + storages.len()].to_vec())
+}
+
+// ---------------------------------------------------------------- ONNX
+
+use onnx_proto::{
+    DataLocation, GraphProto, ModelProto, NodeProto, OperatorSetIdProto, StringStringEntryProto,
+    TensorProto,
+};
+pub use twofold::container::onnx::proto as onnx_proto;
+
+/// An initializer with its data in `raw_data` (little-endian bytes).
+pub fn onnx_raw(name: &str, data_type: i32, dims: &[i64], data: Vec<u8>) -> TensorProto {
+    TensorProto {
+        name: name.into(),
+        data_type,
+        dims: dims.to_vec(),
+        raw_data: data,
+        ..Default::default()
+    }
+}
+
+/// An initializer whose data is in `location` at `offset` (`length` given or not).
+pub fn onnx_external(
+    name: &str,
+    data_type: i32,
+    dims: &[i64],
+    location: &str,
+    offset: u64,
+    length: Option<u64>,
+) -> TensorProto {
+    let entry = |k: &str, v: String| StringStringEntryProto {
+        key: k.into(),
+        value: v,
+    };
+    let mut external_data = vec![
+        entry("location", location.into()),
+        entry("offset", offset.to_string()),
+    ];
+    if let Some(l) = length {
+        external_data.push(entry("length", l.to_string()));
+    }
+    TensorProto {
+        name: name.into(),
+        data_type,
+        dims: dims.to_vec(),
+        data_location: DataLocation::External as i32,
+        external_data,
+        ..Default::default()
+    }
+}
+
+/// A `ModelProto` (ir_version 8, opset 17) whose graph has a MatMul node, then the
+/// initializers, in the field order `onnx.save` writes: ir_version, producer_name, graph,
+/// opset_import.
+pub fn onnx(initializers: Vec<TensorProto>) -> Vec<u8> {
+    use prost::Message;
+    ModelProto {
+        ir_version: 8,
+        producer_name: "twofold-tests".into(),
+        graph: Some(GraphProto {
+            node: vec![NodeProto {
+                input: vec!["x".into(), "w".into()],
+                output: vec!["y".into()],
+                name: "matmul".into(),
+                op_type: "MatMul".into(),
+            }],
+            name: "g".into(),
+            initializer: initializers,
+        }),
+        opset_import: vec![OperatorSetIdProto {
+            domain: String::new(),
+            version: 17,
+        }],
+    }
+    .encode_to_vec()
 }

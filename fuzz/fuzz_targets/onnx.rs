@@ -1,0 +1,12 @@
+#![no_main]
+//! The ONNX parser (protobuf wire walk and prost decoding), and the sniffing entry point,
+//! on arbitrary bytes: errors are fine, panics, overflows, hangs and huge allocations are
+//! not.
+
+use libfuzzer_sys::fuzz_target;
+use twofold::container;
+
+fuzz_target!(|data: &[u8]| {
+    let _ = container::onnx::parse(&data);
+    let _ = container::parse_bytes(data);
+});
