@@ -160,13 +160,14 @@ fn demo_diagnoses_and_leaves_nothing_behind() {
     let r: twofold::model::Report = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(r.files.len(), 1);
     let f = &r.files[0];
-    assert_eq!(f.suspected_copies.len(), 1);
+    assert_eq!(f.proven_copies.len(), 1);
+    assert!(f.suspected_copies.is_empty());
     // The demo proves it: every tensor byte of the file is in the copying reader.
-    assert_eq!(f.suspected_copies[0].proven, Some(true));
-    assert!(f.representations.proven_fraction > 0.99);
+    assert!(f.representations.private_copies > 0.99);
+    assert!(!f.representations.lower_bound);
     assert_eq!(f.mappers.len(), 1);
     assert_eq!(f.resident_fraction, Some(1.0));
-    let copy = f.suspected_copies[0].pid;
+    let copy = f.proven_copies[0].pid;
     let map = f.mappers[0].pid;
     let pc = r.processes.iter().find(|p| p.pid == copy).unwrap();
     let pm = r.processes.iter().find(|p| p.pid == map).unwrap();

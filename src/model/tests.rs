@@ -24,6 +24,7 @@ fn file(inode: u64, size: u64, cached: Option<u64>) -> FileSample {
         }),
         residency_error: cached.is_none().then(|| "denied".to_string()),
         explicit: false,
+        store: false,
     }
 }
 
@@ -81,46 +82,115 @@ fn sample(files: Vec<FileSample>, processes: Vec<ProcessSample>) -> Sample {
     }
 }
 
+fn candidate(pid: i32, inode: u64, anon: u64, why: CandidateWhy) -> CandidateSample {
+    CandidateSample {
+        pid,
+        file: key(inode),
+        why,
+        private_anon_bytes: anon,
+    }
+}
+
+fn found(pid: i32, inode: u64, identical: u64) -> ProofSample {
+    ProofSample {
+        pid,
+        file: key(inode),
+        identical_file_bytes: identical,
+        copy_memory_bytes: identical,
+        copies: u64::from(identical > 0),
+        searchable_fraction: 1.0,
+        stride_pages: 1,
+        ..ProofSample::default()
+    }
+}
+
 #[test]
-fn copy_reader_is_suspected_and_map_reader_is_not() {
+fn unsearched_copy_is_suspected_beside_the_count_never_in_it() {
     let mut copier = proc_(10, 260 * MIB);
     copier.open_files.push(open(1));
     let mut mapper = proc_(11, MIB);
     mapper
         .mappings
         .push(map(1, 256 * MIB, true, false, 256 * MIB, 0));
-    let r = build(&sample(
+    let mut s = sample(
         vec![file(1, 256 * MIB, Some(256 * MIB))],
         vec![copier, mapper],
-    ));
+    );
+    s.candidates = vec![candidate(10, 1, 260 * MIB, CandidateWhy::Holder)];
+    let r = build(&s);
     let f = &r.files[0];
     assert_eq!(f.suspected_copies.len(), 1);
     assert_eq!(f.suspected_copies[0].pid, 10);
     assert!(!f.suspected_copies[0].mapped);
     assert_eq!(f.suspected_copies[0].attributed_bytes, 256 * MIB);
-    assert_eq!(f.representations.total_estimate, Some(2.0));
+    let reps = &f.representations;
+    assert_eq!(reps.proven, Some(1.0));
+    assert_eq!(reps.suspected, 1.0);
+    assert!(reps.lower_bound);
+    assert_eq!(reps.unsearched, 1);
     assert_eq!(f.mappers.len(), 1);
     assert_eq!(f.mappers[0].kind, MapKind::Shared);
     let codes: Vec<_> = r.findings.iter().map(|x| x.code.as_str()).collect();
-    assert_eq!(
-        codes,
-        ["suspected-private-copy", "multiple-representations"]
-    );
-    assert!(r.findings[0]
-        .message
-        .starts_with("pid 10 (p10) holds it open without mapping it"));
+    assert_eq!(codes, ["suspected-private-copy", "count-is-lower-bound"]);
+    // And the JSON has no bare total.
+    let json = serde_json::to_value(&r).unwrap();
+    let reps = &json["files"][0]["representations"];
+    assert!(reps.get("total_estimate").is_none());
+    assert_eq!(reps["lower_bound"], true);
 }
 
 #[test]
-fn one_heap_is_not_the_copy_of_two_files() {
-    // 300 MiB of anon, holding a 256 MiB and a 200 MiB file: only the larger is suspected.
+fn proven_copy_counts_and_closed_file_copier_is_listed() {
+    // pid 10 read the file and closed it: no fd, no mapping; the proof found it.
+    let copier = proc_(10, 260 * MIB);
+    let mut s = sample(vec![file(1, 256 * MIB, Some(256 * MIB))], vec![copier]);
+    s.candidates = vec![candidate(10, 1, 260 * MIB, CandidateWhy::Read)];
+    s.proofs = vec![found(10, 1, 256 * MIB)];
+    let r = build(&s);
+    let f = &r.files[0];
+    assert_eq!(f.representations.proven, Some(2.0));
+    assert!(!f.representations.lower_bound);
+    assert_eq!(f.proven_copies.len(), 1);
+    assert!(f.suspected_copies.is_empty());
+    assert_eq!(f.candidates.searched, 1);
+    assert_eq!(r.processes[0].holds_files, 1);
+    let codes: Vec<_> = r.findings.iter().map(|x| x.code.as_str()).collect();
+    assert_eq!(codes, ["proven-private-copy", "multiple-representations"]);
+}
+
+#[test]
+fn searched_and_nothing_found_is_one_exactly() {
+    // A zero-copy loader with a big heap: searched, nothing found: 1.00, not a bound.
+    let mut p = proc_(10, 400 * MIB);
+    p.mappings
+        .push(map(1, 256 * MIB, false, false, 256 * MIB, 0));
+    let mut s = sample(vec![file(1, 256 * MIB, Some(256 * MIB))], vec![p]);
+    s.candidates = vec![candidate(10, 1, 400 * MIB, CandidateWhy::Holder)];
+    s.proofs = vec![found(10, 1, 0)];
+    let r = build(&s);
+    let f = &r.files[0];
+    assert_eq!(f.representations.proven, Some(1.0));
+    assert!(!f.representations.lower_bound);
+    assert!(f.suspected_copies.is_empty() && f.proven_copies.is_empty());
+    assert!(r.findings.is_empty(), "{:?}", r.findings);
+}
+
+#[test]
+fn one_heap_is_not_suspected_of_two_files() {
+    // 300 MiB of private memory, unsearched, for a 256 MiB and a 200 MiB file: only the
+    // larger is suspected.
     let mut p = proc_(10, 300 * MIB);
     p.open_files.push(open(1));
     p.open_files.push(open(2));
-    let r = build(&sample(
+    let mut s = sample(
         vec![file(1, 256 * MIB, Some(0)), file(2, 200 * MIB, Some(0))],
         vec![p],
-    ));
+    );
+    s.candidates = vec![
+        candidate(10, 1, 300 * MIB, CandidateWhy::Holder),
+        candidate(10, 2, 300 * MIB, CandidateWhy::Holder),
+    ];
+    let r = build(&s);
     let suspected: Vec<_> = r
         .files
         .iter()
@@ -128,31 +198,29 @@ fn one_heap_is_not_the_copy_of_two_files() {
         .map(|f| f.path.as_str())
         .collect();
     assert_eq!(suspected, ["/m/f1.gguf"]);
-}
-
-#[test]
-fn below_threshold_is_not_suspected() {
-    let mut p = proc_(10, 200 * MIB);
-    p.open_files.push(open(1));
-    let r = build(&sample(vec![file(1, 256 * MIB, Some(256 * MIB))], vec![p]));
-    assert!(r.files[0].suspected_copies.is_empty());
-    assert_eq!(r.files[0].representations.total_estimate, Some(1.0));
+    assert!(r.files.iter().all(|f| f.representations.lower_bound));
 }
 
 #[test]
 fn cow_is_counted_once_and_not_as_a_copy() {
-    // 88 MiB written into a private writable mapping; the process anon is that CoW.
+    // 88 MiB written into a private writable mapping; the proof found those pages in the
+    // mapping itself (cow_file_bytes), which is the CoW part, not another copy.
     let mut p = proc_(10, 90 * MIB);
     p.mappings
         .push(map(1, 100 * MIB, false, true, 100 * MIB, 88 * MIB));
-    let r = build(&sample(vec![file(1, 100 * MIB, Some(100 * MIB))], vec![p]));
+    let mut s = sample(vec![file(1, 100 * MIB, Some(100 * MIB))], vec![p]);
+    s.proofs = vec![ProofSample {
+        cow_file_bytes: 88 * MIB,
+        ..found(10, 1, 0)
+    }];
+    let r = build(&s);
     let f = &r.files[0];
-    assert!(f.suspected_copies.is_empty());
-    assert!((f.representations.cow_anon - 0.88).abs() < 1e-9);
-    assert!(r
-        .findings
-        .iter()
-        .any(|x| x.code == "cow-in-private-mapping" && x.message.contains("88.0 MiB")));
+    assert!(f.suspected_copies.is_empty() && f.proven_copies.is_empty());
+    assert!((f.representations.cow.unwrap() - 0.88).abs() < 1e-9);
+    assert!((f.representations.proven.unwrap() - 1.88).abs() < 1e-9);
+    assert!(r.findings.iter().any(|x| x.code == "cow-in-private-mapping"
+        && x.message.contains("88.0 MiB")
+        && x.message.contains("written in place")));
 }
 
 #[test]
@@ -187,8 +255,8 @@ fn unknown_residency_is_unknown_not_zero() {
     let f = &r.files[0];
     assert_eq!(f.resident_bytes, None);
     assert_eq!(f.representations.page_cache, None);
-    assert_eq!(f.representations.total_estimate, None);
-    assert_eq!(f.suspected_copies.len(), 1);
+    assert_eq!(f.representations.proven, None);
+    assert!(f.representations.lower_bound);
     assert!(r.findings.iter().any(|x| x.code == "residency-unknown"));
     // And the JSON says null.
     let json = serde_json::to_value(&r).unwrap();
