@@ -455,6 +455,10 @@ pub struct ChildArgs {
     /// map-loop: map MAP_PRIVATE instead of MAP_SHARED.
     #[arg(long)]
     pub private: bool,
+    /// copy/widen: close the file after reading it (as `np.load`, `torch.load` and
+    /// llama.cpp `--load-mode none` do), so only the copy is left.
+    #[arg(long)]
+    pub close: bool,
     /// map-loop: file to append `<seconds since start> <pass milliseconds>` lines to.
     #[arg(long, value_name = "FILE")]
     pub stats: Option<PathBuf>,

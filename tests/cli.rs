@@ -180,7 +180,9 @@ fn demo_diagnoses_and_leaves_nothing_behind() {
     let out = twofold(&["demo", "--size", "16M", "--dir", d]);
     let t = text(&out.stdout);
     assert!(
-        t.contains("DIAGNOSIS") && t.contains("proven private copy"),
+        t.contains("DIAGNOSIS")
+            && t.contains("100% of the file found byte by byte")
+            && t.contains("in memory 2.00 times"),
         "{t}"
     );
     assert!(is_empty_dir(dir.path()));

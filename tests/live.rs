@@ -385,7 +385,11 @@ fn scan_prove_confirms_and_disproves() {
         file.as_os_str(),
     ]);
     let f = &r.files[0];
-    let proven: Vec<(i32, f64)> = f.proven_copies.iter().map(|c| (c.pid, c.fraction)).collect();
+    let proven: Vec<(i32, f64)> = f
+        .proven_copies
+        .iter()
+        .map(|c| (c.pid, c.fraction))
+        .collect();
     assert_eq!(proven.len(), 1, "{proven:?}");
     assert_eq!(proven[0].0, copy.pid());
     assert!(proven[0].1 > 0.999, "{proven:?}");

@@ -149,7 +149,9 @@ pub fn run(args: &ChildArgs) -> anyhow::Result<()> {
                 at += out.len().next_multiple_of(16);
             }
             _keep_heap = Some(buf);
-            _keep_file = Some(f);
+            if !args.close {
+                _keep_file = Some(f);
+            }
             _keep_extra = Some(extra_anon(args.bytes, args.random));
         }
         ChildMode::Map => {

@@ -81,7 +81,7 @@ pub fn run(args: &DemoArgs, out: &mut dyn Write) -> anyhow::Result<()> {
     let size = write_safetensors(&file, args.size)?;
     let exe = std::env::current_exe().context("cannot find the twofold executable")?;
     let timeout = Duration::from_secs(120);
-    let copy = Reader::start(&exe, "copy", Some(&file), &[], timeout)?;
+    let copy = Reader::start(&exe, "copy", Some(&file), &["--close"], timeout)?;
     cleanup.add_pid(copy.pid());
     let map = Reader::start(&exe, "map", Some(&file), &[], timeout)?;
     cleanup.add_pid(map.pid());
@@ -99,7 +99,7 @@ pub fn run(args: &DemoArgs, out: &mut dyn Write) -> anyhow::Result<()> {
         writeln!(
             out,
             "twofold demo: wrote a {} safetensors model to '{}' and started two readers:\n  \
-             pid {} 'copy': read() the file into a heap buffer (fd kept open), as a copying loader does\n  \
+             pid {} 'copy': read() the file into a heap buffer and closed it, as a copying loader does\n  \
              pid {} 'map':  mmap MAP_SHARED read-only and touched every page, as a zero-copy loader does\n",
             iec(size),
             file.display(),

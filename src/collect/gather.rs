@@ -18,8 +18,8 @@ use super::process::{FdTarget, ProcReader, StatusRead};
 use super::residency::{self, Method};
 use super::{has_model_extension, system, Roots};
 use crate::sample::{
-    CandidateSample, CandidateWhy, CgroupRef, FileKey, FileSample, MappingSample, OpenFileSample, ProcessSample, Sample,
-    Unreadable,
+    CandidateSample, CandidateWhy, CgroupRef, FileKey, FileSample, MappingSample, OpenFileSample,
+    ProcessSample, Sample, Unreadable,
 };
 
 /// What to scan.

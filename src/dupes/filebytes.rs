@@ -34,11 +34,7 @@ impl FileBytes {
             .open(path)
             .ok();
         let size = file.metadata()?.len();
-        Ok(FileBytes {
-            file,
-            direct,
-            size,
-        })
+        Ok(FileBytes { file, direct, size })
     }
 
     pub fn file(&self) -> &File {

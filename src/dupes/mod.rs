@@ -4,9 +4,9 @@
 //! memory once per page, looks the samples up, and confirms each candidate by comparing
 //! the whole tensor with the file. Only a confirmed match is reported as a copy.
 
-pub mod index;
-pub mod search;
 pub mod filebytes;
 pub mod grid;
+pub mod index;
 pub mod prove;
+pub mod search;
 pub mod sweep;

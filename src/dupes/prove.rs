@@ -113,7 +113,10 @@ pub fn prove(
         Ok(g) => g,
         Err(e) => {
             warnings.push(format!("cannot index the model files: {e}"));
-            return unsearched_all(sample, &format!("the model files could not be indexed: {e}"));
+            return unsearched_all(
+                sample,
+                &format!("the model files could not be indexed: {e}"),
+            );
         }
     };
     let stride = if opts.exact { 1 } else { grid.stride_for() };
@@ -181,10 +184,13 @@ pub fn prove(
                             });
                             continue;
                         }
-                        out.push(Searched {
-                            pid,
-                            result: search_one(roots, &grid, pid, stride, opts.exact, deadline),
-                        });
+                        let mut result =
+                            search_one(roots, &grid, pid, stride, opts.exact, deadline);
+                        // A process that exited holds no memory: searched, nothing there.
+                        if result.is_err() && !roots.proc.join(pid.to_string()).exists() {
+                            result = Ok((Vec::new(), Vec::new(), SweepStats::default(), true));
+                        }
+                        out.push(Searched { pid, result });
                     }
                     out
                 })
@@ -219,7 +225,7 @@ pub fn prove(
                 let mut per: BTreeMap<usize, ProofSample> = BTreeMap::new();
                 for (fi, key) in keys.iter().enumerate() {
                     if files_of_pid.contains(key) {
-                        per.insert(fi, proof_for(s.pid, *key, &grid, fi, &searchable));
+                        per.insert(fi, proof_for(s.pid, *key, fi, &searchable));
                     }
                 }
                 for h in &hits {
@@ -227,7 +233,7 @@ pub fn prove(
                     let key = keys[piece.file];
                     let p = per
                         .entry(piece.file)
-                        .or_insert_with(|| proof_for(s.pid, key, &grid, piece.file, &searchable));
+                        .or_insert_with(|| proof_for(s.pid, key, piece.file, &searchable));
                     let file_bytes = h.mem_bytes / piece.kind.factor();
                     let r = &regions[h.region];
                     if r.kind == RegionKind::PrivateFile && r.key == Some(key) {
@@ -247,8 +253,7 @@ pub fn prove(
                     p.sampled_bytes = stats.sampled_pages * PAGE;
                     if !complete {
                         p.unsearched = Some(
-                            "searched in part: over the proof budget (raise --prove-budget)"
-                                .into(),
+                            "searched in part: over the proof budget (raise --prove-budget)".into(),
                         );
                     } else if searchable[grid_index(&keys, p.file)] == 0.0 {
                         p.unsearched = Some(
@@ -280,8 +285,7 @@ fn grid_index(keys: &[FileKey], key: FileKey) -> usize {
     keys.iter().position(|k| *k == key).unwrap_or(0)
 }
 
-fn proof_for(pid: i32, key: FileKey, grid: &Grid, fi: usize, searchable: &[f64]) -> ProofSample {
-    let _ = grid;
+fn proof_for(pid: i32, key: FileKey, fi: usize, searchable: &[f64]) -> ProofSample {
     ProofSample {
         pid,
         file: key,

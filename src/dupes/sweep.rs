@@ -113,11 +113,8 @@ impl Sweep<'_> {
             self.target
                 .pagemap(r.start, r.end, &mut pm)
                 .map_err(|e| io::Error::other(format!("{e:#}")))?;
-            st.stats.present_bytes += pm
-                .iter()
-                .filter(|e| Target::eligible(**e, r.kind))
-                .count() as u64
-                * PAGE;
+            st.stats.present_bytes +=
+                pm.iter().filter(|e| Target::eligible(**e, r.kind)).count() as u64 * PAGE;
             let first = (r.start / PAGE).next_multiple_of(stride) * PAGE;
             let pages: Vec<u64> = (first..r.end)
                 .step_by((stride * PAGE) as usize)
@@ -128,7 +125,12 @@ impl Sweep<'_> {
                     return Ok((st.hits, st.stats, false));
                 }
                 addrs.clear();
-                addrs.extend(batch.iter().copied().filter(|a| !st.overlaps(*a, *a + PAGE)));
+                addrs.extend(
+                    batch
+                        .iter()
+                        .copied()
+                        .filter(|a| !st.overlaps(*a, *a + PAGE)),
+                );
                 if addrs.is_empty() {
                     continue;
                 }

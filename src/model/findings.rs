@@ -183,7 +183,10 @@ fn file_findings(f: &FileModel, out: &mut Vec<Finding>) {
     let r = &f.representations;
     if let Some(total) = r.proven {
         if total >= 1.8 {
-            let mut parts = vec![format!("page cache {:.0}%", r.page_cache.unwrap_or(0.0) * 100.0)];
+            let mut parts = vec![format!(
+                "page cache {:.0}%",
+                r.page_cache.unwrap_or(0.0) * 100.0
+            )];
             if let Some(cow) = r.cow.filter(|c| *c > 0.0) {
                 parts.push(format!("CoW {:.0}%", cow * 100.0));
             }
@@ -191,7 +194,11 @@ fn file_findings(f: &FileModel, out: &mut Vec<Finding>) {
                 parts.push(format!(
                     "{} private cop{} ({:.0}%)",
                     f.proven_copies.len(),
-                    if f.proven_copies.len() == 1 { "y" } else { "ies" },
+                    if f.proven_copies.len() == 1 {
+                        "y"
+                    } else {
+                        "ies"
+                    },
                     r.private_copies * 100.0
                 ));
             }

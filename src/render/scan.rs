@@ -66,7 +66,11 @@ pub fn count_line(f: &FileModel) -> String {
         let _ = write!(s, " + device {d:.2}");
     }
     if !f.suspected_copies.is_empty() {
-        let pids: Vec<String> = f.suspected_copies.iter().map(|c| c.pid.to_string()).collect();
+        let pids: Vec<String> = f
+            .suspected_copies
+            .iter()
+            .map(|c| c.pid.to_string())
+            .collect();
         let _ = write!(
             s,
             "; up to {:.2} if the suspected cop{} in pid {} {} real",
@@ -154,9 +158,8 @@ fn file_section(f: &FileModel, out: &mut String) {
         ]);
     }
     // Copy holders that neither map nor hold the file: read it, then closed it.
-    let listed = |pid: i32| {
-        f.mappers.iter().any(|m| m.pid == pid) || f.holders.iter().any(|h| h.pid == pid)
-    };
+    let listed =
+        |pid: i32| f.mappers.iter().any(|m| m.pid == pid) || f.holders.iter().any(|h| h.pid == pid);
     let mut others: Vec<(i32, &str)> = f
         .proven_copies
         .iter()

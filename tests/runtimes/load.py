@@ -2,8 +2,10 @@
 live and waits for stdin to close.
 
     python3 load.py MODE FILE
-MODE: np-copy (np.load), np-mmap (np.load(mmap_mode="r")), st-load
-(safetensors.numpy.load_file), st-load-write (the same, then one array written in place).
+MODE: np-copy (np.load), np-mmap (np.load(mmap_mode="r")), np-mmap-heap (the same, with
+a heap twice the file's size of unrelated data), st-load (safetensors.numpy.load_file),
+st-load-write (the same, then one array written in place), st-safe-open (safetensors
+safe_open, tensors read through the mapping), ort (an onnxruntime InferenceSession).
 Prints one JSON line {name: address of the array's data}.
 """
 import json
@@ -16,6 +18,21 @@ if mode == "np-copy":
     arrays = {"array": np.load(path)}
 elif mode == "np-mmap":
     arrays = {"array": np.load(path, mmap_mode="r")}
+elif mode == "np-mmap-heap":
+    import os
+
+    arrays = {"array": np.load(path, mmap_mode="r")}
+    heap = np.random.default_rng(7).random(2 * os.path.getsize(path) // 8)
+elif mode == "st-safe-open":
+    from safetensors import safe_open
+
+    handle = safe_open(path, framework="np")
+    arrays = {k: handle.get_tensor(k) for k in handle.keys()}
+elif mode == "ort":
+    import onnxruntime
+
+    session = onnxruntime.InferenceSession(path, providers=["CPUExecutionProvider"])
+    arrays = {}
 elif mode in ("st-load", "st-load-write"):
     from safetensors.numpy import load_file
 
