@@ -29,17 +29,24 @@ fi
 
 # Real runtimes for tests/runtimes.rs: NumPy and safetensors from PyPI; onnx for the
 # cross-check of the ONNX parser (tests/container.rs).
-if ! python3 -c "import numpy, safetensors, onnx" >/dev/null 2>&1; then
-  echo "test.sh: installing numpy, safetensors and onnx (pip)"
-  python3 -m pip install -q numpy safetensors onnx
+if ! python3 -c "import numpy, safetensors, onnx, onnxruntime" >/dev/null 2>&1; then
+  echo "test.sh: installing numpy, safetensors, onnx and onnxruntime (pip)"
+  python3 -m pip install -q numpy safetensors onnx onnxruntime
 fi
 
-cargo fmt --all -- --check
-cargo clippy --workspace --all-targets -- -D warnings
+status=0
+cargo fmt --all -- --check || status=1
+cargo clippy --workspace --all-targets -- -D warnings || status=1
 log=$(mktemp)
 trap 'rm -f "$log"' EXIT
-cargo test --workspace --all-targets 2>&1 | tee "$log"
-cargo test --workspace --doc 2>&1 | tee -a "$log"
-# One closing line for the whole suite (cargo prints one per test binary).
+# Every test binary runs even after one fails (--no-fail-fast); --show-output keeps the
+# "SKIPPED: <reason>" lines of tests that found a capability missing, so that they are
+# counted as skipped, not passed.
+cargo test --workspace --all-targets --no-fail-fast -- --show-output 2>&1 | tee "$log" || status=1
+cargo test --workspace --doc --no-fail-fast 2>&1 | tee -a "$log" || status=1
+# One closing line for the whole suite (cargo prints one per test binary), always printed.
 awk '/^test result:/ { for (i = 1; i <= NF; i++) { if ($(i) ~ /^passed;?$/) p += $(i-1); if ($(i) ~ /^failed;?$/) f += $(i-1); if ($(i) ~ /^ignored;?$/) g += $(i-1) } }
-     END { printf "tests: %d passed, %d failed, %d skipped\n", p, f, g }' "$log"
+     /^SKIPPED: / { s += 1 }
+     /^error(\[E[0-9]+\])?: / { e += 1 }
+     END { printf "tests: %d passed, %d failed, %d skipped (%d at run time: a capability missing here, %d ignored)%s\n", p - s, f, s + g, s, g, (e ? sprintf(", %d build errors", e) : "") }' "$log"
+exit $status
