@@ -54,6 +54,6 @@ print(f"| identical copy found | {f['identical']['memory_bytes']/2**30:.3f} GiB,
 print(f"| process_vm_readv of the same pages (baseline), median of 3 | {base_s:.3f} s = {base_b/base_s/1e9:.2f} GB/s |")
 print(f"| twofold dupes (whole command), median of 3 | {t:.3f} s = {present/t/1e9:.2f} GB/s of target memory |")
 print(f"| ratio dupes / baseline throughput | {(present/t)/(base_b/base_s):.2f} |")
-print(f"| bytes compared to confirm | {f['stats']['confirmed_bytes']/2**30:.2f} GiB |")
+print(f"| bytes compared to confirm | {f['stats']['compared_bytes']/2**30:.2f} GiB |")
 print(f"| peak RSS of any child run (twofold dupes or readmem) | {rss_kib/1024:.1f} MiB |")
 PY

@@ -11,7 +11,7 @@
 //! let sample = gather::gather(&Roots::live(), &gather::Request::default(), &mut warnings)?;
 //! let report = twofold::model::build(&sample);
 //! for f in &report.files {
-//!     println!("{}: {:?} representations", f.path, f.representations.total_estimate);
+//!     println!("{}: {:?} representations", f.path, f.representations.proven);
 //! }
 //! # Ok::<(), anyhow::Error>(())
 //! ```

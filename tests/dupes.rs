@@ -116,11 +116,28 @@ fn f16_widened_to_f32() {
     let args: Vec<&str> = args.iter().map(String::as_str).collect();
     let c = reader("widen", Some(&file), &args);
     let f = dupes(c.pid(), &file, &[]);
-    assert_eq!(found_names(&f, true), names(&widened));
+    // Whole widened copies, exactly those the child made. The child's conversion scratch
+    // may also hold a stale page of a widened tensor: a real partial copy, counted as such.
+    let whole: Vec<String> = {
+        let mut v: Vec<String> = f
+            .copies
+            .iter()
+            .filter(|c| {
+                widened
+                    .iter()
+                    .any(|t| t.name == c.tensor && c.memory_bytes == 2 * t.len)
+            })
+            .map(|c| c.tensor.clone())
+            .collect();
+        v.sort();
+        v
+    };
+    assert_eq!(whole, names(&widened), "{:#?}", f.copies);
     assert!(found_names(&f, false).is_empty());
     let src: u64 = widened.iter().map(|t| t.len).sum();
-    assert_eq!(f.widened.file_bytes, src);
-    assert_eq!(f.widened.memory_bytes, 2 * src);
+    let scratch = f.widened.file_bytes - src;
+    assert!(scratch <= 8192, "{:#?}", f.copies);
+    assert_eq!(f.widened.memory_bytes, 2 * (src + scratch));
     // --no-widen does not look for them.
     assert_eq!(dupes(c.pid(), &file, &["--no-widen"]).widened.tensors, 0);
 }
@@ -144,7 +161,7 @@ fn no_false_positives() {
         let f = dupes(c.pid(), &file, &[]);
         assert_eq!(f.identical.tensors, 0, "{mode}: {:?}", f.copies);
         assert_eq!(f.widened.tensors, 0, "{mode}: {:?}", f.copies);
-        assert_eq!(f.private_copies, 0.0);
+        assert_eq!(f.private_copies, Some(0.0));
     }
 }
 

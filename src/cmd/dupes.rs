@@ -7,78 +7,71 @@ use anyhow::{bail, Context};
 
 use crate::cli::DupesArgs;
 use crate::collect::gather::{self, Request};
-use crate::collect::memory::{Region, Target};
+use crate::collect::memory::{Region, RegionKind, Target};
 use crate::collect::process::ProcReader;
 use crate::collect::residency;
 use crate::collect::Roots;
-use crate::container::{Container, Format, Tensor};
-use crate::dupes::index::Index;
-use crate::dupes::search;
-use crate::model::dupes::{file_dupes, summarize, DupesReport, FileDupes, ProcessDupes};
+use crate::container::{Container, Format};
+use crate::dupes::filebytes::FileBytes;
+use crate::dupes::grid::Grid;
+use crate::dupes::sweep::Sweep;
+use crate::model::dupes::{
+    file_dupes, summarize, DupesReport, FileDupes, HitIn, ProcessDupes, Searched,
+};
 use crate::render;
+use crate::sample::FileKey;
 
-/// Opaque files are searched in blocks of this size.
-pub const OPAQUE_BLOCK: u64 = 1 << 20;
-
-/// The tensor table to search for: the container's, or 1 MiB blocks of an opaque file.
-pub fn searchable_container(path: &Path) -> anyhow::Result<Container> {
-    let mut c = crate::container::open(path)
-        .with_context(|| format!("cannot read '{}'", path.display()))?;
-    if c.format == Format::Opaque {
-        c.tensors = (0..c.file_size.div_ceil(OPAQUE_BLOCK))
-            .map(|i| {
-                let offset = i * OPAQUE_BLOCK;
-                Tensor {
-                    name: format!("block {i}"),
-                    dtype: crate::container::Dtype::U8,
-                    shape: vec![],
-                    offset,
-                    len: OPAQUE_BLOCK.min(c.file_size - offset),
-                }
-            })
-            .collect();
-    }
-    Ok(c)
-}
-
-/// A file prepared for searching: opened, parsed, indexed once for all processes.
+/// A file prepared for searching: opened once (the inode parsed is the inode searched for).
 struct Prepared {
     path: String,
-    file: std::fs::File,
+    key: FileKey,
+    size: u64,
     container: Container,
-    index: Index,
     page_cache: Option<f64>,
 }
 
-fn prepare(shown: &str, open_path: &Path, widen: bool) -> anyhow::Result<Prepared> {
-    let container = searchable_container(open_path)?;
-    let (file, size) = residency::open(open_path)?;
-    let index = Index::build(&file, &container.tensors, widen)
-        .with_context(|| format!("cannot index '{}'", open_path.display()))?;
-    let page_cache = residency::query(&file, open_path, size, residency::Method::Auto)
+fn prepare(shown: &str, open_path: &Path) -> anyhow::Result<(Prepared, FileBytes)> {
+    use std::os::unix::fs::MetadataExt;
+    let what = || format!("cannot read '{}'", open_path.display());
+    let bytes = FileBytes::open(open_path).with_context(what)?;
+    let meta = bytes.file().metadata().with_context(what)?;
+    if !meta.is_file() {
+        bail!("'{}' is not a regular file", open_path.display());
+    }
+    let size = bytes.size;
+    let src = crate::container::FileSource::new(bytes.file().try_clone().with_context(what)?, size);
+    let container = crate::container::parse(&src).with_context(what)?;
+    let page_cache = residency::query(bytes.file(), open_path, size, residency::Method::Auto)
         .ok()
         .map(|r| {
-            let page = crate::collect::system::page_size();
-            let pages = size.div_ceil(page).max(1);
-            (r.cached_bytes / page) as f64 / pages as f64
+            crate::model::page_cache_fraction(
+                r.cached_bytes,
+                size,
+                crate::collect::system::page_size(),
+            )
         });
-    Ok(Prepared {
-        path: shown.to_string(),
-        file,
-        container,
-        index,
-        page_cache,
-    })
+    Ok((
+        Prepared {
+            path: shown.to_string(),
+            key: FileKey::from_dev(meta.dev(), meta.ino()),
+            size,
+            container,
+            page_cache,
+        },
+        bytes,
+    ))
 }
 
 /// Files the process maps or holds open (files of interest, as `scan` finds them).
 fn files_of(roots: &Roots, pid: i32) -> anyhow::Result<Vec<(String, PathBuf)>> {
     let req = Request {
         pids: vec![pid],
+        candidates: false,
         ..Request::default()
     };
     let mut warnings = Vec::new();
     let sample = gather::gather(roots, &req, &mut warnings)?;
+    super::warn_all(&warnings);
     let root = roots.proc.join(pid.to_string()).join("root");
     Ok(sample
         .files
@@ -90,28 +83,66 @@ fn files_of(roots: &Roots, pid: i32) -> anyhow::Result<Vec<(String, PathBuf)>> {
         .collect())
 }
 
+/// Searches one process with the grid (every page, every copy compared in full) and
+/// builds its findings for the files `chosen` (indices into `prepared` and the grid).
 fn search_process(
     roots: &Roots,
     pid: i32,
-    files: &[&Prepared],
-    align: u64,
+    grid: &Grid,
+    prepared: &[Prepared],
+    chosen: &[usize],
 ) -> anyhow::Result<Vec<FileDupes>> {
     let target = Target::open(&roots.proc, pid)?;
     let maps_path = roots.proc.join(pid.to_string()).join("maps");
     let text = std::fs::read_to_string(&maps_path)
         .with_context(|| format!("failed to read '{}'", maps_path.display()))?;
     let regions: Vec<Region> = Target::regions(&maps_path, &text)?;
+    let sweep = Sweep {
+        grid,
+        target: &target,
+        stride: 1,
+        exact: true,
+        deadline: None,
+    };
+    let (hits, stats, _) = sweep
+        .run(&regions)
+        .with_context(|| format!("cannot search '/proc/{pid}/mem'"))?;
     let mut out = Vec::new();
-    for f in files {
-        let (found, stats) = search::search(&f.index, &f.file, &target, &regions, align)?;
-        out.push(file_dupes(
-            &f.path,
-            &f.container,
-            &f.index,
-            &regions,
-            &found,
-            stats,
-        ));
+    for &fi in chosen {
+        let p = &prepared[fi];
+        let gf = &grid.files[fi];
+        let mine: Vec<HitIn> = hits
+            .iter()
+            .filter(|h| grid.pieces[h.piece].file == fi)
+            .map(|h| {
+                let piece = &grid.pieces[h.piece];
+                let r = &regions[h.region];
+                HitIn {
+                    tensor: piece.tensor,
+                    kind: piece.kind,
+                    address: h.addr,
+                    memory_bytes: h.mem_bytes,
+                    region: (r.label.clone(), r.kind, r.start, r.end),
+                    own_mapping: r.kind == RegionKind::PrivateFile && r.key == Some(p.key),
+                }
+            })
+            .collect();
+        let searchable = grid.pieces.iter().any(|x| {
+            x.file == fi
+                && !gf
+                    .unsearchable
+                    .iter()
+                    .any(|(t, k, _)| *t == x.tensor && *k == x.kind)
+        });
+        let file = Searched {
+            path: &p.path,
+            format: &p.container.format,
+            size_bytes: p.size,
+            tensors: &gf.tensors,
+            unsearchable: &gf.unsearchable,
+            searchable,
+        };
+        out.push(file_dupes(&file, &mine, stats.clone()));
     }
     Ok(out)
 }
@@ -125,12 +156,15 @@ pub fn report(args: &DupesArgs, roots: &Roots) -> anyhow::Result<DupesReport> {
     }
     // Explicit files are validated up front; they apply to every pid.
     let mut prepared: Vec<Prepared> = Vec::new();
+    let mut bytes: Vec<FileBytes> = Vec::new();
     for f in &args.files {
         let shown = std::path::absolute(f).unwrap_or_else(|_| f.clone());
-        prepared.push(prepare(&shown.display().to_string(), f, !args.no_widen)?);
+        let (p, b) = prepare(&shown.display().to_string(), f)?;
+        prepared.push(p);
+        bytes.push(b);
     }
     let explicit = prepared.len();
-    let mut processes = Vec::new();
+    let mut chosen_by_pid: Vec<(i32, String, Vec<usize>)> = Vec::new();
     for &pid in &args.pids {
         let comm = procs.status(pid).map(|s| s.comm).unwrap_or_default();
         let mut chosen: Vec<usize> = (0..explicit).collect();
@@ -138,9 +172,10 @@ pub fn report(args: &DupesArgs, roots: &Roots) -> anyhow::Result<DupesReport> {
             for (shown, open_path) in files_of(roots, pid)? {
                 let i = match prepared.iter().position(|p| p.path == shown) {
                     Some(i) => i,
-                    None => match prepare(&shown, &open_path, !args.no_widen) {
-                        Ok(p) => {
+                    None => match prepare(&shown, &open_path) {
+                        Ok((p, b)) => {
                             prepared.push(p);
+                            bytes.push(b);
                             prepared.len() - 1
                         }
                         Err(e) => {
@@ -152,8 +187,22 @@ pub fn report(args: &DupesArgs, roots: &Roots) -> anyhow::Result<DupesReport> {
                 chosen.push(i);
             }
         }
-        let files: Vec<&Prepared> = chosen.iter().map(|i| &prepared[*i]).collect();
-        match search_process(roots, pid, &files, args.align) {
+        chosen_by_pid.push((pid, comm, chosen));
+    }
+    let page_cache: Vec<(String, Option<f64>)> = prepared
+        .iter()
+        .map(|p| (p.path.clone(), p.page_cache))
+        .collect();
+    let inputs: Vec<(FileBytes, Vec<crate::container::Tensor>, Format)> = bytes
+        .into_iter()
+        .zip(&prepared)
+        .map(|(b, p)| (b, p.container.tensors.clone(), p.container.format.clone()))
+        .collect();
+    let grid =
+        Grid::build(inputs, args.align, !args.no_widen).context("cannot index the model files")?;
+    let mut processes = Vec::new();
+    for (pid, comm, chosen) in chosen_by_pid {
+        match search_process(roots, pid, &grid, &prepared, &chosen) {
             Ok(files) => processes.push(ProcessDupes {
                 pid,
                 comm,
@@ -168,11 +217,7 @@ pub fn report(args: &DupesArgs, roots: &Roots) -> anyhow::Result<DupesReport> {
             }),
         }
     }
-    let residency: Vec<(String, Option<f64>)> = prepared
-        .iter()
-        .map(|p| (p.path.clone(), p.page_cache))
-        .collect();
-    let files = summarize(&processes, &residency);
+    let files = summarize(&processes, &page_cache);
     Ok(DupesReport {
         schema_version: crate::model::SCHEMA_VERSION,
         processes,

@@ -33,6 +33,33 @@ pub const PAGE: u64 = 4096;
 pub const MAX_POINTS: u64 = 1 << 20;
 /// Largest stride (pages).
 pub const MAX_STRIDE: u64 = 63;
+/// A file twofold cannot parse is searched as runs of this size, at any byte alignment, so
+/// that a copy of any 32 KiB run of it is found.
+pub const OPAQUE_PIECE: u64 = 32 << 10;
+
+/// The tensors to search for: the container's, or [`OPAQUE_PIECE`] blocks of a file
+/// twofold cannot parse.
+pub fn searchable_tensors(format: &Format, tensors: Vec<Tensor>) -> Vec<Tensor> {
+    if *format != Format::Opaque {
+        return tensors;
+    }
+    let mut out = Vec::new();
+    for t in tensors {
+        let mut at = 0;
+        while at < t.len {
+            let len = OPAQUE_PIECE.min(t.len - at);
+            out.push(Tensor {
+                name: format!("bytes {}..{}", t.offset + at, t.offset + at + len),
+                dtype: Dtype::U8,
+                shape: vec![len],
+                offset: t.offset + at,
+                len,
+            });
+            at += len;
+        }
+    }
+    out
+}
 
 /// One (tensor, kind) to find.
 #[derive(Debug, Clone)]
@@ -55,6 +82,9 @@ pub struct GridFile {
     pub unsearchable: Vec<(usize, CopyKind, Unsearchable)>,
     /// Guaranteed run length in pages (see the module docs).
     pub run_pages: u64,
+    /// Why the file could not be indexed (it shrank or vanished while being read): its
+    /// copies are then unknown, and no other file is affected.
+    pub error: Option<String>,
 }
 
 #[derive(Debug, Clone, Copy, Default)]
@@ -133,6 +163,7 @@ impl Grid {
             residues |= 1 << r;
         }
         for (fi, (bytes, tensors, format)) in files.into_iter().enumerate() {
+            let tensors = searchable_tensors(&format, tensors);
             let mut unsearchable = Vec::new();
             for (ti, t) in tensors.iter().enumerate() {
                 for &kind in kinds(&t.dtype, widen) {
@@ -163,6 +194,7 @@ impl Grid {
                 format,
                 unsearchable,
                 run_pages: 0,
+                error: None,
             });
         }
         let all_points: u64 = pieces.iter().map(|p| p.mem_len / HALF + 1).sum();
@@ -175,14 +207,22 @@ impl Grid {
         let mut mem = Vec::new();
         let mut low_entropy = vec![true; pieces.len()];
         for (pi, p) in pieces.iter().enumerate() {
-            let f = &grid_files[p.file].bytes;
+            if grid_files[p.file].error.is_some() {
+                continue;
+            }
             let factor = p.kind.factor();
             let mut k = 0u64;
             while k * HALF + WIN as u64 <= p.mem_len {
                 if is_point(k, every) {
                     let m = k * HALF;
                     src.resize(WIN / factor as usize, 0);
-                    f.read_exact_at(&mut src, p.file_offset + m / factor)?;
+                    let read = grid_files[p.file]
+                        .bytes
+                        .read_exact_at(&mut src, p.file_offset + m / factor);
+                    if let Err(e) = read {
+                        grid_files[p.file].error = Some(format!("the file could not be read: {e}"));
+                        break;
+                    }
                     p.kind.convert(&src, &mut mem);
                     if !periodic(&mem) {
                         low_entropy[pi] = false;
@@ -196,7 +236,11 @@ impl Grid {
                 k += 1;
             }
         }
+        keys.retain(|k| grid_files[pieces[k.piece as usize].file].error.is_none());
         for (pi, p) in pieces.iter().enumerate() {
+            if grid_files[p.file].error.is_some() {
+                continue;
+            }
             if low_entropy[pi] {
                 grid_files[p.file]
                     .unsearchable

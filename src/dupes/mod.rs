@@ -8,5 +8,4 @@ pub mod filebytes;
 pub mod grid;
 pub mod index;
 pub mod prove;
-pub mod search;
 pub mod sweep;

@@ -141,19 +141,28 @@ pub fn prove(
         })
         .collect();
 
-    // Candidates, most likely first: holders and named ones, then by private memory.
-    let mut order: Vec<(i32, u64, bool)> = Vec::new();
+    // Candidates of the files named on the command line first, then those that hold or
+    // name a file, then the rest; cheapest first within each, so that a budget runs out
+    // on as few candidates as possible.
+    let explicit: BTreeSet<FileKey> = sample
+        .files
+        .iter()
+        .filter(|f| f.explicit)
+        .map(|f| f.key)
+        .collect();
+    let mut order: Vec<(i32, (bool, bool, u64))> = Vec::new();
     for c in &sample.candidates {
         let strong = matches!(
             c.why,
             crate::sample::CandidateWhy::Holder | crate::sample::CandidateWhy::Named
         );
+        let rank = (!explicit.contains(&c.file), !strong, c.private_anon_bytes);
         match order.iter_mut().find(|o| o.0 == c.pid) {
-            Some(o) => o.2 |= strong,
-            None => order.push((c.pid, c.private_anon_bytes, strong)),
+            Some(o) => o.1 = o.1.min(rank),
+            None => order.push((c.pid, rank)),
         }
     }
-    order.sort_by(|a, b| b.2.cmp(&a.2).then(b.1.cmp(&a.1)).then(a.0.cmp(&b.0)));
+    order.sort_by(|a, b| a.1.cmp(&b.1).then(a.0.cmp(&b.0)));
     let pids: Vec<i32> = order.iter().map(|o| o.0).collect();
     let deadline = opts.budget.map(|b| start + b);
     let next = AtomicUsize::new(0);
@@ -251,7 +260,9 @@ pub fn prove(
                 for p in per.values_mut() {
                     p.stride_pages = stats.stride_pages;
                     p.sampled_bytes = stats.sampled_pages * PAGE;
-                    if !complete {
+                    if let Some(e) = &grid.files[grid_index(&keys, p.file)].error {
+                        p.unsearched = Some(e.clone());
+                    } else if !complete {
                         p.unsearched = Some(
                             "searched in part: over the proof budget (raise --prove-budget)".into(),
                         );

@@ -183,16 +183,18 @@ impl Sweep<'_> {
         a: u64,
     ) -> io::Result<()> {
         let piece = &self.grid.pieces[p];
-        let end = a + piece.mem_len;
-        if a < r.start || end > r.end || st.overlaps(a, end) || !st.seen.insert((p, a)) {
+        // The part of the copy inside this region (a copy can begin or end outside it: a
+        // run of a larger tensor, or of a file twofold cannot parse).
+        let (lo, hi) = (a.max(r.start), (a + piece.mem_len).min(r.end));
+        if hi <= lo || st.overlaps(lo, hi) || !st.seen.insert((p, a)) {
             return Ok(());
         }
         st.stats.candidates += 1;
-        let Some((bytes, whole)) = self.confirm(st, pm, r, p, a)? else {
+        let Some((bytes, whole)) = self.confirm(st, pm, r, p, a, lo, hi)? else {
             st.stats.rejected += 1;
             return Ok(());
         };
-        st.credited.insert(a, end);
+        st.credited.insert(lo, hi);
         st.hits.push(Hit {
             piece: p,
             addr: a,
@@ -254,7 +256,9 @@ impl Sweep<'_> {
         Ok(st.mem == st.conv)
     }
 
-    /// Confirms a candidate: `Some((credited present bytes, whole))` or `None`.
+    /// Confirms a candidate copy of piece `p` at `a`, over its part `[lo, hi)` inside the
+    /// region: `Some((credited present bytes, whole))` or `None`.
+    #[allow(clippy::too_many_arguments)]
     fn confirm(
         &self,
         st: &mut State,
@@ -262,13 +266,16 @@ impl Sweep<'_> {
         r: &Region,
         p: usize,
         a: u64,
+        lo: u64,
+        hi: u64,
     ) -> io::Result<Option<(u64, bool)>> {
         let len = self.grid.pieces[p].mem_len;
-        let end = a + len;
+        let end = hi;
+        let clipped = lo != a || hi != a + len;
         // Page-sized chunks of the copy: [x, y) with its eligibility.
         let chunks: Vec<(u64, u64, bool)> = {
             let mut v = Vec::new();
-            let mut x = a;
+            let mut x = lo;
             while x < end {
                 let y = ((x / PAGE) + 1) * PAGE;
                 let y = y.min(end);
@@ -297,7 +304,7 @@ impl Sweep<'_> {
                 break;
             }
         }
-        if all {
+        if all && !clipped {
             return Ok(Some((present, true)));
         }
         // A partial copy: credit the pages that match and carry information.

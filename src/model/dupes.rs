@@ -3,10 +3,10 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::collect::memory::{Region, RegionKind};
-use crate::container::{Container, Format};
-use crate::dupes::index::{CopyKind, Index, Unsearchable};
-use crate::dupes::search::{Found, Stats};
+use crate::collect::memory::RegionKind;
+use crate::container::{Format, Tensor};
+use crate::dupes::index::{CopyKind, Unsearchable};
+use crate::dupes::sweep::SweepStats;
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct DupesReport {
@@ -68,10 +68,14 @@ pub struct FileDupes {
     pub widened: Tally,
     pub regions: Vec<RegionHits>,
     pub copies: Vec<CopyHit>,
+    /// File bytes found inside the process's own private mapping of this file: its
+    /// copy-on-write pages, not a private copy.
+    #[serde(default)]
+    pub cow_bytes: u64,
     /// (identical + widened file bytes) / file size: private copies of the file this
-    /// process holds.
-    pub private_copies: f64,
-    pub stats: Stats,
+    /// process holds. `None` when nothing in the file can be searched for (unknown, not 0).
+    pub private_copies: Option<f64>,
+    pub stats: SweepStats,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -79,25 +83,52 @@ pub struct FileSummary {
     pub path: String,
     pub size_bytes: u64,
     pub page_cache: Option<f64>,
-    pub private_copies: f64,
-    /// `page_cache + private_copies`; `None` if residency is unknown.
+    /// `None` when nothing in the file can be searched for.
+    pub private_copies: Option<f64>,
+    /// `page_cache + private_copies`; `None` if either is unknown.
     pub representations: Option<f64>,
 }
 
+/// A confirmed copy as the search reports it: which tensor, how, where, and the region
+/// (label, kind, bounds) it lies in.
+#[derive(Debug, Clone)]
+pub struct HitIn {
+    pub tensor: usize,
+    pub kind: CopyKind,
+    pub address: u64,
+    /// Memory bytes credited (present pages equal to the file).
+    pub memory_bytes: u64,
+    pub region: (String, RegionKind, u64, u64),
+    /// Inside the process's own private mapping of this file (CoW pages).
+    pub own_mapping: bool,
+}
+
+/// A file as the search saw it.
+pub struct Searched<'a> {
+    pub path: &'a str,
+    pub format: &'a Format,
+    pub size_bytes: u64,
+    /// The tensors searched for (a file twofold cannot parse: its blocks).
+    pub tensors: &'a [Tensor],
+    pub unsearchable: &'a [(usize, CopyKind, Unsearchable)],
+    /// Whether anything in it could be searched for.
+    pub searchable: bool,
+}
+
 /// Builds one process's findings for one file.
-pub fn file_dupes(
-    path: &str,
-    container: &Container,
-    index: &Index,
-    regions: &[Region],
-    found: &[Found],
-    stats: Stats,
-) -> FileDupes {
-    let tensors = &container.tensors;
+pub fn file_dupes(file: &Searched, hits: &[HitIn], stats: SweepStats) -> FileDupes {
+    let Searched {
+        path,
+        format,
+        size_bytes,
+        tensors,
+        unsearchable,
+        searchable,
+    } = *file;
     let mut f = FileDupes {
         path: path.to_string(),
-        format: container.format.clone(),
-        size_bytes: container.file_size,
+        format: format.clone(),
+        size_bytes,
         tensors: tensors.len(),
         tensor_bytes: tensors.iter().map(|t| t.len).sum(),
         too_small: Tally::default(),
@@ -106,10 +137,11 @@ pub fn file_dupes(
         widened: Tally::default(),
         regions: Vec::new(),
         copies: Vec::new(),
-        private_copies: 0.0,
+        cow_bytes: 0,
+        private_copies: None,
         stats,
     };
-    for (ti, kind, why) in &index.unsearchable {
+    for (ti, kind, why) in unsearchable.iter() {
         if *kind != CopyKind::Identical {
             continue;
         }
@@ -121,50 +153,54 @@ pub fn file_dupes(
         tally.file_bytes += tensors[*ti].len;
         tally.memory_bytes += tensors[*ti].len;
     }
-    for hit in found {
-        let t = &index.targets[hit.target];
-        let tensor = &tensors[t.tensor];
-        let tally = if t.kind == CopyKind::Identical {
+    for hit in hits {
+        let tensor = &tensors[hit.tensor];
+        let file_bytes = hit.memory_bytes / hit.kind.factor();
+        if hit.own_mapping {
+            f.cow_bytes += file_bytes;
+            continue;
+        }
+        let tally = if hit.kind == CopyKind::Identical {
             &mut f.identical
         } else {
             &mut f.widened
         };
         tally.tensors += 1;
-        tally.file_bytes += tensor.len;
-        tally.memory_bytes += t.mem_len;
-        let r = &regions[hit.region];
+        tally.file_bytes += file_bytes;
+        tally.memory_bytes += hit.memory_bytes;
+        let (label, kind, start, end) = &hit.region;
         let pos = f
             .regions
             .iter()
-            .position(|x| x.start == r.start)
+            .position(|x| x.start == *start)
             .unwrap_or_else(|| {
                 f.regions.push(RegionHits {
-                    label: r.label.clone(),
-                    kind: r.kind,
-                    start: r.start,
-                    end: r.end,
+                    label: label.clone(),
+                    kind: *kind,
+                    start: *start,
+                    end: *end,
                     identical_bytes: 0,
                     widened_bytes: 0,
                 });
                 f.regions.len() - 1
             });
-        if t.kind == CopyKind::Identical {
-            f.regions[pos].identical_bytes += t.mem_len;
+        if hit.kind == CopyKind::Identical {
+            f.regions[pos].identical_bytes += hit.memory_bytes;
         } else {
-            f.regions[pos].widened_bytes += t.mem_len;
+            f.regions[pos].widened_bytes += hit.memory_bytes;
         }
         f.copies.push(CopyHit {
             tensor: tensor.name.clone(),
-            kind: t.kind,
-            address: hit.addr,
-            memory_bytes: t.mem_len,
+            kind: hit.kind,
+            address: hit.address,
+            memory_bytes: hit.memory_bytes,
         });
     }
     f.copies.sort_by_key(|c| c.address);
     f.regions.sort_by_key(|r| r.start);
-    if f.size_bytes > 0 {
+    if searchable && f.size_bytes > 0 {
         f.private_copies =
-            (f.identical.file_bytes + f.widened.file_bytes) as f64 / f.size_bytes as f64;
+            Some((f.identical.file_bytes + f.widened.file_bytes) as f64 / f.size_bytes as f64);
     }
     f
 }
@@ -178,7 +214,7 @@ pub fn summarize(
         .iter()
         .map(|(path, page_cache)| {
             let mut size = 0;
-            let private: f64 = processes
+            let private: Option<f64> = processes
                 .iter()
                 .flat_map(|p| p.files.iter())
                 .filter(|f| &f.path == path)
@@ -186,13 +222,13 @@ pub fn summarize(
                     size = f.size_bytes;
                     f.private_copies
                 })
-                .fold(0.0, |a, b| a + b);
+                .try_fold(0.0, |a, b| Some(a + b?));
             FileSummary {
                 path: path.clone(),
                 size_bytes: size,
                 page_cache: *page_cache,
                 private_copies: private,
-                representations: page_cache.map(|pc| pc + private),
+                representations: page_cache.zip(private).map(|(pc, p)| pc + p),
             }
         })
         .collect()

@@ -322,7 +322,7 @@ pub fn build(sample: &Sample) -> Report {
                 // In pages: the last, partial page of a file is cached whole.
                 resident_fraction: resident
                     .zip(f.size_bytes)
-                    .map(|(r, s)| fraction(r.div_ceil(page), s.div_ceil(page))),
+                    .map(|(r, s)| page_cache_fraction(r, s, page)),
                 dirty_bytes: f.residency.as_ref().and_then(|r| r.dirty_bytes),
                 evicted_bytes: f.residency.as_ref().and_then(|r| r.evicted_bytes),
                 recently_evicted_bytes: f.residency.as_ref().and_then(|r| r.recently_evicted_bytes),
@@ -410,6 +410,13 @@ pub fn build(sample: &Sample) -> Report {
         skipped: sample.skipped.clone(),
         trace: None,
     }
+}
+
+/// The page-cache fraction of a file: resident pages over the file's pages (its partial
+/// last page is cached whole). The one definition every view uses.
+pub fn page_cache_fraction(cached_bytes: u64, size_bytes: u64, page: u64) -> f64 {
+    let page = page.max(1);
+    fraction(cached_bytes.div_ceil(page), size_bytes.div_ceil(page))
 }
 
 fn fraction(part: u64, whole: u64) -> f64 {

@@ -37,11 +37,20 @@ pub fn human(r: &DupesReport) -> String {
             );
             let _ = writeln!(
                 out,
-                "    private copies of the file: {:.2}   (searched {} of private memory, {} compared byte by byte)",
-                f.private_copies,
+                "    private copies of the file: {}   (searched {} of private memory, {} compared byte by byte)",
+                f.private_copies
+                    .map(|v| format!("{v:.2}"))
+                    .unwrap_or_else(|| "unknown (nothing in the file can be searched for)".into()),
                 iec(f.stats.present_bytes),
-                iec(f.stats.confirmed_bytes)
+                iec(f.stats.compared_bytes)
             );
+            if f.cow_bytes > 0 {
+                let _ = writeln!(
+                    out,
+                    "    copy-on-write pages of its own private mapping of the file: {} (CoW, not a private copy)",
+                    iec(f.cow_bytes)
+                );
+            }
             if f.too_small.tensors + f.low_entropy.tensors > 0 {
                 let _ = writeln!(
                     out,
@@ -91,7 +100,9 @@ pub fn human(r: &DupesReport) -> String {
                 f.page_cache
                     .map(|v| format!("{v:.2}"))
                     .unwrap_or_else(|| "n/a".into()),
-                format!("{:.2}", f.private_copies),
+                f.private_copies
+                    .map(|v| format!("{v:.2}"))
+                    .unwrap_or_else(|| "unknown".into()),
                 f.representations
                     .map(|v| format!("{v:.2}"))
                     .unwrap_or_else(|| "n/a".into()),
