@@ -188,3 +188,31 @@ fn process_without_rights_is_unknown_not_zero() {
     assert!(r.processes[0].files.is_empty());
     assert!(String::from_utf8_lossy(&out.stderr).contains("not searched"));
 }
+
+#[test]
+fn unparseable_file_runs_are_found_and_nothing_searchable_is_unknown() {
+    let dir = tempfile::tempdir().unwrap();
+    // 4 MiB of random bytes in no known format; a process copies one 48 KiB run of it
+    // (like onnxruntime's tensor copies) to a 16-byte-aligned buffer.
+    let file = model_file(dir.path(), "weights.bin", 4 * MIB);
+    let c = reader("copy", Some(&file), &["--range", "1000003:49152"]);
+    let f = dupes(c.pid(), &file, &[]);
+    assert_eq!(format!("{:?}", f.format), "Opaque");
+    // Every whole page of the run is found (the run's first and last partial pages are not).
+    let found = f.identical.memory_bytes;
+    assert!((40960..=49152).contains(&found), "{found}: {:#?}", f.copies);
+    assert!(f.private_copies.unwrap() > 0.0);
+    // A file of zeros has nothing to search for: unknown, not 0.
+    let zeros = dir.path().join("zeros.bin");
+    std::fs::write(&zeros, vec![0u8; 1 << 20]).unwrap();
+    let z = reader("copy", Some(&zeros), &[]);
+    let f = dupes(z.pid(), &zeros, &[]);
+    assert_eq!(f.private_copies, None);
+    let out = std::process::Command::new(exe())
+        .args(["dupes", "--pid", &z.pid().to_string()])
+        .arg(&zeros)
+        .output()
+        .unwrap();
+    let t = String::from_utf8_lossy(&out.stdout);
+    assert!(t.contains("private copies of the file: unknown"), "{t}");
+}
