@@ -259,6 +259,20 @@ pub struct Sample {
     /// Byte-level searches of candidates' memory (empty with `--no-prove`).
     #[serde(default)]
     pub proofs: Vec<ProofSample>,
+    /// The eBPF read() ledger of a traced window (`scan --trace`): per (process, file),
+    /// bytes read with read()/pread and mmap calls, even by processes that closed the file.
+    #[serde(default)]
+    pub reads: Vec<ReadSample>,
+}
+
+/// One (process, file) entry of the read() ledger.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct ReadSample {
+    pub pid: i32,
+    pub file: FileKey,
+    pub read_bytes: u64,
+    pub read_calls: u64,
+    pub mmap_calls: u64,
 }
 
 /// Why a process could hold a private copy of a file.

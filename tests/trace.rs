@@ -362,7 +362,9 @@ fn scan_trace_names_the_copying_loader() {
     let dir = tempfile::tempdir().unwrap();
     let size = 80 * MIB;
     let file = model_file(dir.path(), "model.gguf", size);
-    let mut copy = Armed::start("copy", Some(&file), &[]);
+    // It reads the file during the window and closes it: the read() ledger is the only
+    // trace of where its copy came from.
+    let mut copy = Armed::start("copy", Some(&file), &["--close"]);
     let mut scan = twofold_cmd()
         .args(["scan", "--json", "--trace", "2s"])
         .arg(&file)
@@ -389,6 +391,30 @@ fn scan_trace_names_the_copying_loader() {
             copy.pid(),
             t.interval_secs
         )
+    );
+    // The copy is proven, counted, and the ledger is its evidence.
+    let file_model = r
+        .files
+        .iter()
+        .find(|f| std::path::Path::new(&f.path) == file)
+        .unwrap();
+    let c = file_model
+        .proven_copies
+        .iter()
+        .find(|c| c.pid == copy.pid())
+        .unwrap();
+    assert_eq!(c.traced_read_bytes, Some(size));
+    assert!(c.fraction > 0.99, "{c:?}");
+    assert!((file_model.representations.proven.unwrap() - 2.0).abs() < 0.01);
+    let proven = r
+        .findings
+        .iter()
+        .find(|f| f.code == "proven-private-copy")
+        .unwrap();
+    assert!(
+        proven.message.contains("read() 100% of the file during the trace"),
+        "{}",
+        proven.message
     );
 }
 

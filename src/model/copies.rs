@@ -19,7 +19,10 @@ fn fraction(part: u64, whole: u64) -> f64 {
     }
 }
 
-fn how(p: Option<&ProcessSample>, mapped: bool, bytes: u64) -> CopyHow {
+fn how(p: Option<&ProcessSample>, mapped: bool, bytes: u64, traced: Option<u64>) -> CopyHow {
+    if traced.is_some_and(|t| t >= bytes) {
+        return CopyHow::Read;
+    }
     match p.and_then(|p| p.rchar_bytes) {
         Some(r) if r >= bytes => CopyHow::Read,
         _ if mapped => CopyHow::CopiedFromMapping,
@@ -45,6 +48,11 @@ pub fn attribute(sample: &Sample, files: &mut [FileModel]) {
             }
             let p = proc_of(pr.pid);
             let mapped = f.mappers.iter().any(|m| m.pid == pr.pid);
+            let traced = sample
+                .reads
+                .iter()
+                .find(|r| r.pid == pr.pid && r.file == key)
+                .map(|r| r.read_bytes);
             f.proven_copies.push(ProvenCopy {
                 pid: pr.pid,
                 comm: p.map(|p| p.comm.clone()).unwrap_or_default(),
@@ -53,7 +61,8 @@ pub fn attribute(sample: &Sample, files: &mut [FileModel]) {
                 memory_bytes: pr.copy_memory_bytes,
                 copies: pr.copies,
                 fraction: fraction(bytes, size),
-                how: how(p, mapped, bytes),
+                how: how(p, mapped, bytes, traced),
+                traced_read_bytes: traced,
                 mapped,
             });
         }

@@ -68,7 +68,7 @@ fn file_findings(f: &FileModel, out: &mut Vec<Finding>) {
         let (how, remedy) = match c.how {
             CopyHow::Read => (
                 "copied with read()",
-                "load it with mmap (llama.cpp default mmap, np.load(mmap_mode='r'), safetensors safe_open, torch.load(mmap=True)) to share the page cache instead of copying it",
+                "load it with mmap (llama.cpp's default, np.load(mmap_mode='r'), torch.load(mmap=True)) to share the page cache instead of copying it",
             ),
             CopyHow::CopiedFromMapping => (
                 "copied out of its mapping of the file",
@@ -78,6 +78,13 @@ fn file_findings(f: &FileModel, out: &mut Vec<Finding>) {
                 "copied",
                 "load it with mmap to share the page cache instead of copying it",
             ),
+        };
+        let traced = match (c.traced_read_bytes, f.size_bytes) {
+            (Some(r), Some(size)) if size > 0 => format!(
+                "; it read() {:.0}% of the file during the trace",
+                r as f64 * 100.0 / size as f64
+            ),
+            _ => String::new(),
         };
         let widened = if c.widened_bytes > 0 {
             format!(" ({} of it widened to F32)", iec(c.widened_bytes))
@@ -89,7 +96,7 @@ fn file_findings(f: &FileModel, out: &mut Vec<Finding>) {
             "proven-private-copy",
             &f.path,
             format!(
-                "pid {} ({}) holds a private copy of '{n}' {how}: {:.0}% of the file found byte by byte in its private memory{widened}",
+                "pid {} ({}) holds a private copy of '{n}' {how}: {:.0}% of the file found byte by byte in its private memory{widened}{traced}",
                 c.pid, c.comm, c.fraction * 100.0
             ),
             Some(remedy),

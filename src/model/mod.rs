@@ -139,6 +139,9 @@ pub struct ProvenCopy {
     pub fraction: f64,
     /// How the copy was made, as far as the kernel tells.
     pub how: CopyHow,
+    /// Bytes of this file it read() during a traced window (`scan --trace`), if traced.
+    #[serde(default)]
+    pub traced_read_bytes: Option<u64>,
     /// The process also maps the file.
     pub mapped: bool,
 }

@@ -61,7 +61,7 @@ pub fn evaluate(m: &TraceModel, ctx: &TraceContext) -> Vec<Finding> {
                         iec(f.read_bytes),
                         name(path)
                     ),
-                    Some("map the file instead (mmap, np.load(mmap_mode='r'), safetensors safe_open): read() copies it into anonymous memory beside the page cache"),
+                    Some("map the file instead (mmap, np.load(mmap_mode='r'), torch.load(mmap=True)): read() copies it into anonymous memory beside the page cache"),
                 ));
             }
         }
