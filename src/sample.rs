@@ -323,6 +323,9 @@ pub struct ProofSample {
     /// Pages between samples (1: every present page).
     pub stride_pages: u64,
     pub sampled_bytes: u64,
+    /// Bytes of memory compared with the file to confirm copies.
+    #[serde(default)]
+    pub compared_bytes: u64,
 }
 
 pub mod trace;

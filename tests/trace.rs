@@ -412,7 +412,9 @@ fn scan_trace_names_the_copying_loader() {
         .find(|f| f.code == "proven-private-copy")
         .unwrap();
     assert!(
-        proven.message.contains("read() 100% of the file during the trace"),
+        proven
+            .message
+            .contains("read() 100% of the file during the trace"),
         "{}",
         proven.message
     );

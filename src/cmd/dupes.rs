@@ -198,8 +198,8 @@ pub fn report(args: &DupesArgs, roots: &Roots) -> anyhow::Result<DupesReport> {
         .zip(&prepared)
         .map(|(b, p)| (b, p.container.tensors.clone(), p.container.format.clone()))
         .collect();
-    let grid =
-        Grid::build(inputs, args.align, !args.no_widen).context("cannot index the model files")?;
+    let grid = Grid::build(inputs, args.align, !args.no_widen, true)
+        .context("cannot index the model files")?;
     let mut processes = Vec::new();
     for (pid, comm, chosen) in chosen_by_pid {
         match search_process(roots, pid, &grid, &prepared, &chosen) {

@@ -42,17 +42,16 @@ pub fn report(
     let traced = trace.and_then(|d| super::trace::trace_window(d, req, &mut warnings));
     let mut sample = gather::gather(&roots, req, &mut warnings)?;
     if let Some(t) = &traced {
-        sample.reads = t
-            .io
-            .iter()
-            .map(|((pid, file), c)| crate::sample::ReadSample {
-                pid: *pid,
-                file: *file,
-                read_bytes: c.read_bytes,
-                read_calls: c.read_calls,
-                mmap_calls: c.mmap_shared + c.mmap_private,
-            })
-            .collect();
+        sample.reads =
+            t.io.iter()
+                .map(|((pid, file), c)| crate::sample::ReadSample {
+                    pid: *pid,
+                    file: *file,
+                    read_bytes: c.read_bytes,
+                    read_calls: c.read_calls,
+                    mmap_calls: c.mmap_shared + c.mmap_private,
+                })
+                .collect();
     }
     if let Some(opts) = prove {
         sample.proofs = crate::dupes::prove::prove(&roots, &sample, opts, &mut warnings);

@@ -113,6 +113,8 @@ pub struct Grid {
     filter_mask: u64,
     /// `M`: a pair of points every `M` pages.
     pub every: u64,
+    /// `S`: pages between samples, planned with `M` (1 when built exact).
+    pub stride: u64,
     /// Bit `r` set: windows at positions `≡ r (mod 16)` are looked up.
     pub residues: u16,
     /// Positions in a sampled page to look up.
@@ -142,6 +144,38 @@ fn kinds(dtype: &Dtype, widen: bool) -> &'static [CopyKind] {
     }
 }
 
+/// The guaranteed run of a file, in pages: tensors at least this long hold 99% of its
+/// bytes.
+fn run_pages(mut lens: Vec<u64>) -> u64 {
+    lens.sort_unstable_by(|a, b| b.cmp(a));
+    let total: u64 = lens.iter().sum();
+    let mut acc = 0u64;
+    for l in lens {
+        acc += l;
+        if acc as f64 >= 0.99 * total as f64 {
+            return l / PAGE;
+        }
+    }
+    0
+}
+
+/// Stride `S` and pair spacing `M` for a guaranteed run of `run` pages: every copy of at
+/// least `M × S + 1` pages is hit. `S` as large as it may be (fewest samples), then `M` as
+/// large as `S` allows (fewest points), never below `min_every` (the cap on points). `M` is
+/// a power of two and `S` odd when `M > 1`, so they are coprime.
+pub fn plan(run: u64, min_every: u64) -> (u64, u64) {
+    let budget = run.saturating_sub(1).max(1);
+    let mut s = (budget / min_every).clamp(1, MAX_STRIDE);
+    let mut m = min_every;
+    while m * 2 * s <= budget {
+        m *= 2;
+    }
+    if m > 1 && s % 2 == 0 {
+        s -= 1;
+    }
+    (s.max(1), m)
+}
+
 /// Whether point `k` (at `k × 2048`) is indexed when pairs are `every` pages apart.
 fn is_point(k: u64, every: u64) -> bool {
     every <= 1 || k % (2 * every) < 2
@@ -149,11 +183,14 @@ fn is_point(k: u64, every: u64) -> bool {
 
 impl Grid {
     /// Indexes `files` (their tensor tables). `align`: allocation alignment of copies
-    /// (16 for malloc'd buffers); `widen`: also index F16/BF16 → F32 widenings.
+    /// (16 for malloc'd buffers); `widen`: also index F16/BF16 → F32 widenings; `exact`:
+    /// every tensor of 4 KiB or more must be found with every page sampled (`dupes`),
+    /// else the stride and the point spacing are planned together (see [`Grid::stride`]).
     pub fn build(
         files: Vec<(FileBytes, Vec<Tensor>, Format)>,
         align: u64,
         widen: bool,
+        exact: bool,
     ) -> std::io::Result<Grid> {
         let mut pieces = Vec::new();
         let mut grid_files = Vec::new();
@@ -197,13 +234,34 @@ impl Grid {
                 error: None,
             });
         }
-        let all_points: u64 = pieces.iter().map(|p| p.mem_len / HALF + 1).sum();
-        let mut every = 1u64;
-        while all_points / every > MAX_POINTS {
-            every *= 2;
+        // Guaranteed run per file: the length above which the tensors hold 99% of its
+        // bytes; the smallest over the files bounds stride × spacing.
+        for (fi, gf) in grid_files.iter_mut().enumerate() {
+            let lens: Vec<u64> = pieces
+                .iter()
+                .filter(|p| p.file == fi)
+                .map(|p| p.mem_len)
+                .collect();
+            gf.run_pages = run_pages(lens);
         }
+        let run = grid_files
+            .iter()
+            .map(|f| f.run_pages)
+            .filter(|r| *r > 0)
+            .min()
+            .unwrap_or(1);
+        let all_points: u64 = pieces.iter().map(|p| p.mem_len / HALF + 1).sum();
+        let mut cap_every = 1u64;
+        while all_points / cap_every > MAX_POINTS {
+            cap_every *= 2;
+        }
+        let (stride, every) = if exact {
+            (1, cap_every)
+        } else {
+            plan(run, cap_every)
+        };
         let mut keys: Vec<Slot> = Vec::new();
-        let mut src = Vec::new();
+        let mut span = Vec::new();
         let mut mem = Vec::new();
         let mut low_entropy = vec![true; pieces.len()];
         for (pi, p) in pieces.iter().enumerate() {
@@ -211,29 +269,40 @@ impl Grid {
                 continue;
             }
             let factor = p.kind.factor();
+            // Points come in pairs 2048 bytes apart: one read per pair.
             let mut k = 0u64;
-            while k * HALF + WIN as u64 <= p.mem_len {
-                if is_point(k, every) {
-                    let m = k * HALF;
-                    src.resize(WIN / factor as usize, 0);
-                    let read = grid_files[p.file]
-                        .bytes
-                        .read_exact_at(&mut src, p.file_offset + m / factor);
-                    if let Err(e) = read {
-                        grid_files[p.file].error = Some(format!("the file could not be read: {e}"));
-                        break;
+            'points: while k * HALF + WIN as u64 <= p.mem_len {
+                if !is_point(k, every) {
+                    k += 1;
+                    continue;
+                }
+                let m = k * HALF;
+                let span_mem = (HALF + WIN as u64).min(p.mem_len - m);
+                span.resize((span_mem / factor) as usize, 0);
+                let read = grid_files[p.file]
+                    .bytes
+                    .read_exact_at(&mut span, p.file_offset + m / factor);
+                if let Err(e) = read {
+                    grid_files[p.file].error = Some(format!("the file could not be read: {e}"));
+                    break 'points;
+                }
+                for (j, at) in [(k, 0u64), (k + 1, HALF)] {
+                    if at + WIN as u64 > span_mem || !is_point(j, every) {
+                        continue;
                     }
-                    p.kind.convert(&src, &mut mem);
+                    let from = (at / factor) as usize;
+                    p.kind
+                        .convert(&span[from..from + WIN / factor as usize], &mut mem);
                     if !periodic(&mem) {
                         low_entropy[pi] = false;
                         keys.push(Slot {
                             key: hash(&mem),
                             piece: pi as u32,
-                            k: k as u32,
+                            k: j as u32,
                         });
                     }
                 }
-                k += 1;
+                k += 2;
             }
         }
         keys.retain(|k| grid_files[pieces[k.piece as usize].file].error.is_none());
@@ -246,27 +315,6 @@ impl Grid {
                     .unsearchable
                     .push((p.tensor, p.kind, Unsearchable::LowEntropy));
             }
-        }
-        let searchable: Vec<bool> = low_entropy.iter().map(|l| !l).collect();
-        for (fi, gf) in grid_files.iter_mut().enumerate() {
-            let mut lens: Vec<u64> = pieces
-                .iter()
-                .zip(&searchable)
-                .filter(|(p, s)| p.file == fi && **s)
-                .map(|(p, _)| p.mem_len)
-                .collect();
-            lens.sort_unstable_by(|a, b| b.cmp(a));
-            let total: u64 = lens.iter().sum();
-            let mut acc = 0u64;
-            let mut run = 0u64;
-            for l in lens {
-                acc += l;
-                run = l;
-                if acc as f64 >= 0.99 * total as f64 {
-                    break;
-                }
-            }
-            gf.run_pages = run / PAGE;
         }
         let cap = (keys.len() * 2).next_power_of_two().max(16);
         let mask = cap - 1;
@@ -294,27 +342,10 @@ impl Grid {
             filter,
             filter_mask,
             every,
+            stride,
             residues,
             positions,
         })
-    }
-
-    /// The stride (pages between samples) that still hits every copy of the tensors
-    /// holding 99% of each file's bytes: odd, so coprime with `every`.
-    pub fn stride_for(&self) -> u64 {
-        let run = self
-            .files
-            .iter()
-            .map(|f| f.run_pages)
-            .filter(|r| *r > 0)
-            .min()
-            .unwrap_or(1);
-        let s = (run.saturating_sub(1) / self.every).clamp(1, MAX_STRIDE);
-        if self.every > 1 && s % 2 == 0 {
-            s - 1
-        } else {
-            s
-        }
     }
 
     /// Number of points indexed.
@@ -359,6 +390,52 @@ impl Grid {
             pair_every_pages: self.every,
             stride_pages: stride,
             residues: self.residues,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn plan_guarantees_the_run_with_coprime_stride_and_spacing() {
+        for run in [2u64, 3, 8, 9, 24, 100, 505, 16384, 1 << 20] {
+            for min_every in [1u64, 2, 8] {
+                let (s, m) = plan(run, min_every);
+                assert!(m >= min_every && m.is_power_of_two(), "{run} {min_every}");
+                assert!(s >= 1 && s <= MAX_STRIDE);
+                assert!(m == 1 || s % 2 == 1, "S must be odd when M > 1");
+                if run > min_every {
+                    assert!(m * s < run, "run {run}: S {s} M {m}");
+                }
+            }
+        }
+        assert_eq!(plan(16384, 1), (63, 256));
+        assert_eq!(plan(8, 1), (7, 1));
+    }
+
+    /// Sampled pages step through every page class of the point pairs: for any copy start,
+    /// a copy of `M × S + 1` pages contains a sampled page whose first half holds a point.
+    #[test]
+    fn every_copy_of_the_guaranteed_run_is_hit() {
+        for (s, m) in [(1u64, 1u64), (7, 1), (5, 4), (3, 8), (7, 16)] {
+            let run = m * s + 1;
+            for start in (0..(2 * m * s * PAGE)).step_by(16 * 37) {
+                let end = start + run * PAGE;
+                let hit = (start / PAGE..end / PAGE + 1)
+                    .filter(|p| p % s == 0)
+                    .any(|p| {
+                        (0..HALF).step_by(16).any(|d| {
+                            let at = p * PAGE + d;
+                            at >= start
+                                && at + WIN as u64 <= end
+                                && (at - start) % HALF == 0
+                                && is_point((at - start) / HALF, m)
+                        })
+                    });
+                assert!(hit, "S {s} M {m} start {start}");
+            }
         }
     }
 }

@@ -109,7 +109,7 @@ pub fn prove(
             }
         }
     }
-    let grid = match Grid::build(inputs, 16, true) {
+    let grid = match Grid::build(inputs, 16, true, opts.exact) {
         Ok(g) => g,
         Err(e) => {
             warnings.push(format!("cannot index the model files: {e}"));
@@ -119,7 +119,8 @@ pub fn prove(
             );
         }
     };
-    let stride = if opts.exact { 1 } else { grid.stride_for() };
+    let stride = grid.stride;
+    let indexed = start.elapsed();
     let searchable: Vec<f64> = grid
         .files
         .iter()
@@ -211,6 +212,16 @@ pub fn prove(
             .collect()
     });
 
+    if std::env::var_os("TWOFOLD_PROFILE").is_some() {
+        eprintln!(
+            "twofold: proof: index {:.3} s ({} points, stride {}, pairs every {} pages), search {:.3} s",
+            indexed.as_secs_f64(),
+            grid.points(),
+            stride,
+            grid.every,
+            (start.elapsed() - indexed).as_secs_f64()
+        );
+    }
     let mut out = Vec::new();
     for s in searched {
         let files_of_pid: BTreeSet<FileKey> = sample
@@ -260,6 +271,7 @@ pub fn prove(
                 for p in per.values_mut() {
                     p.stride_pages = stats.stride_pages;
                     p.sampled_bytes = stats.sampled_pages * PAGE;
+                    p.compared_bytes = stats.compared_bytes;
                     if let Some(e) = &grid.files[grid_index(&keys, p.file)].error {
                         p.unsearched = Some(e.clone());
                     } else if !complete {

@@ -77,10 +77,26 @@ impl State {
     }
 }
 
-fn eligible(pm: &[u64], r: &Region, addr: u64) -> bool {
-    let i = ((addr - r.start) / PAGE) as usize;
-    i < pm.len() && Target::eligible(pm[i], r.kind)
+/// Pagemap entries of the pages from `start` on (a whole region, or only a candidate
+/// copy's pages when the region was sampled sparsely).
+struct PageMap {
+    start: u64,
+    entries: Vec<u64>,
 }
+
+impl PageMap {
+    fn eligible(&self, r: &Region, addr: u64) -> bool {
+        if addr < self.start {
+            return false;
+        }
+        let i = ((addr - self.start) / PAGE) as usize;
+        i < self.entries.len() && Target::eligible(self.entries[i], r.kind)
+    }
+}
+
+/// From this stride on, the pagemap entries of the sampled pages are read one by one
+/// (one syscall each) rather than the whole region's (about 30 ns a page).
+const SPARSE_PAGEMAP_STRIDE: u64 = 16;
 
 impl Sweep<'_> {
     /// Searches `regions`; returns the hits, the work done, and whether every region was
@@ -100,7 +116,11 @@ impl Sweep<'_> {
             src: Vec::new(),
             conv: Vec::new(),
         };
-        let mut pm = Vec::new();
+        let mut pm = PageMap {
+            start: 0,
+            entries: Vec::new(),
+        };
+        let mut one = Vec::new();
         let mut buf = vec![0u8; IOV_MAX * SAMPLE_LEN];
         let mut addrs = Vec::with_capacity(IOV_MAX);
         let mut cands: Vec<(usize, u64)> = Vec::new();
@@ -110,16 +130,39 @@ impl Sweep<'_> {
                 return Ok((st.hits, st.stats, false));
             }
             st.stats.mapped_bytes += r.end - r.start;
-            self.target
-                .pagemap(r.start, r.end, &mut pm)
-                .map_err(|e| io::Error::other(format!("{e:#}")))?;
-            st.stats.present_bytes +=
-                pm.iter().filter(|e| Target::eligible(**e, r.kind)).count() as u64 * PAGE;
             let first = (r.start / PAGE).next_multiple_of(stride) * PAGE;
-            let pages: Vec<u64> = (first..r.end)
-                .step_by((stride * PAGE) as usize)
-                .filter(|a| eligible(&pm, r, *a))
-                .collect();
+            let pages: Vec<u64> = if stride >= SPARSE_PAGEMAP_STRIDE {
+                pm = PageMap {
+                    start: 0,
+                    entries: Vec::new(),
+                };
+                let mut v = Vec::new();
+                for a in (first..r.end).step_by((stride * PAGE) as usize) {
+                    self.target
+                        .pagemap(a, a + PAGE, &mut one)
+                        .map_err(|e| io::Error::other(format!("{e:#}")))?;
+                    if one.first().is_some_and(|e| Target::eligible(*e, r.kind)) {
+                        v.push(a);
+                    }
+                }
+                st.stats.present_bytes += v.len() as u64 * stride * PAGE;
+                v
+            } else {
+                pm.start = r.start;
+                self.target
+                    .pagemap(r.start, r.end, &mut pm.entries)
+                    .map_err(|e| io::Error::other(format!("{e:#}")))?;
+                st.stats.present_bytes += pm
+                    .entries
+                    .iter()
+                    .filter(|e| Target::eligible(**e, r.kind))
+                    .count() as u64
+                    * PAGE;
+                (first..r.end)
+                    .step_by((stride * PAGE) as usize)
+                    .filter(|a| pm.eligible(r, *a))
+                    .collect()
+            };
             for batch in pages.chunks(IOV_MAX) {
                 if self.deadline.is_some_and(|d| Instant::now() >= d) {
                     return Ok((st.hits, st.stats, false));
@@ -176,7 +219,7 @@ impl Sweep<'_> {
     fn consider(
         &self,
         st: &mut State,
-        pm: &[u64],
+        pm: &PageMap,
         r: &Region,
         ri: usize,
         p: usize,
@@ -262,13 +305,26 @@ impl Sweep<'_> {
     fn confirm(
         &self,
         st: &mut State,
-        pm: &[u64],
+        pm: &PageMap,
         r: &Region,
         p: usize,
         a: u64,
         lo: u64,
         hi: u64,
     ) -> io::Result<Option<(u64, bool)>> {
+        // A sparsely sampled region: the copy's own pages' entries.
+        let local;
+        let pm = if pm.entries.is_empty() {
+            let start = lo / PAGE * PAGE;
+            let mut entries = Vec::new();
+            self.target
+                .pagemap(start, hi.next_multiple_of(PAGE), &mut entries)
+                .map_err(|e| io::Error::other(format!("{e:#}")))?;
+            local = PageMap { start, entries };
+            &local
+        } else {
+            pm
+        };
         let len = self.grid.pieces[p].mem_len;
         let end = hi;
         let clipped = lo != a || hi != a + len;
@@ -279,7 +335,7 @@ impl Sweep<'_> {
             while x < end {
                 let y = ((x / PAGE) + 1) * PAGE;
                 let y = y.min(end);
-                v.push((x, y, eligible(pm, r, x)));
+                v.push((x, y, pm.eligible(r, x)));
                 x = y;
             }
             v

@@ -76,6 +76,10 @@ pub fn attribute(sample: &Sample, files: &mut [FileModel]) {
                 Some(p) => p.unsearched.clone(),
                 None => Some("not searched (--no-prove)".to_string()),
             };
+            if let Some(p) = proof {
+                f.candidates.sampled_bytes += p.sampled_bytes;
+                f.candidates.compared_bytes += p.compared_bytes;
+            }
             let Some(why_not) = unsearched else {
                 f.candidates.searched += 1;
                 continue;

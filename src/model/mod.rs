@@ -183,6 +183,11 @@ pub struct CandidateCounts {
     pub could_hold: usize,
     pub searched: usize,
     pub not_searched: usize,
+    /// Memory sampled and compared with the file over all searched candidates.
+    #[serde(default)]
+    pub sampled_bytes: u64,
+    #[serde(default)]
+    pub compared_bytes: u64,
 }
 
 /// How many times the file's bytes are in memory, from proven parts only.
