@@ -404,7 +404,7 @@ mod tests {
             for min_every in [1u64, 2, 8] {
                 let (s, m) = plan(run, min_every);
                 assert!(m >= min_every && m.is_power_of_two(), "{run} {min_every}");
-                assert!(s >= 1 && s <= MAX_STRIDE);
+                assert!((1..=MAX_STRIDE).contains(&s));
                 assert!(m == 1 || s % 2 == 1, "S must be odd when M > 1");
                 if run > min_every {
                     assert!(m * s < run, "run {run}: S {s} M {m}");
