@@ -1,12 +1,23 @@
 #!/usr/bin/env bash
-# Runs every fuzz target for a bounded time (default 60 s each) from the committed seeds.
+# Runs every fuzz target for a bounded time (default 60 s each) from the committed seeds,
+# or with --long for at least 10 million executions each (not in CI: hours on 2 cores).
 # Needs nightly and cargo-fuzz: `rustup toolchain install nightly`,
-# `cargo install cargo-fuzz --locked`. New inputs go to fuzz/corpus/<target> (ignored by
-# git); crashes to fuzz/artifacts/<target>. Usage: fuzz/run.sh [SECONDS] [TARGET...]
+# `cargo install cargo-fuzz --locked`. The targets link only the `twofold-formats` crate
+# (the parsers), so the fuzz build takes seconds, not the GPU and BPF stacks.
+# New inputs go to fuzz/corpus/<target> (ignored by git); crashes to
+# fuzz/artifacts/<target>. Usage: fuzz/run.sh [--long | SECONDS] [TARGET...]
 set -euo pipefail
 cd "$(dirname "$0")"
-secs="${1:-60}"
-shift || true
+limit=()
+if [ "${1:-}" = "--long" ]; then
+  limit=(-runs=10000000)
+  secs="10M runs"
+  shift
+else
+  secs="${1:-60}"
+  limit=(-max_total_time="$secs")
+  shift || true
+fi
 targets=("$@")
 if [ ${#targets[@]} -eq 0 ]; then
   targets=(safetensors gguf npy zip pickle onnx)
@@ -16,10 +27,10 @@ cargo +nightly fuzz build
 status=0
 for t in "${targets[@]}"; do
   mkdir -p "corpus/$t"
-  echo "== $t (${secs}s)"
+  echo "== $t (${secs})"
   # -rss_limit_mb: parsers must bound allocations by the input size; -timeout: no hangs.
   if ! cargo +nightly fuzz run "$t" "corpus/$t" "seeds/$t" -- \
-      -max_total_time="$secs" -rss_limit_mb=512 -timeout=5 -print_final_stats=1; then
+      "${limit[@]}" -rss_limit_mb=512 -timeout=5 -print_final_stats=1; then
     echo "== $t: FAILED (see fuzz/artifacts/$t)"
     status=1
   fi

@@ -21,7 +21,7 @@ pub mod cleanup;
 pub mod cli;
 pub mod cmd;
 pub mod collect;
-pub mod container;
+pub use twofold_formats as container;
 pub mod dupes;
 pub mod model;
 pub mod render;

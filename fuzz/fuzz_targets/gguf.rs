@@ -3,7 +3,7 @@
 //! panics, overflows, hangs and huge allocations are not.
 
 use libfuzzer_sys::fuzz_target;
-use twofold::container;
+use twofold_formats as container;
 
 fuzz_target!(|data: &[u8]| {
     let _ = container::gguf::parse(&data);

@@ -4,7 +4,7 @@
 //! not.
 
 use libfuzzer_sys::fuzz_target;
-use twofold::container;
+use twofold_formats as container;
 
 fuzz_target!(|data: &[u8]| {
     let _ = container::onnx::parse(&data);

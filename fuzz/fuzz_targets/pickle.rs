@@ -2,7 +2,7 @@
 //! The restricted pickle walker (torch `data.pkl`) on arbitrary bytes.
 
 use libfuzzer_sys::fuzz_target;
-use twofold::container::pickle;
+use twofold_formats::pickle;
 
 fuzz_target!(|data: &[u8]| {
     let _ = pickle::storages(data);

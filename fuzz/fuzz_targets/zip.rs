@@ -3,7 +3,7 @@
 //! arbitrary bytes: errors are fine, panics, overflows, hangs and huge allocations are not.
 
 use libfuzzer_sys::fuzz_target;
-use twofold::container::{self, zip};
+use twofold_formats::{self as container, zip};
 
 fuzz_target!(|data: &[u8]| {
     if let Ok(archive) = zip::read(&data) {

@@ -7,11 +7,11 @@
 //! file name. Only headers are read (and, for torch, `data.pkl`), never tensor data.
 //!
 //! ```no_run
-//! let c = twofold::container::open(std::path::Path::new("model.gguf"))?;
+//! let c = twofold_formats::open(std::path::Path::new("model.gguf"))?;
 //! for t in &c.tensors {
 //!     println!("{} {} bytes at {}", t.name, t.len, t.offset);
 //! }
-//! # Ok::<(), twofold::container::ContainerError>(())
+//! # Ok::<(), twofold_formats::ContainerError>(())
 //! ```
 //!
 //! See `docs/containers.md` for what each parser reads and its limits.
