@@ -67,7 +67,10 @@ struct Searched {
 }
 
 /// Searches the sample's candidates; one [`ProofSample`] per (candidate, file) pair, and
-/// one per (process, file) where a copy was found beyond the candidacy.
+/// one per (process, file) where a copy was found beyond the candidacy. Candidates are
+/// grouped by the set of files they could hold a copy of, and each group is searched with
+/// a grid of its own files only: a file twofold cannot parse (searched densely, at every
+/// byte alignment) never slows the search of processes that could not hold it.
 pub fn prove(
     roots: &Roots,
     sample: &Sample,
@@ -75,9 +78,91 @@ pub fn prove(
     warnings: &mut Vec<String>,
 ) -> Vec<ProofSample> {
     let start = Instant::now();
-    let wanted: BTreeSet<FileKey> = sample.candidates.iter().map(|c| c.file).collect();
-    if wanted.is_empty() {
-        return Vec::new();
+    let deadline = opts.budget.map(|b| start + b);
+    let order = search_order(sample);
+    let mut groups: Vec<(BTreeSet<FileKey>, Vec<i32>)> = Vec::new();
+    for pid in order {
+        let files: BTreeSet<FileKey> = sample
+            .candidates
+            .iter()
+            .filter(|c| c.pid == pid)
+            .map(|c| c.file)
+            .collect();
+        match groups.iter_mut().find(|g| g.0 == files) {
+            Some(g) => g.1.push(pid),
+            None => groups.push((files, vec![pid])),
+        }
+    }
+    let mut out = Vec::new();
+    for (files, pids) in groups {
+        out.extend(prove_group(
+            roots, sample, &files, &pids, opts, deadline, warnings,
+        ));
+    }
+    if std::env::var_os("TWOFOLD_PROFILE").is_some() {
+        eprintln!(
+            "twofold: proof: {:.3} s in all",
+            start.elapsed().as_secs_f64()
+        );
+    }
+    out.sort_by(|a, b| a.file.cmp(&b.file).then(a.pid.cmp(&b.pid)));
+    out
+}
+
+/// Candidates of the files named on the command line first, then those that hold or name
+/// a file, then the rest; cheapest first within each, so that a budget runs out on as few
+/// candidates as possible.
+fn search_order(sample: &Sample) -> Vec<i32> {
+    let explicit: BTreeSet<FileKey> = sample
+        .files
+        .iter()
+        .filter(|f| f.explicit)
+        .map(|f| f.key)
+        .collect();
+    let mut order: Vec<(i32, (bool, bool, u64))> = Vec::new();
+    for c in &sample.candidates {
+        let strong = matches!(
+            c.why,
+            crate::sample::CandidateWhy::Holder | crate::sample::CandidateWhy::Named
+        );
+        let rank = (!explicit.contains(&c.file), !strong, c.private_anon_bytes);
+        match order.iter_mut().find(|o| o.0 == c.pid) {
+            Some(o) => o.1 = o.1.min(rank),
+            None => order.push((c.pid, rank)),
+        }
+    }
+    order.sort_by(|a, b| a.1.cmp(&b.1).then(a.0.cmp(&b.0)));
+    order.into_iter().map(|o| o.0).collect()
+}
+
+/// Indexes `wanted` and searches `pids` (in that order) until the deadline.
+#[allow(clippy::too_many_arguments)]
+fn prove_group(
+    roots: &Roots,
+    sample: &Sample,
+    wanted: &BTreeSet<FileKey>,
+    pids: &[i32],
+    opts: ProveOptions,
+    deadline: Option<Instant>,
+    warnings: &mut Vec<String>,
+) -> Vec<ProofSample> {
+    let start = Instant::now();
+    if deadline.is_some_and(|d| start >= d) {
+        let why = format!(
+            "not searched: over the proof budget ({:.1} s; raise --prove-budget)",
+            opts.budget.unwrap_or_default().as_secs_f64()
+        );
+        return sample
+            .candidates
+            .iter()
+            .filter(|c| pids.contains(&c.pid))
+            .map(|c| ProofSample {
+                pid: c.pid,
+                file: c.file,
+                unsearched: Some(why.clone()),
+                ..ProofSample::default()
+            })
+            .collect();
     }
     // Open and parse each file once.
     let mut keys = Vec::new();
@@ -113,10 +198,18 @@ pub fn prove(
         Ok(g) => g,
         Err(e) => {
             warnings.push(format!("cannot index the model files: {e}"));
-            return unsearched_all(
-                sample,
-                &format!("the model files could not be indexed: {e}"),
-            );
+            let why = format!("the model files could not be indexed: {e}");
+            return sample
+                .candidates
+                .iter()
+                .filter(|c| pids.contains(&c.pid))
+                .map(|c| ProofSample {
+                    pid: c.pid,
+                    file: c.file,
+                    unsearched: Some(why.clone()),
+                    ..ProofSample::default()
+                })
+                .collect();
         }
     };
     let stride = grid.stride;
@@ -142,30 +235,6 @@ pub fn prove(
         })
         .collect();
 
-    // Candidates of the files named on the command line first, then those that hold or
-    // name a file, then the rest; cheapest first within each, so that a budget runs out
-    // on as few candidates as possible.
-    let explicit: BTreeSet<FileKey> = sample
-        .files
-        .iter()
-        .filter(|f| f.explicit)
-        .map(|f| f.key)
-        .collect();
-    let mut order: Vec<(i32, (bool, bool, u64))> = Vec::new();
-    for c in &sample.candidates {
-        let strong = matches!(
-            c.why,
-            crate::sample::CandidateWhy::Holder | crate::sample::CandidateWhy::Named
-        );
-        let rank = (!explicit.contains(&c.file), !strong, c.private_anon_bytes);
-        match order.iter_mut().find(|o| o.0 == c.pid) {
-            Some(o) => o.1 = o.1.min(rank),
-            None => order.push((c.pid, rank)),
-        }
-    }
-    order.sort_by(|a, b| a.1.cmp(&b.1).then(a.0.cmp(&b.0)));
-    let pids: Vec<i32> = order.iter().map(|o| o.0).collect();
-    let deadline = opts.budget.map(|b| start + b);
     let next = AtomicUsize::new(0);
     let threads = std::thread::available_parallelism()
         .map(|n| n.get())
@@ -214,7 +283,9 @@ pub fn prove(
 
     if std::env::var_os("TWOFOLD_PROFILE").is_some() {
         eprintln!(
-            "twofold: proof: index {:.3} s ({} points, stride {}, pairs every {} pages), search {:.3} s",
+            "twofold: proof of {} files in {} processes: index {:.3} s ({} points, stride {}, pairs every {} pages), search {:.3} s",
+            wanted.len(),
+            pids.len(),
             indexed.as_secs_f64(),
             grid.points(),
             stride,
@@ -290,7 +361,7 @@ pub fn prove(
         }
     }
     // Candidates of files that could not be opened or parsed.
-    for c in &sample.candidates {
+    for c in sample.candidates.iter().filter(|c| pids.contains(&c.pid)) {
         if let Some(why) = unopened.get(&c.file) {
             out.push(ProofSample {
                 pid: c.pid,
@@ -300,7 +371,6 @@ pub fn prove(
             });
         }
     }
-    out.sort_by(|a, b| a.file.cmp(&b.file).then(a.pid.cmp(&b.pid)));
     out
 }
 
@@ -315,19 +385,6 @@ fn proof_for(pid: i32, key: FileKey, fi: usize, searchable: &[f64]) -> ProofSamp
         searchable_fraction: searchable[fi],
         ..ProofSample::default()
     }
-}
-
-fn unsearched_all(sample: &Sample, why: &str) -> Vec<ProofSample> {
-    sample
-        .candidates
-        .iter()
-        .map(|c| ProofSample {
-            pid: c.pid,
-            file: c.file,
-            unsearched: Some(why.to_string()),
-            ..ProofSample::default()
-        })
-        .collect()
 }
 
 type SearchResult = Result<(Vec<Hit>, Vec<Region>, SweepStats, bool), String>;
