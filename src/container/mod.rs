@@ -29,7 +29,7 @@ pub mod torch;
 mod types;
 pub mod zip;
 
-use std::fs::File;
+use std::os::unix::fs::OpenOptionsExt;
 use std::path::Path;
 
 pub use error::ContainerError;
@@ -110,8 +110,14 @@ pub fn open(path: &Path) -> Result<Container, ContainerError> {
         path: path.to_path_buf(),
         source,
     };
-    // Checked before opening: opening a FIFO for reading would block.
-    let meta = std::fs::metadata(path).map_err(open_err)?;
+    // O_NONBLOCK: opening a FIFO for reading would otherwise block until a writer comes;
+    // the fstat of the very fd opened then refuses it (no race between check and open).
+    let file = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NONBLOCK | libc::O_NOCTTY)
+        .open(path)
+        .map_err(open_err)?;
+    let meta = file.metadata().map_err(open_err)?;
     if !meta.is_file() {
         let kind = if meta.is_dir() {
             "a directory"
@@ -123,8 +129,6 @@ pub fn open(path: &Path) -> Result<Container, ContainerError> {
             kind,
         });
     }
-    let file = File::open(path).map_err(open_err)?;
-    let meta = file.metadata().map_err(open_err)?;
     parse(&FileSource::new(file, meta.len()))
 }
 
