@@ -46,6 +46,26 @@ pub(crate) fn sort_tensors(tensors: &mut [Tensor]) {
     tensors.sort_by(|a, b| a.offset.cmp(&b.offset).then_with(|| a.name.cmp(&b.name)));
 }
 
+/// Refuses tensors (sorted by offset) whose bytes overlap; empty tensors take no bytes.
+pub(crate) fn check_overlaps(tensors: &[Tensor]) -> Result<(), ContainerError> {
+    let mut last: Option<&Tensor> = None;
+    for t in tensors.iter().filter(|t| t.len > 0) {
+        if let Some(p) = last {
+            if t.offset < p.offset.saturating_add(p.len) {
+                return Err(ContainerError::Overlap {
+                    first: p.name.clone(),
+                    second: t.name.clone(),
+                    offset: t.offset,
+                });
+            }
+        }
+        if last.is_none_or(|p| t.offset.saturating_add(t.len) > p.offset.saturating_add(p.len)) {
+            last = Some(t);
+        }
+    }
+    Ok(())
+}
+
 /// An unknown format: the whole file as one region.
 fn opaque(size: u64) -> Container {
     Container {
