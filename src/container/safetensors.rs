@@ -18,14 +18,22 @@ pub const MAX_HEADER_BYTES: u64 = 100_000_000;
 const FORMAT: &str = "safetensors";
 
 /// `true` if `head` (the first bytes of a file) starts like safetensors: 8 bytes of
-/// length, then `{` and the start of a JSON object (`"`, `}` or white space). The length
-/// is not judged here: an impossible one in a file that starts like safetensors is one
-/// error, [`ContainerError::HeaderTooLong`], whatever its size.
+/// length, then the start of a JSON object: `{}`, or `{"` and printable ASCII up to the
+/// end of `head` or the key's closing quote. The length is not judged here: an
+/// impossible one in a file that starts like safetensors is one error,
+/// [`ContainerError::HeaderTooLong`], whatever its size.
 pub fn sniff(head: &[u8]) -> bool {
-    head.get(8) == Some(&b'{')
-        && head
-            .get(9)
-            .is_none_or(|c| matches!(c, b'"' | b'}' | b' ' | b'\t' | b'\n' | b'\r'))
+    if head.get(8) != Some(&b'{') {
+        return false;
+    }
+    match head.get(9) {
+        None | Some(b'}') => true,
+        Some(b'"') => head[10..]
+            .iter()
+            .take_while(|&&c| c != b'"')
+            .all(|c| (0x20..0x7f).contains(c)),
+        Some(_) => false,
+    }
 }
 
 #[derive(Deserialize)]
@@ -248,6 +256,8 @@ mod tests {
         assert!(!sniff(b"{}"));
         assert!(!sniff(b"GGUF\x03\0\0\0\0\0\0\0"));
         assert!(!sniff(b"\0\0\0\0\0\0\0\0{x"));
+        assert!(!sniff(b"\0\0\0\0\0\0\0\0{\"ab\x01cd"));
+        assert!(sniff(b"\0\0\0\0\0\0\0\0{\"__metadata__\""));
     }
 
     /// One rule for impossible header lengths: 2^63 and 1000 in a 10-byte file are the
