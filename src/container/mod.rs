@@ -165,6 +165,29 @@ mod tests {
         assert_eq!(parse_bytes(b"").unwrap().tensors[0].len, 0);
     }
 
+    fn t(name: &str, offset: u64, len: u64) -> Tensor {
+        Tensor {
+            name: name.into(),
+            dtype: Dtype::U8,
+            shape: vec![len],
+            offset,
+            len,
+        }
+    }
+
+    #[test]
+    fn overlapping_tensors_are_refused() {
+        assert!(check_overlaps(&[t("a", 0, 4), t("b", 4, 4), t("e", 8, 0)]).is_ok());
+        assert!(check_overlaps(&[t("e", 0, 0), t("a", 0, 4)]).is_ok());
+        let err = check_overlaps(&[t("a", 0, 4), t("b", 0, 4)]).unwrap_err();
+        assert_eq!(err.to_string(), "tensors 'a' and 'b' overlap at offset '0'");
+        // A tensor inside an earlier, longer one.
+        let err = check_overlaps(&[t("a", 0, 100), t("b", 10, 4), t("c", 50, 4)]).unwrap_err();
+        assert!(err.to_string().starts_with("tensors 'a' and 'b'"), "{err}");
+        let err = check_overlaps(&[t("a", 0, 100), t("b", 200, 4), t("c", 202, 4)]);
+        assert!(err.is_err());
+    }
+
     #[test]
     fn open_rejects_what_is_not_a_file() {
         let err = open(Path::new("/")).unwrap_err();
