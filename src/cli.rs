@@ -120,7 +120,7 @@ pub struct ScanArgs {
     /// Also trace with eBPF for this long first (e.g. 10s) and add the counters of
     /// `twofold trace` and their findings (needs root or CAP_BPF + CAP_PERFMON; without,
     /// a warning and the plain scan).
-    #[arg(long, value_name = "DURATION", value_parser = parse_duration)]
+    #[arg(long, value_name = "DURATION", value_parser = parse_positive_duration)]
     pub trace: Option<Duration>,
     #[command(flatten)]
     pub output: OutputArgs,
@@ -172,10 +172,11 @@ pub struct DupesArgs {
 pub struct SandboxArgs {
     /// Memory limit of the campaign's cgroup (default: a quarter of MemAvailable). Refused
     /// above MemAvailable minus a margin.
-    #[arg(long, value_name = "SIZE", value_parser = parse_size)]
+    #[arg(long, value_name = "SIZE", value_parser = parse_memory_max)]
     pub memory_max: Option<u64>,
-    /// Sampling interval in milliseconds.
-    #[arg(long, value_name = "MS", default_value_t = 100)]
+    /// Sampling interval in milliseconds (1 to 60000).
+    #[arg(long, value_name = "MS", default_value_t = 100,
+          value_parser = clap::value_parser!(u64).range(1..=60_000))]
     pub interval_ms: u64,
     /// Write the timeline (JSON Lines), the summary (JSON, Markdown) and plots (SVG, PNG)
     /// into this directory (created if missing).
@@ -188,9 +189,9 @@ pub struct RunArgs {
     /// The model file the command loads (for ratios and residency).
     #[arg(long, value_name = "FILE")]
     pub model: Option<PathBuf>,
-    /// Kill the command after this many seconds.
-    #[arg(long, value_name = "SECONDS")]
-    pub timeout: Option<f64>,
+    /// Kill the command after this many seconds (or a duration: 500ms, 2m; at most 7 days).
+    #[arg(long, value_name = "SECONDS", value_parser = parse_positive_duration)]
+    pub timeout: Option<Duration>,
     /// Also sample the residency of this file (repeatable).
     #[arg(long, value_name = "FILE")]
     pub watch: Vec<PathBuf>,
@@ -211,7 +212,7 @@ pub struct RunArgs {
 #[derive(Debug, Args)]
 pub struct CompareArgs {
     /// Rounds (each runs both commands, order alternating).
-    #[arg(long, default_value_t = 5)]
+    #[arg(long, default_value_t = 5, value_parser = parse_count)]
     pub rounds: usize,
     /// The model file both commands load (for ratios and residency).
     #[arg(long, value_name = "FILE")]
@@ -221,8 +222,9 @@ pub struct CompareArgs {
     /// so the load is charged to the sandbox from a cold cache.
     #[arg(long, requires = "model")]
     pub warm: bool,
-    #[arg(long, value_name = "SECONDS")]
-    pub timeout: Option<f64>,
+    /// Kill each command after this many seconds (or a duration: 500ms, 2m; at most 7 days).
+    #[arg(long, value_name = "SECONDS", value_parser = parse_positive_duration)]
+    pub timeout: Option<Duration>,
     #[command(flatten)]
     pub sandbox: SandboxArgs,
     #[command(flatten)]
@@ -250,25 +252,25 @@ pub struct PressureArgs {
     #[arg(long = "experiment", value_enum)]
     pub experiments: Vec<Experiment>,
     /// Reader counts for the readers experiment.
-    #[arg(long, value_delimiter = ',', default_value = "1,6,10")]
+    #[arg(long, value_delimiter = ',', default_value = "1,6,10", value_parser = parse_count)]
     pub readers: Vec<usize>,
     /// Eviction/refault cycles for the integrity experiment.
-    #[arg(long, default_value_t = 3)]
+    #[arg(long, default_value_t = 3, value_parser = parse_count)]
     pub cycles: usize,
-    /// Competitor: final size as a fraction of the limit.
-    #[arg(long, default_value_t = 0.9)]
+    /// Competitor: final size as a fraction of the limit, in (0, 1].
+    #[arg(long, default_value_t = 0.9, value_parser = parse_fraction)]
     pub competitor_fraction: f64,
     /// Competitor: number of growth steps.
-    #[arg(long, default_value_t = 4)]
+    #[arg(long, default_value_t = 4, value_parser = parse_count)]
     pub competitor_steps: usize,
-    /// Competitor: seconds per step (and of warm-up).
-    #[arg(long, default_value_t = 1.0)]
+    /// Competitor: seconds per step (and of warm-up); at most 7 days.
+    #[arg(long, default_value_t = 1.0, value_parser = parse_positive_seconds)]
     pub competitor_step_seconds: f64,
     /// Competitor: keep touching its pages (else it stays idle once allocated).
     #[arg(long)]
     pub competitor_active: bool,
     /// Competitor: mapped readers touching the file every pass.
-    #[arg(long, default_value_t = 2)]
+    #[arg(long, default_value_t = 2, value_parser = parse_count)]
     pub map_readers: usize,
     /// Test only: compare against the checksums of this file instead of FILE's own.
     #[arg(long, hide = true, value_name = "FILE")]
@@ -310,10 +312,10 @@ pub struct TraceArgs {
     #[arg(long = "file", value_name = "PATH")]
     pub files: Vec<PathBuf>,
     /// Time between reports.
-    #[arg(long, value_name = "DURATION", default_value = "1s", value_parser = parse_duration)]
+    #[arg(long, value_name = "DURATION", default_value = "1s", value_parser = parse_positive_duration)]
     pub interval: Duration,
     /// Stop after this long and print a summary (default: until interrupted).
-    #[arg(long, value_name = "DURATION", value_parser = parse_duration)]
+    #[arg(long, value_name = "DURATION", value_parser = parse_positive_duration)]
     pub duration: Option<Duration>,
     /// At most this many other files and processes per report.
     #[arg(long, default_value_t = 10)]
@@ -358,39 +360,41 @@ pub struct ProbeArgs {
     pub cuda_device: usize,
     /// Bytes every pass reads from the start of the file (default: the whole file;
     /// rounded down to 4 KiB).
-    #[arg(long, value_name = "SIZE", value_parser = parse_size)]
+    #[arg(long, value_name = "SIZE", value_parser = parse_page_size)]
     pub working_set: Option<u64>,
     /// Size of the generated probe file when no FILE is given.
-    #[arg(long, value_name = "SIZE", default_value = "1G", value_parser = parse_size)]
+    #[arg(long, value_name = "SIZE", default_value = "1G", value_parser = parse_page_size)]
     pub size: u64,
     /// Directory for the generated probe file (default: the system temp dir).
     #[arg(long, value_name = "DIR")]
     pub dir: Option<PathBuf>,
     /// Timed passes per arm and process (their median is the process's rate).
-    #[arg(long, default_value_t = 5, value_parser = clap::value_parser!(u32).range(1..))]
+    #[arg(long, default_value_t = 5, value_parser = clap::value_parser!(u32).range(1..=1000))]
     pub passes: u32,
     /// Warm-up passes per arm and process, discarded.
-    #[arg(long, default_value_t = 1)]
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(0..=1000))]
     pub warmup: u32,
     /// Probe processes per backend; the arm order rotates from one to the next.
-    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..))]
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=64))]
     pub processes: u32,
     /// Seconds an import attempt may take before its process is killed and reported as
     /// a hang; a set of arms gets this much for its setup and for every round of passes.
-    #[arg(long, value_name = "SECS", default_value_t = 120)]
+    #[arg(long, value_name = "SECS", default_value_t = 120,
+          value_parser = clap::value_parser!(u64).range(1..=MAX_SECONDS))]
     pub timeout: u64,
     /// Import attempts spent bisecting the largest single import after one fails.
-    #[arg(long, default_value_t = 6)]
+    #[arg(long, default_value_t = 6, value_parser = clap::value_parser!(u32).range(0..=64))]
     pub ceiling_steps: u32,
-    /// Bind at most this many bytes per descriptor (default: maxStorageBufferRange).
-    #[arg(long, value_name = "SIZE", value_parser = parse_size)]
+    /// Bind at most this many bytes per descriptor (default: maxStorageBufferRange; at
+    /// least 4 KiB).
+    #[arg(long, value_name = "SIZE", value_parser = parse_page_size)]
     pub range_limit: Option<u64>,
-    /// Bytes staged per copy in the per-use copy arm.
-    #[arg(long, value_name = "SIZE", default_value = "64M", value_parser = parse_size)]
+    /// Bytes staged per copy in the per-use copy arm (at least 4 KiB).
+    #[arg(long, value_name = "SIZE", default_value = "64M", value_parser = parse_page_size)]
     pub chunk: u64,
     /// Endpoints whose path times differ by at most this fraction are a tie, resolved
-    /// to map.
-    #[arg(long, default_value_t = crate::model::probe::TIE_BAND)]
+    /// to map (in [0, 1)).
+    #[arg(long, default_value_t = crate::model::probe::TIE_BAND, value_parser = parse_band)]
     pub tie_band: f64,
     /// Skip the import tests and the ceiling search.
     #[arg(long)]
@@ -499,6 +503,88 @@ fn parse_size(s: &str) -> Result<u64, String> {
 
 fn parse_duration(s: &str) -> Result<Duration, String> {
     crate::units::parse_duration(s)
+}
+
+/// Longest duration any flag takes (7 days): beyond it, deadlines are absurd and
+/// `Instant + Duration` could overflow.
+pub const MAX_SECONDS: u64 = crate::units::MAX_DURATION_SECS as u64;
+
+/// Smallest `--memory-max`: below it no loader even starts.
+pub const MIN_MEMORY_MAX: u64 = 16 << 20;
+
+/// Most of anything counted (readers, cycles, rounds, steps).
+pub const MAX_COUNT: usize = 10_000;
+
+/// A duration above zero (and, as every duration, at most [`MAX_SECONDS`]).
+fn parse_positive_duration(s: &str) -> Result<Duration, String> {
+    let d = parse_duration(s)?;
+    if d.is_zero() {
+        return Err(format!("'{s}' must be more than zero"));
+    }
+    Ok(d)
+}
+
+/// Seconds as a float, validated like [`parse_positive_duration`].
+fn parse_positive_seconds(s: &str) -> Result<f64, String> {
+    parse_positive_duration(s).map(|d| d.as_secs_f64())
+}
+
+/// A count from 1 to [`MAX_COUNT`].
+fn parse_count(s: &str) -> Result<usize, String> {
+    let n: usize = s
+        .trim()
+        .parse()
+        .map_err(|_| format!("'{s}' is not a whole number"))?;
+    if n == 0 || n > MAX_COUNT {
+        return Err(format!("'{s}' is not between 1 and {MAX_COUNT}"));
+    }
+    Ok(n)
+}
+
+/// A fraction in (0, 1].
+fn parse_fraction(s: &str) -> Result<f64, String> {
+    let f: f64 = s
+        .trim()
+        .parse()
+        .map_err(|_| format!("'{s}' is not a number"))?;
+    if !(f > 0.0 && f <= 1.0) {
+        return Err(format!("'{s}' is not a fraction in (0, 1]"));
+    }
+    Ok(f)
+}
+
+/// A tolerance band in [0, 1).
+fn parse_band(s: &str) -> Result<f64, String> {
+    let f: f64 = s
+        .trim()
+        .parse()
+        .map_err(|_| format!("'{s}' is not a number"))?;
+    if !(0.0..1.0).contains(&f) {
+        return Err(format!("'{s}' is not a fraction in [0, 1)"));
+    }
+    Ok(f)
+}
+
+/// A size of at least one page (4 KiB).
+fn parse_page_size(s: &str) -> Result<u64, String> {
+    let v = parse_size(s)?;
+    if v < 4096 {
+        return Err(format!("'{s}' is less than one page (4 KiB)"));
+    }
+    Ok(v)
+}
+
+/// A memory limit of at least [`MIN_MEMORY_MAX`] (checked against MemAvailable when the
+/// campaign starts).
+fn parse_memory_max(s: &str) -> Result<u64, String> {
+    let v = parse_size(s)?;
+    if v < MIN_MEMORY_MAX {
+        return Err(format!(
+            "'{s}' is less than the smallest limit, {}",
+            crate::units::iec(MIN_MEMORY_MAX)
+        ));
+    }
+    Ok(v)
 }
 
 impl From<MethodArg> for crate::collect::residency::Method {

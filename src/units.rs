@@ -20,6 +20,12 @@ pub fn iec_opt(bytes: Option<u64>) -> String {
     bytes.map(iec).unwrap_or_else(|| "n/a".to_string())
 }
 
+/// `n` and the noun in the right number: `1 process`, `2 processes`, `0 files`.
+pub fn count(n: impl Into<u64>, one: &str, many: &str) -> String {
+    let n = n.into();
+    format!("{n} {}", if n == 1 { one } else { many })
+}
+
 /// Parses `64M`, `64MiB`, `1.5G`, `4096` (bytes). Suffixes are binary (K = 1024).
 pub fn parse_size(text: &str) -> Result<u64, String> {
     let t = text.trim();
@@ -70,9 +76,18 @@ pub fn parse_duration(text: &str) -> Result<std::time::Duration, String> {
             ))
         }
     };
+    // A week bounds every deadline twofold sets, far from `Instant + Duration` overflow.
+    if !secs.is_finite() || secs > MAX_DURATION_SECS {
+        return Err(format!(
+            "duration '{text}' is out of range (at most 7 days)"
+        ));
+    }
     std::time::Duration::try_from_secs_f64(secs)
         .map_err(|_| format!("duration '{text}' is out of range"))
 }
+
+/// The longest duration [`parse_duration`] accepts: 7 days.
+pub const MAX_DURATION_SECS: f64 = 7.0 * 24.0 * 3600.0;
 
 #[cfg(test)]
 mod tests {
@@ -86,6 +101,13 @@ mod tests {
         assert_eq!(iec(256 << 20), "256.0 MiB");
         assert_eq!(iec(u64::MAX), "16.0 EiB");
         assert_eq!(iec_opt(None), "n/a");
+    }
+
+    #[test]
+    fn counts_pluralize() {
+        assert_eq!(count(1u32, "process", "processes"), "1 process");
+        assert_eq!(count(0u32, "process", "processes"), "0 processes");
+        assert_eq!(count(2u64, "file", "files"), "2 files");
     }
 
     #[test]
@@ -108,5 +130,16 @@ mod tests {
         assert_eq!(parse_duration("2m").unwrap(), Duration::from_secs(120));
         assert!(parse_duration("soon").is_err());
         assert!(parse_duration("3 days").is_err());
+        assert_eq!(parse_duration("7d").ok(), None);
+        assert_eq!(
+            parse_duration("168h").unwrap(),
+            Duration::from_secs(604_800)
+        );
+        assert!(parse_duration("169h").is_err());
+        assert!(parse_duration("99999999999h").is_err());
+        assert!(parse_duration("-1").is_err());
+        assert!(parse_duration("nan").is_err());
+        assert!(parse_duration("inf").is_err());
+        assert!(parse_duration("1e308").is_err());
     }
 }

@@ -741,7 +741,10 @@ fn lying_lengths_and_absurd_counts() {
     let mut f = safetensors_file().0;
     f[..8].copy_from_slice(&999_999u64.to_le_bytes());
     f.truncate(1024);
-    assert_eq!(err(&f), "header length '999999' exceeds file size '1024'");
+    assert_eq!(
+        err(&f),
+        "header runs past the end of the file: it would end at byte '1000007' but the file ends at byte '1024'"
+    );
 
     // GGUF: u64::MAX tensors, u64::MAX key-values, a string longer than the file,
     // a string array of u64::MAX items.
@@ -787,7 +790,11 @@ fn lying_lengths_and_absurd_counts() {
     f[8..10].copy_from_slice(&u16::MAX.to_le_bytes());
     assert_eq!(
         err(&f),
-        format!("header length '65535' exceeds file size '{}'", f.len())
+        format!(
+            "header runs past the end of the file: it would end at byte '{}' but the file ends at byte '{}'",
+            10 + 65535,
+            f.len()
+        )
     );
 
     // zip: 65535 entries in a tiny directory; a zip64 record claiming u64::MAX entries.

@@ -9,7 +9,7 @@ use std::ffi::OsStr;
 use std::path::Path;
 use std::process::Command;
 
-use common::{exe, model_file, require, MIB};
+use common::{evict, exe, model_file, require, MIB};
 use twofold::model::probe::{Decision, ProbeReport};
 use twofold_probes::types::{Arm, ImportMethod, ImportStatus};
 
@@ -279,6 +279,42 @@ fn generated_probe_file_is_removed() {
     assert_eq!(f.size_bytes, 2 * MIB);
     assert!(!Path::new(&f.path).exists());
     assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 0);
+}
+
+/// The residency the verdict is about is the file's when the probe started, before its
+/// own checksum pass read it; the state after that pass is reported apart.
+#[test]
+fn residency_is_reported_at_start_and_after_the_checksum_pass() {
+    let dir = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
+    let file = model_file(dir.path(), "cold.bin", 8 * MIB);
+    evict(&file);
+    let r = report(
+        &[
+            OsStr::new("--backend"),
+            OsStr::new("fake"),
+            OsStr::new("--json"),
+            OsStr::new("--passes"),
+            OsStr::new("1"),
+            file.as_os_str(),
+        ],
+        None,
+    );
+    let f = r.file.unwrap();
+    let start = f.resident_fraction_at_start.unwrap();
+    let after = f.resident_fraction_after.unwrap();
+    assert!(start < 0.5, "at start {start}");
+    assert!(after > 0.95, "after {after}");
+    assert_eq!(r.backends[0].verdict.decision, Decision::StorageBound);
+    let out = probe(
+        &[
+            OsStr::new("--backend"),
+            OsStr::new("fake"),
+            file.as_os_str(),
+        ],
+        None,
+    );
+    let shown = String::from_utf8_lossy(&out.stdout);
+    assert!(shown.contains("in the page cache at start ("), "{shown}");
 }
 
 #[test]

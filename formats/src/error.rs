@@ -35,9 +35,18 @@ pub enum ContainerError {
         needed: u64,
         size: u64,
     },
-    /// A header length field is larger than the file (or than the format's own limit).
-    #[error("header length '{len}' exceeds file size '{size}'")]
-    HeaderTooLong { len: u64, size: u64 },
+    /// A header length field that runs the header past the end of the file: `end` is
+    /// the byte where the header would end, `size` where the file does (same origin).
+    #[error("header runs past the end of the file: it would end at byte '{end}' but the file ends at byte '{size}'")]
+    HeaderTooLong { end: u128, size: u64 },
+    /// Two tensors whose bytes overlap (or start at the same offset): the formats that
+    /// forbid it (safetensors, GGUF) are malformed, not padded.
+    #[error("tensors '{first}' and '{second}' overlap at offset '{offset}'")]
+    Overlap {
+        first: String,
+        second: String,
+        offset: u64,
+    },
     /// A header length above what this parser accepts (a guard against huge reads).
     #[error("header length '{len}' exceeds the limit '{limit}'")]
     HeaderLimit { len: u64, limit: u64 },

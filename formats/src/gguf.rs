@@ -6,7 +6,9 @@
 //! Format: <https://github.com/ggml-org/ggml/blob/master/docs/gguf.md>.
 
 use super::source::{Seq, Source};
-use super::{numel, sort_tensors, Container, ContainerError, Dtype, Format, Tensor};
+use super::{
+    check_overlaps, numel, sort_tensors, Container, ContainerError, Dtype, Format, Tensor,
+};
 
 const FORMAT: &str = "gguf";
 pub const DEFAULT_ALIGNMENT: u64 = 32;
@@ -285,6 +287,7 @@ pub fn parse(src: &dyn Source) -> Result<Container, ContainerError> {
         .map(|i| tensor(i, data_offset, alignment, size))
         .collect::<Result<Vec<_>, _>>()?;
     sort_tensors(&mut tensors);
+    check_overlaps(&tensors)?;
     Ok(Container {
         format: Format::Gguf { version },
         file_size: size,

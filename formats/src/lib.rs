@@ -29,7 +29,7 @@ pub mod torch;
 mod types;
 pub mod zip;
 
-use std::fs::File;
+use std::os::unix::fs::OpenOptionsExt;
 use std::path::Path;
 
 pub use error::ContainerError;
@@ -44,6 +44,26 @@ pub fn numel(shape: &[u64]) -> Option<u64> {
 /// Sorts tensors by offset, then by name (the order [`Container::tensors`] promises).
 pub(crate) fn sort_tensors(tensors: &mut [Tensor]) {
     tensors.sort_by(|a, b| a.offset.cmp(&b.offset).then_with(|| a.name.cmp(&b.name)));
+}
+
+/// Refuses tensors (sorted by offset) whose bytes overlap; empty tensors take no bytes.
+pub(crate) fn check_overlaps(tensors: &[Tensor]) -> Result<(), ContainerError> {
+    let mut last: Option<&Tensor> = None;
+    for t in tensors.iter().filter(|t| t.len > 0) {
+        if let Some(p) = last {
+            if t.offset < p.offset.saturating_add(p.len) {
+                return Err(ContainerError::Overlap {
+                    first: p.name.clone(),
+                    second: t.name.clone(),
+                    offset: t.offset,
+                });
+            }
+        }
+        if last.is_none_or(|p| t.offset.saturating_add(t.len) > p.offset.saturating_add(p.len)) {
+            last = Some(t);
+        }
+    }
+    Ok(())
 }
 
 /// An unknown format: the whole file as one region.
@@ -110,8 +130,14 @@ pub fn open(path: &Path) -> Result<Container, ContainerError> {
         path: path.to_path_buf(),
         source,
     };
-    // Checked before opening: opening a FIFO for reading would block.
-    let meta = std::fs::metadata(path).map_err(open_err)?;
+    // O_NONBLOCK: opening a FIFO for reading would otherwise block until a writer comes;
+    // the fstat of the very fd opened then refuses it (no race between check and open).
+    let file = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NONBLOCK | libc::O_NOCTTY)
+        .open(path)
+        .map_err(open_err)?;
+    let meta = file.metadata().map_err(open_err)?;
     if !meta.is_file() {
         let kind = if meta.is_dir() {
             "a directory"
@@ -123,8 +149,6 @@ pub fn open(path: &Path) -> Result<Container, ContainerError> {
             kind,
         });
     }
-    let file = File::open(path).map_err(open_err)?;
-    let meta = file.metadata().map_err(open_err)?;
     parse(&FileSource::new(file, meta.len()))
 }
 
@@ -139,6 +163,29 @@ mod tests {
         assert_eq!(c.tensors.len(), 1);
         assert_eq!((c.tensors[0].offset, c.tensors[0].len), (0, 11));
         assert_eq!(parse_bytes(b"").unwrap().tensors[0].len, 0);
+    }
+
+    fn t(name: &str, offset: u64, len: u64) -> Tensor {
+        Tensor {
+            name: name.into(),
+            dtype: Dtype::U8,
+            shape: vec![len],
+            offset,
+            len,
+        }
+    }
+
+    #[test]
+    fn overlapping_tensors_are_refused() {
+        assert!(check_overlaps(&[t("a", 0, 4), t("b", 4, 4), t("e", 8, 0)]).is_ok());
+        assert!(check_overlaps(&[t("e", 0, 0), t("a", 0, 4)]).is_ok());
+        let err = check_overlaps(&[t("a", 0, 4), t("b", 0, 4)]).unwrap_err();
+        assert_eq!(err.to_string(), "tensors 'a' and 'b' overlap at offset '0'");
+        // A tensor inside an earlier, longer one.
+        let err = check_overlaps(&[t("a", 0, 100), t("b", 10, 4), t("c", 50, 4)]).unwrap_err();
+        assert!(err.to_string().starts_with("tensors 'a' and 'b'"), "{err}");
+        let err = check_overlaps(&[t("a", 0, 100), t("b", 200, 4), t("c", 202, 4)]);
+        assert!(err.is_err());
     }
 
     #[test]

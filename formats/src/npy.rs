@@ -82,7 +82,6 @@ fn shape(lit: Option<&Lit>) -> Result<Vec<u64>, ContainerError> {
 
 /// Reads the array whose `.npy` bytes lie in `start..end` of `src`.
 pub fn array(src: &dyn Source, start: u64, end: u64) -> Result<Array, ContainerError> {
-    let region = end.saturating_sub(start);
     let read = |at: u64, len: u64, what| {
         check_range(at, len, end, what)?;
         src.read_at(at, len, what)
@@ -118,8 +117,8 @@ pub fn array(src: &dyn Source, start: u64, end: u64) -> Result<Array, ContainerE
     }
     if header_at.saturating_add(header_len) > end {
         return Err(ContainerError::HeaderTooLong {
-            len: header_len,
-            size: region,
+            end: u128::from(header_at) + u128::from(header_len),
+            size: end,
         });
     }
     let text = read(header_at, header_len, "npy header")?;
@@ -289,6 +288,6 @@ mod tests {
         assert!(err(file(4, "{}", 0)).contains("unsupported npy version '4'"));
         let mut f = file(1, "{}", 0);
         f[8..10].copy_from_slice(&9999u16.to_le_bytes());
-        assert!(err(f).contains("header length '9999' exceeds"));
+        assert!(err(f).contains("it would end at byte '10009'"));
     }
 }

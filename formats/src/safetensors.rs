@@ -8,23 +8,31 @@ use serde::Deserialize;
 use serde_json::{Map, Value};
 
 use super::source::Source;
-use super::{numel, sort_tensors, Container, ContainerError, Dtype, Format, Tensor};
+use super::{
+    check_overlaps, numel, sort_tensors, Container, ContainerError, Dtype, Format, Tensor,
+};
 
 /// The reference implementation refuses headers above 100 MB; so do we.
 pub const MAX_HEADER_BYTES: u64 = 100_000_000;
 
 const FORMAT: &str = "safetensors";
 
-/// `true` if `head` (the first bytes of a file) looks like safetensors: a plausible
-/// 8-byte length followed by `{`.
+/// `true` if `head` (the first bytes of a file) starts like safetensors: 8 bytes of
+/// length, then the start of a JSON object: `{}`, or `{"` and printable ASCII up to the
+/// end of `head` or the key's closing quote. The length is not judged here: an
+/// impossible one in a file that starts like safetensors is one error,
+/// [`ContainerError::HeaderTooLong`], whatever its size.
 pub fn sniff(head: &[u8]) -> bool {
-    match head.get(..9) {
-        Some(b) => {
-            let mut len = [0u8; 8];
-            len.copy_from_slice(&b[..8]);
-            b[8] == b'{' && u64::from_le_bytes(len) < (1 << 40)
-        }
-        None => false,
+    if head.get(8) != Some(&b'{') {
+        return false;
+    }
+    match head.get(9) {
+        None | Some(b'}') => true,
+        Some(b'"') => head[10..]
+            .iter()
+            .take_while(|&&c| c != b'"')
+            .all(|c| (0x20..0x7f).contains(c)),
+        Some(_) => false,
     }
 }
 
@@ -67,7 +75,7 @@ pub fn parse(src: &dyn Source) -> Result<Container, ContainerError> {
     let header_len = u64::from_le_bytes(len);
     if header_len > size - 8 {
         return Err(ContainerError::HeaderTooLong {
-            len: header_len,
+            end: 8 + u128::from(header_len),
             size,
         });
     }
@@ -99,6 +107,7 @@ pub fn parse(src: &dyn Source) -> Result<Container, ContainerError> {
         tensors.push(tensor(name, info, data_start, data_len)?);
     }
     sort_tensors(&mut tensors);
+    check_overlaps(&tensors)?;
     Ok(Container {
         format: Format::Safetensors,
         file_size: size,
@@ -191,7 +200,7 @@ mod tests {
         f.resize(1024, b' ');
         assert_eq!(
             parse(&f).unwrap_err().to_string(),
-            "header length '999999' exceeds file size '1024'"
+            "header runs past the end of the file: it would end at byte '1000007' but the file ends at byte '1024'"
         );
         let err = |h: &str, data| parse(&file(h, data)).unwrap_err().to_string();
         assert!(err("{not json", 0).contains("not a json object"));
@@ -221,6 +230,23 @@ mod tests {
         )
         .contains("overflows"));
         assert!(err(r#"{"__metadata__":3}"#, 0).contains("'__metadata__'"));
+        // Identical and overlapping offsets are malformed, not padding.
+        let same = r#"{"a":{"dtype":"U8","shape":[4],"data_offsets":[0,4]},"b":{"dtype":"U8","shape":[4],"data_offsets":[0,4]}}"#;
+        assert_eq!(
+            err(same, 4),
+            format!("tensors 'a' and 'b' overlap at offset '{}'", 8 + same.len())
+        );
+        assert!(err(
+            r#"{"a":{"dtype":"U8","shape":[4],"data_offsets":[0,4]},"b":{"dtype":"U8","shape":[4],"data_offsets":[2,6]}}"#,
+            6
+        )
+        .contains("overlap"));
+        // Empty tensors take no bytes.
+        assert!(parse(&file(
+            r#"{"a":{"dtype":"U8","shape":[0],"data_offsets":[0,0]},"b":{"dtype":"U8","shape":[4],"data_offsets":[0,4]}}"#,
+            4
+        ))
+        .is_ok());
         assert!(err(r#"{"a":{"dtype":"U8"}}"#, 0).contains("tensor 'a'"));
     }
 
@@ -229,5 +255,24 @@ mod tests {
         assert!(sniff(&file("{}", 0)));
         assert!(!sniff(b"{}"));
         assert!(!sniff(b"GGUF\x03\0\0\0\0\0\0\0"));
+        assert!(!sniff(b"\0\0\0\0\0\0\0\0{x"));
+        assert!(!sniff(b"\0\0\0\0\0\0\0\0{\"ab\x01cd"));
+        assert!(sniff(b"\0\0\0\0\0\0\0\0{\"__metadata__\""));
+    }
+
+    /// One rule for impossible header lengths: 2^63 and 1000 in a 10-byte file are the
+    /// same error, never opaque.
+    #[test]
+    fn impossible_header_lengths_are_one_error() {
+        for len in [1000u64, 1 << 40, 1 << 63, u64::MAX] {
+            let mut f = len.to_le_bytes().to_vec();
+            f.extend_from_slice(b"{}");
+            let err = crate::container::parse_bytes(&f).unwrap_err().to_string();
+            assert!(
+                err.starts_with("header runs past the end of the file"),
+                "{len}: {err}"
+            );
+            assert!(err.ends_with("the file ends at byte '10'"), "{len}: {err}");
+        }
     }
 }

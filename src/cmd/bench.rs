@@ -12,6 +12,7 @@ use crate::collect::Roots;
 pub fn run(args: &BenchArgs, out: &mut dyn Write) -> anyhow::Result<()> {
     match &args.what {
         BenchWhat::WriteModel { file, size } => {
+            crate::input::ensure_room("size", *size, file, 1)?;
             let n = super::demo::write_safetensors(file, *size)?;
             writeln!(out, "{n}")?;
         }

@@ -69,16 +69,30 @@ fn arm(command: &[String], runs: &[&RunSummary]) -> Arm {
     }
 }
 
-pub fn run(args: &CompareArgs, out: &mut dyn Write) -> anyhow::Result<()> {
-    let Some(split) = args.commands.iter().position(|a| a == ":::") else {
+/// Splits `CMD_A... ::: CMD_B...` into exactly two non-empty commands.
+fn arms(commands: &[String]) -> anyhow::Result<(&[String], &[String])> {
+    let seps = commands.iter().filter(|a| *a == ":::").count();
+    let Some(split) = commands.iter().position(|a| a == ":::") else {
         bail!("give two commands separated by ':::' (twofold compare -- CMD_A ::: CMD_B)");
     };
-    let (a, b) = (&args.commands[..split], &args.commands[split + 1..]);
-    if a.is_empty() || b.is_empty() || args.rounds == 0 {
-        bail!("give two non-empty commands and at least one round");
+    if seps > 1 {
+        bail!(
+            "give exactly two commands: found '{}' separators ':::'",
+            seps
+        );
     }
+    let (a, b) = (&commands[..split], &commands[split + 1..]);
+    if a.is_empty() || b.is_empty() {
+        bail!("give two non-empty commands separated by ':::'");
+    }
+    Ok((a, b))
+}
+
+pub fn run(args: &CompareArgs, out: &mut dyn Write) -> anyhow::Result<()> {
+    let (a, b) = arms(&args.commands)?;
+    super::run::check_inputs(args.model.as_deref(), &[])?;
+    let memory_max = super::run::check_sandbox(&args.sandbox)?;
     let registry = Registry::install()?;
-    let memory_max = super::run::memory_max(&args.sandbox)?;
     let mut runs: Vec<(usize, RunSummary)> = Vec::new();
     for round in 0..args.rounds {
         // Alternate which arm goes first, so order effects (a warm page cache) cancel.
@@ -92,7 +106,7 @@ pub fn run(args: &CompareArgs, out: &mut dyn Write) -> anyhow::Result<()> {
                 model: args.model.clone(),
                 watch: Vec::new(),
                 interval: Duration::from_millis(args.sandbox.interval_ms.max(1)),
-                timeout: args.timeout.map(Duration::from_secs_f64),
+                timeout: args.timeout,
                 warm: args.warm,
             };
             let (summary, _) = run_campaign(&req, &registry)?;
@@ -132,8 +146,8 @@ pub fn run(args: &CompareArgs, out: &mut dyn Write) -> anyhow::Result<()> {
     };
     writeln!(
         out,
-        "twofold compare: {} rounds, order alternating",
-        c.rounds
+        "twofold compare: {}, order alternating",
+        crate::units::count(c.rounds as u64, "round", "rounds")
     )?;
     for (name, arm) in [("A", &c.a), ("B", &c.b)] {
         writeln!(

@@ -40,9 +40,11 @@ pub fn write_safetensors(path: &Path, size: u64) -> anyhow::Result<u64> {
     }
     let file = std::fs::File::create_new(path)
         .with_context(|| format!("cannot create '{}'", path.display()))?;
+    let write_err = || format!("cannot write '{}'", path.display());
     let mut w = BufWriter::with_capacity(1 << 20, file);
-    w.write_all(&(header.len() as u64).to_le_bytes())?;
-    w.write_all(header.as_bytes())?;
+    w.write_all(&(header.len() as u64).to_le_bytes())
+        .with_context(write_err)?;
+    w.write_all(header.as_bytes()).with_context(write_err)?;
     let mut state = 0x9E37_79B9_7F4A_7C15u64;
     let mut block = vec![0u8; 1 << 20];
     let mut left = n * TENSOR_BYTES;
@@ -55,19 +57,24 @@ pub fn write_safetensors(path: &Path, size: u64) -> anyhow::Result<u64> {
             word.copy_from_slice(&state.wrapping_mul(0x2545_F491_4F6C_DD1D).to_le_bytes());
         }
         let take = left.min(block.len() as u64) as usize;
-        w.write_all(&block[..take])?;
+        w.write_all(&block[..take]).with_context(write_err)?;
         left -= take as u64;
     }
     // Write back now: a just-written file's pages are dirty page cache, which smaps shows
     // as Private_Dirty of the mapping reader and would blur the clean/dirty split.
     w.into_inner()
-        .map_err(|e| e.into_error())?
+        .map_err(|e| e.into_error())
+        .with_context(write_err)?
         .sync_all()
         .with_context(|| format!("cannot sync '{}'", path.display()))?;
     Ok(8 + header.len() as u64 + n * TENSOR_BYTES)
 }
 
 pub fn run(args: &DemoArgs, out: &mut dyn Write) -> anyhow::Result<()> {
+    // Before anything is written: the file must fit on disk, and the copying reader's heap
+    // copy plus the file's page cache must fit in memory.
+    let parent = args.dir.clone().unwrap_or_else(std::env::temp_dir);
+    crate::input::ensure_room("--size", args.size, &parent.join("model.safetensors"), 2)?;
     let cleanup = Registry::install()?;
     let mut builder = tempfile::Builder::new();
     builder.prefix("twofold-demo-");

@@ -158,6 +158,7 @@ pub fn report(args: &DupesArgs, roots: &Roots) -> anyhow::Result<DupesReport> {
     let mut prepared: Vec<Prepared> = Vec::new();
     let mut bytes: Vec<FileBytes> = Vec::new();
     for f in &args.files {
+        crate::input::check_regular(f, "file")?;
         let shown = std::path::absolute(f).unwrap_or_else(|_| f.clone());
         let (p, b) = prepare(&shown.display().to_string(), f)?;
         prepared.push(p);

@@ -3,7 +3,7 @@
 use std::fmt::Write as _;
 use std::io::Write;
 
-use anyhow::{bail, Context};
+use anyhow::Context;
 use serde::{Deserialize, Serialize};
 
 use crate::campaign::competitor::{run_arm, CompetitorRequest, CompetitorRun, MapArm};
@@ -196,11 +196,14 @@ fn plot_readers(dir: &std::path::Path, rows: &[ReadersRow]) -> anyhow::Result<()
 }
 
 pub fn run(args: &PressureArgs, out: &mut dyn Write) -> anyhow::Result<()> {
-    let meta = std::fs::metadata(&args.file)
+    let meta = crate::input::open_regular(&args.file, "file")?
+        .metadata()
         .with_context(|| format!("cannot access '{}'", args.file.display()))?;
-    if !meta.is_file() {
-        bail!("'{}' is not a regular file", args.file.display());
+    if let Some(r) = &args.reference {
+        crate::input::check_regular(r, "--reference")?;
     }
+    // One rule for every --memory-max, whichever experiments run.
+    super::run::check_sandbox(&args.sandbox)?;
     let all = args.experiments.is_empty();
     let want = |e: Experiment| all || args.experiments.contains(&e);
     let registry = Registry::install()?;

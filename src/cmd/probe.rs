@@ -112,6 +112,9 @@ fn targets(args: &ProbeArgs, caps: &Caps) -> anyhow::Result<Vec<Target>> {
 
 /// Writes `size` pseudo-random bytes to a new file in `dir`.
 fn write_probe_file(path: &Path, size: u64) -> anyhow::Result<()> {
+    // The probe maps the whole file and every arm reads it: it must fit on disk and in
+    // memory.
+    crate::input::ensure_room("--size", size, path, 1)?;
     let mut f = std::io::BufWriter::with_capacity(
         1 << 20,
         std::fs::File::create(path)
@@ -348,11 +351,22 @@ pub fn run(args: &ProbeArgs, out: &mut dyn Write) -> anyhow::Result<()> {
         return probe_job::child(json, out);
     }
     if let Some(path) = &args.report {
-        let text = std::fs::read_to_string(path)
-            .with_context(|| format!("cannot read '{}'", path.display()))?;
-        let doc: ProbeReport = serde_json::from_str(&text)
+        let text = crate::input::read_bounded(path, "--report", crate::input::MAX_JSON_BYTES)?;
+        let doc: ProbeReport = serde_json::from_slice(&text)
             .with_context(|| format!("'{}' is not a probe report", path.display()))?;
         return print(&doc, args.output.json, out);
+    }
+    if !args.caps {
+        // Inputs are checked before any backend starts.
+        match &args.file {
+            Some(p) => {
+                crate::input::check_regular(p, "file")?;
+            }
+            None => {
+                let dir = args.dir.clone().unwrap_or_else(std::env::temp_dir);
+                crate::input::ensure_room("--size", args.size, &dir.join("probe.bin"), 1)?;
+            }
+        }
     }
     let caps = caps(args);
     if args.caps {
@@ -388,9 +402,7 @@ pub fn run(args: &ProbeArgs, out: &mut dyn Write) -> anyhow::Result<()> {
             (p, true)
         }
     };
-    let size = std::fs::metadata(&path)
-        .with_context(|| format!("cannot access '{}'", path.display()))?
-        .len();
+    let size = crate::input::check_regular(&path, "file")?;
     let w = mapping::align_down(args.working_set.unwrap_or(size).min(size), ALIGN);
     if w == 0 {
         bail!(
@@ -398,6 +410,8 @@ pub fn run(args: &ProbeArgs, out: &mut dyn Write) -> anyhow::Result<()> {
             path.display()
         );
     }
+    // The residency the verdict is about: before our own checksum pass reads the file.
+    let at_start = probe_job::resident_fraction(&path, w);
     // Reading it once for the checksum also brings it into the page cache.
     let map = mapping::map_shared_read_only(&path, w)
         .with_context(|| format!("cannot map '{}'", path.display()))?;
@@ -408,7 +422,8 @@ pub fn run(args: &ProbeArgs, out: &mut dyn Write) -> anyhow::Result<()> {
         size_bytes: size,
         working_set_bytes: w,
         generated,
-        resident_fraction: probe_job::resident_fraction(&path, w),
+        resident_fraction_at_start: at_start,
+        resident_fraction_after: probe_job::resident_fraction(&path, w),
         cpu_checksum: expected.to_string(),
         mem_available_bytes: mem_available(),
     };

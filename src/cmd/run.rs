@@ -9,17 +9,43 @@ use anyhow::Context;
 use crate::campaign::plot::{line_chart, Series};
 use crate::campaign::run::{run as run_campaign, RunRequest, RunSummary};
 use crate::campaign::sampler::Point;
-use crate::campaign::sandbox::host_memory;
+use crate::campaign::sandbox::{check_limit, host_memory};
 use crate::cleanup::Registry;
 use crate::cli::{RunArgs, SandboxArgs};
 use crate::units::{iec, iec_opt};
 
-/// The limit to use: the one given, else a quarter of MemAvailable.
+/// The limit to use: the one given, else a quarter of MemAvailable; either way refused
+/// above MemAvailable minus the margin (one rule for every campaign).
 pub fn memory_max(args: &SandboxArgs) -> anyhow::Result<u64> {
-    match args.memory_max {
-        Some(m) => Ok(m),
-        None => Ok(host_memory(Path::new("/proc"))?.0 / 4),
+    let (avail, total) = host_memory(Path::new("/proc"))?;
+    let limit = args.memory_max.unwrap_or(avail / 4);
+    check_limit(limit, avail, total)?;
+    Ok(limit)
+}
+
+/// Checks the sandbox flags before anything starts: the memory limit, and that `--out`
+/// is a directory or can become one. Returns the limit.
+pub fn check_sandbox(args: &SandboxArgs) -> anyhow::Result<u64> {
+    if let Some(dir) = &args.out {
+        if let Ok(meta) = std::fs::metadata(dir) {
+            if !meta.is_dir() {
+                anyhow::bail!("--out '{}' exists and is not a directory", dir.display());
+            }
+        }
     }
+    memory_max(args)
+}
+
+/// Checks `--model` and every `--watch` before anything starts: each must be a regular
+/// file (a FIFO would block the sampler, a directory has no residency).
+pub fn check_inputs(model: Option<&Path>, watch: &[std::path::PathBuf]) -> anyhow::Result<()> {
+    if let Some(m) = model {
+        crate::input::check_regular(m, "--model")?;
+    }
+    for w in watch {
+        crate::input::check_regular(w, "--watch")?;
+    }
+    Ok(())
 }
 
 const MIB: f64 = 1048576.0;
@@ -139,16 +165,18 @@ fn human(s: &RunSummary) -> String {
 }
 
 pub fn run(args: &RunArgs, out: &mut dyn Write) -> anyhow::Result<()> {
+    check_inputs(args.model.as_deref(), &args.watch)?;
+    let memory_max = check_sandbox(&args.sandbox)?;
     let registry = Registry::install()?;
     let req = RunRequest {
         command: args.command.clone(),
         stdout_to_stderr: args.output.json,
         quiet: args.output.json,
-        memory_max: memory_max(&args.sandbox)?,
+        memory_max,
         model: args.model.clone(),
         watch: args.watch.clone(),
         interval: Duration::from_millis(args.sandbox.interval_ms.max(1)),
-        timeout: args.timeout.map(Duration::from_secs_f64),
+        timeout: args.timeout,
         warm: args.warm,
     };
     let (summary, points) = run_campaign(&req, &registry)?;

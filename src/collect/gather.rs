@@ -166,8 +166,8 @@ pub fn gather(roots: &Roots, req: &Request, warnings: &mut Vec<String>) -> anyho
     }
     if sample.skipped.denied > 0 {
         g.warnings.push(format!(
-            "{} processes could not be read fully (their smaps, maps or fds need root or CAP_SYS_PTRACE): their files and PSS are unknown",
-            sample.skipped.denied
+            "{} could not be read fully (their smaps, maps or fds need root or CAP_SYS_PTRACE): their files and PSS are unknown",
+            crate::units::count(sample.skipped.denied as u64, "process", "processes")
         ));
     }
 

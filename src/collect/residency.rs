@@ -15,6 +15,7 @@ use std::fs::File;
 use std::io;
 use std::os::fd::AsRawFd;
 use std::os::unix::fs::MetadataExt;
+use std::os::unix::fs::OpenOptionsExt;
 use std::path::Path;
 
 use crate::sample::{ResidencySample, ResidencySource};
@@ -86,7 +87,12 @@ pub fn open(path: &Path) -> Result<(File, u64), ResidencyError> {
         path: path.display().to_string(),
         source,
     };
-    let file = File::open(path).map_err(err)?;
+    // O_NONBLOCK: a FIFO opens at once (and is then refused) instead of blocking.
+    let file = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NONBLOCK | libc::O_NOCTTY)
+        .open(path)
+        .map_err(err)?;
     // fstat(2): cheaper than statx on an empty path, and this runs once per file.
     let st = nix::sys::stat::fstat(file.as_raw_fd()).map_err(|e| err(io::Error::from(e)))?;
     if st.st_mode & libc::S_IFMT != libc::S_IFREG {

@@ -165,7 +165,10 @@ fn file_findings(f: &FileModel, out: &mut Vec<Finding>) {
             Severity::Info,
             "shared-mapping",
             &f.path,
-            format!("{sharers} processes share one mapped copy of '{n}' ({size}): PSS splits it between them"),
+            format!(
+                "{} share one mapped copy of '{n}' ({size}): PSS splits it between them",
+                crate::units::count(sharers as u64, "process", "processes")
+            ),
             None,
         ));
     }
@@ -228,8 +231,10 @@ fn file_findings(f: &FileModel, out: &mut Vec<Finding>) {
             "count-is-lower-bound",
             &f.path,
             format!(
-                "the count of '{n}' is a lower bound: {} of {} processes that could hold a copy were not searched",
-                r.unsearched, f.candidates.could_hold
+                "the count of '{n}' is a lower bound: {} of {} that could hold a copy {} not searched",
+                r.unsearched,
+                crate::units::count(f.candidates.could_hold as u64, "process", "processes"),
+                if r.unsearched == 1 { "was" } else { "were" }
             ),
             None,
         ));

@@ -218,8 +218,9 @@ pub fn decide(input: &VerdictInput) -> Verdict {
                 c.source
             )),
             _ if c.coexisted < c.processes => Some(format!(
-                "the mapping stayed resident next to the copy in only {}/{} processes",
-                c.coexisted, c.processes
+                "the mapping stayed resident next to the copy in only {} of {}",
+                c.coexisted,
+                crate::units::count(c.processes, "process", "processes")
             )),
             _ => None,
         };
@@ -229,8 +230,10 @@ pub fn decide(input: &VerdictInput) -> Verdict {
             candidates.retain(|(a, _)| *a != Arm::Resident);
         } else {
             reasons.push(format!(
-                "capacity gate: the resident copy fits ({}) and coexisted in {}/{} processes",
-                c.source, c.coexisted, c.processes
+                "capacity gate: the resident copy fits ({}) and coexisted in {} of {}",
+                c.source,
+                c.coexisted,
+                crate::units::count(c.processes, "process", "processes")
             ));
         }
     }
@@ -385,8 +388,14 @@ pub struct ProbeFile {
     pub working_set_bytes: u64,
     /// Written by the probe and removed afterwards.
     pub generated: bool,
-    /// Fraction of the working set in the page cache before the arms ran.
-    pub resident_fraction: Option<f64>,
+    /// Fraction of the working set in the page cache when the probe started, before its
+    /// own checksum pass read it: the state the verdict is about.
+    #[serde(alias = "resident_fraction")]
+    pub resident_fraction_at_start: Option<f64>,
+    /// Fraction of the working set in the page cache after the checksum pass, as the
+    /// arms found it.
+    #[serde(default)]
+    pub resident_fraction_after: Option<f64>,
     /// The CPU's checksum of the working set (`sum:weighted`, hex).
     pub cpu_checksum: String,
     pub mem_available_bytes: Option<u64>,
@@ -455,7 +464,7 @@ pub fn assess(
             .map(|a| a.resident_fraction_after)
     };
     let resident_fraction = file
-        .resident_fraction
+        .resident_fraction_at_start
         .into_iter()
         .chain(after(Arm::Map).flatten())
         .chain(after(Arm::PerUseCopy).flatten())
@@ -464,7 +473,10 @@ pub fn assess(
     let (available_bytes, source) = match topology {
         Topology::Unified => (
             file.mem_available_bytes.map(|m| {
-                let cached = (file.resident_fraction.unwrap_or(0.0) * bytes as f64) as u64;
+                let now = file
+                    .resident_fraction_after
+                    .or(file.resident_fraction_at_start);
+                let cached = (now.unwrap_or(0.0) * bytes as f64) as u64;
                 m.saturating_sub(cached)
             }),
             "MemAvailable less the cached working set",

@@ -156,7 +156,10 @@ fn capacity_gate_names_its_reason() {
         .iter()
         .any(|(a, why)| *a == Arm::Resident && why.contains("does not fit")));
     let m3 = decide(&input(&ps[4], TIE_BAND));
-    assert!(m3.reasons.iter().any(|r| r.contains("4/5")), "{m3:#?}");
+    assert!(
+        m3.reasons.iter().any(|r| r.contains("4 of 5 processes")),
+        "{m3:#?}"
+    );
 }
 
 #[test]

@@ -4,7 +4,7 @@ use std::fmt::Write as _;
 
 use super::table::{Align, Table};
 use crate::model::dupes::DupesReport;
-use crate::units::iec;
+use crate::units::{count, iec};
 
 pub fn human(r: &DupesReport) -> String {
     let mut out = String::new();
@@ -20,18 +20,18 @@ pub fn human(r: &DupesReport) -> String {
         for f in &p.files {
             let _ = writeln!(
                 out,
-                "  {}  ({}, {} tensors, {})",
+                "  {}  ({}, {}, {})",
                 f.path,
                 iec(f.size_bytes),
-                f.tensors,
+                count(f.tensors as u64, "tensor", "tensors"),
                 format!("{:?}", f.format).to_lowercase()
             );
             let _ = writeln!(
                 out,
-                "    identical copies: {} tensors, {}   widened to F32: {} tensors, {} (from {} of the file)",
-                f.identical.tensors,
+                "    identical copies: {}, {}   widened to F32: {}, {} (from {} of the file)",
+                count(f.identical.tensors as u64, "tensor", "tensors"),
                 iec(f.identical.memory_bytes),
-                f.widened.tensors,
+                count(f.widened.tensors as u64, "tensor", "tensors"),
                 iec(f.widened.memory_bytes),
                 iec(f.widened.file_bytes)
             );
@@ -54,8 +54,8 @@ pub fn human(r: &DupesReport) -> String {
             if f.too_small.tensors + f.low_entropy.tensors > 0 {
                 let _ = writeln!(
                     out,
-                    "    not searchable: {} tensors under 4 KiB ({}), {} constant/low-entropy ({})",
-                    f.too_small.tensors,
+                    "    not searchable: {} under 4 KiB ({}), {} constant/low-entropy ({})",
+                    count(f.too_small.tensors as u64, "tensor", "tensors"),
                     iec(f.too_small.file_bytes),
                     f.low_entropy.tensors,
                     iec(f.low_entropy.file_bytes)

@@ -276,19 +276,23 @@ fn one_backend(s: &mut String, b: &BackendReport) {
     }
 }
 
+fn pct_opt(x: Option<f64>) -> String {
+    x.map_or("n/a".into(), |x| format!("{:.1}%", x * 100.0))
+}
+
 /// The whole report.
 pub fn human(doc: &ProbeReport) -> String {
     let mut s = caps(&doc.caps);
     if let Some(f) = &doc.file {
         let _ = writeln!(
             s,
-            "\nfile '{}'{}: {}, working set {}, {} in the page cache, CPU checksum {}",
+            "\nfile '{}'{}: {}, working set {}, {} in the page cache at start ({} after the checksum pass), CPU checksum {}",
             f.path,
             if f.generated { " (generated)" } else { "" },
             iec(f.size_bytes),
             iec(f.working_set_bytes),
-            f.resident_fraction
-                .map_or("n/a".into(), |x| format!("{:.1}%", x * 100.0)),
+            pct_opt(f.resident_fraction_at_start),
+            pct_opt(f.resident_fraction_after),
             f.cpu_checksum
         );
     }
