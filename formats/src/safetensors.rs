@@ -267,7 +267,7 @@ mod tests {
         for len in [1000u64, 1 << 40, 1 << 63, u64::MAX] {
             let mut f = len.to_le_bytes().to_vec();
             f.extend_from_slice(b"{}");
-            let err = crate::container::parse_bytes(&f).unwrap_err().to_string();
+            let err = crate::parse_bytes(&f).unwrap_err().to_string();
             assert!(
                 err.starts_with("header runs past the end of the file"),
                 "{len}: {err}"
