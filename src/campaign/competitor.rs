@@ -36,6 +36,7 @@ pub struct CompetitorRequest {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct CompetitorRun {
     pub arm: MapArm,
+    /// Anonymous bytes of the competitor steps that started (or were OOM-killed).
     pub competitor_bytes: u64,
     pub active: bool,
     /// File residency at the start (readers warm) and its minimum under the competitor.
@@ -118,6 +119,7 @@ pub fn run_arm(
     let step_arg = step.to_string();
     let mut t_full = t_before;
     let mut failed = None;
+    let mut steps_taken = 0u64;
     for k in 0..req.steps {
         crate::cleanup::check_interrupted()?;
         let mut extra = vec!["--bytes", step_arg.as_str(), "--random"];
@@ -151,6 +153,7 @@ pub fn run_arm(
                 }
             }
         }
+        steps_taken += 1;
         t_full = t0.elapsed().as_secs_f64();
         std::thread::sleep(warm);
     }
@@ -192,7 +195,7 @@ pub fn run_arm(
     drop(sandbox);
     Ok(CompetitorRun {
         arm,
-        competitor_bytes: step.saturating_mul(req.steps as u64),
+        competitor_bytes: step.saturating_mul(steps_taken),
         active: req.active,
         resident_start_fraction: at_or_after(t_before.min(warm.as_secs_f64() * 0.9)),
         resident_min_fraction: residency

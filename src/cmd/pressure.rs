@@ -123,15 +123,18 @@ pub fn competitor_markdown(rows: &[CompetitorRun]) -> String {
     for r in rows {
         let _ = writeln!(
             s,
-            "| {} | {} {} | {} | {} | {} | {} | {} | {} | {} |",
+            "| {} | {} | {} | {} | {} | {} | {} | {} | {} |",
             format!("{:?}", r.arm).to_lowercase(),
-            iec(r.competitor_bytes),
-            if r.active { "active" } else { "idle" },
             if r.failed.is_some() {
                 "failed".to_string()
             } else {
-                pct(r.resident_start_fraction)
+                format!(
+                    "{} {}",
+                    iec(r.competitor_bytes),
+                    if r.active { "active" } else { "idle" }
+                )
             },
+            pct(r.resident_start_fraction),
             pct(r.resident_min_fraction),
             pct(r.resident_end_fraction),
             ms(r.pass_ms_before),
