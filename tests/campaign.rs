@@ -577,7 +577,10 @@ fn cgroup_procs_of(owner: u32) -> Option<Vec<i32>> {
     for e in rd.flatten() {
         if e.file_name().to_string_lossy().starts_with(&prefix) {
             let procs = std::fs::read_to_string(e.path().join("cgroup.procs")).unwrap_or_default();
-            let v: Vec<i32> = procs.lines().filter_map(|l| l.trim().parse().ok()).collect();
+            let v: Vec<i32> = procs
+                .lines()
+                .filter_map(|l| l.trim().parse().ok())
+                .collect();
             found.get_or_insert_with(Vec::new).extend(v);
         }
     }
@@ -639,7 +642,10 @@ fn run_interrupted_exits_128_plus_the_signal_and_says_so() {
             stderr.contains(&format!("interrupted by {sig:?}")),
             "{stderr}"
         );
-        assert!(!stdout.contains("killed by"), "a report of an interrupted run: {stdout}");
+        assert!(
+            !stdout.contains("killed by"),
+            "a report of an interrupted run: {stdout}"
+        );
         assert!(cgroups_of(owner).is_empty(), "{:?}", cgroups_of(owner));
         wait_gone(&marker);
     }
@@ -653,7 +659,15 @@ fn compare_interrupted_leaves_no_cgroup() {
     for i in 0..10u64 {
         let child = Command::new(exe())
             .args([
-                "compare", "--rounds", "200", "--memory-max", "64M", "--", "true", ":::", "true",
+                "compare",
+                "--rounds",
+                "200",
+                "--memory-max",
+                "64M",
+                "--",
+                "true",
+                ":::",
+                "true",
             ])
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
@@ -675,7 +689,11 @@ fn compare_interrupted_leaves_no_cgroup() {
         let stderr = String::from_utf8_lossy(&out.stderr);
         assert_eq!(out.status.code(), Some(130), "{stderr}");
         assert!(stderr.contains("removed what this run created"), "{stderr}");
-        assert!(cgroups_of(owner).is_empty(), "round {i}: {:?}", cgroups_of(owner));
+        assert!(
+            cgroups_of(owner).is_empty(),
+            "round {i}: {:?}",
+            cgroups_of(owner)
+        );
     }
 }
 
@@ -717,7 +735,10 @@ fn a_failing_competitor_fails_the_arm_and_the_command() {
     assert!(stdout.contains("shared arm failed"), "{stdout}");
     assert!(stdout.contains("private arm failed"), "{stdout}");
     assert!(!stdout.contains("EiB idle"), "{stdout}");
-    assert!(stderr.contains("the competitor experiment failed"), "{stderr}");
+    assert!(
+        stderr.contains("the competitor experiment failed"),
+        "{stderr}"
+    );
     // Not a number of the limit at all: refused up front.
     let out = pressure("inf");
     let stderr = String::from_utf8_lossy(&out.stderr);
@@ -733,14 +754,27 @@ fn too_many_readers_are_refused_at_once() {
     let start = Instant::now();
     let out = Command::new(exe())
         .args(["pressure".as_ref(), file.as_os_str()])
-        .args(["--experiment", "readers", "--readers", "100000", "--memory-max", "256M"])
+        .args([
+            "--experiment",
+            "readers",
+            "--readers",
+            "100000",
+            "--memory-max",
+            "256M",
+        ])
         .output()
         .unwrap();
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(2), "{stderr}");
-    let errors: Vec<&str> = stderr.lines().filter(|l| l.starts_with("twofold: error")).collect();
+    let errors: Vec<&str> = stderr
+        .lines()
+        .filter(|l| l.starts_with("twofold: error"))
+        .collect();
     assert_eq!(errors.len(), 1, "{stderr}");
-    assert!(errors[0].contains("'--readers 100000' cannot fit"), "{stderr}");
+    assert!(
+        errors[0].contains("'--readers 100000' cannot fit"),
+        "{stderr}"
+    );
     assert!(errors[0].contains("at most 127 readers fit"), "{stderr}");
     assert!(start.elapsed() < Duration::from_secs(5));
 }

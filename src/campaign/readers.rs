@@ -118,7 +118,13 @@ pub fn free_tasks(proc_root: &Path) -> Option<(u64, u64)> {
     };
     let max = read("sys/kernel/pid_max")?.min(read("sys/kernel/threads-max")?);
     let loadavg = std::fs::read_to_string(proc_root.join("loadavg")).ok()?;
-    let now: u64 = loadavg.split_whitespace().nth(3)?.split('/').nth(1)?.parse().ok()?;
+    let now: u64 = loadavg
+        .split_whitespace()
+        .nth(3)?
+        .split('/')
+        .nth(1)?
+        .parse()
+        .ok()?;
     Some((max.saturating_sub(now), max))
 }
 

@@ -72,7 +72,11 @@ pub enum Leftover {
 }
 
 /// Leftovers under the given cgroup parents and temp parents whose owner is gone.
-pub fn find(proc_root: &Path, cgroup_parents: &[PathBuf], temp_parents: &[PathBuf]) -> Vec<Leftover> {
+pub fn find(
+    proc_root: &Path,
+    cgroup_parents: &[PathBuf],
+    temp_parents: &[PathBuf],
+) -> Vec<Leftover> {
     let dead = |name: &str, need_start: bool| {
         parse_owner(name)
             .filter(|o| !need_start || o.start.is_some())
@@ -180,7 +184,10 @@ impl Swept {
             self.removed.len()
         );
         if self.killed > 0 {
-            s.push_str(&format!(", killing {} process(es) still inside", self.killed));
+            s.push_str(&format!(
+                ", killing {} process(es) still inside",
+                self.killed
+            ));
         }
         if !names.is_empty() {
             s.push_str(&format!(": {}", names.join(", ")));
@@ -219,9 +226,18 @@ mod tests {
     fn owners_are_parsed_from_names() {
         assert_eq!(
             parse_owner("twofold-42-s9000-demo-x1Y"),
-            Some(Owner { pid: 42, start: Some(9000) })
+            Some(Owner {
+                pid: 42,
+                start: Some(9000)
+            })
         );
-        assert_eq!(parse_owner("twofold-42-3"), Some(Owner { pid: 42, start: None }));
+        assert_eq!(
+            parse_owner("twofold-42-3"),
+            Some(Owner {
+                pid: 42,
+                start: None
+            })
+        );
         assert_eq!(parse_owner("twofold-demo-abc"), None);
         assert_eq!(parse_owner("twofold-0-1"), None);
         assert_eq!(parse_owner("other-42-s1"), None);
@@ -275,6 +291,8 @@ mod tests {
         let line = s.describe().unwrap();
         assert!(line.contains("removed 2 leftover(s)"), "{line}");
         assert_eq!(line.lines().count(), 1);
-        assert!(sweep(procs.path(), &[], &[tmp.path().to_path_buf()]).describe().is_none());
+        assert!(sweep(procs.path(), &[], &[tmp.path().to_path_buf()])
+            .describe()
+            .is_none());
     }
 }

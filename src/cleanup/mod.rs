@@ -135,7 +135,10 @@ pub struct Undone {
 }
 
 fn closed_error() -> io::Error {
-    io::Error::new(io::ErrorKind::Interrupted, "interrupted: nothing new is started")
+    io::Error::new(
+        io::ErrorKind::Interrupted,
+        "interrupted: nothing new is started",
+    )
 }
 
 /// What to undo; cheap to clone.

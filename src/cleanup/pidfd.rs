@@ -65,7 +65,8 @@ impl PidFd {
             if n > 0 {
                 return true;
             }
-            let interrupted = n < 0 && io::Error::last_os_error().kind() == io::ErrorKind::Interrupted;
+            let interrupted =
+                n < 0 && io::Error::last_os_error().kind() == io::ErrorKind::Interrupted;
             if !interrupted || Instant::now() >= deadline {
                 return false;
             }

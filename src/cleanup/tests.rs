@@ -36,13 +36,16 @@ fn a_reaped_child_is_never_signalled_even_when_its_pid_is_reused() {
     let alive = b.try_wait().unwrap().is_none();
     let _ = b.kill();
     let _ = b.wait();
-    assert!(alive, "the registry killed pid {pid}, which is no longer its child");
+    assert!(
+        alive,
+        "the registry killed pid {pid}, which is no longer its child"
+    );
 }
 
 #[test]
 fn undo_kills_and_reaps_live_children_and_forgets_reaped_ones() {
     let reg = Registry::default();
-    let live = reg.spawn(&mut Command::new("sleep").arg("30")).unwrap();
+    let live = reg.spawn(Command::new("sleep").arg("30")).unwrap();
     let mut done = reg.spawn(&mut Command::new("true")).unwrap();
     done.wait().unwrap();
     reg.forget(done.id() as i32);
@@ -69,7 +72,10 @@ fn die_with_parent_sets_the_parent_death_signal() {
     .join()
     .unwrap();
     let fd = PidFd::open(child.id() as i32).unwrap();
-    assert!(fd.wait_exited(Duration::from_secs(5)), "the child outlived its parent thread");
+    assert!(
+        fd.wait_exited(Duration::from_secs(5)),
+        "the child outlived its parent thread"
+    );
     let mut child = child;
     let status = child.wait().unwrap();
     use std::os::unix::process::ExitStatusExt;

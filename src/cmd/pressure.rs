@@ -346,7 +346,10 @@ pub fn run(args: &PressureArgs, out: &mut dyn Write) -> anyhow::Result<()> {
         .iter()
         .filter_map(|r| {
             let why = r.failed.as_ref()?;
-            Some(format!("{} arm: {why}", format!("{:?}", r.arm).to_lowercase()))
+            Some(format!(
+                "{} arm: {why}",
+                format!("{:?}", r.arm).to_lowercase()
+            ))
         })
         .collect();
     if !failed.is_empty() {
