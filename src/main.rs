@@ -77,6 +77,9 @@ fn main() -> ExitCode {
     let stdout = std::io::stdout();
     let mut out = std::io::BufWriter::new(stdout.lock());
     let result = run(cli, &mut out).and_then(|()| out.flush().map_err(Into::into));
+    // Interrupted: whatever the command returned, the signal thread removes what it
+    // created and exits with 128 + the signal.
+    twofold::cleanup::wait_if_interrupted();
     match result {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) if is_broken_pipe(&e) => ExitCode::SUCCESS,

@@ -89,8 +89,7 @@ impl Reader {
         cmd.stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .stderr(Stdio::inherit());
-        let child = cmd
-            .spawn()
+        let child = crate::cleanup::spawn(&mut cmd)
             .with_context(|| format!("cannot start '{:?}'", cmd.get_program()))?;
         let mut reader = Reader { child };
         let line = reader.first_line(timeout)?;
@@ -130,7 +129,10 @@ impl Reader {
 impl Drop for Reader {
     fn drop(&mut self) {
         let _ = self.child.kill();
-        let _ = self.child.wait();
+        if self.child.wait().is_ok() {
+            // Reaped: its pid may be reused from now on.
+            crate::cleanup::forget(self.pid());
+        }
     }
 }
 
@@ -155,9 +157,8 @@ pub struct Barrier {
 
 impl Barrier {
     /// Starts `n` readers `exe __child MODE [FILE] [ARGS...] --go` (inside the cgroup whose
-    /// `cgroup.procs` file is given) and waits until each is armed or gone. `on_start`
-    /// gets each pid as soon as it exists (to register it for cleanup).
-    #[allow(clippy::too_many_arguments)]
+    /// `cgroup.procs` file is given) and waits until each is armed or gone. Stops starting
+    /// readers (and fails) as soon as a signal interrupts the run.
     pub fn arm(
         exe: &Path,
         mode: &str,
@@ -166,11 +167,11 @@ impl Barrier {
         n: usize,
         cgroup_procs: Option<&Path>,
         timeout: Duration,
-        on_start: &dyn Fn(i32),
     ) -> anyhow::Result<Barrier> {
         let (tx, rx) = std::sync::mpsc::channel();
         let mut readers = Vec::with_capacity(n);
         for i in 0..n {
+            crate::cleanup::check_interrupted()?;
             let mut cmd = Command::new(exe);
             if let Some(procs) = cgroup_procs {
                 enter_cgroup(&mut cmd, procs)?;
@@ -184,10 +185,8 @@ impl Barrier {
                 .stdin(Stdio::piped())
                 .stdout(Stdio::piped())
                 .stderr(Stdio::inherit());
-            let mut child = cmd
-                .spawn()
+            let mut child = crate::cleanup::spawn(&mut cmd)
                 .with_context(|| format!("cannot start '{}'", exe.display()))?;
-            on_start(child.id() as i32);
             let stdout = child.stdout.take().context("child has no stdout")?;
             let tx = tx.clone();
             std::thread::spawn(move || {

@@ -568,3 +568,213 @@ fn run_starts_cold_unless_warm_or_the_model_is_mapped() {
     drop(holder);
     assert!(leftover_cgroups().is_empty(), "{:?}", leftover_cgroups());
 }
+
+/// Pids in the cgroups twofold process `owner` made (`twofold-OWNER-...`).
+fn cgroup_procs_of(owner: u32) -> Option<Vec<i32>> {
+    let rd = std::fs::read_dir("/sys/fs/cgroup/memory").ok()?;
+    let prefix = format!("twofold-{owner}-");
+    let mut found = None;
+    for e in rd.flatten() {
+        if e.file_name().to_string_lossy().starts_with(&prefix) {
+            let procs = std::fs::read_to_string(e.path().join("cgroup.procs")).unwrap_or_default();
+            let v: Vec<i32> = procs
+                .lines()
+                .filter_map(|l| l.trim().parse().ok())
+                .collect();
+            found.get_or_insert_with(Vec::new).extend(v);
+        }
+    }
+    found
+}
+
+fn cgroups_of(owner: u32) -> Vec<String> {
+    let prefix = format!("twofold-{owner}-");
+    std::fs::read_dir("/sys/fs/cgroup/memory")
+        .unwrap()
+        .flatten()
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .filter(|n| n.starts_with(&prefix))
+        .collect()
+}
+
+#[test]
+fn run_interrupted_exits_128_plus_the_signal_and_says_so() {
+    if !root() {
+        return;
+    }
+    let marker = format!("tf-interrupt-{}", std::process::id());
+    let dir = tempfile::tempdir().unwrap();
+    let sleeper = dir.path().join(&marker);
+    std::os::unix::fs::symlink("/bin/sleep", &sleeper).unwrap();
+    for (i, (sig, code)) in [
+        (nix::sys::signal::Signal::SIGINT, 130),
+        (nix::sys::signal::Signal::SIGTERM, 143),
+    ]
+    .iter()
+    .cycle()
+    .take(12)
+    .enumerate()
+    {
+        let child = Command::new(exe())
+            .args(["run", "--memory-max", "128M", "--"])
+            .arg(&sleeper)
+            .arg("1000")
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let start = Instant::now();
+        while cgroup_procs_of(child.id()).is_none_or(|p| p.is_empty()) {
+            assert!(start.elapsed() < Duration::from_secs(30), "never started");
+            std::thread::sleep(Duration::from_millis(2));
+        }
+        // Now and then, a moment later.
+        std::thread::sleep(Duration::from_millis(7 * (i as u64 % 4)));
+        nix::sys::signal::kill(nix::unistd::Pid::from_raw(child.id() as i32), *sig).unwrap();
+        let owner = child.id();
+        let out = child.wait_with_output().unwrap();
+        let (stdout, stderr) = (
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr),
+        );
+        assert_eq!(out.status.code(), Some(*code), "{sig:?}: {stdout} {stderr}");
+        assert!(
+            stderr.contains(&format!("interrupted by {sig:?}")),
+            "{stderr}"
+        );
+        assert!(
+            !stdout.contains("killed by"),
+            "a report of an interrupted run: {stdout}"
+        );
+        assert!(cgroups_of(owner).is_empty(), "{:?}", cgroups_of(owner));
+        wait_gone(&marker);
+    }
+}
+
+#[test]
+fn compare_interrupted_leaves_no_cgroup() {
+    if !root() {
+        return;
+    }
+    for i in 0..10u64 {
+        let child = Command::new(exe())
+            .args([
+                "compare",
+                "--rounds",
+                "200",
+                "--memory-max",
+                "64M",
+                "--",
+                "true",
+                ":::",
+                "true",
+            ])
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let start = Instant::now();
+        while cgroup_procs_of(child.id()).is_none() {
+            assert!(start.elapsed() < Duration::from_secs(30), "never started");
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        std::thread::sleep(Duration::from_millis(13 * i));
+        let owner = child.id();
+        nix::sys::signal::kill(
+            nix::unistd::Pid::from_raw(owner as i32),
+            nix::sys::signal::Signal::SIGINT,
+        )
+        .unwrap();
+        let out = child.wait_with_output().unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(130), "{stderr}");
+        assert!(stderr.contains("removed what this run created"), "{stderr}");
+        assert!(
+            cgroups_of(owner).is_empty(),
+            "round {i}: {:?}",
+            cgroups_of(owner)
+        );
+    }
+}
+
+#[test]
+fn a_failing_competitor_fails_the_arm_and_the_command() {
+    if !root() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let file = model_file(dir.path(), "m.bin", 4 * MIB);
+    let pressure = |fraction: &str| {
+        Command::new(exe())
+            .args(["pressure".as_ref(), file.as_os_str()])
+            .args([
+                "--experiment",
+                "competitor",
+                "--memory-max",
+                "128M",
+                "--competitor-fraction",
+                fraction,
+                "--competitor-steps",
+                "1",
+                "--competitor-step-seconds",
+                "0.2",
+                "--map-readers",
+                "1",
+            ])
+            .output()
+            .unwrap()
+    };
+    // A step too large to allocate: the child panics ("capacity overflow"), which is no
+    // OOM kill and no experiment.
+    let out = pressure("1e12");
+    let (stdout, stderr) = (
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr),
+    );
+    assert_ne!(out.status.code(), Some(0), "{stdout}");
+    assert!(stdout.contains("shared arm failed"), "{stdout}");
+    assert!(stdout.contains("private arm failed"), "{stdout}");
+    assert!(!stdout.contains("EiB idle"), "{stdout}");
+    assert!(
+        stderr.contains("the competitor experiment failed"),
+        "{stderr}"
+    );
+    // Not a number of the limit at all: refused up front.
+    let out = pressure("inf");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert!(stderr.contains("'--competitor-fraction inf'"), "{stderr}");
+    assert!(leftover_cgroups().is_empty(), "{:?}", leftover_cgroups());
+}
+
+#[test]
+fn too_many_readers_are_refused_at_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = model_file(dir.path(), "m.bin", MIB);
+    let start = Instant::now();
+    let out = Command::new(exe())
+        .args(["pressure".as_ref(), file.as_os_str()])
+        .args([
+            "--experiment",
+            "readers",
+            "--readers",
+            "100000",
+            "--memory-max",
+            "256M",
+        ])
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    let errors: Vec<&str> = stderr
+        .lines()
+        .filter(|l| l.starts_with("twofold: error"))
+        .collect();
+    assert_eq!(errors.len(), 1, "{stderr}");
+    assert!(
+        errors[0].contains("'--readers 100000' cannot fit"),
+        "{stderr}"
+    );
+    assert!(errors[0].contains("at most 127 readers fit"), "{stderr}");
+    assert!(start.elapsed() < Duration::from_secs(5));
+}

@@ -36,6 +36,7 @@ pub struct CompetitorRequest {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct CompetitorRun {
     pub arm: MapArm,
+    /// Anonymous bytes of the competitor steps that started (or were OOM-killed).
     pub competitor_bytes: u64,
     pub active: bool,
     /// File residency at the start (readers warm) and its minimum under the competitor.
@@ -47,6 +48,10 @@ pub struct CompetitorRun {
     pub pass_ms_under_pressure: Option<f64>,
     pub refaults_file: Option<u64>,
     pub oom_kills: Option<u64>,
+    /// Why the arm is not a valid experiment: a competitor step that died of something
+    /// other than the OOM killer (a crash, a refused allocation); `None` if it is valid.
+    #[serde(default)]
+    pub failed: Option<String>,
     pub timeline: Vec<Point>,
 }
 
@@ -75,10 +80,7 @@ pub fn run_arm(
 ) -> anyhow::Result<CompetitorRun> {
     let roots = Roots::live();
     let size = std::fs::metadata(file)?.len().max(1);
-    let scratch = tempfile::Builder::new()
-        .prefix("twofold-competitor-")
-        .tempdir()?;
-    registry.add_dir(scratch.path().to_path_buf());
+    let scratch = registry.temp_dir("competitor", None)?;
     evict(file);
     let sandbox = Sandbox::create(&roots, req.limit, registry)?;
     let files = [file.to_path_buf()];
@@ -107,22 +109,25 @@ pub fn run_arm(
             Duration::from_secs(120),
             Some(&sandbox.procs_file()),
         )?;
-        registry.add_pid(r.pid());
         procs.push(r);
     }
     let warm = Duration::from_secs_f64(req.step_seconds);
     std::thread::sleep(warm);
     let t_before = t0.elapsed().as_secs_f64();
+    // Saturating: an absurd fraction asks for u64::MAX, which the step refuses (a failure).
     let step = (req.fraction * req.limit as f64 / req.steps.max(1) as f64) as u64;
     let step_arg = step.to_string();
     let mut t_full = t_before;
-    for _ in 0..req.steps {
+    let mut failed = None;
+    let mut steps_taken = 0u64;
+    for k in 0..req.steps {
+        crate::cleanup::check_interrupted()?;
         let mut extra = vec!["--bytes", step_arg.as_str(), "--random"];
         if req.active {
             extra.push("--touch-loop");
         }
-        // A step the OOM killer takes is part of the result, not an error.
-        if let Ok(r) = Reader::start_in(
+        let oom_before = sandbox.oom_kills();
+        match Reader::start_in(
             exe,
             "anon",
             None,
@@ -130,14 +135,32 @@ pub fn run_arm(
             Duration::from_secs(120),
             Some(&sandbox.procs_file()),
         ) {
-            registry.add_pid(r.pid());
-            procs.push(r);
+            Ok(r) => procs.push(r),
+            Err(e) => {
+                crate::cleanup::check_interrupted()?;
+                // A step the OOM killer takes is part of the result, not an error; any
+                // other death (a panic, a refused allocation) spoils the arm.
+                let oom_after = sandbox.oom_kills();
+                let oom = oom_before.zip(oom_after).is_some_and(|(a, b)| b > a);
+                if !oom {
+                    failed = Some(format!(
+                        "competitor step {} of {} ('{}' of anonymous memory) died, not by the OOM killer: {e:#}",
+                        k + 1,
+                        req.steps,
+                        crate::units::iec(step)
+                    ));
+                    break;
+                }
+            }
         }
+        steps_taken += 1;
         t_full = t0.elapsed().as_secs_f64();
         std::thread::sleep(warm);
     }
     // Hold at full size so that the readers complete passes under pressure.
-    std::thread::sleep(warm * 2);
+    if failed.is_none() {
+        std::thread::sleep(warm * 2);
+    }
     let (timeline, _) = sampler.finish();
     let passes = pass_times(scratch.path(), req.readers);
     let median_between = |a: f64, b: f64| {
@@ -172,7 +195,7 @@ pub fn run_arm(
     drop(sandbox);
     Ok(CompetitorRun {
         arm,
-        competitor_bytes: step * req.steps as u64,
+        competitor_bytes: step.saturating_mul(steps_taken),
         active: req.active,
         resident_start_fraction: at_or_after(t_before.min(warm.as_secs_f64() * 0.9)),
         resident_min_fraction: residency
@@ -187,6 +210,7 @@ pub fn run_arm(
             .zip(last_refaults)
             .map(|(a, b)| b.saturating_sub(a)),
         oom_kills: oom,
+        failed,
         timeline,
     })
 }

@@ -68,6 +68,66 @@ pub struct ReadersRow {
     pub aggregate_load_gb_per_s: Option<f64>,
 }
 
+/// The least a reader costs inside the cgroup (its heap, stack and page tables; measured
+/// about 1.5 MiB for a `__child map` reader), whatever the arm.
+pub const READER_MIN_BYTES: u64 = 2 << 20;
+
+/// Refuses `n` readers of a `file_bytes` file that cannot fit (pure): even the mapping arm
+/// needs the file once plus [`READER_MIN_BYTES`] per reader within `limit`; and each reader
+/// is a process plus a thread of twofold, of which at most half the machine's free tasks
+/// (`free_tasks`, `None` if unknown) may be taken.
+pub fn check_readers(
+    n: usize,
+    file_bytes: u64,
+    limit: u64,
+    free_tasks: Option<(u64, u64)>,
+) -> anyhow::Result<()> {
+    use crate::units::iec;
+    let need = file_bytes.saturating_add((n as u64).saturating_mul(READER_MIN_BYTES));
+    if need > limit {
+        let fit = limit.saturating_sub(file_bytes) / READER_MIN_BYTES;
+        anyhow::bail!(
+            "'--readers {n}' cannot fit in '--memory-max {}': the file ('{}') plus {n} readers at '{}' each need '{}'; at most {fit} readers fit",
+            iec(limit),
+            iec(file_bytes),
+            iec(READER_MIN_BYTES),
+            iec(need)
+        );
+    }
+    if let Some((free, max)) = free_tasks {
+        let tasks = (n as u64).saturating_mul(2);
+        if tasks > free / 2 {
+            anyhow::bail!(
+                "'--readers {n}' is more than this machine can start: {n} readers need {tasks} tasks (a process and a thread of twofold each) and {free} of {max} are free, half of them kept for the rest of the machine; at most {} readers",
+                free / 4
+            );
+        }
+    }
+    Ok(())
+}
+
+/// Tasks the machine can still start: the smaller of `kernel.pid_max` and
+/// `kernel.threads-max`, less the tasks that exist now (`/proc/loadavg`); and that maximum.
+pub fn free_tasks(proc_root: &Path) -> Option<(u64, u64)> {
+    let read = |p: &str| -> Option<u64> {
+        std::fs::read_to_string(proc_root.join(p))
+            .ok()?
+            .trim()
+            .parse()
+            .ok()
+    };
+    let max = read("sys/kernel/pid_max")?.min(read("sys/kernel/threads-max")?);
+    let loadavg = std::fs::read_to_string(proc_root.join("loadavg")).ok()?;
+    let now: u64 = loadavg
+        .split_whitespace()
+        .nth(3)?
+        .split('/')
+        .nth(1)?
+        .parse()
+        .ok()?;
+    Some((max.saturating_sub(now), max))
+}
+
 /// Drops a file's page cache (whole file; mapped pages stay).
 pub fn evict(path: &Path) {
     let _ = super::cache::advise_dontneed(path);
@@ -136,7 +196,6 @@ pub fn run_config(
         n,
         Some(&sandbox.procs_file()),
         Duration::from_secs(60),
-        &|pid| registry.add_pid(pid),
     )?;
     // Armed readers have not opened the file yet: this is what the release starts from.
     (start_cache.resident_bytes, start_cache.resident_fraction) = cache::resident(file);
@@ -205,5 +264,32 @@ mod tests {
         assert_eq!(l.gb_per_s, Some(1.0));
         // Three loaded readers × 2 GB in 4 s.
         assert_eq!(l.aggregate_gb_per_s, Some(1.5));
+    }
+
+    #[test]
+    fn reader_counts_are_capped_by_the_limit_and_the_machine() {
+        let mib = 1u64 << 20;
+        assert!(check_readers(4, 64 * mib, 200 * mib, Some((30000, 32768))).is_ok());
+        let err = check_readers(100_000, 64 * mib, 200 * mib, Some((30000, 32768)))
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("'--readers 100000' cannot fit"), "{err}");
+        assert!(err.contains("at most 68 readers fit"), "{err}");
+        assert_eq!(err.lines().count(), 1);
+        let err = check_readers(10_000, mib, 1 << 40, Some((30000, 32768)))
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("at most 7500 readers"), "{err}");
+        assert!(check_readers(10_000, mib, 1 << 40, None).is_ok());
+    }
+
+    #[test]
+    fn free_tasks_come_from_the_pid_limits_and_loadavg() {
+        let d = tempfile::tempdir().unwrap();
+        std::fs::create_dir_all(d.path().join("sys/kernel")).unwrap();
+        std::fs::write(d.path().join("sys/kernel/pid_max"), "32768\n").unwrap();
+        std::fs::write(d.path().join("sys/kernel/threads-max"), "192730\n").unwrap();
+        std::fs::write(d.path().join("loadavg"), "0.50 0.40 0.30 2/768 4242\n").unwrap();
+        assert_eq!(free_tasks(d.path()), Some((32000, 32768)));
     }
 }

@@ -187,10 +187,8 @@ pub fn run(req: &RunRequest, registry: &Registry) -> anyhow::Result<(RunSummary,
     }
     sandbox.enter(&mut cmd)?;
     let start = Instant::now();
-    let mut child = cmd
-        .spawn()
-        .with_context(|| format!("cannot start '{prog}'"))?;
-    registry.add_pid(child.id() as i32);
+    let mut child =
+        crate::cleanup::spawn(&mut cmd).with_context(|| format!("cannot start '{prog}'"))?;
     let mut timed_out = false;
     let mut copies = None;
     let bar = super::progress(0, req.quiet);
@@ -199,6 +197,8 @@ pub fn run(req: &RunRequest, registry: &Registry) -> anyhow::Result<(RunSummary,
         req.command.join(" ")
     ));
     let status = loop {
+        // Interrupted: the signal thread kills the command; this is no result to report.
+        crate::cleanup::check_interrupted()?;
         if let Some(s) = child.try_wait()? {
             break s;
         }
@@ -212,7 +212,10 @@ pub fn run(req: &RunRequest, registry: &Registry) -> anyhow::Result<(RunSummary,
         }
         std::thread::sleep(Duration::from_millis(5));
     };
+    crate::cleanup::forget(child.id() as i32);
     bar.finish_and_clear();
+    // A command killed by the signal thread is not a result either.
+    crate::cleanup::check_interrupted()?;
     let wall = start.elapsed().as_secs_f64();
     // Whatever the command left behind in the sandbox goes with it.
     sandbox.kill_all();

@@ -1,9 +1,10 @@
 //! A fresh memory cgroup for one campaign: v2 where the host has the memory controller
 //! there, else v1; a memory limit; guaranteed removal.
 //!
-//! Removal (every process SIGKILLed, the directory removed) happens on drop, so on success,
-//! on error and on panic; the [`crate::cleanup`] signal thread does the same on SIGINT,
-//! SIGTERM and SIGHUP. A limit above `MemAvailable` minus a margin is refused: a campaign
+//! Removal (every process SIGKILLed, the directory removed once the last one is gone)
+//! happens on drop, so on success, on error and on panic; the [`crate::cleanup`] signal
+//! thread does the same on SIGINT, SIGTERM and SIGHUP, and the next campaign after a
+//! `kill -9` (the name, `twofold-PID-sSTART-N`, says whose it was). A limit above `MemAvailable` minus a margin is refused: a campaign
 //! must never push the host into OOM.
 
 use std::path::{Path, PathBuf};
@@ -11,7 +12,7 @@ use std::process::Command;
 
 use anyhow::{bail, Context};
 
-use crate::cleanup::{remove_cgroup, Registry};
+use crate::cleanup::{leftovers, owner_tag, remove_cgroup, Registry};
 use crate::collect::{cgroup, kv, Roots};
 use crate::sample::{CgroupSample, CgroupVersion};
 use crate::units::iec;
@@ -50,6 +51,7 @@ pub struct Sandbox {
     pub dir: PathBuf,
     pub version: CgroupVersion,
     pub limit: u64,
+    registry: Registry,
 }
 
 fn v2_memory_root(root: &Path) -> Option<PathBuf> {
@@ -65,7 +67,7 @@ impl Sandbox {
         check_limit(limit, avail, total)?;
         static COUNTER: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
         let n = COUNTER.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        let name = format!("twofold-{}-{n}", std::process::id());
+        let name = format!("twofold-{}-{n}", owner_tag());
         let (parent, version) = match v2_memory_root(&roots.cgroup) {
             Some(r) => {
                 // Children get the memory controller only if the parent delegates it.
@@ -81,17 +83,17 @@ impl Sandbox {
             );
         }
         let dir = parent.join(name);
-        std::fs::create_dir(&dir).with_context(|| {
+        registry.create_cgroup(&dir).with_context(|| {
             format!(
                 "cannot create cgroup '{}' (campaigns need root, or a delegated cgroup)",
                 dir.display()
             )
         })?;
-        registry.add_cgroup(dir.clone());
         let sandbox = Sandbox {
             dir,
             version,
             limit,
+            registry: registry.clone(),
         };
         let limit_s = limit.to_string();
         match version {
@@ -128,11 +130,7 @@ impl Sandbox {
 
     /// Pids in the sandbox now.
     pub fn pids(&self) -> Vec<i32> {
-        std::fs::read_to_string(self.procs_file())
-            .unwrap_or_default()
-            .lines()
-            .filter_map(|l| l.trim().parse().ok())
-            .collect()
+        leftovers::cgroup_pids(&self.dir)
     }
 
     pub fn read(&self) -> anyhow::Result<CgroupSample> {
@@ -147,15 +145,8 @@ impl Sandbox {
     /// SIGKILLs every process inside (the sandbox stays).
     pub fn kill_all(&self) {
         for _ in 0..200 {
-            let pids = self.pids();
-            if pids.is_empty() {
+            if leftovers::kill_cgroup(&self.dir) == 0 {
                 return;
-            }
-            for pid in pids {
-                let _ = nix::sys::signal::kill(
-                    nix::unistd::Pid::from_raw(pid),
-                    nix::sys::signal::Signal::SIGKILL,
-                );
             }
             std::thread::sleep(std::time::Duration::from_millis(10));
         }
@@ -164,7 +155,14 @@ impl Sandbox {
 
 impl Drop for Sandbox {
     fn drop(&mut self) {
-        remove_cgroup(&self.dir);
+        match remove_cgroup(&self.dir) {
+            Ok(()) => self.registry.forget_path(&self.dir),
+            // Still registered: the signal thread or the next campaign tries again.
+            Err(e) => eprintln!(
+                "twofold: warning: cannot remove cgroup '{}': {e}",
+                self.dir.display()
+            ),
+        }
     }
 }
 

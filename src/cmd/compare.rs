@@ -115,6 +115,7 @@ pub fn run(args: &CompareArgs, out: &mut dyn Write) -> anyhow::Result<()> {
     }
     let of =
         |w: usize| -> Vec<&RunSummary> { runs.iter().filter(|r| r.0 == w).map(|r| &r.1).collect() };
+    crate::cleanup::check_interrupted()?;
     let (ra, rb) = (of(0), of(1));
     let peak_ratios: Vec<f64> = ra
         .iter()

@@ -6,6 +6,7 @@
 //! the same code as `twofold scan`, prints the diagnosis and removes everything it made:
 //! on success, on error, and on Ctrl-C / SIGTERM (a signal thread kills the readers and
 //! removes the dir; the readers also die with their parent through `PR_SET_PDEATHSIG`).
+//! After a `kill -9` the dir (`twofold-PID-sSTART-demo-*`) is removed by the next campaign.
 
 use std::io::{BufWriter, Write};
 use std::path::Path;
@@ -76,22 +77,18 @@ pub fn run(args: &DemoArgs, out: &mut dyn Write) -> anyhow::Result<()> {
     let parent = args.dir.clone().unwrap_or_else(std::env::temp_dir);
     crate::input::ensure_room("--size", args.size, &parent.join("model.safetensors"), 2)?;
     let cleanup = Registry::install()?;
-    let mut builder = tempfile::Builder::new();
-    builder.prefix("twofold-demo-");
-    let dir = match &args.dir {
-        Some(d) => builder.tempdir_in(d),
-        None => builder.tempdir(),
+    if let Some(d) = &args.dir {
+        crate::cleanup::sweep_leftovers(std::slice::from_ref(d));
     }
-    .context("cannot create the demo's temp dir")?;
-    cleanup.add_dir(dir.path().to_path_buf());
+    let dir = cleanup
+        .temp_dir("demo", args.dir.as_deref())
+        .context("cannot create the demo's temp dir")?;
     let file = dir.path().join("model.safetensors");
     let size = write_safetensors(&file, args.size)?;
     let exe = std::env::current_exe().context("cannot find the twofold executable")?;
     let timeout = Duration::from_secs(120);
     let copy = Reader::start(&exe, "copy", Some(&file), &["--close"], timeout)?;
-    cleanup.add_pid(copy.pid());
     let map = Reader::start(&exe, "map", Some(&file), &[], timeout)?;
-    cleanup.add_pid(map.pid());
     let req = Request {
         paths: vec![file.clone()],
         pids: vec![copy.pid(), map.pid()],
@@ -100,6 +97,7 @@ pub fn run(args: &DemoArgs, out: &mut dyn Write) -> anyhow::Result<()> {
     // The readers are our children: ptrace rights hold even under Yama's ptrace_scope 1,
     // so the suspected copy is proven byte by byte.
     let report = super::scan::report(&req, Some(Default::default()), None)?;
+    crate::cleanup::check_interrupted()?;
     if args.output.json {
         render::json(out, &report)?;
     } else {
@@ -118,7 +116,9 @@ pub fn run(args: &DemoArgs, out: &mut dyn Write) -> anyhow::Result<()> {
     }
     drop(copy);
     drop(map);
+    let path = dir.path().to_path_buf();
     dir.close().context("cannot remove the demo's temp dir")?;
+    cleanup.forget_path(&path);
     Ok(())
 }
 

@@ -123,10 +123,17 @@ pub fn competitor_markdown(rows: &[CompetitorRun]) -> String {
     for r in rows {
         let _ = writeln!(
             s,
-            "| {} | {} {} | {} | {} | {} | {} | {} | {} | {} |",
+            "| {} | {} | {} | {} | {} | {} | {} | {} | {} |",
             format!("{:?}", r.arm).to_lowercase(),
-            iec(r.competitor_bytes),
-            if r.active { "active" } else { "idle" },
+            if r.failed.is_some() {
+                "failed".to_string()
+            } else {
+                format!(
+                    "{} {}",
+                    iec(r.competitor_bytes),
+                    if r.active { "active" } else { "idle" }
+                )
+            },
             pct(r.resident_start_fraction),
             pct(r.resident_min_fraction),
             pct(r.resident_end_fraction),
@@ -139,6 +146,15 @@ pub fn competitor_markdown(rows: &[CompetitorRun]) -> String {
                 .map(|v| v.to_string())
                 .unwrap_or_else(|| "n/a".into()),
         );
+    }
+    for r in rows {
+        if let Some(why) = &r.failed {
+            let _ = writeln!(
+                s,
+                "\n- {} arm failed, not a valid experiment: {why}",
+                format!("{:?}", r.arm).to_lowercase()
+            );
+        }
     }
     s
 }
@@ -206,6 +222,10 @@ pub fn run(args: &PressureArgs, out: &mut dyn Write) -> anyhow::Result<()> {
     super::run::check_sandbox(&args.sandbox)?;
     let all = args.experiments.is_empty();
     let want = |e: Experiment| all || args.experiments.contains(&e);
+    let f = args.competitor_fraction;
+    if want(Experiment::Competitor) && (!f.is_finite() || f <= 0.0) {
+        bail!("'--competitor-fraction {f}' must be a finite number above 0");
+    }
     let registry = Registry::install()?;
     let mut report = PressureReport {
         schema_version: crate::model::SCHEMA_VERSION,
@@ -219,8 +239,13 @@ pub fn run(args: &PressureArgs, out: &mut dyn Write) -> anyhow::Result<()> {
     if want(Experiment::Readers) {
         let limit = super::run::memory_max(&args.sandbox)?;
         // Refuse up front, before any reader starts.
-        let (avail, total) = crate::campaign::sandbox::host_memory(std::path::Path::new("/proc"))?;
+        let proc_root = std::path::Path::new("/proc");
+        let (avail, total) = crate::campaign::sandbox::host_memory(proc_root)?;
         crate::campaign::sandbox::check_limit(limit, avail, total)?;
+        let free = crate::campaign::readers::free_tasks(proc_root);
+        for &n in &args.readers {
+            crate::campaign::readers::check_readers(n, meta.len(), limit, free)?;
+        }
         report.memory_max_bytes = Some(limit);
         let exe = std::env::current_exe().context("cannot find the twofold executable")?;
         let bar = crate::campaign::progress(2 * args.readers.len() as u64, args.output.json);
@@ -313,10 +338,26 @@ pub fn run(args: &PressureArgs, out: &mut dyn Write) -> anyhow::Result<()> {
             plot_competitor(dir, &report)?;
         }
     }
+    crate::cleanup::check_interrupted()?;
     if args.output.json {
         crate::render::json(out, &report)?;
     } else {
         out.write_all(md.as_bytes())?;
+    }
+    let failed: Vec<String> = report
+        .competitor
+        .iter()
+        .filter_map(|r| {
+            let why = r.failed.as_ref()?;
+            Some(format!(
+                "{} arm: {why}",
+                format!("{:?}", r.arm).to_lowercase()
+            ))
+        })
+        .collect();
+    if !failed.is_empty() {
+        out.flush()?;
+        bail!("the competitor experiment failed ({})", failed.join("; "));
     }
     Ok(())
 }

@@ -391,11 +391,9 @@ pub fn run(args: &ProbeArgs, out: &mut dyn Write) -> anyhow::Result<()> {
     let (path, generated) = match &args.file {
         Some(p) => (p.clone(), false),
         None => {
-            let dir = tempfile::Builder::new()
-                .prefix("twofold-probe-")
-                .tempdir_in(args.dir.clone().unwrap_or_else(std::env::temp_dir))
+            let dir = cleanup
+                .temp_dir("probe", args.dir.as_deref())
                 .context("cannot create a directory for the probe file")?;
-            cleanup.add_dir(dir.path().to_path_buf());
             let p = dir.path().join("probe.bin");
             write_probe_file(&p, args.size)?;
             _tmp = Some(dir);

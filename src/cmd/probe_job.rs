@@ -90,10 +90,10 @@ pub fn spawn(
     if let Some(lp) = library_path() {
         cmd.env("LD_LIBRARY_PATH", lp);
     }
-    let mut child = cmd
-        .spawn()
+    crate::cleanup::die_with_parent(&mut cmd);
+    let mut child = cleanup
+        .spawn(&mut cmd)
         .with_context(|| format!("cannot start '{}'", exe.display()))?;
-    cleanup.add_pid(child.id() as i32);
     let mut stdout = child.stdout.take().context("child has no stdout")?;
     let mut stderr = child.stderr.take().context("child has no stderr")?;
     let (tx, rx) = std::sync::mpsc::channel();
@@ -123,6 +123,7 @@ pub fn spawn(
         }
     };
     let status = child.wait().context("cannot wait for the probe process")?;
+    cleanup.forget(child.id() as i32);
     let err = err_thread.join().unwrap_or_default();
     let line = text.lines().rev().find(|l| l.starts_with('{'));
     match line.map(serde_json::from_str::<JobResult>) {

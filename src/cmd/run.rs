@@ -180,6 +180,7 @@ pub fn run(args: &RunArgs, out: &mut dyn Write) -> anyhow::Result<()> {
         warm: args.warm,
     };
     let (summary, points) = run_campaign(&req, &registry)?;
+    crate::cleanup::check_interrupted()?;
     if let Some(dir) = &args.sandbox.out {
         write_timeline(
             dir,
