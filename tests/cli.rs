@@ -313,6 +313,114 @@ fn scan_reports_a_real_cgroup() {
     drop(copy);
 }
 
+/// Runs the copied binary as 'nobody'.
+fn as_nobody(bin: &Path, args: &[&std::ffi::OsStr]) -> Output {
+    Command::new("setpriv")
+        .args(["--reuid=65534", "--regid=65534", "--clear-groups"])
+        .arg(bin)
+        .args(args)
+        .output()
+        .unwrap()
+}
+
+#[test]
+fn unprivileged_scan_counts_the_processes_it_cannot_read() {
+    let Some((dir, bin)) = nobody_setup() else {
+        return;
+    };
+    use std::os::unix::fs::PermissionsExt;
+    let file = model_file(dir.path(), "both.gguf", 4 * MIB);
+    std::fs::set_permissions(&file, std::fs::Permissions::from_mode(0o644)).unwrap();
+    // Root's process and nobody's own both map it; nobody can read only its own.
+    let root_map = reader("map", Some(&file), &[]);
+    let mut cmd = Command::new("setpriv");
+    cmd.args(["--reuid=65534", "--regid=65534", "--clear-groups"])
+        .arg(&bin)
+        .args(["__child", "map"])
+        .arg(&file);
+    let (own_map, line) =
+        twofold::spawn::Reader::spawn(cmd, Duration::from_secs(60)).unwrap();
+    assert_eq!(line.trim(), "ready");
+
+    let out = as_nobody(&bin, &["scan".as_ref(), "--json".as_ref(), file.as_os_str()]);
+    let err = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(0), "{err}");
+    assert!(err.contains("CAP_SYS_PTRACE"), "no warning: {err}");
+    let r: twofold::model::Report = serde_json::from_slice(&out.stdout).unwrap();
+    assert!(r.skipped.denied >= 1, "root's mapper not counted: {:?}", r.skipped);
+    let f = &r.files[0];
+    let pids: Vec<i32> = f.mappers.iter().map(|m| m.pid).collect();
+    assert_eq!(pids, [own_map.pid()]);
+
+    let out = as_nobody(&bin, &["scan".as_ref(), file.as_os_str()]);
+    let t = text(&out.stdout);
+    assert!(
+        t.lines()
+            .next()
+            .unwrap()
+            .contains("held by 1 process (and unknown for"),
+        "{t}"
+    );
+    assert!(t.contains("could not be read"), "{t}");
+
+    let out = as_nobody(
+        &bin,
+        &["scan".as_ref(), "--json".as_ref(), "--all".as_ref(), file.as_os_str()],
+    );
+    let r: twofold::model::Report = serde_json::from_slice(&out.stdout).unwrap();
+    let p = |pid: i32| r.processes.iter().find(|p| p.pid == pid).unwrap();
+    assert_eq!(p(root_map.pid()).holds_files, None, "unknown, not 0");
+    assert_eq!(
+        p(root_map.pid()).unreadable,
+        Some(twofold::sample::Unreadable::Denied)
+    );
+    assert_eq!(p(own_map.pid()).holds_files, Some(1));
+    drop((root_map, own_map));
+}
+
+#[test]
+fn unprivileged_residency_keeps_the_size_and_says_unknown() {
+    let Some((dir, bin)) = nobody_setup() else {
+        return;
+    };
+    // Root's 0600 files in a directory 'nobody' may list: stat works, open does not.
+    let a = model_file(dir.path(), "a.bin", 4 * MIB);
+    let b = model_file(dir.path(), "b.bin", 2 * MIB);
+    use std::os::unix::fs::PermissionsExt;
+    for f in [&a, &b] {
+        std::fs::set_permissions(f, std::fs::Permissions::from_mode(0o600)).unwrap();
+    }
+    let _ = std::fs::read(&a).unwrap();
+    let out = as_nobody(&bin, &["residency".as_ref(), "--json".as_ref(), a.as_os_str()]);
+    let err = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(0), "{err}");
+    assert!(err.contains("warning: residency of 1 of 1 files is unknown"), "{err}");
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let f = &v["files"][0];
+    assert_eq!(f["size_bytes"].as_u64(), Some(4 * MIB), "{f}");
+    assert_eq!(f["pages"].as_u64(), Some(4 * MIB / 4096), "{f}");
+    assert!(f["resident_bytes"].is_null() && f["resident_pages"].is_null(), "{f}");
+    assert!(f["unknown_reason"].is_string(), "{f}");
+    assert!(v["total_resident_bytes"].is_null(), "{v}");
+    assert_eq!(v["unknown_files"].as_u64(), Some(1));
+
+    let out = as_nobody(
+        &bin,
+        &["residency".as_ref(), "--summary".as_ref(), a.as_os_str(), b.as_os_str()],
+    );
+    let t = text(&out.stdout);
+    assert_eq!(t.trim(), "2 files: residency unknown for all (6.0 MiB)");
+    assert!(text(&out.stderr).contains("residency of 2 of 2 files is unknown"));
+    let out = as_nobody(
+        &bin,
+        &["residency".as_ref(), "--summary".as_ref(), "--json".as_ref(), a.as_os_str()],
+    );
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert!(v["total_resident_bytes"].is_null(), "{v}");
+    assert_eq!(v["total_size_bytes"].as_u64(), Some(4 * MIB), "{v}");
+    assert_eq!(v["unknown_size_bytes"].as_u64(), Some(4 * MIB), "{v}");
+}
+
 #[test]
 fn unprivileged_scan_degrades_to_unknown() {
     let Some((dir, bin)) = nobody_setup() else {

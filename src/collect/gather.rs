@@ -129,11 +129,18 @@ pub fn gather(roots: &Roots, req: &Request, warnings: &mut Vec<String>) -> anyho
     let mut others = Vec::new();
     for (pid, basic) in pids.iter().zip(basics) {
         match basic {
-            Ok(Some(b)) => match g.keep(*pid, b) {
-                Ok(k) => kept.push(k),
-                Err(Some(other)) => others.push(other),
-                Err(None) => {}
-            },
+            Ok(Some(b)) => {
+                // Counted whether it is kept or not: whether another user's process
+                // maps or holds a file of interest is unknown, never "no".
+                if b.denied {
+                    sample.skipped.denied += 1;
+                }
+                match g.keep(*pid, b) {
+                    Ok(k) => kept.push(k),
+                    Err(Some(other)) => others.push(other),
+                    Err(None) => {}
+                }
+            }
             Ok(None) => {}
             Err(e) if e.is_gone() => sample.skipped.gone += 1,
             Err(e) if e.is_denied() => sample.skipped.denied += 1,
@@ -153,8 +160,8 @@ pub fn gather(roots: &Roots, req: &Request, warnings: &mut Vec<String>) -> anyho
     let details = super::par_map(&kept, |k| read_detail(&procs, k));
     for detail in details {
         match detail {
-            Ok(p) => {
-                if p.unreadable == Some(Unreadable::Denied) {
+            Ok((p, newly_denied)) => {
+                if newly_denied {
                     sample.skipped.denied += 1;
                 }
                 sample.processes.push(p)
@@ -166,7 +173,7 @@ pub fn gather(roots: &Roots, req: &Request, warnings: &mut Vec<String>) -> anyho
     }
     if sample.skipped.denied > 0 {
         g.warnings.push(format!(
-            "{} processes could not be read fully (their smaps, maps or fds need root or CAP_SYS_PTRACE): their files and PSS are unknown",
+            "{} processes could not be read fully (their smaps, maps or fds need root or CAP_SYS_PTRACE): whether they map or hold the files, and their PSS, are unknown",
             sample.skipped.denied
         ));
     }
@@ -235,17 +242,19 @@ fn read_basic(procs: &ProcReader, pid: i32, only: Option<&CgroupRef>) -> CResult
 }
 
 /// Phase 3: one page-table walk per process: `smaps` when it maps a file of interest
-/// (per-VMA values and the totals), else `smaps_rollup`.
+/// (per-VMA values and the totals), else `smaps_rollup`. The flag says it was refused
+/// here for the first time (phase 1 counted the others).
 fn read_detail(
     procs: &ProcReader,
     (p, wanted): &(ProcessSample, HashSet<FileKey>),
-) -> CResult<ProcessSample> {
+) -> CResult<(ProcessSample, bool)> {
     let mut p = p.clone();
     if p.kernel_thread {
-        return Ok(p);
+        return Ok((p, false));
     }
     let pid = p.pid;
-    let mut denied = p.unreadable == Some(Unreadable::Denied);
+    let denied_before = p.unreadable == Some(Unreadable::Denied);
+    let mut denied = denied_before;
     let rollup = if wanted.is_empty() {
         procs.rollup(pid)
     } else {
@@ -266,7 +275,7 @@ fn read_detail(
     if denied {
         p.unreadable = Some(Unreadable::Denied);
     }
-    Ok(p)
+    Ok((p, denied && !denied_before))
 }
 
 fn read_cgroups(

@@ -79,7 +79,9 @@ pub struct ProcessModel {
     pub private_clean_bytes: Option<u64>,
     pub private_dirty_bytes: Option<u64>,
     pub cgroup: Option<String>,
-    pub holds_files: usize,
+    /// Files of interest it maps, holds open or holds a proven copy of; `None` (null)
+    /// when its `maps` or `fd` could not be read (see `unreadable`): unknown, not 0.
+    pub holds_files: Option<usize>,
     /// Set when part of the process could not be read (`denied`: root or
     /// `CAP_SYS_PTRACE` needed; `gone`: exited).
     pub unreadable: Option<Unreadable>,
@@ -248,6 +250,11 @@ fn sum_opt(mut values: impl Iterator<Item = Option<u64>>) -> Option<u64> {
 }
 
 fn process_model(p: &ProcessSample, holds_files: usize) -> ProcessModel {
+    // What it was seen holding is certain; nothing seen of an unreadable one is unknown.
+    let holds_files = match p.unreadable {
+        Some(_) if holds_files == 0 => None,
+        _ => Some(holds_files),
+    };
     let r = p.rollup.as_ref();
     ProcessModel {
         pid: p.pid,
@@ -400,8 +407,9 @@ pub fn build(sample: &Sample) -> Report {
         .collect();
     processes.sort_by(|a, b| {
         b.holds_files
+            .unwrap_or(0)
             .min(1)
-            .cmp(&a.holds_files.min(1))
+            .cmp(&a.holds_files.unwrap_or(0).min(1))
             .then(b.rss_bytes.unwrap_or(0).cmp(&a.rss_bytes.unwrap_or(0)))
             .then(a.pid.cmp(&b.pid))
     });
