@@ -77,14 +77,21 @@ fn replay_regression(target: &str, bytes: &[u8]) -> Result<String, String> {
         return Err(format!("file size {} of {}", c.file_size, bytes.len()));
     }
     for t in &c.tensors {
-        if t.offset.checked_add(t.len).is_none_or(|end| end > c.file_size) {
+        if t.offset
+            .checked_add(t.len)
+            .is_none_or(|end| end > c.file_size)
+        {
             return Err(format!(
                 "tensor '{}' at {}+{} outside the file",
                 t.name, t.offset, t.len
             ));
         }
     }
-    Ok(format!("accepted as {:?}, {} tensors", c.format, c.tensors.len()))
+    Ok(format!(
+        "accepted as {:?}, {} tensors",
+        c.format,
+        c.tensors.len()
+    ))
 }
 
 #[test]

@@ -72,6 +72,12 @@ fn walk(dir: &Path, out: &mut Vec<PathBuf>) -> anyhow::Result<()> {
 /// Residency of one file; a file that cannot be opened is "unknown", not an error (its
 /// size still comes from `stat`, which needs no permission on the file itself).
 pub fn one(path: &Path, method: Method, with_map: bool, page: u64) -> FileResidency {
+    let mut r = one_record(path, method, with_map, page);
+    r.path_bytes = crate::collect::gather::raw_if_lossy(path);
+    r
+}
+
+fn one_record(path: &Path, method: Method, with_map: bool, page: u64) -> FileResidency {
     let shown = path.display().to_string();
     let (file, size) = match residency::open(path) {
         Ok(v) => v,
@@ -172,9 +178,9 @@ pub fn run(args: &ResidencyArgs, out: &mut dyn Write) -> anyhow::Result<()> {
             },
         )?;
     } else if args.summary {
-        writeln!(out, "{}", render::residency::summary_line(&totals))?;
+        writeln!(out, "{}", render::residency::summary_line(&totals))?; // numbers only
     } else {
-        out.write_all(render::residency::human(&files).as_bytes())?;
+        out.write_all(crate::render::safe::terminal(&render::residency::human(&files)).as_bytes())?;
     }
     Ok(())
 }

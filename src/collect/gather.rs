@@ -63,6 +63,8 @@ impl Default for Request {
 #[derive(Debug, Clone)]
 struct Interest {
     shown: String,
+    /// `shown`'s bytes when they are not UTF-8.
+    raw: Option<Vec<u8>>,
     open_path: PathBuf,
     size_bytes: Option<u64>,
     explicit: bool,
@@ -365,6 +367,7 @@ impl Gatherer<'_> {
             FileKey::from_dev(meta.dev(), meta.ino()),
             Some(Interest {
                 shown: abs.display().to_string(),
+                raw: raw_if_lossy(&abs),
                 open_path: abs,
                 size_bytes: Some(meta.len()),
                 explicit: true,
@@ -394,6 +397,7 @@ impl Gatherer<'_> {
             has_model_extension(path) || (!code && size.is_some_and(|s| s >= self.req.min_size));
         let value = interesting.then(|| Interest {
             shown: path.to_string(),
+            raw: None,
             open_path,
             size_bytes: size,
             explicit: false,
@@ -501,6 +505,7 @@ impl Gatherer<'_> {
             self.decided.entry(key).or_insert_with(|| {
                 Some(Interest {
                     shown: shown.display().to_string(),
+                    raw: raw_if_lossy(&shown),
                     open_path,
                     size_bytes: Some(meta.len()),
                     explicit: false,
@@ -520,6 +525,7 @@ impl Gatherer<'_> {
             self.decided.entry(key).or_insert_with(|| {
                 Some(Interest {
                     shown: path.display().to_string(),
+                    raw: raw_if_lossy(&path),
                     open_path: path,
                     size_bytes: Some(size),
                     explicit: false,
@@ -648,10 +654,19 @@ pub fn candidates(
     out
 }
 
+/// A path's bytes when they are not UTF-8 (its `display()` is lossy).
+pub fn raw_if_lossy(p: &Path) -> Option<Vec<u8>> {
+    use std::os::unix::ffi::OsStrExt;
+    p.to_str()
+        .is_none()
+        .then(|| p.as_os_str().as_bytes().to_vec())
+}
+
 fn file_sample(key: FileKey, i: Interest, method: Method) -> FileSample {
     let mut f = FileSample {
         key,
         path: i.shown,
+        path_bytes: i.raw,
         size_bytes: i.size_bytes,
         residency: None,
         residency_error: None,

@@ -219,6 +219,10 @@ pub struct Representations {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct FileModel {
     pub path: String,
+    /// The name's bytes, only when they are not UTF-8 (`path` is then lossy): people
+    /// see them escaped (`\xff`) rather than as U+FFFD.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub path_bytes: Option<Vec<u8>>,
     /// (major, minor, inode): the identity joins are made on.
     pub key: FileKey,
     /// `major:minor`, as people read it.
@@ -329,6 +333,7 @@ pub fn build(sample: &Sample) -> Report {
             let resident = f.residency.as_ref().map(|r| r.cached_bytes);
             FileModel {
                 path: f.path.clone(),
+                path_bytes: f.path_bytes.clone(),
                 key: f.key,
                 device: format!("{}:{}", f.key.major, f.key.minor),
                 inode: f.key.inode,

@@ -11,6 +11,10 @@ pub const MAX_CELLS: u64 = 256;
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct FileResidency {
     pub path: String,
+    /// The name's bytes, only when they are not UTF-8 (`path` is then lossy): people
+    /// see them escaped (`\xff`) rather than as U+FFFD.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub path_bytes: Option<Vec<u8>>,
     /// From `stat(2)`, which needs no permission on the file: `None` only when even that
     /// failed (see `unknown_reason`).
     pub size_bytes: Option<u64>,
@@ -47,6 +51,7 @@ pub fn build(
     let pages = size.map(|s| s.div_ceil(page_size.max(1)));
     let mut r = FileResidency {
         path: path.to_string(),
+        path_bytes: None,
         size_bytes: size,
         pages,
         resident_pages: None,

@@ -15,6 +15,7 @@ fn key(inode: u64) -> FileKey {
 
 fn file(inode: u64, size: u64, cached: Option<u64>) -> FileSample {
     FileSample {
+        path_bytes: None,
         key: key(inode),
         path: format!("/m/f{inode}.gguf"),
         size_bytes: Some(size),

@@ -2,6 +2,7 @@
 
 use std::fmt::Write as _;
 
+use super::safe::{safe, shown};
 use super::table::{Align, Table};
 use crate::model::residency::{FileResidency, Totals};
 use crate::units::{iec, iec_opt};
@@ -33,19 +34,24 @@ pub fn human(files: &[FileResidency]) -> String {
                 .unwrap_or_else(|| "n/a".into()),
             iec_opt(f.size_bytes),
             iec_opt(f.dirty_bytes),
-            f.path.clone(),
+            shown(&f.path, f.path_bytes.as_deref()),
         ]);
     }
     let mut out = t.render(0);
     for f in files {
         if let Some(reason) = &f.unknown_reason {
-            let _ = writeln!(out, "'{}': residency unknown: {reason}", f.path);
+            let _ = writeln!(
+                out,
+                "'{}': residency unknown: {}",
+                shown(&f.path, f.path_bytes.as_deref()),
+                safe(reason)
+            );
         }
         if let Some(m) = &f.map {
             let _ = writeln!(
                 out,
                 "\n{}  ({} page{} per cell; O all resident, o some, blank none)",
-                f.path,
+                shown(&f.path, f.path_bytes.as_deref()),
                 m.pages_per_cell,
                 if m.pages_per_cell == 1 { "" } else { "s" }
             );

@@ -2,6 +2,7 @@
 
 use std::fmt::Write as _;
 
+use super::safe::shown;
 use super::table::{Align, Table};
 use crate::model::{CopyHow, FileModel, MapKind, Report, Severity};
 use crate::units::{iec, iec_opt};
@@ -92,7 +93,7 @@ fn kind(k: MapKind) -> &'static str {
 }
 
 fn file_section(f: &FileModel, out: &mut String) {
-    let _ = writeln!(out, "  {}", f.path);
+    let _ = writeln!(out, "  {}", shown(&f.path, f.path_bytes.as_deref()));
     let _ = writeln!(
         out,
         "    size {}  resident {} ({}{})",
