@@ -86,7 +86,9 @@ fn main() -> ExitCode {
         Err(e) => {
             drop(out);
             twofold::cleanup::wait_if_interrupted();
-            eprintln!("twofold: error: {e:#}");
+            // The chain quotes paths and values given from the outside: escaped.
+            let msg = format!("{e:#}");
+            eprintln!("twofold: error: {}", twofold::render::safe::safe(&msg));
             ExitCode::from(2)
         }
     }

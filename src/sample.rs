@@ -193,6 +193,10 @@ pub struct FileSample {
     pub key: FileKey,
     /// The path as a process (or the command line) names it.
     pub path: String,
+    /// The name's bytes, only when they are not UTF-8 (`path` is then lossy): people
+    /// see them escaped (`\xff`) rather than as U+FFFD.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub path_bytes: Option<Vec<u8>>,
     /// `None` when the file could not be `stat`ed (gone, or another mount namespace
     /// we may not enter).
     pub size_bytes: Option<u64>,

@@ -246,7 +246,9 @@ impl TestCgroup {
         if !Path::new(parent).exists() {
             return None;
         }
-        let dir = Path::new(parent).join(format!("twofold-test-{}", std::process::id()));
+        static N: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+        let n = N.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let dir = Path::new(parent).join(format!("twofold-test-{}-{n}", std::process::id()));
         std::fs::create_dir(&dir).ok()?;
         let limit_file = if v2 {
             "memory.max"
@@ -311,6 +313,147 @@ fn scan_reports_a_real_cgroup() {
     assert!(c.usage_bytes.unwrap() >= anon);
     assert_eq!(c.oom_kills, Some(0));
     drop(copy);
+}
+
+/// Runs the copied binary as 'nobody'.
+fn as_nobody(bin: &Path, args: &[&std::ffi::OsStr]) -> Output {
+    Command::new("setpriv")
+        .args(["--reuid=65534", "--regid=65534", "--clear-groups"])
+        .arg(bin)
+        .args(args)
+        .output()
+        .unwrap()
+}
+
+#[test]
+fn unprivileged_scan_counts_the_processes_it_cannot_read() {
+    let Some((dir, bin)) = nobody_setup() else {
+        return;
+    };
+    // Only the two readers are looked at (both in this cgroup): the count is exact.
+    let cg = TestCgroup::new(256 * MIB).expect("memory cgroup hierarchy");
+    let procs = cg.dir.join("cgroup.procs");
+    use std::os::unix::fs::PermissionsExt;
+    let file = model_file(dir.path(), "both.gguf", 16 * MIB);
+    std::fs::set_permissions(&file, std::fs::Permissions::from_mode(0o644)).unwrap();
+    // Root's process and nobody's own both map it; nobody can read only its own. Root's
+    // is too small to hold a copy: nothing but the count says it may hold the file.
+    let root_map = twofold::spawn::Reader::start_in(
+        &exe(),
+        "map",
+        Some(&file),
+        &[],
+        Duration::from_secs(60),
+        Some(&procs),
+    )
+    .unwrap();
+    let mut cmd = Command::new("setpriv");
+    cmd.args(["--reuid=65534", "--regid=65534", "--clear-groups"])
+        .arg(&bin)
+        .args(["__child", "map"])
+        .arg(&file);
+    twofold::spawn::enter_cgroup(&mut cmd, &procs).unwrap();
+    let (own_map, line) = twofold::spawn::Reader::spawn(cmd, Duration::from_secs(60)).unwrap();
+    assert_eq!(line.trim(), "ready");
+    let scan = |extra: &[&str]| {
+        let mut args: Vec<&std::ffi::OsStr> = vec!["scan".as_ref()];
+        args.extend(extra.iter().map(|a| std::ffi::OsStr::new(*a)));
+        args.extend(["--cgroup".as_ref(), cg.dir.as_os_str(), file.as_os_str()]);
+        as_nobody(&bin, &args)
+    };
+
+    let out = scan(&["--json"]);
+    let err = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(0), "{err}");
+    assert!(err.contains("CAP_SYS_PTRACE"), "no warning: {err}");
+    let r: twofold::model::Report = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(r.skipped.denied, 1, "root's mapper not counted");
+    let f = r.files.iter().find(|f| Path::new(&f.path) == file).unwrap();
+    let pids: Vec<i32> = f.mappers.iter().map(|m| m.pid).collect();
+    assert_eq!(pids, [own_map.pid()]);
+
+    let t = text(&scan(&[]).stdout);
+    assert!(
+        t.lines()
+            .next()
+            .unwrap()
+            .ends_with("held by 1 process (and unknown for 1 unreadable)"),
+        "{t}"
+    );
+    assert!(t.contains("1 process could not be read"), "{t}");
+
+    let out = scan(&["--json", "--all"]);
+    let r: twofold::model::Report = serde_json::from_slice(&out.stdout).unwrap();
+    let p = |pid: i32| r.processes.iter().find(|p| p.pid == pid).unwrap();
+    assert_eq!(p(root_map.pid()).holds_files, None, "unknown, not 0");
+    assert_eq!(
+        p(root_map.pid()).unreadable,
+        Some(twofold::sample::Unreadable::Denied)
+    );
+    assert_eq!(p(own_map.pid()).holds_files, Some(1));
+    drop((root_map, own_map));
+}
+
+#[test]
+fn unprivileged_residency_keeps_the_size_and_says_unknown() {
+    let Some((dir, bin)) = nobody_setup() else {
+        return;
+    };
+    // Root's 0600 files in a directory 'nobody' may list: stat works, open does not.
+    let a = model_file(dir.path(), "a.bin", 4 * MIB);
+    let b = model_file(dir.path(), "b.bin", 2 * MIB);
+    use std::os::unix::fs::PermissionsExt;
+    for f in [&a, &b] {
+        std::fs::set_permissions(f, std::fs::Permissions::from_mode(0o600)).unwrap();
+    }
+    let _ = std::fs::read(&a).unwrap();
+    let out = as_nobody(
+        &bin,
+        &["residency".as_ref(), "--json".as_ref(), a.as_os_str()],
+    );
+    let err = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(0), "{err}");
+    assert!(
+        err.contains("warning: residency of 1 of 1 files is unknown"),
+        "{err}"
+    );
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let f = &v["files"][0];
+    assert_eq!(f["size_bytes"].as_u64(), Some(4 * MIB), "{f}");
+    assert_eq!(f["pages"].as_u64(), Some(4 * MIB / 4096), "{f}");
+    assert!(
+        f["resident_bytes"].is_null() && f["resident_pages"].is_null(),
+        "{f}"
+    );
+    assert!(f["unknown_reason"].is_string(), "{f}");
+    assert!(v["total_resident_bytes"].is_null(), "{v}");
+    assert_eq!(v["unknown_files"].as_u64(), Some(1));
+
+    let out = as_nobody(
+        &bin,
+        &[
+            "residency".as_ref(),
+            "--summary".as_ref(),
+            a.as_os_str(),
+            b.as_os_str(),
+        ],
+    );
+    let t = text(&out.stdout);
+    assert_eq!(t.trim(), "2 files: residency unknown for all (6.0 MiB)");
+    assert!(text(&out.stderr).contains("residency of 2 of 2 files is unknown"));
+    let out = as_nobody(
+        &bin,
+        &[
+            "residency".as_ref(),
+            "--summary".as_ref(),
+            "--json".as_ref(),
+            a.as_os_str(),
+        ],
+    );
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert!(v["total_resident_bytes"].is_null(), "{v}");
+    assert_eq!(v["total_size_bytes"].as_u64(), Some(4 * MIB), "{v}");
+    assert_eq!(v["unknown_size_bytes"].as_u64(), Some(4 * MIB), "{v}");
 }
 
 #[test]

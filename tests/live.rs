@@ -471,3 +471,106 @@ fn residency_summary_of_a_directory_matches_fincore() {
     assert_eq!(v["total_size_bytes"].as_u64(), Some(20 * (256 << 10)));
     assert_eq!(want, 10 * (256 << 10));
 }
+
+/// Human output holds no raw control character: no C0 byte but the line feed, no DEL,
+/// no C1 control (U+0080–U+009F), and it is UTF-8.
+fn assert_terminal_safe(what: &str, out: &[u8]) {
+    let text = std::str::from_utf8(out).unwrap_or_else(|e| panic!("{what}: not UTF-8: {e}"));
+    for (i, c) in text.char_indices() {
+        let bad = (c < ' ' && c != '\n') || c == '\u{7f}' || ('\u{80}'..='\u{9f}').contains(&c);
+        assert!(!bad, "{what}: raw {c:?} at byte {i}:\n{text}");
+    }
+}
+
+/// The terminal column where `needle` starts in `line`.
+fn column_of(line: &str, needle: &str) -> usize {
+    twofold::render::safe::width(&line[..line.find(needle).unwrap()])
+}
+
+#[test]
+fn hostile_names_are_escaped_and_tables_stay_aligned() {
+    use std::os::unix::ffi::OsStrExt;
+    use std::os::unix::fs::PermissionsExt;
+    let dir = tempfile::tempdir().unwrap();
+    // A file name with escape sequences (title, colour), a C1 CSI, a wide CJK character
+    // and a byte that is not UTF-8.
+    let mut name = b"evil\x1b]0;pwned\x07\x1b[31m".to_vec();
+    name.extend_from_slice("\u{9b}模".as_bytes());
+    name.extend_from_slice(b"\xff.gguf");
+    let file = dir.path().join(std::ffi::OsStr::from_bytes(&name));
+    std::fs::write(&file, vec![7u8; 1 << 20]).unwrap();
+    // A reader whose comm has the same trouble: a copy of the binary named so.
+    let exe_name = "t\u{1b}[31m模\u{9b}x";
+    let odd_exe = dir.path().join(exe_name);
+    std::fs::copy(exe(), &odd_exe).unwrap();
+    std::fs::set_permissions(&odd_exe, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let r = twofold::spawn::Reader::start(
+        &odd_exe,
+        "map",
+        Some(&file),
+        &[],
+        std::time::Duration::from_secs(60),
+    )
+    .unwrap();
+    let pid = r.pid().to_string();
+
+    let out = Command::new(common::exe())
+        .arg("scan")
+        .arg(&file)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_terminal_safe("scan stdout", &out.stdout);
+    assert_terminal_safe("scan stderr", &out.stderr);
+    let text = String::from_utf8(out.stdout).unwrap();
+    assert!(
+        text.contains("evil\\e]0;pwned\\a\\e[31m\\u{9b}模\\xff.gguf"),
+        "path escaped byte by byte:\n{text}"
+    );
+    // The mappers table: the reader's row (its comm escaped, a wide character in it)
+    // has its columns where the header has them.
+    let lines: Vec<&str> = text.lines().collect();
+    let at = lines.iter().position(|l| l.contains("pwned")).unwrap();
+    let header = at
+        + lines[at..]
+            .iter()
+            .position(|l| l.contains(" comm ") && l.contains(" how "))
+            .unwrap();
+    let row = lines[header..]
+        .iter()
+        .find(|l| l.trim_start().starts_with(&format!("{pid} ")))
+        .unwrap_or_else(|| panic!("no row of pid {pid}:\n{text}"));
+    assert!(row.contains("t\\e[31m模\\u{9b}x"), "{row}");
+    let h = lines[header];
+    assert_eq!(column_of(row, "t\\e"), column_of(h, "comm"), "\n{h}\n{row}");
+    assert_eq!(
+        column_of(row, "MAP_SHARED"),
+        column_of(h, "how"),
+        "\n{h}\n{row}"
+    );
+    assert_eq!(column_of(row, "r--s"), column_of(h, "prot"), "\n{h}\n{row}");
+
+    // residency: the file column and the unknown/map lines.
+    let out = Command::new(common::exe())
+        .args(["residency", "--map"])
+        .arg(&file)
+        .output()
+        .unwrap();
+    assert!(out.status.success());
+    assert_terminal_safe("residency stdout", &out.stdout);
+    assert!(String::from_utf8(out.stdout)
+        .unwrap()
+        .contains("\\u{9b}模\\xff.gguf"));
+    // An error quoting the name (a directory given as a file) is escaped too.
+    let out = Command::new(common::exe())
+        .arg("inspect")
+        .arg(dir.path().join("nonexistent\x1b[2J"))
+        .output()
+        .unwrap();
+    assert_terminal_safe("inspect stderr", &out.stderr);
+    drop(r);
+}

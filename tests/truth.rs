@@ -287,7 +287,7 @@ fn closed_file_copy_in_c_counts_two_in_every_kind_of_scan() {
     let (r, f) = scan_file(&[], &path);
     assert_count(&f, 2.0);
     let me = r.processes.iter().find(|x| x.pid == c.pid()).unwrap();
-    assert_eq!(me.holds_files, 1);
+    assert_eq!(me.holds_files, Some(1));
     // The human output says so, with no suspicion in the count.
     let out = run_ok(Command::new(exe()).args(["scan", p]));
     let t = String::from_utf8_lossy(&out);

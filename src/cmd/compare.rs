@@ -140,6 +140,8 @@ pub fn run(args: &CompareArgs, out: &mut dyn Write) -> anyhow::Result<()> {
         crate::render::json(out, &c)?;
         return Ok(());
     }
+    // Commands and file names from the outside are escaped on their way to a terminal.
+    let out = &mut crate::render::safe::Terminal(out);
     let f = |v: Option<f64>| v.map(|v| format!("{v:.3}")).unwrap_or_else(|| "n/a".into());
     let pair = |v: Option<(f64, f64)>| {
         v.map(|(l, h)| format!("[{l:.3}, {h:.3}]"))

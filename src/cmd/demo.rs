@@ -101,6 +101,7 @@ pub fn run(args: &DemoArgs, out: &mut dyn Write) -> anyhow::Result<()> {
     if args.output.json {
         render::json(out, &report)?;
     } else {
+        let out = &mut render::safe::Terminal(out);
         writeln!(
             out,
             "twofold demo: wrote a {} safetensors model to '{}' and started two readers:\n  \

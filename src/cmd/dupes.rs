@@ -180,7 +180,7 @@ pub fn report(args: &DupesArgs, roots: &Roots) -> anyhow::Result<DupesReport> {
                             prepared.len() - 1
                         }
                         Err(e) => {
-                            eprintln!("twofold: warning: skipping '{shown}': {e:#}");
+                            super::warn_all(&[format!("skipping '{shown}': {e:#}")]);
                             continue;
                         }
                     },
@@ -230,13 +230,13 @@ pub fn run(args: &DupesArgs, out: &mut dyn Write) -> anyhow::Result<()> {
     let r = report(args, &Roots::live())?;
     for p in &r.processes {
         if let Some(e) = &p.error {
-            eprintln!("twofold: warning: pid {} not searched: {e}", p.pid);
+            super::warn_all(&[format!("pid {} not searched: {e}", p.pid)]);
         }
     }
     if args.output.json {
         render::json(out, &r)?;
     } else {
-        out.write_all(render::dupes::human(&r).as_bytes())?;
+        out.write_all(crate::render::safe::terminal(&render::dupes::human(&r)).as_bytes())?;
     }
     Ok(())
 }

@@ -31,7 +31,7 @@ pub fn run(args: &InspectArgs, out: &mut dyn Write) -> anyhow::Result<()> {
     if args.output.json {
         render::json(out, &report)?;
     } else {
-        out.write_all(render::inspect::human(&report).as_bytes())?;
+        out.write_all(crate::render::safe::terminal(&render::inspect::human(&report)).as_bytes())?;
     }
     Ok(())
 }

@@ -16,10 +16,11 @@ pub mod trace;
 
 use std::io::Write;
 
-/// Prints warnings to stderr, one line each, never to stdout.
+/// Prints warnings to stderr, one line each, never to stdout. A warning quotes paths
+/// and kernel messages: its control characters are escaped (newlines too: one line each).
 pub fn warn_all(warnings: &[String]) {
     let mut err = std::io::stderr().lock();
     for w in warnings {
-        let _ = writeln!(err, "twofold: warning: {w}");
+        let _ = writeln!(err, "twofold: warning: {}", crate::render::safe::safe(w));
     }
 }

@@ -342,7 +342,7 @@ pub fn run(args: &PressureArgs, out: &mut dyn Write) -> anyhow::Result<()> {
     if args.output.json {
         crate::render::json(out, &report)?;
     } else {
-        out.write_all(md.as_bytes())?;
+        out.write_all(crate::render::safe::terminal(&md).as_bytes())?;
     }
     let failed: Vec<String> = report
         .competitor

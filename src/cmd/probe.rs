@@ -448,9 +448,9 @@ fn print(doc: &ProbeReport, json: bool, out: &mut dyn Write) -> anyhow::Result<(
     if json {
         render::json(out, doc)?;
     } else if doc.file.is_none() {
-        out.write_all(render::probe::caps(&doc.caps).as_bytes())?;
+        out.write_all(crate::render::safe::terminal(&render::probe::caps(&doc.caps)).as_bytes())?;
     } else {
-        out.write_all(render::probe::human(doc).as_bytes())?;
+        out.write_all(crate::render::safe::terminal(&render::probe::human(doc)).as_bytes())?;
     }
     Ok(())
 }

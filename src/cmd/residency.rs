@@ -8,15 +8,21 @@ use anyhow::{bail, Context};
 use crate::cli::ResidencyArgs;
 use crate::collect::residency::{self, Method};
 use crate::collect::system::page_size;
-use crate::model::residency::{build, FileResidency};
+use crate::model::residency::{build, FileResidency, Totals};
 use crate::render;
 
+/// The JSON document. A total is `null` when a part of it is unknown; the known parts
+/// and the unknown files are given apart.
 #[derive(serde::Serialize)]
 struct Doc<'a> {
     schema_version: u32,
     files: &'a [FileResidency],
-    total_resident_bytes: u64,
-    total_size_bytes: u64,
+    total_resident_bytes: Option<u64>,
+    total_size_bytes: Option<u64>,
+    known_resident_bytes: u64,
+    known_size_bytes: u64,
+    unknown_files: usize,
+    unknown_size_bytes: Option<u64>,
 }
 
 /// Expands the arguments into regular files, validating all of them before any work.
@@ -63,25 +69,33 @@ fn walk(dir: &Path, out: &mut Vec<PathBuf>) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// Residency of one file; a file that cannot be opened is "unknown", not an error.
+/// Residency of one file; a file that cannot be opened is "unknown", not an error (its
+/// size still comes from `stat`, which needs no permission on the file itself).
 pub fn one(path: &Path, method: Method, with_map: bool, page: u64) -> FileResidency {
+    let mut r = one_record(path, method, with_map, page);
+    r.path_bytes = crate::collect::gather::raw_if_lossy(path);
+    r
+}
+
+fn one_record(path: &Path, method: Method, with_map: bool, page: u64) -> FileResidency {
     let shown = path.display().to_string();
     let (file, size) = match residency::open(path) {
         Ok(v) => v,
         Err(e) => {
+            let size = std::fs::metadata(path).ok().map(|m| m.len());
             return build(
                 &shown,
-                0,
+                size,
                 page,
                 Err(format!("{:#}", anyhow::Error::from(e))),
                 None,
-            )
+            );
         }
     };
     let unknown = |e: residency::ResidencyError| {
         build(
             &shown,
-            size,
+            Some(size),
             page,
             Err(format!("{:#}", anyhow::Error::from(e))),
             None,
@@ -95,13 +109,13 @@ pub fn one(path: &Path, method: Method, with_map: bool, page: u64) -> FileReside
                     cached_bytes: m.resident_pages() * m.page_size,
                     ..Default::default()
                 };
-                build(&shown, size, page, Ok(&s), Some(&m))
+                build(&shown, Some(size), page, Ok(&s), Some(&m))
             }
             Err(e) => unknown(e),
         };
     }
     match residency::query(&file, path, size, method) {
-        Ok(s) => build(&shown, size, page, Ok(&s), None),
+        Ok(s) => build(&shown, Some(size), page, Ok(&s), None),
         Err(e) => unknown(e),
     }
 }
@@ -110,56 +124,63 @@ pub fn run(args: &ResidencyArgs, out: &mut dyn Write) -> anyhow::Result<()> {
     let paths = expand(args)?;
     let page = page_size();
     let method: Method = args.method.into();
-    let (files, total_resident, total_size, unknown) = if args.summary && !args.map {
+    let mut reasons = Vec::new();
+    let (files, totals) = if args.summary && !args.map {
         // Totals only: no per-file record (10,000 small files are mostly syscalls).
-        let (mut resident, mut size, mut unknown) = (0u64, 0u64, 0usize);
+        let mut t = Totals::default();
         for p in &paths {
             match residency::open(p)
                 .and_then(|(f, len)| residency::query(&f, p, len, method).map(|r| (r, len)))
             {
-                Ok((r, len)) => {
-                    resident += (r.cached_bytes / page * page).min(len);
-                    size += len;
+                Ok((r, len)) => t.add(Some(len), Some((r.cached_bytes / page * page).min(len))),
+                Err(e) => {
+                    t.add(std::fs::metadata(p).ok().map(|m| m.len()), None);
+                    reasons.push(format!("{:#}", anyhow::Error::from(e)));
                 }
-                Err(_) => unknown += 1,
             }
         }
-        (Vec::new(), resident, size, unknown)
+        (Vec::new(), t)
     } else {
         let files: Vec<FileResidency> = paths
             .iter()
             .map(|p| one(p, method, args.map, page))
             .collect();
-        let resident = files.iter().filter_map(|f| f.resident_bytes).sum();
-        let size = files.iter().map(|f| f.size_bytes).sum();
-        let unknown = files.iter().filter(|f| f.unknown_reason.is_some()).count();
-        (files, resident, size, unknown)
+        reasons.extend(files.iter().filter_map(|f| {
+            f.unknown_reason
+                .as_ref()
+                .map(|r| format!("'{}': {r}", f.path))
+        }));
+        let t = Totals::of(&files);
+        (files, t)
     };
+    if !reasons.is_empty() {
+        let mut w = vec![format!(
+            "residency of {} of {} files is unknown (not counted as 0 B)",
+            reasons.len(),
+            paths.len()
+        )];
+        // Reasons one per line, at most a few: 10,000 unreadable files say the same.
+        w.extend(reasons.iter().take(5).cloned());
+        super::warn_all(&w);
+    }
     if args.output.json {
         render::json(
             out,
             &Doc {
                 schema_version: crate::model::SCHEMA_VERSION,
                 files: if args.summary { &[] } else { &files },
-                total_resident_bytes: total_resident,
-                total_size_bytes: total_size,
+                total_resident_bytes: totals.total_resident_bytes(),
+                total_size_bytes: totals.total_size_bytes(),
+                known_resident_bytes: totals.resident_bytes,
+                known_size_bytes: totals.known_size_bytes,
+                unknown_files: totals.unknown_files,
+                unknown_size_bytes: totals.unknown_size_bytes,
             },
         )?;
     } else if args.summary {
-        writeln!(
-            out,
-            "{} files: {} of {} resident{}",
-            paths.len(),
-            crate::units::iec(total_resident),
-            crate::units::iec(total_size),
-            if unknown > 0 {
-                format!(" ({unknown} unknown)")
-            } else {
-                String::new()
-            }
-        )?;
+        writeln!(out, "{}", render::residency::summary_line(&totals))?; // numbers only
     } else {
-        out.write_all(render::residency::human(&files).as_bytes())?;
+        out.write_all(crate::render::safe::terminal(&render::residency::human(&files)).as_bytes())?;
     }
     Ok(())
 }

@@ -196,7 +196,7 @@ pub fn run(args: &RunArgs, out: &mut dyn Write) -> anyhow::Result<()> {
     if args.output.json {
         crate::render::json(out, &summary)?;
     } else {
-        out.write_all(human(&summary).as_bytes())?;
+        out.write_all(crate::render::safe::terminal(&human(&summary)).as_bytes())?;
     }
     Ok(())
 }

@@ -69,7 +69,7 @@ pub fn run(args: &ScanArgs, out: &mut dyn Write) -> anyhow::Result<()> {
     if args.output.json {
         render::json(out, &report)?;
     } else {
-        out.write_all(render::scan::human(&report).as_bytes())?;
+        out.write_all(crate::render::safe::terminal(&render::scan::human(&report)).as_bytes())?;
     }
     Ok(())
 }

@@ -186,7 +186,9 @@ pub fn run(args: &TraceArgs, out: &mut dyn Write) -> anyhow::Result<()> {
     if args.output.json {
         out_trace::json_line(out, Record::Attached(attached))?;
     } else {
-        out.write_all(out_trace::human_attached(&attached).as_bytes())?;
+        out.write_all(
+            crate::render::safe::terminal(&out_trace::human_attached(&attached)).as_bytes(),
+        )?;
         out.flush()?;
     }
     let mut next = start + args.interval;
@@ -222,7 +224,7 @@ fn emit(out: &mut dyn Write, json: bool, record: Record) -> anyhow::Result<()> {
         Record::Summary(m) => out_trace::human(m, "summary since attach"),
         Record::Attached(a) => out_trace::human_attached(a),
     };
-    writeln!(out, "{text}")?;
+    writeln!(out, "{}", crate::render::safe::terminal(&text))?;
     out.flush()?;
     Ok(())
 }

@@ -63,6 +63,8 @@ impl Default for Request {
 #[derive(Debug, Clone)]
 struct Interest {
     shown: String,
+    /// `shown`'s bytes when they are not UTF-8.
+    raw: Option<Vec<u8>>,
     open_path: PathBuf,
     size_bytes: Option<u64>,
     explicit: bool,
@@ -129,11 +131,18 @@ pub fn gather(roots: &Roots, req: &Request, warnings: &mut Vec<String>) -> anyho
     let mut others = Vec::new();
     for (pid, basic) in pids.iter().zip(basics) {
         match basic {
-            Ok(Some(b)) => match g.keep(*pid, b) {
-                Ok(k) => kept.push(k),
-                Err(Some(other)) => others.push(other),
-                Err(None) => {}
-            },
+            Ok(Some(b)) => {
+                // Counted whether it is kept or not: whether another user's process
+                // maps or holds a file of interest is unknown, never "no".
+                if b.denied {
+                    sample.skipped.denied += 1;
+                }
+                match g.keep(*pid, b) {
+                    Ok(k) => kept.push(k),
+                    Err(Some(other)) => others.push(other),
+                    Err(None) => {}
+                }
+            }
             Ok(None) => {}
             Err(e) if e.is_gone() => sample.skipped.gone += 1,
             Err(e) if e.is_denied() => sample.skipped.denied += 1,
@@ -153,8 +162,8 @@ pub fn gather(roots: &Roots, req: &Request, warnings: &mut Vec<String>) -> anyho
     let details = super::par_map(&kept, |k| read_detail(&procs, k));
     for detail in details {
         match detail {
-            Ok(p) => {
-                if p.unreadable == Some(Unreadable::Denied) {
+            Ok((p, newly_denied)) => {
+                if newly_denied {
                     sample.skipped.denied += 1;
                 }
                 sample.processes.push(p)
@@ -166,7 +175,7 @@ pub fn gather(roots: &Roots, req: &Request, warnings: &mut Vec<String>) -> anyho
     }
     if sample.skipped.denied > 0 {
         g.warnings.push(format!(
-            "{} could not be read fully (their smaps, maps or fds need root or CAP_SYS_PTRACE): their files and PSS are unknown",
+            "{} could not be read fully (their smaps, maps or fds need root or CAP_SYS_PTRACE): whether they map or hold the files, and their PSS, are unknown",
             crate::units::count(sample.skipped.denied as u64, "process", "processes")
         ));
     }
@@ -235,17 +244,19 @@ fn read_basic(procs: &ProcReader, pid: i32, only: Option<&CgroupRef>) -> CResult
 }
 
 /// Phase 3: one page-table walk per process: `smaps` when it maps a file of interest
-/// (per-VMA values and the totals), else `smaps_rollup`.
+/// (per-VMA values and the totals), else `smaps_rollup`. The flag says it was refused
+/// here for the first time (phase 1 counted the others).
 fn read_detail(
     procs: &ProcReader,
     (p, wanted): &(ProcessSample, HashSet<FileKey>),
-) -> CResult<ProcessSample> {
+) -> CResult<(ProcessSample, bool)> {
     let mut p = p.clone();
     if p.kernel_thread {
-        return Ok(p);
+        return Ok((p, false));
     }
     let pid = p.pid;
-    let mut denied = p.unreadable == Some(Unreadable::Denied);
+    let denied_before = p.unreadable == Some(Unreadable::Denied);
+    let mut denied = denied_before;
     let rollup = if wanted.is_empty() {
         procs.rollup(pid)
     } else {
@@ -266,7 +277,7 @@ fn read_detail(
     if denied {
         p.unreadable = Some(Unreadable::Denied);
     }
-    Ok(p)
+    Ok((p, denied && !denied_before))
 }
 
 fn read_cgroups(
@@ -356,6 +367,7 @@ impl Gatherer<'_> {
             FileKey::from_dev(meta.dev(), meta.ino()),
             Some(Interest {
                 shown: abs.display().to_string(),
+                raw: raw_if_lossy(&abs),
                 open_path: abs,
                 size_bytes: Some(meta.len()),
                 explicit: true,
@@ -385,6 +397,7 @@ impl Gatherer<'_> {
             has_model_extension(path) || (!code && size.is_some_and(|s| s >= self.req.min_size));
         let value = interesting.then(|| Interest {
             shown: path.to_string(),
+            raw: None,
             open_path,
             size_bytes: size,
             explicit: false,
@@ -492,6 +505,7 @@ impl Gatherer<'_> {
             self.decided.entry(key).or_insert_with(|| {
                 Some(Interest {
                     shown: shown.display().to_string(),
+                    raw: raw_if_lossy(&shown),
                     open_path,
                     size_bytes: Some(meta.len()),
                     explicit: false,
@@ -511,6 +525,7 @@ impl Gatherer<'_> {
             self.decided.entry(key).or_insert_with(|| {
                 Some(Interest {
                     shown: path.display().to_string(),
+                    raw: raw_if_lossy(&path),
                     open_path: path,
                     size_bytes: Some(size),
                     explicit: false,
@@ -639,10 +654,19 @@ pub fn candidates(
     out
 }
 
+/// A path's bytes when they are not UTF-8 (its `display()` is lossy).
+pub fn raw_if_lossy(p: &Path) -> Option<Vec<u8>> {
+    use std::os::unix::ffi::OsStrExt;
+    p.to_str()
+        .is_none()
+        .then(|| p.as_os_str().as_bytes().to_vec())
+}
+
 fn file_sample(key: FileKey, i: Interest, method: Method) -> FileSample {
     let mut f = FileSample {
         key,
         path: i.shown,
+        path_bytes: i.raw,
         size_bytes: i.size_bytes,
         residency: None,
         residency_error: None,

@@ -76,8 +76,14 @@ pub fn read_map(path: &Path) -> Result<std::collections::BTreeMap<String, u64>> 
 }
 
 /// Reads a whole small kernel file into a string.
+/// Bytes that are not UTF-8 (a file name in `maps`, a `comm`: the kernel prints them as
+/// they are) become U+FFFD: one odd name must not make a whole process unreadable.
 pub fn read_to_string(path: &Path) -> Result<String> {
-    std::fs::read_to_string(path).map_err(|e| CollectError::io(path, e))
+    let bytes = std::fs::read(path).map_err(|e| CollectError::io(path, e))?;
+    Ok(match String::from_utf8(bytes) {
+        Ok(s) => s,
+        Err(e) => String::from_utf8_lossy(e.as_bytes()).into_owned(),
+    })
 }
 
 /// Reads a file holding one number (cgroup `memory.current`); `max` gives `None`.
@@ -95,6 +101,17 @@ pub fn read_limit(path: &Path) -> Result<Option<u64>> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn text_that_is_not_utf8_is_read_lossily() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("maps");
+        std::fs::write(&p, b"7f00-7f01 r--s 00000000 fd:01 12 /m\xff.gguf\n").unwrap();
+        assert_eq!(
+            read_to_string(&p).unwrap(),
+            "7f00-7f01 r--s 00000000 fd:01 12 /m\u{fffd}.gguf\n"
+        );
+    }
 
     fn collect(text: &str, numeric: &[&str]) -> Result<Vec<(String, u64)>> {
         let mut out = Vec::new();

@@ -79,7 +79,9 @@ pub struct ProcessModel {
     pub private_clean_bytes: Option<u64>,
     pub private_dirty_bytes: Option<u64>,
     pub cgroup: Option<String>,
-    pub holds_files: usize,
+    /// Files of interest it maps, holds open or holds a proven copy of; `None` (null)
+    /// when its `maps` or `fd` could not be read (see `unreadable`): unknown, not 0.
+    pub holds_files: Option<usize>,
     /// Set when part of the process could not be read (`denied`: root or
     /// `CAP_SYS_PTRACE` needed; `gone`: exited).
     pub unreadable: Option<Unreadable>,
@@ -217,6 +219,10 @@ pub struct Representations {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct FileModel {
     pub path: String,
+    /// The name's bytes, only when they are not UTF-8 (`path` is then lossy): people
+    /// see them escaped (`\xff`) rather than as U+FFFD.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub path_bytes: Option<Vec<u8>>,
     /// (major, minor, inode): the identity joins are made on.
     pub key: FileKey,
     /// `major:minor`, as people read it.
@@ -248,6 +254,11 @@ fn sum_opt(mut values: impl Iterator<Item = Option<u64>>) -> Option<u64> {
 }
 
 fn process_model(p: &ProcessSample, holds_files: usize) -> ProcessModel {
+    // What it was seen holding is certain; nothing seen of an unreadable one is unknown.
+    let holds_files = match p.unreadable {
+        Some(_) if holds_files == 0 => None,
+        _ => Some(holds_files),
+    };
     let r = p.rollup.as_ref();
     ProcessModel {
         pid: p.pid,
@@ -322,6 +333,7 @@ pub fn build(sample: &Sample) -> Report {
             let resident = f.residency.as_ref().map(|r| r.cached_bytes);
             FileModel {
                 path: f.path.clone(),
+                path_bytes: f.path_bytes.clone(),
                 key: f.key,
                 device: format!("{}:{}", f.key.major, f.key.minor),
                 inode: f.key.inode,
@@ -400,8 +412,9 @@ pub fn build(sample: &Sample) -> Report {
         .collect();
     processes.sort_by(|a, b| {
         b.holds_files
+            .unwrap_or(0)
             .min(1)
-            .cmp(&a.holds_files.min(1))
+            .cmp(&a.holds_files.unwrap_or(0).min(1))
             .then(b.rss_bytes.unwrap_or(0).cmp(&a.rss_bytes.unwrap_or(0)))
             .then(a.pid.cmp(&b.pid))
     });

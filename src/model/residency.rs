@@ -11,8 +11,14 @@ pub const MAX_CELLS: u64 = 256;
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct FileResidency {
     pub path: String,
-    pub size_bytes: u64,
-    pub pages: u64,
+    /// The name's bytes, only when they are not UTF-8 (`path` is then lossy): people
+    /// see them escaped (`\xff`) rather than as U+FFFD.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub path_bytes: Option<Vec<u8>>,
+    /// From `stat(2)`, which needs no permission on the file: `None` only when even that
+    /// failed (see `unknown_reason`).
+    pub size_bytes: Option<u64>,
+    pub pages: Option<u64>,
     pub resident_pages: Option<u64>,
     pub resident_bytes: Option<u64>,
     pub resident_fraction: Option<f64>,
@@ -33,16 +39,19 @@ pub struct MapModel {
     pub cells: String,
 }
 
+/// One file's record; `size` is `None` when not even `stat` worked, and a residency
+/// `Err` carries the reason it is unknown.
 pub fn build(
     path: &str,
-    size: u64,
+    size: Option<u64>,
     page_size: u64,
     sample: Result<&ResidencySample, String>,
     map: Option<&ResidencyMap>,
 ) -> FileResidency {
-    let pages = size.div_ceil(page_size.max(1));
+    let pages = size.map(|s| s.div_ceil(page_size.max(1)));
     let mut r = FileResidency {
         path: path.to_string(),
+        path_bytes: None,
         size_bytes: size,
         pages,
         resident_pages: None,
@@ -56,8 +65,10 @@ pub fn build(
         unknown_reason: None,
         map: map.map(draw),
     };
-    match sample {
-        Ok(s) => {
+    match (sample, size) {
+        (Ok(_), None) => r.unknown_reason = Some("its size is unknown".into()),
+        (Ok(s), Some(size)) => {
+            let pages = pages.unwrap_or(0);
             // cachestat counts whole pages; the last, partial page is cached whole.
             let resident_pages = s.cached_bytes / page_size.max(1);
             r.resident_pages = Some(resident_pages);
@@ -73,9 +84,70 @@ pub fn build(
             r.recently_evicted_bytes = s.recently_evicted_bytes;
             r.source = Some(format!("{:?}", s.source).to_lowercase());
         }
-        Err(reason) => r.unknown_reason = Some(reason),
+        (Err(reason), _) => r.unknown_reason = Some(reason),
     }
     r
+}
+
+/// Totals over files, known parts apart from unknown ones: a file whose residency is
+/// unknown adds nothing to `resident_bytes` or `known_size_bytes`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Totals {
+    pub files: usize,
+    /// Resident bytes of the files whose residency is known.
+    pub resident_bytes: u64,
+    /// Size of the files whose residency is known.
+    pub known_size_bytes: u64,
+    /// Files whose residency is unknown, and their size (`None`: a size is unknown too).
+    pub unknown_files: usize,
+    pub unknown_size_bytes: Option<u64>,
+}
+
+impl Default for Totals {
+    fn default() -> Self {
+        Totals {
+            files: 0,
+            resident_bytes: 0,
+            known_size_bytes: 0,
+            unknown_files: 0,
+            unknown_size_bytes: Some(0),
+        }
+    }
+}
+
+impl Totals {
+    /// Adds one file: its size (if known) and resident bytes (`None`: unknown).
+    pub fn add(&mut self, size: Option<u64>, resident: Option<u64>) {
+        self.files += 1;
+        match (size, resident) {
+            (Some(size), Some(resident)) => {
+                self.resident_bytes += resident;
+                self.known_size_bytes += size;
+            }
+            _ => {
+                self.unknown_size_bytes = self.unknown_size_bytes.zip(size).map(|(a, b)| a + b);
+                self.unknown_files += 1;
+            }
+        }
+    }
+
+    pub fn of(files: &[FileResidency]) -> Totals {
+        let mut t = Totals::default();
+        for f in files {
+            t.add(f.size_bytes, f.resident_bytes);
+        }
+        t
+    }
+
+    /// All resident bytes, when every file's residency is known.
+    pub fn total_resident_bytes(&self) -> Option<u64> {
+        (self.unknown_files == 0).then_some(self.resident_bytes)
+    }
+
+    /// All the files' size, when every size is known.
+    pub fn total_size_bytes(&self) -> Option<u64> {
+        self.unknown_size_bytes.map(|u| u + self.known_size_bytes)
+    }
 }
 
 pub fn draw(map: &ResidencyMap) -> MapModel {
@@ -125,13 +197,30 @@ mod tests {
             cached_bytes: 8192,
             ..ResidencySample::default()
         };
-        let r = build("f", 5000, 4096, Ok(&s), None);
-        assert_eq!(r.pages, 2);
+        let r = build("f", Some(5000), 4096, Ok(&s), None);
+        assert_eq!(r.pages, Some(2));
         assert_eq!(r.resident_pages, Some(2));
         assert_eq!(r.resident_bytes, Some(5000));
         assert_eq!(r.resident_fraction, Some(1.0));
-        let u = build("f", 5000, 4096, Err("no".into()), None);
+        let u = build("f", Some(5000), 4096, Err("no".into()), None);
         assert_eq!(u.resident_bytes, None);
+        assert_eq!((u.size_bytes, u.pages), (Some(5000), Some(2)));
         assert_eq!(u.unknown_reason.as_deref(), Some("no"));
+    }
+
+    #[test]
+    fn totals_keep_unknown_apart() {
+        let mut t = Totals::default();
+        t.add(Some(8192), Some(4096));
+        assert_eq!(t.total_resident_bytes(), Some(4096));
+        t.add(Some(100), None);
+        t.add(Some(200), None);
+        assert_eq!((t.resident_bytes, t.known_size_bytes), (4096, 8192));
+        assert_eq!((t.unknown_files, t.unknown_size_bytes), (2, Some(300)));
+        assert_eq!(t.total_resident_bytes(), None, "unknown, not 4096");
+        assert_eq!(t.total_size_bytes(), Some(8492));
+        t.add(None, None);
+        assert_eq!(t.total_size_bytes(), None);
+        assert_eq!(t.unknown_size_bytes, None);
     }
 }

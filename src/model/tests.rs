@@ -15,6 +15,7 @@ fn key(inode: u64) -> FileKey {
 
 fn file(inode: u64, size: u64, cached: Option<u64>) -> FileSample {
     FileSample {
+        path_bytes: None,
         key: key(inode),
         path: format!("/m/f{inode}.gguf"),
         size_bytes: Some(size),
@@ -153,7 +154,7 @@ fn proven_copy_counts_and_closed_file_copier_is_listed() {
     assert_eq!(f.proven_copies.len(), 1);
     assert!(f.suspected_copies.is_empty());
     assert_eq!(f.candidates.searched, 1);
-    assert_eq!(r.processes[0].holds_files, 1);
+    assert_eq!(r.processes[0].holds_files, Some(1));
     let codes: Vec<_> = r.findings.iter().map(|x| x.code.as_str()).collect();
     assert_eq!(codes, ["proven-private-copy", "multiple-representations"]);
 }

@@ -5,6 +5,7 @@ pub mod dupes;
 pub mod inspect;
 pub mod probe;
 pub mod residency;
+pub mod safe;
 pub mod scan;
 pub mod table;
 pub mod trace;

@@ -2,6 +2,7 @@
 
 use std::fmt::Write as _;
 
+use super::safe::shown;
 use super::table::{Align, Table};
 use crate::model::{CopyHow, FileModel, MapKind, Report, Severity};
 use crate::units::{iec, iec_opt};
@@ -92,7 +93,7 @@ fn kind(k: MapKind) -> &'static str {
 }
 
 fn file_section(f: &FileModel, out: &mut String) {
-    let _ = writeln!(out, "  {}", f.path);
+    let _ = writeln!(out, "  {}", shown(&f.path, f.path_bytes.as_deref()));
     let _ = writeln!(
         out,
         "    size {}  resident {} ({}{})",
@@ -197,15 +198,19 @@ pub fn human(report: &Report) -> String {
     let holders = report
         .processes
         .iter()
-        .filter(|p| p.holds_files > 0)
+        .filter(|p| p.holds_files.is_some_and(|n| n > 0))
         .count();
     let _ = writeln!(
         out,
-        "twofold scan: {} model file{} held by {} process{}",
+        "twofold scan: {} model file{} held by {} process{}{}",
         report.files.len(),
         if report.files.len() == 1 { "" } else { "s" },
         holders,
-        if holders == 1 { "" } else { "es" }
+        if holders == 1 { "" } else { "es" },
+        match report.skipped.denied {
+            0 => String::new(),
+            n => format!(" (and unknown for {n} unreadable)"),
+        }
     );
     if let (Some(total), Some(avail), Some(cache)) = (
         report.system.mem_total_bytes,
@@ -320,6 +325,19 @@ pub fn human(report: &Report) -> String {
         if let Some(r) = &f.remedy {
             let _ = writeln!(out, "           → {r}");
         }
+    }
+    if report.skipped.denied > 0 {
+        let _ = writeln!(
+            out,
+            "\n{} process{} could not be read (root or CAP_SYS_PTRACE needed): whether {} the files is unknown",
+            report.skipped.denied,
+            if report.skipped.denied == 1 { "" } else { "es" },
+            if report.skipped.denied == 1 {
+                "it maps or holds"
+            } else {
+                "they map or hold"
+            }
+        );
     }
     if report.skipped.gone > 0 {
         let _ = writeln!(

@@ -1,5 +1,7 @@
 //! A minimal column-aligned text table.
 
+use super::safe::{safe, width};
+
 /// Column alignment.
 #[derive(Clone, Copy, PartialEq, Eq)]
 pub enum Align {
@@ -31,19 +33,25 @@ impl Table {
     }
 
     /// Renders with `indent` spaces before each line; the last column is never padded.
+    /// Cells are escaped ([`safe`]: a cell may hold a file name or a command line) and
+    /// measured in terminal columns, so wide characters keep the columns aligned.
     pub fn render(&self, indent: usize) -> String {
         let n = self.header.len();
-        let mut widths: Vec<usize> = self.header.iter().map(|h| h.chars().count()).collect();
-        for r in &self.rows {
-            for (i, c) in r.iter().enumerate().take(n) {
-                widths[i] = widths[i].max(c.chars().count());
+        let rows: Vec<Vec<String>> = std::iter::once(&self.header)
+            .chain(self.rows.iter())
+            .map(|r| r.iter().take(n).map(|c| safe(c).into_owned()).collect())
+            .collect();
+        let mut widths = vec![0; n];
+        for r in &rows {
+            for (i, c) in r.iter().enumerate() {
+                widths[i] = widths[i].max(width(c));
             }
         }
         let mut out = String::new();
-        for r in std::iter::once(&self.header).chain(self.rows.iter()) {
+        for r in &rows {
             let mut line = " ".repeat(indent);
-            for (i, c) in r.iter().enumerate().take(n) {
-                let pad = widths[i].saturating_sub(c.chars().count());
+            for (i, c) in r.iter().enumerate() {
+                let pad = widths[i].saturating_sub(width(c));
                 let last = i + 1 == n;
                 match self.align[i] {
                     Align::Right => {
@@ -80,6 +88,18 @@ mod tests {
         assert_eq!(
             t.render(2),
             "  name          size\n  a          1.0 KiB\n  long-name      3 B\n"
+        );
+    }
+
+    #[test]
+    fn escapes_cells_and_aligns_by_display_width() {
+        let mut t = Table::new(&[("name", Align::Left), ("n", Align::Right)]);
+        t.row(vec!["模型".into(), "1".into()]);
+        t.row(vec!["a\u{1b}[31m".into(), "22".into()]);
+        t.row(vec!["ab".into(), "3".into()]);
+        assert_eq!(
+            t.render(0),
+            "name      n\n模型      1\na\\e[31m  22\nab        3\n"
         );
     }
 }

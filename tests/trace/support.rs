@@ -79,6 +79,31 @@ impl Armed {
         line.trim().to_string()
     }
 
+    /// Stops it (SIGSTOP) and waits until the kernel shows it stopped (`T` in
+    /// `/proc/PID/stat`): from then on it takes no fault and makes no syscall, so
+    /// counters read from BPF and from `/proc` afterwards, in either order, cover the
+    /// same work. (A child that has only said `ready` may still fault on its way back to
+    /// its blocking read.)
+    pub fn stop(&self) {
+        let pid = nix::unistd::Pid::from_raw(self.pid());
+        nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGSTOP).unwrap();
+        let start = Instant::now();
+        while proc_state(self.pid()) != 'T' {
+            assert!(
+                start.elapsed() < Duration::from_secs(30),
+                "pid {} did not stop",
+                self.pid()
+            );
+            std::thread::sleep(Duration::from_millis(1));
+        }
+    }
+
+    /// Lets a [`Armed::stop`]ped child run again (a blocking read it was in resumes).
+    pub fn resume(&self) {
+        let pid = nix::unistd::Pid::from_raw(self.pid());
+        nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGCONT).unwrap();
+    }
+
     /// Waits for it to exit; its signal, if killed.
     pub fn wait_killed(&mut self) -> Option<i32> {
         use std::os::unix::process::ExitStatusExt;
@@ -91,6 +116,12 @@ impl Drop for Armed {
         let _ = self.child.kill();
         let _ = self.child.wait();
     }
+}
+
+/// The state letter of a process (`/proc/PID/stat` field 3).
+pub fn proc_state(pid: i32) -> char {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap();
+    stat[stat.rfind(')').unwrap() + 2..].chars().next().unwrap()
 }
 
 /// minflt + majflt of a process (`/proc/PID/stat` fields 10 and 12).
