@@ -208,9 +208,21 @@ impl Bpftrace {
         let mut child = Command::new("bpftrace")
             .args(["-e", &full])
             .stdout(Stdio::piped())
-            .stderr(Stdio::inherit())
+            .stderr(Stdio::piped())
             .spawn()
             .unwrap();
+        // bpftrace 0.17 tries to raise RLIMIT_MEMLOCK to infinity and prints an ERROR line
+        // when it may not (this VM's hard limit is 8 MiB, and even root gets EPERM). Since
+        // Linux 5.11 BPF memory is charged to the memory cgroup, not to that limit, so the
+        // line is noise: everything else bpftrace says is passed through.
+        let err = BufReader::new(child.stderr.take().unwrap());
+        std::thread::spawn(move || {
+            for line in err.lines().map_while(Result::ok) {
+                if !line.contains("RLIMIT_MEMLOCK") {
+                    eprintln!("{line}");
+                }
+            }
+        });
         let mut out = BufReader::new(child.stdout.take().unwrap());
         let start = Instant::now();
         loop {
