@@ -23,6 +23,7 @@ pub mod cmd;
 pub mod collect;
 pub use twofold_formats as container;
 pub mod dupes;
+pub mod engine;
 pub mod input;
 pub mod model;
 pub mod render;

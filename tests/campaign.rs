@@ -724,26 +724,17 @@ fn a_failing_competitor_fails_the_arm_and_the_command() {
             .output()
             .unwrap()
     };
-    // A step too large to allocate: the child panics ("capacity overflow"), which is no
-    // OOM kill and no experiment.
+    // A fraction that once made the competitor child panic ("capacity overflow") and
+    // was reported as a valid experiment: refused when the command line is parsed now.
     let out = pressure("1e12");
-    let (stdout, stderr) = (
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr),
-    );
-    assert_ne!(out.status.code(), Some(0), "{stdout}");
-    assert!(stdout.contains("shared arm failed"), "{stdout}");
-    assert!(stdout.contains("private arm failed"), "{stdout}");
-    assert!(!stdout.contains("EiB idle"), "{stdout}");
-    assert!(
-        stderr.contains("the competitor experiment failed"),
-        "{stderr}"
-    );
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert!(!stderr.contains("panicked"), "{stderr}");
     // Not a number of the limit at all: refused up front.
     let out = pressure("inf");
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(2), "{stderr}");
-    assert!(stderr.contains("'--competitor-fraction inf'"), "{stderr}");
+    assert!(stderr.contains("'inf'"), "{stderr}");
     assert!(leftover_cgroups().is_empty(), "{:?}", leftover_cgroups());
 }
 
@@ -758,7 +749,7 @@ fn too_many_readers_are_refused_at_once() {
             "--experiment",
             "readers",
             "--readers",
-            "100000",
+            "10000",
             "--memory-max",
             "256M",
         ])
@@ -772,7 +763,7 @@ fn too_many_readers_are_refused_at_once() {
         .collect();
     assert_eq!(errors.len(), 1, "{stderr}");
     assert!(
-        errors[0].contains("'--readers 100000' cannot fit"),
+        errors[0].contains("'--readers 10000' cannot fit"),
         "{stderr}"
     );
     assert!(errors[0].contains("at most 127 readers fit"), "{stderr}");

@@ -144,7 +144,11 @@ fn copies_in(sandbox: &Sandbox, model: &std::path::Path) -> Option<CopiesAtTimeo
         cgroup: Some(sandbox.dir.clone()),
         ..Default::default()
     };
-    let report = crate::cmd::scan::report(&req, Some(Default::default()), None).ok()?;
+    let mut warnings = Vec::new();
+    let snap = crate::engine::Engine::new(req, Some(Default::default()))
+        .snapshot(Vec::new(), &mut warnings)
+        .ok()?;
+    let report = crate::engine::report(&snap, None);
     let shown = std::path::absolute(model).ok()?.display().to_string();
     let file = report.files.into_iter().find(|f| f.path == shown)?;
     Some(CopiesAtTimeout {

@@ -3,9 +3,10 @@
 use std::io::Write;
 
 use crate::cli::ScanArgs;
-use crate::collect::gather::{self, Request};
-use crate::collect::Roots;
+use crate::collect::gather::Request;
 use crate::dupes::prove::ProveOptions;
+use crate::engine::{self, Engine, Snapshot};
+use crate::sample::trace::TraceSample;
 use crate::{model, render};
 
 pub fn request(args: &ScanArgs) -> Request {
@@ -30,19 +31,18 @@ pub fn prove_options(args: &ScanArgs) -> Option<ProveOptions> {
     })
 }
 
-/// collect → byte-level proof of the candidates' copies (unless `prove` is `None`) →
-/// model, on the live system; warnings go to stderr.
-pub fn report(
+/// One snapshot through the engine (after a traced window, when asked: the window's
+/// read() ledger goes into the snapshot), and the traced sample itself.
+pub fn snapshot(
     req: &Request,
     prove: Option<ProveOptions>,
     trace: Option<std::time::Duration>,
-) -> anyhow::Result<model::Report> {
-    let roots = Roots::live();
-    let mut warnings = Vec::new();
-    let traced = trace.and_then(|d| super::trace::trace_window(d, req, &mut warnings));
-    let mut sample = gather::gather(&roots, req, &mut warnings)?;
-    if let Some(t) = &traced {
-        sample.reads =
+    warnings: &mut Vec<String>,
+) -> anyhow::Result<(Snapshot, Option<TraceSample>)> {
+    let traced = trace.and_then(|d| super::trace::trace_window(d, req, warnings));
+    let reads = traced
+        .as_ref()
+        .map(|t| {
             t.io.iter()
                 .map(|((pid, file), c)| crate::sample::ReadSample {
                     pid: *pid,
@@ -51,12 +51,23 @@ pub fn report(
                     read_calls: c.read_calls,
                     mmap_calls: c.mmap_shared + c.mmap_private,
                 })
-                .collect();
-    }
-    if let Some(opts) = prove {
-        sample.proofs = crate::dupes::prove::prove(&roots, &sample, opts, &mut warnings);
-    }
-    let mut report = model::build(&sample);
+                .collect()
+        })
+        .unwrap_or_default();
+    let snap = Engine::new(req.clone(), prove).snapshot(reads, warnings)?;
+    Ok((snap, traced))
+}
+
+/// collect → byte-level proof of the candidates' copies (unless `prove` is `None`) →
+/// model, on the live system; warnings go to stderr.
+pub fn report(
+    req: &Request,
+    prove: Option<ProveOptions>,
+    trace: Option<std::time::Duration>,
+) -> anyhow::Result<model::Report> {
+    let mut warnings = Vec::new();
+    let (snap, traced) = snapshot(req, prove, trace, &mut warnings)?;
+    let mut report = engine::report(&snap, None);
     if let Some(t) = &traced {
         super::trace::apply_to_report(&mut report, t, &req.pids);
     }

@@ -262,7 +262,7 @@ pub fn apply_to_report(report: &mut Report, sample: &TraceSample, pids: &[i32]) 
     let mut paths = BTreeMap::new();
     let mut sizes = BTreeMap::new();
     for f in &report.files {
-        let key = file_key(&f.device, f.inode);
+        let key = f.key;
         paths.insert(key, f.path.clone());
         if let Some(s) = f.size_bytes {
             sizes.insert(key, s);

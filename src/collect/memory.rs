@@ -137,6 +137,35 @@ impl Target {
         Ok(out)
     }
 
+    /// Resident bytes of each mapping, by its start address, from `/proc/PID/smaps` (its
+    /// walk skips unpopulated page tables, so a huge empty reservation costs nothing).
+    pub fn rss_by_start(&self) -> std::io::Result<std::collections::HashMap<u64, u64>> {
+        let path = self.pagemap_path.with_file_name("smaps");
+        let text = std::fs::read_to_string(path)?;
+        let mut out = std::collections::HashMap::new();
+        let mut start = None;
+        for line in text.lines() {
+            if let Some(rest) = line.strip_prefix("Rss:") {
+                let kb: u64 = rest
+                    .trim()
+                    .trim_end_matches("kB")
+                    .trim()
+                    .parse()
+                    .unwrap_or(u64::MAX / 1024);
+                if let Some(s) = start.take() {
+                    out.insert(s, kb * 1024);
+                }
+            } else if let Some((range, _)) = line.split_once(' ') {
+                if let Some((a, _)) = range.split_once('-') {
+                    if let Ok(a) = u64::from_str_radix(a, 16) {
+                        start = Some(a);
+                    }
+                }
+            }
+        }
+        Ok(out)
+    }
+
     /// Pagemap entries for `[start, end)`, one per page.
     pub fn pagemap(&self, start: u64, end: u64, out: &mut Vec<u64>) -> Result<()> {
         let pages = ((end - start) / PAGE) as usize;

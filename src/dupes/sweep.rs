@@ -94,6 +94,11 @@ impl PageMap {
     }
 }
 
+/// Regions are read a window of this many bytes at a time (2 MiB of pagemap entries).
+const WINDOW: u64 = 1 << 30;
+/// Regions larger than this are skipped when `smaps` says nothing of them is resident.
+const HUGE_REGION: u64 = 64 << 30;
+
 /// From this stride on, the pagemap entries of the sampled pages are read one by one
 /// (one syscall each) rather than the whole region's (about 30 ns a page).
 const SPARSE_PAGEMAP_STRIDE: u64 = 16;
@@ -125,90 +130,110 @@ impl Sweep<'_> {
         let mut addrs = Vec::with_capacity(IOV_MAX);
         let mut cands: Vec<(usize, u64)> = Vec::new();
         let stride = self.stride.max(1);
+        let rss = regions
+            .iter()
+            .any(|r| r.end - r.start > HUGE_REGION)
+            .then(|| self.target.rss_by_start().ok())
+            .flatten();
         for (ri, r) in regions.iter().enumerate() {
             if self.deadline.is_some_and(|d| Instant::now() >= d) {
                 return Ok((st.hits, st.stats, false));
             }
             st.stats.mapped_bytes += r.end - r.start;
-            let first = (r.start / PAGE).next_multiple_of(stride) * PAGE;
-            let pages: Vec<u64> = if stride >= SPARSE_PAGEMAP_STRIDE {
-                pm = PageMap {
-                    start: 0,
-                    entries: Vec::new(),
-                };
-                let mut v = Vec::new();
-                for a in (first..r.end).step_by((stride * PAGE) as usize) {
-                    self.target
-                        .pagemap(a, a + PAGE, &mut one)
-                        .map_err(|e| io::Error::other(format!("{e:#}")))?;
-                    if one.first().is_some_and(|e| Target::eligible(*e, r.kind)) {
-                        v.push(a);
-                    }
-                }
-                st.stats.present_bytes += v.len() as u64 * stride * PAGE;
-                v
-            } else {
-                pm.start = r.start;
-                self.target
-                    .pagemap(r.start, r.end, &mut pm.entries)
-                    .map_err(|e| io::Error::other(format!("{e:#}")))?;
-                st.stats.present_bytes += pm
-                    .entries
-                    .iter()
-                    .filter(|e| Target::eligible(**e, r.kind))
-                    .count() as u64
-                    * PAGE;
-                (first..r.end)
-                    .step_by((stride * PAGE) as usize)
-                    .filter(|a| pm.eligible(r, *a))
-                    .collect()
-            };
-            for batch in pages.chunks(IOV_MAX) {
+            // A huge reservation (CUDA, ASan, JVM heaps) that holds nothing is skipped;
+            // one that holds something is read a window at a time (bounded memory).
+            if r.end - r.start > HUGE_REGION
+                && rss.as_ref().is_some_and(|m| m.get(&r.start) == Some(&0))
+            {
+                continue;
+            }
+            let mut w0 = r.start;
+            while w0 < r.end {
+                let w1 = (w0 + WINDOW).min(r.end);
                 if self.deadline.is_some_and(|d| Instant::now() >= d) {
                     return Ok((st.hits, st.stats, false));
                 }
-                addrs.clear();
-                addrs.extend(
-                    batch
+                let first = (w0 / PAGE).next_multiple_of(stride) * PAGE;
+                let pages: Vec<u64> = if stride >= SPARSE_PAGEMAP_STRIDE {
+                    pm = PageMap {
+                        start: 0,
+                        entries: Vec::new(),
+                    };
+                    let mut v = Vec::new();
+                    for a in (first..w1).step_by((stride * PAGE) as usize) {
+                        self.target
+                            .pagemap(a, a + PAGE, &mut one)
+                            .map_err(|e| io::Error::other(format!("{e:#}")))?;
+                        if one.first().is_some_and(|e| Target::eligible(*e, r.kind)) {
+                            v.push(a);
+                        }
+                    }
+                    st.stats.present_bytes += v.len() as u64 * stride * PAGE;
+                    v
+                } else {
+                    pm.start = w0;
+                    self.target
+                        .pagemap(w0, w1, &mut pm.entries)
+                        .map_err(|e| io::Error::other(format!("{e:#}")))?;
+                    st.stats.present_bytes += pm
+                        .entries
                         .iter()
-                        .copied()
-                        .filter(|a| !st.overlaps(*a, *a + PAGE)),
-                );
-                if addrs.is_empty() {
-                    continue;
-                }
-                let read = match self.target.gather(&addrs, SAMPLE_LEN, &mut buf) {
-                    Ok(n) => n,
-                    Err(e) if e.raw_os_error() == Some(libc::EFAULT) => 0,
-                    Err(e) => return Err(e),
+                        .filter(|e| Target::eligible(**e, r.kind))
+                        .count() as u64
+                        * PAGE;
+                    (first..w1)
+                        .step_by((stride * PAGE) as usize)
+                        .filter(|a| pm.eligible(r, *a))
+                        .collect()
                 };
-                for (k, &page) in addrs.iter().enumerate().take(read) {
-                    if st.overlaps(page, page + PAGE) {
+                for batch in pages.chunks(IOV_MAX) {
+                    if self.deadline.is_some_and(|d| Instant::now() >= d) {
+                        return Ok((st.hits, st.stats, false));
+                    }
+                    addrs.clear();
+                    addrs.extend(
+                        batch
+                            .iter()
+                            .copied()
+                            .filter(|a| !st.overlaps(*a, *a + PAGE)),
+                    );
+                    if addrs.is_empty() {
                         continue;
                     }
-                    st.stats.sampled_pages += 1;
-                    let s = &buf[k * SAMPLE_LEN..(k + 1) * SAMPLE_LEN];
-                    cands.clear();
-                    for &d in &self.grid.positions {
-                        let w = &s[d as usize..d as usize + WIN];
-                        if w[..8] == w[8..] {
+                    let read = match self.target.gather(&addrs, SAMPLE_LEN, &mut buf) {
+                        Ok(n) => n,
+                        Err(e) if e.raw_os_error() == Some(libc::EFAULT) => 0,
+                        Err(e) => return Err(e),
+                    };
+                    for (k, &page) in addrs.iter().enumerate().take(read) {
+                        if st.overlaps(page, page + PAGE) {
                             continue;
                         }
-                        let h = hash(w);
-                        if !self.grid.maybe(h) {
-                            continue;
-                        }
-                        let at = page + u64::from(d);
-                        self.grid.lookup(h, |p, m| {
-                            if at >= m {
-                                cands.push((p, at - m));
+                        st.stats.sampled_pages += 1;
+                        let s = &buf[k * SAMPLE_LEN..(k + 1) * SAMPLE_LEN];
+                        cands.clear();
+                        for &d in &self.grid.positions {
+                            let w = &s[d as usize..d as usize + WIN];
+                            if w[..8] == w[8..] {
+                                continue;
                             }
-                        });
-                    }
-                    for &(p, a) in &cands {
-                        self.consider(&mut st, &pm, r, ri, p, a)?;
+                            let h = hash(w);
+                            if !self.grid.maybe(h) {
+                                continue;
+                            }
+                            let at = page + u64::from(d);
+                            self.grid.lookup(h, |p, m| {
+                                if at >= m {
+                                    cands.push((p, at - m));
+                                }
+                            });
+                        }
+                        for &(p, a) in &cands {
+                            self.consider(&mut st, &pm, r, ri, p, a)?;
+                        }
                     }
                 }
+                w0 = w1;
             }
         }
         Ok((st.hits, st.stats, true))
@@ -314,7 +339,10 @@ impl Sweep<'_> {
     ) -> io::Result<Option<(u64, bool)>> {
         // A sparsely sampled region: the copy's own pages' entries.
         let local;
-        let pm = if pm.entries.is_empty() {
+        let covered = !pm.entries.is_empty()
+            && lo >= pm.start
+            && hi <= pm.start + pm.entries.len() as u64 * PAGE;
+        let pm = if !covered {
             let start = lo / PAGE * PAGE;
             let mut entries = Vec::new();
             self.target

@@ -13,6 +13,7 @@ pub mod dupes;
 pub mod findings;
 pub mod inspect;
 pub mod probe;
+pub mod rates;
 pub mod residency;
 pub mod trace;
 
@@ -42,6 +43,12 @@ pub struct Report {
     /// `scan --trace D`: eBPF counters over the traced window; absent otherwise.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub trace: Option<trace::TraceModel>,
+    /// When the snapshot behind this report was taken (ns since the Unix epoch).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub at_unix_ns: Option<u64>,
+    /// Rates since the snapshot before (`replay`, `record`); absent for a single scan.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rates: Option<rates::Rates>,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -430,6 +437,8 @@ pub fn build(sample: &Sample) -> Report {
         findings,
         skipped: sample.skipped.clone(),
         trace: None,
+        at_unix_ns: None,
+        rates: None,
     }
 }
 
