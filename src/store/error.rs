@@ -21,7 +21,11 @@ pub enum StoreError {
         source: serde_json::Error,
     },
     #[error("store '{}' has format '{format}' version {version}; this twofold reads 'twofold-store' version 1", path.display())]
-    Version { path: PathBuf, format: String, version: u32 },
+    Version {
+        path: PathBuf,
+        format: String,
+        version: u32,
+    },
     #[error("store '{}' is being written by another process (its store.lock is held); open it read-only", path.display())]
     Locked { path: PathBuf },
     #[error("store '{}' was opened read-only", path.display())]
@@ -43,5 +47,9 @@ pub(crate) fn io<'a>(
     what: &'static str,
     path: &'a std::path::Path,
 ) -> impl FnOnce(std::io::Error) -> StoreError + 'a {
-    move |source| StoreError::Io { what, path: path.to_path_buf(), source }
+    move |source| StoreError::Io {
+        what,
+        path: path.to_path_buf(),
+        source,
+    }
 }

@@ -176,7 +176,13 @@ mod tests {
 
     #[test]
     fn entry_round_trip_and_crc() {
-        let e = Entry { at_ns: 1, offset: 2, len: 3, flags: 0, frame_crc: 5 };
+        let e = Entry {
+            at_ns: 1,
+            offset: 2,
+            len: 3,
+            flags: 0,
+            frame_crc: 5,
+        };
         let mut b = e.encode();
         assert_eq!(Entry::decode(&b), Some(e));
         b[3] ^= 0x10;

@@ -14,7 +14,9 @@ impl Store {
     /// `max_bytes`. The newest shard is never deleted. Returns the removed files.
     pub fn retain(&mut self, keep_after_ns: u64, max_bytes: Option<u64>) -> Result<Vec<PathBuf>> {
         if self.lock.is_none() {
-            return Err(StoreError::ReadOnly { path: self.dir.clone() });
+            return Err(StoreError::ReadOnly {
+                path: self.dir.clone(),
+            });
         }
         let mut removed = Vec::new();
         let mut total: u64 = self.shards.iter().map(Shard::bytes).sum();
@@ -31,7 +33,10 @@ impl Store {
                 self.writer = None;
             }
             // Index first: a frames file without its index is recognised as a leftover.
-            for path in [Shard::index_path(&self.dir, shard.day), Shard::frames_path(&self.dir, shard.day)] {
+            for path in [
+                Shard::index_path(&self.dir, shard.day),
+                Shard::frames_path(&self.dir, shard.day),
+            ] {
                 match std::fs::remove_file(&path) {
                     Ok(()) => removed.push(path),
                     Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
@@ -40,8 +45,9 @@ impl Store {
             }
             self.dir_dirty = true;
         }
-        if self.shards.is_empty() {
-            self.last_ns = None;
+        if !removed.is_empty() {
+            super::dirfiles::sync_dir(&self.dir)?;
+            self.dir_dirty = false;
         }
         Ok(removed)
     }
@@ -51,7 +57,9 @@ impl Store {
     /// the number of frames written. Damaged frames are left out (and noted).
     pub fn export(&self, from_ns: u64, to_ns: u64, dest_dir: &Path) -> Result<u64> {
         if std::fs::read_dir(dest_dir).is_ok_and(|mut d| d.next().is_some()) {
-            return Err(StoreError::DestNotEmpty { path: dest_dir.to_path_buf() });
+            return Err(StoreError::DestNotEmpty {
+                path: dest_dir.to_path_buf(),
+            });
         }
         let (mut dest, _) = Store::open_or_create(dest_dir)?;
         let mut n = 0;
@@ -73,9 +81,14 @@ impl Store {
             let name = day_name(shard.day);
             for i in 0..shard.entries {
                 let line = match files.entry(i)? {
-                    Slot::Damaged => Some(format!("entry {i} of {name}.index is damaged (its CRC fails)")),
+                    Slot::Damaged => Some(format!(
+                        "entry {i} of {name}.index is damaged (its CRC fails)"
+                    )),
                     Slot::Valid(e) => match files.raw_frame(&e, shard.frames_len)? {
-                        None => Some(format!("frame {i} of {name}.frames (at {} ns) is damaged (its CRC fails)", e.at_ns)),
+                        None => Some(format!(
+                            "frame {i} of {name}.frames (at {} ns) is damaged (its CRC fails)",
+                            e.at_ns
+                        )),
                         Some(raw) if decompress(&raw).is_none() => Some(format!(
                             "frame {i} of {name}.frames (at {} ns) does not decode",
                             e.at_ns

@@ -25,6 +25,7 @@
 //! # Ok::<(), twofold::store::StoreError>(())
 //! ```
 
+mod dirfiles;
 mod error;
 pub mod format;
 mod maintain;
@@ -46,8 +47,9 @@ use nix::fcntl::{Flock, FlockArg};
 pub use error::{Result, StoreError};
 pub use query::Range;
 
+use dirfiles::{lock, read_header, sync_dir, write_header};
 use error::io;
-use format::{day_of, parse_day_name, Entry, Header, ENTRY_BYTES, ZSTD_LEVEL};
+use format::{day_of, parse_day_name, Entry, ENTRY_BYTES, ZSTD_LEVEL};
 use shard::Shard;
 
 /// One stored snapshot: its time and its (decompressed) bytes.
@@ -62,12 +64,19 @@ pub struct Frame {
 pub struct Stats {
     /// Index entries that pass their CRC (a frame damaged inside is still counted).
     pub frames: u64,
-    /// Bytes of all `.frames` and `.index` files.
+    /// Bytes of the `.frames` and `.index` files (up to the end of their valid extent).
     pub bytes: u64,
     /// Day shards.
     pub shards: usize,
     pub first_ns: Option<u64>,
     pub last_ns: Option<u64>,
+}
+
+/// Damage met while reading: the (day, entry) keys already reported, lines not yet taken.
+#[derive(Default)]
+struct DamageLog {
+    seen: HashSet<(u32, u64)>,
+    lines: Vec<String>,
 }
 
 /// Append handles of the shard being written.
@@ -89,8 +98,7 @@ pub struct Store {
     /// A new shard file was created and the directory not yet synced.
     dir_dirty: bool,
     poisoned: bool,
-    /// Damage met while reading: (day, entry) keys already reported, lines not yet taken.
-    damage: Mutex<(HashSet<(u32, u64)>, Vec<String>)>,
+    damage: Mutex<DamageLog>,
 }
 
 impl Store {
@@ -102,12 +110,16 @@ impl Store {
         if !header.exists() {
             let mut entries = std::fs::read_dir(dir).map_err(io("read", dir))?;
             if entries.next().is_some() {
-                return Err(StoreError::NotAStore { path: dir.to_path_buf() });
+                return Err(StoreError::NotAStore {
+                    path: dir.to_path_buf(),
+                });
             }
             write_header(dir)?;
         }
-        let lock = lock(dir, FlockArg::LockExclusiveNonblock)?
-            .ok_or_else(|| StoreError::Locked { path: dir.to_path_buf() })?;
+        let lock =
+            lock(dir, FlockArg::LockExclusiveNonblock)?.ok_or_else(|| StoreError::Locked {
+                path: dir.to_path_buf(),
+            })?;
         Store::load(dir, Some(lock))
     }
 
@@ -160,7 +172,7 @@ impl Store {
             lock: lock_held,
             dir_dirty: false,
             poisoned: false,
-            damage: Mutex::new((HashSet::new(), Vec::new())),
+            damage: Mutex::new(DamageLog::default()),
         };
         store.last_ns = store.last_entry_ns()?;
         Ok((store, reports))
@@ -175,17 +187,22 @@ impl Store {
     /// to the day's `.frames` file, then its entry to the `.index` file. `at_ns` must not be
     /// before the last frame. Nothing is synced; see [`Store::flush`].
     pub fn append(&mut self, at_ns: u64, payload: &[u8]) -> Result<()> {
-        let raw = zstd::bulk::compress(payload, ZSTD_LEVEL).map_err(io("compress a frame for", &self.dir))?;
+        let raw = zstd::bulk::compress(payload, ZSTD_LEVEL)
+            .map_err(io("compress a frame for", &self.dir))?;
         self.append_raw(at_ns, &raw)
     }
 
     /// Appends an already compressed zstd frame (used by export to copy frames as they are).
     fn append_raw(&mut self, at_ns: u64, raw: &[u8]) -> Result<()> {
         if self.lock.is_none() {
-            return Err(StoreError::ReadOnly { path: self.dir.clone() });
+            return Err(StoreError::ReadOnly {
+                path: self.dir.clone(),
+            });
         }
         if self.poisoned {
-            return Err(StoreError::Poisoned { path: self.dir.clone() });
+            return Err(StoreError::Poisoned {
+                path: self.dir.clone(),
+            });
         }
         if let Some(last_ns) = self.last_ns.filter(|&l| at_ns < l) {
             return Err(StoreError::OutOfOrder { at_ns, last_ns });
@@ -211,7 +228,11 @@ impl Store {
             .frames
             .write_all(raw)
             .map_err(io("write", &frames_path))
-            .and_then(|()| w.index.write_all(&entry.encode()).map_err(io("write", &index_path)));
+            .and_then(|()| {
+                w.index
+                    .write_all(&entry.encode())
+                    .map_err(io("write", &index_path))
+            });
         if let Err(e) = written {
             // Undo a partial write so the next append starts at a whole frame.
             let undone = w.frames.set_len(old_frames).is_ok()
@@ -235,20 +256,33 @@ impl Store {
             let frames_path = Shard::frames_path(&self.dir, day);
             let index_path = Shard::index_path(&self.dir, day);
             let open = |p: &Path| {
-                OpenOptions::new().create(true).append(true).open(p).map_err(io("open", p))
+                OpenOptions::new()
+                    .create(true)
+                    .append(true)
+                    .open(p)
+                    .map_err(io("open", p))
             };
             // Frames first: an index never exists without its frames file.
             let frames = open(&frames_path)?;
             let index = open(&index_path)?;
             self.writer = Some(Writer { day, frames, index });
             if let Err(at) = self.shards.binary_search_by_key(&day, |s| s.day) {
-                self.shards.insert(at, Shard { day, entries: 0, frames_len: 0 });
+                self.shards.insert(
+                    at,
+                    Shard {
+                        day,
+                        entries: 0,
+                        frames_len: 0,
+                    },
+                );
                 self.dir_dirty = true;
             }
         }
         self.shards
             .binary_search_by_key(&day, |s| s.day)
-            .map_err(|_| StoreError::Poisoned { path: self.dir.clone() })
+            .map_err(|_| StoreError::Poisoned {
+                path: self.dir.clone(),
+            })
     }
 
     /// Makes every appended frame durable: fsyncs the `.frames` and `.index` files being
@@ -269,7 +303,11 @@ impl Store {
 
     /// Frames, bytes on disk and first/last time. Reads every index (32 bytes per frame).
     pub fn stats(&self) -> Result<Stats> {
-        let mut st = Stats { shards: self.shards.len(), last_ns: self.last_ns, ..Stats::default() };
+        let mut st = Stats {
+            shards: self.shards.len(),
+            last_ns: self.last_ns,
+            ..Stats::default()
+        };
         for shard in &self.shards {
             st.bytes += shard.bytes();
             let path = Shard::index_path(&self.dir, shard.day);
@@ -277,7 +315,11 @@ impl Store {
             let valid = bytes
                 .chunks_exact(ENTRY_BYTES)
                 .take(shard.entries as usize)
-                .filter_map(|c| <&[u8; ENTRY_BYTES]>::try_from(c).ok().and_then(Entry::decode));
+                .filter_map(|c| {
+                    <&[u8; ENTRY_BYTES]>::try_from(c)
+                        .ok()
+                        .and_then(Entry::decode)
+                });
             for e in valid {
                 st.frames += 1;
                 st.first_ns = Some(st.first_ns.map_or(e.at_ns, |f: u64| f.min(e.at_ns)));
@@ -289,14 +331,14 @@ impl Store {
     /// Damage met by reads since the last call, one line each, each reported once.
     pub fn take_damage(&self) -> Vec<String> {
         let mut d = self.damage.lock().unwrap_or_else(|p| p.into_inner());
-        std::mem::take(&mut d.1)
+        std::mem::take(&mut d.lines)
     }
 
     fn note_damage(&self, day: u32, entry: u64, line: impl FnOnce() -> String) {
         let mut d = self.damage.lock().unwrap_or_else(|p| p.into_inner());
-        if d.0.insert((day, entry)) {
+        if d.seen.insert((day, entry)) {
             let line = line();
-            d.1.push(line);
+            d.lines.push(line);
         }
     }
 
@@ -310,52 +352,4 @@ impl Store {
         }
         Ok(None)
     }
-}
-
-/// Takes `store.lock` with `arg`; `None` when another process holds it.
-fn lock(dir: &Path, arg: FlockArg) -> Result<Option<Flock<File>>> {
-    let path = dir.join("store.lock");
-    let file = OpenOptions::new()
-        .create(true)
-        .truncate(false)
-        .write(true)
-        .open(&path)
-        .or_else(|_| File::open(&path)) // a read-only user may not create it
-        .map_err(io("open", &path))?;
-    match Flock::lock(file, arg) {
-        Ok(l) => Ok(Some(l)),
-        Err((_, nix::errno::Errno::EWOULDBLOCK)) => Ok(None),
-        Err((_, errno)) => Err(io("lock", &path)(errno.into())),
-    }
-}
-
-fn write_header(dir: &Path) -> Result<()> {
-    let path = dir.join("store.json");
-    let now = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_nanos() as u64);
-    let mut text = serde_json::to_string_pretty(&Header::new(now))
-        .map_err(|source| StoreError::BadHeader { path: path.clone(), source })?;
-    text.push('\n');
-    let tmp = dir.join(".store.json.tmp");
-    let mut f = File::create(&tmp).map_err(io("create", &tmp))?;
-    f.write_all(text.as_bytes()).map_err(io("write", &tmp))?;
-    f.sync_all().map_err(io("sync", &tmp))?;
-    std::fs::rename(&tmp, &path).map_err(io("rename", &tmp))?;
-    sync_dir(dir)
-}
-
-fn read_header(dir: &Path) -> Result<Header> {
-    let path = dir.join("store.json");
-    let text = std::fs::read(&path).map_err(io("read", &path))?;
-    let h: Header = serde_json::from_slice(&text)
-        .map_err(|source| StoreError::BadHeader { path: path.clone(), source })?;
-    if h.format != format::FORMAT_NAME || h.version != format::FORMAT_VERSION {
-        return Err(StoreError::Version { path, format: h.format, version: h.version });
-    }
-    Ok(h)
-}
-
-fn sync_dir(dir: &Path) -> Result<()> {
-    File::open(dir).and_then(|d| d.sync_all()).map_err(io("sync", dir))
 }

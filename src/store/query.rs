@@ -65,6 +65,9 @@ impl<'a> Reader<'a> {
             return Ok(Pos { shard: s, entry: 0 });
         }
         let n = shards[s].entries;
+        if n == 0 {
+            return Ok(Pos { shard: s, entry: 0 });
+        }
         let left = |at: u64| if strict { at < t } else { at <= t };
         let entry = self.files(s)?.partition_point(0, n, left)?;
         Ok(Pos { shard: s, entry })
@@ -95,7 +98,10 @@ impl<'a> Reader<'a> {
                 return Ok(None);
             }
             if p.entry >= self.store.shards[p.shard].entries {
-                p = Pos { shard: p.shard + 1, entry: 0 };
+                p = Pos {
+                    shard: p.shard + 1,
+                    entry: 0,
+                };
                 continue;
             }
             if let Some(e) = self.entry(p.shard, p.entry)? {
@@ -117,12 +123,17 @@ impl<'a> Reader<'a> {
 
     /// The frame of the entry at `p`, `None` (and noted) when it is damaged.
     fn frame(&mut self, p: Pos, e: &Entry) -> Result<Option<Frame>> {
-        let Some(raw) = self.raw_frame(p, e)? else { return Ok(None) };
+        let Some(raw) = self.raw_frame(p, e)? else {
+            return Ok(None);
+        };
         let payload = decompress(&raw);
         if payload.is_none() {
             self.note_bad_frame(p, e, "it does not decode");
         }
-        Ok(payload.map(|payload| Frame { at_ns: e.at_ns, payload }))
+        Ok(payload.map(|payload| Frame {
+            at_ns: e.at_ns,
+            payload,
+        }))
     }
 
     fn note_bad_frame(&self, p: Pos, e: &Entry, why: &str) {
@@ -165,7 +176,12 @@ impl Store {
                 let Some((p, e)) = above else { return Ok(None) };
                 match r.frame(p, &e)? {
                     Some(f) => return Ok(Some(f)),
-                    None => hi = Pos { shard: p.shard, entry: p.entry + 1 },
+                    None => {
+                        hi = Pos {
+                            shard: p.shard,
+                            entry: p.entry + 1,
+                        }
+                    }
                 }
             }
         }
@@ -187,7 +203,13 @@ impl Store {
     /// The frames with `from_ns <= at_ns <= to_ns` (both ends included), oldest first, read
     /// lazily. An I/O error is yielded once and ends the iteration.
     pub fn range(&self, from_ns: u64, to_ns: u64) -> Range<'_> {
-        Range { reader: Reader::new(self), from_ns, to_ns, pos: None, done: from_ns > to_ns }
+        Range {
+            reader: Reader::new(self),
+            from_ns,
+            to_ns,
+            pos: None,
+            done: from_ns > to_ns,
+        }
     }
 }
 
@@ -208,7 +230,10 @@ impl Range<'_> {
             None => self.reader.locate(self.from_ns, true)?,
         };
         while let Some((q, e)) = self.reader.next(p)? {
-            p = Pos { shard: q.shard, entry: q.entry + 1 };
+            p = Pos {
+                shard: q.shard,
+                entry: q.entry + 1,
+            };
             self.pos = Some(p);
             if e.at_ns > self.to_ns {
                 return Ok(None);
@@ -223,7 +248,12 @@ impl Range<'_> {
     fn step(&mut self) -> Result<Option<Frame>> {
         while let Some((q, e, raw)) = self.step_raw()? {
             match decompress(&raw) {
-                Some(payload) => return Ok(Some(Frame { at_ns: e.at_ns, payload })),
+                Some(payload) => {
+                    return Ok(Some(Frame {
+                        at_ns: e.at_ns,
+                        payload,
+                    }))
+                }
                 None => self.reader.note_bad_frame(q, &e, "it does not decode"),
             }
         }

@@ -40,7 +40,12 @@ impl Shard {
         let frames_path = Shard::frames_path(dir, self.day);
         let index = File::open(&index_path).map_err(io("open", &index_path))?;
         let frames = File::open(&frames_path).map_err(io("open", &frames_path))?;
-        Ok(ShardFiles { index, index_path, frames, frames_path })
+        Ok(ShardFiles {
+            index,
+            index_path,
+            frames,
+            frames_path,
+        })
     }
 }
 
@@ -75,7 +80,9 @@ impl ShardFiles {
             return Ok(None);
         }
         let mut buf = vec![0u8; e.len as usize];
-        self.frames.read_exact_at(&mut buf, e.offset).map_err(io("read", &self.frames_path))?;
+        self.frames
+            .read_exact_at(&mut buf, e.offset)
+            .map_err(io("read", &self.frames_path))?;
         Ok((crc32fast::hash(&buf) == e.frame_crc).then_some(buf))
     }
 
@@ -139,7 +146,11 @@ impl Recovery {
         if parts.is_empty() {
             return None;
         }
-        let tail = if truncated { "; truncated, recording resumes after the last whole frame" } else { "" };
+        let tail = if truncated {
+            "; truncated, recording resumes after the last whole frame"
+        } else {
+            ""
+        };
         Some(format!(
             "store '{}': ignored a torn tail of {}{tail}",
             dir.display(),
@@ -154,7 +165,9 @@ impl Recovery {
 pub fn recover(dir: &Path, day: u32, truncate: bool) -> Result<(Shard, Recovery)> {
     let index_path = Shard::index_path(dir, day);
     let frames_path = Shard::frames_path(dir, day);
-    let index_len = std::fs::metadata(&index_path).map_err(io("stat", &index_path))?.len();
+    let index_len = std::fs::metadata(&index_path)
+        .map_err(io("stat", &index_path))?
+        .len();
     let frames_len = match std::fs::metadata(&frames_path) {
         Ok(m) => m.len(),
         Err(e) if e.kind() == std::io::ErrorKind::NotFound && truncate => {
@@ -165,7 +178,11 @@ pub fn recover(dir: &Path, day: u32, truncate: bool) -> Result<(Shard, Recovery)
         Err(e) => return Err(io("stat", &frames_path)(e)),
     };
     let whole = index_len / ENTRY_BYTES as u64;
-    let probe = Shard { day, entries: whole, frames_len };
+    let probe = Shard {
+        day,
+        entries: whole,
+        frames_len,
+    };
     let mut keep = 0u64;
     let mut end = 0u64;
     if whole > 0 && frames_len > 0 {
@@ -185,13 +202,26 @@ pub fn recover(dir: &Path, day: u32, truncate: bool) -> Result<(Shard, Recovery)
         torn_frames_bytes: frames_len.saturating_sub(end),
     };
     if truncate && (rec.torn_index_bytes > 0 || rec.torn_frames_bytes > 0) {
-        for (path, len) in [(&frames_path, end), (&index_path, keep * ENTRY_BYTES as u64)] {
-            let f = OpenOptions::new().write(true).open(path).map_err(io("open", path))?;
+        for (path, len) in [
+            (&frames_path, end),
+            (&index_path, keep * ENTRY_BYTES as u64),
+        ] {
+            let f = OpenOptions::new()
+                .write(true)
+                .open(path)
+                .map_err(io("open", path))?;
             f.set_len(len).map_err(io("truncate", path))?;
             f.sync_all().map_err(io("sync", path))?;
         }
     }
-    Ok((Shard { day, entries: keep, frames_len: end }, rec))
+    Ok((
+        Shard {
+            day,
+            entries: keep,
+            frames_len: end,
+        },
+        rec,
+    ))
 }
 
 /// Decompresses one zstd frame; `None` when it does not decode (a damaged frame whose CRC

@@ -30,7 +30,9 @@ impl Rng {
             let mut s = Vec::with_capacity(len + 64);
             while s.len() < len {
                 let pid = self.below(100_000);
-                s.extend_from_slice(format!("{{\"pid\":{pid},\"rss_bytes\":{}}},", self.next() >> 20).as_bytes());
+                s.extend_from_slice(
+                    format!("{{\"pid\":{pid},\"rss_bytes\":{}}},", self.next() >> 20).as_bytes(),
+                );
             }
             s.truncate(len);
             s
@@ -39,7 +41,10 @@ impl Rng {
 }
 
 fn all(store: &Store) -> Vec<Frame> {
-    store.range(0, u64::MAX).collect::<Result<Vec<_>>>().unwrap()
+    store
+        .range(0, u64::MAX)
+        .collect::<Result<Vec<_>>>()
+        .unwrap()
 }
 
 #[test]
@@ -67,12 +72,17 @@ fn round_trip_over_sizes_and_days() {
             assert_eq!(store.nearest(w.at_ns + 1).unwrap().as_ref(), Some(w)); // 1 ns later: still nearest
         }
         for pair in want.windows(2) {
-            assert_eq!(store.before(pair[1].at_ns).unwrap().as_ref(), Some(&pair[0]));
+            assert_eq!(
+                store.before(pair[1].at_ns).unwrap().as_ref(),
+                Some(&pair[0])
+            );
         }
         assert_eq!(all(store), want);
         let mid = &want[10..30];
-        let got: Vec<_> =
-            store.range(mid[0].at_ns, mid[19].at_ns).collect::<Result<Vec<_>>>().unwrap();
+        let got: Vec<_> = store
+            .range(mid[0].at_ns, mid[19].at_ns)
+            .collect::<Result<Vec<_>>>()
+            .unwrap();
         assert_eq!(got, mid);
         let st = store.stats().unwrap();
         assert_eq!(st.frames, want.len() as u64);
@@ -100,12 +110,20 @@ fn frames_file_is_a_plain_zstd_stream() {
     store.append(DAY0 + SEC, b"").unwrap();
     store.append(DAY0 + 2 * SEC, b"{\"a\":2}\n").unwrap();
     let bytes = std::fs::read(dir.path().join("2025-11-30.frames")).unwrap();
-    assert_eq!(zstd::stream::decode_all(&bytes[..]).unwrap(), b"{\"a\":1}\n{\"a\":2}\n");
+    assert_eq!(
+        zstd::stream::decode_all(&bytes[..]).unwrap(),
+        b"{\"a\":1}\n{\"a\":2}\n"
+    );
     let header: serde_json::Value =
         serde_json::from_slice(&std::fs::read(dir.path().join("store.json")).unwrap()).unwrap();
     assert_eq!(header["format"], "twofold-store");
     assert_eq!(header["version"], 1);
-    assert_eq!(std::fs::metadata(dir.path().join("2025-11-30.index")).unwrap().len(), 96);
+    assert_eq!(
+        std::fs::metadata(dir.path().join("2025-11-30.index"))
+            .unwrap()
+            .len(),
+        96
+    );
 }
 
 #[test]
@@ -154,7 +172,10 @@ fn nearest_and_before_on_boundaries() {
     assert_eq!(near(u64::MAX), f(4));
     assert_eq!(before(u64::MAX), f(4));
     // Ranges include both ends.
-    let r: Vec<_> = store.range(times[1], times[3]).map(|f| f.unwrap().at_ns).collect();
+    let r: Vec<_> = store
+        .range(times[1], times[3])
+        .map(|f| f.unwrap().at_ns)
+        .collect();
     assert_eq!(r, vec![times[1], times[2], times[3], times[4]]);
     assert_eq!(store.range(times[1] + 1, times[2] - 1).count(), 0);
     assert_eq!(store.range(times[2], times[1]).count(), 0);
@@ -185,15 +206,24 @@ fn one_writer_and_read_only_readers() {
     assert!(damage.is_empty());
     assert_eq!(reader.nearest(DAY0).unwrap().unwrap().payload, b"a");
     let mut reader = reader;
-    assert!(matches!(reader.append(DAY0 + 1, b"b"), Err(StoreError::ReadOnly { .. })));
+    assert!(matches!(
+        reader.append(DAY0 + 1, b"b"),
+        Err(StoreError::ReadOnly { .. })
+    ));
     // Not a store: a directory with other files.
     let other = tempfile::tempdir().unwrap();
     std::fs::write(other.path().join("x"), b"x").unwrap();
-    assert!(matches!(Store::open_or_create(other.path()), Err(StoreError::NotAStore { .. })));
+    assert!(matches!(
+        Store::open_or_create(other.path()),
+        Err(StoreError::NotAStore { .. })
+    ));
     // A later version.
     let v2 = tempfile::tempdir().unwrap();
     std::fs::write(v2.path().join("store.json"), br#"{"format":"twofold-store","version":2,"created_ns":0,"shard":"utc-day","compression":"zstd","index_entry_bytes":32}"#).unwrap();
-    assert!(matches!(Store::open_read_only(v2.path()), Err(StoreError::Version { version: 2, .. })));
+    assert!(matches!(
+        Store::open_read_only(v2.path()),
+        Err(StoreError::Version { version: 2, .. })
+    ));
 }
 
 /// Five days with three frames each.
@@ -201,7 +231,9 @@ fn five_days(dir: &Path) -> Store {
     let (mut store, _) = Store::open_or_create(dir).unwrap();
     for d in 0..5 {
         for k in 0..3 {
-            store.append(DAY0 + d * NS_PER_DAY + k * 3600 * SEC, &[d as u8; 1000]).unwrap();
+            store
+                .append(DAY0 + d * NS_PER_DAY + k * 3600 * SEC, &[d as u8; 1000])
+                .unwrap();
         }
     }
     store
@@ -214,11 +246,18 @@ fn retention_by_age_then_size_keeps_the_newest() {
     let bytes = store.stats().unwrap().bytes;
     // Keep what is after day 2 starts: days 0 and 1 go.
     let removed = store.retain(day_start_ns(20_424), None).unwrap();
-    let names: Vec<_> =
-        removed.iter().map(|p| p.file_name().unwrap().to_str().unwrap().to_string()).collect();
+    let names: Vec<_> = removed
+        .iter()
+        .map(|p| p.file_name().unwrap().to_str().unwrap().to_string())
+        .collect();
     assert_eq!(
         names,
-        ["2025-11-30.index", "2025-11-30.frames", "2025-12-01.index", "2025-12-01.frames"]
+        [
+            "2025-11-30.index",
+            "2025-11-30.frames",
+            "2025-12-01.index",
+            "2025-12-01.frames"
+        ]
     );
     assert!(!dir.path().join("2025-12-01.frames").exists());
     let st = store.stats().unwrap();
@@ -232,9 +271,14 @@ fn retention_by_age_then_size_keeps_the_newest() {
     assert_eq!(store.retain(u64::MAX, Some(0)).unwrap().len(), 2);
     let st = store.stats().unwrap();
     assert_eq!((st.shards, st.frames), (1, 3));
-    assert_eq!(store.retain(u64::MAX, Some(0)).unwrap(), Vec::<PathBuf>::new());
+    assert_eq!(
+        store.retain(u64::MAX, Some(0)).unwrap(),
+        Vec::<PathBuf>::new()
+    );
     // Recording goes on; a reopened store sees the same.
-    store.append(DAY0 + 4 * NS_PER_DAY + 4 * 3600 * SEC, b"next").unwrap();
+    store
+        .append(DAY0 + 4 * NS_PER_DAY + 4 * 3600 * SEC, b"next")
+        .unwrap();
     drop(store);
     let (store, damage) = Store::open_or_create(dir.path()).unwrap();
     assert!(damage.is_empty());
@@ -254,7 +298,10 @@ fn export_writes_a_store_of_the_range() {
     assert!(damage.is_empty());
     assert_eq!(all(&copy), want);
     assert_eq!(copy.stats().unwrap().shards, 3);
-    assert!(matches!(store.export(from, to, &bundle), Err(StoreError::DestNotEmpty { .. })));
+    assert!(matches!(
+        store.export(from, to, &bundle),
+        Err(StoreError::DestNotEmpty { .. })
+    ));
 }
 
 /// 7 days at a 5 s interval with ~20 KiB JSON payloads; times `nearest`.
@@ -287,7 +334,9 @@ fn bench_nearest() {
     let frames = 7 * 86_400 / 5;
     let t0 = std::time::Instant::now();
     for i in 0..frames {
-        store.append_raw(DAY0 + i * 5 * SEC, &raws[(i % 64) as usize]).unwrap();
+        store
+            .append_raw(DAY0 + i * 5 * SEC, &raws[(i % 64) as usize])
+            .unwrap();
     }
     store.flush().unwrap();
     let st = store.stats().unwrap();
@@ -315,6 +364,10 @@ fn bench_nearest() {
         assert!(f.payload.len() >= 20 * 1024);
     }
     let mean = t2.elapsed().as_secs_f64() / n as f64;
-    println!("nearest: mean {:.3} ms, worst {:.3} ms over {n} queries", mean * 1e3, worst * 1e3);
+    println!(
+        "nearest: mean {:.3} ms, worst {:.3} ms over {n} queries",
+        mean * 1e3,
+        worst * 1e3
+    );
     assert!(mean < 0.05, "nearest took {mean} s on average");
 }
