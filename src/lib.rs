@@ -29,4 +29,5 @@ pub mod model;
 pub mod render;
 pub mod sample;
 pub mod spawn;
+pub mod store;
 pub mod units;

@@ -1,0 +1,71 @@
+//! The store directory's own files: the `store.json` header (written atomically) and the
+//! writer's `store.lock`.
+
+use std::fs::{File, OpenOptions};
+use std::io::Write;
+use std::path::Path;
+
+use nix::fcntl::{Flock, FlockArg};
+
+use super::error::{io, Result, StoreError};
+use super::format::{self, Header};
+
+/// Takes `store.lock` with `arg`; `None` when another process holds it.
+pub(super) fn lock(dir: &Path, arg: FlockArg) -> Result<Option<Flock<File>>> {
+    let path = dir.join("store.lock");
+    let file = OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(&path)
+        .or_else(|_| File::open(&path)) // a read-only user may not create it
+        .map_err(io("open", &path))?;
+    match Flock::lock(file, arg) {
+        Ok(l) => Ok(Some(l)),
+        Err((_, nix::errno::Errno::EWOULDBLOCK)) => Ok(None),
+        Err((_, errno)) => Err(io("lock", &path)(errno.into())),
+    }
+}
+
+pub(super) fn write_header(dir: &Path) -> Result<()> {
+    let path = dir.join("store.json");
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos() as u64);
+    let mut text = serde_json::to_string_pretty(&Header::new(now)).map_err(|source| {
+        StoreError::BadHeader {
+            path: path.clone(),
+            source,
+        }
+    })?;
+    text.push('\n');
+    let tmp = dir.join(".store.json.tmp");
+    let mut f = File::create(&tmp).map_err(io("create", &tmp))?;
+    f.write_all(text.as_bytes()).map_err(io("write", &tmp))?;
+    f.sync_all().map_err(io("sync", &tmp))?;
+    std::fs::rename(&tmp, &path).map_err(io("rename", &tmp))?;
+    sync_dir(dir)
+}
+
+pub(super) fn read_header(dir: &Path) -> Result<Header> {
+    let path = dir.join("store.json");
+    let text = std::fs::read(&path).map_err(io("read", &path))?;
+    let h: Header = serde_json::from_slice(&text).map_err(|source| StoreError::BadHeader {
+        path: path.clone(),
+        source,
+    })?;
+    if h.format != format::FORMAT_NAME || h.version != format::FORMAT_VERSION {
+        return Err(StoreError::Version {
+            path,
+            format: h.format,
+            version: h.version,
+        });
+    }
+    Ok(h)
+}
+
+pub(super) fn sync_dir(dir: &Path) -> Result<()> {
+    File::open(dir)
+        .and_then(|d| d.sync_all())
+        .map_err(io("sync", dir))
+}
