@@ -36,7 +36,7 @@ fn per_sec(prev: Option<u64>, cur: Option<u64>, secs: f64) -> Option<f64> {
 
 /// Rates from `prev` to `cur`, `secs` apart; `None` when no time passed.
 pub fn between(prev: &Sample, cur: &Sample, secs: f64) -> Option<Rates> {
-    if !(secs > 0.0) || !secs.is_finite() {
+    if secs.is_nan() || secs <= 0.0 || !secs.is_finite() {
         return None;
     }
     let vm = |s: &Sample, k: &str| s.system.vmstat.get(k).copied();
