@@ -48,6 +48,18 @@ pub enum Command {
     /// capabilities, import tests of a read-only shared mapping, map / resident /
     /// per-use copy rates, and the placement verdict.
     Probe(ProbeArgs),
+    /// Records snapshots (what `scan` collects, with the proof) into a store every
+    /// --interval, until SIGTERM or SIGINT (then it flushes and exits 0).
+    Record(RecordArgs),
+    /// Prints the scan view of the recorded snapshot nearest --at, as `scan` printed it
+    /// then (rates from the snapshot before it in --json).
+    Replay(ReplayArgs),
+    /// Streams rows of recorded snapshots over a time range: JSON Lines, CSV or
+    /// OpenMetrics (which `promtool tsdb create-blocks-from openmetrics` loads).
+    Dump(DumpArgs),
+    /// Writes a self-contained store of a time range of a recording (for a bug report);
+    /// replay and dump read it with --store.
+    Snapshot(SnapshotArgs),
     /// Prints shell completions to stdout.
     Completions {
         #[arg(value_enum)]
@@ -117,6 +129,9 @@ pub struct ScanArgs {
     /// How to read page-cache residency.
     #[arg(long, value_enum, default_value_t)]
     pub method: MethodArg,
+    /// Also append this scan's snapshot to the recording store DIR (as `record` does).
+    #[arg(long, value_name = "DIR")]
+    pub record: Option<PathBuf>,
     /// Also trace with eBPF for this long first (e.g. 10s) and add the counters of
     /// `twofold trace` and their findings (needs root or CAP_BPF + CAP_PERFMON; without,
     /// a warning and the plain scan).
@@ -124,6 +139,101 @@ pub struct ScanArgs {
     pub trace: Option<Duration>,
     #[command(flatten)]
     pub output: OutputArgs,
+}
+
+#[derive(Debug, Args)]
+pub struct RecordArgs {
+    /// Model files or directories to include, as for `scan` (none: every model file a
+    /// process holds, names or could hold a copy of, and the model stores).
+    pub paths: Vec<PathBuf>,
+    /// Only this process (repeatable).
+    #[arg(long = "pid", value_name = "PID")]
+    pub pids: Vec<i32>,
+    /// Time between snapshots.
+    #[arg(long, value_name = "DURATION", default_value = "5s", value_parser = parse_positive_duration)]
+    pub interval: Duration,
+    /// The store (default: /var/lib/twofold/store as root, else
+    /// $XDG_DATA_HOME/twofold/store).
+    #[arg(long, value_name = "DIR")]
+    pub store: Option<PathBuf>,
+    /// Delete day shards older than this (e.g. 7d, 48h).
+    #[arg(long, value_name = "AGE", default_value = "7d", value_parser = parse_age)]
+    pub retain: Duration,
+    /// Delete the oldest day shards while the store is larger than this.
+    #[arg(long, value_name = "SIZE", default_value = "2G", value_parser = parse_size)]
+    pub max_size: u64,
+    /// Stop after this many snapshots.
+    #[arg(long, value_name = "N")]
+    pub count: Option<u64>,
+    /// Skip the byte-level proof (as `scan --no-prove`).
+    #[arg(long)]
+    pub no_prove: bool,
+    /// Time budget of each snapshot's proof.
+    #[arg(long, value_name = "DURATION", default_value = "5s", value_parser = parse_duration)]
+    pub prove_budget: Duration,
+    /// Files at least this large are of interest whatever their extension.
+    #[arg(long, value_name = "SIZE", default_value = "64M", value_parser = parse_size)]
+    pub min_size: u64,
+}
+
+#[derive(Debug, Args)]
+pub struct ReplayArgs {
+    /// When: RFC 3339, an epoch in seconds, 'now', '10m ago', 'yesterday 03:12' (UTC).
+    #[arg(long, value_name = "TIME", default_value = "now")]
+    pub at: String,
+    /// The store (default as for `record`).
+    #[arg(long, value_name = "DIR")]
+    pub store: Option<PathBuf>,
+    #[command(flatten)]
+    pub output: OutputArgs,
+}
+
+#[derive(Debug, Clone, Copy, ValueEnum, PartialEq, Eq)]
+pub enum DumpWhat {
+    Files,
+    Processes,
+    Cgroups,
+}
+
+#[derive(Debug, Clone, Copy, ValueEnum, PartialEq, Eq)]
+pub enum DumpFormat {
+    Json,
+    Csv,
+    Openmetrics,
+}
+
+#[derive(Debug, Args)]
+pub struct DumpArgs {
+    /// Start of the range (TIME as for replay --at).
+    #[arg(long, value_name = "TIME", default_value = "1d ago")]
+    pub from: String,
+    /// End of the range, included.
+    #[arg(long, value_name = "TIME", default_value = "now")]
+    pub to: String,
+    #[arg(long, value_enum, default_value = "files")]
+    pub what: DumpWhat,
+    #[arg(long, value_enum, default_value = "json")]
+    pub format: DumpFormat,
+    /// Per snapshot, only the N largest rows (by held bytes, RSS or usage).
+    #[arg(long, value_name = "N")]
+    pub top: Option<usize>,
+    /// The store (default as for `record`).
+    #[arg(long, value_name = "DIR")]
+    pub store: Option<PathBuf>,
+}
+
+#[derive(Debug, Args)]
+pub struct SnapshotArgs {
+    #[arg(long, value_name = "TIME", default_value = "1h ago")]
+    pub from: String,
+    #[arg(long, value_name = "TIME", default_value = "now")]
+    pub to: String,
+    /// The new store to write (must not exist or be empty).
+    #[arg(long, value_name = "DIR")]
+    pub out: PathBuf,
+    /// The store to read (default as for `record`).
+    #[arg(long, value_name = "DIR")]
+    pub store: Option<PathBuf>,
 }
 
 #[derive(Debug, Args)]
@@ -503,6 +613,26 @@ fn parse_size(s: &str) -> Result<u64, String> {
 
 fn parse_duration(s: &str) -> Result<Duration, String> {
     crate::units::parse_duration(s)
+}
+
+/// An age such as 7d, 48h or 30m (up to 10 years).
+fn parse_age(s: &str) -> Result<Duration, String> {
+    let t = s.trim();
+    let (n, mult) = match t.strip_suffix('d') {
+        Some(n) => (n, 86_400.0),
+        None => match t.strip_suffix('h') {
+            Some(n) => (n, 3600.0),
+            None => (t.strip_suffix('m').unwrap_or(t), 60.0),
+        },
+    };
+    let v: f64 = n
+        .parse()
+        .map_err(|_| format!("'{s}' is not an age (e.g. 7d, 48h, 30m)"))?;
+    let secs = v * mult;
+    if !secs.is_finite() || secs <= 0.0 || secs > 3650.0 * 86_400.0 {
+        return Err(format!("age '{s}' is out of range (above 0, at most 3650d)"));
+    }
+    Ok(Duration::from_secs_f64(secs))
 }
 
 /// Longest duration any flag takes (7 days): beyond it, deadlines are absurd and

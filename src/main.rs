@@ -17,6 +17,10 @@ fn run(cli: Cli, out: &mut dyn Write) -> anyhow::Result<()> {
         Command::Inspect(a) => cmd::inspect::run(&a, out),
         Command::Trace(a) => cmd::trace::run(&a, out),
         Command::Probe(a) => cmd::probe::run(&a, out),
+        Command::Record(a) => cmd::record::record(&a, out),
+        Command::Replay(a) => cmd::record::replay(&a, out),
+        Command::Dump(a) => cmd::record::dump(&a, out),
+        Command::Snapshot(a) => cmd::record::snapshot(&a, out),
         Command::Child(a) => cmd::child::run(&a),
         Command::Bench(a) => cmd::bench::run(&a, out),
         Command::Completions { shell } => {

@@ -219,6 +219,8 @@ pub struct CgroupSample {
     /// v2 `memory.current`, v1 `memory.usage_in_bytes`.
     pub usage_bytes: Option<u64>,
     /// v2 `memory.max`, v1 `memory.limit_in_bytes`; `None` inside means unlimited.
+    /// (JSON: absent = not read, `null` = unlimited, a number = the limit.)
+    #[serde(default, skip_serializing_if = "Option::is_none", with = "double_option")]
     pub limit_bytes: Option<Option<u64>>,
     /// v2 `memory.peak`, v1 `memory.max_usage_in_bytes`.
     pub peak_bytes: Option<u64>,
@@ -228,6 +230,22 @@ pub struct CgroupSample {
     pub events: std::collections::BTreeMap<String, u64>,
     /// v1 `memory.failcnt`.
     pub failcnt: Option<u64>,
+}
+
+/// `Option<Option<u64>>` that survives a JSON round trip: absent, `null`, or a value.
+mod double_option {
+    use serde::{Deserialize, Deserializer, Serialize, Serializer};
+
+    pub fn serialize<S: Serializer>(v: &Option<Option<u64>>, s: S) -> Result<S::Ok, S::Error> {
+        match v {
+            Some(inner) => inner.serialize(s),
+            None => s.serialize_none(),
+        }
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Option<u64>>, D::Error> {
+        Option::<u64>::deserialize(d).map(Some)
+    }
 }
 
 /// System-wide counters.

@@ -9,6 +9,7 @@ pub mod inspect;
 pub mod pressure;
 pub mod probe;
 pub mod probe_job;
+pub mod record;
 pub mod residency;
 pub mod run;
 pub mod scan;

@@ -7,7 +7,7 @@ use crate::collect::gather::Request;
 use crate::dupes::prove::ProveOptions;
 use crate::engine::{self, Engine, Snapshot};
 use crate::sample::trace::TraceSample;
-use crate::{model, render};
+use crate::model;
 
 pub fn request(args: &ScanArgs) -> Request {
     Request {
@@ -76,11 +76,16 @@ pub fn report(
 }
 
 pub fn run(args: &ScanArgs, out: &mut dyn Write) -> anyhow::Result<()> {
-    let report = report(&request(args), prove_options(args), args.trace)?;
-    if args.output.json {
-        render::json(out, &report)?;
-    } else {
-        out.write_all(crate::render::safe::terminal(&render::scan::human(&report)).as_bytes())?;
+    let req = request(args);
+    let mut warnings = Vec::new();
+    let (snap, traced) = snapshot(&req, prove_options(args), args.trace, &mut warnings)?;
+    if let Some(dir) = &args.record {
+        super::record::append_to(dir, &snap)?;
     }
-    Ok(())
+    let mut report = engine::report(&snap, None);
+    if let Some(t) = &traced {
+        super::trace::apply_to_report(&mut report, t, &req.pids);
+    }
+    super::warn_all(&warnings);
+    super::record::render_report(&report, args.output.json, out)
 }

@@ -1,6 +1,7 @@
 //! Rendering: turns models into text for people and JSON for programs. No I/O besides
 //! the `Write` it is given.
 
+pub mod dump;
 pub mod dupes;
 pub mod inspect;
 pub mod probe;

@@ -1,0 +1,214 @@
+//! `twofold record`, `replay`, `dump` and `snapshot`: the engine's snapshots in a store
+//! (docs/store.md), and the same report and renderer as `scan` over them.
+
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, Context};
+
+use crate::cli::{DumpArgs, RecordArgs, ReplayArgs, SnapshotArgs};
+use crate::collect::gather::Request;
+use crate::dupes::prove::ProveOptions;
+use crate::engine::{self, Engine, Snapshot};
+use crate::model::Report;
+use crate::render;
+use crate::store::Store;
+use crate::timespec;
+
+/// Where recordings go unless `--store` says: `/var/lib/twofold/store` as root, else
+/// `$XDG_DATA_HOME/twofold/store` (`~/.local/share/twofold/store`).
+pub fn default_store() -> PathBuf {
+    if nix::unistd::geteuid().is_root() {
+        return PathBuf::from("/var/lib/twofold/store");
+    }
+    let data = std::env::var_os("XDG_DATA_HOME")
+        .map(PathBuf::from)
+        .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".local/share")))
+        .unwrap_or_else(|| PathBuf::from("."));
+    data.join("twofold/store")
+}
+
+fn store_dir(arg: &Option<PathBuf>) -> PathBuf {
+    arg.clone().unwrap_or_else(default_store)
+}
+
+fn warn_damage(lines: &[String]) {
+    super::warn_all(lines);
+}
+
+/// Opens a store for reading (never taking a recorder's lock, never changing it).
+fn open_read(arg: &Option<PathBuf>) -> anyhow::Result<Store> {
+    let dir = store_dir(arg);
+    if !dir.join("store.json").is_file() {
+        bail!("no recording store at '{}'", dir.display());
+    }
+    let (store, damage) = Store::open_read_only(&dir)
+        .with_context(|| format!("cannot open the store '{}'", dir.display()))?;
+    warn_damage(&damage);
+    Ok(store)
+}
+
+fn decode(payload: &[u8]) -> anyhow::Result<Snapshot> {
+    serde_json::from_slice(payload).context("a recorded snapshot does not parse")
+}
+
+/// Appends one snapshot to an open store.
+pub fn append(store: &mut Store, snap: &Snapshot) -> anyhow::Result<()> {
+    let payload = serde_json::to_vec(snap)?;
+    store.append(snap.at_unix_ns, &payload)?;
+    store.flush()?;
+    Ok(())
+}
+
+/// `scan --record DIR`: appends the scan's snapshot.
+pub fn append_to(dir: &Path, snap: &Snapshot) -> anyhow::Result<()> {
+    let (mut store, damage) = Store::open_or_create(dir)
+        .with_context(|| format!("cannot open the store '{}'", dir.display()))?;
+    warn_damage(&damage);
+    append(&mut store, snap)
+}
+
+fn stop_flag() -> Arc<AtomicBool> {
+    let stop = Arc::new(AtomicBool::new(false));
+    for sig in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {
+        let _ = signal_hook::flag::register(sig, stop.clone());
+    }
+    stop
+}
+
+pub fn record(args: &RecordArgs, out: &mut dyn Write) -> anyhow::Result<()> {
+    let dir = store_dir(&args.store);
+    std::fs::create_dir_all(&dir)
+        .with_context(|| format!("cannot create the store '{}'", dir.display()))?;
+    let (mut store, damage) = Store::open_or_create(&dir)
+        .with_context(|| format!("cannot open the store '{}'", dir.display()))?;
+    warn_damage(&damage);
+    let req = Request {
+        paths: args.paths.clone(),
+        pids: args.pids.clone(),
+        min_size: args.min_size,
+        stores: args.paths.is_empty(),
+        candidates: true,
+        ..Request::default()
+    };
+    let prove = (!args.no_prove).then_some(ProveOptions {
+        budget: Some(args.prove_budget),
+        exact: false,
+    });
+    let mut engine = Engine::new(req, prove);
+    let stop = stop_flag();
+    let mut n = 0u64;
+    let mut next = Instant::now();
+    writeln!(
+        out,
+        "twofold record: a snapshot every {:.1} s into '{}'",
+        args.interval.as_secs_f64(),
+        dir.display()
+    )?;
+    out.flush()?;
+    while !stop.load(Ordering::Relaxed) {
+        let mut warnings = Vec::new();
+        let snap = engine.snapshot(Vec::new(), &mut warnings)?;
+        super::warn_all(&warnings);
+        append(&mut store, &snap)?;
+        n += 1;
+        if n % 60 == 1 {
+            let cutoff = snap
+                .at_unix_ns
+                .saturating_sub(args.retain.as_nanos() as u64);
+            for removed in store.retain(cutoff, Some(args.max_size))? {
+                eprintln!("twofold: removed '{}' (retention)", removed.display());
+            }
+        }
+        if args.count.is_some_and(|c| n >= c) {
+            break;
+        }
+        next += args.interval;
+        while !stop.load(Ordering::Relaxed) && Instant::now() < next {
+            std::thread::sleep(Duration::from_millis(50).min(next - Instant::now()));
+        }
+    }
+    store.flush()?;
+    writeln!(out, "twofold record: {n} snapshots written")?;
+    Ok(())
+}
+
+/// The report of the recorded snapshot nearest `at`, with rates from the one before.
+pub fn replayed(store: &Store, at_ns: u64) -> anyhow::Result<Report> {
+    let Some(frame) = store.nearest(at_ns)? else {
+        bail!("the store '{}' holds no snapshot", store.dir().display());
+    };
+    let snap = decode(&frame.payload)?;
+    let prev = match store.before(frame.at_ns)? {
+        Some(f) => Some(decode(&f.payload)?),
+        None => None,
+    };
+    warn_damage(&store.take_damage());
+    Ok(engine::report(&snap, prev.as_ref()))
+}
+
+/// Renders a report as `scan` does.
+pub fn render_report(report: &Report, json: bool, out: &mut dyn Write) -> anyhow::Result<()> {
+    if json {
+        render::json(out, report)?;
+    } else {
+        out.write_all(render::safe::terminal(&render::scan::human(report)).as_bytes())?;
+    }
+    Ok(())
+}
+
+pub fn replay(args: &ReplayArgs, out: &mut dyn Write) -> anyhow::Result<()> {
+    let at = timespec::parse(&args.at, engine::now().0).map_err(anyhow::Error::msg)?;
+    let store = open_read(&args.store)?;
+    let mut report = replayed(&store, at)?;
+    if !args.output.json {
+        // The human view has no rates: it is what scan printed then.
+        report.rates = None;
+    }
+    render_report(&report, args.output.json, out)
+}
+
+fn range_of(from: &str, to: &str) -> anyhow::Result<(u64, u64)> {
+    let now = engine::now().0;
+    let from = timespec::parse(from, now).map_err(anyhow::Error::msg)?;
+    let to = timespec::parse(to, now).map_err(anyhow::Error::msg)?;
+    if from > to {
+        bail!("--from '{}' is after --to '{}'", timespec::format(from), timespec::format(to));
+    }
+    Ok((from, to))
+}
+
+pub fn snapshot(args: &SnapshotArgs, out: &mut dyn Write) -> anyhow::Result<()> {
+    let (from, to) = range_of(&args.from, &args.to)?;
+    let store = open_read(&args.store)?;
+    let n = store
+        .export(from, to, &args.out)
+        .with_context(|| format!("cannot write the bundle '{}'", args.out.display()))?;
+    writeln!(
+        out,
+        "twofold snapshot: {n} snapshots from {} to {} in '{}'",
+        timespec::format(from),
+        timespec::format(to),
+        args.out.display()
+    )?;
+    Ok(())
+}
+
+pub fn dump(args: &DumpArgs, out: &mut dyn Write) -> anyhow::Result<()> {
+    let (from, to) = range_of(&args.from, &args.to)?;
+    let store = open_read(&args.store)?;
+    let mut rows = render::dump::Rows::new(args.what, args.format, args.top);
+    let mut prev: Option<Snapshot> = None;
+    for frame in store.range(from, to) {
+        let snap = decode(&frame?.payload)?;
+        let report = engine::report(&snap, prev.as_ref());
+        rows.add(&report, out)?;
+        prev = Some(snap);
+    }
+    warn_damage(&store.take_damage());
+    rows.finish(out)?;
+    Ok(())
+}
