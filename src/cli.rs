@@ -630,7 +630,9 @@ fn parse_age(s: &str) -> Result<Duration, String> {
         .map_err(|_| format!("'{s}' is not an age (e.g. 7d, 48h, 30m)"))?;
     let secs = v * mult;
     if !secs.is_finite() || secs <= 0.0 || secs > 3650.0 * 86_400.0 {
-        return Err(format!("age '{s}' is out of range (above 0, at most 3650d)"));
+        return Err(format!(
+            "age '{s}' is out of range (above 0, at most 3650d)"
+        ));
     }
     Ok(Duration::from_secs_f64(secs))
 }

@@ -29,6 +29,6 @@ pub mod model;
 pub mod render;
 pub mod sample;
 pub mod spawn;
-pub mod timespec;
 pub mod store;
+pub mod timespec;
 pub mod units;

@@ -220,7 +220,11 @@ pub struct CgroupSample {
     pub usage_bytes: Option<u64>,
     /// v2 `memory.max`, v1 `memory.limit_in_bytes`; `None` inside means unlimited.
     /// (JSON: absent = not read, `null` = unlimited, a number = the limit.)
-    #[serde(default, skip_serializing_if = "Option::is_none", with = "double_option")]
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        with = "double_option"
+    )]
     pub limit_bytes: Option<Option<u64>>,
     /// v2 `memory.peak`, v1 `memory.max_usage_in_bytes`.
     pub peak_bytes: Option<u64>,

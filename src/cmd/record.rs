@@ -176,7 +176,11 @@ fn range_of(from: &str, to: &str) -> anyhow::Result<(u64, u64)> {
     let from = timespec::parse(from, now).map_err(anyhow::Error::msg)?;
     let to = timespec::parse(to, now).map_err(anyhow::Error::msg)?;
     if from > to {
-        bail!("--from '{}' is after --to '{}'", timespec::format(from), timespec::format(to));
+        bail!(
+            "--from '{}' is after --to '{}'",
+            timespec::format(from),
+            timespec::format(to)
+        );
     }
     Ok((from, to))
 }

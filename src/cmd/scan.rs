@@ -6,8 +6,8 @@ use crate::cli::ScanArgs;
 use crate::collect::gather::Request;
 use crate::dupes::prove::ProveOptions;
 use crate::engine::{self, Engine, Snapshot};
-use crate::sample::trace::TraceSample;
 use crate::model;
+use crate::sample::trace::TraceSample;
 
 pub fn request(args: &ScanArgs) -> Request {
     Request {

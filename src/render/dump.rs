@@ -1,6 +1,6 @@
-//! `twofold dump`: rows of reports over time as JSON Lines (a `type`/`at`/`data`
-//! envelope), CSV, or OpenMetrics text that `promtool tsdb create-blocks-from
-//! openmetrics` loads (metric families grouped, samples in time order, `# EOF`).
+//! `twofold dump`: rows of reports over time as JSON Lines (a `type`/`data` envelope),
+//! CSV, or OpenMetrics text that `promtool tsdb create-blocks-from openmetrics` loads
+//! (metric families grouped, samples in time order, timestamps in whole seconds, `# EOF`).
 
 use std::collections::BTreeMap;
 use std::io::Write;
@@ -61,7 +61,9 @@ fn frac_bytes(frac: Option<f64>, size: Option<u64>) -> Option<u64> {
 
 /// Escapes an OpenMetrics label value.
 pub fn label(v: &str) -> String {
-    v.replace('\\', "\\\\").replace('"', "\\\"").replace('\n', "\\n")
+    v.replace('\\', "\\\\")
+        .replace('"', "\\\"")
+        .replace('\n', "\\n")
 }
 
 fn csv_field(v: &str) -> String {
@@ -101,21 +103,32 @@ impl Rows {
             .entry(name)
             .or_insert(("gauge", help, Vec::new()))
             .2
-            .push(format!("{name}{{{labels}}} {v} {at:.3}"));
+            .push(format!("{name}{{{labels}}} {v} {}", at.floor() as u64));
     }
 
-    fn emit<T: Serialize>(&mut self, kind: &str, rows: &[T], out: &mut dyn Write) -> anyhow::Result<()> {
+    fn emit<T: Serialize>(
+        &mut self,
+        kind: &str,
+        rows: &[T],
+        out: &mut dyn Write,
+    ) -> anyhow::Result<()> {
         match self.format {
             DumpFormat::Json => {
                 for r in rows {
-                    serde_json::to_writer(&mut *out, &serde_json::json!({"type": kind, "data": r}))?;
+                    serde_json::to_writer(
+                        &mut *out,
+                        &serde_json::json!({"type": kind, "data": r}),
+                    )?;
                     writeln!(out)?;
                 }
             }
             DumpFormat::Csv => {
                 for r in rows {
                     let v = serde_json::to_value(r)?;
-                    let obj = v.as_object().map(|o| o.iter().collect::<Vec<_>>()).unwrap_or_default();
+                    let obj = v
+                        .as_object()
+                        .map(|o| o.iter().collect::<Vec<_>>())
+                        .unwrap_or_default();
                     if !self.header_done {
                         let names: Vec<String> = obj.iter().map(|(k, _)| csv_field(k)).collect();
                         writeln!(out, "{}", names.join(","))?;
@@ -172,31 +185,65 @@ impl Rows {
                                 .iter()
                                 .map(|s| s.attributed_bytes)
                                 .sum(),
-                            holders: f.mappers.len() + f.holders.iter().filter(|h| !h.mapped).count(),
+                            holders: f.mappers.len()
+                                + f.holders.iter().filter(|h| !h.mapped).count(),
                         }
                     })
                     .collect();
                 if self.format == DumpFormat::Openmetrics {
                     for f in &rows {
                         let id = format!("file_id=\"{}\"", label(&f.file_id));
-                        self.metric("twofold_file_info", "A model file: its path (1 while it is seen).", &format!("{id},path=\"{}\"", label(f.path)), 1.0, secs);
+                        self.metric(
+                            "twofold_file_info",
+                            "A model file: its path (1 while it is seen).",
+                            &format!("{id},path=\"{}\"", label(f.path)),
+                            1.0,
+                            secs,
+                        );
                         if let Some(c) = f.copies {
-                            self.metric("twofold_file_copies", "How many times the file's bytes are in memory, proven parts only.", &id, c, secs);
+                            self.metric(
+                                "twofold_file_copies",
+                                "How many times the file's bytes are in memory, proven parts only.",
+                                &id,
+                                c,
+                                secs,
+                            );
                         }
                         if let Some(s) = f.size_bytes {
-                            self.metric("twofold_file_size_bytes", "Size of the file.", &id, s as f64, secs);
+                            self.metric(
+                                "twofold_file_size_bytes",
+                                "Size of the file.",
+                                &id,
+                                s as f64,
+                                secs,
+                            );
                         }
                         if let Some(r) = f.resident_fraction {
-                            self.metric("twofold_file_resident_ratio", "Page-cache resident fraction of the file.", &id, r, secs);
+                            self.metric(
+                                "twofold_file_resident_ratio",
+                                "Page-cache resident fraction of the file.",
+                                &id,
+                                r,
+                                secs,
+                            );
                         }
                         for (kind, v) in [
                             ("page_cache", f.page_cache_bytes),
                             ("cow", f.cow_bytes),
                             ("private_copy_proven", Some(f.private_copy_proven_bytes)),
-                            ("private_copy_suspected", Some(f.private_copy_suspected_bytes)),
+                            (
+                                "private_copy_suspected",
+                                Some(f.private_copy_suspected_bytes),
+                            ),
                         ] {
                             if let Some(v) = v {
-                                self.metric("twofold_file_held_bytes", "Bytes of the file held in memory, by kind.", &format!("{id},kind=\"{kind}\""), v as f64, secs);
+                                self.metric(
+                                    "twofold_file_held_bytes",
+                                    "Bytes of the file held in memory, by kind.",
+                                    &format!("{id},kind=\"{kind}\""),
+                                    v as f64,
+                                    secs,
+                                );
                             }
                         }
                     }
@@ -208,7 +255,10 @@ impl Rows {
                 procs.sort_by_key(|p| std::cmp::Reverse(p.rss_bytes.unwrap_or(0)));
                 let rate = |pid: i32| {
                     r.rates.as_ref().and_then(|x| {
-                        x.processes.iter().find(|p| p.pid == pid).and_then(|p| p.anon_bytes_per_sec)
+                        x.processes
+                            .iter()
+                            .find(|p| p.pid == pid)
+                            .and_then(|p| p.anon_bytes_per_sec)
                     })
                 };
                 let rows: Vec<ProcessRow> = procs
@@ -229,10 +279,22 @@ impl Rows {
                     for p in &rows {
                         let l = format!("pid=\"{}\",comm=\"{}\"", p.pid, label(p.comm));
                         if let Some(v) = p.anon_bytes {
-                            self.metric("twofold_process_anon_bytes", "RssAnon of a process.", &l, v as f64, secs);
+                            self.metric(
+                                "twofold_process_anon_bytes",
+                                "RssAnon of a process.",
+                                &l,
+                                v as f64,
+                                secs,
+                            );
                         }
                         if let Some(v) = p.file_bytes {
-                            self.metric("twofold_process_file_bytes", "RssFile of a process.", &l, v as f64, secs);
+                            self.metric(
+                                "twofold_process_file_bytes",
+                                "RssFile of a process.",
+                                &l,
+                                v as f64,
+                                secs,
+                            );
                         }
                     }
                 }
@@ -257,7 +319,13 @@ impl Rows {
                     for c in &rows {
                         let l = format!("cgroup=\"{}\"", label(c.cgroup));
                         if let Some(v) = c.usage_bytes {
-                            self.metric("twofold_cgroup_memory_usage_bytes", "Memory usage of a cgroup.", &l, v as f64, secs);
+                            self.metric(
+                                "twofold_cgroup_memory_usage_bytes",
+                                "Memory usage of a cgroup.",
+                                &l,
+                                v as f64,
+                                secs,
+                            );
                         }
                     }
                 }
@@ -274,8 +342,18 @@ impl Rows {
         for (name, (kind, help, lines)) in &self.families {
             writeln!(out, "# HELP {name} {help}")?;
             writeln!(out, "# TYPE {name} {kind}")?;
-            for l in lines {
-                writeln!(out, "{l}")?;
+            // Timestamps are whole seconds (what both promtool's linter and the
+            // OpenMetrics backfill read): of two samples of a series in one second, the
+            // later one is kept.
+            for (i, l) in lines.iter().enumerate() {
+                let series = l.rsplitn(3, ' ').nth(2).unwrap_or(l);
+                let ts = l.rsplit(' ').next().unwrap_or("");
+                let superseded = lines[i + 1..].iter().any(|m| {
+                    m.rsplitn(3, ' ').nth(2) == Some(series) && m.rsplit(' ').next() == Some(ts)
+                });
+                if !superseded {
+                    writeln!(out, "{l}")?;
+                }
             }
         }
         writeln!(out, "# EOF")?;
