@@ -71,7 +71,7 @@ pub fn parse(text: &str, now_ns: u64) -> Result<u64, String> {
     } else if let Some(x) = t.strip_prefix("yesterday ") {
         hms(x.trim()).map(|h| now - now.rem_euclid(day) - day + h)
     } else if let Ok(secs) = t.trim_start_matches('@').parse::<f64>() {
-        secs.is_finite().then(|| (secs * 1e9) as i128)
+        secs.is_finite().then_some((secs * 1e9) as i128)
     } else {
         rfc3339(t)
     };
