@@ -109,9 +109,9 @@ pub fn prove(
     out
 }
 
-/// Candidates of the files named on the command line first, then those that hold or name
-/// a file, then the rest; cheapest first within each, so that a budget runs out on as few
-/// candidates as possible.
+/// Candidates of the files named on twofold's command line first, then those whose
+/// command line names a file, holders, readers; cheapest first within each, so that a
+/// budget runs out on as few candidates as possible.
 fn search_order(sample: &Sample) -> Vec<i32> {
     let explicit: BTreeSet<FileKey> = sample
         .files
@@ -119,13 +119,18 @@ fn search_order(sample: &Sample) -> Vec<i32> {
         .filter(|f| f.explicit)
         .map(|f| f.key)
         .collect();
-    let mut order: Vec<(i32, (bool, bool, u64))> = Vec::new();
+    let mut order: Vec<(i32, (bool, u8, u64))> = Vec::new();
     for c in &sample.candidates {
-        let strong = matches!(
-            c.why,
-            crate::sample::CandidateWhy::Holder | crate::sample::CandidateWhy::Named
-        );
-        let rank = (!explicit.contains(&c.file), !strong, c.private_anon_bytes);
+        // A process whose command line names the model (`llama-server -m x.gguf`) is
+        // the likeliest loader; then holders (build tools hold `.bin` files too), then
+        // readers.
+        let why = match c.why {
+            crate::sample::CandidateWhy::Named => 0,
+            crate::sample::CandidateWhy::Holder => 1,
+            crate::sample::CandidateWhy::Read => 2,
+            crate::sample::CandidateWhy::Unknown => 3,
+        };
+        let rank = (!explicit.contains(&c.file), why, c.private_anon_bytes);
         match order.iter_mut().find(|o| o.0 == c.pid) {
             Some(o) => o.1 = o.1.min(rank),
             None => order.push((c.pid, rank)),
