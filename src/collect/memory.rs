@@ -26,6 +26,25 @@ const PM_FILE: u64 = 1 << 61;
 /// Most iovecs one `process_vm_readv` call takes (IOV_MAX on Linux).
 pub const IOV_MAX: usize = 1024;
 
+/// One entry per 4 KiB unit of `[start, end)` from entries of `sys`-byte pages that begin
+/// at `base`.
+pub fn expand_entries(
+    entries: &[u64],
+    base: u64,
+    sys: u64,
+    start: u64,
+    end: u64,
+    out: &mut Vec<u64>,
+) {
+    out.clear();
+    let mut a = start / PAGE * PAGE;
+    while a < end {
+        let i = ((a - base) / sys) as usize;
+        out.push(entries.get(i).copied().unwrap_or(0));
+        a += PAGE;
+    }
+}
+
 /// What kind of memory a searched range is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 #[serde(rename_all = "snake_case")]
@@ -166,25 +185,31 @@ impl Target {
         Ok(out)
     }
 
-    /// Pagemap entries for `[start, end)`, one per page.
+    /// Pagemap entries for `[start, end)`, one per 4 KiB [`PAGE`] (the unit the search
+    /// samples in). The kernel writes one entry per *system* page: on 16 KiB or 64 KiB
+    /// page systems (arm64, Grace Hopper) each entry is repeated for the 4 KiB units it
+    /// covers, so indexing stays right whatever the page size.
     pub fn pagemap(&self, start: u64, end: u64, out: &mut Vec<u64>) -> Result<()> {
-        let pages = ((end - start) / PAGE) as usize;
-        out.clear();
-        out.resize(pages, 0);
-        // SAFETY: u64 has no invalid bit patterns; the byte view covers exactly `out`.
-        let bytes =
-            unsafe { std::slice::from_raw_parts_mut(out.as_mut_ptr().cast::<u8>(), pages * 8) };
+        let sys = crate::collect::system::page_size().max(PAGE);
+        let first = start / sys;
+        let last = end.div_ceil(sys);
+        let mut entries = vec![0u64; (last - first) as usize];
+        // SAFETY: u64 has no invalid bit patterns; the byte view covers exactly `entries`.
+        let bytes = unsafe {
+            std::slice::from_raw_parts_mut(entries.as_mut_ptr().cast::<u8>(), entries.len() * 8)
+        };
         let mut done = 0;
         while done < bytes.len() {
             let n = self
                 .pagemap
-                .read_at(&mut bytes[done..], (start / PAGE) * 8 + done as u64)
+                .read_at(&mut bytes[done..], first * 8 + done as u64)
                 .map_err(|e| CollectError::io(&self.pagemap_path, e))?;
             if n == 0 {
                 break;
             }
             done += n;
         }
+        expand_entries(&entries, first * sys, sys, start, end, out);
         Ok(())
     }
 
@@ -237,5 +262,37 @@ impl Target {
             return Err(io::Error::last_os_error());
         }
         Ok(n as usize / len)
+    }
+}
+
+#[cfg(test)]
+mod page_size_tests {
+    use super::*;
+
+    /// A 64 KiB-page system (arm64, Grace Hopper): each kernel pagemap entry covers 16 of
+    /// the search's 4 KiB units.
+    #[test]
+    fn pagemap_entries_of_64k_pages_cover_their_4k_units() {
+        let sys = 64 << 10;
+        let base = 0x7f00_0000_0000u64;
+        // Three system pages: present, absent, present.
+        let entries = [PM_PRESENT | 1, 0, PM_PRESENT | 3];
+        let mut out = Vec::new();
+        expand_entries(
+            &entries,
+            base,
+            sys,
+            base + 60 * 1024,
+            base + 132 * 1024,
+            &mut out,
+        );
+        // 4 KiB units from 60 KiB to 132 KiB: one in page 0, 16 in page 1, two in page 2.
+        assert_eq!(out.len(), 18);
+        assert_eq!(out[0], PM_PRESENT | 1);
+        assert!(out[1..17].iter().all(|e| *e == 0));
+        assert_eq!(out[17], PM_PRESENT | 3);
+        // A 4 KiB system is the identity.
+        expand_entries(&entries, base, 4096, base, base + 3 * 4096, &mut out);
+        assert_eq!(out, entries);
     }
 }
