@@ -6,7 +6,10 @@ use std::path::Path;
 
 fn main() -> anyhow::Result<()> {
     let args: Vec<String> = std::env::args().collect();
-    anyhow::ensure!(args.len() == 5, "usage: fill_store SRC DEST DAYS INTERVAL_S");
+    anyhow::ensure!(
+        args.len() == 5,
+        "usage: fill_store SRC DEST DAYS INTERVAL_S"
+    );
     let (src, _) = twofold::store::Store::open_read_only(Path::new(&args[1]))?;
     let frame = src
         .nearest(u64::MAX)?

@@ -204,3 +204,35 @@ fn unknown_pid_is_an_error() {
     let err = gather(&roots, &req, &mut Vec::new()).unwrap_err();
     assert_eq!(err.to_string(), "no process with pid '99999'");
 }
+
+/// A snapshot of each recorded and hand-written tree survives the store's JSON round trip
+/// unchanged, and so does its report (what `replay` renders).
+#[test]
+fn snapshots_round_trip_through_json() {
+    for name in ["v1-copy-map-cow", "v2-hand"] {
+        let roots = fixture(name);
+        let req = Request {
+            all_processes: true,
+            ..Request::default()
+        };
+        let sample = gather(&roots, &req, &mut Vec::new()).unwrap();
+        let snap = twofold::engine::Snapshot {
+            version: twofold::engine::SNAPSHOT_VERSION,
+            at_unix_ns: 1_764_472_320_123_456_789,
+            at_mono_ns: 42,
+            sample,
+        };
+        let text = serde_json::to_vec(&snap).unwrap();
+        let back: twofold::engine::Snapshot = serde_json::from_slice(&text).unwrap();
+        assert_eq!(back, snap, "{name}");
+        let prev = twofold::engine::Snapshot {
+            at_mono_ns: 1,
+            ..snap.clone()
+        };
+        assert_eq!(
+            twofold::engine::report(&back, Some(&prev)),
+            twofold::engine::report(&snap, Some(&prev)),
+            "{name}"
+        );
+    }
+}
