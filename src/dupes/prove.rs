@@ -157,17 +157,7 @@ fn prove_group(
             "not searched: over the proof budget ({:.1} s; raise --prove-budget)",
             opts.budget.unwrap_or_default().as_secs_f64()
         );
-        return sample
-            .candidates
-            .iter()
-            .filter(|c| pids.contains(&c.pid))
-            .map(|c| ProofSample {
-                pid: c.pid,
-                file: c.file,
-                unsearched: Some(why.clone()),
-                ..ProofSample::default()
-            })
-            .collect();
+        return unsearched(sample, pids, &why);
     }
     // Open and parse each file once.
     let mut keys = Vec::new();
@@ -203,18 +193,11 @@ fn prove_group(
         Ok(g) => g,
         Err(e) => {
             warnings.push(format!("cannot index the model files: {e}"));
-            let why = format!("the model files could not be indexed: {e}");
-            return sample
-                .candidates
-                .iter()
-                .filter(|c| pids.contains(&c.pid))
-                .map(|c| ProofSample {
-                    pid: c.pid,
-                    file: c.file,
-                    unsearched: Some(why.clone()),
-                    ..ProofSample::default()
-                })
-                .collect();
+            return unsearched(
+                sample,
+                pids,
+                &format!("the model files could not be indexed: {e}"),
+            );
         }
     };
     let stride = grid.stride;
@@ -377,6 +360,21 @@ fn prove_group(
         }
     }
     out
+}
+
+/// Every candidacy of `pids`, not searched, for the reason `why`.
+fn unsearched(sample: &Sample, pids: &[i32], why: &str) -> Vec<ProofSample> {
+    sample
+        .candidates
+        .iter()
+        .filter(|c| pids.contains(&c.pid))
+        .map(|c| ProofSample {
+            pid: c.pid,
+            file: c.file,
+            unsearched: Some(why.to_string()),
+            ..ProofSample::default()
+        })
+        .collect()
 }
 
 fn grid_index(keys: &[FileKey], key: FileKey) -> usize {
