@@ -52,9 +52,19 @@ fn rfc3339(t: &str) -> Option<i128> {
 
 fn relative(t: &str) -> Option<i128> {
     let n = t.strip_suffix("ago")?.trim();
-    let d = crate::units::parse_duration(&n.replace('d', "h").replace(' ', "")).ok()?;
-    let mult = if n.ends_with('d') { 24 } else { 1 };
-    Some(d.as_nanos() as i128 * mult)
+    let split = n.find(|c: char| !(c.is_ascii_digit() || c == '.'))?;
+    let (num, unit) = n.split_at(split);
+    let v: f64 = num.parse().ok()?;
+    let secs = match unit.trim() {
+        "s" | "sec" | "secs" | "second" | "seconds" => 1.0,
+        "m" | "min" | "mins" | "minute" | "minutes" => 60.0,
+        "h" | "hour" | "hours" => 3600.0,
+        "d" | "day" | "days" => 86_400.0,
+        "w" | "week" | "weeks" => 604_800.0,
+        _ => return None,
+    };
+    let ns = v * secs * 1e9;
+    (ns.is_finite() && ns >= 0.0).then_some(ns as i128)
 }
 
 /// Parses `text` relative to `now_ns`.
@@ -124,6 +134,9 @@ mod tests {
         assert_eq!(parse("now", NOW), Ok(NOW));
         assert_eq!(parse("10m ago", NOW), Ok(NOW - 600_000_000_000));
         assert_eq!(parse("1d ago", NOW), Ok(NOW - 86_400_000_000_000));
+        assert_eq!(parse("3 days ago", NOW), Ok(NOW - 3 * 86_400_000_000_000));
+        assert_eq!(parse("2 hours ago", NOW), Ok(NOW - 7_200_000_000_000));
+        assert_eq!(parse("90 seconds ago", NOW), Ok(NOW - 90_000_000_000));
         assert_eq!(parse("today 03:12", NOW + 5_000_000_000), Ok(NOW));
         assert_eq!(parse("yesterday 03:12", NOW + 86_400_000_000_000), Ok(NOW));
         for bad in ["", "soon", "2025-13-01T00:00Z", "10x ago", "nan", "-5"] {
