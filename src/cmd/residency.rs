@@ -53,19 +53,13 @@ fn expand(args: &ResidencyArgs) -> anyhow::Result<Vec<PathBuf>> {
 }
 
 fn walk(dir: &Path, out: &mut Vec<PathBuf>) -> anyhow::Result<()> {
-    let mut entries: Vec<_> = std::fs::read_dir(dir)
-        .with_context(|| format!("cannot read directory '{}'", dir.display()))?
-        .flatten()
-        .collect();
-    entries.sort_by_key(|e| e.file_name());
-    for e in entries {
-        let Ok(ft) = e.file_type() else { continue };
-        if ft.is_dir() {
-            walk(&e.path(), out)?;
-        } else if ft.is_file() {
-            out.push(e.path());
-        }
-    }
+    let mut warnings = Vec::new();
+    out.extend(
+        crate::collect::walk::files(dir, &mut warnings)?
+            .into_iter()
+            .map(|(p, _)| p),
+    );
+    super::warn_all(&warnings);
     Ok(())
 }
 

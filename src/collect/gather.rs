@@ -334,28 +334,9 @@ impl Gatherer<'_> {
     }
 
     fn walk(&mut self, dir: &Path) -> anyhow::Result<()> {
-        let mut stack = vec![dir.to_path_buf()];
-        while let Some(d) = stack.pop() {
-            let entries = match std::fs::read_dir(&d) {
-                Ok(e) => e,
-                Err(e) => {
-                    self.warnings
-                        .push(format!("skipping '{}': {e}", d.display()));
-                    continue;
-                }
-            };
-            for entry in entries.flatten() {
-                let p = entry.path();
-                let Ok(ft) = entry.file_type() else { continue };
-                if ft.is_dir() {
-                    stack.push(p);
-                } else if ft.is_file() {
-                    let Ok(meta) = entry.metadata() else { continue };
-                    if has_model_extension(&p.to_string_lossy()) || meta.len() >= self.req.min_size
-                    {
-                        self.insert_explicit(&p, &meta);
-                    }
-                }
+        for (p, meta) in super::walk::files(dir, self.warnings)? {
+            if has_model_extension(&p.to_string_lossy()) || meta.len() >= self.req.min_size {
+                self.insert_explicit(&p, &meta);
             }
         }
         Ok(())

@@ -14,6 +14,7 @@ pub mod process;
 pub mod residency;
 pub mod stores;
 pub mod system;
+pub mod walk;
 
 use std::path::PathBuf;
 
