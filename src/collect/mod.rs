@@ -9,6 +9,7 @@ pub mod gather;
 pub mod kv;
 pub mod maps;
 pub mod memory;
+pub mod mounts;
 pub mod names;
 pub mod process;
 pub mod residency;
@@ -28,9 +29,10 @@ pub struct Roots {
 impl Roots {
     /// The live system.
     pub fn live() -> Self {
+        let proc = PathBuf::from("/proc");
         Roots {
-            proc: PathBuf::from("/proc"),
-            cgroup: PathBuf::from("/sys/fs/cgroup"),
+            cgroup: mounts::live_cgroup_root(&proc),
+            proc,
         }
     }
 }
