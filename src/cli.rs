@@ -165,6 +165,10 @@ pub struct RecordArgs {
     /// Stop after this many snapshots.
     #[arg(long, value_name = "N")]
     pub count: Option<u64>,
+    /// Keep eBPF tracing on and record the read() ledger in every snapshot (which process
+    /// read which file, even after it closed it); needs root or CAP_BPF + CAP_PERFMON.
+    #[arg(long)]
+    pub trace: bool,
     /// Skip the byte-level proof (as `scan --no-prove`).
     #[arg(long)]
     pub no_prove: bool,

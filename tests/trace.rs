@@ -673,3 +673,60 @@ fn trace_json_follows_the_comm_across_exec() {
     let before_last = &rest[rest.len() - 2];
     assert_eq!(comm_in(before_last).as_deref(), Some("sleep"));
 }
+
+#[test]
+fn record_trace_keeps_the_read_ledger_of_a_loader_that_closed_the_file() {
+    if !bpf_ready() {
+        return;
+    }
+    use std::io::BufRead;
+    let dir = tempfile::tempdir().unwrap();
+    let size = 16 * MIB;
+    let file = model_file(dir.path(), "model.gguf", size);
+    let store = dir.path().join("store");
+    let mut copy = Armed::start("copy", Some(&file), &["--close"]);
+    let mut rec = twofold_cmd()
+        .args(["record", "--trace", "--interval", "300ms", "--store"])
+        .arg(&store)
+        .arg(&file)
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    // Its first line comes once the tracer is attached.
+    let mut out = std::io::BufReader::new(rec.stdout.take().unwrap());
+    let mut line = String::new();
+    out.read_line(&mut line).unwrap();
+    assert!(line.starts_with("twofold record:"), "{line}");
+    assert_eq!(copy.go(), "ready");
+    std::thread::sleep(std::time::Duration::from_millis(1500));
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(rec.id() as i32),
+        nix::sys::signal::Signal::SIGTERM,
+    )
+    .unwrap();
+    assert_eq!(rec.wait().unwrap().code(), Some(0));
+    let out = twofold_cmd()
+        .args(["replay", "--json", "--at", "now", "--store"])
+        .arg(&store)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let r: twofold::model::Report = serde_json::from_slice(&out.stdout).unwrap();
+    let f = r
+        .files
+        .iter()
+        .find(|f| std::path::Path::new(&f.path) == file)
+        .unwrap();
+    let c = f
+        .proven_copies
+        .iter()
+        .find(|c| c.pid == copy.pid())
+        .unwrap();
+    assert_eq!(c.traced_read_bytes, Some(size));
+    assert_eq!(c.how, twofold::model::CopyHow::Read);
+}

@@ -98,6 +98,14 @@ pub fn record(args: &RecordArgs, out: &mut dyn Write) -> anyhow::Result<()> {
         budget: Some(args.prove_budget),
         exact: false,
     });
+    let tracer = if args.trace {
+        let mut w = Vec::new();
+        let t = super::trace::attach_for(&req, "recording", &mut w);
+        super::warn_all(&w);
+        t
+    } else {
+        None
+    };
     let mut engine = Engine::new(req, prove);
     let stop = stop_flag();
     let mut n = 0u64;
@@ -111,7 +119,13 @@ pub fn record(args: &RecordArgs, out: &mut dyn Write) -> anyhow::Result<()> {
     out.flush()?;
     while !stop.load(Ordering::Relaxed) {
         let mut warnings = Vec::new();
-        let snap = engine.snapshot(Vec::new(), &mut warnings)?;
+        // The ledger is cumulative since the tracer attached: a process that read a file
+        // an hour ago and closed it is still known to have ingested it.
+        let reads = tracer
+            .as_ref()
+            .map(|t| super::trace::reads_of(&t.sample()))
+            .unwrap_or_default();
+        let snap = engine.snapshot(reads, &mut warnings)?;
         super::warn_all(&warnings);
         append(&mut store, &snap)?;
         n += 1;

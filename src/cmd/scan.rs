@@ -42,17 +42,7 @@ pub fn snapshot(
     let traced = trace.and_then(|d| super::trace::trace_window(d, req, warnings));
     let reads = traced
         .as_ref()
-        .map(|t| {
-            t.io.iter()
-                .map(|((pid, file), c)| crate::sample::ReadSample {
-                    pid: *pid,
-                    file: *file,
-                    read_bytes: c.read_bytes,
-                    read_calls: c.read_calls,
-                    mmap_calls: c.mmap_shared + c.mmap_private,
-                })
-                .collect()
-        })
+        .map(super::trace::reads_of)
         .unwrap_or_default();
     let snap = Engine::new(req.clone(), prove).snapshot(reads, warnings)?;
     Ok((snap, traced))

@@ -229,9 +229,9 @@ fn emit(out: &mut dyn Write, json: bool, record: Record) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// `scan --trace D`: traces for `d` (warning and `None` when tracing is impossible),
-/// pinning the explicit paths and pids of the request.
-pub fn trace_window(d: Duration, req: &Request, warnings: &mut Vec<String>) -> Option<TraceSample> {
+/// Attaches the tracer for a scan-like request (its explicit paths and pids pinned);
+/// a warning and `None` when tracing is impossible.
+pub fn attach_for(req: &Request, what: &str, warnings: &mut Vec<String>) -> Option<Tracer> {
     let explicit = match explicit_files(&req.paths) {
         Ok(e) => e,
         Err(e) => {
@@ -240,21 +240,42 @@ pub fn trace_window(d: Duration, req: &Request, warnings: &mut Vec<String>) -> O
         }
     };
     let keys: Vec<FileKey> = explicit.keys().copied().collect();
-    let tracer = match Tracer::attach(&options(&req.pids, &keys)) {
-        Ok(t) => t,
+    match Tracer::attach(&options(&req.pids, &keys)) {
+        Ok(t) => {
+            warnings.extend(t.warnings().iter().cloned());
+            Some(t)
+        }
         Err(e) => {
             warnings.push(format!(
-                "--trace: {:#}; the scan goes on without it",
+                "--trace: {:#}; the {what} goes on without it",
                 anyhow::Error::from(e)
             ));
-            return None;
+            None
         }
-    };
-    warnings.extend(tracer.warnings().iter().cloned());
+    }
+}
+
+/// `scan --trace D`: traces for `d` (warning and `None` when tracing is impossible),
+/// pinning the explicit paths and pids of the request.
+pub fn trace_window(d: Duration, req: &Request, warnings: &mut Vec<String>) -> Option<TraceSample> {
+    let tracer = attach_for(req, "scan", warnings)?;
     // Progress, on stderr: also tells a caller when the window starts.
     eprintln!("twofold: tracing for {:.1} s", d.as_secs_f64());
     std::thread::sleep(d);
     Some(tracer.sample())
+}
+
+/// The read() ledger of a traced sample: per (process, file), bytes read and calls.
+pub fn reads_of(t: &TraceSample) -> Vec<crate::sample::ReadSample> {
+    t.io.iter()
+        .map(|((pid, file), c)| crate::sample::ReadSample {
+            pid: *pid,
+            file: *file,
+            read_bytes: c.read_bytes,
+            read_calls: c.read_calls,
+            mmap_calls: c.mmap_shared + c.mmap_private,
+        })
+        .collect()
 }
 
 /// Adds a traced window to a scan report: files of the report are the files of interest.
