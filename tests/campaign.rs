@@ -490,6 +490,8 @@ fn run_proves_the_copy_a_long_running_command_holds() {
         "__child",
         "copy",
         f,
+        // It read the file and closed it: only its memory holds the model.
+        "--close",
         "--exit-after-ms",
         "60000",
     ]);
