@@ -225,6 +225,7 @@ fn bad_arguments_battery() {
         (vec!["run"], "required"),
     ];
     cases.extend(more);
+    eprintln!("bad-argument battery: {} command lines", cases.len());
     for (args, needle) in &cases {
         assert_refused(args, needle);
     }
