@@ -342,8 +342,9 @@ pub fn human(report: &Report) -> String {
     if report.skipped.gone > 0 {
         let _ = writeln!(
             out,
-            "\n{} process(es) exited during the scan and were skipped",
-            report.skipped.gone
+            "\n{} exited during the scan and {} skipped",
+            crate::units::count(report.skipped.gone, "process", "processes"),
+            if report.skipped.gone == 1 { "was" } else { "were" }
         );
     }
     out
