@@ -516,7 +516,10 @@ fn daemonset_is_unprivileged_with_host_pids_and_read_only_mounts() {
 
 #[test]
 fn a_bad_listen_address_is_one_line_and_exit_2() {
-    for bad in ["nonsense", "127.0.0.1:99999"] {
+    // An address another socket holds: the bind fails, the same way.
+    let taken = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let in_use = taken.local_addr().unwrap().to_string();
+    for bad in ["nonsense", "127.0.0.1:99999", in_use.as_str()] {
         let out = Command::new(exe())
             .args(["serve", "--listen", bad])
             .output()
