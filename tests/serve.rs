@@ -37,7 +37,9 @@ fn free_port() -> u16 {
 fn get(port: u16, path: &str, accept: Option<&str>) -> std::io::Result<(u16, String)> {
     let mut s = TcpStream::connect(("127.0.0.1", port))?;
     s.set_read_timeout(Some(Duration::from_secs(10)))?;
-    let accept = accept.map(|a| format!("Accept: {a}\r\n")).unwrap_or_default();
+    let accept = accept
+        .map(|a| format!("Accept: {a}\r\n"))
+        .unwrap_or_default();
     write!(s, "GET {path} HTTP/1.0\r\nHost: 127.0.0.1\r\n{accept}\r\n")?;
     let mut raw = Vec::new();
     s.read_to_end(&mut raw)?;
@@ -53,7 +55,13 @@ fn get(port: u16, path: &str, accept: Option<&str>) -> std::io::Result<(u16, Str
 
 fn serve(port: u16, extra: &[&str]) -> Proc {
     let child = Command::new(exe())
-        .args(["serve", "--listen", &format!("127.0.0.1:{port}"), "--interval", "1s"])
+        .args([
+            "serve",
+            "--listen",
+            &format!("127.0.0.1:{port}"),
+            "--interval",
+            "1s",
+        ])
         .args(extra)
         .stdout(Stdio::null())
         .stderr(Stdio::null())
@@ -88,7 +96,11 @@ fn value(body: &str, name: &str, labels: &[(&str, &str)]) -> Option<f64> {
 fn sum(body: &str, name: &str, labels: &[(&str, &str)]) -> f64 {
     body.lines()
         .filter(|l| l.starts_with(&format!("{name}{{")))
-        .filter(|l| labels.iter().all(|(k, v)| l.contains(&format!("{k}=\"{v}\""))))
+        .filter(|l| {
+            labels
+                .iter()
+                .all(|(k, v)| l.contains(&format!("{k}=\"{v}\"")))
+        })
         .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
         .sum()
 }
@@ -134,7 +146,12 @@ fn scene() -> Scene {
 }
 
 fn glob_of(s: &Scene) -> String {
-    s.file.parent().unwrap().join("*.safetensors").display().to_string()
+    s.file
+        .parent()
+        .unwrap()
+        .join("*.safetensors")
+        .display()
+        .to_string()
 }
 
 fn copies_of(id: &str) -> impl Fn(&str) -> bool + '_ {
@@ -168,22 +185,37 @@ fn exporter_counts_the_two_representations() {
     let proven = file["representations"]["proven"].as_f64().unwrap();
     let copies = value(&body, "twofold_file_copies", &[("file_id", id)]).unwrap();
     assert!((copies - 2.0).abs() < 0.01, "copies {copies}");
-    assert!((copies - proven).abs() < 0.01, "exporter {copies}, scan {proven}");
+    assert!(
+        (copies - proven).abs() < 0.01,
+        "exporter {copies}, scan {proven}"
+    );
 
     // Held bytes by kind add up to the count.
-    let held = |kind| value(&body, "twofold_file_held_bytes", &[("file_id", id), ("kind", kind)]);
+    let held = |kind| {
+        value(
+            &body,
+            "twofold_file_held_bytes",
+            &[("file_id", id), ("kind", kind)],
+        )
+    };
     let page_cache = held("page_cache").unwrap();
     let proven_copy = held("private_copy_proven").unwrap();
     let cow = held("cow").unwrap_or(0.0);
     let tol = common::tolerance(16 * MIB) as f64;
     assert!((page_cache - size).abs() <= tol, "page cache {page_cache}");
-    assert!((proven_copy - size).abs() <= tol, "proven copy {proven_copy}");
+    assert!(
+        (proven_copy - size).abs() <= tol,
+        "proven copy {proven_copy}"
+    );
     assert!(((page_cache + proven_copy + cow) / size - copies).abs() < 0.01);
     assert_eq!(
         value(&body, "twofold_file_excess_bytes", &[("file_id", id)]),
         Some(((copies - 1.0) * size).round())
     );
-    assert_eq!(value(&body, "twofold_file_size_bytes", &[("file_id", id)]), Some(size));
+    assert_eq!(
+        value(&body, "twofold_file_size_bytes", &[("file_id", id)]),
+        Some(size)
+    );
     let by_workload = sum(
         &body,
         "twofold_workload_file_held_bytes",
@@ -265,11 +297,12 @@ const CONDITIONAL: &[(&str, &str)] = &[(
 )];
 
 fn dashboards() -> Vec<PathBuf> {
-    let mut v: Vec<PathBuf> = std::fs::read_dir(Path::new(env!("CARGO_MANIFEST_DIR")).join("dashboards"))
-        .unwrap()
-        .map(|e| e.unwrap().path())
-        .filter(|p| p.extension().is_some_and(|e| e == "json"))
-        .collect();
+    let mut v: Vec<PathBuf> =
+        std::fs::read_dir(Path::new(env!("CARGO_MANIFEST_DIR")).join("dashboards"))
+            .unwrap()
+            .map(|e| e.unwrap().path())
+            .filter(|p| p.extension().is_some_and(|e| e == "json"))
+            .collect();
     v.sort();
     v
 }
@@ -316,7 +349,10 @@ fn prometheus_scrapes_it_and_every_panel_answers() {
     let _prom = Proc(
         Command::new("prometheus")
             .arg(format!("--config.file={}", config.display()))
-            .arg(format!("--storage.tsdb.path={}", tmp.path().join("data").display()))
+            .arg(format!(
+                "--storage.tsdb.path={}",
+                tmp.path().join("data").display()
+            ))
             .arg(format!("--web.listen-address=127.0.0.1:{prom_port}"))
             .stdout(Stdio::null())
             .stderr(Stdio::null())
@@ -328,10 +364,17 @@ fn prometheus_scrapes_it_and_every_panel_answers() {
         assert!(Instant::now() < until, "prometheus never became ready");
         std::thread::sleep(Duration::from_millis(200));
     }
-    let nonempty = |e: &str| query(prom_port, e).is_some_and(|r| r.as_array().is_some_and(|a| !a.is_empty()));
-    let ready = format!("up{{job=\"twofold\"}} == 1 and on () twofold_file_copies{{file_id=\"{}\"}} == 2", s.id);
+    let nonempty =
+        |e: &str| query(prom_port, e).is_some_and(|r| r.as_array().is_some_and(|a| !a.is_empty()));
+    let ready = format!(
+        "up{{job=\"twofold\"}} == 1 and on () twofold_file_copies{{file_id=\"{}\"}} == 2",
+        s.id
+    );
     while !nonempty(&ready) {
-        assert!(Instant::now() < until, "prometheus never saw the exporter's series");
+        assert!(
+            Instant::now() < until,
+            "prometheus never saw the exporter's series"
+        );
         std::thread::sleep(Duration::from_millis(250));
     }
     // Rates need two samples in their window: poll each query until it answers.
@@ -351,7 +394,10 @@ fn prometheus_scrapes_it_and_every_panel_answers() {
             missing.push(e);
         }
     }
-    eprintln!("{} panel queries answered; conditional ones: {skipped:?}", exprs.len() - skipped.len());
+    eprintln!(
+        "{} panel queries answered; conditional ones: {skipped:?}",
+        exprs.len() - skipped.len()
+    );
     assert!(missing.is_empty(), "panels without a result: {missing:#?}");
 }
 
@@ -364,26 +410,39 @@ fn dashboards_pass_the_lint() {
         let d: serde_json::Value =
             serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
         let name = path.display().to_string();
-        assert!(uids.insert(d["uid"].as_str().unwrap().to_string()), "{name}: duplicate uid");
+        assert!(
+            uids.insert(d["uid"].as_str().unwrap().to_string()),
+            "{name}: duplicate uid"
+        );
         let vars = d["templating"]["list"].as_array().unwrap();
         let var = |n: &str| vars.iter().find(|v| v["name"] == n);
         assert_eq!(var("datasource").unwrap()["type"], "datasource", "{name}");
         assert_eq!(var("datasource").unwrap()["query"], "prometheus", "{name}");
         assert!(var("node").is_some(), "{name}: $node");
         for v in vars.iter().filter(|v| v["type"] == "query") {
-            assert_eq!(v["datasource"]["uid"], "${datasource}", "{name}: variable {}", v["name"]);
+            assert_eq!(
+                v["datasource"]["uid"], "${datasource}",
+                "{name}: variable {}",
+                v["name"]
+            );
         }
         let mut panel_ids = std::collections::BTreeSet::new();
         for p in d["panels"].as_array().unwrap() {
             let title = p["title"].as_str().unwrap();
-            assert!(panel_ids.insert(p["id"].as_u64().unwrap()), "{name}/{title}: duplicate id");
+            assert!(
+                panel_ids.insert(p["id"].as_u64().unwrap()),
+                "{name}/{title}: duplicate id"
+            );
             assert_eq!(p["datasource"]["uid"], "${datasource}", "{name}/{title}");
             let unit = p["fieldConfig"]["defaults"]["unit"].as_str().unwrap_or("");
             assert!(!unit.is_empty(), "{name}/{title}: no unit");
             for t in p["targets"].as_array().unwrap() {
                 assert_eq!(t["datasource"]["uid"], "${datasource}", "{name}/{title}");
                 let expr = t["expr"].as_str().unwrap();
-                assert!(expr.contains("node=~\"$node\""), "{name}/{title}: not filtered by $node");
+                assert!(
+                    expr.contains("node=~\"$node\""),
+                    "{name}/{title}: not filtered by $node"
+                );
                 for f in ["rate(", "increase(", "irate("] {
                     for (i, _) in expr.match_indices(f) {
                         let rest = &expr[i..];
@@ -396,7 +455,10 @@ fn dashboards_pass_the_lint() {
                     }
                 }
                 if d["uid"] == "twofold-file" {
-                    assert!(expr.contains("file_id=~\"$file\""), "{name}/{title}: not by $file");
+                    assert!(
+                        expr.contains("file_id=~\"$file\""),
+                        "{name}/{title}: not by $file"
+                    );
                 }
             }
         }
@@ -409,8 +471,15 @@ fn promtool_tests_the_rules() {
         return;
     }
     let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("dashboards");
-    for args in [&["check", "rules", "rules.yml"][..], &["test", "rules", "rules.test.yml"]] {
-        let out = Command::new("promtool").args(args).current_dir(&dir).output().unwrap();
+    for args in [
+        &["check", "rules", "rules.yml"][..],
+        &["test", "rules", "rules.test.yml"],
+    ] {
+        let out = Command::new("promtool")
+            .args(args)
+            .current_dir(&dir)
+            .output()
+            .unwrap();
         assert!(
             out.status.success(),
             "promtool {args:?}: {}{}",
@@ -511,7 +580,10 @@ fn daemonset_is_unprivileged_with_host_pids_and_read_only_mounts() {
             .collect()
     };
     assert_eq!(caps("drop:"), ["ALL"]);
-    assert_eq!(caps("add:"), ["SYS_PTRACE", "DAC_READ_SEARCH", "BPF", "PERFMON"]);
+    assert_eq!(
+        caps("add:"),
+        ["SYS_PTRACE", "DAC_READ_SEARCH", "BPF", "PERFMON"]
+    );
 }
 
 #[test]

@@ -137,12 +137,16 @@ fn l(pairs: &[(&str, &str)]) -> Vec<(String, String)> {
         .collect()
 }
 
+type Labels = Vec<(String, String)>;
+/// A family being accumulated: help, type and value by label set.
+type FamilyAcc = (&'static str, Kind, BTreeMap<Labels, f64>);
+
 /// Accumulates samples by family and label set (summing repeated label sets).
 #[derive(Default)]
 struct Acc {
     /// name → (help, kind, labels → value), families in first-use order.
     order: Vec<&'static str>,
-    fams: BTreeMap<&'static str, (&'static str, Kind, BTreeMap<Vec<(String, String)>, f64>)>,
+    fams: BTreeMap<&'static str, FamilyAcc>,
 }
 
 impl Acc {
@@ -164,7 +168,13 @@ impl Acc {
         *fam.2.entry(labels).or_insert(0.0) += v;
     }
 
-    fn gauge(&mut self, name: &'static str, help: &'static str, labels: Vec<(String, String)>, v: f64) {
+    fn gauge(
+        &mut self,
+        name: &'static str,
+        help: &'static str,
+        labels: Vec<(String, String)>,
+        v: f64,
+    ) {
         self.add(name, help, Kind::Gauge, labels, v);
     }
 
@@ -201,7 +211,12 @@ fn file_series(acc: &mut Acc, f: &FileModel, id: &str) {
         1.0,
     );
     if let Some(s) = f.size_bytes {
-        acc.gauge("twofold_file_size_bytes", "Size of the file", idl(), s as f64);
+        acc.gauge(
+            "twofold_file_size_bytes",
+            "Size of the file",
+            idl(),
+            s as f64,
+        );
     }
     for (kind, v) in KINDS.iter().zip(held_bytes(f)) {
         if let Some(v) = v {
@@ -260,7 +275,12 @@ fn other_series(acc: &mut Acc, folded: &[&FileModel]) {
     );
     for f in folded {
         if let Some(s) = f.size_bytes {
-            acc.gauge("twofold_file_size_bytes", "Size of the file", id(), s as f64);
+            acc.gauge(
+                "twofold_file_size_bytes",
+                "Size of the file",
+                id(),
+                s as f64,
+            );
             if let Some(c) = f.representations.proven {
                 acc.gauge(
                     "twofold_file_excess_bytes",
@@ -306,7 +326,12 @@ fn holder_series(acc: &mut Acc, r: &Report, f: &FileModel, id: &str, opts: Optio
     }
     for s in &f.suspected_copies {
         if s.attributed_bytes > 0 {
-            held.push((s.pid, &s.comm, "private_copy_suspected", s.attributed_bytes as f64));
+            held.push((
+                s.pid,
+                &s.comm,
+                "private_copy_suspected",
+                s.attributed_bytes as f64,
+            ));
         }
     }
     for (pid, comm, kind, v) in held {

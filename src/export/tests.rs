@@ -6,7 +6,11 @@ use crate::model::{CopyHow, ProvenCopy, Report};
 fn report_with(files: usize) -> Report {
     let sample = crate::sample::Sample {
         files: vec![crate::sample::FileSample {
-            key: crate::sample::FileKey { major: 8, minor: 1, inode: 100 },
+            key: crate::sample::FileKey {
+                major: 8,
+                minor: 1,
+                inode: 100,
+            },
             path: "/models/m.safetensors".into(),
             path_bytes: None,
             size_bytes: Some(1 << 20),
@@ -61,10 +65,20 @@ fn file_series_follow_the_report() {
     r.files[0].size_bytes = Some(4096);
     let e = families(&r, Options::default(), &SelfStats::default());
     let id = "8:1:100";
-    assert_eq!(value(&e, "twofold_file_copies", &[("file_id", id)]), Some(2.0));
-    assert_eq!(value(&e, "twofold_file_excess_bytes", &[("file_id", id)]), Some(4096.0));
     assert_eq!(
-        value(&e, "twofold_file_held_bytes", &[("file_id", id), ("kind", "private_copy_proven")]),
+        value(&e, "twofold_file_copies", &[("file_id", id)]),
+        Some(2.0)
+    );
+    assert_eq!(
+        value(&e, "twofold_file_excess_bytes", &[("file_id", id)]),
+        Some(4096.0)
+    );
+    assert_eq!(
+        value(
+            &e,
+            "twofold_file_held_bytes",
+            &[("file_id", id), ("kind", "private_copy_proven")]
+        ),
         Some(4096.0)
     );
     assert_eq!(
@@ -75,17 +89,34 @@ fn file_series_follow_the_report() {
         ),
         Some(4096.0)
     );
-    let info = e.families.iter().find(|f| f.name == "twofold_file_info").unwrap();
-    assert!(info.samples[0].labels.contains(&("format".into(), "safetensors".into())));
+    let info = e
+        .families
+        .iter()
+        .find(|f| f.name == "twofold_file_info")
+        .unwrap();
+    assert!(info.samples[0]
+        .labels
+        .contains(&("format".into(), "safetensors".into())));
     // No pid label unless asked.
     assert!(e
         .families
         .iter()
         .flat_map(|f| &f.samples)
         .all(|s| s.labels.iter().all(|(k, _)| k != "pid")));
-    let per_pid = families(&r, Options { per_pid: true, ..Options::default() }, &SelfStats::default());
+    let per_pid = families(
+        &r,
+        Options {
+            per_pid: true,
+            ..Options::default()
+        },
+        &SelfStats::default(),
+    );
     assert_eq!(
-        value(&per_pid, "twofold_workload_file_held_bytes", &[("pid", "42")]),
+        value(
+            &per_pid,
+            "twofold_workload_file_held_bytes",
+            &[("pid", "42")]
+        ),
         Some(4096.0)
     );
 }
@@ -93,25 +124,57 @@ fn file_series_follow_the_report() {
 #[test]
 fn files_past_max_files_fold_into_other() {
     let r = report_with(5);
-    let e = families(&r, Options { max_files: 2, per_pid: false }, &SelfStats::default());
-    let info = e.families.iter().find(|f| f.name == "twofold_file_info").unwrap();
+    let e = families(
+        &r,
+        Options {
+            max_files: 2,
+            per_pid: false,
+        },
+        &SelfStats::default(),
+    );
+    let info = e
+        .families
+        .iter()
+        .find(|f| f.name == "twofold_file_info")
+        .unwrap();
     assert_eq!(info.samples.len(), 3);
     // The two largest holders are kept; the other three add up under `other`.
-    assert!(value(&e, "twofold_file_info", &[("path", "/models/m4.safetensors")]).is_some());
-    assert!(value(&e, "twofold_file_info", &[("path", "/models/m0.safetensors")]).is_none());
+    assert!(value(
+        &e,
+        "twofold_file_info",
+        &[("path", "/models/m4.safetensors")]
+    )
+    .is_some());
+    assert!(value(
+        &e,
+        "twofold_file_info",
+        &[("path", "/models/m0.safetensors")]
+    )
+    .is_none());
     assert_eq!(
-        value(&e, "twofold_file_held_bytes", &[("file_id", OTHER), ("kind", "page_cache")]),
+        value(
+            &e,
+            "twofold_file_held_bytes",
+            &[("file_id", OTHER), ("kind", "page_cache")]
+        ),
         Some(6000.0)
     );
     assert!(e.dropped_series > 0);
-    let dropped = e.families.iter().find(|f| f.name == "twofold_series_dropped").unwrap();
+    let dropped = e
+        .families
+        .iter()
+        .find(|f| f.name == "twofold_series_dropped")
+        .unwrap();
     assert_eq!(dropped.samples[0].value, e.dropped_series as f64);
 }
 
 #[test]
 fn encodings_are_openmetrics_and_text_0_0_4() {
     let r = report_with(1);
-    let stats = SelfStats { collect_errors_total: 3, ..SelfStats::default() };
+    let stats = SelfStats {
+        collect_errors_total: 3,
+        ..SelfStats::default()
+    };
     let om = openmetrics(&families(&r, Options::default(), &stats).families);
     assert!(om.ends_with("# EOF\n"), "{om}");
     assert!(om.contains("# TYPE twofold_collect_errors counter\n"));
