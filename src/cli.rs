@@ -60,6 +60,10 @@ pub enum Command {
     /// Writes a self-contained store of a time range of a recording (for a bug report);
     /// replay and dump read it with --store.
     Snapshot(SnapshotArgs),
+    /// A Prometheus exporter: collects every --interval on its own thread and serves the
+    /// latest exposition on GET /metrics (OpenMetrics, or text 0.0.4 when asked) and
+    /// /healthz; until SIGTERM or SIGINT.
+    Serve(ServeArgs),
     /// Prints shell completions to stdout.
     Completions {
         #[arg(value_enum)]
@@ -174,6 +178,38 @@ pub struct RecordArgs {
     pub no_prove: bool,
     /// Time budget of each snapshot's proof.
     #[arg(long, value_name = "DURATION", default_value = "5s", value_parser = parse_duration)]
+    pub prove_budget: Duration,
+    /// Files at least this large are of interest whatever their extension.
+    #[arg(long, value_name = "SIZE", default_value = "64M", value_parser = parse_size)]
+    pub min_size: u64,
+}
+
+#[derive(Debug, Args)]
+pub struct ServeArgs {
+    /// Address to listen on (loopback by default; the exposition names the host's model
+    /// files and cgroups).
+    #[arg(long, value_name = "ADDR:PORT", default_value = "127.0.0.1:9464")]
+    pub listen: std::net::SocketAddr,
+    /// Time between collections; scrapes serve the latest one.
+    #[arg(long, value_name = "DURATION", default_value = "5s", value_parser = parse_positive_duration)]
+    pub interval: Duration,
+    /// Files matching this glob are of interest too, besides the model files processes
+    /// hold (repeatable; expanded at every collection).
+    #[arg(long = "model-glob", value_name = "GLOB")]
+    pub model_globs: Vec<String>,
+    /// Export at most N files one by one (those holding the most bytes); the rest are
+    /// summed into file_id="other".
+    #[arg(long, value_name = "N", default_value_t = 50)]
+    pub max_files: usize,
+    /// Add a pid label to the per-workload series (one series per process: high
+    /// cardinality).
+    #[arg(long)]
+    pub per_pid: bool,
+    /// Skip the byte-level proof (copies are then only suspected).
+    #[arg(long)]
+    pub no_prove: bool,
+    /// Time budget of each collection's proof.
+    #[arg(long, value_name = "DURATION", default_value = "2s", value_parser = parse_duration)]
     pub prove_budget: Duration,
     /// Files at least this large are of interest whatever their extension.
     #[arg(long, value_name = "SIZE", default_value = "64M", value_parser = parse_size)]

@@ -24,6 +24,7 @@ pub mod collect;
 pub use twofold_formats as container;
 pub mod dupes;
 pub mod engine;
+pub mod export;
 pub mod input;
 pub mod model;
 pub mod render;

@@ -21,6 +21,7 @@ fn run(cli: Cli, out: &mut dyn Write) -> anyhow::Result<()> {
         Command::Replay(a) => cmd::record::replay(&a, out),
         Command::Dump(a) => cmd::record::dump(&a, out),
         Command::Snapshot(a) => cmd::record::snapshot(&a, out),
+        Command::Serve(a) => cmd::serve::run(&a, out),
         Command::Child(a) => cmd::child::run(&a),
         Command::Bench(a) => cmd::bench::run(&a, out),
         Command::Completions { shell } => {

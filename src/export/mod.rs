@@ -1,0 +1,476 @@
+//! The exporter's metrics: a pure function from a [`Report`] to metric families, and their
+//! encoding (OpenMetrics through the official `prometheus-client` crate, and Prometheus
+//! text 0.0.4). No I/O here; `twofold serve` ([`crate::cmd::serve`]) collects and serves.
+//!
+//! Names, labels and units are listed in `docs/serve.md`. Base units only (`_bytes`,
+//! `_seconds`, `_ratio`), counters end in `_total` (the encoder appends it), paths appear
+//! only in `twofold_file_info`, and every file series carries `file_id` =
+//! `major:minor:inode` (as `twofold dump`). Cardinality is bounded by `max_files`: the
+//! files holding the most bytes are exported one by one, the rest are folded into
+//! `file_id="other"` and the series that folding saved are counted.
+
+pub mod encode;
+pub mod kube;
+
+use std::collections::BTreeMap;
+
+use crate::model::{FileModel, Report};
+use crate::render::dump::file_id;
+
+pub use encode::{openmetrics, prometheus_text};
+
+/// The `file_id` of the files folded together past `max_files`.
+pub const OTHER: &str = "other";
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Kind {
+    Gauge,
+    /// A cumulative count; registered without `_total`, which the encoder appends.
+    Counter,
+}
+
+/// One labelled value.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Sample {
+    pub labels: Vec<(String, String)>,
+    pub value: f64,
+}
+
+/// One metric family: name (counters without `_total`), help (no final period: the
+/// encoder adds one), type and samples.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Family {
+    pub name: &'static str,
+    pub help: &'static str,
+    pub kind: Kind,
+    pub samples: Vec<Sample>,
+}
+
+#[derive(Debug, Clone, Copy)]
+pub struct Options {
+    /// Files exported one by one; the rest are folded into `file_id="other"`.
+    pub max_files: usize,
+    /// Add a `pid` label to the workload series (high cardinality: off by default).
+    pub per_pid: bool,
+}
+
+impl Default for Options {
+    fn default() -> Self {
+        Options {
+            max_files: 50,
+            per_pid: false,
+        }
+    }
+}
+
+/// The exporter's own state, carried from one collection to the next.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct SelfStats {
+    /// Wall time of the last collection (snapshot + report + encoding).
+    pub collect_duration_seconds: f64,
+    /// Collections that failed, since start.
+    pub collect_errors_total: u64,
+    /// Series not exported because their file was folded into `other`, since start.
+    pub series_dropped_total: u64,
+    /// When the last successful collection finished (seconds since the Unix epoch).
+    pub last_success_unix_seconds: Option<f64>,
+}
+
+/// The families of one report, and how many series folding saved in it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Exposition {
+    pub families: Vec<Family>,
+    pub dropped_series: u64,
+}
+
+/// The held-bytes kinds of a file, in exposition order.
+pub const KINDS: [&str; 5] = [
+    "page_cache",
+    "private_copy_proven",
+    "private_copy_suspected",
+    "cow",
+    "device",
+];
+
+/// A file's bytes in memory by kind (`None`: unknown, not exported).
+pub fn held_bytes(f: &FileModel) -> [Option<f64>; 5] {
+    let size = f.size_bytes.map(|s| s as f64);
+    let r = &f.representations;
+    [
+        f.resident_bytes.map(|b| b as f64),
+        Some(
+            f.proven_copies
+                .iter()
+                .map(|c| (c.identical_bytes + c.widened_bytes) as f64)
+                .sum(),
+        ),
+        Some(
+            f.suspected_copies
+                .iter()
+                .map(|s| s.attributed_bytes as f64)
+                .sum(),
+        ),
+        r.cow.zip(size).map(|(c, s)| (c * s).round()),
+        r.device.zip(size).map(|(d, s)| (d * s).round()),
+    ]
+}
+
+fn total_held(f: &FileModel) -> f64 {
+    held_bytes(f).iter().flatten().sum()
+}
+
+/// The model format a file's name says, if any (`safetensors`, `gguf`, …).
+pub fn format_of(path: &str) -> Option<String> {
+    crate::collect::has_model_extension(path).then(|| {
+        let p = path.strip_suffix(" (deleted)").unwrap_or(path);
+        std::path::Path::new(p)
+            .extension()
+            .map(|e| e.to_string_lossy().to_lowercase())
+            .unwrap_or_default()
+    })
+}
+
+fn l(pairs: &[(&str, &str)]) -> Vec<(String, String)> {
+    pairs
+        .iter()
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect()
+}
+
+type Labels = Vec<(String, String)>;
+/// A family being accumulated: help, type and value by label set.
+type FamilyAcc = (&'static str, Kind, BTreeMap<Labels, f64>);
+
+/// Accumulates samples by family and label set (summing repeated label sets).
+#[derive(Default)]
+struct Acc {
+    /// name → (help, kind, labels → value), families in first-use order.
+    order: Vec<&'static str>,
+    fams: BTreeMap<&'static str, FamilyAcc>,
+}
+
+impl Acc {
+    fn add(
+        &mut self,
+        name: &'static str,
+        help: &'static str,
+        kind: Kind,
+        labels: Vec<(String, String)>,
+        v: f64,
+    ) {
+        if !v.is_finite() {
+            return;
+        }
+        let fam = self.fams.entry(name).or_insert_with(|| {
+            self.order.push(name);
+            (help, kind, BTreeMap::new())
+        });
+        *fam.2.entry(labels).or_insert(0.0) += v;
+    }
+
+    fn gauge(
+        &mut self,
+        name: &'static str,
+        help: &'static str,
+        labels: Vec<(String, String)>,
+        v: f64,
+    ) {
+        self.add(name, help, Kind::Gauge, labels, v);
+    }
+
+    fn finish(mut self) -> Vec<Family> {
+        self.order
+            .iter()
+            .filter_map(|name| {
+                let (help, kind, samples) = self.fams.remove(name)?;
+                Some(Family {
+                    name,
+                    help,
+                    kind,
+                    samples: samples
+                        .into_iter()
+                        .map(|(labels, value)| Sample { labels, value })
+                        .collect(),
+                })
+            })
+            .collect()
+    }
+}
+
+/// Series of one file, exported under `id`.
+fn file_series(acc: &mut Acc, f: &FileModel, id: &str) {
+    let idl = || l(&[("file_id", id)]);
+    let mut info = l(&[("file_id", id), ("path", &f.path)]);
+    if let Some(fmt) = format_of(&f.path) {
+        info.push(("format".into(), fmt));
+    }
+    acc.gauge(
+        "twofold_file_info",
+        "A model file in memory: its path and format (1 while it is seen)",
+        info,
+        1.0,
+    );
+    if let Some(s) = f.size_bytes {
+        acc.gauge(
+            "twofold_file_size_bytes",
+            "Size of the file",
+            idl(),
+            s as f64,
+        );
+    }
+    for (kind, v) in KINDS.iter().zip(held_bytes(f)) {
+        if let Some(v) = v {
+            acc.gauge(
+                "twofold_file_held_bytes",
+                "Bytes of the file held in memory, by kind (page_cache, private_copy_proven, private_copy_suspected, cow, device)",
+                l(&[("file_id", id), ("kind", kind)]),
+                v,
+            );
+        }
+    }
+    let r = &f.representations;
+    if let Some(c) = r.proven {
+        acc.gauge(
+            "twofold_file_copies",
+            "How many times the file's bytes are in memory, proven parts only",
+            idl(),
+            c,
+        );
+        if let Some(s) = f.size_bytes {
+            acc.gauge(
+                "twofold_file_excess_bytes",
+                "Bytes of the file held beyond one copy: max(0, copies - 1) x size",
+                idl(),
+                ((c - 1.0).max(0.0) * s as f64).round(),
+            );
+        }
+    }
+    acc.gauge(
+        "twofold_file_copies_lower_bound",
+        "1 when twofold_file_copies is a lower bound (something that could hold a copy was not searched)",
+        idl(),
+        if r.lower_bound { 1.0 } else { 0.0 },
+    );
+    if let Some(x) = f.resident_fraction {
+        acc.gauge(
+            "twofold_file_resident_ratio",
+            "Page-cache resident fraction of the file (0-1)",
+            idl(),
+            x,
+        );
+    }
+}
+
+/// Folded files: sums of what adds up (size, held bytes, excess).
+fn other_series(acc: &mut Acc, folded: &[&FileModel]) {
+    if folded.is_empty() {
+        return;
+    }
+    let id = || l(&[("file_id", OTHER)]);
+    acc.gauge(
+        "twofold_file_info",
+        "A model file in memory: its path and format (1 while it is seen)",
+        l(&[("file_id", OTHER), ("path", OTHER)]),
+        1.0,
+    );
+    for f in folded {
+        if let Some(s) = f.size_bytes {
+            acc.gauge(
+                "twofold_file_size_bytes",
+                "Size of the file",
+                id(),
+                s as f64,
+            );
+            if let Some(c) = f.representations.proven {
+                acc.gauge(
+                    "twofold_file_excess_bytes",
+                    "Bytes of the file held beyond one copy: max(0, copies - 1) x size",
+                    id(),
+                    ((c - 1.0).max(0.0) * s as f64).round(),
+                );
+            }
+        }
+        for (kind, v) in KINDS.iter().zip(held_bytes(f)) {
+            if let Some(v) = v {
+                acc.gauge(
+                    "twofold_file_held_bytes",
+                    "Bytes of the file held in memory, by kind (page_cache, private_copy_proven, private_copy_suspected, cow, device)",
+                    l(&[("file_id", OTHER), ("kind", kind)]),
+                    v,
+                );
+            }
+        }
+    }
+}
+
+fn series_count(acc: &Acc) -> u64 {
+    acc.fams.values().map(|f| f.2.len() as u64).sum()
+}
+
+/// Private copies and CoW pages of a file by the cgroup and the workload of the holding
+/// process. Page cache is not attributed (the kernel charges it to whichever cgroup first
+/// touched a page).
+fn holder_series(acc: &mut Acc, r: &Report, f: &FileModel, id: &str, opts: Options) {
+    let proc_of = |pid: i32| r.processes.iter().find(|p| p.pid == pid);
+    let mut held: Vec<(i32, &str, &'static str, f64)> = Vec::new();
+    for m in &f.mappers {
+        if let Some(c) = m.cow_anon_bytes.filter(|c| *c > 0) {
+            held.push((m.pid, &m.comm, "cow", c as f64));
+        }
+    }
+    for c in &f.proven_copies {
+        let b = c.identical_bytes + c.widened_bytes;
+        if b > 0 {
+            held.push((c.pid, &c.comm, "private_copy_proven", b as f64));
+        }
+    }
+    for s in &f.suspected_copies {
+        if s.attributed_bytes > 0 {
+            held.push((
+                s.pid,
+                &s.comm,
+                "private_copy_suspected",
+                s.attributed_bytes as f64,
+            ));
+        }
+    }
+    for (pid, comm, kind, v) in held {
+        let cgroup = proc_of(pid)
+            .and_then(|p| p.cgroup.clone())
+            .unwrap_or_else(|| "unknown".to_string());
+        let mut cl = l(&[("cgroup", &cgroup), ("file_id", id), ("kind", kind)]);
+        cl.extend(kube::labels(&cgroup));
+        acc.gauge(
+            "twofold_cgroup_file_held_bytes",
+            "Bytes of a file held privately (proven or suspected copies, CoW pages) by the processes of a cgroup",
+            cl,
+            v,
+        );
+        let mut wl = l(&[("workload", comm), ("file_id", id), ("kind", kind)]);
+        if opts.per_pid {
+            wl.push(("pid".into(), pid.to_string()));
+        }
+        acc.gauge(
+            "twofold_workload_file_held_bytes",
+            "Bytes of a file held privately (proven or suspected copies, CoW pages) by the processes of a workload (comm)",
+            wl,
+            v,
+        );
+    }
+}
+
+fn cgroup_series(acc: &mut Acc, r: &Report) {
+    for c in &r.cgroups {
+        let mut lab = l(&[("cgroup", &c.path)]);
+        lab.extend(kube::labels(&c.path));
+        let g = [
+            (
+                "twofold_cgroup_memory_usage_bytes",
+                "Memory charged to the cgroup (memory.current / memory.usage_in_bytes)",
+                c.usage_bytes,
+            ),
+            (
+                "twofold_cgroup_memory_limit_bytes",
+                "Memory limit of the cgroup (memory.max / memory.limit_in_bytes); absent when unlimited",
+                c.limit_bytes,
+            ),
+            (
+                "twofold_cgroup_memory_peak_bytes",
+                "Peak memory of the cgroup (memory.peak / memory.max_usage_in_bytes)",
+                c.peak_bytes,
+            ),
+        ];
+        for (name, help, v) in g {
+            if let Some(v) = v {
+                acc.gauge(name, help, lab.clone(), v as f64);
+            }
+        }
+        if let Some(k) = c.oom_kills {
+            acc.add(
+                "twofold_cgroup_oom_kills",
+                "Processes of the cgroup killed by the OOM killer (memory.events oom_kill)",
+                Kind::Counter,
+                lab,
+                k as f64,
+            );
+        }
+    }
+}
+
+/// Every family of one report. Pure.
+pub fn families(r: &Report, opts: Options, stats: &SelfStats) -> Exposition {
+    let mut acc = Acc::default();
+    acc.gauge(
+        "twofold_build_info",
+        "The twofold that exports these series",
+        l(&[("version", env!("CARGO_PKG_VERSION"))]),
+        1.0,
+    );
+    let mut files: Vec<&FileModel> = r.files.iter().collect();
+    files.sort_by(|a, b| {
+        total_held(b)
+            .total_cmp(&total_held(a))
+            .then(file_id(a).cmp(&file_id(b)))
+    });
+    let keep = files.len().min(opts.max_files);
+    let (kept, folded) = files.split_at(keep);
+    for f in kept {
+        let id = file_id(f);
+        file_series(&mut acc, f, &id);
+        holder_series(&mut acc, r, f, &id, opts);
+    }
+    // What the folded files would have cost, one by one, less what `other` costs.
+    let mut alone = Acc::default();
+    for f in folded {
+        let id = file_id(f);
+        file_series(&mut alone, f, &id);
+        holder_series(&mut alone, r, f, &id, opts);
+    }
+    let mut folded_acc = Acc::default();
+    other_series(&mut folded_acc, folded);
+    for f in folded {
+        holder_series(&mut folded_acc, r, f, OTHER, opts);
+    }
+    let dropped_series = series_count(&alone).saturating_sub(series_count(&folded_acc));
+    other_series(&mut acc, folded);
+    for f in folded {
+        holder_series(&mut acc, r, f, OTHER, opts);
+    }
+    cgroup_series(&mut acc, r);
+
+    acc.gauge(
+        "twofold_collect_duration_seconds",
+        "Wall time of the last collection (snapshot, proof, report and encoding)",
+        Vec::new(),
+        stats.collect_duration_seconds,
+    );
+    if let Some(t) = stats.last_success_unix_seconds {
+        acc.gauge(
+            "twofold_collect_last_success_timestamp_seconds",
+            "When the last successful collection finished (Unix time)",
+            Vec::new(),
+            t,
+        );
+    }
+    acc.add(
+        "twofold_collect_errors",
+        "Collections that failed since the exporter started",
+        Kind::Counter,
+        Vec::new(),
+        stats.collect_errors_total as f64,
+    );
+    acc.add(
+        "twofold_series_dropped",
+        "Series not exported because their file was folded into file_id=\"other\" (--max-files), summed over collections",
+        Kind::Counter,
+        Vec::new(),
+        (stats.series_dropped_total + dropped_series) as f64,
+    );
+    Exposition {
+        families: acc.finish(),
+        dropped_series,
+    }
+}
+
+#[cfg(test)]
+mod tests;

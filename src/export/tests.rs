@@ -1,0 +1,187 @@
+#![allow(clippy::unwrap_used)]
+
+use super::*;
+use crate::model::{CopyHow, ProvenCopy, Report};
+
+fn report_with(files: usize) -> Report {
+    let sample = crate::sample::Sample {
+        files: vec![crate::sample::FileSample {
+            key: crate::sample::FileKey {
+                major: 8,
+                minor: 1,
+                inode: 100,
+            },
+            path: "/models/m.safetensors".into(),
+            path_bytes: None,
+            size_bytes: Some(1 << 20),
+            residency: None,
+            residency_error: None,
+            explicit: true,
+            store: false,
+        }],
+        ..Default::default()
+    };
+    let mut r: Report = crate::model::build(&sample);
+    let base = r.files[0].clone();
+    r.files.clear();
+    for i in 0..files {
+        let mut f = base.clone();
+        f.key.inode = 100 + i as u64;
+        f.path = format!("/models/m{i}.safetensors");
+        f.resident_bytes = Some(1000 * (i as u64 + 1));
+        r.files.push(f);
+    }
+    r
+}
+
+fn value(e: &Exposition, name: &str, labels: &[(&str, &str)]) -> Option<f64> {
+    let fam = e.families.iter().find(|f| f.name == name)?;
+    fam.samples
+        .iter()
+        .find(|s| {
+            labels
+                .iter()
+                .all(|(k, v)| s.labels.iter().any(|(a, b)| a == k && b == v))
+        })
+        .map(|s| s.value)
+}
+
+#[test]
+fn file_series_follow_the_report() {
+    let mut r = report_with(1);
+    r.files[0].proven_copies.push(ProvenCopy {
+        pid: 42,
+        comm: "copier".into(),
+        identical_bytes: 4096,
+        widened_bytes: 0,
+        memory_bytes: 4096,
+        copies: 1,
+        fraction: 1.0,
+        how: CopyHow::Read,
+        traced_read_bytes: None,
+        mapped: false,
+    });
+    r.files[0].representations.proven = Some(2.0);
+    r.files[0].size_bytes = Some(4096);
+    let e = families(&r, Options::default(), &SelfStats::default());
+    let id = "8:1:100";
+    assert_eq!(
+        value(&e, "twofold_file_copies", &[("file_id", id)]),
+        Some(2.0)
+    );
+    assert_eq!(
+        value(&e, "twofold_file_excess_bytes", &[("file_id", id)]),
+        Some(4096.0)
+    );
+    assert_eq!(
+        value(
+            &e,
+            "twofold_file_held_bytes",
+            &[("file_id", id), ("kind", "private_copy_proven")]
+        ),
+        Some(4096.0)
+    );
+    assert_eq!(
+        value(
+            &e,
+            "twofold_workload_file_held_bytes",
+            &[("workload", "copier"), ("kind", "private_copy_proven")]
+        ),
+        Some(4096.0)
+    );
+    let info = e
+        .families
+        .iter()
+        .find(|f| f.name == "twofold_file_info")
+        .unwrap();
+    assert!(info.samples[0]
+        .labels
+        .contains(&("format".into(), "safetensors".into())));
+    // No pid label unless asked.
+    assert!(e
+        .families
+        .iter()
+        .flat_map(|f| &f.samples)
+        .all(|s| s.labels.iter().all(|(k, _)| k != "pid")));
+    let per_pid = families(
+        &r,
+        Options {
+            per_pid: true,
+            ..Options::default()
+        },
+        &SelfStats::default(),
+    );
+    assert_eq!(
+        value(
+            &per_pid,
+            "twofold_workload_file_held_bytes",
+            &[("pid", "42")]
+        ),
+        Some(4096.0)
+    );
+}
+
+#[test]
+fn files_past_max_files_fold_into_other() {
+    let r = report_with(5);
+    let e = families(
+        &r,
+        Options {
+            max_files: 2,
+            per_pid: false,
+        },
+        &SelfStats::default(),
+    );
+    let info = e
+        .families
+        .iter()
+        .find(|f| f.name == "twofold_file_info")
+        .unwrap();
+    assert_eq!(info.samples.len(), 3);
+    // The two largest holders are kept; the other three add up under `other`.
+    assert!(value(
+        &e,
+        "twofold_file_info",
+        &[("path", "/models/m4.safetensors")]
+    )
+    .is_some());
+    assert!(value(
+        &e,
+        "twofold_file_info",
+        &[("path", "/models/m0.safetensors")]
+    )
+    .is_none());
+    assert_eq!(
+        value(
+            &e,
+            "twofold_file_held_bytes",
+            &[("file_id", OTHER), ("kind", "page_cache")]
+        ),
+        Some(6000.0)
+    );
+    assert!(e.dropped_series > 0);
+    let dropped = e
+        .families
+        .iter()
+        .find(|f| f.name == "twofold_series_dropped")
+        .unwrap();
+    assert_eq!(dropped.samples[0].value, e.dropped_series as f64);
+}
+
+#[test]
+fn encodings_are_openmetrics_and_text_0_0_4() {
+    let r = report_with(1);
+    let stats = SelfStats {
+        collect_errors_total: 3,
+        ..SelfStats::default()
+    };
+    let om = openmetrics(&families(&r, Options::default(), &stats).families);
+    assert!(om.ends_with("# EOF\n"), "{om}");
+    assert!(om.contains("# TYPE twofold_collect_errors counter\n"));
+    assert!(om.contains("twofold_collect_errors_total 3\n"));
+    let text = prometheus_text(&om);
+    assert!(!text.contains("# EOF"));
+    assert!(text.contains("# TYPE twofold_collect_errors_total counter\n"));
+    assert!(text.contains("# HELP twofold_collect_errors_total Collections"));
+    assert!(text.contains("twofold_file_info{"));
+}

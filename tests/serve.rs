@@ -1,0 +1,604 @@
+//! `twofold serve` end to end: a real exporter over real readers, a real Prometheus
+//! scraping it (every dashboard panel's query must answer), promtool over the exposition
+//! and the rules, 50 concurrent scrapers, and lints of the committed dashboards and
+//! manifests.
+#![allow(clippy::unwrap_used)]
+
+mod common;
+
+use std::io::{Read, Write};
+use std::net::TcpStream;
+use std::os::unix::fs::MetadataExt;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use common::{exe, have, model_file, reader, require, MIB};
+
+/// A process the test started, killed (by its pid) and reaped when dropped.
+struct Proc(Child);
+
+impl Drop for Proc {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+/// A tiny HTTP/1.0 GET: (status, body).
+fn get(port: u16, path: &str, accept: Option<&str>) -> std::io::Result<(u16, String)> {
+    let mut s = TcpStream::connect(("127.0.0.1", port))?;
+    s.set_read_timeout(Some(Duration::from_secs(10)))?;
+    let accept = accept
+        .map(|a| format!("Accept: {a}\r\n"))
+        .unwrap_or_default();
+    write!(s, "GET {path} HTTP/1.0\r\nHost: 127.0.0.1\r\n{accept}\r\n")?;
+    let mut raw = Vec::new();
+    s.read_to_end(&mut raw)?;
+    let text = String::from_utf8_lossy(&raw).into_owned();
+    let (head, body) = text.split_once("\r\n\r\n").unwrap_or((&text, ""));
+    let status = head
+        .split_whitespace()
+        .nth(1)
+        .and_then(|c| c.parse().ok())
+        .unwrap_or(0);
+    Ok((status, body.to_string()))
+}
+
+fn serve(port: u16, extra: &[&str]) -> Proc {
+    let child = Command::new(exe())
+        .args([
+            "serve",
+            "--listen",
+            &format!("127.0.0.1:{port}"),
+            "--interval",
+            "1s",
+        ])
+        .args(extra)
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    Proc(child)
+}
+
+fn file_id(path: &Path) -> String {
+    let m = std::fs::metadata(path).unwrap();
+    let dev = m.dev();
+    format!("{}:{}:{}", libc::major(dev), libc::minor(dev), m.ino())
+}
+
+/// The value of `name{labels…}` in an exposition (labels: every pair must be present).
+fn value(body: &str, name: &str, labels: &[(&str, &str)]) -> Option<f64> {
+    body.lines().find_map(|l| {
+        let rest = l.strip_prefix(name)?;
+        if !(rest.starts_with('{') || rest.starts_with(' ')) {
+            return None;
+        }
+        if !labels
+            .iter()
+            .all(|(k, v)| rest.contains(&format!("{k}=\"{v}\"")))
+        {
+            return None;
+        }
+        l.rsplit(' ').next()?.parse().ok()
+    })
+}
+
+fn sum(body: &str, name: &str, labels: &[(&str, &str)]) -> f64 {
+    body.lines()
+        .filter(|l| l.starts_with(&format!("{name}{{")))
+        .filter(|l| {
+            labels
+                .iter()
+                .all(|(k, v)| l.contains(&format!("{k}=\"{v}\"")))
+        })
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+        .sum()
+}
+
+/// Polls /metrics until `done` holds (or panics after `secs`).
+fn poll_metrics(port: u16, secs: u64, done: impl Fn(&str) -> bool) -> String {
+    let until = Instant::now() + Duration::from_secs(secs);
+    let mut last = String::new();
+    while Instant::now() < until {
+        if let Ok((200, body)) = get(port, "/metrics", None) {
+            if done(&body) {
+                return body;
+            }
+            last = body;
+        }
+        std::thread::sleep(Duration::from_millis(250));
+    }
+    panic!("the exporter never showed what was expected; last exposition:\n{last}");
+}
+
+/// Two readers of a 16 MiB model: one copies it into its heap and closes it, one maps it.
+struct Scene {
+    _dir: tempfile::TempDir,
+    file: PathBuf,
+    id: String,
+    _readers: Vec<twofold::spawn::Reader>,
+}
+
+fn scene() -> Scene {
+    let dir = tempfile::tempdir().unwrap();
+    let file = model_file(dir.path(), "model.safetensors", 16 * MIB);
+    let readers = vec![
+        reader("copy", Some(&file), &["--close"]),
+        reader("map", Some(&file), &[]),
+    ];
+    let id = file_id(&file);
+    Scene {
+        _dir: dir,
+        file,
+        id,
+        _readers: readers,
+    }
+}
+
+fn glob_of(s: &Scene) -> String {
+    s.file
+        .parent()
+        .unwrap()
+        .join("*.safetensors")
+        .display()
+        .to_string()
+}
+
+fn copies_of(id: &str) -> impl Fn(&str) -> bool + '_ {
+    move |b: &str| {
+        value(b, "twofold_file_copies", &[("file_id", id)]).is_some_and(|c| (c - 2.0).abs() < 0.01)
+    }
+}
+
+#[test]
+fn exporter_counts_the_two_representations() {
+    if !require(common::is_root(), "root (to prove another process's copy)") {
+        return;
+    }
+    let s = scene();
+    let port = free_port();
+    let _serve = serve(port, &["--model-glob", &glob_of(&s)]);
+    let body = poll_metrics(port, 60, copies_of(&s.id));
+    assert!(body.ends_with("# EOF\n"));
+    let id = s.id.as_str();
+    let size = (16 * MIB) as f64;
+
+    // The same count as `scan --json`.
+    let scan: serde_json::Value =
+        common::twofold_json(&["scan".as_ref(), "--json".as_ref(), s.file.as_os_str()]);
+    let file = scan["files"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|f| f["path"] == s.file.display().to_string())
+        .unwrap();
+    let proven = file["representations"]["proven"].as_f64().unwrap();
+    let copies = value(&body, "twofold_file_copies", &[("file_id", id)]).unwrap();
+    assert!((copies - 2.0).abs() < 0.01, "copies {copies}");
+    assert!(
+        (copies - proven).abs() < 0.01,
+        "exporter {copies}, scan {proven}"
+    );
+
+    // Held bytes by kind add up to the count.
+    let held = |kind| {
+        value(
+            &body,
+            "twofold_file_held_bytes",
+            &[("file_id", id), ("kind", kind)],
+        )
+    };
+    let page_cache = held("page_cache").unwrap();
+    let proven_copy = held("private_copy_proven").unwrap();
+    let cow = held("cow").unwrap_or(0.0);
+    let tol = common::tolerance(16 * MIB) as f64;
+    assert!((page_cache - size).abs() <= tol, "page cache {page_cache}");
+    assert!(
+        (proven_copy - size).abs() <= tol,
+        "proven copy {proven_copy}"
+    );
+    assert!(((page_cache + proven_copy + cow) / size - copies).abs() < 0.01);
+    assert_eq!(
+        value(&body, "twofold_file_excess_bytes", &[("file_id", id)]),
+        Some(((copies - 1.0) * size).round())
+    );
+    assert_eq!(
+        value(&body, "twofold_file_size_bytes", &[("file_id", id)]),
+        Some(size)
+    );
+    let by_workload = sum(
+        &body,
+        "twofold_workload_file_held_bytes",
+        &[("file_id", id), ("kind", "private_copy_proven")],
+    );
+    let by_cgroup = sum(
+        &body,
+        "twofold_cgroup_file_held_bytes",
+        &[("file_id", id), ("kind", "private_copy_proven")],
+    );
+    assert_eq!(by_workload, proven_copy);
+    assert_eq!(by_cgroup, proven_copy);
+    assert!(
+        body.contains(&format!("path=\"{}\"", s.file.display())),
+        "the path is in the _info series"
+    );
+    assert_eq!(
+        body.matches(&format!("\"{}\"", s.file.display())).count(),
+        1,
+        "the path appears only in twofold_file_info"
+    );
+    assert!(!body.contains("pid=\""), "no pid label without --per-pid");
+
+    // promtool lints the text format (its parser is the 0.0.4 one); OpenMetrics is
+    // checked by the real Prometheus of the next test.
+    let (status, text) = get(port, "/metrics", Some("text/plain; version=0.0.4")).unwrap();
+    assert_eq!(status, 200);
+    assert!(!text.contains("# EOF"));
+    if require(have("promtool"), "promtool") {
+        let mut p = Command::new("promtool")
+            .args(["check", "metrics"])
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        p.stdin.take().unwrap().write_all(text.as_bytes()).unwrap();
+        let out = p.wait_with_output().unwrap();
+        assert!(
+            out.status.success(),
+            "promtool check metrics: {}{}\n{text}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    assert_eq!(get(port, "/healthz", None).unwrap().0, 200);
+    assert_eq!(get(port, "/nothing", None).unwrap().0, 404);
+}
+
+/// Every panel query of the committed dashboards, with the variables expanded.
+fn panel_exprs() -> Vec<(String, String, String)> {
+    let mut out = Vec::new();
+    for path in dashboards() {
+        let d: serde_json::Value =
+            serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
+        for p in d["panels"].as_array().unwrap() {
+            for t in p["targets"].as_array().unwrap() {
+                let expr = t["expr"].as_str().unwrap();
+                let expanded = expr
+                    .replace("$node", ".*")
+                    .replace("$file", ".*")
+                    .replace("$__rate_interval", "1m");
+                out.push((
+                    d["uid"].as_str().unwrap().to_string(),
+                    p["title"].as_str().unwrap().to_string(),
+                    expanded,
+                ));
+            }
+        }
+    }
+    out
+}
+
+/// Panels that answer only under a condition the test cannot create without privileges
+/// it should not need: a cgroup with a memory limit.
+const CONDITIONAL: &[(&str, &str)] = &[(
+    "twofold_cgroup_memory_limit_bytes",
+    "a cgroup with a memory limit (memory.max) holding a reader",
+)];
+
+fn dashboards() -> Vec<PathBuf> {
+    let mut v: Vec<PathBuf> =
+        std::fs::read_dir(Path::new(env!("CARGO_MANIFEST_DIR")).join("dashboards"))
+            .unwrap()
+            .map(|e| e.unwrap().path())
+            .filter(|p| p.extension().is_some_and(|e| e == "json"))
+            .collect();
+    v.sort();
+    v
+}
+
+fn query(port: u16, expr: &str) -> Option<serde_json::Value> {
+    let mut enc = String::new();
+    for b in expr.bytes() {
+        if b.is_ascii_alphanumeric() || b"-_.~".contains(&b) {
+            enc.push(b as char);
+        } else {
+            enc.push_str(&format!("%{b:02X}"));
+        }
+    }
+    let (status, body) = get(port, &format!("/api/v1/query?query={enc}"), None).ok()?;
+    if status != 200 {
+        return None;
+    }
+    let v: serde_json::Value = serde_json::from_str(&body).ok()?;
+    Some(v["data"]["result"].clone())
+}
+
+#[test]
+fn prometheus_scrapes_it_and_every_panel_answers() {
+    if !require(common::is_root(), "root (to prove another process's copy)")
+        || !require(have("prometheus"), "prometheus")
+    {
+        return;
+    }
+    let s = scene();
+    let port = free_port();
+    let _serve = serve(port, &["--model-glob", &glob_of(&s)]);
+    poll_metrics(port, 60, copies_of(&s.id));
+
+    let tmp = tempfile::tempdir().unwrap();
+    let config = tmp.path().join("prometheus.yml");
+    std::fs::write(
+        &config,
+        format!(
+            "global:\n  scrape_interval: 1s\n  evaluation_interval: 1s\nscrape_configs:\n  - job_name: twofold\n    static_configs:\n      - targets: ['127.0.0.1:{port}']\n        labels:\n          node: test-node\n"
+        ),
+    )
+    .unwrap();
+    let prom_port = free_port();
+    let _prom = Proc(
+        Command::new("prometheus")
+            .arg(format!("--config.file={}", config.display()))
+            .arg(format!(
+                "--storage.tsdb.path={}",
+                tmp.path().join("data").display()
+            ))
+            .arg(format!("--web.listen-address=127.0.0.1:{prom_port}"))
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap(),
+    );
+    let until = Instant::now() + Duration::from_secs(60);
+    while !matches!(get(prom_port, "/-/ready", None), Ok((200, _))) {
+        assert!(Instant::now() < until, "prometheus never became ready");
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    let nonempty =
+        |e: &str| query(prom_port, e).is_some_and(|r| r.as_array().is_some_and(|a| !a.is_empty()));
+    let ready = format!(
+        "up{{job=\"twofold\"}} == 1 and on () twofold_file_copies{{file_id=\"{}\"}} == 2",
+        s.id
+    );
+    while !nonempty(&ready) {
+        assert!(
+            Instant::now() < until,
+            "prometheus never saw the exporter's series"
+        );
+        std::thread::sleep(Duration::from_millis(250));
+    }
+    // Rates need two samples in their window: poll each query until it answers.
+    let exprs = panel_exprs();
+    let until = Instant::now() + Duration::from_secs(30);
+    let mut missing: Vec<&(String, String, String)> = Vec::new();
+    let mut skipped = Vec::new();
+    for e in &exprs {
+        if let Some((_, why)) = CONDITIONAL.iter().find(|(m, _)| e.2.contains(m)) {
+            skipped.push(format!("{} / {}: needs {why}", e.0, e.1));
+            continue;
+        }
+        while !nonempty(&e.2) && Instant::now() < until {
+            std::thread::sleep(Duration::from_millis(250));
+        }
+        if !nonempty(&e.2) {
+            missing.push(e);
+        }
+    }
+    eprintln!(
+        "{} panel queries answered; conditional ones: {skipped:?}",
+        exprs.len() - skipped.len()
+    );
+    assert!(missing.is_empty(), "panels without a result: {missing:#?}");
+}
+
+#[test]
+fn dashboards_pass_the_lint() {
+    let mut uids = std::collections::BTreeSet::new();
+    let files = dashboards();
+    assert_eq!(files.len(), 3, "fleet, node and file dashboards");
+    for path in files {
+        let d: serde_json::Value =
+            serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
+        let name = path.display().to_string();
+        assert!(
+            uids.insert(d["uid"].as_str().unwrap().to_string()),
+            "{name}: duplicate uid"
+        );
+        let vars = d["templating"]["list"].as_array().unwrap();
+        let var = |n: &str| vars.iter().find(|v| v["name"] == n);
+        assert_eq!(var("datasource").unwrap()["type"], "datasource", "{name}");
+        assert_eq!(var("datasource").unwrap()["query"], "prometheus", "{name}");
+        assert!(var("node").is_some(), "{name}: $node");
+        for v in vars.iter().filter(|v| v["type"] == "query") {
+            assert_eq!(
+                v["datasource"]["uid"], "${datasource}",
+                "{name}: variable {}",
+                v["name"]
+            );
+        }
+        let mut panel_ids = std::collections::BTreeSet::new();
+        for p in d["panels"].as_array().unwrap() {
+            let title = p["title"].as_str().unwrap();
+            assert!(
+                panel_ids.insert(p["id"].as_u64().unwrap()),
+                "{name}/{title}: duplicate id"
+            );
+            assert_eq!(p["datasource"]["uid"], "${datasource}", "{name}/{title}");
+            let unit = p["fieldConfig"]["defaults"]["unit"].as_str().unwrap_or("");
+            assert!(!unit.is_empty(), "{name}/{title}: no unit");
+            for t in p["targets"].as_array().unwrap() {
+                assert_eq!(t["datasource"]["uid"], "${datasource}", "{name}/{title}");
+                let expr = t["expr"].as_str().unwrap();
+                assert!(
+                    expr.contains("node=~\"$node\""),
+                    "{name}/{title}: not filtered by $node"
+                );
+                for f in ["rate(", "increase(", "irate("] {
+                    for (i, _) in expr.match_indices(f) {
+                        let rest = &expr[i..];
+                        let window = rest.split('[').nth(1).and_then(|w| w.split(']').next());
+                        assert_eq!(
+                            window,
+                            Some("$__rate_interval"),
+                            "{name}/{title}: {f} without $__rate_interval"
+                        );
+                    }
+                }
+                if d["uid"] == "twofold-file" {
+                    assert!(
+                        expr.contains("file_id=~\"$file\""),
+                        "{name}/{title}: not by $file"
+                    );
+                }
+            }
+        }
+    }
+}
+
+#[test]
+fn promtool_tests_the_rules() {
+    if !require(have("promtool"), "promtool") {
+        return;
+    }
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("dashboards");
+    for args in [
+        &["check", "rules", "rules.yml"][..],
+        &["test", "rules", "rules.test.yml"],
+    ] {
+        let out = Command::new("promtool")
+            .args(args)
+            .current_dir(&dir)
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "promtool {args:?}: {}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+}
+
+fn rss_bytes(pid: u32) -> u64 {
+    common::status_bytes(pid as i32, "VmRSS")
+}
+
+#[test]
+fn fifty_concurrent_scrapers() {
+    let port = free_port();
+    let serve = serve(port, &["--no-prove"]);
+    poll_metrics(port, 60, |b| b.contains("twofold_build_info"));
+    let pid = serve.0.id();
+    let until = Instant::now() + Duration::from_secs(10);
+    let results: Vec<(u64, u64, Vec<f64>)> = std::thread::scope(|sc| {
+        let handles: Vec<_> = (0..50)
+            .map(|_| {
+                sc.spawn(move || {
+                    let (mut ok, mut bad, mut lat) = (0u64, 0u64, Vec::new());
+                    while Instant::now() < until {
+                        let t0 = Instant::now();
+                        match get(port, "/metrics", None) {
+                            Ok((200, body)) if body.ends_with("# EOF\n") => ok += 1,
+                            _ => bad += 1,
+                        }
+                        lat.push(t0.elapsed().as_secs_f64());
+                    }
+                    (ok, bad, lat)
+                })
+            })
+            .collect();
+        handles.into_iter().map(|h| h.join().unwrap()).collect()
+    });
+    let ok: u64 = results.iter().map(|r| r.0).sum();
+    let bad: u64 = results.iter().map(|r| r.1).sum();
+    let mut lat: Vec<f64> = results.into_iter().flat_map(|r| r.2).collect();
+    lat.sort_by(f64::total_cmp);
+    let pct = |q: f64| lat[((lat.len() - 1) as f64 * q) as usize] * 1e3;
+    let rss = rss_bytes(pid);
+    eprintln!(
+        "50 scrapers, 10 s: {ok} complete responses, {bad} failed; latency p50 {:.2} ms, p99 {:.2} ms; exporter RSS {:.1} MiB",
+        pct(0.5),
+        pct(0.99),
+        rss as f64 / MIB as f64
+    );
+    assert_eq!(bad, 0, "every response 200 and complete");
+    assert!(ok >= 50);
+    assert!(rss < 200 * MIB, "exporter RSS {rss} bytes");
+}
+
+#[test]
+fn daemonset_is_unprivileged_with_host_pids_and_read_only_mounts() {
+    let text = std::fs::read_to_string(
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("deploy/k8s/daemonset.yaml"),
+    )
+    .unwrap();
+    let lines: Vec<&str> = text
+        .lines()
+        .map(|l| l.split(" #").next().unwrap().trim_end())
+        .filter(|l| !l.trim_start().starts_with('#'))
+        .collect();
+    let has = |s: &str| lines.iter().any(|l| l.trim() == s);
+    assert!(has("hostPID: true"));
+    assert!(has("privileged: false"));
+    assert!(!has("privileged: true"));
+    assert!(has("- operator: Exists"));
+    assert!(has("prometheus.io/scrape: \"true\""));
+    // Every volume mount is read-only.
+    let mounts: Vec<usize> = (0..lines.len())
+        .filter(|&i| lines[i].trim().starts_with("mountPath:"))
+        .collect();
+    assert!(mounts.len() >= 2);
+    for i in &mounts {
+        assert!(
+            lines[*i - 1..(*i + 2).min(lines.len())]
+                .iter()
+                .any(|l| l.trim() == "readOnly: true"),
+            "{} is not read-only",
+            lines[*i].trim()
+        );
+    }
+    for host in ["path: /proc", "path: /sys"] {
+        assert!(has(host), "host {host}");
+    }
+    // Capabilities: drop ALL, add exactly these.
+    let caps = |key: &str| -> Vec<String> {
+        let at = lines.iter().position(|l| l.trim() == key).unwrap();
+        lines[at + 1..]
+            .iter()
+            .take_while(|l| l.trim().starts_with("- "))
+            .map(|l| l.trim().trim_start_matches("- ").to_string())
+            .collect()
+    };
+    assert_eq!(caps("drop:"), ["ALL"]);
+    assert_eq!(
+        caps("add:"),
+        ["SYS_PTRACE", "DAC_READ_SEARCH", "BPF", "PERFMON"]
+    );
+}
+
+#[test]
+fn a_bad_listen_address_is_one_line_and_exit_2() {
+    // An address another socket holds: the bind fails, the same way.
+    let taken = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let in_use = taken.local_addr().unwrap().to_string();
+    for bad in ["nonsense", "127.0.0.1:99999", in_use.as_str()] {
+        let out = Command::new(exe())
+            .args(["serve", "--listen", bad])
+            .output()
+            .unwrap();
+        assert_eq!(out.status.code(), Some(2), "{bad}");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(err.lines().count(), 1, "{bad}: {err}");
+        assert!(err.contains(bad), "{err}");
+    }
+}
