@@ -13,6 +13,7 @@ pub mod record;
 pub mod residency;
 pub mod run;
 pub mod scan;
+pub mod top;
 pub mod trace;
 
 use std::io::Write;
