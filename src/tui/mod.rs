@@ -10,6 +10,8 @@
 //! <https://docs.kernel.org/accounting/psi.html>), `getrusage(RUSAGE_SELF)` and
 //! `/proc/self/status` `VmRSS` for twofold's own CPU and RSS.
 
+#[cfg(test)]
+mod fixture;
 pub mod state;
 pub mod view;
 

@@ -138,7 +138,7 @@ fn draw_header(frame: &mut Frame, area: Rect, st: &State, report: Option<&Report
     )));
     let psi = match st.psi {
         Some(p) => format!(
-            "psi some {:.2} full {}",
+            "psi some/full {:.2}/{}",
             p.some_avg10,
             p.full_avg10
                 .map(|v| format!("{v:.2}"))
@@ -152,21 +152,21 @@ fn draw_header(frame: &mut Frame, area: Rect, st: &State, report: Option<&Report
             let (model, excess) = state::totals(r);
             (
                 format!(
-                    "mem {}  avail {}  cache {}  anon {}  {psi}",
+                    "mem {}  avail {}  cache {}  anon {}",
                     iec_opt(s.mem_total_bytes),
                     iec_opt(s.mem_available_bytes),
                     iec_opt(s.page_cache_bytes),
                     iec_opt(s.anon_bytes)
                 ),
                 format!(
-                    "model files {} ({})  held beyond one copy {}",
+                    "models {} · {}  held beyond one copy {}  {psi}",
                     r.files.len(),
                     iec(model),
                     iec(excess)
                 ),
             )
         }
-        None => (format!("mem n/a  {psi}"), "model files n/a".into()),
+        None => ("mem n/a".into(), format!("models n/a  {psi}")),
     };
     let excess_style = match report.map(state::totals) {
         Some((_, e)) if e > 0 => t.fg(Color::Yellow).add_modifier(Modifier::BOLD),
@@ -209,6 +209,15 @@ struct Col {
     title: &'static str,
     width: u16,
     prio: u8,
+    left: bool,
+}
+
+fn align(line: Line<'_>, left: bool) -> Line<'_> {
+    if left {
+        line
+    } else {
+        line.right_aligned()
+    }
 }
 
 /// The columns that fit next to a flexible first column of at least `flex_min`, in
@@ -248,7 +257,7 @@ fn table<'a>(
     let mut header = vec![Cell::from(first)];
     header.extend(
         keep.iter()
-            .map(|&i| Cell::from(Line::from(cols[i].title).right_aligned())),
+            .map(|&i| Cell::from(align(Line::from(cols[i].title), cols[i].left))),
     );
     let body: Vec<Row<'a>> = rows
         .into_iter()
@@ -256,7 +265,7 @@ fn table<'a>(
             let mut row = vec![Cell::from(tail(&name, flex as usize))];
             row.extend(
                 keep.iter()
-                    .map(|&i| Cell::from(Line::from(cells[i].clone()).right_aligned())),
+                    .map(|&i| Cell::from(align(Line::from(cells[i].clone()), cols[i].left))),
             );
             Row::new(row).style(style)
         })
@@ -286,41 +295,49 @@ const FILE_COLS: [Col; 8] = [
         title: "size",
         width: 9,
         prio: 1,
+        left: false,
     },
     Col {
         title: "count",
         width: 7,
         prio: 0,
+        left: false,
     },
     Col {
         title: "cache",
         width: 9,
         prio: 2,
+        left: false,
     },
     Col {
         title: "cow",
         width: 9,
         prio: 6,
+        left: false,
     },
     Col {
         title: "private",
         width: 9,
         prio: 3,
+        left: false,
     },
     Col {
         title: "suspected",
         width: 9,
         prio: 7,
+        left: false,
     },
     Col {
         title: "res%",
         width: 6,
         prio: 4,
+        left: false,
     },
     Col {
         title: "holders",
         width: 7,
         prio: 5,
+        left: false,
     },
 ];
 
@@ -351,7 +368,7 @@ fn draw_files(frame: &mut Frame, area: Rect, st: &State, r: &Report, t: &Theme) 
         frame,
         area,
         "file",
-        16,
+        22,
         &FILE_COLS,
         rows,
         Some(st.selected(View::Files)),
@@ -364,36 +381,43 @@ const PROC_COLS: [Col; 7] = [
         title: "comm",
         width: 15,
         prio: 0,
+        left: true,
     },
     Col {
         title: "rss",
         width: 9,
         prio: 1,
+        left: false,
     },
     Col {
         title: "anon",
         width: 9,
         prio: 2,
+        left: false,
     },
     Col {
         title: "file",
         width: 9,
         prio: 4,
+        left: false,
     },
     Col {
         title: "pss",
         width: 9,
         prio: 5,
+        left: false,
     },
     Col {
         title: "anon/s",
         width: 12,
         prio: 3,
+        left: false,
     },
     Col {
         title: "files",
         width: 5,
         prio: 6,
+        left: false,
     },
 ];
 
@@ -432,21 +456,25 @@ const CGROUP_COLS: [Col; 4] = [
         title: "usage / limit",
         width: 21,
         prio: 0,
+        left: false,
     },
     Col {
         title: "anon",
         width: 9,
         prio: 1,
+        left: false,
     },
     Col {
         title: "file",
         width: 9,
         prio: 2,
+        left: false,
     },
     Col {
         title: "oom kills",
         width: 9,
         prio: 3,
+        left: false,
     },
 ];
 
@@ -525,18 +553,27 @@ fn draw_file(frame: &mut Frame, area: Rect, f: &FileModel, t: &Theme) {
         Layout::vertical([Constraint::Length(head_h), Constraint::Min(1)]).areas(area);
     frame.render_widget(Paragraph::new(lines).wrap(Wrap { trim: false }), head);
 
+    // Narrow screens keep the note (what the copy is) over PSS and CoW.
+    let wide = area.width >= 110;
     let mut rows: Vec<Row> = Vec::new();
     let mut push =
         |pid: i32, comm: &str, how: String, res: String, pss: String, cow: String, note: String| {
-            rows.push(Row::new(vec![
-                Cell::from(Line::from(pid.to_string()).right_aligned()),
-                Cell::from(safe(comm).into_owned()),
-                Cell::from(how),
-                Cell::from(Line::from(res).right_aligned()),
-                Cell::from(Line::from(pss).right_aligned()),
-                Cell::from(Line::from(cow).right_aligned()),
-                Cell::from(note),
-            ]));
+            rows.push(Row::new(
+                vec![
+                    Cell::from(Line::from(pid.to_string()).right_aligned()),
+                    Cell::from(safe(comm).into_owned()),
+                    Cell::from(how),
+                    Cell::from(Line::from(res).right_aligned()),
+                    Cell::from(Line::from(pss).right_aligned()),
+                    Cell::from(Line::from(cow).right_aligned()),
+                    Cell::from(note),
+                ]
+                .into_iter()
+                .enumerate()
+                .filter(|(i, _)| wide || !matches!(i, 4 | 5))
+                .map(|(_, c)| c)
+                .collect::<Vec<_>>(),
+            ));
         };
     for m in &f.mappers {
         push(
@@ -582,17 +619,20 @@ fn draw_file(frame: &mut Frame, area: Rect, f: &FileModel, t: &Theme) {
             copy_note(f, pid, false),
         );
     }
-    let widths = [
-        Constraint::Length(7),
-        Constraint::Length(15),
-        Constraint::Length(14),
-        Constraint::Length(9),
-        Constraint::Length(9),
-        Constraint::Length(9),
-        Constraint::Min(10),
-    ];
-    let header = Row::new(["pid", "comm", "how", "resident", "pss", "cow anon", "note"])
-        .style(t.bold().add_modifier(Modifier::UNDERLINED));
+    let widths: Vec<Constraint> = [7, 15, 11, 9, 9, 9]
+        .into_iter()
+        .enumerate()
+        .filter(|(i, _)| wide || !matches!(i, 4 | 5))
+        .map(|(_, w)| Constraint::Length(w))
+        .chain([Constraint::Min(10)])
+        .collect();
+    let titles: Vec<&str> = ["pid", "comm", "how", "resident", "pss", "cow anon", "note"]
+        .into_iter()
+        .enumerate()
+        .filter(|(i, _)| wide || !matches!(i, 4 | 5))
+        .map(|(_, t)| t)
+        .collect();
+    let header = Row::new(titles).style(t.bold().add_modifier(Modifier::UNDERLINED));
     let table = Table::new(rows, widths)
         .header(header)
         .column_spacing(1)
@@ -662,9 +702,7 @@ fn draw_footer(frame: &mut Frame, area: Rect, st: &State, t: &Theme) {
             t.fg(Color::Yellow),
         ))
     } else {
-        Line::from(
-            "q quit  Tab/1-3 view  ↑↓ move  Enter open  s/S sort  / filter  space pause  ? help",
-        )
+        Line::from("q quit  Tab view  ↑↓ move  Enter open  s/S sort  / filter  space pause  ? help")
     };
     frame.render_widget(Paragraph::new(line), area);
 }
