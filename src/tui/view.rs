@@ -238,11 +238,11 @@ fn fit(cols: &[Col], total: u16, flex_min: u16) -> Vec<usize> {
     keep
 }
 
-fn table<'a>(
+/// `first`: the flexible first column's title and its least width.
+fn table(
     frame: &mut Frame,
     area: Rect,
-    first: &'static str,
-    flex_min: u16,
+    (first, flex_min): (&'static str, u16),
     cols: &[Col],
     rows: Vec<(String, Vec<String>, Style)>,
     selected: Option<usize>,
@@ -259,7 +259,7 @@ fn table<'a>(
         keep.iter()
             .map(|&i| Cell::from(align(Line::from(cols[i].title), cols[i].left))),
     );
-    let body: Vec<Row<'a>> = rows
+    let body: Vec<Row> = rows
         .into_iter()
         .map(|(name, cells, style)| {
             let mut row = vec![Cell::from(tail(&name, flex as usize))];
@@ -367,8 +367,7 @@ fn draw_files(frame: &mut Frame, area: Rect, st: &State, r: &Report, t: &Theme) 
     table(
         frame,
         area,
-        "file",
-        22,
+        ("file", 22),
         &FILE_COLS,
         rows,
         Some(st.selected(View::Files)),
@@ -442,8 +441,7 @@ fn draw_processes(frame: &mut Frame, area: Rect, st: &State, r: &Report, t: &The
     table(
         frame,
         area,
-        "pid",
-        7,
+        ("pid", 7),
         &PROC_COLS,
         rows,
         Some(st.selected(View::Processes)),
@@ -500,8 +498,7 @@ fn draw_cgroups(frame: &mut Frame, area: Rect, st: &State, r: &Report, t: &Theme
     table(
         frame,
         area,
-        "cgroup",
-        16,
+        ("cgroup", 16),
         &CGROUP_COLS,
         rows,
         Some(st.selected(View::Cgroups)),
