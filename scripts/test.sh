@@ -19,6 +19,8 @@ command -v llvm-strip >/dev/null 2>&1 || need+=(llvm)
 # and a real Prometheus serves the backfilled blocks (queried with curl).
 command -v promtool >/dev/null 2>&1 || need+=(prometheus)
 command -v curl >/dev/null 2>&1 || need+=(curl)
+# `twofold top` end to end (tests/top.rs): a detached tmux session, driven with send-keys.
+command -v tmux >/dev/null 2>&1 || need+=(tmux)
 ls /usr/share/vulkan/icd.d/lvp_icd.*.json >/dev/null 2>&1 || need+=(mesa-vulkan-drivers)
 ldconfig -p 2>/dev/null | grep 'libvulkan.so.1 ' >/dev/null || need+=(libvulkan1)
 if [ ${#need[@]} -gt 0 ]; then

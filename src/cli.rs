@@ -48,6 +48,9 @@ pub enum Command {
     /// capabilities, import tests of a read-only shared mapping, map / resident /
     /// per-use copy rates, and the placement verdict.
     Probe(ProbeArgs),
+    /// A live terminal view of model memory: files with their count, processes, cgroups
+    /// and findings, refreshed every --interval (or a recording, with --replay).
+    Top(TopArgs),
     /// Records snapshots (what `scan` collects, with the proof) into a store every
     /// --interval, until SIGTERM or SIGINT (then it flushes and exits 0).
     Record(RecordArgs),
@@ -182,6 +185,54 @@ pub struct RecordArgs {
     /// Files at least this large are of interest whatever their extension.
     #[arg(long, value_name = "SIZE", default_value = "64M", value_parser = parse_size)]
     pub min_size: u64,
+}
+
+/// The view `top` opens on.
+#[derive(Debug, Clone, Copy, ValueEnum, PartialEq, Eq, Default)]
+pub enum TopView {
+    #[default]
+    Files,
+    Processes,
+    Cgroups,
+}
+
+#[derive(Debug, Args)]
+pub struct TopArgs {
+    /// Model files or directories to include, as for `scan` (none: every model file a
+    /// process holds, names or could hold a copy of, and the model stores).
+    pub paths: Vec<PathBuf>,
+    /// Only this process (repeatable).
+    #[arg(long = "pid", value_name = "PID")]
+    pub pids: Vec<i32>,
+    /// Time between collections.
+    #[arg(long, value_name = "DURATION", default_value = "2s", value_parser = parse_positive_duration)]
+    pub interval: Duration,
+    /// Sort column to start with (count, size, cache, cow, private, suspected, resident,
+    /// holders, path; rss, anon, file, pss, growth, files, pid, comm; usage, limit, oom).
+    #[arg(long, value_name = "COLUMN")]
+    pub sort: Option<String>,
+    /// Filter to start with: a substring of names, or FIELD>VALUE (anon>1G, count>=2).
+    #[arg(long, value_name = "EXPR")]
+    pub filter: Option<String>,
+    /// The view to open on.
+    #[arg(long, value_enum, default_value_t)]
+    pub view: TopView,
+    /// Skip the byte-level proof (as `scan --no-prove`): copies are only suspected.
+    #[arg(long)]
+    pub no_prove: bool,
+    /// Time budget of each collection's proof.
+    #[arg(long, value_name = "DURATION", default_value = "2s", value_parser = parse_duration)]
+    pub prove_budget: Duration,
+    /// Files at least this large are of interest whatever their extension.
+    #[arg(long, value_name = "SIZE", default_value = "64M", value_parser = parse_size)]
+    pub min_size: u64,
+    /// Show a recording instead of the live system: the store DIR (`record`, `scan
+    /// --record`); `[` and `]` step through its snapshots.
+    #[arg(long, value_name = "STORE")]
+    pub replay: Option<PathBuf>,
+    /// With --replay: the snapshot nearest TIME (as for `replay --at`).
+    #[arg(long, value_name = "TIME", default_value = "now", requires = "replay")]
+    pub at: String,
 }
 
 #[derive(Debug, Args)]

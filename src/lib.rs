@@ -32,4 +32,5 @@ pub mod sample;
 pub mod spawn;
 pub mod store;
 pub mod timespec;
+pub mod tui;
 pub mod units;

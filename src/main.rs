@@ -19,6 +19,7 @@ fn run(cli: Cli, out: &mut dyn Write) -> anyhow::Result<()> {
         Command::Probe(a) => cmd::probe::run(&a, out),
         Command::Record(a) => cmd::record::record(&a, out),
         Command::Replay(a) => cmd::record::replay(&a, out),
+        Command::Top(a) => cmd::top::run(&a, out),
         Command::Dump(a) => cmd::record::dump(&a, out),
         Command::Snapshot(a) => cmd::record::snapshot(&a, out),
         Command::Serve(a) => cmd::serve::run(&a, out),

@@ -14,6 +14,7 @@ pub mod residency;
 pub mod run;
 pub mod scan;
 pub mod serve;
+pub mod top;
 pub mod trace;
 
 use std::io::Write;

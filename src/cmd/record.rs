@@ -40,7 +40,7 @@ fn warn_damage(lines: &[String]) {
 }
 
 /// Opens a store for reading (never taking a recorder's lock, never changing it).
-fn open_read(arg: &Option<PathBuf>) -> anyhow::Result<Store> {
+pub(crate) fn open_read(arg: &Option<PathBuf>) -> anyhow::Result<Store> {
     let dir = store_dir(arg);
     if !dir.join("store.json").is_file() {
         bail!("no recording store at '{}'", dir.display());

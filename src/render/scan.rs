@@ -31,7 +31,7 @@ fn how(h: CopyHow) -> &'static str {
 }
 
 /// The note for a process that holds, or may hold, a copy.
-fn copy_note(f: &FileModel, pid: i32, plus: bool) -> String {
+pub(crate) fn copy_note(f: &FileModel, pid: i32, plus: bool) -> String {
     let plus = if plus { "+ " } else { "" };
     if let Some(c) = f.proven_copies.iter().find(|c| c.pid == pid) {
         return format!(
@@ -47,6 +47,16 @@ fn copy_note(f: &FileModel, pid: i32, plus: bool) -> String {
         );
     }
     String::new()
+}
+
+/// The count alone, as [`count_line`] writes it: `2.00`, `≥ 1.00`, `n/a` (residency
+/// unknown). For table cells (`top`).
+pub fn count_cell(f: &FileModel) -> String {
+    let r = &f.representations;
+    match r.proven {
+        None => "n/a".to_string(),
+        Some(p) => format!("{}{p:.2}", if r.lower_bound { "≥ " } else { "" }),
+    }
 }
 
 /// "2.00 times" or "≥ 1.00 times", with the parts and what is only suspected.
@@ -84,7 +94,7 @@ pub fn count_line(f: &FileModel) -> String {
     s
 }
 
-fn kind(k: MapKind) -> &'static str {
+pub(crate) fn map_kind(k: MapKind) -> &'static str {
     match k {
         MapKind::Shared => "MAP_SHARED",
         MapKind::Private => "MAP_PRIVATE",
@@ -133,7 +143,7 @@ fn file_section(f: &FileModel, out: &mut String) {
         t.row(vec![
             m.pid.to_string(),
             m.comm.clone(),
-            kind(m.kind).into(),
+            map_kind(m.kind).into(),
             m.prot.clone(),
             iec(m.mapped_bytes),
             iec_opt(m.resident_bytes),
@@ -344,7 +354,11 @@ pub fn human(report: &Report) -> String {
             out,
             "\n{} exited during the scan and {} skipped",
             crate::units::count(report.skipped.gone, "process", "processes"),
-            if report.skipped.gone == 1 { "was" } else { "were" }
+            if report.skipped.gone == 1 {
+                "was"
+            } else {
+                "were"
+            }
         );
     }
     out

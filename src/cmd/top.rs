@@ -1,0 +1,220 @@
+//! `twofold top`: the terminal set up (raw mode, alternate screen) and restored on every
+//! way out (return, panic, SIGTERM/SIGINT/SIGHUP), the collector thread or the replayed
+//! store, and [`crate::tui::run`] over crossterm.
+
+use std::io::{IsTerminal, Write};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::{bail, Context};
+use crossterm::event::{self, Event, KeyCode, KeyEventKind, KeyModifiers};
+use crossterm::terminal::{self, EnterAlternateScreen, LeaveAlternateScreen};
+use ratatui::backend::CrosstermBackend;
+use ratatui::Terminal;
+
+use crate::cli::{TopArgs, TopView};
+use crate::collect::gather::Request;
+use crate::dupes::prove::ProveOptions;
+use crate::engine::{self, Engine};
+use crate::store::Store;
+use crate::tui::{self, Feed, Input, Key, State, Update, View};
+
+/// Puts the terminal back as it was (idempotent: Drop and the panic hook both call it).
+fn restore() {
+    let _ = terminal::disable_raw_mode();
+    let _ = crossterm::execute!(
+        std::io::stdout(),
+        LeaveAlternateScreen,
+        crossterm::cursor::Show
+    );
+}
+
+/// Restores the terminal when dropped.
+struct Guard;
+
+impl Drop for Guard {
+    fn drop(&mut self) {
+        restore();
+    }
+}
+
+fn setup() -> anyhow::Result<Guard> {
+    terminal::enable_raw_mode().context("cannot put the terminal in raw mode")?;
+    let guard = Guard;
+    crossterm::execute!(
+        std::io::stdout(),
+        EnterAlternateScreen,
+        crossterm::cursor::Hide
+    )?;
+    let previous = std::panic::take_hook();
+    std::panic::set_hook(Box::new(move |info| {
+        restore();
+        previous(info);
+    }));
+    Ok(guard)
+}
+
+struct Keys;
+
+impl Input for Keys {
+    fn next(&mut self, timeout: Duration) -> anyhow::Result<Option<Key>> {
+        if !event::poll(timeout)? {
+            return Ok(None);
+        }
+        Ok(match event::read()? {
+            Event::Resize(..) => Some(Key::Resize),
+            Event::Key(k) if k.kind != KeyEventKind::Release => {
+                let ctrl = k.modifiers.contains(KeyModifiers::CONTROL);
+                match k.code {
+                    KeyCode::Char('c') if ctrl => Some(Key::Interrupt),
+                    KeyCode::Char(c) => Some(Key::Char(c)),
+                    KeyCode::Enter => Some(Key::Enter),
+                    KeyCode::Esc => Some(Key::Esc),
+                    KeyCode::Tab => Some(Key::Tab),
+                    KeyCode::BackTab => Some(Key::BackTab),
+                    KeyCode::Up => Some(Key::Up),
+                    KeyCode::Down => Some(Key::Down),
+                    KeyCode::PageUp => Some(Key::PageUp),
+                    KeyCode::PageDown => Some(Key::PageDown),
+                    KeyCode::Home => Some(Key::Home),
+                    KeyCode::End => Some(Key::End),
+                    KeyCode::Backspace => Some(Key::Backspace),
+                    _ => None,
+                }
+            }
+            _ => None,
+        })
+    }
+}
+
+/// A recording stepped through with `[` and `]`.
+struct Replay {
+    store: Store,
+    at_ns: u64,
+    first: bool,
+}
+
+impl Replay {
+    fn load(&mut self, at_ns: u64) -> Update {
+        match super::record::replayed(&self.store, at_ns) {
+            Ok(r) => {
+                self.at_ns = r.at_unix_ns.unwrap_or(at_ns);
+                Update {
+                    report: Some(Box::new(r)),
+                    source: Some(format!("replay {}", crate::timespec::format(self.at_ns))),
+                    ..Update::default()
+                }
+            }
+            Err(e) => Update {
+                warnings: vec![format!("{e:#}")],
+                ..Update::default()
+            },
+        }
+    }
+}
+
+impl Feed for Replay {
+    fn poll(&mut self) -> Option<Update> {
+        if !std::mem::take(&mut self.first) {
+            return None;
+        }
+        Some(self.load(self.at_ns))
+    }
+
+    fn step(&mut self, delta: i32) -> Option<Update> {
+        let frame = if delta < 0 {
+            self.store.before(self.at_ns).ok()??
+        } else {
+            self.store
+                .range(self.at_ns.saturating_add(1), u64::MAX)
+                .next()?
+                .ok()?
+        };
+        Some(self.load(frame.at_ns))
+    }
+}
+
+fn request(args: &TopArgs) -> Request {
+    Request {
+        paths: args.paths.clone(),
+        pids: args.pids.clone(),
+        min_size: args.min_size,
+        stores: args.paths.is_empty(),
+        candidates: true,
+        ..Request::default()
+    }
+}
+
+pub fn run(args: &TopArgs, _out: &mut dyn Write) -> anyhow::Result<()> {
+    if !std::io::stdout().is_terminal() {
+        bail!("top needs a terminal on stdout (use 'twofold scan' or 'record' otherwise)");
+    }
+    let mut state = State::new(match args.view {
+        TopView::Files => View::Files,
+        TopView::Processes => View::Processes,
+        TopView::Cgroups => View::Cgroups,
+    });
+    state.interval_secs = args.interval.as_secs_f64();
+    state.color = std::env::var_os("NO_COLOR").is_none_or(|v| v.is_empty());
+    if let Some(s) = &args.sort {
+        if !state.set_sort(s) {
+            bail!("no view has a column '{s}' to sort by (see docs/top.md)");
+        }
+    }
+    if let Some(f) = &args.filter {
+        state.filter = f.clone();
+    }
+    let stop = Arc::new(AtomicBool::new(false));
+    for sig in [
+        signal_hook::consts::SIGINT,
+        signal_hook::consts::SIGTERM,
+        signal_hook::consts::SIGHUP,
+    ] {
+        signal_hook::flag::register(sig, stop.clone())
+            .context("cannot install the signal handlers")?;
+    }
+    // Dropping this stops the collector at its next wait (it also stops when the screen
+    // hangs up its channel).
+    let mut _stop_collector: Option<std::sync::mpsc::Sender<()>> = None;
+    // Open the recording before the screen changes: its errors read as any other.
+    let mut feed: Box<dyn Feed> = match &args.replay {
+        Some(dir) => {
+            let at =
+                crate::timespec::parse(&args.at, engine::now().0).map_err(anyhow::Error::msg)?;
+            let store = super::record::open_read(&Some(dir.clone()))?;
+            state.source = "replay".into();
+            Box::new(Replay {
+                store,
+                at_ns: at,
+                first: true,
+            })
+        }
+        None => {
+            let prove = (!args.no_prove).then_some(ProveOptions {
+                budget: Some(args.prove_budget),
+                exact: false,
+            });
+            let engine = Engine::new(request(args), prove);
+            let (tx, rx) = std::sync::mpsc::channel();
+            let (stop_tx, stop_rx) = std::sync::mpsc::channel::<()>();
+            _stop_collector = Some(stop_tx);
+            let interval = args.interval;
+            std::thread::Builder::new()
+                .name("twofold-collect".into())
+                .spawn(move || tui::collect_loop(engine, interval, "/proc".into(), tx, stop_rx))
+                .context("cannot start the collector thread")?;
+            Box::new(rx)
+        }
+    };
+    let guard = setup()?;
+    let mut terminal = Terminal::new(CrosstermBackend::new(std::io::stdout()))?;
+    terminal.clear()?;
+    let result = tui::run(&mut terminal, &mut state, &mut Keys, feed.as_mut(), &stop);
+    drop(guard);
+    if stop.load(Ordering::Relaxed) {
+        // A signal: the screen is restored; a clean stop.
+        return Ok(());
+    }
+    result
+}

@@ -1,0 +1,258 @@
+//! A hand-built report for the state and screen tests: one file held twice (page cache
+//! and a proven read() copy), one whose residency is unknown, three processes (one whose
+//! PSS is unknown), two cgroups, a warning and a notice, and rates.
+
+use crate::model::rates::{ProcessRate, Rates};
+use crate::model::{
+    CandidateCounts, CgroupModel, CopyHow, FileModel, Finding, Holder, MapKind, Mapper,
+    ProcessModel, ProvenCopy, Report, Representations, Severity, SuspectedCopy, SystemModel,
+};
+use crate::sample::{CandidateWhy, CgroupVersion, FileKey, Skipped};
+
+const MIB: u64 = 1 << 20;
+const GIB: u64 = 1 << 30;
+
+fn process(
+    pid: i32,
+    comm: &str,
+    rss: u64,
+    anon: u64,
+    pss: Option<u64>,
+    files: usize,
+) -> ProcessModel {
+    ProcessModel {
+        pid,
+        comm: comm.into(),
+        cmdline: format!("/usr/bin/{comm} --model /models/llama.gguf"),
+        rss_bytes: Some(rss),
+        anon_bytes: Some(anon),
+        file_bytes: Some(rss - anon),
+        shmem_bytes: Some(0),
+        swap_bytes: Some(0),
+        pss_bytes: pss,
+        pss_anon_bytes: None,
+        pss_file_bytes: None,
+        pss_shmem_bytes: None,
+        uss_bytes: None,
+        shared_clean_bytes: None,
+        shared_dirty_bytes: None,
+        private_clean_bytes: None,
+        private_dirty_bytes: None,
+        cgroup: Some("/system.slice/llama.service".into()),
+        holds_files: Some(files),
+        unreadable: None,
+    }
+}
+
+fn file(path: &str, inode: u64, size: u64) -> FileModel {
+    FileModel {
+        path: path.into(),
+        path_bytes: None,
+        key: FileKey {
+            major: 8,
+            minor: 1,
+            inode,
+        },
+        device: "8:1".into(),
+        inode,
+        size_bytes: Some(size),
+        resident_bytes: None,
+        resident_fraction: None,
+        dirty_bytes: None,
+        evicted_bytes: None,
+        recently_evicted_bytes: None,
+        residency_source: None,
+        residency_unknown_reason: None,
+        mappers: Vec::new(),
+        holders: Vec::new(),
+        proven_copies: Vec::new(),
+        suspected_copies: Vec::new(),
+        candidates: CandidateCounts::default(),
+        store: false,
+        representations: Representations {
+            page_cache: None,
+            cow: None,
+            private_copies: 0.0,
+            device: None,
+            proven: None,
+            suspected: 0.0,
+            unsearched: 0,
+            lower_bound: false,
+        },
+    }
+}
+
+pub fn report() -> Report {
+    let mut llama = file("/models/llama-3-8b.Q4_K_M.gguf", 11, 4 * GIB);
+    llama.resident_bytes = Some(4 * GIB);
+    llama.resident_fraction = Some(1.0);
+    llama.residency_source = Some("cachestat".into());
+    llama.mappers.push(Mapper {
+        pid: 4242,
+        comm: "llama-server".into(),
+        kind: MapKind::Shared,
+        prot: "r--s".into(),
+        writable: false,
+        vmas: 1,
+        mapped_bytes: 4 * GIB,
+        resident_bytes: Some(4 * GIB),
+        pss_bytes: Some(4 * GIB),
+        cow_anon_bytes: Some(0),
+        thp_bytes: Some(0),
+        beyond_eof_bytes: 0,
+    });
+    llama.holders.push(Holder {
+        pid: 5151,
+        comm: "python3".into(),
+        fds: vec![7],
+        mapped: false,
+    });
+    llama.proven_copies.push(ProvenCopy {
+        pid: 5151,
+        comm: "python3".into(),
+        identical_bytes: 4 * GIB,
+        widened_bytes: 0,
+        memory_bytes: 4 * GIB,
+        copies: 291,
+        fraction: 1.0,
+        how: CopyHow::Read,
+        traced_read_bytes: None,
+        mapped: false,
+    });
+    llama.candidates = CandidateCounts {
+        could_hold: 1,
+        searched: 1,
+        not_searched: 0,
+        sampled_bytes: 0,
+        compared_bytes: 0,
+    };
+    llama.representations = Representations {
+        page_cache: Some(1.0),
+        cow: Some(0.0),
+        private_copies: 1.0,
+        device: None,
+        proven: Some(2.0),
+        suspected: 0.0,
+        unsearched: 0,
+        lower_bound: false,
+    };
+
+    let mut qwen = file("/models/qwen2-7b.safetensors", 12, 512 * MIB);
+    qwen.residency_unknown_reason = Some("cachestat and mincore are both unavailable".into());
+    qwen.suspected_copies.push(SuspectedCopy {
+        pid: 6161,
+        comm: "vllm".into(),
+        anon_bytes: 600 * MIB,
+        attributed_bytes: 512 * MIB,
+        fraction: 1.0,
+        mapped: false,
+        why: CandidateWhy::Named,
+        unsearched: "over the proof budget".into(),
+    });
+    qwen.representations.lower_bound = true;
+
+    Report {
+        schema_version: crate::model::SCHEMA_VERSION,
+        system: SystemModel {
+            page_size_bytes: 4096,
+            mem_total_bytes: Some(64 * GIB),
+            mem_available_bytes: Some(40 * GIB),
+            page_cache_bytes: Some(20 * GIB),
+            anon_bytes: Some(12 * GIB),
+            mapped_bytes: Some(5 * GIB),
+            shmem_bytes: Some(MIB),
+            dirty_bytes: Some(0),
+            refaults_file: Some(0),
+            major_faults: Some(0),
+        },
+        processes: vec![
+            process(
+                5151,
+                "python3",
+                4 * GIB + 300 * MIB,
+                4 * GIB + 200 * MIB,
+                Some(4 * GIB),
+                1,
+            ),
+            process(
+                4242,
+                "llama-server",
+                4 * GIB + 100 * MIB,
+                80 * MIB,
+                Some(2 * GIB),
+                1,
+            ),
+            process(6161, "vllm", 700 * MIB, 600 * MIB, None, 0),
+        ],
+        files: vec![llama, qwen],
+        cgroups: vec![
+            CgroupModel {
+                path: "/system.slice/llama.service".into(),
+                version: Some(CgroupVersion::V2),
+                usage_bytes: Some(9 * GIB),
+                limit_bytes: Some(16 * GIB),
+                unlimited: false,
+                peak_bytes: Some(10 * GIB),
+                anon_bytes: Some(4 * GIB),
+                file_bytes: Some(5 * GIB),
+                file_mapped_bytes: Some(4 * GIB),
+                shmem_bytes: Some(0),
+                refaults_file: Some(0),
+                oom_events: Some(0),
+                oom_kills: Some(0),
+                failcnt: None,
+            },
+            CgroupModel {
+                path: "/user.slice".into(),
+                version: Some(CgroupVersion::V2),
+                usage_bytes: Some(GIB),
+                limit_bytes: None,
+                unlimited: true,
+                peak_bytes: None,
+                anon_bytes: Some(700 * MIB),
+                file_bytes: Some(300 * MIB),
+                file_mapped_bytes: None,
+                shmem_bytes: None,
+                refaults_file: None,
+                oom_events: None,
+                oom_kills: None,
+                failcnt: None,
+            },
+        ],
+        findings: vec![
+            Finding {
+                severity: Severity::Notice,
+                code: "suspected-private-copy".into(),
+                subject: "/models/qwen2-7b.safetensors".into(),
+                message: "pid 6161 (vllm) could hold a copy of 'qwen2-7b.safetensors'".into(),
+                remedy: None,
+            },
+            Finding {
+                severity: Severity::Warning,
+                code: "private-copy".into(),
+                subject: "/models/llama-3-8b.Q4_K_M.gguf".into(),
+                message: "'llama-3-8b.Q4_K_M.gguf' is in memory 2.00 times".into(),
+                remedy: Some("map it instead of reading it".into()),
+            },
+        ],
+        skipped: Skipped::default(),
+        trace: None,
+        at_unix_ns: Some(1_764_460_800_000_000_000),
+        rates: Some(Rates {
+            interval_secs: 2.0,
+            refaults_file_per_sec: Some(0.0),
+            major_faults_per_sec: Some(0.0),
+            processes: vec![
+                ProcessRate {
+                    pid: 5151,
+                    anon_bytes_per_sec: Some(2.0 * MIB as f64),
+                },
+                ProcessRate {
+                    pid: 4242,
+                    anon_bytes_per_sec: Some(0.0),
+                },
+            ],
+            files: Vec::new(),
+        }),
+    }
+}

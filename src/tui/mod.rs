@@ -1,0 +1,290 @@
+//! `twofold top`: the live terminal view of model memory.
+//!
+//! - [`state`]: pure state (views, selection, sort, filter, pause) and `handle(key) -> Action`.
+//! - [`view`]: widgets that draw a `&State` and a `&Report` into a ratatui `Frame`.
+//! - here: the event loop, generic over a ratatui [`Backend`] (tests drive it with
+//!   `TestBackend`), and the collector thread: it calls the [`Engine`] every interval and
+//!   sends each boxed [`Update`] over a channel, so drawing never waits for a collection.
+//!
+//! Outside inputs: `/proc/pressure/memory` (PSI, `some`/`full` `avg10`, percent; see
+//! <https://docs.kernel.org/accounting/psi.html>), `getrusage(RUSAGE_SELF)` and
+//! `/proc/self/status` `VmRSS` for twofold's own CPU and RSS.
+
+#[cfg(test)]
+mod fixture;
+pub mod state;
+pub mod view;
+
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::mpsc::{Receiver, RecvTimeoutError, Sender};
+use std::time::{Duration, Instant};
+
+use ratatui::backend::Backend;
+use ratatui::Terminal;
+
+use crate::engine::{self, Engine, Snapshot};
+use crate::model::Report;
+pub use state::{Action, Key, Psi, State, View};
+
+/// What a collection (or a replay step) hands the screen.
+#[derive(Debug, Default)]
+pub struct Update {
+    /// `None` when the collection failed (the warnings say why; the last report stays).
+    pub report: Option<Box<Report>>,
+    pub warnings: Vec<String>,
+    pub psi: Option<Psi>,
+    /// Replaces [`State::source`] when set (the replay position).
+    pub source: Option<String>,
+}
+
+/// Keys from the terminal (crossterm), or from a script in tests.
+pub trait Input {
+    /// The next key, waiting at most `timeout`; `None` if none came.
+    fn next(&mut self, timeout: Duration) -> anyhow::Result<Option<Key>>;
+}
+
+/// Where updates come from: the collector's channel, or a recording.
+pub trait Feed {
+    /// The newest update ready now, if any (never blocks).
+    fn poll(&mut self) -> Option<Update>;
+    /// Replay only: the snapshot `delta` steps away.
+    fn step(&mut self, _delta: i32) -> Option<Update> {
+        None
+    }
+}
+
+impl Feed for Receiver<Box<Update>> {
+    fn poll(&mut self) -> Option<Update> {
+        let mut last = None;
+        while let Ok(u) = self.try_recv() {
+            last = Some(*u);
+        }
+        last
+    }
+}
+
+fn apply(state: &mut State, report: &mut Option<Box<Report>>, u: Update) {
+    if let Some(r) = u.report {
+        *report = Some(r);
+    }
+    state.warnings = u.warnings;
+    state.psi = u.psi;
+    if let Some(s) = u.source {
+        state.source = s;
+    }
+}
+
+/// Own CPU (percent of one core, since the last call) and RSS.
+pub struct SelfUsage {
+    last: Option<(Instant, Duration)>,
+}
+
+impl SelfUsage {
+    pub fn new() -> SelfUsage {
+        SelfUsage { last: None }
+    }
+
+    fn cpu_time() -> Option<Duration> {
+        let mut u = std::mem::MaybeUninit::<libc::rusage>::zeroed();
+        // SAFETY: getrusage fills the struct we pass; RUSAGE_SELF is always valid.
+        let rc = unsafe { libc::getrusage(libc::RUSAGE_SELF, u.as_mut_ptr()) };
+        if rc != 0 {
+            return None;
+        }
+        // SAFETY: zero-initialised and filled by the successful call above.
+        let u = unsafe { u.assume_init() };
+        let tv = |t: libc::timeval| {
+            Duration::from_secs(t.tv_sec.max(0) as u64)
+                + Duration::from_micros(t.tv_usec.max(0) as u64)
+        };
+        Some(tv(u.ru_utime) + tv(u.ru_stime))
+    }
+
+    /// `(cpu percent, rss bytes)`; the percent is `None` on the first call.
+    pub fn sample(&mut self, proc_root: &Path) -> (Option<f64>, Option<u64>) {
+        let now = Instant::now();
+        let cpu = Self::cpu_time();
+        let pct = match (self.last, cpu) {
+            (Some((t0, c0)), Some(c1)) => {
+                let wall = now.duration_since(t0).as_secs_f64();
+                (wall > 0.0).then(|| c1.saturating_sub(c0).as_secs_f64() / wall * 100.0)
+            }
+            _ => None,
+        };
+        if let Some(c) = cpu {
+            self.last = Some((now, c));
+        }
+        let rss = std::fs::read_to_string(proc_root.join("self/status"))
+            .ok()
+            .and_then(|s| {
+                s.lines()
+                    .find_map(|l| l.strip_prefix("VmRSS:"))
+                    .and_then(|v| v.split_whitespace().next()?.parse::<u64>().ok())
+            })
+            .map(|kb| kb * 1024);
+        (pct, rss)
+    }
+}
+
+impl Default for SelfUsage {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+/// Parses `/proc/pressure/memory`: `some avg10=0.00 ...` and `full avg10=...`.
+pub fn parse_psi(text: &str) -> Option<Psi> {
+    let avg10 = |kind: &str| {
+        text.lines()
+            .find(|l| l.starts_with(kind))?
+            .split_whitespace()
+            .find_map(|w| w.strip_prefix("avg10="))?
+            .parse::<f64>()
+            .ok()
+    };
+    Some(Psi {
+        some_avg10: avg10("some ")?,
+        full_avg10: avg10("full "),
+    })
+}
+
+/// Reads the memory PSI under `proc_root`; `None` where the kernel lacks it.
+pub fn read_psi(proc_root: &Path) -> Option<Psi> {
+    parse_psi(&std::fs::read_to_string(proc_root.join("pressure/memory")).ok()?)
+}
+
+/// The collector thread's body: a snapshot every `interval` until `stop` is dropped or
+/// the screen hangs up. Each one is boxed and sent; the report has rates from the one
+/// before.
+pub fn collect_loop(
+    mut engine: Engine,
+    interval: Duration,
+    proc_root: PathBuf,
+    tx: Sender<Box<Update>>,
+    stop: Receiver<()>,
+) {
+    let mut prev: Option<Snapshot> = None;
+    loop {
+        let started = Instant::now();
+        let mut warnings = Vec::new();
+        let report = match engine.snapshot(Vec::new(), &mut warnings) {
+            Ok(snap) => {
+                let r = engine::report(&snap, prev.as_ref());
+                prev = Some(snap);
+                Some(Box::new(r))
+            }
+            Err(e) => {
+                warnings.insert(0, format!("collection failed: {e:#}"));
+                None
+            }
+        };
+        let update = Update {
+            report,
+            warnings,
+            psi: read_psi(&proc_root),
+            source: None,
+        };
+        if tx.send(Box::new(update)).is_err() {
+            return;
+        }
+        match stop.recv_timeout(interval.saturating_sub(started.elapsed())) {
+            Err(RecvTimeoutError::Timeout) => {}
+            _ => return,
+        }
+    }
+}
+
+/// The event loop: draws when something changed, takes keys, swaps in new reports (unless
+/// paused) and returns on quit or when `stop` is set (a signal).
+pub fn run<B: Backend>(
+    terminal: &mut Terminal<B>,
+    state: &mut State,
+    input: &mut dyn Input,
+    feed: &mut dyn Feed,
+    stop: &AtomicBool,
+) -> anyhow::Result<()>
+where
+    B::Error: Send + Sync + 'static,
+{
+    let mut report: Option<Box<Report>> = None;
+    let mut pending: Option<Update> = None;
+    let mut usage = SelfUsage::new();
+    let mut usage_at: Option<Instant> = None;
+    let proc_root = Path::new("/proc");
+    let mut dirty = true;
+    while !stop.load(Ordering::Relaxed) {
+        if let Some(u) = feed.poll() {
+            pending = Some(u);
+        }
+        if !state.paused {
+            if let Some(u) = pending.take() {
+                apply(state, &mut report, u);
+                dirty = true;
+            }
+        }
+        if usage_at.is_none_or(|t| t.elapsed() >= Duration::from_secs(1)) {
+            let (cpu, rss) = usage.sample(proc_root);
+            if cpu.is_some() || usage_at.is_none() {
+                state.own_cpu_percent = cpu;
+                state.own_rss_bytes = rss;
+                dirty = true;
+            }
+            usage_at = Some(Instant::now());
+        }
+        if dirty {
+            if let Some(r) = &report {
+                state.clamp_to(r);
+            }
+            terminal.draw(|f| view::draw(f, state, report.as_deref()))?;
+            dirty = false;
+        }
+        let Some(key) = input.next(Duration::from_millis(200))? else {
+            continue;
+        };
+        match state.handle(key) {
+            Action::Quit => break,
+            Action::None => {}
+            Action::Redraw => dirty = true,
+            Action::Open => {
+                if let Some(r) = &report {
+                    state.open_selected(r);
+                }
+                dirty = true;
+            }
+            Action::Step(d) => {
+                if let Some(u) = feed.step(d) {
+                    pending = None;
+                    apply(state, &mut report, u);
+                    dirty = true;
+                }
+            }
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn psi_parses_some_and_full() {
+        let text = "some avg10=1.25 avg60=0.50 avg300=0.10 total=123\nfull avg10=0.75 avg60=0.00 avg300=0.00 total=45\n";
+        assert_eq!(
+            parse_psi(text),
+            Some(Psi {
+                some_avg10: 1.25,
+                full_avg10: Some(0.75)
+            })
+        );
+        assert_eq!(
+            parse_psi("some avg10=2.00 avg60=0 avg300=0 total=1\n"),
+            Some(Psi {
+                some_avg10: 2.0,
+                full_avg10: None
+            })
+        );
+        assert_eq!(parse_psi(""), None);
+    }
+}

@@ -1,0 +1,592 @@
+//! The pure state of `twofold top`: which view, which row, how rows are sorted and
+//! filtered, pause, help, the drill-down into one file. [`State::handle`] turns a key into a
+//! state change and an [`Action`] for the event loop; nothing here touches a terminal, so
+//! key sequences are tested as plain values. Rows are picked from a [`Report`] by
+//! [`State::file_rows`] and its siblings: the views draw exactly those.
+
+use crate::model::{CgroupModel, FileModel, ProcessModel, Report};
+use crate::sample::FileKey;
+
+/// The three tables.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum View {
+    Files,
+    Processes,
+    Cgroups,
+}
+
+impl View {
+    pub const ALL: [View; 3] = [View::Files, View::Processes, View::Cgroups];
+
+    pub fn title(self) -> &'static str {
+        match self {
+            View::Files => "Files",
+            View::Processes => "Processes",
+            View::Cgroups => "Cgroups",
+        }
+    }
+
+    fn index(self) -> usize {
+        match self {
+            View::Files => 0,
+            View::Processes => 1,
+            View::Cgroups => 2,
+        }
+    }
+
+    /// The sortable columns, in the order `s` cycles through them; the first is the default.
+    pub fn sort_columns(self) -> &'static [&'static str] {
+        match self {
+            View::Files => &[
+                "count",
+                "size",
+                "cache",
+                "cow",
+                "private",
+                "suspected",
+                "resident",
+                "holders",
+                "path",
+            ],
+            View::Processes => &[
+                "rss", "anon", "file", "pss", "growth", "files", "pid", "comm",
+            ],
+            View::Cgroups => &["usage", "limit", "anon", "file", "oom", "path"],
+        }
+    }
+}
+
+/// A key, as the event loop hands it over (crossterm's keys mapped onto these).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Key {
+    Char(char),
+    Enter,
+    Esc,
+    Tab,
+    BackTab,
+    Up,
+    Down,
+    PageUp,
+    PageDown,
+    Home,
+    End,
+    Backspace,
+    /// The terminal was resized.
+    Resize,
+    /// Ctrl-C (raw mode delivers it as a key, not as SIGINT).
+    Interrupt,
+}
+
+/// What the event loop does after a key.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Action {
+    /// Nothing changed.
+    None,
+    /// The state changed: draw again.
+    Redraw,
+    Quit,
+    /// Open the selected file ([`State::open_selected`] with the current report).
+    Open,
+    /// Replay: show the snapshot before (-1) or after (+1) the current one.
+    Step(i32),
+}
+
+/// One comparison of a `field>value` filter.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Cmp {
+    Gt,
+    Ge,
+    Lt,
+    Le,
+    Eq,
+}
+
+/// A parsed filter: a substring of names, or a comparison on a column.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Filter {
+    Substring(String),
+    Compare { field: String, cmp: Cmp, value: f64 },
+}
+
+impl Filter {
+    /// `anon>1G`, `count>=2`, `resident<50` (percent), or any other text as a substring.
+    pub fn parse(text: &str) -> Filter {
+        let t = text.trim();
+        for (op, cmp) in [
+            (">=", Cmp::Ge),
+            ("<=", Cmp::Le),
+            (">", Cmp::Gt),
+            ("<", Cmp::Lt),
+            ("=", Cmp::Eq),
+        ] {
+            if let Some((field, value)) = t.split_once(op) {
+                let field = field.trim().to_ascii_lowercase();
+                let value = value.trim();
+                let num = value
+                    .trim_end_matches('%')
+                    .parse::<f64>()
+                    .ok()
+                    .filter(|_| !value.chars().any(|c| c.is_ascii_alphabetic()))
+                    .or_else(|| crate::units::parse_size(value).ok().map(|b| b as f64));
+                if let (false, Some(value)) = (field.is_empty(), num) {
+                    return Filter::Compare { field, cmp, value };
+                }
+            }
+        }
+        Filter::Substring(t.to_lowercase())
+    }
+
+    fn compare(cmp: Cmp, have: Option<f64>, want: f64) -> bool {
+        // An unknown value never passes a comparison.
+        let Some(have) = have else { return false };
+        match cmp {
+            Cmp::Gt => have > want,
+            Cmp::Ge => have >= want,
+            Cmp::Lt => have < want,
+            Cmp::Le => have <= want,
+            Cmp::Eq => (have - want).abs() < 1e-9_f64.max(want.abs() * 1e-9),
+        }
+    }
+}
+
+/// The state of the screen.
+#[derive(Debug, Clone)]
+pub struct State {
+    pub view: View,
+    /// Selected row of each view (index into its filtered, sorted rows).
+    pub selected: [usize; 3],
+    /// Sort column of each view (index into [`View::sort_columns`]) and its direction.
+    pub sort: [usize; 3],
+    pub reverse: [bool; 3],
+    /// The filter text (applies to every view).
+    pub filter: String,
+    /// The filter line is being edited.
+    pub editing: bool,
+    pub paused: bool,
+    pub help: bool,
+    /// The file drilled into (Enter on the files view).
+    pub open: Option<FileKey>,
+    /// Colours (off under `NO_COLOR`).
+    pub color: bool,
+    /// Collection interval, shown in the header.
+    pub interval_secs: f64,
+    /// Memory pressure (`/proc/pressure/memory` some/full avg10), when known.
+    pub psi: Option<Psi>,
+    /// twofold's own CPU (percent of one core) and RSS, when known.
+    pub own_cpu_percent: Option<f64>,
+    pub own_rss_bytes: Option<u64>,
+    /// Where the report comes from: `live`, or the replay position.
+    pub source: String,
+    /// Warnings of the last collection (shown as a count and the first line).
+    pub warnings: Vec<String>,
+    /// Row counts seen at the last draw, to clamp the selection.
+    pub rows_seen: [usize; 3],
+}
+
+/// `some` and `full` avg10 of `/proc/pressure/memory`, percent.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Psi {
+    pub some_avg10: f64,
+    pub full_avg10: Option<f64>,
+}
+
+impl State {
+    pub fn new(view: View) -> State {
+        State {
+            view,
+            selected: [0; 3],
+            sort: [0; 3],
+            reverse: [false; 3],
+            filter: String::new(),
+            editing: false,
+            paused: false,
+            help: false,
+            open: None,
+            color: true,
+            interval_secs: 2.0,
+            psi: None,
+            own_cpu_percent: None,
+            own_rss_bytes: None,
+            source: "live".into(),
+            warnings: Vec::new(),
+            rows_seen: [0; 3],
+        }
+    }
+
+    /// Sorts by the column named `name` in whichever view has it (the current one
+    /// first); `false` if no view does.
+    pub fn set_sort(&mut self, name: &str) -> bool {
+        let order = std::iter::once(self.view).chain(View::ALL);
+        for v in order {
+            if let Some(i) = v.sort_columns().iter().position(|c| *c == name) {
+                self.sort[v.index()] = i;
+                return true;
+            }
+        }
+        false
+    }
+
+    pub fn sort_column(&self, view: View) -> &'static str {
+        view.sort_columns()[self.sort[view.index()]]
+    }
+
+    pub fn is_reversed(&self, view: View) -> bool {
+        self.reverse[view.index()]
+    }
+
+    pub fn selected(&self, view: View) -> usize {
+        self.selected[view.index()]
+    }
+
+    /// The parsed filter; `None` when there is none.
+    pub fn parsed_filter(&self) -> Option<Filter> {
+        (!self.filter.trim().is_empty()).then(|| Filter::parse(&self.filter))
+    }
+
+    /// Handles one key.
+    pub fn handle(&mut self, key: Key) -> Action {
+        if key == Key::Interrupt {
+            return Action::Quit;
+        }
+        if self.editing {
+            return self.edit(key);
+        }
+        if self.help {
+            // Any key closes the help; q still quits.
+            self.help = false;
+            return match key {
+                Key::Char('q') => Action::Quit,
+                _ => Action::Redraw,
+            };
+        }
+        let v = self.view.index();
+        match key {
+            Key::Char('q') => Action::Quit,
+            Key::Esc if self.open.is_some() => {
+                self.open = None;
+                Action::Redraw
+            }
+            Key::Esc if !self.filter.is_empty() => {
+                self.filter.clear();
+                Action::Redraw
+            }
+            Key::Esc => Action::Quit,
+            Key::Char('?') => {
+                self.help = true;
+                Action::Redraw
+            }
+            Key::Tab => self.switch(View::ALL[(v + 1) % 3]),
+            Key::BackTab => self.switch(View::ALL[(v + 2) % 3]),
+            Key::Char('1') => self.switch(View::Files),
+            Key::Char('2') => self.switch(View::Processes),
+            Key::Char('3') => self.switch(View::Cgroups),
+            Key::Up | Key::Char('k') => self.move_by(-1),
+            Key::Down | Key::Char('j') => self.move_by(1),
+            Key::PageUp => self.move_by(-10),
+            Key::PageDown => self.move_by(10),
+            Key::Home | Key::Char('g') => self.move_by(i64::MIN / 2),
+            Key::End | Key::Char('G') => self.move_by(i64::MAX / 2),
+            Key::Char('s') => {
+                let n = self.view.sort_columns().len();
+                self.sort[v] = (self.sort[v] + 1) % n;
+                Action::Redraw
+            }
+            Key::Char('S') => {
+                self.reverse[v] = !self.reverse[v];
+                Action::Redraw
+            }
+            Key::Char('/') => {
+                self.editing = true;
+                Action::Redraw
+            }
+            Key::Char(' ') => {
+                self.paused = !self.paused;
+                Action::Redraw
+            }
+            Key::Char('[') => Action::Step(-1),
+            Key::Char(']') => Action::Step(1),
+            Key::Enter if self.view == View::Files && self.open.is_none() => Action::Open,
+            Key::Resize => Action::Redraw,
+            _ => Action::None,
+        }
+    }
+
+    /// Enter on the files view: opens the selected file of `report`.
+    pub fn open_selected(&mut self, report: &Report) -> bool {
+        if self.view != View::Files || self.open.is_some() {
+            return false;
+        }
+        let rows = self.file_rows(report);
+        match rows.get(self.selected(View::Files)) {
+            Some(f) => {
+                self.open = Some(f.key);
+                true
+            }
+            None => false,
+        }
+    }
+
+    fn edit(&mut self, key: Key) -> Action {
+        match key {
+            Key::Enter => self.editing = false,
+            Key::Esc => {
+                self.editing = false;
+                self.filter.clear();
+            }
+            Key::Backspace => {
+                self.filter.pop();
+            }
+            Key::Char(c) => self.filter.push(c),
+            _ => return Action::None,
+        }
+        self.selected = [0; 3];
+        Action::Redraw
+    }
+
+    fn switch(&mut self, view: View) -> Action {
+        self.view = view;
+        self.open = None;
+        Action::Redraw
+    }
+
+    fn move_by(&mut self, delta: i64) -> Action {
+        let v = self.view.index();
+        let max = self.rows_seen[v].saturating_sub(1) as i64;
+        let new = (self.selected[v] as i64)
+            .saturating_add(delta)
+            .clamp(0, max);
+        self.selected[v] = new as usize;
+        Action::Redraw
+    }
+
+    /// Records how many rows each view has now (selection stays inside them).
+    pub fn clamp_to(&mut self, report: &Report) {
+        self.rows_seen = [
+            self.file_rows(report).len(),
+            self.process_rows(report).len(),
+            self.cgroup_rows(report).len(),
+        ];
+        for (sel, n) in self.selected.iter_mut().zip(self.rows_seen) {
+            *sel = (*sel).min(n.saturating_sub(1));
+        }
+    }
+
+    /// The files view's rows: filtered, then sorted.
+    pub fn file_rows<'r>(&self, report: &'r Report) -> Vec<&'r FileModel> {
+        let filter = self.parsed_filter();
+        let mut rows: Vec<&FileModel> = report
+            .files
+            .iter()
+            .filter(|f| match &filter {
+                None => true,
+                Some(Filter::Substring(s)) => f.path.to_lowercase().contains(s.as_str()),
+                Some(Filter::Compare { field, cmp, value }) => {
+                    Filter::compare(*cmp, file_value(f, field), *value)
+                }
+            })
+            .collect();
+        let col = self.sort_column(View::Files);
+        sort_rows(&mut rows, self.is_reversed(View::Files), |f| {
+            if col == "path" {
+                Sortable::Text(f.path.clone())
+            } else {
+                Sortable::Num(file_value(f, col))
+            }
+        });
+        rows
+    }
+
+    pub fn process_rows<'r>(&self, report: &'r Report) -> Vec<&'r ProcessModel> {
+        let filter = self.parsed_filter();
+        let mut rows: Vec<&ProcessModel> = report
+            .processes
+            .iter()
+            .filter(|p| match &filter {
+                None => true,
+                Some(Filter::Substring(s)) => {
+                    p.comm.to_lowercase().contains(s.as_str())
+                        || p.cmdline.to_lowercase().contains(s.as_str())
+                        || p.pid.to_string() == *s
+                }
+                Some(Filter::Compare { field, cmp, value }) => {
+                    Filter::compare(*cmp, process_value(report, p, field), *value)
+                }
+            })
+            .collect();
+        let col = self.sort_column(View::Processes);
+        sort_rows(&mut rows, self.is_reversed(View::Processes), |p| {
+            if col == "comm" {
+                Sortable::Text(p.comm.clone())
+            } else {
+                Sortable::Num(process_value(report, p, col))
+            }
+        });
+        rows
+    }
+
+    pub fn cgroup_rows<'r>(&self, report: &'r Report) -> Vec<&'r CgroupModel> {
+        let filter = self.parsed_filter();
+        let mut rows: Vec<&CgroupModel> = report
+            .cgroups
+            .iter()
+            .filter(|c| match &filter {
+                None => true,
+                Some(Filter::Substring(s)) => c.path.to_lowercase().contains(s.as_str()),
+                Some(Filter::Compare { field, cmp, value }) => {
+                    Filter::compare(*cmp, cgroup_value(c, field), *value)
+                }
+            })
+            .collect();
+        let col = self.sort_column(View::Cgroups);
+        sort_rows(&mut rows, self.is_reversed(View::Cgroups), |c| {
+            if col == "path" {
+                Sortable::Text(c.path.clone())
+            } else {
+                Sortable::Num(cgroup_value(c, col))
+            }
+        });
+        rows
+    }
+}
+
+enum Sortable {
+    Num(Option<f64>),
+    Text(String),
+}
+
+/// Numbers largest first, text A→Z; unknown values last either way; stable, so equal
+/// rows keep the report's order.
+fn sort_rows<T>(rows: &mut [T], reverse: bool, key: impl Fn(&T) -> Sortable) {
+    rows.sort_by(|a, b| {
+        use std::cmp::Ordering;
+        match (key(a), key(b)) {
+            (Sortable::Num(x), Sortable::Num(y)) => match (x, y) {
+                (Some(x), Some(y)) => {
+                    let o = y.total_cmp(&x);
+                    if reverse {
+                        o.reverse()
+                    } else {
+                        o
+                    }
+                }
+                (Some(_), None) => Ordering::Less,
+                (None, Some(_)) => Ordering::Greater,
+                (None, None) => Ordering::Equal,
+            },
+            (Sortable::Text(x), Sortable::Text(y)) => {
+                let o = x.cmp(&y);
+                if reverse {
+                    o.reverse()
+                } else {
+                    o
+                }
+            }
+            _ => Ordering::Equal,
+        }
+    });
+}
+
+/// Bytes of the file's CoW pages over all its mappers (`None` if one is unknown).
+pub fn file_cow_bytes(f: &FileModel) -> Option<u64> {
+    f.mappers
+        .iter()
+        .map(|m| m.cow_anon_bytes)
+        .try_fold(0u64, |acc, v| Some(acc + v?))
+}
+
+/// Memory held by the proven private copies of the file.
+pub fn file_private_bytes(f: &FileModel) -> u64 {
+    f.proven_copies.iter().map(|c| c.memory_bytes).sum()
+}
+
+/// Private memory attributed to suspected (unsearched) copies.
+pub fn file_suspected_bytes(f: &FileModel) -> u64 {
+    f.suspected_copies.iter().map(|c| c.attributed_bytes).sum()
+}
+
+/// Distinct processes that map, hold open or hold a copy of the file.
+pub fn file_holders(f: &FileModel) -> usize {
+    let mut pids: Vec<i32> = f.mappers.iter().map(|m| m.pid).collect();
+    pids.extend(f.holders.iter().map(|h| h.pid));
+    pids.extend(f.proven_copies.iter().map(|c| c.pid));
+    pids.extend(f.suspected_copies.iter().map(|c| c.pid));
+    pids.sort_unstable();
+    pids.dedup();
+    pids.len()
+}
+
+/// Bytes held beyond one copy of the file: (count − 1) × size, when the count is at
+/// least one and both are known.
+pub fn file_excess_bytes(f: &FileModel) -> Option<u64> {
+    let count = f.representations.proven?;
+    let size = f.size_bytes?;
+    Some(((count - 1.0).max(0.0) * size as f64).round() as u64)
+}
+
+/// The machine-wide excess: Σ over files of [`file_excess_bytes`] (files whose count or
+/// size is unknown add nothing) and the model bytes (Σ sizes).
+pub fn totals(report: &Report) -> (u64, u64) {
+    let model: u64 = report.files.iter().filter_map(|f| f.size_bytes).sum();
+    let excess: u64 = report.files.iter().filter_map(file_excess_bytes).sum();
+    (model, excess)
+}
+
+fn file_value(f: &FileModel, field: &str) -> Option<f64> {
+    let b = |v: Option<u64>| v.map(|v| v as f64);
+    match field {
+        "count" => f.representations.proven,
+        "size" => b(f.size_bytes),
+        "cache" | "resident_bytes" => b(f.resident_bytes),
+        "cow" => b(file_cow_bytes(f)),
+        "private" => Some(file_private_bytes(f) as f64),
+        "suspected" => Some(file_suspected_bytes(f) as f64),
+        "resident" => f.resident_fraction.map(|v| v * 100.0),
+        "holders" => Some(file_holders(f) as f64),
+        "excess" => b(file_excess_bytes(f)),
+        _ => None,
+    }
+}
+
+/// `anon_bytes_per_sec` of the process from the report's rates.
+pub fn anon_growth(report: &Report, pid: i32) -> Option<f64> {
+    report
+        .rates
+        .as_ref()?
+        .processes
+        .iter()
+        .find(|r| r.pid == pid)?
+        .anon_bytes_per_sec
+}
+
+fn process_value(report: &Report, p: &ProcessModel, field: &str) -> Option<f64> {
+    let b = |v: Option<u64>| v.map(|v| v as f64);
+    match field {
+        "pid" => Some(f64::from(p.pid)),
+        "rss" => b(p.rss_bytes),
+        "anon" => b(p.anon_bytes),
+        "file" => b(p.file_bytes),
+        "pss" => b(p.pss_bytes),
+        "uss" => b(p.uss_bytes),
+        "swap" => b(p.swap_bytes),
+        "growth" => anon_growth(report, p.pid),
+        "files" => p.holds_files.map(|n| n as f64),
+        _ => None,
+    }
+}
+
+fn cgroup_value(c: &CgroupModel, field: &str) -> Option<f64> {
+    let b = |v: Option<u64>| v.map(|v| v as f64);
+    match field {
+        "usage" => b(c.usage_bytes),
+        "limit" if c.unlimited => Some(f64::INFINITY),
+        "limit" => b(c.limit_bytes),
+        "anon" => b(c.anon_bytes),
+        "file" => b(c.file_bytes),
+        "oom" => b(c.oom_kills),
+        _ => None,
+    }
+}
+
+#[cfg(test)]
+#[path = "state_tests.rs"]
+mod tests;

@@ -1,0 +1,237 @@
+//! `twofold top` in a real terminal: a detached tmux session (tmux answers crossterm's
+//! queries, a bare PTY does not), driven with `send-keys` and read with `capture-pane`.
+
+#![allow(clippy::unwrap_used)]
+
+mod common;
+
+use std::path::Path;
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use common::*;
+
+/// One tmux server per test (its own socket), killed on drop.
+struct Tmux {
+    socket: String,
+}
+
+impl Tmux {
+    fn new(name: &str) -> Tmux {
+        Tmux {
+            socket: format!("twofold-test-{name}-{}", std::process::id()),
+        }
+    }
+
+    fn cmd(&self, args: &[&str]) -> std::process::Output {
+        Command::new("tmux")
+            .args(["-L", &self.socket])
+            .args(args)
+            .output()
+            .unwrap()
+    }
+
+    fn start(&self, w: u16, h: u16, shell_cmd: &str) {
+        let out = self.cmd(&[
+            "new-session",
+            "-d",
+            "-s",
+            "top",
+            "-x",
+            &w.to_string(),
+            "-y",
+            &h.to_string(),
+            shell_cmd,
+        ]);
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+
+    fn keys(&self, keys: &[&str]) {
+        let mut args = vec!["send-keys", "-t", "top"];
+        args.extend_from_slice(keys);
+        assert!(self.cmd(&args).status.success());
+    }
+
+    fn screen(&self) -> String {
+        String::from_utf8_lossy(&self.cmd(&["capture-pane", "-p", "-t", "top"]).stdout).into_owned()
+    }
+
+    /// Polls the pane until `pred` holds (or panics with the last screen).
+    fn wait_for(&self, what: &str, timeout: Duration, pred: impl Fn(&str) -> bool) -> String {
+        let start = Instant::now();
+        loop {
+            let s = self.screen();
+            if pred(&s) {
+                return s;
+            }
+            if start.elapsed() > timeout {
+                panic!("timed out waiting for {what}; the screen:\n{s}");
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+}
+
+impl Drop for Tmux {
+    fn drop(&mut self) {
+        let _ = self.cmd(&["kill-server"]);
+    }
+}
+
+fn wait_file(path: &Path, timeout: Duration) -> String {
+    let start = Instant::now();
+    loop {
+        if let Ok(s) = std::fs::read_to_string(path) {
+            if s.ends_with('\n') {
+                return s;
+            }
+        }
+        assert!(
+            start.elapsed() < timeout,
+            "'{}' never appeared",
+            path.display()
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+fn file_row<'a>(screen: &'a str, name: &str) -> Option<&'a str> {
+    screen.lines().find(|l| l.contains(name))
+}
+
+#[test]
+fn top_in_tmux_shows_the_count_and_the_copy_and_quits_cleanly() {
+    if !require(have("tmux"), "tmux (scripts/test.sh installs it)")
+        || !require(is_root(), "root (to search the copying reader's memory)")
+    {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let file = model_file(dir.path(), "twin.gguf", 16 * MIB);
+    let copy = reader("copy", Some(&file), &["--close"]);
+    let _map = reader("map", Some(&file), &[]);
+    let exit = dir.path().join("exit");
+    let tmux = Tmux::new("live");
+    tmux.start(
+        100,
+        30,
+        &format!(
+            "sh -c '{} top --interval 500ms {}; echo EXIT=$? > {}'",
+            exe().display(),
+            file.display(),
+            exit.display()
+        ),
+    );
+    let long = Duration::from_secs(60);
+    // The file row: the count of 2.00 and the 16 MiB private copy.
+    let s = tmux.wait_for("the count of 2.00", long, |s| {
+        file_row(s, "twin.gguf").is_some_and(|l| l.contains(" 2.00 "))
+    });
+    let row = file_row(&s, "twin.gguf").unwrap();
+    assert!(row.contains("16.0 MiB"), "{row}");
+    // At least this file's 16 MiB (other tests' files may add theirs).
+    assert!(s.contains("held beyond one copy "), "{s}");
+
+    // Processes view, sorted by pid then reversed.
+    tmux.keys(&["2"]);
+    tmux.wait_for("the processes view", long, |s| s.contains("sort rss"));
+    tmux.keys(&["s", "s", "s", "s", "s", "s"]);
+    tmux.wait_for("the pid sort", long, |s| s.contains("sort pid ↓"));
+    tmux.keys(&["S"]);
+    tmux.wait_for("the reversed sort", long, |s| s.contains("sort pid ↑"));
+    // Filter on the copying reader's pid: one row.
+    let pid = copy.pid().to_string();
+    tmux.keys(&["/"]);
+    tmux.keys(&["-l", &pid]);
+    tmux.keys(&["Enter"]);
+    let s = tmux.wait_for("the filtered row", long, |s| {
+        s.contains(&format!("filter /{pid}")) && s.lines().any(|l| l.trim_start().starts_with(&pid))
+    });
+    let rows = s
+        .lines()
+        .filter(|l| !l.contains("Processes"))
+        .filter(|l| {
+            l.split_whitespace()
+                .next()
+                .is_some_and(|w| w.chars().all(|c| c.is_ascii_digit()))
+        })
+        .count();
+    assert_eq!(rows, 1, "{s}");
+    tmux.keys(&["Escape"]);
+    tmux.wait_for("the filter cleared", long, |s| !s.contains("filter /"));
+
+    // Cgroups, then back to files and into the file.
+    tmux.keys(&["3"]);
+    tmux.wait_for("the cgroups view", long, |s| s.contains("usage / limit"));
+    tmux.keys(&["1"]);
+    tmux.wait_for("the files view", long, |s| {
+        file_row(s, "twin.gguf").is_some()
+    });
+    tmux.keys(&["Enter"]);
+    let s = tmux.wait_for("the file's page", long, |s| s.contains("Files › "));
+    assert!(s.contains("in memory 2.00 times"), "{s}");
+    let copier = s
+        .lines()
+        .find(|l| l.trim_start().starts_with(&pid))
+        .unwrap();
+    assert!(copier.contains("private copy"), "{copier}");
+    tmux.keys(&["Escape"]);
+    tmux.wait_for("the files view again", long, |s| !s.contains("Files › "));
+    tmux.keys(&["q"]);
+    assert_eq!(wait_file(&exit, long).trim(), "EXIT=0");
+}
+
+#[test]
+fn top_replays_a_recording_made_by_scan() {
+    if !require(have("tmux"), "tmux (scripts/test.sh installs it)")
+        || !require(is_root(), "root (to search the copying reader's memory)")
+    {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let file = model_file(dir.path(), "rec.gguf", 8 * MIB);
+    let store = dir.path().join("store");
+    {
+        let _copy = reader("copy", Some(&file), &["--close"]);
+        let _map = reader("map", Some(&file), &[]);
+        let out = Command::new(exe())
+            .args(["scan", "--json", "--record"])
+            .arg(&store)
+            .arg(&file)
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let r: twofold::model::Report = serde_json::from_slice(&out.stdout).unwrap();
+        let count = r.files.iter().find(|f| Path::new(&f.path) == file).unwrap();
+        assert!((count.representations.proven.unwrap() - 2.0).abs() < 0.01);
+    }
+    // The readers are gone: what top shows can only come from the recording.
+    let exit = dir.path().join("exit");
+    let tmux = Tmux::new("replay");
+    tmux.start(
+        80,
+        24,
+        &format!(
+            "sh -c '{} top --replay {} --at now; echo EXIT=$? > {}'",
+            exe().display(),
+            store.display(),
+            exit.display()
+        ),
+    );
+    let s = tmux.wait_for("the recorded count", Duration::from_secs(30), |s| {
+        file_row(s, "rec.gguf").is_some_and(|l| l.contains(" 2.00 "))
+    });
+    assert!(s.contains("replay "), "{s}");
+    // One snapshot only: stepping keeps it.
+    tmux.keys(&["[", "]"]);
+    tmux.keys(&["q"]);
+    assert_eq!(wait_file(&exit, Duration::from_secs(30)).trim(), "EXIT=0");
+}
