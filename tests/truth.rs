@@ -528,3 +528,32 @@ onnx.save(m, sys.argv[1])
     assert!(count(&f) >= 1.5, "{:#?}", f.representations);
     assert_proof_matches_own_search(&f, ort.pid(), &path, &residues);
 }
+
+#[test]
+fn a_long_lived_engine_reuses_a_proof_while_nothing_changed() {
+    if !require(is_root(), "root") {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let (path, _) = model(dir.path(), 9);
+    let c = reader("copy", Some(&path), &["--close"]);
+    touch_cache(&path);
+    let req = twofold::collect::gather::Request {
+        paths: vec![path.clone()],
+        pids: vec![c.pid()],
+        ..Default::default()
+    };
+    let mut engine = twofold::engine::Engine::new(req, Some(Default::default()));
+    let mut w = Vec::new();
+    let first = engine.snapshot(Vec::new(), &mut w).unwrap();
+    assert_eq!(engine.last_reused, 0);
+    let second = engine.snapshot(Vec::new(), &mut w).unwrap();
+    assert_eq!(
+        engine.last_reused, 1,
+        "the unchanged copier's proof is reused"
+    );
+    assert_eq!(first.sample.proofs, second.sample.proofs);
+    let f = twofold::engine::report(&second, Some(&first));
+    let fm = f.files.iter().find(|x| Path::new(&x.path) == path).unwrap();
+    assert_count(fm, 2.0);
+}

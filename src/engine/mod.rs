@@ -6,7 +6,8 @@
 //! Collection keeps nothing a report needs outside the snapshot, so a recorded snapshot
 //! renders exactly as it did live.
 
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::collections::BTreeMap;
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use serde::{Deserialize, Serialize};
 
@@ -14,7 +15,7 @@ use crate::collect::gather::{self, Request};
 use crate::collect::Roots;
 use crate::dupes::prove::ProveOptions;
 use crate::model::{self, Report};
-use crate::sample::{ReadSample, Sample};
+use crate::sample::{FileKey, ProofSample, ReadSample, Sample};
 
 /// Version of the snapshot document (recordings); bumped on any incompatible change.
 pub const SNAPSHOT_VERSION: u32 = 1;
@@ -47,6 +48,39 @@ pub struct Engine {
     pub roots: Roots,
     pub req: Request,
     pub prove: Option<ProveOptions>,
+    /// Proofs of earlier snapshots, reused while nothing they depend on changed.
+    reuse: BTreeMap<(i32, FileKey), Reused>,
+    /// How many (process, file) proofs the last snapshot reused rather than searched.
+    pub last_reused: usize,
+}
+
+/// A proof kept for reuse, with what it depends on.
+struct Reused {
+    fingerprint: (Option<u64>, Option<u64>, Option<u64>),
+    at: Instant,
+    proof: ProofSample,
+}
+
+/// A complete proof is reused for at most this long while the process's `RssAnon` and
+/// `rchar` and the file's size are unchanged (`top`, `serve` and `record` take a snapshot
+/// every few seconds; re-searching unchanged memory every time would cost a core).
+pub const REPROVE_AFTER: Duration = Duration::from_secs(60);
+
+fn fingerprint(
+    sample: &Sample,
+    pid: i32,
+    file: FileKey,
+) -> (Option<u64>, Option<u64>, Option<u64>) {
+    let p = sample.processes.iter().find(|p| p.pid == pid);
+    (
+        p.and_then(|p| p.status.rss_anon_bytes),
+        p.and_then(|p| p.rchar_bytes),
+        sample
+            .files
+            .iter()
+            .find(|f| f.key == file)
+            .and_then(|f| f.size_bytes),
+    )
 }
 
 impl Engine {
@@ -55,6 +89,8 @@ impl Engine {
             roots: Roots::live(),
             req,
             prove,
+            reuse: BTreeMap::new(),
+            last_reused: 0,
         }
     }
 
@@ -69,7 +105,7 @@ impl Engine {
         let mut sample = gather::gather(&self.roots, &self.req, warnings)?;
         sample.reads = reads;
         if let Some(opts) = self.prove {
-            sample.proofs = crate::dupes::prove::prove(&self.roots, &sample, opts, warnings);
+            sample.proofs = self.prove(&sample, opts, warnings);
         }
         Ok(Snapshot {
             version: SNAPSHOT_VERSION,
@@ -77,6 +113,56 @@ impl Engine {
             at_mono_ns,
             sample,
         })
+    }
+}
+
+impl Engine {
+    /// Searches the candidates whose proof cannot be reused; reuses the others.
+    fn prove(
+        &mut self,
+        sample: &Sample,
+        opts: ProveOptions,
+        warnings: &mut Vec<String>,
+    ) -> Vec<ProofSample> {
+        let now = Instant::now();
+        let mut kept = Vec::new();
+        let mut todo = Vec::new();
+        for c in &sample.candidates {
+            let fp = fingerprint(sample, c.pid, c.file);
+            match self.reuse.get(&(c.pid, c.file)) {
+                Some(r) if r.fingerprint == fp && now.duration_since(r.at) < REPROVE_AFTER => {
+                    kept.push(r.proof.clone())
+                }
+                _ => todo.push(c.clone()),
+            }
+        }
+        self.last_reused = kept.len();
+        let mut fresh = Vec::new();
+        if !todo.is_empty() {
+            let pending = Sample {
+                candidates: todo,
+                ..sample.clone()
+            };
+            fresh = crate::dupes::prove::prove(&self.roots, &pending, opts, warnings);
+        }
+        // Keep complete proofs of processes that are still candidates.
+        self.reuse
+            .retain(|k, _| sample.candidates.iter().any(|c| (c.pid, c.file) == *k));
+        for p in &fresh {
+            if p.unsearched.is_none() {
+                self.reuse.insert(
+                    (p.pid, p.file),
+                    Reused {
+                        fingerprint: fingerprint(sample, p.pid, p.file),
+                        at: now,
+                        proof: p.clone(),
+                    },
+                );
+            }
+        }
+        kept.extend(fresh);
+        kept.sort_by(|a, b| a.file.cmp(&b.file).then(a.pid.cmp(&b.pid)));
+        kept
     }
 }
 
