@@ -59,6 +59,23 @@ pub fn count_cell(f: &FileModel) -> String {
     }
 }
 
+/// Processes holding a proven or suspected copy that neither map nor hold the file open
+/// (they read it, then closed it), by pid.
+pub fn unlisted_copy_holders(f: &FileModel) -> Vec<(i32, &str)> {
+    let listed =
+        |pid: i32| f.mappers.iter().any(|m| m.pid == pid) || f.holders.iter().any(|h| h.pid == pid);
+    let mut others: Vec<(i32, &str)> = f
+        .proven_copies
+        .iter()
+        .map(|c| (c.pid, c.comm.as_str()))
+        .chain(f.suspected_copies.iter().map(|s| (s.pid, s.comm.as_str())))
+        .filter(|(pid, _)| !listed(*pid))
+        .collect();
+    others.sort_unstable();
+    others.dedup();
+    others
+}
+
 /// "2.00 times" or "≥ 1.00 times", with the parts and what is only suspected.
 pub fn count_line(f: &FileModel) -> String {
     let r = &f.representations;
@@ -169,18 +186,7 @@ fn file_section(f: &FileModel, out: &mut String) {
         ]);
     }
     // Copy holders that neither map nor hold the file: read it, then closed it.
-    let listed =
-        |pid: i32| f.mappers.iter().any(|m| m.pid == pid) || f.holders.iter().any(|h| h.pid == pid);
-    let mut others: Vec<(i32, &str)> = f
-        .proven_copies
-        .iter()
-        .map(|c| (c.pid, c.comm.as_str()))
-        .chain(f.suspected_copies.iter().map(|s| (s.pid, s.comm.as_str())))
-        .filter(|(pid, _)| !listed(*pid))
-        .collect();
-    others.sort_unstable();
-    others.dedup();
-    for (pid, comm) in others {
+    for (pid, comm) in unlisted_copy_holders(f) {
         t.row(vec![
             pid.to_string(),
             comm.to_string(),

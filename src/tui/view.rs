@@ -594,18 +594,7 @@ fn draw_file(frame: &mut Frame, area: Rect, f: &FileModel, t: &Theme) {
             copy_note(f, h.pid, false),
         );
     }
-    let listed =
-        |pid: i32| f.mappers.iter().any(|m| m.pid == pid) || f.holders.iter().any(|h| h.pid == pid);
-    let mut others: Vec<(i32, &str)> = f
-        .proven_copies
-        .iter()
-        .map(|c| (c.pid, c.comm.as_str()))
-        .chain(f.suspected_copies.iter().map(|s| (s.pid, s.comm.as_str())))
-        .filter(|(pid, _)| !listed(*pid))
-        .collect();
-    others.sort_unstable();
-    others.dedup();
-    for (pid, comm) in others {
+    for (pid, comm) in crate::render::scan::unlisted_copy_holders(f) {
         push(
             pid,
             comm,
