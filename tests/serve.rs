@@ -324,6 +324,28 @@ fn query(port: u16, expr: &str) -> Option<serde_json::Value> {
     Some(v["data"]["result"].clone())
 }
 
+/// A Prometheus on a free loopback port with its data under `dir`, ready to answer.
+fn prometheus(dir: &Path, args: &[String], env: &[(&str, &str)]) -> (Proc, u16) {
+    let port = free_port();
+    let mut cmd = Command::new("prometheus");
+    cmd.args(args)
+        .arg(format!("--web.listen-address=127.0.0.1:{port}"))
+        .envs(env.iter().copied())
+        .current_dir(dir)
+        .stdout(Stdio::null())
+        .stderr(Stdio::null());
+    let proc = Proc(cmd.spawn().unwrap());
+    let until = Instant::now() + Duration::from_secs(60);
+    while !matches!(get(port, "/-/ready", None), Ok((200, _))) {
+        assert!(
+            Instant::now() < until,
+            "prometheus {args:?} never became ready"
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    (proc, port)
+}
+
 #[test]
 fn prometheus_scrapes_it_and_every_panel_answers() {
     if !require(common::is_root(), "root (to prove another process's copy)")
@@ -345,25 +367,15 @@ fn prometheus_scrapes_it_and_every_panel_answers() {
         ),
     )
     .unwrap();
-    let prom_port = free_port();
-    let _prom = Proc(
-        Command::new("prometheus")
-            .arg(format!("--config.file={}", config.display()))
-            .arg(format!(
-                "--storage.tsdb.path={}",
-                tmp.path().join("data").display()
-            ))
-            .arg(format!("--web.listen-address=127.0.0.1:{prom_port}"))
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .unwrap(),
+    let (_prom, prom_port) = prometheus(
+        tmp.path(),
+        &[
+            format!("--config.file={}", config.display()),
+            format!("--storage.tsdb.path={}", tmp.path().join("data").display()),
+        ],
+        &[],
     );
     let until = Instant::now() + Duration::from_secs(60);
-    while !matches!(get(prom_port, "/-/ready", None), Ok((200, _))) {
-        assert!(Instant::now() < until, "prometheus never became ready");
-        std::thread::sleep(Duration::from_millis(200));
-    }
     let nonempty =
         |e: &str| query(prom_port, e).is_some_and(|r| r.as_array().is_some_and(|a| !a.is_empty()));
     let ready = format!(
@@ -399,6 +411,140 @@ fn prometheus_scrapes_it_and_every_panel_answers() {
         exprs.len() - skipped.len()
     );
     assert!(missing.is_empty(), "panels without a result: {missing:#?}");
+}
+
+/// The committed agent config with only the scrape target's and the receiver's ports
+/// changed (each must appear exactly once, so a drift of the committed file fails here).
+fn agent_config(exporter: u16, receiver: u16) -> String {
+    let text = std::fs::read_to_string(
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("deploy/prometheus-agent.yml"),
+    )
+    .unwrap();
+    let mut out = text;
+    for (from, to) in [
+        ("127.0.0.1:9464", format!("127.0.0.1:{exporter}")),
+        (
+            "http://prometheus.monitoring.svc:9090/api/v1/write",
+            format!("http://127.0.0.1:{receiver}/api/v1/write"),
+        ),
+    ] {
+        assert_eq!(
+            out.matches(from).count(),
+            1,
+            "deploy/prometheus-agent.yml: {from}"
+        );
+        out = out.replace(from, &to);
+    }
+    assert!(
+        out.contains("node: ${NODE_NAME}"),
+        "the agent labels its node"
+    );
+    out
+}
+
+/// Fleet on loopback: two exporters ("nodes"), each scraped by a Prometheus agent running
+/// the committed `deploy/prometheus-agent.yml` with its own `NODE_NAME`, both
+/// remote-writing to one Prometheus. Every fleet-overview panel answers there for each
+/// node, and the copy count arrives intact through the whole path.
+#[test]
+fn fleet_of_two_agents_remote_writing_to_one_prometheus() {
+    if !require(common::is_root(), "root (to prove another process's copy)")
+        || !require(have("prometheus"), "prometheus")
+    {
+        return;
+    }
+    let s = scene();
+    let tmp = tempfile::tempdir().unwrap();
+    let (_central, central) = prometheus(
+        tmp.path(),
+        &[
+            "--web.enable-remote-write-receiver".to_string(),
+            format!("--config.file={}", {
+                let c = tmp.path().join("central.yml");
+                std::fs::write(&c, "global:\n  evaluation_interval: 1s\n").unwrap();
+                c.display().to_string()
+            }),
+            format!(
+                "--storage.tsdb.path={}",
+                tmp.path().join("central").display()
+            ),
+        ],
+        &[],
+    );
+    let nodes = ["node-a", "node-b"];
+    let mut keep = Vec::new();
+    for node in nodes {
+        let port = free_port();
+        keep.push(serve(port, &["--model-glob", &glob_of(&s)]));
+        poll_metrics(port, 60, copies_of(&s.id));
+        let config = tmp.path().join(format!("{node}.yml"));
+        std::fs::write(&config, agent_config(port, central)).unwrap();
+        let (agent, _) = prometheus(
+            tmp.path(),
+            &[
+                "--enable-feature=agent,expand-external-labels".to_string(),
+                format!("--config.file={}", config.display()),
+                format!(
+                    "--storage.agent.path={}",
+                    tmp.path().join(format!("{node}-wal")).display()
+                ),
+            ],
+            &[("NODE_NAME", node)],
+        );
+        keep.push(agent);
+    }
+    let answers = |e: &str| -> Vec<serde_json::Value> {
+        query(central, e)
+            .and_then(|r| r.as_array().cloned())
+            .unwrap_or_default()
+    };
+    // The committed agent scrapes every 15 s: wait for two samples of each node (rates).
+    let until = Instant::now() + Duration::from_secs(120);
+    let copies = format!("twofold_file_copies{{file_id=\"{}\"}}", s.id);
+    loop {
+        let got = answers(&format!("count_over_time({copies}[5m]) >= 2"));
+        let mut seen: Vec<&str> = got
+            .iter()
+            .filter_map(|r| r["metric"]["node"].as_str())
+            .collect();
+        seen.sort();
+        if seen == nodes {
+            break;
+        }
+        assert!(
+            Instant::now() < until,
+            "the central Prometheus never had two samples of each node: {got:?}"
+        );
+        std::thread::sleep(Duration::from_millis(500));
+    }
+    // The count crossed exporter → agent → remote write intact, for each node.
+    for r in answers(&copies) {
+        assert_eq!(r["value"][1], "2", "{r}");
+        assert_eq!(r["metric"]["job"], "twofold", "{r}");
+    }
+    // Every fleet panel answers for each node on its own.
+    let fleet: Vec<_> = panel_exprs()
+        .into_iter()
+        .filter(|e| e.0 == "twofold-fleet")
+        .collect();
+    assert!(fleet.len() >= 5, "fleet panels: {fleet:?}");
+    let mut missing = Vec::new();
+    for node in nodes {
+        for (_, title, expr) in &fleet {
+            let e = expr.replace("node=~\".*\"", &format!("node=~\"{node}\""));
+            assert_ne!(&e, expr, "{title}: no node filter");
+            if answers(&e).is_empty() {
+                missing.push(format!("{node} / {title}: {e}"));
+            }
+        }
+    }
+    assert!(
+        missing.is_empty(),
+        "fleet panels without a result: {missing:#?}"
+    );
+    let by_node = answers("sum by (node) (twofold_file_excess_bytes)");
+    assert_eq!(by_node.len(), 2, "{by_node:?}");
+    eprintln!("fleet: {} panels answered for {nodes:?}", fleet.len());
 }
 
 #[test]
