@@ -34,10 +34,11 @@ if [ ${#need[@]} -gt 0 ]; then
 fi
 
 # Real runtimes for tests/runtimes.rs: NumPy and safetensors from PyPI; onnx for the
-# cross-check of the ONNX parser (tests/container.rs).
-if ! python3 -c "import numpy, safetensors, onnx, onnxruntime" >/dev/null 2>&1; then
-  echo "test.sh: installing numpy, safetensors, onnx and onnxruntime (pip)"
-  python3 -m pip install -q numpy safetensors onnx onnxruntime
+# cross-check of the ONNX parser (tests/container.rs); prometheus-client, the official
+# Python client, whose OpenMetrics parser reads `twofold serve`'s body (tests/serve.rs).
+if ! python3 -c "import numpy, safetensors, onnx, onnxruntime, prometheus_client" >/dev/null 2>&1; then
+  echo "test.sh: installing numpy, safetensors, onnx, onnxruntime and prometheus-client (pip)"
+  python3 -m pip install -q numpy safetensors onnx onnxruntime prometheus-client
 fi
 
 status=0

@@ -158,6 +158,9 @@ impl Acc {
         labels: Vec<(String, String)>,
         v: f64,
     ) {
+        // OpenMetrics allows `"`, `\` and newlines in HELP only escaped, and the 0.0.4 text
+        // format knows no `\"` escape: help texts use none of them.
+        debug_assert!(!help.contains(['"', '\\', '\n']), "{name}: help text");
         if !v.is_finite() {
             return;
         }
@@ -461,7 +464,7 @@ pub fn families(r: &Report, opts: Options, stats: &SelfStats) -> Exposition {
     );
     acc.add(
         "twofold_series_dropped",
-        "Series not exported because their file was folded into file_id=\"other\" (--max-files), summed over collections",
+        "Series not exported because their file was folded into file_id other (--max-files), summed over collections",
         Kind::Counter,
         Vec::new(),
         (stats.series_dropped_total + dropped_series) as f64,

@@ -185,3 +185,28 @@ fn encodings_are_openmetrics_and_text_0_0_4() {
     assert!(text.contains("# HELP twofold_collect_errors_total Collections"));
     assert!(text.contains("twofold_file_info{"));
 }
+
+#[test]
+fn help_texts_need_no_escaping_in_either_format() {
+    // OpenMetrics' HELP admits `"` and `\` only escaped (`\"`, `\\`); the 0.0.4 text
+    // format has no `\"` escape. So no help text may hold them, nor a newline.
+    let r = report_with(5);
+    let stats = SelfStats {
+        last_success_unix_seconds: Some(1.0),
+        ..SelfStats::default()
+    };
+    let opts = Options {
+        max_files: 2,
+        per_pid: true,
+    };
+    let e = families(&r, opts, &stats);
+    assert!(e.families.len() >= 8, "{:?}", e.families.iter().map(|f| f.name).collect::<Vec<_>>());
+    for f in &e.families {
+        assert!(
+            !f.help.contains(['"', '\\', '\n']),
+            "{}: {}",
+            f.name,
+            f.help
+        );
+    }
+}
