@@ -200,7 +200,11 @@ fn help_texts_need_no_escaping_in_either_format() {
         per_pid: true,
     };
     let e = families(&r, opts, &stats);
-    assert!(e.families.len() >= 8, "{:?}", e.families.iter().map(|f| f.name).collect::<Vec<_>>());
+    assert!(
+        e.families.len() >= 8,
+        "{:?}",
+        e.families.iter().map(|f| f.name).collect::<Vec<_>>()
+    );
     for f in &e.families {
         assert!(
             !f.help.contains(['"', '\\', '\n']),
