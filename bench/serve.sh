@@ -14,11 +14,14 @@
 # - cost at a 5 s scrape interval = idle rate + CPU per scrape / 5 s, in % of one core.
 # process-exporter groups every process by comm (`{{.Comm}}`, like twofold's workloads).
 #
-# Usage: bash bench/serve.sh [IDLE_SECONDS=60] [SCRAPES=1000]   (TWOFOLD_BIN overrides)
+# Usage: bash bench/serve.sh [IDLE_SECONDS=60] [SCRAPES=1000] [PEER_SCRAPES=SCRAPES]
+# (PEER_SCRAPES: for process-exporter, whose scrapes walk /proc and take long;
+#  TWOFOLD_BIN overrides the binary)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 idle=${1:-60}
 scrapes=${2:-1000}
+peer_scrapes=${3:-$scrapes}
 bin=${TWOFOLD_BIN:-}
 if [ -z "$bin" ]; then
   cargo build --release --quiet
@@ -63,16 +66,16 @@ else
   s3=0
 fi
 
-python3 - "$idle" "$scrapes" "twofold serve:$s1:$p1" "node-exporter:$s2:$p2" \
+python3 - "$idle" "$scrapes" "$peer_scrapes" "twofold serve:$s1:$p1" "node-exporter:$s2:$p2" \
   "process-exporter:$s3:$p3" <<'PY'
 import http.client, os, sys, time
 
-idle, n = float(sys.argv[1]), int(sys.argv[2])
+idle, n_all, n_peer = float(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3])
 hz = os.sysconf("SC_CLK_TCK")
 ACCEPT = ("application/openmetrics-text;version=1.0.0,application/openmetrics-text;"
           "version=0.0.1;q=0.75,text/plain;version=0.0.4;q=0.5,*/*;q=0.1")
 ex = []
-for a in sys.argv[3:]:
+for a in sys.argv[4:]:
     name, pid, port = a.rsplit(":", 2)
     if pid != "0":
         ex.append((name, int(pid), int(port)))
@@ -119,8 +122,10 @@ time.sleep(idle)
 wall_idle = time.time() - t0
 rate = {pid: (cpu(pid) - c0[pid]) / wall_idle for _, pid, _ in ex}
 
-rows = []
+print("| exporter | scrapes | scrape p50 | scrape p99 | CPU per scrape | idle CPU (% core) | CPU per 5 s idle | cost at 5 s scrape interval (% core) | series | body | RSS | last collection |")
+print("|---|---|---|---|---|---|---|---|---|---|---|---|", flush=True)
 for name, pid, port in ex:
+    n = n_peer if name == "process-exporter" else n_all
     print(f"{n} scrapes of {name}", file=sys.stderr)
     lat = []
     c1, t1 = cpu(pid), time.time()
@@ -138,15 +143,11 @@ for name, pid, port in ex:
         for l in body.split(b"\n"):
             if l.startswith(b"twofold_collect_duration_seconds "):
                 extra = f"{float(l.split()[1]) * 1000:.0f} ms"
-    rows.append((name, lat[n // 2] * 1e3, lat[int(n * 0.99) - 1] * 1e3, per_scrape * 1e3,
-                 rate[pid] * 100, rate[pid] * 5 * 1e3, rate[pid] * 100 + per_scrape / 5 * 100,
-                 series, len(body), rss(pid), extra))
-
-print(f"{n} sequential scrapes each; idle window {wall_idle:.0f} s; "
-      f"{sum(1 for _ in os.scandir('/proc') if _.name.isdigit())} processes on the host\n")
-print("| exporter | scrape p50 | scrape p99 | CPU per scrape | idle CPU (% core) | CPU per 5 s idle | cost at 5 s scrape interval (% core) | series | body | RSS | last collection |")
-print("|---|---|---|---|---|---|---|---|---|---|---|")
-for r in rows:
-    print(f"| {r[0]} | {r[1]:.2f} ms | {r[2]:.2f} ms | {r[3]:.2f} ms | {r[4]:.2f}% | {r[5]:.0f} ms "
-          f"| {r[6]:.2f}% | {r[7]} | {r[8] / 1024:.0f} KiB | {r[9]:.0f} MiB | {r[10]} |")
+    r = (name, lat[n // 2] * 1e3, lat[int(n * 0.99) - 1] * 1e3, per_scrape * 1e3,
+         rate[pid] * 100, rate[pid] * 5 * 1e3, rate[pid] * 100 + per_scrape / 5 * 100,
+         series, len(body), rss(pid), extra)
+    print(f"| {r[0]} | {n} | {r[1]:.2f} ms | {r[2]:.2f} ms | {r[3]:.2f} ms | {r[4]:.2f}% | {r[5]:.0f} ms "
+          f"| {r[6]:.2f}% | {r[7]} | {r[8] / 1024:.0f} KiB | {r[9]:.0f} MiB | {r[10]} |", flush=True)
+print(f"\nidle window {wall_idle:.0f} s; "
+      f"{sum(1 for _ in os.scandir('/proc') if _.name.isdigit())} processes on the host")
 PY
