@@ -52,6 +52,8 @@ pub struct Engine {
     reuse: BTreeMap<(i32, FileKey), Reused>,
     /// How many (process, file) proofs the last snapshot reused rather than searched.
     pub last_reused: usize,
+    /// NVML (or a test's fixture), opened once.
+    gpu: Box<dyn crate::collect::gpu::GpuSource>,
 }
 
 /// A proof kept for reuse, with what it depends on.
@@ -91,6 +93,7 @@ impl Engine {
             prove,
             reuse: BTreeMap::new(),
             last_reused: 0,
+            gpu: crate::collect::gpu::source(),
         }
     }
 
@@ -104,6 +107,7 @@ impl Engine {
         let (at_unix_ns, at_mono_ns) = now();
         let mut sample = gather::gather(&self.roots, &self.req, warnings)?;
         sample.reads = reads;
+        sample.gpu = crate::collect::gpu::sample(self.gpu.as_mut(), &self.roots.proc);
         if let Some(opts) = self.prove {
             sample.proofs = self.prove(&sample, opts, warnings);
         }

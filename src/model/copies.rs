@@ -133,6 +133,7 @@ pub fn representations(f: &FileModel) -> Representations {
         device: None,
         proven,
         suspected,
+        suspected_device: 0.0,
         unsearched,
         lower_bound: unsearched > 0 || cow.is_none() || f.resident_fraction.is_none(),
     }

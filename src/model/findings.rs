@@ -114,6 +114,7 @@ fn file_findings(f: &FileModel, out: &mut Vec<Finding>) {
             Some("run as root (or with CAP_SYS_PTRACE) and without --no-prove, or raise --prove-budget, to prove or rule it out"),
         ));
     }
+    device_findings(f, n, out);
     for m in &f.mappers {
         let cow = m.cow_anon_bytes.unwrap_or(0);
         if m.kind != MapKind::Shared && m.writable && cow > 0 {
@@ -265,6 +266,62 @@ fn cgroup_findings(c: &CgroupModel, out: &mut Vec<Finding>) {
                     u as f64 * 100.0 / l as f64
                 ),
                 Some("page cache of mapped weights is reclaimable, anonymous copies are not: prefer mapping"),
+            ));
+        }
+    }
+}
+
+/// Device copies: proven ones (twofold's loaders) and suspected ones (NVML sizes), with the
+/// placement verdict of the seed paper: on a discrete GPU the device copy is the right one
+/// and host copies are the waste; on an integrated GPU the device could read the page
+/// cache in place.
+fn device_findings(f: &FileModel, n: &str, out: &mut Vec<Finding>) {
+    for d in &f.device_copies {
+        let gpu = crate::render::scan::gpu_label(d.gpu, d.gpu_name.as_deref(), d.integrated);
+        let (verdict, remedy) = match d.integrated {
+            Some(false) => (
+                "on a discrete GPU the device copy is the right one: host copies of it (page cache, private copies) are the waste once it is uploaded",
+                "after upload, free host copies (drop read() buffers; load with mmap so the page cache stays reclaimable)",
+            ),
+            Some(true) => (
+                "on an integrated GPU (unified memory) the device could read the page cache in place: this copy doubles the model in the same DRAM",
+                "import the file's pages instead of copying them; `twofold probe` measures map, resident and per-use-copy on this machine",
+            ),
+            None => (
+                "whether the GPU shares host memory is not known (no libcuda)",
+                "`twofold probe --caps` says whether the GPU is integrated",
+            ),
+        };
+        if d.proven {
+            out.push(finding(
+                Severity::Info,
+                "proven-device-copy",
+                &f.path,
+                format!(
+                    "pid {} ({}) holds a device copy of '{n}' on {gpu}: {} of device memory, read back identical to the file; {verdict}",
+                    d.pid, d.comm, iec(d.device_bytes)
+                ),
+                Some(remedy),
+            ));
+        } else {
+            out.push(finding(
+                Severity::Notice,
+                "suspected-device-copy",
+                &f.path,
+                format!(
+                    "pid {} ({}) {} '{n}' and holds {} of device memory on {gpu}: a suspected device copy (NVML gives sizes, not contents); {verdict}",
+                    d.pid,
+                    d.comm,
+                    match d.via.as_str() {
+                        "mapped" => "maps",
+                        "open" => "holds open",
+                        "copied" => "copied",
+                        "read" => "read()",
+                        _ => "names",
+                    },
+                    iec(d.device_bytes)
+                ),
+                Some(remedy),
             ));
         }
     }

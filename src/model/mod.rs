@@ -9,6 +9,7 @@
 
 pub mod cgroup;
 pub mod copies;
+pub mod device;
 pub mod dupes;
 pub mod findings;
 pub mod inspect;
@@ -40,6 +41,9 @@ pub struct Report {
     pub cgroups: Vec<CgroupModel>,
     pub findings: Vec<Finding>,
     pub skipped: Skipped,
+    /// GPUs (NVML), or why they are not known.
+    #[serde(default)]
+    pub gpus: device::GpusModel,
     /// `scan --trace D`: eBPF counters over the traced window; absent otherwise.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub trace: Option<trace::TraceModel>,
@@ -89,6 +93,13 @@ pub struct ProcessModel {
     /// Files of interest it maps, holds open or holds a proven copy of; `None` (null)
     /// when its `maps` or `fd` could not be read (see `unreadable`): unknown, not 0.
     pub holds_files: Option<usize>,
+    /// Device memory on all GPUs (NVML); `None` (null): not known (no NVIDIA GPU or
+    /// driver, or a process list NVML would not give).
+    #[serde(default)]
+    pub gpu_memory_bytes: Option<u64>,
+    /// Per GPU, where it holds any.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub gpu_memory: Vec<device::GpuUse>,
     /// Set when part of the process could not be read (`denied`: root or
     /// `CAP_SYS_PTRACE` needed; `gone`: exited).
     pub unreadable: Option<Unreadable>,
@@ -216,6 +227,9 @@ pub struct Representations {
     pub proven: Option<f64>,
     /// Suspected copies (unsearched candidates), summed: shown beside, never added.
     pub suspected: f64,
+    /// Suspected device copies (by size, from NVML), summed: beside, never added.
+    #[serde(default)]
+    pub suspected_device: f64,
     /// Candidates not searched (no permission, gone, over budget, nothing searchable).
     pub unsearched: usize,
     /// The count is a lower bound: something that could hold a copy was not searched,
@@ -250,6 +264,9 @@ pub struct FileModel {
     pub holders: Vec<Holder>,
     pub proven_copies: Vec<ProvenCopy>,
     pub suspected_copies: Vec<SuspectedCopy>,
+    /// Device copies, proven (twofold's own loaders) or suspected (NVML sizes).
+    #[serde(default)]
+    pub device_copies: Vec<device::DeviceCopy>,
     pub candidates: CandidateCounts,
     /// Found only in a model store (no process maps or holds it).
     pub store: bool,
@@ -260,7 +277,11 @@ fn sum_opt(mut values: impl Iterator<Item = Option<u64>>) -> Option<u64> {
     values.try_fold(0u64, |acc, v| Some(acc + v?))
 }
 
-fn process_model(p: &ProcessSample, holds_files: usize) -> ProcessModel {
+fn process_model(
+    p: &ProcessSample,
+    holds_files: usize,
+    gpu: Option<Vec<device::GpuUse>>,
+) -> ProcessModel {
     // What it was seen holding is certain; nothing seen of an unreadable one is unknown.
     let holds_files = match p.unreadable {
         Some(_) if holds_files == 0 => None,
@@ -287,6 +308,10 @@ fn process_model(p: &ProcessSample, holds_files: usize) -> ProcessModel {
         private_dirty_bytes: r.map(|r| r.private_dirty_bytes),
         cgroup: p.cgroup.as_ref().map(|c| c.path.clone()),
         holds_files,
+        gpu_memory_bytes: gpu
+            .as_ref()
+            .and_then(|g| g.iter().map(|u| u.bytes).try_fold(0u64, |a, b| Some(a + b?))),
+        gpu_memory: gpu.unwrap_or_default(),
         unreadable: p.unreadable,
     }
 }
@@ -366,6 +391,7 @@ pub fn build(sample: &Sample) -> Report {
                 holders: holders(sample, f.key),
                 proven_copies: Vec::new(),
                 suspected_copies: Vec::new(),
+                device_copies: Vec::new(),
                 candidates: CandidateCounts::default(),
                 store: f.store,
                 representations: Representations {
@@ -375,6 +401,7 @@ pub fn build(sample: &Sample) -> Report {
                     device: None,
                     proven: None,
                     suspected: 0.0,
+                    suspected_device: 0.0,
                     unsearched: 0,
                     lower_bound: false,
                 },
@@ -385,6 +412,13 @@ pub fn build(sample: &Sample) -> Report {
     for f in &mut files {
         f.representations = copies::representations(f);
     }
+    device::attribute(sample, &mut files);
+    for f in &mut files {
+        let r = &mut f.representations;
+        if let (Some(p), Some(d)) = (r.proven, r.device) {
+            r.proven = Some(p + d);
+        }
+    }
     // A store file nothing holds and no process holds a copy of is not news.
     files.retain(|f| {
         !f.store
@@ -392,6 +426,7 @@ pub fn build(sample: &Sample) -> Report {
             || !f.holders.is_empty()
             || !f.proven_copies.is_empty()
             || !f.suspected_copies.is_empty()
+            || !f.device_copies.is_empty()
     });
     files.sort_by(|a, b| {
         let ta = a.representations.proven.unwrap_or(0.0);
@@ -415,7 +450,10 @@ pub fn build(sample: &Sample) -> Report {
     let mut processes: Vec<ProcessModel> = sample
         .processes
         .iter()
-        .map(|p| process_model(p, holds.get(&p.pid).copied().unwrap_or(0)))
+        .map(|p| {
+            let held = holds.get(&p.pid).copied().unwrap_or(0);
+            process_model(p, held, device::process_uses(sample, p.pid))
+        })
         .collect();
     processes.sort_by(|a, b| {
         b.holds_files
@@ -436,6 +474,7 @@ pub fn build(sample: &Sample) -> Report {
         cgroups,
         findings,
         skipped: sample.skipped.clone(),
+        gpus: device::gpus(sample),
         trace: None,
         at_unix_ns: None,
         rates: None,
