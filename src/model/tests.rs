@@ -297,3 +297,114 @@ fn report_round_trips_through_json() {
     let back: Report = serde_json::from_str(&text).unwrap();
     assert_eq!(back, r);
 }
+
+fn gpu(index: u32, integrated: Option<bool>, procs: &[(i32, u64)]) -> GpuDeviceSample {
+    GpuDeviceSample {
+        index,
+        name: Some("Test GPU".into()),
+        uuid: Some(format!("GPU-{index}")),
+        memory_total_bytes: Some(80 << 30),
+        integrated,
+        processes: procs
+            .iter()
+            .map(|&(pid, b)| GpuProcessSample {
+                pid,
+                kind: GpuProcessKind::Compute,
+                used_bytes: Some(b),
+            })
+            .collect(),
+        ..GpuDeviceSample::default()
+    }
+}
+
+/// A mapper (11) with 300 MiB on GPU 0 and a bystander (12) with 1 GiB that never
+/// touched the file, over a 256 MiB file fully cached.
+fn gpu_scene(integrated: Option<bool>) -> Sample {
+    let mut mapper = proc_(11, MIB);
+    mapper
+        .mappings
+        .push(map(1, 256 * MIB, true, false, 256 * MIB, 0));
+    let bystander = proc_(12, MIB);
+    let mut s = sample(vec![file(1, 256 * MIB, Some(256 * MIB))], vec![mapper, bystander]);
+    s.gpu.devices = vec![gpu(0, integrated, &[(11, 300 * MIB), (12, 1024 * MIB)])];
+    s
+}
+
+#[test]
+fn device_memory_of_a_mapper_is_a_suspected_device_copy_beside_the_count() {
+    let r = build(&gpu_scene(Some(false)));
+    let f = &r.files[0];
+    assert_eq!(f.device_copies.len(), 1, "{:?}", f.device_copies);
+    let d = &f.device_copies[0];
+    assert_eq!((d.pid, d.gpu, d.proven), (11, Some(0), false));
+    assert_eq!(d.attributed_bytes, 256 * MIB);
+    assert_eq!(d.device_bytes, 300 * MIB);
+    assert_eq!(d.via, "mapped");
+    let rep = &f.representations;
+    assert_eq!(rep.device, Some(0.0), "NVML answered: no proven device copy is 0, known");
+    assert_eq!(rep.proven, Some(1.0), "the suspicion is not summed into the count");
+    assert_eq!(rep.suspected_device, 1.0);
+    let p = r.processes.iter().find(|p| p.pid == 11).unwrap();
+    assert_eq!(p.gpu_memory_bytes, Some(300 * MIB));
+    let bystander = r.processes.iter().find(|p| p.pid == 12).unwrap();
+    assert_eq!(bystander.gpu_memory_bytes, Some(1024 * MIB));
+    let found = r
+        .findings
+        .iter()
+        .find(|f| f.code == "suspected-device-copy")
+        .expect("finding");
+    assert!(found.message.contains("discrete GPU the device copy is the right one"), "{}", found.message);
+}
+
+#[test]
+fn on_an_integrated_gpu_the_finding_says_the_page_cache_could_be_read_in_place() {
+    let r = build(&gpu_scene(Some(true)));
+    let found = r
+        .findings
+        .iter()
+        .find(|f| f.code == "suspected-device-copy")
+        .expect("finding");
+    assert!(found.message.contains("could read the page cache in place"), "{}", found.message);
+    assert!(found.remedy.as_deref().unwrap().contains("twofold probe"));
+}
+
+#[test]
+fn too_little_device_memory_is_no_suspicion() {
+    let mut s = gpu_scene(Some(false));
+    s.gpu.devices[0].processes[0].used_bytes = Some(100 * MIB);
+    let r = build(&s);
+    assert!(r.files[0].device_copies.is_empty());
+    assert_eq!(r.files[0].representations.suspected_device, 0.0);
+}
+
+#[test]
+fn without_nvml_every_gpu_value_is_unknown_not_zero() {
+    let mut s = gpu_scene(Some(false));
+    s.gpu.devices.clear();
+    s.gpu.not_available = Some("libnvidia-ml.so.1 not found (no NVIDIA driver)".into());
+    let r = build(&s);
+    assert_eq!(r.files[0].representations.device, None);
+    assert!(r.processes.iter().all(|p| p.gpu_memory_bytes.is_none()));
+    assert_eq!(r.gpus.not_available.as_deref(), s.gpu.not_available.as_deref());
+}
+
+#[test]
+fn a_proven_device_copy_is_in_the_count_and_not_suspected_again() {
+    let mut s = gpu_scene(Some(false));
+    s.gpu.device_proofs = vec![DeviceProofSample {
+        pid: 11,
+        file: key(1),
+        gpu_uuid: Some("GPU-0".into()),
+        file_bytes: 256 * MIB,
+        device_bytes: 256 * MIB,
+        file_xxh3: "1".into(),
+        device_xxh3: "1".into(),
+    }];
+    let r = build(&s);
+    let f = &r.files[0];
+    assert_eq!(f.device_copies.len(), 1, "{:?}", f.device_copies);
+    assert!(f.device_copies[0].proven);
+    assert_eq!(f.representations.device, Some(1.0));
+    assert_eq!(f.representations.proven, Some(2.0));
+    assert_eq!(f.representations.suspected_device, 0.0);
+}

@@ -40,6 +40,8 @@ fn process(
         private_dirty_bytes: None,
         cgroup: Some("/system.slice/llama.service".into()),
         holds_files: Some(files),
+        gpu_memory_bytes: None,
+        gpu_memory: Vec::new(),
         unreadable: None,
     }
 }
@@ -67,6 +69,7 @@ fn file(path: &str, inode: u64, size: u64) -> FileModel {
         holders: Vec::new(),
         proven_copies: Vec::new(),
         suspected_copies: Vec::new(),
+        device_copies: Vec::new(),
         candidates: CandidateCounts::default(),
         store: false,
         representations: Representations {
@@ -76,6 +79,7 @@ fn file(path: &str, inode: u64, size: u64) -> FileModel {
             device: None,
             proven: None,
             suspected: 0.0,
+            suspected_device: 0.0,
             unsearched: 0,
             lower_bound: false,
         },
@@ -133,6 +137,7 @@ pub fn report() -> Report {
         device: None,
         proven: Some(2.0),
         suspected: 0.0,
+        suspected_device: 0.0,
         unsearched: 0,
         lower_bound: false,
     };
@@ -236,6 +241,7 @@ pub fn report() -> Report {
             },
         ],
         skipped: Skipped::default(),
+        gpus: Default::default(),
         trace: None,
         at_unix_ns: Some(1_764_460_800_000_000_000),
         rates: Some(Rates {
