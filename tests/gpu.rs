@@ -217,3 +217,101 @@ fn an_attested_device_copy_of_a_live_loader_is_proven_and_counted() {
         .find(|f| f["path"] == file.to_str().unwrap());
     assert!(gone.is_none_or(|f| f["device_copies"] == json!([])), "{r}");
 }
+
+/// `GET /metrics` over plain HTTP/1.0.
+fn metrics(port: u16) -> Option<String> {
+    use std::io::{Read, Write};
+    let mut s = std::net::TcpStream::connect(("127.0.0.1", port)).ok()?;
+    s.set_read_timeout(Some(std::time::Duration::from_secs(10)))
+        .ok()?;
+    // Prometheus text 0.0.4: the format promtool lints without complaint (docs/serve.md).
+    write!(s, "GET /metrics HTTP/1.0\r\nHost: x\r\nAccept: text/plain; version=0.0.4\r\n\r\n").ok()?;
+    let mut raw = String::new();
+    s.read_to_string(&mut raw).ok()?;
+    let (head, body) = raw.split_once("\r\n\r\n")?;
+    head.contains(" 200 ").then(|| body.to_string())
+}
+
+#[test]
+fn serve_exports_device_memory_and_suspected_device_copies() {
+    let dir = tempfile::tempdir().unwrap();
+    let size = 16 * MIB;
+    let file = model_file(dir.path(), "m.safetensors", size);
+    let map = start("map", &file, &[]);
+    let fx = fixture(dir.path(), false, &[(map.pid(), size + 3 * MIB)]);
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let glob = dir.path().join("*.safetensors");
+    let mut child = Command::new(exe())
+        .args(["serve", "--listen", &format!("127.0.0.1:{port}")])
+        .args(["--interval", "1s", "--model-glob", glob.to_str().unwrap()])
+        .env("TWOFOLD_GPU_FIXTURE", &fx)
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let until = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    let mut body = String::new();
+    while std::time::Instant::now() < until {
+        if let Some(b) = metrics(port) {
+            body = b;
+            let ready = body.lines().any(|l| {
+                l.starts_with("twofold_file_device_copy_suspected_bytes{") && !l.ends_with(" 0")
+            });
+            if ready {
+                break;
+            }
+        }
+        std::thread::sleep(std::time::Duration::from_millis(250));
+    }
+    let _ = child.kill();
+    let _ = child.wait();
+    let line = |prefix: &str| -> f64 {
+        body.lines()
+            .find(|l| l.starts_with(prefix))
+            .unwrap_or_else(|| panic!("no {prefix} in\n{body}"))
+            .rsplit(' ')
+            .next()
+            .unwrap()
+            .parse()
+            .unwrap()
+    };
+    assert_eq!(line("twofold_gpus_known "), 1.0);
+    assert_eq!(
+        line("twofold_gpu_process_memory_bytes{gpu=\"0\",workload=\"twofold\"}"),
+        (size + 3 * MIB) as f64
+    );
+    assert_eq!(line("twofold_file_device_copy_suspected_bytes{"), size as f64);
+    assert!(body.contains("type=\"discrete\""), "{body}");
+    assert!(!body.contains("pid=\""), "pids only with --per-pid");
+    if have("promtool") {
+        let mut p = Command::new("promtool")
+            .args(["check", "metrics"])
+            .stdin(std::process::Stdio::piped())
+            .output_with_stdin(body.as_bytes());
+        assert!(p.status.success(), "{}", String::from_utf8_lossy(&p.stderr));
+        p.stdout.clear();
+    } else {
+        println!("SKIPPED: promtool is not installed (scripts/test.sh installs it as root)");
+    }
+}
+
+trait OutputWithStdin {
+    fn output_with_stdin(&mut self, input: &[u8]) -> std::process::Output;
+}
+
+impl OutputWithStdin for Command {
+    fn output_with_stdin(&mut self, input: &[u8]) -> std::process::Output {
+        use std::io::Write;
+        let mut c = self
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        c.stdin.take().unwrap().write_all(input).unwrap();
+        c.wait_with_output().unwrap()
+    }
+}
