@@ -292,6 +292,9 @@ pub struct Sample {
     /// GPUs and per-process device memory (NVML); recordings made before it have none.
     #[serde(default)]
     pub gpu: GpuSample,
+    /// (pid, file) pairs where the process's command line names the file.
+    #[serde(default)]
+    pub named: Vec<(i32, FileKey)>,
 }
 
 /// One (process, file) entry of the read() ledger.

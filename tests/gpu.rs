@@ -253,14 +253,18 @@ fn serve_exports_device_memory_and_suspected_device_copies() {
         .stderr(std::process::Stdio::null())
         .spawn()
         .unwrap();
+    let id = {
+        use std::os::unix::fs::MetadataExt;
+        let m = std::fs::metadata(&file).unwrap();
+        format!("{}:{}:{}", libc::major(m.dev()), libc::minor(m.dev()), m.ino())
+    };
+    let want = format!("twofold_file_device_copy_suspected_bytes{{file_id=\"{id}\"}}");
     let until = std::time::Instant::now() + std::time::Duration::from_secs(60);
     let mut body = String::new();
     while std::time::Instant::now() < until {
         if let Some(b) = metrics(port) {
             body = b;
-            let ready = body.lines().any(|l| {
-                l.starts_with("twofold_file_device_copy_suspected_bytes{") && !l.ends_with(" 0")
-            });
+            let ready = body.lines().any(|l| l.starts_with(&want) && !l.ends_with(" 0"));
             if ready {
                 break;
             }
@@ -284,7 +288,7 @@ fn serve_exports_device_memory_and_suspected_device_copies() {
         line("twofold_gpu_process_memory_bytes{gpu=\"0\",workload=\"twofold\"}"),
         (size + 3 * MIB) as f64
     );
-    assert_eq!(line("twofold_file_device_copy_suspected_bytes{"), size as f64);
+    assert_eq!(line(&want), size as f64, "{body}");
     assert!(body.contains("type=\"discrete\""), "{body}");
     assert!(!body.contains("pid=\""), "pids only with --per-pid");
     if have("promtool") {

@@ -96,7 +96,8 @@ fn wait_for_go() -> anyhow::Result<()> {
 
 pub fn run(args: &ChildArgs) -> anyhow::Result<()> {
     die_with_parent();
-    if args.go {
+    // cuda-load waits after creating its CUDA context instead (see `cuda_load`).
+    if args.go && args.mode != ChildMode::CudaLoad {
         wait_for_go()?;
     }
     let file_arg = || {
@@ -113,7 +114,7 @@ pub fn run(args: &ChildArgs) -> anyhow::Result<()> {
     let mut _keep_device: Option<DeviceHeld> = None;
     match args.mode {
         ChildMode::CudaLoad => {
-            let held = cuda_load(file_arg()?, args.gpu)?;
+            let held = cuda_load(file_arg()?, args.gpu, args.go)?;
             if !args.free_host {
                 _keep_heap = Some(held.1);
             }
@@ -275,8 +276,14 @@ impl Drop for DeviceHeld {
 
 /// Reads `path` into the heap, copies it to device `gpu`, reads the device bytes back and
 /// compares their xxh3 with the file's, then writes the attestation.
-/// The file is closed once read, as runtimes that read() weights do.
-fn cuda_load(path: &std::path::Path, gpu: i32) -> anyhow::Result<(DeviceHeld, Vec<u8>)> {
+/// The file is closed once read, as runtimes that read() weights do. With `go`, says
+/// `armed` once its CUDA context exists and waits for a line before the upload, so that a
+/// test can see the device memory of the context alone.
+fn cuda_load(
+    path: &std::path::Path,
+    gpu: i32,
+    go: bool,
+) -> anyhow::Result<(DeviceHeld, Vec<u8>)> {
     use crate::collect::gpu::{attest_dir, Attestation};
     use crate::sample::{DeviceProofSample, FileKey};
     use std::os::unix::fs::MetadataExt;
@@ -289,11 +296,14 @@ fn cuda_load(path: &std::path::Path, gpu: i32) -> anyhow::Result<(DeviceHeld, Ve
         .with_context(|| format!("cannot read '{}'", path.display()))?;
     drop(f);
     let file_xxh3 = xxhash_rust::xxh3::xxh3_64(&heap);
-    let copy = twofold_probes::cuda::loader::load(&heap, gpu, CHUNK)
-        .map_err(|e| anyhow::anyhow!("CUDA device {gpu}: {e}"))?;
+    let cuda = |e: String| anyhow::anyhow!("CUDA device {gpu}: {e}");
+    let loader = twofold_probes::cuda::loader::Loader::open(gpu).map_err(cuda)?;
+    if go {
+        wait_for_go()?;
+    }
+    let copy = loader.upload(&heap, CHUNK).map_err(cuda)?;
     let mut h = Xxh3::new();
-    copy.read_back(CHUNK, |b| h.update(b))
-        .map_err(|e| anyhow::anyhow!("CUDA device {gpu}: {e}"))?;
+    copy.read_back(CHUNK, |b| h.update(b)).map_err(cuda)?;
     let device_xxh3 = h.digest();
     if device_xxh3 != file_xxh3 {
         anyhow::bail!("CUDA device {gpu}: the bytes read back differ from the file");

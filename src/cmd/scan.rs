@@ -20,6 +20,7 @@ pub fn request(args: &ScanArgs) -> Request {
         // A bare scan (or one by pid) also looks for copies of stored models.
         stores: args.paths.is_empty(),
         candidates: true,
+        gpu_pids: Vec::new(),
     }
 }
 

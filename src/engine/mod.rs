@@ -105,9 +105,16 @@ impl Engine {
         warnings: &mut Vec<String>,
     ) -> anyhow::Result<Snapshot> {
         let (at_unix_ns, at_mono_ns) = now();
+        // GPUs first: the processes holding device memory are kept in the sample.
+        let gpu = crate::collect::gpu::sample(self.gpu.as_mut(), &self.roots.proc);
+        self.req.gpu_pids = gpu
+            .devices
+            .iter()
+            .flat_map(|d| d.processes.iter().map(|p| p.pid))
+            .collect();
         let mut sample = gather::gather(&self.roots, &self.req, warnings)?;
         sample.reads = reads;
-        sample.gpu = crate::collect::gpu::sample(self.gpu.as_mut(), &self.roots.proc);
+        sample.gpu = gpu;
         if let Some(opts) = self.prove {
             sample.proofs = self.prove(&sample, opts, warnings);
         }

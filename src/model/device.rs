@@ -158,10 +158,11 @@ fn via(sample: &Sample, f: &FileModel, pid: i32) -> Option<&'static str> {
         .any(|r| r.pid == pid && r.file == f.key && r.read_bytes as f64 >= SUSPECT_FRACTION * size as f64)
     {
         Some("read")
-    } else if sample
-        .candidates
-        .iter()
-        .any(|c| c.pid == pid && c.file == f.key && c.why == CandidateWhy::Named)
+    } else if sample.named.contains(&(pid, f.key))
+        || sample
+            .candidates
+            .iter()
+            .any(|c| c.pid == pid && c.file == f.key && c.why == CandidateWhy::Named)
     {
         Some("named")
     } else {
@@ -254,13 +255,16 @@ pub fn attribute(sample: &Sample, files: &mut [FileModel]) {
         }
         f.device_copies
             .sort_by(|a, b| (!a.proven, a.pid, a.gpu).cmp(&(!b.proven, b.pid, b.gpu)));
-        let proven: f64 = f.device_copies.iter().filter(|c| c.proven).map(|c| c.fraction).sum();
+        let proven = f
+            .device_copies
+            .iter()
+            .filter(|c| c.proven)
+            .fold(0.0, |a, c| a + c.fraction);
         f.representations.device = (known || proven > 0.0).then_some(proven);
         f.representations.suspected_device = f
             .device_copies
             .iter()
             .filter(|c| !c.proven)
-            .map(|c| c.fraction)
-            .sum();
+            .fold(0.0, |a, c| a + c.fraction);
     }
 }

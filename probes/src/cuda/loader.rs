@@ -25,30 +25,50 @@ pub struct DeviceCopy {
     pub pci_bus_id: Option<String>,
 }
 
-/// Copies `data` to device `ordinal` in chunks of `chunk` bytes.
-pub fn load(data: &[u8], ordinal: i32, chunk: usize) -> Result<DeviceCopy, String> {
-    let d = Driver::open()?;
-    let dev = d.device(ordinal)?;
-    let pci_bus_id = d.pci_bus_id(dev);
-    let ctx = d.context(ordinal)?;
-    let (free_before, _) = d.mem_info()?;
-    let buf = DevBuf::new(data.len().max(1) as u64)?;
-    let (free_after, _) = d.mem_info()?;
-    for (i, part) in data.chunks(chunk.max(1)).enumerate() {
-        let dst = buf.0 + (i * chunk) as u64;
-        // SAFETY: `dst..dst+part.len()` lies inside the allocation of `data.len()` bytes;
-        // the copy is synchronous, so `part` outlives it.
-        check("cuMemcpyHtoD", unsafe {
-            sys::cuMemcpyHtoD_v2(dst, part.as_ptr() as *const c_void, part.len())
-        })?;
+/// The device's primary context, current on this thread: what a runtime has before it
+/// uploads any weight (its own device memory is already charged to the process).
+pub struct Loader {
+    driver: Driver,
+    ctx: Context,
+    pci_bus_id: Option<String>,
+}
+
+impl Loader {
+    pub fn open(ordinal: i32) -> Result<Loader, String> {
+        let driver = Driver::open()?;
+        let dev = driver.device(ordinal)?;
+        let pci_bus_id = driver.pci_bus_id(dev);
+        let ctx = driver.context(ordinal)?;
+        Ok(Loader {
+            driver,
+            ctx,
+            pci_bus_id,
+        })
     }
-    Ok(DeviceCopy {
-        buf,
-        _ctx: ctx,
-        bytes: data.len() as u64,
-        device_bytes: free_before.saturating_sub(free_after),
-        pci_bus_id,
-    })
+
+    /// Copies `data` to the device in chunks of `chunk` bytes.
+    pub fn upload(self, data: &[u8], chunk: usize) -> Result<DeviceCopy, String> {
+        let d = &self.driver;
+        let (free_before, _) = d.mem_info()?;
+        let buf = DevBuf::new(data.len().max(1) as u64)?;
+        let (free_after, _) = d.mem_info()?;
+        let chunk = chunk.max(1);
+        for (i, part) in data.chunks(chunk).enumerate() {
+            let dst = buf.0 + (i * chunk) as u64;
+            // SAFETY: `dst..dst+part.len()` lies inside the allocation of `data.len()`
+            // bytes; the copy is synchronous, so `part` outlives it.
+            check("cuMemcpyHtoD", unsafe {
+                sys::cuMemcpyHtoD_v2(dst, part.as_ptr() as *const c_void, part.len())
+            })?;
+        }
+        Ok(DeviceCopy {
+            buf,
+            _ctx: self.ctx,
+            bytes: data.len() as u64,
+            device_bytes: free_before.saturating_sub(free_after),
+            pci_bus_id: self.pci_bus_id,
+        })
+    }
 }
 
 impl DeviceCopy {
