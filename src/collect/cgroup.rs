@@ -3,7 +3,8 @@
 //! - v2 (<https://docs.kernel.org/admin-guide/cgroup-v2.html>, "Memory"): `memory.current`,
 //!   `memory.max` (`max` = unlimited), `memory.peak` (Linux ≥ 5.19), `memory.stat`
 //!   (`anon`, `file`, `file_mapped`, `shmem`, `workingset_refault_file`, bytes or counts),
-//!   `memory.events` (`oom`, `oom_kill`, ...).
+//!   `memory.events` (`oom`, `oom_kill`, ...), `memory.min`, `memory.low`, `memory.high`
+//!   (bytes, `max`), `memory.pressure` (PSI `avg10`, percent).
 //! - v1 (<https://docs.kernel.org/admin-guide/cgroup-v1/memory.html>):
 //!   `memory.usage_in_bytes`, `memory.limit_in_bytes` (PAGE_COUNTER_MAX = unlimited),
 //!   `memory.max_usage_in_bytes`, `memory.stat` (`rss`, `cache`, `mapped_file`, `shmem` and
@@ -136,6 +137,13 @@ pub fn read_dir(dir: &Path, version: Option<CgroupVersion>) -> Result<CgroupSamp
             s.limit_bytes = Some(optional(kv::read_limit(&dir.join("memory.max")))?.flatten());
             s.peak_bytes = optional(kv::read_limit(&dir.join("memory.peak")))?.flatten();
             s.events = optional(kv::read_map(&dir.join("memory.events")))?.unwrap_or_default();
+            // The root cgroup has none of these: unknown, shown as n/a.
+            s.min_bytes = optional(kv::read_limit(&dir.join("memory.min")))?.flatten();
+            s.low_bytes = optional(kv::read_limit(&dir.join("memory.low")))?.flatten();
+            s.high_bytes = optional(kv::read_limit(&dir.join("memory.high")))?;
+            s.pressure = std::fs::read_to_string(dir.join("memory.pressure"))
+                .ok()
+                .and_then(|t| crate::sample::PressureSample::parse(&t));
         }
         CgroupVersion::V1 => {
             s.usage_bytes = optional(kv::read_limit(&dir.join("memory.usage_in_bytes")))?.flatten();
