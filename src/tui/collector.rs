@@ -257,12 +257,20 @@ pub fn collect_loop(
         if !c.collect() {
             return;
         }
+        // At least one pass over the requests and finished proofs, even when the
+        // collection took longer than the interval.
         loop {
             let left = interval.saturating_sub(started.elapsed());
-            if left.is_zero() {
-                break;
-            }
-            let alive = match control.recv_timeout(left.min(slice)) {
+            let got = if left.is_zero() {
+                match control.try_recv() {
+                    Ok(c) => Ok(c),
+                    Err(mpsc::TryRecvError::Empty) => Err(RecvTimeoutError::Timeout),
+                    Err(mpsc::TryRecvError::Disconnected) => Err(RecvTimeoutError::Disconnected),
+                }
+            } else {
+                control.recv_timeout(left.min(slice))
+            };
+            let alive = match got {
                 Ok(Control::Open(o)) => {
                     c.open = o;
                     let map = c.map_update();
@@ -283,6 +291,9 @@ pub fn collect_loop(
                 if !c.finish_proof(p) {
                     return;
                 }
+            }
+            if left.is_zero() {
+                break;
             }
         }
     }

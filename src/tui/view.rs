@@ -622,7 +622,7 @@ fn draw_footer(frame: &mut Frame, area: Rect, st: &State, t: &Theme) {
             Some(state::Filter::Compare { .. }) => "  (field compare)",
             _ => "",
         };
-        Line::from(vec![
+        let mut spans = vec![
             Span::styled("filter /", t.bold()),
             Span::raw(safe(&st.filter).into_owned()),
             Span::raw(if st.editing {
@@ -631,7 +631,13 @@ fn draw_footer(frame: &mut Frame, area: Rect, st: &State, t: &Theme) {
                 "  Esc: clear"
             }),
             Span::raw(err),
-        ])
+        ];
+        // A kept filter leaves room for the status (a proof's outcome).
+        if let Some(s) = st.status.as_ref().filter(|_| !st.editing) {
+            spans.push(Span::raw("  ·  "));
+            spans.push(Span::styled(safe(s).into_owned(), t.fg(Color::Cyan)));
+        }
+        Line::from(spans)
     } else if let Some(s) = &st.status {
         Line::from(Span::styled(safe(s).into_owned(), t.fg(Color::Cyan)))
     } else if let Some(w) = st.warnings.first() {
