@@ -186,6 +186,45 @@ mod tests {
     }
 
     #[test]
+    fn v2_protection_high_and_pressure() {
+        let t = tempfile::tempdir().unwrap();
+        let root = t.path();
+        write(root, "cgroup.controllers", "memory\n");
+        let d = root.join("svc");
+        write(&d, "memory.current", "1048576\n");
+        write(&d, "memory.max", "2097152\n");
+        write(&d, "memory.stat", "anon 4096\n");
+        write(&d, "memory.min", "0\n");
+        write(&d, "memory.low", "524288\n");
+        write(&d, "memory.high", "max\n");
+        write(
+            &d,
+            "memory.pressure",
+            "some avg10=1.50 avg60=0.20 avg300=0.00 total=10\nfull avg10=0.25 avg60=0.00 avg300=0.00 total=3\n",
+        );
+        let cg = CgroupRef {
+            version: CgroupVersion::V2,
+            path: "/svc".into(),
+        };
+        let s = CgroupReader::new(root).read(&cg).unwrap();
+        assert_eq!((s.min_bytes, s.low_bytes), (Some(0), Some(512 << 10)));
+        assert_eq!(s.high_bytes, Some(None), "max: unlimited");
+        let p = s.pressure.unwrap();
+        assert_eq!((p.some_avg10, p.full_avg10), (1.5, Some(0.25)));
+        let m = crate::model::cgroup::build(&s);
+        assert!(m.high_unlimited && m.high_bytes.is_none());
+        assert_eq!(m.low_bytes, Some(512 << 10));
+        // Without the files (the root cgroup, older kernels): unknown, not 0.
+        let d2 = root.join("bare");
+        write(&d2, "memory.stat", "anon 0\n");
+        let s2 = read_dir(&d2, Some(CgroupVersion::V2)).unwrap();
+        assert_eq!(
+            (s2.min_bytes, s2.high_bytes, s2.pressure),
+            (None, None, None)
+        );
+    }
+
+    #[test]
     fn v2_unlimited_and_missing_peak() {
         let t = tempfile::tempdir().unwrap();
         let root = t.path();

@@ -5,13 +5,16 @@
 
 use super::state::{Action, State, View};
 
+/// A clickable span of one screen row: `[x0, x1)` and what it stands for.
+pub type Span<T> = (u16, u16, T);
+
 /// Where the last draw put the clickable parts of the screen.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Hits {
     /// The tabs row and each tab's columns `[x0, x1)`.
-    pub tabs: Option<(u16, Vec<(u16, u16, View)>)>,
+    pub tabs: Option<(u16, Vec<Span<View>>)>,
     /// The table header row and each sortable column: `[x0, x1)` and its sort name.
-    pub header: Option<(u16, Vec<(u16, u16, &'static str)>)>,
+    pub header: Option<(u16, Vec<Span<&'static str>>)>,
     /// The table body: first screen row, rows shown, index of the first row shown.
     pub body: Option<(u16, u16, usize)>,
 }

@@ -192,7 +192,12 @@ fn draw_header(frame: &mut Frame, area: Rect, st: &State, report: Option<&Report
     frame.render_widget(Paragraph::new(lines), area);
 }
 
-fn draw_tabs(frame: &mut Frame, area: Rect, st: &State, t: &Theme) -> (u16, Vec<(u16, u16, View)>) {
+fn draw_tabs(
+    frame: &mut Frame,
+    area: Rect,
+    st: &State,
+    t: &Theme,
+) -> (u16, Vec<super::mouse::Span<View>>) {
     let mut spans = Vec::new();
     let mut tabs = Vec::new();
     let mut x = area.x;

@@ -237,7 +237,7 @@ fn the_status_line_shows_what_a_replay_found_wrong() {
     st.status =
         Some("1 problem(s) in the recording: torn tail in 'seg-0' at byte 4096\u{1b}".into());
     let text = screen(&mut st, Some(&r), 80, 24);
-    let last = text.lines().rev().nth(0).unwrap();
+    let last = text.lines().next_back().unwrap();
     assert!(
         last.contains("1 problem(s) in the recording: torn tail"),
         "{text}"
