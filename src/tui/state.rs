@@ -627,35 +627,36 @@ enum Sortable {
 }
 
 /// Numbers largest first, text A→Z; unknown values last either way; stable, so equal
-/// rows keep the report's order.
-fn sort_rows<T>(rows: &mut [T], reverse: bool, key: impl Fn(&T) -> Sortable) {
-    rows.sort_by(|a, b| {
-        use std::cmp::Ordering;
-        match (key(a), key(b)) {
-            (Sortable::Num(x), Sortable::Num(y)) => match (x, y) {
-                (Some(x), Some(y)) => {
-                    let o = y.total_cmp(&x);
-                    if reverse {
-                        o.reverse()
-                    } else {
-                        o
-                    }
-                }
-                (Some(_), None) => Ordering::Less,
-                (None, Some(_)) => Ordering::Greater,
-                (None, None) => Ordering::Equal,
-            },
-            (Sortable::Text(x), Sortable::Text(y)) => {
-                let o = x.cmp(&y);
+/// rows keep the report's order. Each row's key is computed once (a key may scan the
+/// report: the growth rate, the CoW bytes).
+fn sort_rows<T: Copy>(rows: &mut Vec<T>, reverse: bool, key: impl Fn(&T) -> Sortable) {
+    use std::cmp::Ordering;
+    let mut keyed: Vec<(Sortable, T)> = rows.drain(..).map(|r| (key(&r), r)).collect();
+    keyed.sort_by(|(a, _), (b, _)| match (a, b) {
+        (Sortable::Num(x), Sortable::Num(y)) => match (x, y) {
+            (Some(x), Some(y)) => {
+                let o = y.total_cmp(x);
                 if reverse {
                     o.reverse()
                 } else {
                     o
                 }
             }
-            _ => Ordering::Equal,
+            (Some(_), None) => Ordering::Less,
+            (None, Some(_)) => Ordering::Greater,
+            (None, None) => Ordering::Equal,
+        },
+        (Sortable::Text(x), Sortable::Text(y)) => {
+            let o = x.cmp(y);
+            if reverse {
+                o.reverse()
+            } else {
+                o
+            }
         }
+        _ => Ordering::Equal,
     });
+    rows.extend(keyed.into_iter().map(|(_, r)| r));
 }
 
 /// Bytes of the file's CoW pages over all its mappers (`None` if one is unknown).
