@@ -234,6 +234,47 @@ pub struct CgroupSample {
     pub events: std::collections::BTreeMap<String, u64>,
     /// v1 `memory.failcnt`.
     pub failcnt: Option<u64>,
+    /// v2 `memory.min` and `memory.low` (protection; v1 has neither).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub min_bytes: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub low_bytes: Option<u64>,
+    /// v2 `memory.high` (throttling); `None` inside means `max`, as for `limit_bytes`.
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        with = "double_option"
+    )]
+    pub high_bytes: Option<Option<u64>>,
+    /// v2 `memory.pressure` `some`/`full` `avg10` (percent), where PSI is on.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pressure: Option<PressureSample>,
+}
+
+/// `avg10` of a PSI file's `some` and `full` lines, percent of time stalled over 10 s
+/// (<https://docs.kernel.org/accounting/psi.html>).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
+pub struct PressureSample {
+    pub some_avg10: f64,
+    pub full_avg10: Option<f64>,
+}
+
+impl PressureSample {
+    /// Parses `some avg10=0.00 avg60=... total=...` and `full avg10=...`.
+    pub fn parse(text: &str) -> Option<PressureSample> {
+        let avg10 = |kind: &str| {
+            text.lines()
+                .find(|l| l.starts_with(kind))?
+                .split_whitespace()
+                .find_map(|w| w.strip_prefix("avg10="))?
+                .parse::<f64>()
+                .ok()
+        };
+        Some(PressureSample {
+            some_avg10: avg10("some ")?,
+            full_avg10: avg10("full "),
+        })
+    }
 }
 
 /// `Option<Option<u64>>` that survives a JSON round trip: absent, `null`, or a value.

@@ -41,14 +41,20 @@ fn warn_damage(lines: &[String]) {
 
 /// Opens a store for reading (never taking a recorder's lock, never changing it).
 pub(crate) fn open_read(arg: &Option<PathBuf>) -> anyhow::Result<Store> {
+    let (store, damage) = open_read_quiet(arg)?;
+    warn_damage(&damage);
+    Ok(store)
+}
+
+/// [`open_read`], handing back the damage found rather than printing it (`top` shows it
+/// in its status line: stderr would land over its screen).
+pub(crate) fn open_read_quiet(arg: &Option<PathBuf>) -> anyhow::Result<(Store, Vec<String>)> {
     let dir = store_dir(arg);
     if !dir.join("store.json").is_file() {
         bail!("no recording store at '{}'", dir.display());
     }
-    let (store, damage) = Store::open_read_only(&dir)
-        .with_context(|| format!("cannot open the store '{}'", dir.display()))?;
-    warn_damage(&damage);
-    Ok(store)
+    Store::open_read_only(&dir)
+        .with_context(|| format!("cannot open the store '{}'", dir.display()))
 }
 
 fn decode(payload: &[u8]) -> anyhow::Result<Snapshot> {
@@ -152,6 +158,18 @@ pub fn record(args: &RecordArgs, out: &mut dyn Write) -> anyhow::Result<()> {
 
 /// The report of the recorded snapshot nearest `at`, with rates from the one before.
 pub fn replayed(store: &Store, at_ns: u64) -> anyhow::Result<Report> {
+    let mut damage = Vec::new();
+    let r = replayed_quiet(store, at_ns, &mut damage);
+    warn_damage(&damage);
+    r
+}
+
+/// [`replayed`], appending the damage the store found to `damage` rather than printing it.
+pub fn replayed_quiet(
+    store: &Store,
+    at_ns: u64,
+    damage: &mut Vec<String>,
+) -> anyhow::Result<Report> {
     let Some(frame) = store.nearest(at_ns)? else {
         bail!("the store '{}' holds no snapshot", store.dir().display());
     };
@@ -160,7 +178,7 @@ pub fn replayed(store: &Store, at_ns: u64) -> anyhow::Result<Report> {
         Some(f) => Some(decode(&f.payload)?),
         None => None,
     };
-    warn_damage(&store.take_damage());
+    damage.extend(store.take_damage());
     Ok(engine::report(&snap, prev.as_ref()))
 }
 

@@ -1,6 +1,6 @@
 //! A hand-built report for the state and screen tests: one file held twice (page cache
 //! and a proven read() copy), one whose residency is unknown, three processes (one whose
-//! PSS is unknown), two cgroups, a warning and a notice, and rates.
+//! PSS is unknown), three cgroups (one the parent of another), a warning and a notice, and rates.
 
 use crate::model::rates::{ProcessRate, Rates};
 use crate::model::{
@@ -33,11 +33,11 @@ fn process(
         pss_anon_bytes: None,
         pss_file_bytes: None,
         pss_shmem_bytes: None,
-        uss_bytes: None,
+        uss_bytes: pss.map(|p| p.min(anon)),
         shared_clean_bytes: None,
         shared_dirty_bytes: None,
-        private_clean_bytes: None,
-        private_dirty_bytes: None,
+        private_clean_bytes: pss.map(|_| 0),
+        private_dirty_bytes: pss.map(|p| p.min(anon)),
         cgroup: Some("/system.slice/llama.service".into()),
         holds_files: Some(files),
         gpu_memory_bytes: None,
@@ -187,7 +187,10 @@ pub fn report() -> Report {
                 Some(2 * GIB),
                 1,
             ),
-            process(6161, "vllm", 700 * MIB, 600 * MIB, None, 0),
+            ProcessModel {
+                cgroup: Some("/user.slice".into()),
+                ..process(6161, "vllm", 700 * MIB, 600 * MIB, None, 0)
+            },
         ],
         files: vec![llama, qwen],
         cgroups: vec![
@@ -206,6 +209,35 @@ pub fn report() -> Report {
                 oom_events: Some(0),
                 oom_kills: Some(0),
                 failcnt: None,
+                min_bytes: Some(0),
+                low_bytes: Some(4 * GIB),
+                high_bytes: Some(12 * GIB),
+                high_unlimited: false,
+                pressure: Some(crate::sample::PressureSample {
+                    some_avg10: 1.5,
+                    full_avg10: Some(0.25),
+                }),
+            },
+            CgroupModel {
+                path: "/system.slice".into(),
+                version: Some(CgroupVersion::V2),
+                usage_bytes: Some(10 * GIB),
+                limit_bytes: None,
+                unlimited: true,
+                peak_bytes: Some(11 * GIB),
+                anon_bytes: Some(5 * GIB),
+                file_bytes: Some(5 * GIB),
+                file_mapped_bytes: Some(4 * GIB),
+                shmem_bytes: Some(0),
+                refaults_file: Some(12),
+                oom_events: Some(1),
+                oom_kills: Some(1),
+                failcnt: None,
+                min_bytes: Some(0),
+                low_bytes: Some(0),
+                high_bytes: None,
+                high_unlimited: true,
+                pressure: None,
             },
             CgroupModel {
                 path: "/user.slice".into(),
@@ -222,6 +254,11 @@ pub fn report() -> Report {
                 oom_events: None,
                 oom_kills: None,
                 failcnt: None,
+                min_bytes: None,
+                low_bytes: None,
+                high_bytes: None,
+                high_unlimited: false,
+                pressure: None,
             },
         ],
         findings: vec![
