@@ -40,7 +40,7 @@ fn process(
         private_dirty_bytes: pss.map(|p| p.min(anon)),
         cgroup: Some("/system.slice/llama.service".into()),
         holds_files: Some(files),
-        gpu_memory_bytes: None,
+        gpu_memory_bytes: Some(0),
         gpu_memory: Vec::new(),
         unreadable: None,
     }
@@ -179,14 +179,17 @@ pub fn report() -> Report {
                 Some(4 * GIB),
                 1,
             ),
-            process(
-                4242,
-                "llama-server",
-                4 * GIB + 100 * MIB,
-                80 * MIB,
-                Some(2 * GIB),
-                1,
-            ),
+            ProcessModel {
+                gpu_memory_bytes: Some(4 * GIB + 512 * MIB),
+                ..process(
+                    4242,
+                    "llama-server",
+                    4 * GIB + 100 * MIB,
+                    80 * MIB,
+                    Some(2 * GIB),
+                    1,
+                )
+            },
             ProcessModel {
                 cgroup: Some("/user.slice".into()),
                 ..process(6161, "vllm", 700 * MIB, 600 * MIB, None, 0)
@@ -278,7 +281,23 @@ pub fn report() -> Report {
             },
         ],
         skipped: Skipped::default(),
-        gpus: Default::default(),
+        gpus: crate::model::device::GpusModel {
+            not_available: None,
+            devices: vec![crate::model::device::GpuModel {
+                index: 0,
+                name: Some("NVIDIA H200".into()),
+                uuid: None,
+                pci_bus_id: Some("0000:3b:00.0".into()),
+                memory_total_bytes: Some(140 * GIB),
+                memory_used_bytes: Some(5 * GIB),
+                memory_free_bytes: Some(135 * GIB),
+                pcie_link_gen: Some(5),
+                pcie_link_width: Some(16),
+                integrated: Some(false),
+                process_memory_bytes: Some(4 * GIB + 512 * MIB),
+                processes_unavailable: None,
+            }],
+        },
         trace: None,
         at_unix_ns: Some(1_764_460_800_000_000_000),
         rates: Some(Rates {

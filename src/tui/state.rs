@@ -57,7 +57,7 @@ impl View {
             ],
             View::Processes => &[
                 "rss", "anon", "file", "pss", "growth", "files", "pid", "comm", "shmem", "cow",
-                "uss", "dirty", "swap",
+                "uss", "dirty", "swap", "gpu",
             ],
             View::Cgroups => &[
                 "usage", "limit", "anon", "file", "oom", "path", "peak", "high", "refaults", "psi",
@@ -787,6 +787,7 @@ pub(super) fn process_value(report: &Report, p: &ProcessModel, field: &str) -> O
         "shmem" => b(p.shmem_bytes),
         "cow" => b(process_cow_bytes(report, p.pid)),
         "dirty" => b(p.private_dirty_bytes),
+        "gpu" => b(p.gpu_memory_bytes),
         _ => None,
     }
 }

@@ -84,7 +84,7 @@ pub fn draw(frame: &mut Frame, st: &State, report: Option<&Report>) -> Hits {
     let n_findings = report.map_or(0, |r| r.findings.len());
     let findings_h = (n_findings.clamp(1, 3) + 2) as u16;
     let [header, tabs, body, findings, footer] = Layout::vertical([
-        Constraint::Length(3),
+        Constraint::Length(3 + gpu_lines(report).len() as u16),
         Constraint::Length(1),
         Constraint::Min(3),
         Constraint::Length(findings_h),
@@ -184,12 +184,44 @@ fn draw_header(frame: &mut Frame, area: Rect, st: &State, report: Option<&Report
         Some((_, e)) if e > 0 => t.fg(Color::Yellow).add_modifier(Modifier::BOLD),
         _ => Style::default(),
     };
-    let lines = vec![
+    let mut lines = vec![
         Line::from(top),
         Line::from(mem),
         Line::from(Span::styled(model, excess_style)),
     ];
+    lines.extend(gpu_lines(report).into_iter().map(Line::from));
     frame.render_widget(Paragraph::new(lines), area);
+}
+
+/// One header line per GPU (at most 4), or one saying why GPUs are not known; none for a
+/// report without GPU information (recorded before it existed).
+fn gpu_lines(report: Option<&Report>) -> Vec<String> {
+    let Some(r) = report else {
+        return Vec::new();
+    };
+    if let Some(why) = &r.gpus.not_available {
+        return vec![format!("gpu n/a ({})", safe(why))];
+    }
+    r.gpus
+        .devices
+        .iter()
+        .take(4)
+        .map(|d| {
+            format!(
+                "gpu{} {} · {} · used {} of {} · processes {}",
+                d.index,
+                safe(d.name.as_deref().unwrap_or("n/a")),
+                match d.integrated {
+                    Some(true) => "integrated",
+                    Some(false) => "discrete",
+                    None => "type n/a",
+                },
+                iec_opt(d.memory_used_bytes),
+                iec_opt(d.memory_total_bytes),
+                iec_opt(d.process_memory_bytes),
+            )
+        })
+        .collect()
 }
 
 fn draw_tabs(
@@ -433,7 +465,7 @@ fn draw_files(frame: &mut Frame, area: Rect, st: &State, r: &Report, t: &Theme, 
     );
 }
 
-const PROC_COLS: [Col; 12] = [
+const PROC_COLS: [Col; 13] = [
     Col {
         title: "comm",
         width: 15,
@@ -512,8 +544,15 @@ const PROC_COLS: [Col; 12] = [
         sort: Some("files"),
     },
     Col {
+        title: "gpu",
+        width: 9,
+        prio: 12,
+        left: false,
+        sort: Some("gpu"),
+    },
+    Col {
         title: "holds (how)",
-        width: 30,
+        width: 24,
         prio: 11,
         left: true,
         sort: None,
@@ -545,7 +584,8 @@ fn draw_processes(
                 iec_opt(p.private_dirty_bytes),
                 rate(state::anon_growth(r, p.pid)),
                 opt_num(p.holds_files),
-                tail_right(&safe(&state::process_holds(r, p.pid)), 30),
+                iec_opt(p.gpu_memory_bytes),
+                tail_right(&safe(&state::process_holds(r, p.pid)), 24),
             ];
             (p.pid.to_string(), cells, Style::default())
         })
