@@ -78,6 +78,17 @@ impl Tmux {
 
 impl Drop for Tmux {
     fn drop(&mut self) {
+        // The pane's processes first (and their children), by pid: a top that does not
+        // stop on the server's hangup must not outlive the test.
+        let panes = self.cmd(&["list-panes", "-a", "-F", "#{pane_pid}"]);
+        let pids: Vec<String> = String::from_utf8_lossy(&panes.stdout)
+            .split_whitespace()
+            .map(str::to_string)
+            .collect();
+        for pid in &pids {
+            let _ = Command::new("pkill").args(["-9", "-P", pid]).status();
+            let _ = Command::new("kill").args(["-9", pid]).status();
+        }
         let _ = self.cmd(&["kill-server"]);
     }
 }

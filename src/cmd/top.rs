@@ -205,6 +205,21 @@ pub fn run(args: &TopArgs, _out: &mut dyn Write) -> anyhow::Result<()> {
         signal_hook::flag::register(sig, stop.clone())
             .context("cannot install the signal handlers")?;
     }
+    // A signal must end the process even when the screen cannot be restored (a hung-up
+    // terminal whose writes block): 3 s after it, exit regardless.
+    {
+        let stop = stop.clone();
+        std::thread::Builder::new()
+            .name("twofold-stop-watchdog".into())
+            .spawn(move || {
+                while !stop.load(Ordering::Relaxed) {
+                    std::thread::sleep(Duration::from_millis(200));
+                }
+                std::thread::sleep(Duration::from_secs(3));
+                std::process::exit(0);
+            })
+            .context("cannot start the stop watchdog")?;
+    }
     // Open the recording before the screen changes: its errors read as any other.
     let mut feed: Box<dyn Feed> = match &args.replay {
         Some(dir) => {
