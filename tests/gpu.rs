@@ -128,7 +128,10 @@ fn device_memory_of_a_mapper_and_a_copier_is_suspected_beside_the_count() {
         assert_eq!(m["device_bytes"], size + 3 * MIB);
         assert_eq!(m["attributed_bytes"], size);
         let c = of(copy.pid()).expect("the copier's device copy");
-        assert_eq!(c["via"], "copied", "its private copy is proven, so it read the file");
+        assert_eq!(
+            c["via"], "copied",
+            "its private copy is proven, so it read the file"
+        );
         // The bystander holds the file open (`anon FILE`) but too little device memory.
         assert!(of(bystander.pid()).is_none(), "{dev:?}");
         let rep = &f["representations"];
@@ -190,7 +193,9 @@ fn an_attested_device_copy_of_a_live_loader_is_proven_and_counted() {
         "start_ticks": start_ticks
     });
     std::fs::write(
-        attest.path().join(format!("twofold-{}-s{start_ticks}.json", map.pid())),
+        attest
+            .path()
+            .join(format!("twofold-{}-s{start_ticks}.json", map.pid())),
         serde_json::to_vec(&att).unwrap(),
     )
     .unwrap();
@@ -202,8 +207,14 @@ fn an_attested_device_copy_of_a_live_loader_is_proven_and_counted() {
     let f = file_of(&r, &file);
     let rep = &f["representations"];
     assert_eq!(rep["device"], 1.0);
-    assert_eq!(rep["suspected_device"], 0.0, "its memory is the proven copy");
-    assert!((rep["proven"].as_f64().unwrap() - 2.0).abs() < 0.01, "{rep}");
+    assert_eq!(
+        rep["suspected_device"], 0.0,
+        "its memory is the proven copy"
+    );
+    assert!(
+        (rep["proven"].as_f64().unwrap() - 2.0).abs() < 0.01,
+        "{rep}"
+    );
     let text = String::from_utf8(scan(&file, &[map.pid()], &env, false)).unwrap();
     assert!(text.contains("+ device 1.00"), "{text}");
     assert!(text.contains("proven device copy: pid"), "{text}");
@@ -225,7 +236,11 @@ fn metrics(port: u16) -> Option<String> {
     s.set_read_timeout(Some(std::time::Duration::from_secs(10)))
         .ok()?;
     // Prometheus text 0.0.4: the format promtool lints without complaint (docs/serve.md).
-    write!(s, "GET /metrics HTTP/1.0\r\nHost: x\r\nAccept: text/plain; version=0.0.4\r\n\r\n").ok()?;
+    write!(
+        s,
+        "GET /metrics HTTP/1.0\r\nHost: x\r\nAccept: text/plain; version=0.0.4\r\n\r\n"
+    )
+    .ok()?;
     let mut raw = String::new();
     s.read_to_string(&mut raw).ok()?;
     let (head, body) = raw.split_once("\r\n\r\n")?;
@@ -256,7 +271,12 @@ fn serve_exports_device_memory_and_suspected_device_copies() {
     let id = {
         use std::os::unix::fs::MetadataExt;
         let m = std::fs::metadata(&file).unwrap();
-        format!("{}:{}:{}", libc::major(m.dev()), libc::minor(m.dev()), m.ino())
+        format!(
+            "{}:{}:{}",
+            libc::major(m.dev()),
+            libc::minor(m.dev()),
+            m.ino()
+        )
     };
     let want = format!("twofold_file_device_copy_suspected_bytes{{file_id=\"{id}\"}}");
     let until = std::time::Instant::now() + std::time::Duration::from_secs(60);
@@ -264,7 +284,9 @@ fn serve_exports_device_memory_and_suspected_device_copies() {
     while std::time::Instant::now() < until {
         if let Some(b) = metrics(port) {
             body = b;
-            let ready = body.lines().any(|l| l.starts_with(&want) && !l.ends_with(" 0"));
+            let ready = body
+                .lines()
+                .any(|l| l.starts_with(&want) && !l.ends_with(" 0"));
             if ready {
                 break;
             }

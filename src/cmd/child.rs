@@ -279,11 +279,7 @@ impl Drop for DeviceHeld {
 /// The file is closed once read, as runtimes that read() weights do. With `go`, says
 /// `armed` once its CUDA context exists and waits for a line before the upload, so that a
 /// test can see the device memory of the context alone.
-fn cuda_load(
-    path: &std::path::Path,
-    gpu: i32,
-    go: bool,
-) -> anyhow::Result<(DeviceHeld, Vec<u8>)> {
+fn cuda_load(path: &std::path::Path, gpu: i32, go: bool) -> anyhow::Result<(DeviceHeld, Vec<u8>)> {
     use crate::collect::gpu::{attest_dir, Attestation};
     use crate::sample::{DeviceProofSample, FileKey};
     use std::os::unix::fs::MetadataExt;
@@ -314,8 +310,14 @@ fn cuda_load(
         .context("cannot read this process's start time")?;
     let mut gpu_uuid = None;
     if let Ok(devs) = crate::collect::gpu::NvmlSource::open().devices_by_bus() {
-        let bus = copy.pci_bus_id.as_deref().map(crate::collect::gpu::normal_bus_id);
-        gpu_uuid = devs.into_iter().find(|(b, _)| Some(b) == bus.as_ref()).map(|(_, u)| u);
+        let bus = copy
+            .pci_bus_id
+            .as_deref()
+            .map(crate::collect::gpu::normal_bus_id);
+        gpu_uuid = devs
+            .into_iter()
+            .find(|(b, _)| Some(b) == bus.as_ref())
+            .map(|(_, u)| u);
     }
     let a = Attestation {
         proof: DeviceProofSample {

@@ -125,13 +125,14 @@ impl GpuSource for NvmlSource {
                     (GpuProcessKind::Graphics, d.running_graphics_processes()),
                 ] {
                     match list {
-                        Ok(list) => s.processes.extend(list.into_iter().map(|p| {
-                            GpuProcessSample {
-                                pid: p.pid as i32,
-                                kind,
-                                used_bytes: used(p.used_gpu_memory),
-                            }
-                        })),
+                        Ok(list) => {
+                            s.processes
+                                .extend(list.into_iter().map(|p| GpuProcessSample {
+                                    pid: p.pid as i32,
+                                    kind,
+                                    used_bytes: used(p.used_gpu_memory),
+                                }))
+                        }
                         Err(e) => why.push(format!("{kind:?} processes: {e}").to_lowercase()),
                     }
                 }
@@ -224,11 +225,12 @@ pub fn device_proofs(dir: &Path, proc_root: &Path) -> Vec<DeviceProofSample> {
         })
         .filter(|a| {
             a.proof.file_xxh3 == a.proof.device_xxh3
-                && crate::cleanup::leftovers::start_time(proc_root, a.proof.pid) == Some(a.start_ticks)
+                && crate::cleanup::leftovers::start_time(proc_root, a.proof.pid)
+                    == Some(a.start_ticks)
         })
         .map(|a| a.proof)
         .collect();
-    out.sort_by(|a, b| (a.file, a.pid).cmp(&(b.file, b.pid)));
+    out.sort_by_key(|a| (a.file, a.pid));
     out
 }
 
@@ -272,9 +274,27 @@ mod tests {
         let write = |name: &str, a: &Attestation| {
             std::fs::write(dir.path().join(name), serde_json::to_vec(a).unwrap()).unwrap()
         };
-        write("good.json", &Attestation { proof: proof("ab"), start_ticks: ticks });
-        write("bad-hash.json", &Attestation { proof: proof("cd"), start_ticks: ticks });
-        write("reused-pid.json", &Attestation { proof: proof("ab"), start_ticks: ticks + 1 });
+        write(
+            "good.json",
+            &Attestation {
+                proof: proof("ab"),
+                start_ticks: ticks,
+            },
+        );
+        write(
+            "bad-hash.json",
+            &Attestation {
+                proof: proof("cd"),
+                start_ticks: ticks,
+            },
+        );
+        write(
+            "reused-pid.json",
+            &Attestation {
+                proof: proof("ab"),
+                start_ticks: ticks + 1,
+            },
+        );
         let found = device_proofs(dir.path(), Path::new("/proc"));
         assert_eq!(found, vec![proof("ab")]);
     }

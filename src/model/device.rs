@@ -125,11 +125,14 @@ pub fn process_uses(sample: &Sample, pid: i32) -> Option<Vec<GpuUse>> {
             .devices
             .iter()
             .flat_map(|d| {
-                d.processes.iter().filter(move |p| p.pid == pid).map(|p| GpuUse {
-                    gpu: d.index,
-                    kind: p.kind,
-                    bytes: p.used_bytes,
-                })
+                d.processes
+                    .iter()
+                    .filter(move |p| p.pid == pid)
+                    .map(|p| GpuUse {
+                        gpu: d.index,
+                        kind: p.kind,
+                        bytes: p.used_bytes,
+                    })
             })
             .collect(),
     )
@@ -152,11 +155,9 @@ fn via(sample: &Sample, f: &FileModel, pid: i32) -> Option<&'static str> {
         Some("open")
     } else if f.proven_copies.iter().any(|c| c.pid == pid) {
         Some("copied")
-    } else if sample
-        .reads
-        .iter()
-        .any(|r| r.pid == pid && r.file == f.key && r.read_bytes as f64 >= SUSPECT_FRACTION * size as f64)
-    {
+    } else if sample.reads.iter().any(|r| {
+        r.pid == pid && r.file == f.key && r.read_bytes as f64 >= SUSPECT_FRACTION * size as f64
+    }) {
         Some("read")
     } else if sample.named.contains(&(pid, f.key))
         || sample
@@ -253,8 +254,7 @@ pub fn attribute(sample: &Sample, files: &mut [FileModel]) {
                 }
             }
         }
-        f.device_copies
-            .sort_by(|a, b| (!a.proven, a.pid, a.gpu).cmp(&(!b.proven, b.pid, b.gpu)));
+        f.device_copies.sort_by_key(|a| (!a.proven, a.pid, a.gpu));
         let proven = f
             .device_copies
             .iter()

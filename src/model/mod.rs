@@ -308,9 +308,11 @@ fn process_model(
         private_dirty_bytes: r.map(|r| r.private_dirty_bytes),
         cgroup: p.cgroup.as_ref().map(|c| c.path.clone()),
         holds_files,
-        gpu_memory_bytes: gpu
-            .as_ref()
-            .and_then(|g| g.iter().map(|u| u.bytes).try_fold(0u64, |a, b| Some(a + b?))),
+        gpu_memory_bytes: gpu.as_ref().and_then(|g| {
+            g.iter()
+                .map(|u| u.bytes)
+                .try_fold(0u64, |a, b| Some(a + b?))
+        }),
         gpu_memory: gpu.unwrap_or_default(),
         unreadable: p.unreadable,
     }

@@ -325,7 +325,10 @@ fn gpu_scene(integrated: Option<bool>) -> Sample {
         .mappings
         .push(map(1, 256 * MIB, true, false, 256 * MIB, 0));
     let bystander = proc_(12, MIB);
-    let mut s = sample(vec![file(1, 256 * MIB, Some(256 * MIB))], vec![mapper, bystander]);
+    let mut s = sample(
+        vec![file(1, 256 * MIB, Some(256 * MIB))],
+        vec![mapper, bystander],
+    );
     s.gpu.devices = vec![gpu(0, integrated, &[(11, 300 * MIB), (12, 1024 * MIB)])];
     s
 }
@@ -341,8 +344,16 @@ fn device_memory_of_a_mapper_is_a_suspected_device_copy_beside_the_count() {
     assert_eq!(d.device_bytes, 300 * MIB);
     assert_eq!(d.via, "mapped");
     let rep = &f.representations;
-    assert_eq!(rep.device, Some(0.0), "NVML answered: no proven device copy is 0, known");
-    assert_eq!(rep.proven, Some(1.0), "the suspicion is not summed into the count");
+    assert_eq!(
+        rep.device,
+        Some(0.0),
+        "NVML answered: no proven device copy is 0, known"
+    );
+    assert_eq!(
+        rep.proven,
+        Some(1.0),
+        "the suspicion is not summed into the count"
+    );
     assert_eq!(rep.suspected_device, 1.0);
     let p = r.processes.iter().find(|p| p.pid == 11).unwrap();
     assert_eq!(p.gpu_memory_bytes, Some(300 * MIB));
@@ -353,7 +364,13 @@ fn device_memory_of_a_mapper_is_a_suspected_device_copy_beside_the_count() {
         .iter()
         .find(|f| f.code == "suspected-device-copy")
         .expect("finding");
-    assert!(found.message.contains("discrete GPU the device copy is the right one"), "{}", found.message);
+    assert!(
+        found
+            .message
+            .contains("discrete GPU the device copy is the right one"),
+        "{}",
+        found.message
+    );
 }
 
 #[test]
@@ -364,7 +381,11 @@ fn on_an_integrated_gpu_the_finding_says_the_page_cache_could_be_read_in_place()
         .iter()
         .find(|f| f.code == "suspected-device-copy")
         .expect("finding");
-    assert!(found.message.contains("could read the page cache in place"), "{}", found.message);
+    assert!(
+        found.message.contains("could read the page cache in place"),
+        "{}",
+        found.message
+    );
     assert!(found.remedy.as_deref().unwrap().contains("twofold probe"));
 }
 
@@ -385,7 +406,10 @@ fn without_nvml_every_gpu_value_is_unknown_not_zero() {
     let r = build(&s);
     assert_eq!(r.files[0].representations.device, None);
     assert!(r.processes.iter().all(|p| p.gpu_memory_bytes.is_none()));
-    assert_eq!(r.gpus.not_available.as_deref(), s.gpu.not_available.as_deref());
+    assert_eq!(
+        r.gpus.not_available.as_deref(),
+        s.gpu.not_available.as_deref()
+    );
 }
 
 #[test]

@@ -245,11 +245,7 @@ fn file_section(f: &FileModel, out: &mut String) {
         let _ = writeln!(
             out,
             "    {} device copy: pid {} ({}) on {}: {} of device memory{}",
-            if d.proven {
-                "proven"
-            } else {
-                "suspected"
-            },
+            if d.proven { "proven" } else { "suspected" },
             d.pid,
             d.comm,
             gpu_label(d.gpu, d.gpu_name.as_deref(), d.integrated),
