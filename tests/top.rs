@@ -177,7 +177,7 @@ fn top_in_tmux_shows_the_count_and_the_copy_and_quits_cleanly() {
 
     // Cgroups, then back to files and into the file.
     tmux.keys(&["3"]);
-    tmux.wait_for("the cgroups view", long, |s| s.contains("usage / limit"));
+    tmux.wait_for("the cgroups view", long, |s| s.contains("usage / max"));
     tmux.keys(&["1"]);
     tmux.wait_for("the files view", long, |s| {
         file_row(s, "twin.gguf").is_some()
