@@ -168,7 +168,7 @@ pub fn collect_loop(
     loop {
         let started = Instant::now();
         let mut warnings = Vec::new();
-        let report = match engine.snapshot(Vec::new(), &mut warnings) {
+        let report = match engine.snapshot(&mut warnings) {
             Ok(snap) => {
                 let r = engine::report(&snap, prev.as_ref());
                 prev = Some(snap);
