@@ -23,8 +23,8 @@ fn main() -> anyhow::Result<()> {
     };
     let mut engine = Engine::new(req, None);
     let mut w = Vec::new();
-    let first = engine.snapshot(Vec::new(), &mut w)?;
-    let snap = engine.snapshot(Vec::new(), &mut w)?;
+    let first = engine.snapshot(&mut w)?;
+    let snap = engine.snapshot(&mut w)?;
     let report = engine::report(&snap, Some(&first));
     println!(
         "report: {} processes, {} files, {} cgroups",

@@ -284,6 +284,9 @@ pub enum DumpWhat {
     Files,
     Processes,
     Cgroups,
+    /// eBPF counters of snapshots recorded with `record --trace`: per file and per
+    /// process, totals since attach and rates since the snapshot before.
+    Trace,
 }
 
 #[derive(Debug, Clone, Copy, ValueEnum, PartialEq, Eq)]

@@ -326,9 +326,11 @@ pub struct Sample {
     /// Byte-level searches of candidates' memory (empty with `--no-prove`).
     #[serde(default)]
     pub proofs: Vec<ProofSample>,
-    /// The eBPF read() ledger of a traced window (`scan --trace`): per (process, file),
-    /// bytes read with read()/pread and mmap calls, even by processes that closed the file.
-    #[serde(default)]
+    /// The eBPF read() ledger of a traced window: per (process, file), bytes read with
+    /// read()/pread and mmap calls, even by processes that closed the file. Only in
+    /// snapshots of version 1; since version 2 the ledger is the snapshot's trace
+    /// (`TraceSample::io`) and this stays empty.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub reads: Vec<ReadSample>,
     /// GPUs and per-process device memory (NVML); recordings made before it have none.
     #[serde(default)]
@@ -476,4 +478,36 @@ pub struct DeviceProofSample {
     /// xxh3-64 of the file bytes and of the device bytes read back.
     pub file_xxh3: String,
     pub device_xxh3: String,
+}
+
+/// A map written as a sorted list of `[key, value]` entries: JSON objects only take string
+/// keys, and a file key or a (process, file) pair is not one.
+pub mod entries {
+    use std::collections::BTreeMap;
+
+    use serde::de::{Deserialize, Deserializer};
+    use serde::ser::{SerializeSeq, Serializer};
+    use serde::Serialize;
+
+    pub fn serialize<S, K, V>(map: &BTreeMap<K, V>, s: S) -> Result<S::Ok, S::Error>
+    where
+        S: Serializer,
+        K: Serialize,
+        V: Serialize,
+    {
+        let mut seq = s.serialize_seq(Some(map.len()))?;
+        for entry in map {
+            seq.serialize_element(&entry)?;
+        }
+        seq.end()
+    }
+
+    pub fn deserialize<'de, D, K, V>(d: D) -> Result<BTreeMap<K, V>, D::Error>
+    where
+        D: Deserializer<'de>,
+        K: Deserialize<'de> + Ord,
+        V: Deserialize<'de>,
+    {
+        Ok(Vec::<(K, V)>::deserialize(d)?.into_iter().collect())
+    }
 }

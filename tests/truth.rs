@@ -545,9 +545,9 @@ fn a_long_lived_engine_reuses_a_proof_while_nothing_changed() {
     };
     let mut engine = twofold::engine::Engine::new(req, Some(Default::default()));
     let mut w = Vec::new();
-    let first = engine.snapshot(Vec::new(), &mut w).unwrap();
+    let first = engine.snapshot(&mut w).unwrap();
     assert_eq!(engine.last_reused, 0);
-    let second = engine.snapshot(Vec::new(), &mut w).unwrap();
+    let second = engine.snapshot(&mut w).unwrap();
     assert_eq!(
         engine.last_reused, 1,
         "the unchanged copier's proof is reused"

@@ -57,8 +57,18 @@ pub(crate) fn open_read_quiet(arg: &Option<PathBuf>) -> anyhow::Result<(Store, V
         .with_context(|| format!("cannot open the store '{}'", dir.display()))
 }
 
-fn decode(payload: &[u8]) -> anyhow::Result<Snapshot> {
-    serde_json::from_slice(payload).context("a recorded snapshot does not parse")
+/// A recorded snapshot: any version up to this build's (a version-1 one has no trace).
+pub fn decode(payload: &[u8]) -> anyhow::Result<Snapshot> {
+    let snap: Snapshot =
+        serde_json::from_slice(payload).context("a recorded snapshot does not parse")?;
+    if snap.version > engine::SNAPSHOT_VERSION {
+        bail!(
+            "a snapshot of version {} was recorded by a newer twofold (this one reads up to {})",
+            snap.version,
+            engine::SNAPSHOT_VERSION
+        );
+    }
+    Ok(snap)
 }
 
 /// Appends one snapshot to an open store.
@@ -104,15 +114,12 @@ pub fn record(args: &RecordArgs, out: &mut dyn Write) -> anyhow::Result<()> {
         budget: Some(args.prove_budget),
         exact: false,
     });
-    let tracer = if args.trace {
-        let mut w = Vec::new();
-        let t = super::trace::attach_for(&req, "recording", &mut w);
-        super::warn_all(&w);
-        t
-    } else {
-        None
-    };
     let mut engine = Engine::new(req, prove);
+    if args.trace {
+        if let Err(e) = engine.set_tracing(true) {
+            super::warn_all(&[format!("--trace: {e}; the recording goes on without it")]);
+        }
+    }
     let stop = stop_flag();
     let mut n = 0u64;
     let mut next = Instant::now();
@@ -125,13 +132,7 @@ pub fn record(args: &RecordArgs, out: &mut dyn Write) -> anyhow::Result<()> {
     out.flush()?;
     while !stop.load(Ordering::Relaxed) {
         let mut warnings = Vec::new();
-        // The ledger is cumulative since the tracer attached: a process that read a file
-        // an hour ago and closed it is still known to have ingested it.
-        let reads = tracer
-            .as_ref()
-            .map(|t| super::trace::reads_of(&t.sample()))
-            .unwrap_or_default();
-        let snap = engine.snapshot(reads, &mut warnings)?;
+        let snap = engine.snapshot(&mut warnings)?;
         super::warn_all(&warnings);
         append(&mut store, &snap)?;
         n += 1;

@@ -22,6 +22,7 @@ use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
+use crate::sample::trace::TraceSample;
 use crate::sample::{FileKey, ProcessSample, Sample, Skipped, Unreadable};
 pub use cgroup::CgroupModel;
 pub use findings::{Finding, Severity};
@@ -357,8 +358,52 @@ fn mapper(p: &ProcessSample, key: FileKey, size: Option<u64>, page: u64) -> Opti
     })
 }
 
-/// Builds the report. Pure: the same sample always gives the same report.
+/// Builds the report of a sample without eBPF counters. Pure: the same sample always
+/// gives the same report.
 pub fn build(sample: &Sample) -> Report {
+    build_with(sample, None)
+}
+
+/// At most this many rows of other files and processes (not of interest) in a report's
+/// trace section.
+pub const TRACE_TOP: usize = 10;
+
+/// The eBPF counters of a snapshot, and those of the snapshot before it when both come
+/// from one attachment (rates are then over the interval between them, else since attach).
+#[derive(Debug, Clone, Copy)]
+pub struct TraceInput<'a> {
+    pub cur: &'a TraceSample,
+    pub prev: Option<&'a TraceSample>,
+}
+
+/// The context of a report's trace model: the report's files are the files of interest;
+/// paths come from the sample and from the names resolved when the counters were read.
+pub fn trace_context(sample: &Sample, files: &[FileModel], t: &TraceSample) -> trace::TraceContext {
+    let mut paths: BTreeMap<FileKey, String> = sample
+        .files
+        .iter()
+        .map(|f| (f.key, f.path.clone()))
+        .collect();
+    for (k, p) in &t.names.paths {
+        paths.entry(*k).or_insert_with(|| p.clone());
+    }
+    trace::TraceContext {
+        paths,
+        interest: files.iter().map(|f| f.key).collect(),
+        sizes: files
+            .iter()
+            .filter_map(|f| Some((f.key, f.size_bytes?)))
+            .collect(),
+        comms: t.names.comms.clone(),
+        pids: t.pinned_pids.clone(),
+        files: Vec::new(),
+        top: TRACE_TOP,
+    }
+}
+
+/// Builds the report of a sample and, when traced, of its eBPF counters: findings of both
+/// are computed here, once. Pure.
+pub fn build_with(sample: &Sample, trace: Option<TraceInput>) -> Report {
     let page = sample.system.page_size.max(1);
     let mut files: Vec<FileModel> = sample
         .files
@@ -410,7 +455,17 @@ pub fn build(sample: &Sample) -> Report {
             }
         })
         .collect();
-    copies::attribute(sample, &mut files);
+    // The read() ledger: from the counters when traced, else as the sample holds it
+    // (recordings of format 1).
+    let reads: BTreeMap<(i32, FileKey), u64> = match trace {
+        Some(t) => t.cur.io.iter().map(|(k, v)| (*k, v.read_bytes)).collect(),
+        None => sample
+            .reads
+            .iter()
+            .map(|r| ((r.pid, r.file), r.read_bytes))
+            .collect(),
+    };
+    copies::attribute(sample, &reads, &mut files);
     for f in &mut files {
         f.representations = copies::representations(f);
     }
@@ -467,7 +522,14 @@ pub fn build(sample: &Sample) -> Report {
     });
     let cgroups: Vec<CgroupModel> = sample.cgroups.iter().map(cgroup::build).collect();
     let system = system_model(sample);
-    let findings = findings::evaluate(&files, &cgroups);
+    let mut findings = findings::evaluate(&files, &cgroups);
+    let trace = trace.map(|t| {
+        let ctx = trace_context(sample, &files, t.cur);
+        let m = trace::TraceModel::new(t.cur, t.prev, &ctx);
+        findings.extend(trace::findings::evaluate(&m, &ctx));
+        findings.sort_by_key(|f| f.severity);
+        m
+    });
     Report {
         schema_version: SCHEMA_VERSION,
         system,
@@ -477,7 +539,7 @@ pub fn build(sample: &Sample) -> Report {
         findings,
         skipped: sample.skipped.clone(),
         gpus: device::gpus(sample),
-        trace: None,
+        trace,
         at_unix_ns: None,
         rates: None,
     }
@@ -517,15 +579,6 @@ fn holders(sample: &Sample, key: FileKey) -> Vec<Holder> {
             })
         })
         .collect()
-}
-
-/// Adds the traced counters of `scan --trace` and their findings to a report.
-pub fn apply_trace(report: &mut Report, model: trace::TraceModel, ctx: &trace::TraceContext) {
-    report
-        .findings
-        .extend(trace::findings::evaluate(&model, ctx));
-    report.findings.sort_by_key(|f| f.severity);
-    report.trace = Some(model);
 }
 
 fn system_model(sample: &Sample) -> SystemModel {

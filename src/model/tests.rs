@@ -432,3 +432,46 @@ fn a_proven_device_copy_is_in_the_count_and_not_suspected_again() {
     assert_eq!(f.representations.proven, Some(2.0));
     assert_eq!(f.representations.suspected_device, 0.0);
 }
+
+/// arm64 with 64 KiB pages (Grace Hopper): the page size comes from the sample (sysconf on
+/// the machine that collected it), and every page count follows it: the page-cache
+/// fraction counts whole 64 KiB pages (the last, partial one cached whole), a mapping past
+/// the end of the file is measured from the end of its last page, and the residency
+/// record counts 64 KiB pages.
+#[test]
+fn page_counts_follow_a_64k_page_size() {
+    const K: u64 = 1024;
+    let size = 100 * K; // two 64 KiB pages, the second partial
+    let mut mapper = proc_(11, MIB);
+    // Mapped 192 KiB from offset 0: 64 KiB past the end of the last page (128 KiB).
+    mapper
+        .mappings
+        .push(map(1, 192 * K, true, false, 64 * K, 0));
+    let mut s = sample(vec![file(1, size, Some(64 * K))], vec![mapper]);
+    let at = |s: &Sample| {
+        let r = build(s);
+        let f = r.files.iter().find(|f| f.key == key(1)).unwrap().clone();
+        (f.resident_fraction.unwrap(), f.mappers[0].beyond_eof_bytes)
+    };
+    s.system.page_size = 64 * K;
+    assert_eq!(
+        at(&s),
+        (0.5, 64 * K),
+        "64 KiB pages: 1 of 2 pages, 64 KiB past EOF"
+    );
+    s.system.page_size = 16 * K;
+    assert_eq!(at(&s), (4.0 / 7.0, 80 * K), "16 KiB pages: 4 of 7 pages");
+    s.system.page_size = 4 * K;
+    assert_eq!(at(&s), (16.0 / 25.0, 92 * K), "4 KiB pages: 16 of 25 pages");
+    assert_eq!(build(&s).system.page_size_bytes, 4 * K);
+
+    // `twofold residency`'s record: 64 KiB pages counted as such.
+    let cached = ResidencySample {
+        cached_bytes: 64 * K,
+        ..ResidencySample::default()
+    };
+    let r = residency::build("/m/f1.gguf", Some(size), 64 * K, Ok(&cached), None);
+    assert_eq!((r.pages, r.resident_pages), (Some(2), Some(1)));
+    assert_eq!(r.resident_bytes, Some(64 * K));
+    assert_eq!(r.resident_fraction, Some(0.5));
+}

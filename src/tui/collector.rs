@@ -116,7 +116,7 @@ impl Collector {
 
     fn collect(&mut self) -> bool {
         let mut warnings = Vec::new();
-        let report = match self.engine.snapshot(Vec::new(), &mut warnings) {
+        let report = match self.engine.snapshot(&mut warnings) {
             Ok(mut snap) => {
                 self.merge_manual(&mut snap.sample);
                 let r = engine::report(&snap, self.prev.as_ref());

@@ -1,7 +1,7 @@
 //! Findings from traced counters: who copies a model with read(), which files thrash,
 //! who stalls in direct reclaim, who was OOM-killed. Small rules over a [`TraceModel`].
 
-use super::{file_key, TraceContext, TraceModel};
+use super::{TraceContext, TraceModel};
 use crate::model::findings::{Finding, Severity};
 use crate::units::iec;
 
@@ -34,14 +34,15 @@ fn finding(
     }
 }
 
-/// Findings over a model computed for the whole traced window.
+/// Findings over the totals since attach (whatever interval the model's rates cover).
 pub fn evaluate(m: &TraceModel, ctx: &TraceContext) -> Vec<Finding> {
     let mut out = Vec::new();
-    let secs = m.interval_secs;
+    // The rules read totals since attach: they are stated over that time.
+    let secs = m.at_secs;
     for p in &m.processes {
         let comm = p.comm.as_deref().unwrap_or("?");
         for f in &p.files {
-            let key = file_key(&f.device, f.inode);
+            let key = f.key;
             let size = ctx.sizes.get(&key).copied();
             let big = f.read_bytes >= COPY_MIN_BYTES
                 || size.is_some_and(|s| {
@@ -67,7 +68,11 @@ pub fn evaluate(m: &TraceModel, ctx: &TraceContext) -> Vec<Finding> {
         }
         let ns = p.total.reclaim_ns.unwrap_or(0);
         if ns >= RECLAIM_MIN_NS {
-            let n = p.total.direct_reclaims.unwrap_or(0) + p.total.memcg_reclaims.unwrap_or(0);
+            let n = p
+                .total
+                .direct_reclaims
+                .unwrap_or(0)
+                .saturating_add(p.total.memcg_reclaims.unwrap_or(0));
             out.push(finding(
                 Severity::Notice,
                 "direct-reclaim",
@@ -99,7 +104,7 @@ pub fn evaluate(m: &TraceModel, ctx: &TraceContext) -> Vec<Finding> {
             format!(
                 "'{}' had {} evicted and read back in {secs:.1} s: the page cache cannot hold it",
                 name(&shown),
-                iec(pages * 4096)
+                iec(pages.saturating_mul(4096))
             ),
             Some("leave room for the page cache (memory limit, competing copies) or keep it mapped and locked"),
         ));
