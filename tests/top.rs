@@ -380,3 +380,63 @@ fn esc_cancels_a_running_proof_and_the_copy_stays_suspected() {
     tmux.keys(&["q"]);
     assert_eq!(wait_file(&exit, long).trim(), "EXIT=0");
 }
+
+#[test]
+fn t_turns_ebpf_tracing_on_and_the_file_page_shows_its_reads() {
+    if !require(have("tmux"), "tmux (scripts/test.sh installs it)")
+        || !require(is_root(), "root (to attach the eBPF programs)")
+    {
+        return;
+    }
+    let _ = Command::new("mount")
+        .args(["-t", "tracefs", "nodev", "/sys/kernel/tracing"])
+        .status();
+    let dir = tempfile::tempdir().unwrap();
+    let file = model_file(dir.path(), "traced.gguf", 10 * MIB);
+    let map = reader("map", Some(&file), &[]);
+    let exit = dir.path().join("exit");
+    let tmux = Tmux::new("trace");
+    tmux.start(
+        140,
+        40,
+        &format!(
+            "sh -c '{} top --no-prove --interval 500ms {}; echo EXIT=$? > {}'",
+            exe().display(),
+            file.display(),
+            exit.display()
+        ),
+    );
+    let long = Duration::from_secs(60);
+    tmux.wait_for("the file row", long, |s| {
+        file_row(s, "traced.gguf").is_some()
+    });
+    tmux.keys(&["/"]);
+    tmux.keys(&["-l", "traced.gguf"]);
+    tmux.keys(&["Enter"]);
+    tmux.wait_for("the filter", long, |s| s.contains("filter /traced.gguf"));
+    tmux.keys(&["Enter"]);
+    tmux.wait_for("the file's page, untraced", long, |s| {
+        s.contains("trace: off (t turns eBPF tracing on)")
+    });
+    tmux.keys(&["t"]);
+    tmux.wait_for("tracing on", long, |s| {
+        s.contains("TRACING") && s.contains("trace, pages/s:")
+    });
+    // A reader of the whole file while traced: its read() bytes show as a rate.
+    let copy = reader("copy", Some(&file), &["--close"]);
+    let s = tmux.wait_for("a read() rate", long, |s| {
+        s.lines()
+            .find(|l| l.contains("trace, pages/s:"))
+            .and_then(|l| l.split("read() ").nth(1))
+            .is_some_and(|r| !r.starts_with("0 B/s") && !r.starts_with("n/a"))
+    });
+    assert!(s.contains("TRACING"), "{s}");
+    drop(copy);
+    tmux.keys(&["t"]);
+    tmux.wait_for("tracing off", long, |s| {
+        !s.contains("TRACING") && s.contains("tracing off")
+    });
+    tmux.keys(&["q"]);
+    assert_eq!(wait_file(&exit, long).trim(), "EXIT=0");
+    drop(map);
+}

@@ -29,6 +29,8 @@ pub enum Control {
     Open(Option<(FileKey, String)>),
     /// Search this process's memory for copies of the files it is a candidate for.
     Prove { pid: i32, progress: Arc<Progress> },
+    /// `t`: eBPF tracing on or off (the engine attaches or detaches its programs).
+    Tracing(bool),
 }
 
 /// A proof's end, from its thread to the collector.
@@ -281,6 +283,18 @@ pub fn collect_loop(
                         })
                 }
                 Ok(Control::Prove { pid, progress }) => c.start_proof(pid, progress),
+                Ok(Control::Tracing(on)) => {
+                    let status = match c.engine.set_tracing(on) {
+                        Ok(()) if on => "tracing on: rates appear from the next collection".into(),
+                        Ok(()) => "tracing off".into(),
+                        Err(why) => format!("tracing unavailable: {why}"),
+                    };
+                    c.send(Update {
+                        status: Some(status),
+                        tracing: Some(c.engine.tracing()),
+                        ..Update::default()
+                    })
+                }
                 Err(RecvTimeoutError::Timeout) => true,
                 Err(RecvTimeoutError::Disconnected) => false,
             };

@@ -52,6 +52,8 @@ pub struct Update {
     pub status: Option<String>,
     /// The proof of this pid (started with `p`) has ended.
     pub proof_done: Option<i32>,
+    /// Whether eBPF tracing is on now (after `t`).
+    pub tracing: Option<bool>,
 }
 
 impl Update {
@@ -70,6 +72,7 @@ impl Update {
             map: newer.map.or(self.map),
             status: newer.status.or(self.status),
             proof_done: newer.proof_done.or(self.proof_done),
+            tracing: newer.tracing.or(self.tracing),
         }
     }
 }
@@ -134,6 +137,9 @@ fn apply(state: &mut State, report: &mut Option<Box<Report>>, u: Update) {
     }
     if let Some(s) = u.status {
         state.status = Some(s);
+    }
+    if let Some(on) = u.tracing {
+        state.tracing = on;
     }
     if let Some(pid) = u.proof_done {
         if state.proving.as_ref().is_some_and(|p| p.pid == pid) {
@@ -299,6 +305,15 @@ where
             }
             Action::Prove => {
                 start_proof(state, report.as_deref(), feed);
+                dirty = true;
+            }
+            Action::ToggleTrace => {
+                let on = !state.tracing;
+                state.status = Some(if feed.control(Control::Tracing(on)) {
+                    format!("turning tracing {}…", if on { "on" } else { "off" })
+                } else {
+                    "tracing can only be turned on live, not in a replay".into()
+                });
                 dirty = true;
             }
             Action::CancelProve => {

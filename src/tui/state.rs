@@ -110,6 +110,8 @@ pub enum Action {
     Prove,
     /// Esc while a proof runs: cancel it.
     CancelProve,
+    /// `t`: turn eBPF tracing on or off.
+    ToggleTrace,
     /// ← on the cgroups view: fold the selected cgroup ([`State::fold_selected`]).
     Fold,
 }
@@ -215,6 +217,8 @@ pub struct State {
     pub status: Option<String>,
     /// The proof started with `p`, while it runs.
     pub proving: Option<Proving>,
+    /// eBPF tracing is on (the collector said so after `t`).
+    pub tracing: bool,
     /// Where the last draw put its tables (for the mouse).
     pub hits: Hits,
     /// Cgroups whose processes are shown under them (Enter / → on a cgroup).
@@ -272,6 +276,7 @@ impl State {
             file_rows_seen: 0,
             status: None,
             proving: None,
+            tracing: false,
             hits: Hits::default(),
             expanded: BTreeSet::new(),
             workload: Workload::Off,
@@ -358,6 +363,7 @@ impl State {
                 Action::Redraw
             }
             Key::Char('p') if self.view == View::Files => Action::Prove,
+            Key::Char('t') => Action::ToggleTrace,
             Key::Char('w') => {
                 self.view = View::Cgroups;
                 self.workload = match self.workload {

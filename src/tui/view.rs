@@ -141,6 +141,9 @@ fn draw_header(frame: &mut Frame, area: Rect, st: &State, report: Option<&Report
             t.fg(Color::Yellow).add_modifier(Modifier::BOLD),
         ));
     }
+    if st.tracing {
+        top.push(Span::styled(" · TRACING", t.fg(Color::Cyan)));
+    }
     top.push(Span::raw(format!(
         " · self cpu {} rss {}",
         st.own_cpu_percent

@@ -110,6 +110,30 @@ fn map_lines(st: &State, f: &FileModel, cols: usize) -> Vec<Line<'static>> {
 }
 
 /// The open file; returns the table body's place (first row, rows, offset) for the mouse.
+/// The file's eBPF rates over the last interval, or why there are none.
+fn trace_line(st: &State, report: &Report, f: &FileModel) -> String {
+    let Some(tr) = &report.trace else {
+        return if st.tracing {
+            "trace: on, rates from the next collection".into()
+        } else {
+            "trace: off (t turns eBPF tracing on)".into()
+        };
+    };
+    let Some(ft) = tr.files.iter().find(|t| t.key == f.key) else {
+        return "trace: nothing recorded for this file yet".into();
+    };
+    let r = |v: Option<f64>| v.map_or_else(|| "n/a".to_string(), |v| format!("{v:.0}"));
+    format!(
+        "trace, pages/s: faults {}  added {}  evicted {}  refaulted {} · read() {}/s",
+        r(ft.file_faults_per_sec),
+        r(ft.added_pages_per_sec),
+        r(ft.evicted_pages_per_sec),
+        r(ft.refault_pages_per_sec),
+        ft.read_bytes_per_sec
+            .map_or_else(|| "n/a".to_string(), |b| crate::units::iec(b as u64)),
+    )
+}
+
 pub(super) fn draw_file(
     frame: &mut Frame,
     area: Rect,
@@ -140,6 +164,7 @@ pub(super) fn draw_file(
     if let Some(reason) = &f.residency_unknown_reason {
         lines.push(Line::from(format!("residency unknown: {}", safe(reason))));
     }
+    lines.push(Line::from(trace_line(st, report, f)));
     let map = map_lines(st, f, area.width as usize);
     // Small screens keep one map line, the sparklines and a few rows of the table.
     let map_h = if area.height < 20 {
@@ -147,8 +172,11 @@ pub(super) fn draw_file(
     } else {
         map.len().min(5)
     } as u16;
+    // Wrapped lines (a long count line) take more than one row each.
+    let cols = usize::from(area.width.max(1));
+    let head_h: usize = lines.iter().map(|l| l.width().max(1).div_ceil(cols)).sum();
     let [head, map_area, sparks, rest] = Layout::vertical([
-        Constraint::Length(lines.len() as u16),
+        Constraint::Length(head_h as u16),
         Constraint::Length(map_h),
         Constraint::Length(3),
         Constraint::Min(2),
