@@ -220,8 +220,8 @@ fn cow_is_counted_once_and_not_as_a_copy() {
     assert!((f.representations.cow.unwrap() - 0.88).abs() < 1e-9);
     assert!((f.representations.proven.unwrap() - 1.88).abs() < 1e-9);
     assert!(r.findings.iter().any(|x| x.code == "cow-in-private-mapping"
-        && x.message.contains("88.0 MiB")
-        && x.message.contains("written in place")));
+        && x.message().contains("88.0 MiB")
+        && x.message().contains("written in place")));
 }
 
 #[test]
@@ -245,7 +245,7 @@ fn shared_low_residency_and_beyond_eof() {
     assert!(r
         .findings
         .iter()
-        .any(|x| x.message.contains("44% resident")));
+        .any(|x| x.message().contains("44% resident")));
 }
 
 #[test]
