@@ -409,7 +409,7 @@ fn scan_trace_names_the_copying_loader() {
     assert_eq!(p.total.read_bytes, Some(size));
     let f = r.findings.iter().find(|f| f.code == "read-copy").unwrap();
     assert_eq!(
-        f.message,
+        f.message(),
         format!(
             "pid {} (twofold) read 80.0 MiB of 'model.gguf' with read() in {:.1} s: a copying loader",
             copy.pid(),
@@ -437,10 +437,10 @@ fn scan_trace_names_the_copying_loader() {
         .unwrap();
     assert!(
         proven
-            .message
+            .message()
             .contains("read() 100% of the file during the trace"),
         "{}",
-        proven.message
+        proven.message()
     );
 }
 
@@ -855,7 +855,7 @@ fn scan_trace_replays_byte_for_byte() {
                 .iter()
                 .any(|f| f.of_interest && f.path.as_deref() == file.to_str()));
         } else {
-            assert!(live.contains("TRACED FOR 0.5 s (eBPF)"), "{live}");
+            assert!(live.contains("\nTRACED FOR "), "{live}");
         }
     }
 }

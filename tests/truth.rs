@@ -349,12 +349,16 @@ fn private_mapping_written_in_place_is_cow_counted_once() {
     assert_count(&f, 2.0);
     assert!((f.representations.cow.unwrap() - 1.0).abs() < 0.01);
     assert!(f.proven_copies.is_empty(), "{:?}", f.proven_copies);
-    let mine: Vec<_> = r.findings.iter().filter(|x| x.subject == p).collect();
+    let mine: Vec<_> = r.findings.iter().filter(|x| x.subject() == p).collect();
     let cow = mine
         .iter()
         .find(|x| x.code == "cow-in-private-mapping")
         .unwrap();
-    assert!(cow.message.contains("written in place"), "{}", cow.message);
+    assert!(
+        cow.message().contains("written in place"),
+        "{}",
+        cow.message()
+    );
     assert!(
         !mine.iter().any(|x| x.code == "proven-private-copy"),
         "{mine:?}"
@@ -400,7 +404,7 @@ fn zero_copy_loaders_count_one_without_a_copy_finding() {
         let codes: Vec<&str> = r
             .findings
             .iter()
-            .filter(|x| Path::new(&x.subject) == path.as_path())
+            .filter(|x| Path::new(&x.subject()) == path.as_path())
             .map(|x| x.code.as_str())
             .collect();
         assert!(

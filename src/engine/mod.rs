@@ -181,16 +181,15 @@ impl Engine {
     /// could not be read, a file that vanished) are appended.
     pub fn snapshot(&mut self, warnings: &mut Vec<String>) -> anyhow::Result<Snapshot> {
         let (at_unix_ns, at_mono_ns) = now();
-        // The counters first: whatever the collection below finds, the ledger already
-        // holds the reads that led to it.
-        let mut trace = self.tracing.as_mut().and_then(|t| {
+        if let Some(t) = self.tracing.as_mut() {
             warnings.append(&mut t.warnings);
-            let sample = t.tracer.as_ref().map(Tracer::sample);
-            if t.once {
-                t.tracer = None; // Detached: the collection below runs untraced.
-            }
-            sample
-        });
+        }
+        // A one-shot window (`trace_once`) is read first and detached, so the collection
+        // and the proof run untraced.
+        let mut trace = match self.tracing.as_mut() {
+            Some(t) if t.once => t.tracer.take().map(|tracer| tracer.sample()),
+            _ => None,
+        };
         // GPUs next: the processes holding device memory are kept in the sample.
         let gpu = crate::collect::gpu::sample(self.gpu.as_mut(), &self.roots.proc);
         self.req.gpu_pids = gpu
@@ -200,17 +199,24 @@ impl Engine {
             .collect();
         let mut sample = gather::gather(&self.roots, &self.req, warnings)?;
         sample.gpu = gpu;
-        if let (Some(t), Some(cur)) = (self.tracing.as_mut(), trace.as_mut()) {
+        if let Some(opts) = self.prove {
+            sample.proofs = self.prove(&sample, opts, warnings);
+        }
+        if let Some(t) = self.tracing.as_mut() {
+            // Continuous tracing reads the counters after the collection and the proof:
+            // a copy the proof found was read before, so the ledger holds its reads.
+            if let Some(tracer) = &t.tracer {
+                trace = Some(tracer.sample());
+            }
             // The read() ledger is the counters' `io` (cumulative since attach: a process
             // that read a file an hour ago and closed it is still known to have ingested
             // it); `sample.reads` stays empty rather than hold it twice.
-            t.annotate(&self.req, &sample, cur, warnings);
-        }
-        if self.tracing.as_ref().is_some_and(|t| t.tracer.is_none()) {
-            self.tracing = None;
-        }
-        if let Some(opts) = self.prove {
-            sample.proofs = self.prove(&sample, opts, warnings);
+            if let Some(cur) = trace.as_mut() {
+                t.annotate(&self.req, &sample, cur, warnings);
+            }
+            if t.tracer.is_none() {
+                self.tracing = None;
+            }
         }
         Ok(Snapshot {
             version: SNAPSHOT_VERSION,

@@ -25,7 +25,7 @@ use serde::{Deserialize, Serialize};
 use crate::sample::trace::TraceSample;
 use crate::sample::{FileKey, ProcessSample, Sample, Skipped, Unreadable};
 pub use cgroup::CgroupModel;
-pub use findings::{Finding, Severity};
+pub use findings::{Code, Finding, Severity};
 
 /// Version of the JSON document; bumped on any incompatible change.
 pub const SCHEMA_VERSION: u32 = 1;

@@ -220,8 +220,8 @@ fn cow_is_counted_once_and_not_as_a_copy() {
     assert!((f.representations.cow.unwrap() - 0.88).abs() < 1e-9);
     assert!((f.representations.proven.unwrap() - 1.88).abs() < 1e-9);
     assert!(r.findings.iter().any(|x| x.code == "cow-in-private-mapping"
-        && x.message.contains("88.0 MiB")
-        && x.message.contains("written in place")));
+        && x.message().contains("88.0 MiB")
+        && x.message().contains("written in place")));
 }
 
 #[test]
@@ -245,7 +245,7 @@ fn shared_low_residency_and_beyond_eof() {
     assert!(r
         .findings
         .iter()
-        .any(|x| x.message.contains("44% resident")));
+        .any(|x| x.message().contains("44% resident")));
 }
 
 #[test]
@@ -366,10 +366,10 @@ fn device_memory_of_a_mapper_is_a_suspected_device_copy_beside_the_count() {
         .expect("finding");
     assert!(
         found
-            .message
+            .message()
             .contains("discrete GPU the device copy is the right one"),
         "{}",
-        found.message
+        found.message()
     );
 }
 
@@ -382,11 +382,13 @@ fn on_an_integrated_gpu_the_finding_says_the_page_cache_could_be_read_in_place()
         .find(|f| f.code == "suspected-device-copy")
         .expect("finding");
     assert!(
-        found.message.contains("could read the page cache in place"),
+        found
+            .message()
+            .contains("could read the page cache in place"),
         "{}",
-        found.message
+        found.message()
     );
-    assert!(found.remedy.as_deref().unwrap().contains("twofold probe"));
+    assert!(found.remedy().unwrap().contains("twofold probe"));
 }
 
 #[test]

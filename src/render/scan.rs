@@ -394,8 +394,9 @@ pub fn human(report: &Report) -> String {
             Severity::Notice => "notice ",
             Severity::Info => "info   ",
         };
-        let _ = writeln!(out, "  {tag}  {}", f.message);
-        if let Some(r) = &f.remedy {
+        let t = f.text();
+        let _ = writeln!(out, "  {tag}  {}", t.message);
+        if let Some(r) = &t.remedy {
             let _ = writeln!(out, "           → {r}");
         }
     }

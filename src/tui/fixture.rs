@@ -4,7 +4,7 @@
 
 use crate::model::rates::{ProcessRate, Rates};
 use crate::model::{
-    CandidateCounts, CgroupModel, CopyHow, FileModel, Finding, Holder, MapKind, Mapper,
+    CandidateCounts, CgroupModel, Code, CopyHow, FileModel, Finding, Holder, MapKind, Mapper,
     ProcessModel, ProvenCopy, Report, Representations, Severity, SuspectedCopy, SystemModel,
 };
 use crate::sample::{CandidateWhy, CgroupVersion, FileKey, Skipped};
@@ -267,17 +267,21 @@ pub fn report() -> Report {
         findings: vec![
             Finding {
                 severity: Severity::Notice,
-                code: "suspected-private-copy".into(),
-                subject: "/models/qwen2-7b.safetensors".into(),
-                message: "pid 6161 (vllm) could hold a copy of 'qwen2-7b.safetensors'".into(),
-                remedy: None,
+                code: Code::Text {
+                    code: "suspected-private-copy".into(),
+                    subject: "/models/qwen2-7b.safetensors".into(),
+                    message: "pid 6161 (vllm) could hold a copy of 'qwen2-7b.safetensors'".into(),
+                    remedy: None,
+                },
             },
             Finding {
                 severity: Severity::Warning,
-                code: "private-copy".into(),
-                subject: "/models/llama-3-8b.Q4_K_M.gguf".into(),
-                message: "'llama-3-8b.Q4_K_M.gguf' is in memory 2.00 times".into(),
-                remedy: Some("map it instead of reading it".into()),
+                code: Code::Text {
+                    code: "private-copy".into(),
+                    subject: "/models/llama-3-8b.Q4_K_M.gguf".into(),
+                    message: "'llama-3-8b.Q4_K_M.gguf' is in memory 2.00 times".into(),
+                    remedy: Some("map it instead of reading it".into()),
+                },
             },
         ],
         skipped: Skipped::default(),

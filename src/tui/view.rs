@@ -642,7 +642,7 @@ fn draw_findings(frame: &mut Frame, area: Rect, report: Option<&Report>, t: &The
             };
             Line::from(vec![
                 Span::styled(tag, style),
-                Span::raw(format!(" {}", safe(&f.message))),
+                Span::raw(format!(" {}", safe(&f.message()))),
             ])
         })
         .collect();
