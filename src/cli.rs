@@ -284,6 +284,9 @@ pub enum DumpWhat {
     Files,
     Processes,
     Cgroups,
+    /// eBPF counters of snapshots recorded with `record --trace`: per file and per
+    /// process, totals since attach and rates since the snapshot before.
+    Trace,
 }
 
 #[derive(Debug, Clone, Copy, ValueEnum, PartialEq, Eq)]
@@ -633,6 +636,11 @@ pub enum ChildMode {
     /// mmap read-only (MAP_SHARED, or MAP_PRIVATE with --private) and read every page
     /// over and over, appending each pass's time to --stats.
     MapLoop,
+    /// read() the file into a heap buffer, copy it to CUDA device --gpu (cuMemAlloc +
+    /// cuMemcpyHtoD), read it back and check it identical, and leave an attestation of
+    /// the proven device copy (see `collect::gpu`) until it exits. --free-host frees the
+    /// heap buffer after the upload.
+    CudaLoad,
 }
 
 #[derive(Debug, Args)]
@@ -664,6 +672,12 @@ pub struct ChildArgs {
     /// llama.cpp `--load-mode none` do), so only the copy is left.
     #[arg(long)]
     pub close: bool,
+    /// cuda-load: CUDA device ordinal.
+    #[arg(long, default_value_t = 0)]
+    pub gpu: i32,
+    /// cuda-load: free the host buffer once the device copy is made.
+    #[arg(long)]
+    pub free_host: bool,
     /// map-loop: file to append `<seconds since start> <pass milliseconds>` lines to.
     #[arg(long, value_name = "FILE")]
     pub stats: Option<PathBuf>,

@@ -234,6 +234,47 @@ pub struct CgroupSample {
     pub events: std::collections::BTreeMap<String, u64>,
     /// v1 `memory.failcnt`.
     pub failcnt: Option<u64>,
+    /// v2 `memory.min` and `memory.low` (protection; v1 has neither).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub min_bytes: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub low_bytes: Option<u64>,
+    /// v2 `memory.high` (throttling); `None` inside means `max`, as for `limit_bytes`.
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        with = "double_option"
+    )]
+    pub high_bytes: Option<Option<u64>>,
+    /// v2 `memory.pressure` `some`/`full` `avg10` (percent), where PSI is on.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pressure: Option<PressureSample>,
+}
+
+/// `avg10` of a PSI file's `some` and `full` lines, percent of time stalled over 10 s
+/// (<https://docs.kernel.org/accounting/psi.html>).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
+pub struct PressureSample {
+    pub some_avg10: f64,
+    pub full_avg10: Option<f64>,
+}
+
+impl PressureSample {
+    /// Parses `some avg10=0.00 avg60=... total=...` and `full avg10=...`.
+    pub fn parse(text: &str) -> Option<PressureSample> {
+        let avg10 = |kind: &str| {
+            text.lines()
+                .find(|l| l.starts_with(kind))?
+                .split_whitespace()
+                .find_map(|w| w.strip_prefix("avg10="))?
+                .parse::<f64>()
+                .ok()
+        };
+        Some(PressureSample {
+            some_avg10: avg10("some ")?,
+            full_avg10: avg10("full "),
+        })
+    }
 }
 
 /// `Option<Option<u64>>` that survives a JSON round trip: absent, `null`, or a value.
@@ -285,10 +326,18 @@ pub struct Sample {
     /// Byte-level searches of candidates' memory (empty with `--no-prove`).
     #[serde(default)]
     pub proofs: Vec<ProofSample>,
-    /// The eBPF read() ledger of a traced window (`scan --trace`): per (process, file),
-    /// bytes read with read()/pread and mmap calls, even by processes that closed the file.
-    #[serde(default)]
+    /// The eBPF read() ledger of a traced window: per (process, file), bytes read with
+    /// read()/pread and mmap calls, even by processes that closed the file. Only in
+    /// snapshots of version 1; since version 2 the ledger is the snapshot's trace
+    /// (`TraceSample::io`) and this stays empty.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub reads: Vec<ReadSample>,
+    /// GPUs and per-process device memory (NVML); recordings made before it have none.
+    #[serde(default)]
+    pub gpu: GpuSample,
+    /// (pid, file) pairs where the process's command line names the file.
+    #[serde(default)]
+    pub named: Vec<(i32, FileKey)>,
 }
 
 /// One (process, file) entry of the read() ledger.
@@ -355,3 +404,110 @@ pub struct ProofSample {
 }
 
 pub mod trace;
+
+/// GPUs and the device memory of each process on them (NVML), read each snapshot.
+/// `not_available` says why there is nothing (no libnvidia-ml, no NVIDIA GPU, NVML failed):
+/// then every GPU field is unknown, never 0.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct GpuSample {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub not_available: Option<String>,
+    #[serde(default)]
+    pub devices: Vec<GpuDeviceSample>,
+    /// Device copies of a model file that twofold's own loaders made and checked byte
+    /// for byte (`twofold __child cuda-load`): the only device copies that are proven,
+    /// since no other process's device memory can be read.
+    #[serde(default)]
+    pub device_proofs: Vec<DeviceProofSample>,
+}
+
+/// One GPU as NVML reports it.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct GpuDeviceSample {
+    /// NVML index.
+    pub index: u32,
+    pub name: Option<String>,
+    pub uuid: Option<String>,
+    /// `0000:3b:00.0` (lower case, 4-digit domain, as sysfs names it).
+    pub pci_bus_id: Option<String>,
+    pub memory_total_bytes: Option<u64>,
+    pub memory_used_bytes: Option<u64>,
+    pub memory_free_bytes: Option<u64>,
+    /// Current PCIe link generation and width; `None` where NVML has none (integrated).
+    pub pcie_link_gen: Option<u32>,
+    pub pcie_link_width: Option<u32>,
+    /// The GPU shares the host's DRAM (CUDA's `CU_DEVICE_ATTRIBUTE_INTEGRATED`); `None`:
+    /// not known (libcuda absent).
+    pub integrated: Option<bool>,
+    /// Processes with memory on this GPU (compute and graphics).
+    pub processes: Vec<GpuProcessSample>,
+    /// Why the process list could not be read, when it could not.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub processes_unavailable: Option<String>,
+}
+
+/// How a process uses a GPU.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum GpuProcessKind {
+    Compute,
+    Graphics,
+}
+
+/// One process on one GPU.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct GpuProcessSample {
+    pub pid: i32,
+    pub kind: GpuProcessKind,
+    /// Device memory it holds; `None` where the driver does not say (WDDM, MIG without
+    /// privilege).
+    pub used_bytes: Option<u64>,
+}
+
+/// A device copy a twofold loader made of a model file and checked against it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct DeviceProofSample {
+    pub pid: i32,
+    pub file: FileKey,
+    /// NVML UUID of the GPU holding the copy.
+    pub gpu_uuid: Option<String>,
+    /// File bytes copied to the device and read back identical (xxh3 of both).
+    pub file_bytes: u64,
+    /// Device memory the loader allocated for them (`cuMemGetInfo` before and after).
+    pub device_bytes: u64,
+    /// xxh3-64 of the file bytes and of the device bytes read back.
+    pub file_xxh3: String,
+    pub device_xxh3: String,
+}
+
+/// A map written as a sorted list of `[key, value]` entries: JSON objects only take string
+/// keys, and a file key or a (process, file) pair is not one.
+pub mod entries {
+    use std::collections::BTreeMap;
+
+    use serde::de::{Deserialize, Deserializer};
+    use serde::ser::{SerializeSeq, Serializer};
+    use serde::Serialize;
+
+    pub fn serialize<S, K, V>(map: &BTreeMap<K, V>, s: S) -> Result<S::Ok, S::Error>
+    where
+        S: Serializer,
+        K: Serialize,
+        V: Serialize,
+    {
+        let mut seq = s.serialize_seq(Some(map.len()))?;
+        for entry in map {
+            seq.serialize_element(&entry)?;
+        }
+        seq.end()
+    }
+
+    pub fn deserialize<'de, D, K, V>(d: D) -> Result<BTreeMap<K, V>, D::Error>
+    where
+        D: Deserializer<'de>,
+        K: Deserialize<'de> + Ord,
+        V: Deserialize<'de>,
+    {
+        Ok(Vec::<(K, V)>::deserialize(d)?.into_iter().collect())
+    }
+}

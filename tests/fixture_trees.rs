@@ -221,6 +221,7 @@ fn snapshots_round_trip_through_json() {
             at_unix_ns: 1_764_472_320_123_456_789,
             at_mono_ns: 42,
             sample,
+            trace: None,
         };
         let text = serde_json::to_vec(&snap).unwrap();
         let back: twofold::engine::Snapshot = serde_json::from_slice(&text).unwrap();

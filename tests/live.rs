@@ -126,7 +126,7 @@ fn copy_and_map_readers_are_told_apart() {
     assert!(f.representations.lower_bound);
     assert!((f.representations.suspected - 1.0).abs() < 0.01);
     assert!(r.findings.iter().any(|x| x.code == "suspected-private-copy"
-        && x.message
+        && x.message()
             .starts_with(&format!("pid {} (twofold) could hold a copy", copy.pid()))));
 }
 

@@ -78,6 +78,17 @@ impl Tmux {
 
 impl Drop for Tmux {
     fn drop(&mut self) {
+        // The pane's processes first (and their children), by pid: a top that does not
+        // stop on the server's hangup must not outlive the test.
+        let panes = self.cmd(&["list-panes", "-a", "-F", "#{pane_pid}"]);
+        let pids: Vec<String> = String::from_utf8_lossy(&panes.stdout)
+            .split_whitespace()
+            .map(str::to_string)
+            .collect();
+        for pid in &pids {
+            let _ = Command::new("pkill").args(["-9", "-P", pid]).status();
+            let _ = Command::new("kill").args(["-9", pid]).status();
+        }
         let _ = self.cmd(&["kill-server"]);
     }
 }
@@ -166,7 +177,7 @@ fn top_in_tmux_shows_the_count_and_the_copy_and_quits_cleanly() {
 
     // Cgroups, then back to files and into the file.
     tmux.keys(&["3"]);
-    tmux.wait_for("the cgroups view", long, |s| s.contains("usage / limit"));
+    tmux.wait_for("the cgroups view", long, |s| s.contains("usage / max"));
     tmux.keys(&["1"]);
     tmux.wait_for("the files view", long, |s| {
         file_row(s, "twin.gguf").is_some()
@@ -234,4 +245,198 @@ fn top_replays_a_recording_made_by_scan() {
     tmux.keys(&["[", "]"]);
     tmux.keys(&["q"]);
     assert_eq!(wait_file(&exit, Duration::from_secs(30)).trim(), "EXIT=0");
+}
+
+#[test]
+fn p_proves_a_suspected_copy_in_the_background() {
+    if !require(have("tmux"), "tmux (scripts/test.sh installs it)")
+        || !require(is_root(), "root (to search the copying reader's memory)")
+    {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    // A size no other test uses: model_file's bytes depend on the size only, and another
+    // test's copy of the same bytes would count here.
+    let file = model_file(dir.path(), "suspect.gguf", 12 * MIB);
+    let copy = reader("copy", Some(&file), &["--close"]);
+    let pid = copy.pid().to_string();
+    let exit = dir.path().join("exit");
+    let tmux = Tmux::new("prove");
+    // --no-prove: the copy is only suspected until p proves it.
+    tmux.start(
+        120,
+        40,
+        &format!(
+            "sh -c '{} top --no-prove --interval 500ms {}; echo EXIT=$? > {}'",
+            exe().display(),
+            file.display(),
+            exit.display()
+        ),
+    );
+    let long = Duration::from_secs(60);
+    let copier = |s: &str| {
+        s.lines()
+            .find(|l| l.trim_start().starts_with(&pid))
+            .map(str::to_string)
+    };
+    tmux.wait_for("the file row", long, |s| {
+        file_row(s, "suspect.gguf").is_some()
+    });
+    // Only this file (other tests' files come and go), then into it.
+    tmux.keys(&["/"]);
+    tmux.keys(&["-l", "suspect.gguf"]);
+    tmux.keys(&["Enter"]);
+    tmux.wait_for("the filter", long, |s| s.contains("filter /suspect.gguf"));
+    tmux.keys(&["Enter"]);
+    let s = tmux.wait_for("the suspected copy", long, |s| {
+        copier(s).is_some_and(|l| l.contains("suspected copy"))
+    });
+    assert!(!s.contains("in memory 2.00 times"), "{s}");
+    // Select the copier's row (other processes on the machine may be suspects too).
+    let rows: Vec<&str> = s
+        .lines()
+        .skip_while(|l| !l.starts_with("pid     comm"))
+        .skip(1)
+        .collect();
+    let at = rows
+        .iter()
+        .position(|l| l.trim_start().starts_with(&pid))
+        .unwrap();
+    for _ in 0..at {
+        tmux.keys(&["Down"]);
+    }
+    // p: proven byte by byte in the background; the row and the count follow.
+    tmux.keys(&["p"]);
+    let s = tmux.wait_for("the proven copy", long, |s| {
+        copier(s).is_some_and(|l| l.contains("private copy") && l.contains("proven"))
+    });
+    // "≥" where other processes on the machine are suspects too.
+    assert!(
+        s.contains("2.00 times: page cache 1.00 + CoW 0.00 + private copies 1.00"),
+        "{s}"
+    );
+    tmux.wait_for("the proof's end in the status line", long, |s| {
+        s.contains(&format!("proof of pid {pid} done"))
+    });
+    // It stays proven at the next collections (--no-prove does not undo it).
+    std::thread::sleep(Duration::from_millis(1500));
+    let s = tmux.screen();
+    assert!(copier(&s).is_some_and(|l| l.contains("proven")), "{s}");
+    // The page-cache map of the open file is drawn (root may mincore any file).
+    assert!(s.contains("page cache map (1 cell = "), "{s}");
+    tmux.keys(&["q"]);
+    assert_eq!(wait_file(&exit, long).trim(), "EXIT=0");
+}
+
+#[test]
+fn esc_cancels_a_running_proof_and_the_copy_stays_suspected() {
+    if !require(have("tmux"), "tmux (scripts/test.sh installs it)")
+        || !require(is_root(), "root (to search the copying reader's memory)")
+    {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    // Large enough that the search is still running when Esc arrives.
+    let file = model_file(dir.path(), "cancel.gguf", 512 * MIB);
+    let copy = reader("copy", Some(&file), &["--close"]);
+    let pid = copy.pid().to_string();
+    let exit = dir.path().join("exit");
+    let tmux = Tmux::new("cancel");
+    tmux.start(
+        120,
+        40,
+        &format!(
+            "sh -c '{} top --no-prove --interval 500ms {}; echo EXIT=$? > {}'",
+            exe().display(),
+            file.display(),
+            exit.display()
+        ),
+    );
+    let long = Duration::from_secs(60);
+    tmux.wait_for("the file row", long, |s| {
+        file_row(s, "cancel.gguf").is_some()
+    });
+    // Only this file (other tests' files come and go), then into it.
+    tmux.keys(&["/"]);
+    tmux.keys(&["-l", "cancel.gguf"]);
+    tmux.keys(&["Enter"]);
+    tmux.wait_for("the filter", long, |s| s.contains("filter /cancel.gguf"));
+    tmux.keys(&["Enter"]);
+    tmux.wait_for("the suspected copy", long, |s| s.contains("suspected copy"));
+    tmux.keys(&["p"]);
+    tmux.wait_for("the gauge", long, |s| {
+        s.contains(&format!("proving pid {pid}")) && s.contains("Esc cancels")
+    });
+    tmux.keys(&["Escape"]);
+    let s = tmux.wait_for("the cancelled proof", long, |s| {
+        s.contains(&format!("proof of pid {pid} cancelled"))
+    });
+    assert!(!s.contains("Esc cancels"), "{s}");
+    assert!(s.contains("suspected copy"), "{s}");
+    assert!(!s.contains("in memory 2.00 times"), "{s}");
+    // Esc again leaves the file; q quits: the terminal comes back with exit 0.
+    tmux.keys(&["Escape"]);
+    tmux.wait_for("the files view", long, |s| !s.contains("Files › "));
+    tmux.keys(&["q"]);
+    assert_eq!(wait_file(&exit, long).trim(), "EXIT=0");
+}
+
+#[test]
+fn t_turns_ebpf_tracing_on_and_the_file_page_shows_its_reads() {
+    if !require(have("tmux"), "tmux (scripts/test.sh installs it)")
+        || !require(is_root(), "root (to attach the eBPF programs)")
+    {
+        return;
+    }
+    let _ = Command::new("mount")
+        .args(["-t", "tracefs", "nodev", "/sys/kernel/tracing"])
+        .status();
+    let dir = tempfile::tempdir().unwrap();
+    let file = model_file(dir.path(), "traced.gguf", 10 * MIB);
+    let map = reader("map", Some(&file), &[]);
+    let exit = dir.path().join("exit");
+    let tmux = Tmux::new("trace");
+    tmux.start(
+        140,
+        40,
+        &format!(
+            "sh -c '{} top --no-prove --interval 500ms {}; echo EXIT=$? > {}'",
+            exe().display(),
+            file.display(),
+            exit.display()
+        ),
+    );
+    let long = Duration::from_secs(60);
+    tmux.wait_for("the file row", long, |s| {
+        file_row(s, "traced.gguf").is_some()
+    });
+    tmux.keys(&["/"]);
+    tmux.keys(&["-l", "traced.gguf"]);
+    tmux.keys(&["Enter"]);
+    tmux.wait_for("the filter", long, |s| s.contains("filter /traced.gguf"));
+    tmux.keys(&["Enter"]);
+    tmux.wait_for("the file's page, untraced", long, |s| {
+        s.contains("trace: off (t turns eBPF tracing on)")
+    });
+    tmux.keys(&["t"]);
+    tmux.wait_for("tracing on", long, |s| {
+        s.contains("TRACING") && s.contains("trace, pages/s:")
+    });
+    // A reader of the whole file while traced: its read() bytes show as a rate.
+    let copy = reader("copy", Some(&file), &["--close"]);
+    let s = tmux.wait_for("a read() rate", long, |s| {
+        s.lines()
+            .find(|l| l.contains("trace, pages/s:"))
+            .and_then(|l| l.split("read() ").nth(1))
+            .is_some_and(|r| !r.starts_with("0 B/s") && !r.starts_with("n/a"))
+    });
+    assert!(s.contains("TRACING"), "{s}");
+    drop(copy);
+    tmux.keys(&["t"]);
+    tmux.wait_for("tracing off", long, |s| {
+        !s.contains("TRACING") && s.contains("tracing off")
+    });
+    tmux.keys(&["q"]);
+    assert_eq!(wait_file(&exit, long).trim(), "EXIT=0");
+    drop(map);
 }

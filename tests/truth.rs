@@ -349,12 +349,16 @@ fn private_mapping_written_in_place_is_cow_counted_once() {
     assert_count(&f, 2.0);
     assert!((f.representations.cow.unwrap() - 1.0).abs() < 0.01);
     assert!(f.proven_copies.is_empty(), "{:?}", f.proven_copies);
-    let mine: Vec<_> = r.findings.iter().filter(|x| x.subject == p).collect();
+    let mine: Vec<_> = r.findings.iter().filter(|x| x.subject() == p).collect();
     let cow = mine
         .iter()
         .find(|x| x.code == "cow-in-private-mapping")
         .unwrap();
-    assert!(cow.message.contains("written in place"), "{}", cow.message);
+    assert!(
+        cow.message().contains("written in place"),
+        "{}",
+        cow.message()
+    );
     assert!(
         !mine.iter().any(|x| x.code == "proven-private-copy"),
         "{mine:?}"
@@ -400,7 +404,7 @@ fn zero_copy_loaders_count_one_without_a_copy_finding() {
         let codes: Vec<&str> = r
             .findings
             .iter()
-            .filter(|x| Path::new(&x.subject) == path.as_path())
+            .filter(|x| Path::new(&x.subject()) == path.as_path())
             .map(|x| x.code.as_str())
             .collect();
         assert!(
@@ -545,9 +549,9 @@ fn a_long_lived_engine_reuses_a_proof_while_nothing_changed() {
     };
     let mut engine = twofold::engine::Engine::new(req, Some(Default::default()));
     let mut w = Vec::new();
-    let first = engine.snapshot(Vec::new(), &mut w).unwrap();
+    let first = engine.snapshot(&mut w).unwrap();
     assert_eq!(engine.last_reused, 0);
-    let second = engine.snapshot(Vec::new(), &mut w).unwrap();
+    let second = engine.snapshot(&mut w).unwrap();
     assert_eq!(
         engine.last_reused, 1,
         "the unchanged copier's proof is reused"

@@ -146,7 +146,7 @@ fn copies_in(sandbox: &Sandbox, model: &std::path::Path) -> Option<CopiesAtTimeo
     };
     let mut warnings = Vec::new();
     let snap = crate::engine::Engine::new(req, Some(Default::default()))
-        .snapshot(Vec::new(), &mut warnings)
+        .snapshot(&mut warnings)
         .ok()?;
     let report = crate::engine::report(&snap, None);
     let shown = std::path::absolute(model).ok()?.display().to_string();

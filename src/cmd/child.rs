@@ -96,7 +96,8 @@ fn wait_for_go() -> anyhow::Result<()> {
 
 pub fn run(args: &ChildArgs) -> anyhow::Result<()> {
     die_with_parent();
-    if args.go {
+    // cuda-load waits after creating its CUDA context instead (see `cuda_load`).
+    if args.go && args.mode != ChildMode::CudaLoad {
         wait_for_go()?;
     }
     let file_arg = || {
@@ -110,7 +111,15 @@ pub fn run(args: &ChildArgs) -> anyhow::Result<()> {
     let mut _keep_extra: Option<Vec<u8>> = None;
     let mut _keep_map: Option<memmap2::MmapMut> = None;
     let mut _keep_ro: Option<memmap2::Mmap> = None;
+    let mut _keep_device: Option<DeviceHeld> = None;
     match args.mode {
+        ChildMode::CudaLoad => {
+            let held = cuda_load(file_arg()?, args.gpu, args.go)?;
+            if !args.free_host {
+                _keep_heap = Some(held.1);
+            }
+            _keep_device = Some(held.0);
+        }
         ChildMode::Copy | ChildMode::Widen => {
             let path = file_arg()?;
             let f =
@@ -249,5 +258,89 @@ pub fn run(args: &ChildArgs) -> anyhow::Result<()> {
     if let Some(ms) = args.exit_after_ms {
         std::thread::sleep(std::time::Duration::from_millis(ms));
     }
+    drop(_keep_device);
     Ok(())
+}
+
+/// A device copy held by this process, and its attestation (removed on drop).
+struct DeviceHeld {
+    _copy: twofold_probes::cuda::loader::DeviceCopy,
+    attestation: std::path::PathBuf,
+}
+
+impl Drop for DeviceHeld {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.attestation);
+    }
+}
+
+/// Reads `path` into the heap, copies it to device `gpu`, reads the device bytes back and
+/// compares their xxh3 with the file's, then writes the attestation.
+/// The file is closed once read, as runtimes that read() weights do. With `go`, says
+/// `armed` once its CUDA context exists and waits for a line before the upload, so that a
+/// test can see the device memory of the context alone.
+fn cuda_load(path: &std::path::Path, gpu: i32, go: bool) -> anyhow::Result<(DeviceHeld, Vec<u8>)> {
+    use crate::collect::gpu::{attest_dir, Attestation};
+    use crate::sample::{DeviceProofSample, FileKey};
+    use std::os::unix::fs::MetadataExt;
+    use xxhash_rust::xxh3::Xxh3;
+    const CHUNK: usize = 64 << 20;
+    let mut f = File::open(path).with_context(|| format!("cannot open '{}'", path.display()))?;
+    let meta = f.metadata()?;
+    let mut heap = Vec::with_capacity(meta.len() as usize);
+    std::io::Read::read_to_end(&mut f, &mut heap)
+        .with_context(|| format!("cannot read '{}'", path.display()))?;
+    drop(f);
+    let file_xxh3 = xxhash_rust::xxh3::xxh3_64(&heap);
+    let cuda = |e: String| anyhow::anyhow!("CUDA device {gpu}: {e}");
+    let loader = twofold_probes::cuda::loader::Loader::open(gpu).map_err(cuda)?;
+    if go {
+        wait_for_go()?;
+    }
+    let copy = loader.upload(&heap, CHUNK).map_err(cuda)?;
+    let mut h = Xxh3::new();
+    copy.read_back(CHUNK, |b| h.update(b)).map_err(cuda)?;
+    let device_xxh3 = h.digest();
+    if device_xxh3 != file_xxh3 {
+        anyhow::bail!("CUDA device {gpu}: the bytes read back differ from the file");
+    }
+    let pid = std::process::id() as i32;
+    let proc_root = std::path::Path::new("/proc");
+    let start_ticks = crate::cleanup::leftovers::start_time(proc_root, pid)
+        .context("cannot read this process's start time")?;
+    let mut gpu_uuid = None;
+    if let Ok(devs) = crate::collect::gpu::NvmlSource::open().devices_by_bus() {
+        let bus = copy
+            .pci_bus_id
+            .as_deref()
+            .map(crate::collect::gpu::normal_bus_id);
+        gpu_uuid = devs
+            .into_iter()
+            .find(|(b, _)| Some(b) == bus.as_ref())
+            .map(|(_, u)| u);
+    }
+    let a = Attestation {
+        proof: DeviceProofSample {
+            pid,
+            file: FileKey::from_dev(meta.dev(), meta.ino()),
+            gpu_uuid,
+            file_bytes: copy.bytes,
+            device_bytes: copy.device_bytes,
+            file_xxh3: format!("{file_xxh3:016x}"),
+            device_xxh3: format!("{device_xxh3:016x}"),
+        },
+        start_ticks,
+    };
+    let dir = attest_dir();
+    std::fs::create_dir_all(&dir).with_context(|| format!("cannot create '{}'", dir.display()))?;
+    let attestation = dir.join(format!("twofold-{pid}-s{start_ticks}.json"));
+    std::fs::write(&attestation, serde_json::to_vec_pretty(&a)?)
+        .with_context(|| format!("cannot write '{}'", attestation.display()))?;
+    Ok((
+        DeviceHeld {
+            _copy: copy,
+            attestation,
+        },
+        heap,
+    ))
 }

@@ -103,6 +103,7 @@ fn search_process(
         stride: 1,
         exact: true,
         deadline: None,
+        progress: None,
     };
     let (hits, stats, _) = sweep
         .run(&regions)

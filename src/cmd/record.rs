@@ -41,18 +41,34 @@ fn warn_damage(lines: &[String]) {
 
 /// Opens a store for reading (never taking a recorder's lock, never changing it).
 pub(crate) fn open_read(arg: &Option<PathBuf>) -> anyhow::Result<Store> {
-    let dir = store_dir(arg);
-    if !dir.join("store.json").is_file() {
-        bail!("no recording store at '{}'", dir.display());
-    }
-    let (store, damage) = Store::open_read_only(&dir)
-        .with_context(|| format!("cannot open the store '{}'", dir.display()))?;
+    let (store, damage) = open_read_quiet(arg)?;
     warn_damage(&damage);
     Ok(store)
 }
 
-fn decode(payload: &[u8]) -> anyhow::Result<Snapshot> {
-    serde_json::from_slice(payload).context("a recorded snapshot does not parse")
+/// [`open_read`], handing back the damage found rather than printing it (`top` shows it
+/// in its status line: stderr would land over its screen).
+pub(crate) fn open_read_quiet(arg: &Option<PathBuf>) -> anyhow::Result<(Store, Vec<String>)> {
+    let dir = store_dir(arg);
+    if !dir.join("store.json").is_file() {
+        bail!("no recording store at '{}'", dir.display());
+    }
+    Store::open_read_only(&dir)
+        .with_context(|| format!("cannot open the store '{}'", dir.display()))
+}
+
+/// A recorded snapshot: any version up to this build's (a version-1 one has no trace).
+pub fn decode(payload: &[u8]) -> anyhow::Result<Snapshot> {
+    let snap: Snapshot =
+        serde_json::from_slice(payload).context("a recorded snapshot does not parse")?;
+    if snap.version > engine::SNAPSHOT_VERSION {
+        bail!(
+            "a snapshot of version {} was recorded by a newer twofold (this one reads up to {})",
+            snap.version,
+            engine::SNAPSHOT_VERSION
+        );
+    }
+    Ok(snap)
 }
 
 /// Appends one snapshot to an open store.
@@ -98,15 +114,12 @@ pub fn record(args: &RecordArgs, out: &mut dyn Write) -> anyhow::Result<()> {
         budget: Some(args.prove_budget),
         exact: false,
     });
-    let tracer = if args.trace {
-        let mut w = Vec::new();
-        let t = super::trace::attach_for(&req, "recording", &mut w);
-        super::warn_all(&w);
-        t
-    } else {
-        None
-    };
     let mut engine = Engine::new(req, prove);
+    if args.trace {
+        if let Err(e) = engine.set_tracing(true) {
+            super::warn_all(&[format!("--trace: {e}; the recording goes on without it")]);
+        }
+    }
     let stop = stop_flag();
     let mut n = 0u64;
     let mut next = Instant::now();
@@ -119,13 +132,7 @@ pub fn record(args: &RecordArgs, out: &mut dyn Write) -> anyhow::Result<()> {
     out.flush()?;
     while !stop.load(Ordering::Relaxed) {
         let mut warnings = Vec::new();
-        // The ledger is cumulative since the tracer attached: a process that read a file
-        // an hour ago and closed it is still known to have ingested it.
-        let reads = tracer
-            .as_ref()
-            .map(|t| super::trace::reads_of(&t.sample()))
-            .unwrap_or_default();
-        let snap = engine.snapshot(reads, &mut warnings)?;
+        let snap = engine.snapshot(&mut warnings)?;
         super::warn_all(&warnings);
         append(&mut store, &snap)?;
         n += 1;
@@ -152,6 +159,18 @@ pub fn record(args: &RecordArgs, out: &mut dyn Write) -> anyhow::Result<()> {
 
 /// The report of the recorded snapshot nearest `at`, with rates from the one before.
 pub fn replayed(store: &Store, at_ns: u64) -> anyhow::Result<Report> {
+    let mut damage = Vec::new();
+    let r = replayed_quiet(store, at_ns, &mut damage);
+    warn_damage(&damage);
+    r
+}
+
+/// [`replayed`], appending the damage the store found to `damage` rather than printing it.
+pub fn replayed_quiet(
+    store: &Store,
+    at_ns: u64,
+    damage: &mut Vec<String>,
+) -> anyhow::Result<Report> {
     let Some(frame) = store.nearest(at_ns)? else {
         bail!("the store '{}' holds no snapshot", store.dir().display());
     };
@@ -160,7 +179,7 @@ pub fn replayed(store: &Store, at_ns: u64) -> anyhow::Result<Report> {
         Some(f) => Some(decode(&f.payload)?),
         None => None,
     };
-    warn_damage(&store.take_damage());
+    damage.extend(store.take_damage());
     Ok(engine::report(&snap, prev.as_ref()))
 }
 

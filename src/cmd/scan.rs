@@ -7,7 +7,6 @@ use crate::collect::gather::Request;
 use crate::dupes::prove::ProveOptions;
 use crate::engine::{self, Engine, Snapshot};
 use crate::model;
-use crate::sample::trace::TraceSample;
 
 pub fn request(args: &ScanArgs) -> Request {
     Request {
@@ -20,6 +19,7 @@ pub fn request(args: &ScanArgs) -> Request {
         // A bare scan (or one by pid) also looks for copies of stored models.
         stores: args.paths.is_empty(),
         candidates: true,
+        gpu_pids: Vec::new(),
     }
 }
 
@@ -31,21 +31,26 @@ pub fn prove_options(args: &ScanArgs) -> Option<ProveOptions> {
     })
 }
 
-/// One snapshot through the engine (after a traced window, when asked: the window's
-/// read() ledger goes into the snapshot), and the traced sample itself.
+/// One snapshot through the engine; with `trace`, the eBPF counters of a traced window
+/// of that length go into it (a warning, and none, when tracing is impossible).
 pub fn snapshot(
     req: &Request,
     prove: Option<ProveOptions>,
     trace: Option<std::time::Duration>,
     warnings: &mut Vec<String>,
-) -> anyhow::Result<(Snapshot, Option<TraceSample>)> {
-    let traced = trace.and_then(|d| super::trace::trace_window(d, req, warnings));
-    let reads = traced
-        .as_ref()
-        .map(super::trace::reads_of)
-        .unwrap_or_default();
-    let snap = Engine::new(req.clone(), prove).snapshot(reads, warnings)?;
-    Ok((snap, traced))
+) -> anyhow::Result<Snapshot> {
+    let mut engine = Engine::new(req.clone(), prove);
+    if let Some(d) = trace {
+        match engine.trace_once() {
+            Ok(()) => {
+                // Progress, on stderr: also tells a caller when the window starts.
+                eprintln!("twofold: tracing for {:.1} s", d.as_secs_f64());
+                std::thread::sleep(d);
+            }
+            Err(e) => warnings.push(format!("--trace: {e}; the scan goes on without it")),
+        }
+    }
+    engine.snapshot(warnings)
 }
 
 /// collect → byte-level proof of the candidates' copies (unless `prove` is `None`) →
@@ -56,11 +61,8 @@ pub fn report(
     trace: Option<std::time::Duration>,
 ) -> anyhow::Result<model::Report> {
     let mut warnings = Vec::new();
-    let (snap, traced) = snapshot(req, prove, trace, &mut warnings)?;
-    let mut report = engine::report(&snap, None);
-    if let Some(t) = &traced {
-        super::trace::apply_to_report(&mut report, t, &req.pids);
-    }
+    let snap = snapshot(req, prove, trace, &mut warnings)?;
+    let report = engine::report(&snap, None);
     super::warn_all(&warnings);
     Ok(report)
 }
@@ -68,14 +70,11 @@ pub fn report(
 pub fn run(args: &ScanArgs, out: &mut dyn Write) -> anyhow::Result<()> {
     let req = request(args);
     let mut warnings = Vec::new();
-    let (snap, traced) = snapshot(&req, prove_options(args), args.trace, &mut warnings)?;
+    let snap = snapshot(&req, prove_options(args), args.trace, &mut warnings)?;
     if let Some(dir) = &args.record {
         super::record::append_to(dir, &snap)?;
     }
-    let mut report = engine::report(&snap, None);
-    if let Some(t) = &traced {
-        super::trace::apply_to_report(&mut report, t, &req.pids);
-    }
+    let report = engine::report(&snap, None);
     super::warn_all(&warnings);
     super::record::render_report(&report, args.output.json, out)
 }

@@ -106,7 +106,7 @@ fn collect_loop(args: &ServeArgs, latest: &Latest, stop: &AtomicBool) {
             engine.req = request(args);
         }
         let mut warnings = Vec::new();
-        match engine.snapshot(Vec::new(), &mut warnings) {
+        match engine.snapshot(&mut warnings) {
             Ok(snap) => {
                 let report = engine::report(&snap, prev.as_ref());
                 stats.collect_duration_seconds = t0.elapsed().as_secs_f64();

@@ -8,7 +8,10 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::{bail, Context};
-use crossterm::event::{self, Event, KeyCode, KeyEventKind, KeyModifiers};
+use crossterm::event::{
+    self, DisableMouseCapture, EnableMouseCapture, Event, KeyCode, KeyEventKind, KeyModifiers,
+    MouseButton, MouseEventKind,
+};
 use crossterm::terminal::{self, EnterAlternateScreen, LeaveAlternateScreen};
 use ratatui::backend::CrosstermBackend;
 use ratatui::Terminal;
@@ -25,6 +28,7 @@ fn restore() {
     let _ = terminal::disable_raw_mode();
     let _ = crossterm::execute!(
         std::io::stdout(),
+        DisableMouseCapture,
         LeaveAlternateScreen,
         crossterm::cursor::Show
     );
@@ -45,6 +49,7 @@ fn setup() -> anyhow::Result<Guard> {
     crossterm::execute!(
         std::io::stdout(),
         EnterAlternateScreen,
+        EnableMouseCapture,
         crossterm::cursor::Hide
     )?;
     let previous = std::panic::take_hook();
@@ -64,6 +69,12 @@ impl Input for Keys {
         }
         Ok(match event::read()? {
             Event::Resize(..) => Some(Key::Resize),
+            Event::Mouse(m) => match m.kind {
+                MouseEventKind::Down(MouseButton::Left) => Some(Key::Click(m.column, m.row)),
+                MouseEventKind::ScrollUp => Some(Key::WheelUp),
+                MouseEventKind::ScrollDown => Some(Key::WheelDown),
+                _ => None,
+            },
             Event::Key(k) if k.kind != KeyEventKind::Release => {
                 let ctrl = k.modifiers.contains(KeyModifiers::CONTROL);
                 match k.code {
@@ -75,6 +86,8 @@ impl Input for Keys {
                     KeyCode::BackTab => Some(Key::BackTab),
                     KeyCode::Up => Some(Key::Up),
                     KeyCode::Down => Some(Key::Down),
+                    KeyCode::Left => Some(Key::Left),
+                    KeyCode::Right => Some(Key::Right),
                     KeyCode::PageUp => Some(Key::PageUp),
                     KeyCode::PageDown => Some(Key::PageDown),
                     KeyCode::Home => Some(Key::Home),
@@ -88,26 +101,44 @@ impl Input for Keys {
     }
 }
 
-/// A recording stepped through with `[` and `]`.
+/// A recording stepped through with `[` and `]`. Damage the store finds (a torn tail, a
+/// bad frame) goes to the status line, never to stderr over the screen.
 struct Replay {
     store: Store,
     at_ns: u64,
     first: bool,
+    /// Damage found when the store was opened.
+    damage: Vec<String>,
+}
+
+/// `N problem(s) in the recording: FIRST`, or `None`.
+fn damage_line(lines: &[String]) -> Option<String> {
+    let first = lines.first()?;
+    Some(format!(
+        "{} problem(s) in the recording: {first}",
+        lines.len()
+    ))
 }
 
 impl Replay {
     fn load(&mut self, at_ns: u64) -> Update {
-        match super::record::replayed(&self.store, at_ns) {
+        let mut damage = std::mem::take(&mut self.damage);
+        let loaded = super::record::replayed_quiet(&self.store, at_ns, &mut damage);
+        let status = damage_line(&damage);
+        match loaded {
             Ok(r) => {
                 self.at_ns = r.at_unix_ns.unwrap_or(at_ns);
                 Update {
                     report: Some(Box::new(r)),
+                    warnings: Some(damage),
                     source: Some(format!("replay {}", crate::timespec::format(self.at_ns))),
+                    status,
                     ..Update::default()
                 }
             }
             Err(e) => Update {
-                warnings: vec![format!("{e:#}")],
+                warnings: Some(vec![format!("{e:#}")]),
+                status: Some(format!("{e:#}")),
                 ..Update::default()
             },
         }
@@ -174,20 +205,33 @@ pub fn run(args: &TopArgs, _out: &mut dyn Write) -> anyhow::Result<()> {
         signal_hook::flag::register(sig, stop.clone())
             .context("cannot install the signal handlers")?;
     }
-    // Dropping this stops the collector at its next wait (it also stops when the screen
-    // hangs up its channel).
-    let mut _stop_collector: Option<std::sync::mpsc::Sender<()>> = None;
+    // A signal must end the process even when the screen cannot be restored (a hung-up
+    // terminal whose writes block): 3 s after it, exit regardless.
+    {
+        let stop = stop.clone();
+        std::thread::Builder::new()
+            .name("twofold-stop-watchdog".into())
+            .spawn(move || {
+                while !stop.load(Ordering::Relaxed) {
+                    std::thread::sleep(Duration::from_millis(200));
+                }
+                std::thread::sleep(Duration::from_secs(3));
+                std::process::exit(0);
+            })
+            .context("cannot start the stop watchdog")?;
+    }
     // Open the recording before the screen changes: its errors read as any other.
     let mut feed: Box<dyn Feed> = match &args.replay {
         Some(dir) => {
             let at =
                 crate::timespec::parse(&args.at, engine::now().0).map_err(anyhow::Error::msg)?;
-            let store = super::record::open_read(&Some(dir.clone()))?;
+            let (store, damage) = super::record::open_read_quiet(&Some(dir.clone()))?;
             state.source = "replay".into();
             Box::new(Replay {
                 store,
                 at_ns: at,
                 first: true,
+                damage,
             })
         }
         None => {
@@ -197,14 +241,18 @@ pub fn run(args: &TopArgs, _out: &mut dyn Write) -> anyhow::Result<()> {
             });
             let engine = Engine::new(request(args), prove);
             let (tx, rx) = std::sync::mpsc::channel();
-            let (stop_tx, stop_rx) = std::sync::mpsc::channel::<()>();
-            _stop_collector = Some(stop_tx);
+            // Dropping the control sender (with the feed) stops the collector at its next
+            // wait; it also stops when the screen hangs up its channel.
+            let (control, control_rx) = std::sync::mpsc::channel();
             let interval = args.interval;
             std::thread::Builder::new()
                 .name("twofold-collect".into())
-                .spawn(move || tui::collect_loop(engine, interval, "/proc".into(), tx, stop_rx))
+                .spawn(move || tui::collect_loop(engine, interval, "/proc".into(), tx, control_rx))
                 .context("cannot start the collector thread")?;
-            Box::new(rx)
+            Box::new(tui::Live {
+                updates: rx,
+                control,
+            })
         }
     };
     let guard = setup()?;

@@ -1,4 +1,4 @@
-//! `twofold trace`, and the traced window of `scan --trace`: attach the eBPF programs,
+//! `twofold trace`: attach the eBPF programs,
 //! sample their maps every interval, name what they count (scan collectors for files of
 //! interest, `/proc` for the rest) and print rates.
 
@@ -17,23 +17,13 @@ use crate::collect::bpf::{TraceOptions, Tracer};
 use crate::collect::gather::{self, Request};
 use crate::collect::names::Names;
 use crate::collect::Roots;
-use crate::model::trace::{file_key, TraceContext, TraceModel};
-use crate::model::Report;
+use crate::model::trace::{TraceContext, TraceModel};
 use crate::render::trace::{self as out_trace, Attached, Record};
 use crate::sample::trace::TraceSample;
 use crate::sample::FileKey;
 
-/// Environment variable naming a directory of `NAME.bpf.o` objects to load instead of
-/// the embedded ones (used by the tests of freshly built objects).
-pub const OBJECTS_ENV: &str = "TWOFOLD_BPF_OBJECTS";
-
 fn options(pids: &[i32], files: &[FileKey]) -> TraceOptions {
-    TraceOptions {
-        pids: pids.to_vec(),
-        files: files.to_vec(),
-        objects_dir: std::env::var_os(OBJECTS_ENV).map(PathBuf::from),
-        ..TraceOptions::default()
-    }
+    TraceOptions::pinning(pids, files)
 }
 
 /// (dev, inode) of each path (files, or the model files of directories).
@@ -73,14 +63,14 @@ impl Session {
             .files
             .iter()
             .filter(|f| f.path.is_none())
-            .map(|f| file_key(&f.device, f.inode))
+            .map(|f| f.key)
             .collect();
         keys.extend(
             m.processes
                 .iter()
                 .flat_map(|p| &p.files)
                 .filter(|f| f.path.is_none())
-                .map(|f| file_key(&f.device, f.inode)),
+                .map(|f| f.key),
         );
         let pids: BTreeSet<i32> = m.processes.iter().map(|p| p.pid).collect();
         self.names.resolve_paths(&keys);
@@ -227,76 +217,4 @@ fn emit(out: &mut dyn Write, json: bool, record: Record) -> anyhow::Result<()> {
     writeln!(out, "{}", crate::render::safe::terminal(&text))?;
     out.flush()?;
     Ok(())
-}
-
-/// Attaches the tracer for a scan-like request (its explicit paths and pids pinned);
-/// a warning and `None` when tracing is impossible.
-pub fn attach_for(req: &Request, what: &str, warnings: &mut Vec<String>) -> Option<Tracer> {
-    let explicit = match explicit_files(&req.paths) {
-        Ok(e) => e,
-        Err(e) => {
-            warnings.push(format!("{e:#}"));
-            return None;
-        }
-    };
-    let keys: Vec<FileKey> = explicit.keys().copied().collect();
-    match Tracer::attach(&options(&req.pids, &keys)) {
-        Ok(t) => {
-            warnings.extend(t.warnings().iter().cloned());
-            Some(t)
-        }
-        Err(e) => {
-            warnings.push(format!(
-                "--trace: {:#}; the {what} goes on without it",
-                anyhow::Error::from(e)
-            ));
-            None
-        }
-    }
-}
-
-/// `scan --trace D`: traces for `d` (warning and `None` when tracing is impossible),
-/// pinning the explicit paths and pids of the request.
-pub fn trace_window(d: Duration, req: &Request, warnings: &mut Vec<String>) -> Option<TraceSample> {
-    let tracer = attach_for(req, "scan", warnings)?;
-    // Progress, on stderr: also tells a caller when the window starts.
-    eprintln!("twofold: tracing for {:.1} s", d.as_secs_f64());
-    std::thread::sleep(d);
-    Some(tracer.sample())
-}
-
-/// The read() ledger of a traced sample: per (process, file), bytes read and calls.
-pub fn reads_of(t: &TraceSample) -> Vec<crate::sample::ReadSample> {
-    t.io.iter()
-        .map(|((pid, file), c)| crate::sample::ReadSample {
-            pid: *pid,
-            file: *file,
-            read_bytes: c.read_bytes,
-            read_calls: c.read_calls,
-            mmap_calls: c.mmap_shared + c.mmap_private,
-        })
-        .collect()
-}
-
-/// Adds a traced window to a scan report: files of the report are the files of interest.
-pub fn apply_to_report(report: &mut Report, sample: &TraceSample, pids: &[i32]) {
-    let mut paths = BTreeMap::new();
-    let mut sizes = BTreeMap::new();
-    for f in &report.files {
-        let key = f.key;
-        paths.insert(key, f.path.clone());
-        if let Some(s) = f.size_bytes {
-            sizes.insert(key, s);
-        }
-    }
-    let mut cx = Session {
-        names: Names::new(&Roots::live(), paths.clone()),
-        interest: paths.keys().copied().collect(),
-        sizes,
-        pids: pids.to_vec(),
-        only_files: Vec::new(),
-        top: 10,
-    };
-    let m = cx.model(sample, None);
-    crate::model::apply_trace(report, m, &cx.ctx());
 }

@@ -3,7 +3,8 @@
 //! - v2 (<https://docs.kernel.org/admin-guide/cgroup-v2.html>, "Memory"): `memory.current`,
 //!   `memory.max` (`max` = unlimited), `memory.peak` (Linux ≥ 5.19), `memory.stat`
 //!   (`anon`, `file`, `file_mapped`, `shmem`, `workingset_refault_file`, bytes or counts),
-//!   `memory.events` (`oom`, `oom_kill`, ...).
+//!   `memory.events` (`oom`, `oom_kill`, ...), `memory.min`, `memory.low`, `memory.high`
+//!   (bytes, `max`), `memory.pressure` (PSI `avg10`, percent).
 //! - v1 (<https://docs.kernel.org/admin-guide/cgroup-v1/memory.html>):
 //!   `memory.usage_in_bytes`, `memory.limit_in_bytes` (PAGE_COUNTER_MAX = unlimited),
 //!   `memory.max_usage_in_bytes`, `memory.stat` (`rss`, `cache`, `mapped_file`, `shmem` and
@@ -136,6 +137,13 @@ pub fn read_dir(dir: &Path, version: Option<CgroupVersion>) -> Result<CgroupSamp
             s.limit_bytes = Some(optional(kv::read_limit(&dir.join("memory.max")))?.flatten());
             s.peak_bytes = optional(kv::read_limit(&dir.join("memory.peak")))?.flatten();
             s.events = optional(kv::read_map(&dir.join("memory.events")))?.unwrap_or_default();
+            // The root cgroup has none of these: unknown, shown as n/a.
+            s.min_bytes = optional(kv::read_limit(&dir.join("memory.min")))?.flatten();
+            s.low_bytes = optional(kv::read_limit(&dir.join("memory.low")))?.flatten();
+            s.high_bytes = optional(kv::read_limit(&dir.join("memory.high")))?;
+            s.pressure = std::fs::read_to_string(dir.join("memory.pressure"))
+                .ok()
+                .and_then(|t| crate::sample::PressureSample::parse(&t));
         }
         CgroupVersion::V1 => {
             s.usage_bytes = optional(kv::read_limit(&dir.join("memory.usage_in_bytes")))?.flatten();
@@ -175,6 +183,45 @@ mod tests {
     fn write(dir: &Path, name: &str, text: &str) {
         fs::create_dir_all(dir).unwrap();
         fs::write(dir.join(name), text).unwrap();
+    }
+
+    #[test]
+    fn v2_protection_high_and_pressure() {
+        let t = tempfile::tempdir().unwrap();
+        let root = t.path();
+        write(root, "cgroup.controllers", "memory\n");
+        let d = root.join("svc");
+        write(&d, "memory.current", "1048576\n");
+        write(&d, "memory.max", "2097152\n");
+        write(&d, "memory.stat", "anon 4096\n");
+        write(&d, "memory.min", "0\n");
+        write(&d, "memory.low", "524288\n");
+        write(&d, "memory.high", "max\n");
+        write(
+            &d,
+            "memory.pressure",
+            "some avg10=1.50 avg60=0.20 avg300=0.00 total=10\nfull avg10=0.25 avg60=0.00 avg300=0.00 total=3\n",
+        );
+        let cg = CgroupRef {
+            version: CgroupVersion::V2,
+            path: "/svc".into(),
+        };
+        let s = CgroupReader::new(root).read(&cg).unwrap();
+        assert_eq!((s.min_bytes, s.low_bytes), (Some(0), Some(512 << 10)));
+        assert_eq!(s.high_bytes, Some(None), "max: unlimited");
+        let p = s.pressure.unwrap();
+        assert_eq!((p.some_avg10, p.full_avg10), (1.5, Some(0.25)));
+        let m = crate::model::cgroup::build(&s);
+        assert!(m.high_unlimited && m.high_bytes.is_none());
+        assert_eq!(m.low_bytes, Some(512 << 10));
+        // Without the files (the root cgroup, older kernels): unknown, not 0.
+        let d2 = root.join("bare");
+        write(&d2, "memory.stat", "anon 0\n");
+        let s2 = read_dir(&d2, Some(CgroupVersion::V2)).unwrap();
+        assert_eq!(
+            (s2.min_bytes, s2.high_bytes, s2.pressure),
+            (None, None, None)
+        );
     }
 
     #[test]

@@ -42,6 +42,10 @@ pub struct Request {
     /// Find the processes whose private memory could hold a copy of a file of interest
     /// (copy holders that closed the file), for the proof.
     pub candidates: bool,
+    /// Processes holding device memory (NVML): kept in the sample even when they hold no
+    /// file, so that a device copy made by one that read or named the file and closed it
+    /// can be suspected (filled in by the engine each snapshot).
+    pub gpu_pids: Vec<i32>,
 }
 
 impl Default for Request {
@@ -55,6 +59,7 @@ impl Default for Request {
             residency: Method::Auto,
             stores: false,
             candidates: true,
+            gpu_pids: Vec::new(),
         }
     }
 }
@@ -153,7 +158,7 @@ pub fn gather(roots: &Roots, req: &Request, warnings: &mut Vec<String>) -> anyho
     if req.candidates {
         let sizes = g.interest_sizes();
         for p in others {
-            if could_hold_any(&procs, &p, &sizes, &g.named) {
+            if req.gpu_pids.contains(&p.pid) || could_hold_any(&procs, &p, &sizes, &g.named) {
                 kept.push((p, HashSet::new()));
             }
         }
@@ -188,6 +193,8 @@ pub fn gather(roots: &Roots, req: &Request, warnings: &mut Vec<String>) -> anyho
             }
         }
         sample.candidates = candidates(&sample.processes, &sizes, &g.named);
+        sample.named = g.named.iter().copied().collect();
+        sample.named.sort_unstable();
     }
     sample.files = g.files(&sample);
     sample.cgroups = read_cgroups(&cgroups, &sample.processes, only_cgroup, g.warnings);

@@ -6,6 +6,7 @@ pub mod bpf;
 pub mod cgroup;
 pub mod error;
 pub mod gather;
+pub mod gpu;
 pub mod kv;
 pub mod maps;
 pub mod memory;

@@ -242,27 +242,31 @@ pub fn parse_rollup(path: &Path, text: &str) -> Result<Option<RollupSample>> {
     }
 }
 
+/// The memory cgroup of a `/proc/PID/cgroup` text, parsed by procfs
+/// (`ProcessCGroups::from_buf_read`, which reads fixture text as well as `/proc`), one
+/// line at a time so that a malformed line is reported with its number.
 pub fn parse_cgroup(path: &Path, text: &str) -> Result<Option<CgroupRef>> {
+    use procfs::FromBufRead;
     let mut v2 = None;
     for (i, line) in text.lines().enumerate() {
         if line.is_empty() {
             continue;
         }
-        let mut parts = line.splitn(3, ':');
-        let (Some(id), Some(ctrl), Some(cg)) = (parts.next(), parts.next(), parts.next()) else {
-            return Err(CollectError::parse(path, i + 1, line));
-        };
-        if ctrl.split(',').any(|c| c == "memory") {
-            return Ok(Some(CgroupRef {
-                version: CgroupVersion::V1,
-                path: cg.to_string(),
-            }));
-        }
-        if id == "0" && ctrl.is_empty() {
-            v2 = Some(CgroupRef {
-                version: CgroupVersion::V2,
-                path: cg.to_string(),
-            });
+        let groups = procfs::ProcessCGroups::from_buf_read(line.as_bytes())
+            .map_err(|_| CollectError::parse(path, i + 1, line))?;
+        for g in groups {
+            if g.controllers.iter().any(|c| c == "memory") {
+                return Ok(Some(CgroupRef {
+                    version: CgroupVersion::V1,
+                    path: g.pathname,
+                }));
+            }
+            if g.hierarchy == 0 && g.controllers.is_empty() {
+                v2 = Some(CgroupRef {
+                    version: CgroupVersion::V2,
+                    path: g.pathname,
+                });
+            }
         }
     }
     Ok(v2)
@@ -322,6 +326,10 @@ mod tests {
         let c = parse_cgroup(Path::new("c"), v2).unwrap().unwrap();
         assert_eq!(c.version, CgroupVersion::V2);
         assert_eq!(c.path, "/system.slice/llama.service");
-        assert!(parse_cgroup(Path::new("c"), "garbage\n").is_err());
+        let err = parse_cgroup(Path::new("c"), "0::/\ngarbage\n").unwrap_err();
+        assert!(err.to_string().contains("line 2"), "{err}");
+        // A path with colons is kept whole.
+        let c = parse_cgroup(Path::new("c"), "0::/a:b\n").unwrap().unwrap();
+        assert_eq!(c.path, "/a:b");
     }
 }

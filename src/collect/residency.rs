@@ -18,6 +18,7 @@ use std::os::unix::fs::MetadataExt;
 use std::os::unix::fs::OpenOptionsExt;
 use std::path::Path;
 
+use super::system::page_size;
 use crate::sample::{ResidencySample, ResidencySource};
 
 /// Size of each mapping window used by `mincore`: bounds address space and the vector.
@@ -128,16 +129,6 @@ pub fn query(
         cached_bytes: map.resident_pages() * map.page_size,
         ..ResidencySample::default()
     })
-}
-
-fn page_size() -> u64 {
-    // SAFETY: sysconf has no preconditions.
-    let v = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
-    if v > 0 {
-        v as u64
-    } else {
-        4096
-    }
 }
 
 fn cachestat(file: &File, path: &Path) -> Result<ResidencySample, ResidencyError> {

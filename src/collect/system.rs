@@ -18,6 +18,10 @@ pub fn read(proc_root: &Path) -> Result<SystemSample> {
     Ok(s)
 }
 
+/// The system's page size (`sysconf(_SC_PAGESIZE)`): the one place it is read. It goes
+/// into every sample (`SystemSample::page_size`), from which the model counts pages, so a
+/// test injects another one by setting it there (see `model::tests`); the pagemap reader
+/// takes it as an argument too (`memory::expand_entries`).
 pub fn page_size() -> u64 {
     // SAFETY: sysconf has no preconditions.
     let v = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };

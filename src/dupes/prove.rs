@@ -9,7 +9,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use super::filebytes::FileBytes;
@@ -35,6 +35,43 @@ impl Default for ProveOptions {
             budget: Some(Duration::from_secs(5)),
             exact: false,
         }
+    }
+}
+
+/// How far a proof has come, and a flag that stops it: shared with the thread that shows
+/// it (`top`'s `p`). Only atomics: nothing waits on it.
+#[derive(Debug, Default)]
+pub struct Progress {
+    cancel: AtomicBool,
+    done_bytes: AtomicU64,
+    total_bytes: AtomicU64,
+}
+
+impl Progress {
+    /// Asks the proof to stop at its next check (between windows of memory).
+    pub fn cancel(&self) {
+        self.cancel.store(true, Ordering::Relaxed);
+    }
+
+    pub fn cancelled(&self) -> bool {
+        self.cancel.load(Ordering::Relaxed)
+    }
+
+    pub(crate) fn add_total(&self, bytes: u64) {
+        self.total_bytes.fetch_add(bytes, Ordering::Relaxed);
+    }
+
+    pub(crate) fn add_done(&self, bytes: u64) {
+        self.done_bytes.fetch_add(bytes, Ordering::Relaxed);
+    }
+
+    /// `(bytes of mapped memory searched, bytes to search)`; the total grows as each
+    /// process's memory map is read.
+    pub fn bytes(&self) -> (u64, u64) {
+        (
+            self.done_bytes.load(Ordering::Relaxed),
+            self.total_bytes.load(Ordering::Relaxed),
+        )
     }
 }
 
@@ -77,6 +114,17 @@ pub fn prove(
     opts: ProveOptions,
     warnings: &mut Vec<String>,
 ) -> Vec<ProofSample> {
+    prove_with(roots, sample, opts, None, warnings)
+}
+
+/// [`prove`], reporting its progress to (and stopping when cancelled through) `progress`.
+pub fn prove_with(
+    roots: &Roots,
+    sample: &Sample,
+    opts: ProveOptions,
+    progress: Option<&Progress>,
+    warnings: &mut Vec<String>,
+) -> Vec<ProofSample> {
     let start = Instant::now();
     let deadline = opts.budget.map(|b| start + b);
     let order = search_order(sample);
@@ -96,7 +144,7 @@ pub fn prove(
     let mut out = Vec::new();
     for (files, pids) in groups {
         out.extend(prove_group(
-            roots, sample, &files, &pids, opts, deadline, warnings,
+            roots, sample, &files, &pids, opts, deadline, progress, warnings,
         ));
     }
     if std::env::var_os("TWOFOLD_PROFILE").is_some() {
@@ -149,6 +197,7 @@ fn prove_group(
     pids: &[i32],
     opts: ProveOptions,
     deadline: Option<Instant>,
+    progress: Option<&Progress>,
     warnings: &mut Vec<String>,
 ) -> Vec<ProofSample> {
     let start = Instant::now();
@@ -252,7 +301,7 @@ fn prove_group(
                             continue;
                         }
                         let mut result =
-                            search_one(roots, &grid, pid, stride, opts.exact, deadline);
+                            search_one(roots, &grid, pid, stride, opts.exact, deadline, progress);
                         // A process that exited holds no memory: searched, nothing there.
                         if result.is_err() && !roots.proc.join(pid.to_string()).exists() {
                             result = Ok((Vec::new(), Vec::new(), SweepStats::default(), true));
@@ -399,6 +448,7 @@ fn search_one(
     stride: u64,
     exact: bool,
     deadline: Option<Instant>,
+    progress: Option<&Progress>,
 ) -> SearchResult {
     let target = Target::open(&roots.proc, pid).map_err(|e| format!("{e:#}"))?;
     let maps_path = roots.proc.join(pid.to_string()).join("maps");
@@ -411,6 +461,7 @@ fn search_one(
         stride,
         exact,
         deadline,
+        progress,
     };
     let (hits, stats, complete) = sweep.run(&regions).map_err(|e| {
         if e.raw_os_error() == Some(libc::ESRCH) {

@@ -54,6 +54,8 @@ pub struct Sweep<'a> {
     /// Compare every page of every copy (`dupes`), not only those on the stride.
     pub exact: bool,
     pub deadline: Option<Instant>,
+    /// Bytes swept and a cancel flag, watched by another thread (`top`'s `p`).
+    pub progress: Option<&'a super::prove::Progress>,
 }
 
 struct State {
@@ -104,6 +106,12 @@ const HUGE_REGION: u64 = 64 << 30;
 const SPARSE_PAGEMAP_STRIDE: u64 = 16;
 
 impl Sweep<'_> {
+    /// Past the deadline, or cancelled.
+    fn stopped(&self) -> bool {
+        self.deadline.is_some_and(|d| Instant::now() >= d)
+            || self.progress.is_some_and(|p| p.cancelled())
+    }
+
     /// Searches `regions`; returns the hits, the work done, and whether every region was
     /// searched before the deadline.
     pub fn run(&self, regions: &[Region]) -> io::Result<(Vec<Hit>, SweepStats, bool)> {
@@ -135,8 +143,14 @@ impl Sweep<'_> {
             .any(|r| r.end - r.start > HUGE_REGION)
             .then(|| self.target.rss_by_start().ok())
             .flatten();
+        if let Some(p) = self.progress {
+            p.add_total(regions.iter().map(|r| r.end - r.start).sum());
+        }
         for (ri, r) in regions.iter().enumerate() {
-            if self.deadline.is_some_and(|d| Instant::now() >= d) {
+            if let (Some(p), Some(prev)) = (self.progress, ri.checked_sub(1)) {
+                p.add_done(regions[prev].end - regions[prev].start);
+            }
+            if self.stopped() {
                 return Ok((st.hits, st.stats, false));
             }
             st.stats.mapped_bytes += r.end - r.start;
@@ -150,7 +164,7 @@ impl Sweep<'_> {
             let mut w0 = r.start;
             while w0 < r.end {
                 let w1 = (w0 + WINDOW).min(r.end);
-                if self.deadline.is_some_and(|d| Instant::now() >= d) {
+                if self.stopped() {
                     return Ok((st.hits, st.stats, false));
                 }
                 let first = (w0 / PAGE).next_multiple_of(stride) * PAGE;
@@ -187,7 +201,7 @@ impl Sweep<'_> {
                         .collect()
                 };
                 for batch in pages.chunks(IOV_MAX) {
-                    if self.deadline.is_some_and(|d| Instant::now() >= d) {
+                    if self.stopped() {
                         return Ok((st.hits, st.stats, false));
                     }
                     addrs.clear();
@@ -235,6 +249,9 @@ impl Sweep<'_> {
                 }
                 w0 = w1;
             }
+        }
+        if let (Some(p), Some(last)) = (self.progress, regions.last()) {
+            p.add_done(last.end - last.start);
         }
         Ok((st.hits, st.stats, true))
     }

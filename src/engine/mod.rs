@@ -4,21 +4,30 @@
 //! the [`Report`] every view shows: `scan`, `replay`, `record`, `dump` and campaigns.
 //!
 //! Collection keeps nothing a report needs outside the snapshot, so a recorded snapshot
-//! renders exactly as it did live.
+//! renders exactly as it did live. With tracing on ([`Engine::set_tracing`]), each
+//! snapshot also carries the eBPF counters ([`TraceSample`]) with the names they need, and
+//! [`report`] turns them into the report's trace section (totals, and rates from the
+//! snapshot before).
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
+use std::os::unix::fs::MetadataExt;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use serde::{Deserialize, Serialize};
 
+use crate::collect::bpf::{TraceOptions, Tracer};
 use crate::collect::gather::{self, Request};
+use crate::collect::names::Names;
 use crate::collect::Roots;
 use crate::dupes::prove::ProveOptions;
+use crate::model::trace::{TraceContext, TraceModel};
 use crate::model::{self, Report};
-use crate::sample::{FileKey, ProofSample, ReadSample, Sample};
+use crate::sample::trace::{TraceNames, TraceSample};
+use crate::sample::{FileKey, ProofSample, Sample};
 
 /// Version of the snapshot document (recordings); bumped on any incompatible change.
-pub const SNAPSHOT_VERSION: u32 = 1;
+/// 2: `trace` (the eBPF counters). Version-1 snapshots read back with no trace.
+pub const SNAPSHOT_VERSION: u32 = 2;
 
 /// Everything one collection read, stamped with when.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -29,6 +38,9 @@ pub struct Snapshot {
     /// `CLOCK_MONOTONIC`, nanoseconds: rates between snapshots use this.
     pub at_mono_ns: u64,
     pub sample: Sample,
+    /// The eBPF counters, cumulative since the tracer attached, when tracing was on.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub trace: Option<TraceSample>,
 }
 
 /// The clocks, read once.
@@ -52,6 +64,24 @@ pub struct Engine {
     reuse: BTreeMap<(i32, FileKey), Reused>,
     /// How many (process, file) proofs the last snapshot reused rather than searched.
     pub last_reused: usize,
+    /// NVML (or a test's fixture), opened once.
+    gpu: Box<dyn crate::collect::gpu::GpuSource>,
+    /// The eBPF tracer, while tracing is on.
+    tracing: Option<Tracing>,
+}
+
+/// What the engine keeps while tracing: the tracer, what it pinned, names it resolved and
+/// the sample before.
+struct Tracing {
+    /// `None` once a one-shot window ([`Engine::trace_once`]) has been read.
+    tracer: Option<Tracer>,
+    /// Detach right after the next sample.
+    once: bool,
+    pinned: BTreeSet<FileKey>,
+    names: Names,
+    prev: Option<TraceSample>,
+    /// Non-fatal attach problems, reported with the next snapshot.
+    warnings: Vec<String>,
 }
 
 /// A proof kept for reuse, with what it depends on.
@@ -91,29 +121,199 @@ impl Engine {
             prove,
             reuse: BTreeMap::new(),
             last_reused: 0,
+            gpu: crate::collect::gpu::source(),
+            tracing: None,
         }
     }
 
-    /// One snapshot; `reads` is the read() ledger of a traced window, when there is one.
-    /// Warnings (a process that could not be read, a file that vanished) are appended.
-    pub fn snapshot(
-        &mut self,
-        reads: Vec<ReadSample>,
-        warnings: &mut Vec<String>,
-    ) -> anyhow::Result<Snapshot> {
+    /// Whether tracing is on.
+    pub fn tracing(&self) -> bool {
+        self.tracing.is_some()
+    }
+
+    /// Turns eBPF tracing on (attaching the programs, pinning the request's files and
+    /// processes) or off (detaching them). Snapshots carry the counters while it is on;
+    /// counters start from zero at each attach. `Err` says why it cannot be turned on (no
+    /// privilege, no tracepoint), in words for people; the engine goes on without it.
+    pub fn set_tracing(&mut self, on: bool) -> Result<(), String> {
+        if !on {
+            self.tracing = None;
+            return Ok(());
+        }
+        if self.tracing.is_some() {
+            return Ok(());
+        }
+        let files = explicit_keys(&self.req.paths);
+        let tracer = Tracer::attach(&TraceOptions::pinning(&self.req.pids, &files))
+            .map_err(|e| format!("{:#}", anyhow::Error::from(e)))?;
+        self.tracing = Some(Tracing {
+            warnings: tracer.warnings().to_vec(),
+            tracer: Some(tracer),
+            once: false,
+            pinned: files.into_iter().collect(),
+            names: Names::new(&self.roots, BTreeMap::new()),
+            prev: None,
+        });
+        Ok(())
+    }
+
+    /// Turns tracing on for one window: the next snapshot carries the counters since now
+    /// and detaches the programs as soon as it has read them, before collecting (so a
+    /// one-shot scan's own collection and proof run untraced, as fast as without it).
+    pub fn trace_once(&mut self) -> Result<(), String> {
+        self.set_tracing(true)?;
+        if let Some(t) = self.tracing.as_mut() {
+            t.once = true;
+        }
+        Ok(())
+    }
+
+    /// Counters the tracer could not attach, with the reason (empty when tracing is off).
+    pub fn trace_unavailable(&self) -> BTreeMap<crate::sample::trace::Counter, String> {
+        self.tracing
+            .as_ref()
+            .and_then(|t| t.tracer.as_ref())
+            .map(|t| t.unavailable().clone())
+            .unwrap_or_default()
+    }
+
+    /// One snapshot (with the eBPF counters when tracing is on). Warnings (a process that
+    /// could not be read, a file that vanished) are appended.
+    pub fn snapshot(&mut self, warnings: &mut Vec<String>) -> anyhow::Result<Snapshot> {
         let (at_unix_ns, at_mono_ns) = now();
+        if let Some(t) = self.tracing.as_mut() {
+            warnings.append(&mut t.warnings);
+        }
+        // A one-shot window (`trace_once`) is read first and detached, so the collection
+        // and the proof run untraced.
+        let mut trace = match self.tracing.as_mut() {
+            Some(t) if t.once => t.tracer.take().map(|tracer| tracer.sample()),
+            _ => None,
+        };
+        // GPUs next: the processes holding device memory are kept in the sample.
+        let gpu = crate::collect::gpu::sample(self.gpu.as_mut(), &self.roots.proc);
+        self.req.gpu_pids = gpu
+            .devices
+            .iter()
+            .flat_map(|d| d.processes.iter().map(|p| p.pid))
+            .collect();
         let mut sample = gather::gather(&self.roots, &self.req, warnings)?;
-        sample.reads = reads;
+        sample.gpu = gpu;
         if let Some(opts) = self.prove {
             sample.proofs = self.prove(&sample, opts, warnings);
+        }
+        if let Some(t) = self.tracing.as_mut() {
+            // Continuous tracing reads the counters after the collection and the proof:
+            // a copy the proof found was read before, so the ledger holds its reads.
+            if let Some(tracer) = &t.tracer {
+                trace = Some(tracer.sample());
+            }
+            // The read() ledger is the counters' `io` (cumulative since attach: a process
+            // that read a file an hour ago and closed it is still known to have ingested
+            // it); `sample.reads` stays empty rather than hold it twice.
+            if let Some(cur) = trace.as_mut() {
+                t.annotate(&self.req, &sample, cur, warnings);
+            }
+            if t.tracer.is_none() {
+                self.tracing = None;
+            }
         }
         Ok(Snapshot {
             version: SNAPSHOT_VERSION,
             at_unix_ns,
             at_mono_ns,
             sample,
+            trace,
         })
     }
+}
+
+/// (dev, inode) of the request's paths that are files (directories' model files are
+/// pinned once collection finds them).
+fn explicit_keys(paths: &[std::path::PathBuf]) -> Vec<FileKey> {
+    paths
+        .iter()
+        .filter_map(|p| std::fs::metadata(p).ok())
+        .filter(|m| m.is_file())
+        .map(|m| FileKey::from_dev(m.dev(), m.ino()))
+        .collect()
+}
+
+impl Tracing {
+    /// Pins the files of interest collection found, and names what a report of `cur`
+    /// (with the sample before it, or without) would show that the sample does not name.
+    fn annotate(
+        &mut self,
+        req: &Request,
+        sample: &Sample,
+        cur: &mut TraceSample,
+        warnings: &mut Vec<String>,
+    ) {
+        let new: Vec<FileKey> = sample
+            .files
+            .iter()
+            .map(|f| f.key)
+            .filter(|k| !self.pinned.contains(k))
+            .collect();
+        if let (false, Some(tracer)) = (new.is_empty(), self.tracer.as_mut()) {
+            match tracer.pin_files(&new) {
+                Ok(()) => self.pinned.extend(new),
+                Err(e) => warnings.push(format!("--trace: {:#}", anyhow::Error::from(e))),
+            }
+        }
+        cur.pinned_pids = req.pids.clone();
+        // The widest context a report can have: every file of the sample is of interest
+        // (a report keeps a subset), so every row a report shows is a row here too.
+        let mut ctx = TraceContext {
+            paths: sample
+                .files
+                .iter()
+                .map(|f| (f.key, f.path.clone()))
+                .collect(),
+            interest: sample.files.iter().map(|f| f.key).collect(),
+            pids: req.pids.clone(),
+            top: model::TRACE_TOP,
+            ..TraceContext::default()
+        };
+        for (k, p) in self.names.paths() {
+            ctx.paths.entry(*k).or_insert_with(|| p.clone());
+        }
+        let prev = self.prev.as_ref().filter(|p| same_attachment(p, cur));
+        let mut keys = BTreeSet::new();
+        let mut pids = BTreeSet::new();
+        for m in [
+            TraceModel::new(cur, prev, &ctx),
+            TraceModel::new(cur, None, &ctx),
+        ] {
+            keys.extend(m.files.iter().map(|f| f.key));
+            keys.extend(
+                m.processes
+                    .iter()
+                    .flat_map(|p| p.files.iter().map(|f| f.key)),
+            );
+            pids.extend(m.processes.iter().map(|p| p.pid));
+        }
+        let named: BTreeSet<FileKey> = sample.files.iter().map(|f| f.key).collect();
+        keys.retain(|k| !named.contains(k));
+        self.names.resolve_paths(&keys);
+        self.names.resolve_comms(&pids);
+        cur.names = TraceNames {
+            paths: keys
+                .iter()
+                .filter_map(|k| Some((*k, self.names.paths().get(k)?.clone())))
+                .collect(),
+            comms: pids
+                .iter()
+                .filter_map(|p| Some((*p, self.names.comms().get(p)?.clone())))
+                .collect(),
+        };
+        self.prev = Some(cur.clone());
+    }
+}
+
+/// Whether `prev` and `cur` come from one attachment, in order: their counters subtract.
+fn same_attachment(prev: &TraceSample, cur: &TraceSample) -> bool {
+    prev.attached_mono_ns == cur.attached_mono_ns && prev.at_secs <= cur.at_secs
 }
 
 impl Engine {
@@ -169,7 +369,13 @@ impl Engine {
 /// The report of a snapshot: the one pure entry every view uses. With the snapshot
 /// before it, the report also carries rates over the interval between the two.
 pub fn report(snap: &Snapshot, prev: Option<&Snapshot>) -> Report {
-    let mut r = model::build(&snap.sample);
+    let trace = snap.trace.as_ref().map(|cur| model::TraceInput {
+        cur,
+        prev: prev
+            .and_then(|p| p.trace.as_ref())
+            .filter(|p| same_attachment(p, cur)),
+    });
+    let mut r = model::build_with(&snap.sample, trace);
     r.at_unix_ns = Some(snap.at_unix_ns);
     if let Some(p) = prev {
         let secs = Duration::from_nanos(snap.at_mono_ns.saturating_sub(p.at_mono_ns)).as_secs_f64();
@@ -183,3 +389,6 @@ pub fn report(snap: &Snapshot, prev: Option<&Snapshot>) -> Report {
     }
     r
 }
+
+#[cfg(test)]
+mod tests;

@@ -421,6 +421,7 @@ pub fn families(r: &Report, opts: Options, stats: &SelfStats) -> Exposition {
         let id = file_id(f);
         file_series(&mut acc, f, &id);
         holder_series(&mut acc, r, f, &id, opts);
+        gpu::file_series(&mut acc, f, &id, r.gpus.not_available.is_none());
     }
     // What the folded files would have cost, one by one, less what `other` costs.
     let mut alone = Acc::default();
@@ -440,6 +441,7 @@ pub fn families(r: &Report, opts: Options, stats: &SelfStats) -> Exposition {
         holder_series(&mut acc, r, f, OTHER, opts);
     }
     cgroup_series(&mut acc, r);
+    gpu::series(&mut acc, r, opts);
 
     acc.gauge(
         "twofold_collect_duration_seconds",
@@ -475,5 +477,6 @@ pub fn families(r: &Report, opts: Options, stats: &SelfStats) -> Exposition {
     }
 }
 
+mod gpu;
 #[cfg(test)]
 mod tests;

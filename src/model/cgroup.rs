@@ -25,6 +25,19 @@ pub struct CgroupModel {
     pub oom_events: Option<u64>,
     pub oom_kills: Option<u64>,
     pub failcnt: Option<u64>,
+    /// v2 `memory.min`, `memory.low` (protection), `memory.high` (throttling;
+    /// `high_unlimited` when `max`). v1 has none of them.
+    #[serde(default)]
+    pub min_bytes: Option<u64>,
+    #[serde(default)]
+    pub low_bytes: Option<u64>,
+    #[serde(default)]
+    pub high_bytes: Option<u64>,
+    #[serde(default)]
+    pub high_unlimited: bool,
+    /// v2 `memory.pressure` `some`/`full` `avg10`, percent.
+    #[serde(default)]
+    pub pressure: Option<crate::sample::PressureSample>,
 }
 
 pub fn build(s: &CgroupSample) -> CgroupModel {
@@ -77,5 +90,10 @@ pub fn build(s: &CgroupSample) -> CgroupModel {
         oom_events,
         oom_kills,
         failcnt: s.failcnt,
+        min_bytes: s.min_bytes,
+        low_bytes: s.low_bytes,
+        high_bytes: s.high_bytes.flatten(),
+        high_unlimited: s.high_bytes == Some(None),
+        pressure: s.pressure,
     }
 }

@@ -9,7 +9,7 @@
 use std::collections::BTreeMap;
 
 use super::{CopyHow, FileModel, ProvenCopy, Representations, SuspectedCopy};
-use crate::sample::{ProcessSample, Sample};
+use crate::sample::{FileKey, ProcessSample, Sample};
 
 fn fraction(part: u64, whole: u64) -> f64 {
     if whole == 0 {
@@ -30,8 +30,9 @@ fn how(p: Option<&ProcessSample>, mapped: bool, bytes: u64, traced: Option<u64>)
     }
 }
 
-/// Fills each file's proven and suspected copies and candidate counts.
-pub fn attribute(sample: &Sample, files: &mut [FileModel]) {
+/// Fills each file's proven and suspected copies and candidate counts; `reads` is the
+/// read() ledger (bytes each process read of each file while traced).
+pub fn attribute(sample: &Sample, reads: &BTreeMap<(i32, FileKey), u64>, files: &mut [FileModel]) {
     let proc_of = |pid: i32| sample.processes.iter().find(|p| p.pid == pid);
     // Private memory left for suspicion per process, largest file first.
     let mut left: BTreeMap<i32, u64> = BTreeMap::new();
@@ -48,11 +49,7 @@ pub fn attribute(sample: &Sample, files: &mut [FileModel]) {
             }
             let p = proc_of(pr.pid);
             let mapped = f.mappers.iter().any(|m| m.pid == pr.pid);
-            let traced = sample
-                .reads
-                .iter()
-                .find(|r| r.pid == pr.pid && r.file == key)
-                .map(|r| r.read_bytes);
+            let traced = reads.get(&(pr.pid, key)).copied();
             f.proven_copies.push(ProvenCopy {
                 pid: pr.pid,
                 comm: p.map(|p| p.comm.clone()).unwrap_or_default(),
@@ -133,6 +130,7 @@ pub fn representations(f: &FileModel) -> Representations {
         device: None,
         proven,
         suspected,
+        suspected_device: 0.0,
         unsearched,
         lower_bound: unsearched > 0 || cow.is_none() || f.resident_fraction.is_none(),
     }

@@ -1,9 +1,10 @@
-//! Findings: small rules over the model, each a one-line explanation and a remedy.
+//! Findings: small rules over the model. Each is a typed [`Code`] with the numbers it
+//! was found from; `render::findings` writes the sentence and the remedy.
 
 use serde::{Deserialize, Serialize};
 
 use super::{CgroupModel, CopyHow, FileModel, MapKind};
-use crate::units::{iec, iec_opt};
+use crate::sample::FileKey;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
@@ -13,15 +14,209 @@ pub enum Severity {
     Info,
 }
 
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+/// A finding: which rule fired, about what, with its numbers. The model holds no prose:
+/// the sentence, its subject and the remedy people read are written from the code by
+/// `render::findings` (which also writes and reads a finding's JSON).
+#[derive(Debug, Clone, PartialEq)]
 pub struct Finding {
     pub severity: Severity,
-    /// Stable identifier of the rule (`suspected-private-copy`, ...).
-    pub code: String,
-    /// The file path or cgroup it concerns.
-    pub subject: String,
-    pub message: String,
-    pub remedy: Option<String>,
+    pub code: Code,
+}
+
+/// The rule that fired, and the typed facts the sentence is written from. `as_str` is the
+/// stable identifier of the rule (`suspected-private-copy`, ...).
+#[derive(Debug, Clone, PartialEq)]
+pub enum Code {
+    /// A copy of the file's bytes proven byte by byte in a process's private memory.
+    ProvenPrivateCopy {
+        file: FileKey,
+        path: String,
+        size_bytes: Option<u64>,
+        pid: i32,
+        comm: String,
+        how: CopyHow,
+        /// Fraction of the file found.
+        fraction: f64,
+        widened_bytes: u64,
+        traced_read_bytes: Option<u64>,
+    },
+    /// A process that could hold a copy but was not searched.
+    SuspectedPrivateCopy {
+        file: FileKey,
+        path: String,
+        size_bytes: Option<u64>,
+        pid: i32,
+        comm: String,
+        anon_bytes: u64,
+        /// Why it was not searched, as the proof said.
+        unsearched: String,
+    },
+    /// A private writable mapping written in place: copy-on-write pages.
+    CowInPrivateMapping {
+        file: FileKey,
+        path: String,
+        pid: i32,
+        comm: String,
+        cow_bytes: u64,
+    },
+    /// A mapping past the end of the (shrunk) file.
+    MappingBeyondEof {
+        file: FileKey,
+        path: String,
+        pid: i32,
+        comm: String,
+        beyond_eof_bytes: u64,
+    },
+    /// File pages mapped with 2 MiB entries.
+    FileThp {
+        file: FileKey,
+        path: String,
+        pid: i32,
+        comm: String,
+        thp_bytes: u64,
+    },
+    /// Processes sharing one mapped copy.
+    SharedMapping {
+        file: FileKey,
+        path: String,
+        size_bytes: Option<u64>,
+        sharers: usize,
+    },
+    /// A mapped file mostly not in the page cache.
+    LowResidency {
+        file: FileKey,
+        path: String,
+        resident_fraction: f64,
+    },
+    /// Page-cache residency could not be read.
+    ResidencyUnknown {
+        file: FileKey,
+        path: String,
+        /// Why, as collection said.
+        reason: String,
+    },
+    /// The file is in memory about twice or more, proven.
+    MultipleRepresentations {
+        file: FileKey,
+        path: String,
+        total: f64,
+        page_cache: f64,
+        cow: Option<f64>,
+        private_copies: usize,
+        private_fraction: f64,
+        lower_bound: bool,
+    },
+    /// Some processes that could hold a copy were not searched.
+    CountIsLowerBound {
+        file: FileKey,
+        path: String,
+        unsearched: usize,
+        could_hold: usize,
+    },
+    CgroupOomKills {
+        cgroup: String,
+        kills: u64,
+    },
+    CgroupNearLimit {
+        cgroup: String,
+        usage_bytes: u64,
+        limit_bytes: u64,
+    },
+    /// eBPF: a process read a large part of a file with read().
+    ReadCopy {
+        file: FileKey,
+        path: String,
+        pid: i32,
+        comm: Option<String>,
+        read_bytes: u64,
+        /// Seconds the counters cover (since attach).
+        secs: f64,
+    },
+    /// eBPF: a process stalled in direct reclaim.
+    DirectReclaim {
+        pid: i32,
+        comm: Option<String>,
+        reclaim_ns: u64,
+        reclaims: u64,
+        longest_ns: u64,
+        secs: f64,
+    },
+    /// eBPF: a file's pages evicted and read back.
+    Refaults {
+        file: FileKey,
+        path: Option<String>,
+        pages: u64,
+        secs: f64,
+    },
+    /// eBPF: an OOM kill.
+    OomKill {
+        pid: i32,
+        comm: String,
+        anon_rss_bytes: u64,
+        file_rss_bytes: u64,
+    },
+    /// A device copy: proven (a twofold loader read it back identical) or suspected (a
+    /// process that came to the file holds that much device memory: NVML sizes only).
+    DeviceCopy {
+        file: FileKey,
+        path: String,
+        pid: i32,
+        comm: String,
+        gpu: Option<u32>,
+        gpu_name: Option<String>,
+        integrated: Option<bool>,
+        device_bytes: u64,
+        proven: bool,
+        /// How it came to the file (`mapped`, `open`, `copied`, `read`, `named`, `loader`).
+        via: String,
+    },
+    /// A finding read back from a report's JSON: its code and text as written (the typed
+    /// facts are not in the JSON).
+    Text {
+        code: String,
+        subject: String,
+        message: String,
+        remedy: Option<String>,
+    },
+}
+
+impl Code {
+    /// The stable identifier of the rule.
+    pub fn as_str(&self) -> &str {
+        match self {
+            Code::ProvenPrivateCopy { .. } => "proven-private-copy",
+            Code::SuspectedPrivateCopy { .. } => "suspected-private-copy",
+            Code::CowInPrivateMapping { .. } => "cow-in-private-mapping",
+            Code::MappingBeyondEof { .. } => "mapping-beyond-eof",
+            Code::FileThp { .. } => "file-thp",
+            Code::SharedMapping { .. } => "shared-mapping",
+            Code::LowResidency { .. } => "low-residency",
+            Code::ResidencyUnknown { .. } => "residency-unknown",
+            Code::MultipleRepresentations { .. } => "multiple-representations",
+            Code::CountIsLowerBound { .. } => "count-is-lower-bound",
+            Code::CgroupOomKills { .. } => "cgroup-oom-kills",
+            Code::CgroupNearLimit { .. } => "cgroup-near-limit",
+            Code::ReadCopy { .. } => "read-copy",
+            Code::DirectReclaim { .. } => "direct-reclaim",
+            Code::Refaults { .. } => "refaults",
+            Code::OomKill { .. } => "oom-kill",
+            Code::DeviceCopy { proven: true, .. } => "proven-device-copy",
+            Code::DeviceCopy { proven: false, .. } => "suspected-device-copy",
+            Code::Text { code, .. } => code,
+        }
+    }
+}
+
+impl PartialEq<&str> for Code {
+    fn eq(&self, other: &&str) -> bool {
+        self.as_str() == *other
+    }
+}
+
+impl std::fmt::Display for Code {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
 }
 
 /// Below this page-cache fraction a mapped file's reads go to storage.
@@ -29,24 +224,8 @@ pub const LOW_RESIDENCY: f64 = 0.9;
 /// A cgroup using this fraction of its limit is near it.
 pub const NEAR_LIMIT: f64 = 0.9;
 
-fn name(path: &str) -> &str {
-    path.rsplit('/').next().unwrap_or(path)
-}
-
-fn finding(
-    sev: Severity,
-    code: &str,
-    subject: &str,
-    message: String,
-    remedy: Option<&str>,
-) -> Finding {
-    Finding {
-        severity: sev,
-        code: code.to_string(),
-        subject: subject.to_string(),
-        message,
-        remedy: remedy.map(str::to_string),
-    }
+fn finding(severity: Severity, code: Code) -> Finding {
+    Finding { severity, code }
 }
 
 pub fn evaluate(files: &[FileModel], cgroups: &[CgroupModel]) -> Vec<Finding> {
@@ -62,96 +241,74 @@ pub fn evaluate(files: &[FileModel], cgroups: &[CgroupModel]) -> Vec<Finding> {
 }
 
 fn file_findings(f: &FileModel, out: &mut Vec<Finding>) {
-    let n = name(&f.path);
-    let size = iec_opt(f.size_bytes);
+    let (file, path) = (f.key, &f.path);
     for c in &f.proven_copies {
-        let (how, remedy) = match c.how {
-            CopyHow::Read => (
-                "copied with read()",
-                "load it with mmap (llama.cpp's default, np.load(mmap_mode='r'), torch.load(mmap=True)) to share the page cache instead of copying it",
-            ),
-            CopyHow::CopiedFromMapping => (
-                "copied out of its mapping of the file",
-                "use the mapped tensors in place instead of copying them (no .clone()/.copy() or dtype conversion of weights at load)",
-            ),
-            CopyHow::Copied => (
-                "copied",
-                "load it with mmap to share the page cache instead of copying it",
-            ),
-        };
-        let traced = match (c.traced_read_bytes, f.size_bytes) {
-            (Some(r), Some(size)) if size > 0 => format!(
-                "; it read() {:.0}% of the file during the trace",
-                r as f64 * 100.0 / size as f64
-            ),
-            _ => String::new(),
-        };
-        let widened = if c.widened_bytes > 0 {
-            format!(" ({} of it widened to F32)", iec(c.widened_bytes))
-        } else {
-            String::new()
-        };
         out.push(finding(
             Severity::Warning,
-            "proven-private-copy",
-            &f.path,
-            format!(
-                "pid {} ({}) holds a private copy of '{n}' {how}: {:.0}% of the file found byte by byte in its private memory{widened}{traced}",
-                c.pid, c.comm, c.fraction * 100.0
-            ),
-            Some(remedy),
+            Code::ProvenPrivateCopy {
+                file,
+                path: path.clone(),
+                size_bytes: f.size_bytes,
+                pid: c.pid,
+                comm: c.comm.clone(),
+                how: c.how,
+                fraction: c.fraction,
+                widened_bytes: c.widened_bytes,
+                traced_read_bytes: c.traced_read_bytes,
+            },
         ));
     }
     for s in &f.suspected_copies {
         out.push(finding(
             Severity::Notice,
-            "suspected-private-copy",
-            &f.path,
-            format!(
-                "pid {} ({}) could hold a copy of '{n}' (private memory {}, {size} file) but was not searched: {}",
-                s.pid, s.comm, iec(s.anon_bytes), s.unsearched
-            ),
-            Some("run as root (or with CAP_SYS_PTRACE) and without --no-prove, or raise --prove-budget, to prove or rule it out"),
+            Code::SuspectedPrivateCopy {
+                file,
+                path: path.clone(),
+                size_bytes: f.size_bytes,
+                pid: s.pid,
+                comm: s.comm.clone(),
+                anon_bytes: s.anon_bytes,
+                unsearched: s.unsearched.clone(),
+            },
         ));
     }
+    device_findings(f, out);
     for m in &f.mappers {
         let cow = m.cow_anon_bytes.unwrap_or(0);
         if m.kind != MapKind::Shared && m.writable && cow > 0 {
             out.push(finding(
                 Severity::Warning,
-                "cow-in-private-mapping",
-                &f.path,
-                format!(
-                    "'{n}' is mapped MAP_PRIVATE writable by pid {} ({}), then written in place: {} of it are copy-on-write private pages, a second copy of those bytes",
-                    m.pid, m.comm, iec(cow)
-                ),
-                Some("map it read-only, or do not write tensors in place: each written page becomes a private copy"),
+                Code::CowInPrivateMapping {
+                    file,
+                    path: path.clone(),
+                    pid: m.pid,
+                    comm: m.comm.clone(),
+                    cow_bytes: cow,
+                },
             ));
         }
         if m.beyond_eof_bytes > 0 {
             out.push(finding(
                 Severity::Warning,
-                "mapping-beyond-eof",
-                &f.path,
-                format!(
-                    "pid {} ({}) maps {} of '{n}' past its end: the file shrank while mapped, touching those pages raises SIGBUS",
-                    m.pid, m.comm, iec(m.beyond_eof_bytes)
-                ),
-                Some("never truncate or rewrite a model file in place while it is mapped; write a new file and rename it"),
+                Code::MappingBeyondEof {
+                    file,
+                    path: path.clone(),
+                    pid: m.pid,
+                    comm: m.comm.clone(),
+                    beyond_eof_bytes: m.beyond_eof_bytes,
+                },
             ));
         }
         if m.thp_bytes.unwrap_or(0) > 0 {
             out.push(finding(
                 Severity::Info,
-                "file-thp",
-                &f.path,
-                format!(
-                    "pid {} ({}) maps {} of '{n}' with 2 MiB huge pages (FilePmdMapped)",
-                    m.pid,
-                    m.comm,
-                    iec(m.thp_bytes.unwrap_or(0))
-                ),
-                None,
+                Code::FileThp {
+                    file,
+                    path: path.clone(),
+                    pid: m.pid,
+                    comm: m.comm.clone(),
+                    thp_bytes: m.thp_bytes.unwrap_or(0),
+                },
             ));
         }
     }
@@ -163,80 +320,61 @@ fn file_findings(f: &FileModel, out: &mut Vec<Finding>) {
     if sharers >= 2 {
         out.push(finding(
             Severity::Info,
-            "shared-mapping",
-            &f.path,
-            format!(
-                "{} share one mapped copy of '{n}' ({size}): PSS splits it between them",
-                crate::units::count(sharers as u64, "process", "processes")
-            ),
-            None,
+            Code::SharedMapping {
+                file,
+                path: path.clone(),
+                size_bytes: f.size_bytes,
+                sharers,
+            },
         ));
     }
     let held = !f.mappers.is_empty() || !f.holders.is_empty();
     match (f.resident_fraction, &f.residency_unknown_reason) {
         (Some(r), _) if held && !f.mappers.is_empty() && r < LOW_RESIDENCY => out.push(finding(
             Severity::Notice,
-            "low-residency",
-            &f.path,
-            format!("'{n}' is {:.0}% resident in the page cache: reads will hit storage", r * 100.0),
-            Some("leave room for the page cache (memory limit, competing processes) or prefetch it (vmtouch -t)"),
+            Code::LowResidency {
+                file,
+                path: path.clone(),
+                resident_fraction: r,
+            },
         )),
         (None, Some(reason)) => out.push(finding(
             Severity::Notice,
-            "residency-unknown",
-            &f.path,
-            format!("page-cache residency of '{n}' is unknown: {reason}"),
-            Some("run as root, or as the file's owner"),
+            Code::ResidencyUnknown {
+                file,
+                path: path.clone(),
+                reason: reason.clone(),
+            },
         )),
         _ => {}
     }
     let r = &f.representations;
     if let Some(total) = r.proven {
         if total >= 1.8 {
-            let mut parts = vec![format!(
-                "page cache {:.0}%",
-                r.page_cache.unwrap_or(0.0) * 100.0
-            )];
-            if let Some(cow) = r.cow.filter(|c| *c > 0.0) {
-                parts.push(format!("CoW {:.0}%", cow * 100.0));
-            }
-            if !f.proven_copies.is_empty() {
-                parts.push(format!(
-                    "{} private cop{} ({:.0}%)",
-                    f.proven_copies.len(),
-                    if f.proven_copies.len() == 1 {
-                        "y"
-                    } else {
-                        "ies"
-                    },
-                    r.private_copies * 100.0
-                ));
-            }
-            let at_least = if r.lower_bound { "at least " } else { "" };
             out.push(finding(
                 Severity::Warning,
-                "multiple-representations",
-                &f.path,
-                format!(
-                    "'{n}' is in memory {at_least}{total:.2} times, proven: {}",
-                    parts.join(" + ")
-                ),
-                Some("on unified memory the GPU can read the page cache in place: the copies are waste; on a discrete GPU only the device copy is needed"),
+                Code::MultipleRepresentations {
+                    file,
+                    path: path.clone(),
+                    total,
+                    page_cache: r.page_cache.unwrap_or(0.0),
+                    cow: r.cow,
+                    private_copies: f.proven_copies.len(),
+                    private_fraction: r.private_copies,
+                    lower_bound: r.lower_bound,
+                },
             ));
         }
     }
     if r.unsearched > 0 {
         out.push(finding(
             Severity::Info,
-            "count-is-lower-bound",
-            &f.path,
-            format!(
-                "the count of '{n}' is a lower bound: {} of {} that could hold a copy {} not searched",
-                r.unsearched,
-                crate::units::count(f.candidates.could_hold as u64, "process", "processes"),
-                if r.unsearched == 1 { "was" } else { "were" }
-            ),
-            None,
+            Code::CountIsLowerBound {
+                file,
+                path: path.clone(),
+                unsearched: r.unsearched,
+                could_hold: f.candidates.could_hold,
+            },
         ));
     }
 }
@@ -245,27 +383,48 @@ fn cgroup_findings(c: &CgroupModel, out: &mut Vec<Finding>) {
     if let Some(k) = c.oom_kills.filter(|k| *k > 0) {
         out.push(finding(
             Severity::Warning,
-            "cgroup-oom-kills",
-            &c.path,
-            format!("cgroup '{}' has had {k} OOM kill(s)", c.path),
-            Some("a private model copy counts against the limit twice with its page cache; map the model instead, or raise the limit"),
+            Code::CgroupOomKills {
+                cgroup: c.path.clone(),
+                kills: k,
+            },
         ));
     }
     if let (Some(u), Some(l)) = (c.usage_bytes, c.limit_bytes) {
         if l > 0 && u as f64 >= NEAR_LIMIT * l as f64 {
             out.push(finding(
                 Severity::Warning,
-                "cgroup-near-limit",
-                &c.path,
-                format!(
-                    "cgroup '{}' uses {} of its {} limit ({:.0}%)",
-                    c.path,
-                    iec(u),
-                    iec(l),
-                    u as f64 * 100.0 / l as f64
-                ),
-                Some("page cache of mapped weights is reclaimable, anonymous copies are not: prefer mapping"),
+                Code::CgroupNearLimit {
+                    cgroup: c.path.clone(),
+                    usage_bytes: u,
+                    limit_bytes: l,
+                },
             ));
         }
+    }
+}
+
+/// Device copies: proven ones (twofold's loaders) and suspected ones (NVML sizes), with the
+/// facts the placement verdict is written from (discrete or integrated GPU).
+fn device_findings(f: &FileModel, out: &mut Vec<Finding>) {
+    for d in &f.device_copies {
+        out.push(finding(
+            if d.proven {
+                Severity::Info
+            } else {
+                Severity::Notice
+            },
+            Code::DeviceCopy {
+                file: f.key,
+                path: f.path.clone(),
+                pid: d.pid,
+                comm: d.comm.clone(),
+                gpu: d.gpu,
+                gpu_name: d.gpu_name.clone(),
+                integrated: d.integrated,
+                device_bytes: d.device_bytes,
+                proven: d.proven,
+                via: d.via.clone(),
+            },
+        ));
     }
 }

@@ -9,6 +9,7 @@
 
 pub mod cgroup;
 pub mod copies;
+pub mod device;
 pub mod dupes;
 pub mod findings;
 pub mod inspect;
@@ -21,9 +22,10 @@ use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
+use crate::sample::trace::TraceSample;
 use crate::sample::{FileKey, ProcessSample, Sample, Skipped, Unreadable};
 pub use cgroup::CgroupModel;
-pub use findings::{Finding, Severity};
+pub use findings::{Code, Finding, Severity};
 
 /// Version of the JSON document; bumped on any incompatible change.
 pub const SCHEMA_VERSION: u32 = 1;
@@ -40,6 +42,9 @@ pub struct Report {
     pub cgroups: Vec<CgroupModel>,
     pub findings: Vec<Finding>,
     pub skipped: Skipped,
+    /// GPUs (NVML), or why they are not known.
+    #[serde(default)]
+    pub gpus: device::GpusModel,
     /// `scan --trace D`: eBPF counters over the traced window; absent otherwise.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub trace: Option<trace::TraceModel>,
@@ -89,6 +94,13 @@ pub struct ProcessModel {
     /// Files of interest it maps, holds open or holds a proven copy of; `None` (null)
     /// when its `maps` or `fd` could not be read (see `unreadable`): unknown, not 0.
     pub holds_files: Option<usize>,
+    /// Device memory on all GPUs (NVML); `None` (null): not known (no NVIDIA GPU or
+    /// driver, or a process list NVML would not give).
+    #[serde(default)]
+    pub gpu_memory_bytes: Option<u64>,
+    /// Per GPU, where it holds any.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub gpu_memory: Vec<device::GpuUse>,
     /// Set when part of the process could not be read (`denied`: root or
     /// `CAP_SYS_PTRACE` needed; `gone`: exited).
     pub unreadable: Option<Unreadable>,
@@ -216,6 +228,9 @@ pub struct Representations {
     pub proven: Option<f64>,
     /// Suspected copies (unsearched candidates), summed: shown beside, never added.
     pub suspected: f64,
+    /// Suspected device copies (by size, from NVML), summed: beside, never added.
+    #[serde(default)]
+    pub suspected_device: f64,
     /// Candidates not searched (no permission, gone, over budget, nothing searchable).
     pub unsearched: usize,
     /// The count is a lower bound: something that could hold a copy was not searched,
@@ -250,6 +265,9 @@ pub struct FileModel {
     pub holders: Vec<Holder>,
     pub proven_copies: Vec<ProvenCopy>,
     pub suspected_copies: Vec<SuspectedCopy>,
+    /// Device copies, proven (twofold's own loaders) or suspected (NVML sizes).
+    #[serde(default)]
+    pub device_copies: Vec<device::DeviceCopy>,
     pub candidates: CandidateCounts,
     /// Found only in a model store (no process maps or holds it).
     pub store: bool,
@@ -260,7 +278,11 @@ fn sum_opt(mut values: impl Iterator<Item = Option<u64>>) -> Option<u64> {
     values.try_fold(0u64, |acc, v| Some(acc + v?))
 }
 
-fn process_model(p: &ProcessSample, holds_files: usize) -> ProcessModel {
+fn process_model(
+    p: &ProcessSample,
+    holds_files: usize,
+    gpu: Option<Vec<device::GpuUse>>,
+) -> ProcessModel {
     // What it was seen holding is certain; nothing seen of an unreadable one is unknown.
     let holds_files = match p.unreadable {
         Some(_) if holds_files == 0 => None,
@@ -287,6 +309,12 @@ fn process_model(p: &ProcessSample, holds_files: usize) -> ProcessModel {
         private_dirty_bytes: r.map(|r| r.private_dirty_bytes),
         cgroup: p.cgroup.as_ref().map(|c| c.path.clone()),
         holds_files,
+        gpu_memory_bytes: gpu.as_ref().and_then(|g| {
+            g.iter()
+                .map(|u| u.bytes)
+                .try_fold(0u64, |a, b| Some(a + b?))
+        }),
+        gpu_memory: gpu.unwrap_or_default(),
         unreadable: p.unreadable,
     }
 }
@@ -330,8 +358,52 @@ fn mapper(p: &ProcessSample, key: FileKey, size: Option<u64>, page: u64) -> Opti
     })
 }
 
-/// Builds the report. Pure: the same sample always gives the same report.
+/// Builds the report of a sample without eBPF counters. Pure: the same sample always
+/// gives the same report.
 pub fn build(sample: &Sample) -> Report {
+    build_with(sample, None)
+}
+
+/// At most this many rows of other files and processes (not of interest) in a report's
+/// trace section.
+pub const TRACE_TOP: usize = 10;
+
+/// The eBPF counters of a snapshot, and those of the snapshot before it when both come
+/// from one attachment (rates are then over the interval between them, else since attach).
+#[derive(Debug, Clone, Copy)]
+pub struct TraceInput<'a> {
+    pub cur: &'a TraceSample,
+    pub prev: Option<&'a TraceSample>,
+}
+
+/// The context of a report's trace model: the report's files are the files of interest;
+/// paths come from the sample and from the names resolved when the counters were read.
+pub fn trace_context(sample: &Sample, files: &[FileModel], t: &TraceSample) -> trace::TraceContext {
+    let mut paths: BTreeMap<FileKey, String> = sample
+        .files
+        .iter()
+        .map(|f| (f.key, f.path.clone()))
+        .collect();
+    for (k, p) in &t.names.paths {
+        paths.entry(*k).or_insert_with(|| p.clone());
+    }
+    trace::TraceContext {
+        paths,
+        interest: files.iter().map(|f| f.key).collect(),
+        sizes: files
+            .iter()
+            .filter_map(|f| Some((f.key, f.size_bytes?)))
+            .collect(),
+        comms: t.names.comms.clone(),
+        pids: t.pinned_pids.clone(),
+        files: Vec::new(),
+        top: TRACE_TOP,
+    }
+}
+
+/// Builds the report of a sample and, when traced, of its eBPF counters: findings of both
+/// are computed here, once. Pure.
+pub fn build_with(sample: &Sample, trace: Option<TraceInput>) -> Report {
     let page = sample.system.page_size.max(1);
     let mut files: Vec<FileModel> = sample
         .files
@@ -366,6 +438,7 @@ pub fn build(sample: &Sample) -> Report {
                 holders: holders(sample, f.key),
                 proven_copies: Vec::new(),
                 suspected_copies: Vec::new(),
+                device_copies: Vec::new(),
                 candidates: CandidateCounts::default(),
                 store: f.store,
                 representations: Representations {
@@ -375,15 +448,33 @@ pub fn build(sample: &Sample) -> Report {
                     device: None,
                     proven: None,
                     suspected: 0.0,
+                    suspected_device: 0.0,
                     unsearched: 0,
                     lower_bound: false,
                 },
             }
         })
         .collect();
-    copies::attribute(sample, &mut files);
+    // The read() ledger: from the counters when traced, else as the sample holds it
+    // (recordings of format 1).
+    let reads: BTreeMap<(i32, FileKey), u64> = match trace {
+        Some(t) => t.cur.io.iter().map(|(k, v)| (*k, v.read_bytes)).collect(),
+        None => sample
+            .reads
+            .iter()
+            .map(|r| ((r.pid, r.file), r.read_bytes))
+            .collect(),
+    };
+    copies::attribute(sample, &reads, &mut files);
     for f in &mut files {
         f.representations = copies::representations(f);
+    }
+    device::attribute(sample, &mut files);
+    for f in &mut files {
+        let r = &mut f.representations;
+        if let (Some(p), Some(d)) = (r.proven, r.device) {
+            r.proven = Some(p + d);
+        }
     }
     // A store file nothing holds and no process holds a copy of is not news.
     files.retain(|f| {
@@ -392,6 +483,7 @@ pub fn build(sample: &Sample) -> Report {
             || !f.holders.is_empty()
             || !f.proven_copies.is_empty()
             || !f.suspected_copies.is_empty()
+            || !f.device_copies.is_empty()
     });
     files.sort_by(|a, b| {
         let ta = a.representations.proven.unwrap_or(0.0);
@@ -415,7 +507,10 @@ pub fn build(sample: &Sample) -> Report {
     let mut processes: Vec<ProcessModel> = sample
         .processes
         .iter()
-        .map(|p| process_model(p, holds.get(&p.pid).copied().unwrap_or(0)))
+        .map(|p| {
+            let held = holds.get(&p.pid).copied().unwrap_or(0);
+            process_model(p, held, device::process_uses(sample, p.pid))
+        })
         .collect();
     processes.sort_by(|a, b| {
         b.holds_files
@@ -427,7 +522,14 @@ pub fn build(sample: &Sample) -> Report {
     });
     let cgroups: Vec<CgroupModel> = sample.cgroups.iter().map(cgroup::build).collect();
     let system = system_model(sample);
-    let findings = findings::evaluate(&files, &cgroups);
+    let mut findings = findings::evaluate(&files, &cgroups);
+    let trace = trace.map(|t| {
+        let ctx = trace_context(sample, &files, t.cur);
+        let m = trace::TraceModel::new(t.cur, t.prev, &ctx);
+        findings.extend(trace::findings::evaluate(&m, &ctx));
+        findings.sort_by_key(|f| f.severity);
+        m
+    });
     Report {
         schema_version: SCHEMA_VERSION,
         system,
@@ -436,7 +538,8 @@ pub fn build(sample: &Sample) -> Report {
         cgroups,
         findings,
         skipped: sample.skipped.clone(),
-        trace: None,
+        gpus: device::gpus(sample),
+        trace,
         at_unix_ns: None,
         rates: None,
     }
@@ -476,15 +579,6 @@ fn holders(sample: &Sample, key: FileKey) -> Vec<Holder> {
             })
         })
         .collect()
-}
-
-/// Adds the traced counters of `scan --trace` and their findings to a report.
-pub fn apply_trace(report: &mut Report, model: trace::TraceModel, ctx: &trace::TraceContext) {
-    report
-        .findings
-        .extend(trace::findings::evaluate(&model, ctx));
-    report.findings.sort_by_key(|f| f.severity);
-    report.trace = Some(model);
 }
 
 fn system_model(sample: &Sample) -> SystemModel {

@@ -132,16 +132,6 @@ impl Decision {
             Arm::PerUseCopy => Decision::PerUseCopy,
         }
     }
-
-    pub fn describe(self) -> &'static str {
-        match self {
-            Decision::Map => "map (read the file pages in place)",
-            Decision::Resident => "resident (keep a one-time copy in device memory)",
-            Decision::PerUseCopy => "per-use copy (stage the bytes for every use)",
-            Decision::StorageBound => "storage-bound (no in-memory path applies)",
-            Decision::Undecided => "undecided (no valid endpoint)",
-        }
-    }
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -161,13 +151,80 @@ pub struct Verdict {
     /// The decision is map because another endpoint led it by no more than the band.
     pub tie: bool,
     /// Endpoints left out, with why.
-    pub excluded: Vec<(Arm, String)>,
+    pub excluded: Vec<(Arm, Exclusion)>,
     /// Why, step by step, in the order Algorithm 2 takes them.
-    pub reasons: Vec<String>,
+    pub reasons: Vec<Reason>,
 }
 
-fn pct(x: f64) -> String {
-    format!("{:.1}%", x * 100.0)
+/// One step of Algorithm 2, with its numbers; `render::probe` writes the sentence (and
+/// the JSON, where each step is that sentence).
+#[derive(Debug, Clone, PartialEq)]
+pub enum Reason {
+    /// Less than `threshold` of the working set is in the page cache: stop.
+    StorageBound {
+        resident_fraction: f64,
+        threshold: f64,
+    },
+    Resident {
+        resident_fraction: f64,
+    },
+    ResidencyUnknown,
+    /// The capacity gate left the resident endpoint out.
+    CapacityExcluded(CapacityShort),
+    /// The capacity gate let the resident endpoint in.
+    CapacityFits {
+        source: String,
+        coexisted: u32,
+        processes: u32,
+    },
+    NoValidEndpoint,
+    MapFastest {
+        map_gbps: f64,
+    },
+    /// `best` leads map by `gap`, within `band`: map.
+    Tie {
+        best: Arm,
+        gap: f64,
+        band: f64,
+    },
+    /// `best` leads map by `gap`, outside `band`.
+    Leads {
+        best: Arm,
+        best_gbps: f64,
+        map_gbps: f64,
+        gap: f64,
+        band: f64,
+    },
+    /// No map endpoint: the fastest valid one.
+    Fastest {
+        best: Arm,
+        best_gbps: f64,
+    },
+    /// A step read back from a report's JSON: its sentence.
+    Text(String),
+}
+
+/// Why the resident copy cannot be had.
+#[derive(Debug, Clone, PartialEq)]
+pub enum CapacityShort {
+    /// The copy does not fit in what `source` leaves.
+    DoesNotFit {
+        needed_bytes: u64,
+        available_bytes: u64,
+        source: String,
+    },
+    /// The mapping stayed resident next to the copy in only some processes.
+    NotCoexisted { coexisted: u32, processes: u32 },
+}
+
+/// Why an endpoint was left out.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Exclusion {
+    /// It did not run validly (`None`: it has no rate).
+    Invalid(Option<String>),
+    Capacity(CapacityShort),
+    /// Read back from a report's JSON.
+    Text(String),
 }
 
 /// Algorithm 2.
@@ -182,92 +239,81 @@ pub fn decide(input: &VerdictInput) -> Verdict {
     };
     match input.resident_fraction {
         Some(f) if f < RESIDENT_THRESHOLD => {
-            reasons.push(format!(
-                "only {} of the working set is in the page cache (needs {}): every path reads storage",
-                pct(f),
-                pct(RESIDENT_THRESHOLD)
-            ));
+            reasons.push(Reason::StorageBound {
+                resident_fraction: f,
+                threshold: RESIDENT_THRESHOLD,
+            });
             return done(Decision::StorageBound, false, excluded, reasons);
         }
-        Some(f) => reasons.push(format!(
-            "{} of the working set is in the page cache",
-            pct(f)
-        )),
-        None => reasons.push("page-cache residency unknown: assumed resident".into()),
+        Some(f) => reasons.push(Reason::Resident {
+            resident_fraction: f,
+        }),
+        None => reasons.push(Reason::ResidencyUnknown),
     }
     let mut candidates: Vec<(Arm, f64)> = Vec::new();
     for e in &input.endpoints {
         match (e.valid, e.gbps) {
             (true, Some(b)) if b > 0.0 => candidates.push((e.arm, b)),
-            _ => excluded.push((
-                e.arm,
-                format!(
-                    "invalid: {}",
-                    e.invalid_reason.as_deref().unwrap_or("no rate")
-                ),
-            )),
+            _ => excluded.push((e.arm, Exclusion::Invalid(e.invalid_reason.clone()))),
         }
     }
     let c = &input.capacity;
     if candidates.iter().any(|(a, _)| *a == Arm::Resident) {
         let why = match c.available_bytes {
-            Some(avail) if c.needed_bytes > avail => Some(format!(
-                "a copy of {} does not fit in {} of {}",
-                crate::units::iec(c.needed_bytes),
-                crate::units::iec(avail),
-                c.source
-            )),
-            _ if c.coexisted < c.processes => Some(format!(
-                "the mapping stayed resident next to the copy in only {} of {}",
-                c.coexisted,
-                crate::units::count(c.processes, "process", "processes")
-            )),
+            Some(avail) if c.needed_bytes > avail => Some(CapacityShort::DoesNotFit {
+                needed_bytes: c.needed_bytes,
+                available_bytes: avail,
+                source: c.source.clone(),
+            }),
+            _ if c.coexisted < c.processes => Some(CapacityShort::NotCoexisted {
+                coexisted: c.coexisted,
+                processes: c.processes,
+            }),
             _ => None,
         };
         if let Some(why) = why {
-            reasons.push(format!("capacity gate: resident excluded ({why})"));
-            excluded.push((Arm::Resident, format!("capacity: {why}")));
+            reasons.push(Reason::CapacityExcluded(why.clone()));
+            excluded.push((Arm::Resident, Exclusion::Capacity(why)));
             candidates.retain(|(a, _)| *a != Arm::Resident);
         } else {
-            reasons.push(format!(
-                "capacity gate: the resident copy fits ({}) and coexisted in {} of {}",
-                c.source,
-                c.coexisted,
-                crate::units::count(c.processes, "process", "processes")
-            ));
+            reasons.push(Reason::CapacityFits {
+                source: c.source.clone(),
+                coexisted: c.coexisted,
+                processes: c.processes,
+            });
         }
     }
     let Some(&(best, best_b)) = candidates.iter().max_by(|a, b| a.1.total_cmp(&b.1)) else {
-        reasons.push("no valid endpoint".into());
+        reasons.push(Reason::NoValidEndpoint);
         return done(Decision::Undecided, false, excluded, reasons);
     };
     if let Some(&(_, map_b)) = candidates.iter().find(|(a, _)| *a == Arm::Map) {
         // Path times are W/B, so map's extra time over the best is best_b/map_b - 1.
         let gap = best_b / map_b - 1.0;
         if best == Arm::Map {
-            reasons.push(format!("map is the fastest endpoint ({map_b:.1} GB/s)"));
+            reasons.push(Reason::MapFastest { map_gbps: map_b });
             return done(Decision::Map, false, excluded, reasons);
         }
         if gap <= input.tie_band {
-            reasons.push(format!(
-                "{} leads map by {} (≤ {} band): tie resolved to map, the one evictable representation",
-                best.name(),
-                pct(gap),
-                pct(input.tie_band)
-            ));
+            reasons.push(Reason::Tie {
+                best,
+                gap,
+                band: input.tie_band,
+            });
             return done(Decision::Map, true, excluded, reasons);
         }
-        reasons.push(format!(
-            "{} ({best_b:.1} GB/s) leads map ({map_b:.1} GB/s) by {}, outside the {} band",
-            best.name(),
-            pct(gap),
-            pct(input.tie_band)
-        ));
+        reasons.push(Reason::Leads {
+            best,
+            best_gbps: best_b,
+            map_gbps: map_b,
+            gap,
+            band: input.tie_band,
+        });
     } else {
-        reasons.push(format!(
-            "{} is the fastest valid endpoint ({best_b:.1} GB/s)",
-            best.name()
-        ));
+        reasons.push(Reason::Fastest {
+            best,
+            best_gbps: best_b,
+        });
     }
     done(Decision::from_arm(best), false, excluded, reasons)
 }

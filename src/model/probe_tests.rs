@@ -154,10 +154,12 @@ fn capacity_gate_names_its_reason() {
     assert!(gh
         .excluded
         .iter()
-        .any(|(a, why)| *a == Arm::Resident && why.contains("does not fit")));
+        .any(|(a, why)| *a == Arm::Resident && why.to_string().contains("does not fit")));
     let m3 = decide(&input(&ps[4], TIE_BAND));
     assert!(
-        m3.reasons.iter().any(|r| r.contains("4 of 5 processes")),
+        m3.reasons
+            .iter()
+            .any(|r| r.to_string().contains("4 of 5 processes")),
         "{m3:#?}"
     );
 }
@@ -198,7 +200,7 @@ fn storage_bound_stops_before_any_endpoint() {
     i.resident_fraction = Some(0.0);
     let v = decide(&i);
     assert_eq!(v.decision, Decision::StorageBound);
-    assert!(v.reasons[0].contains("0.0%"), "{v:#?}");
+    assert!(v.reasons[0].to_string().contains("0.0%"), "{v:#?}");
 }
 
 #[test]
@@ -294,4 +296,22 @@ fn bisection_finds_the_ceiling_within_the_steps() {
     assert_eq!(c.tried, vec![(1 << 30, ImportStatus::Ok)]);
     let c = bisect(1 << 30, 4096, 5, |_| ImportStatus::Hang);
     assert_eq!(c.tried.len(), 1, "a hang ends the search");
+}
+
+/// The verdict's JSON holds each step and exclusion as its sentence, written by render from
+/// the typed step; read back, it writes the same bytes.
+#[test]
+fn verdict_json_is_sentences_and_round_trips() {
+    let ps = table12();
+    let v = decide(&input(&ps[2], TIE_BAND));
+    let json = serde_json::to_value(&v).unwrap();
+    let reasons: Vec<String> = v.reasons.iter().map(|r| r.to_string()).collect();
+    assert_eq!(json["reasons"], serde_json::json!(reasons));
+    assert!(json["excluded"][0][1]
+        .as_str()
+        .unwrap()
+        .starts_with("capacity: a copy of "));
+    let text = serde_json::to_string(&v).unwrap();
+    let back: Verdict = serde_json::from_str(&text).unwrap();
+    assert_eq!(serde_json::to_string(&back).unwrap(), text);
 }

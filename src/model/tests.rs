@@ -220,8 +220,8 @@ fn cow_is_counted_once_and_not_as_a_copy() {
     assert!((f.representations.cow.unwrap() - 0.88).abs() < 1e-9);
     assert!((f.representations.proven.unwrap() - 1.88).abs() < 1e-9);
     assert!(r.findings.iter().any(|x| x.code == "cow-in-private-mapping"
-        && x.message.contains("88.0 MiB")
-        && x.message.contains("written in place")));
+        && x.message().contains("88.0 MiB")
+        && x.message().contains("written in place")));
 }
 
 #[test]
@@ -245,7 +245,7 @@ fn shared_low_residency_and_beyond_eof() {
     assert!(r
         .findings
         .iter()
-        .any(|x| x.message.contains("44% resident")));
+        .any(|x| x.message().contains("44% resident")));
 }
 
 #[test]
@@ -296,4 +296,184 @@ fn report_round_trips_through_json() {
     let text = serde_json::to_string(&r).unwrap();
     let back: Report = serde_json::from_str(&text).unwrap();
     assert_eq!(back, r);
+}
+
+fn gpu(index: u32, integrated: Option<bool>, procs: &[(i32, u64)]) -> GpuDeviceSample {
+    GpuDeviceSample {
+        index,
+        name: Some("Test GPU".into()),
+        uuid: Some(format!("GPU-{index}")),
+        memory_total_bytes: Some(80 << 30),
+        integrated,
+        processes: procs
+            .iter()
+            .map(|&(pid, b)| GpuProcessSample {
+                pid,
+                kind: GpuProcessKind::Compute,
+                used_bytes: Some(b),
+            })
+            .collect(),
+        ..GpuDeviceSample::default()
+    }
+}
+
+/// A mapper (11) with 300 MiB on GPU 0 and a bystander (12) with 1 GiB that never
+/// touched the file, over a 256 MiB file fully cached.
+fn gpu_scene(integrated: Option<bool>) -> Sample {
+    let mut mapper = proc_(11, MIB);
+    mapper
+        .mappings
+        .push(map(1, 256 * MIB, true, false, 256 * MIB, 0));
+    let bystander = proc_(12, MIB);
+    let mut s = sample(
+        vec![file(1, 256 * MIB, Some(256 * MIB))],
+        vec![mapper, bystander],
+    );
+    s.gpu.devices = vec![gpu(0, integrated, &[(11, 300 * MIB), (12, 1024 * MIB)])];
+    s
+}
+
+#[test]
+fn device_memory_of_a_mapper_is_a_suspected_device_copy_beside_the_count() {
+    let r = build(&gpu_scene(Some(false)));
+    let f = &r.files[0];
+    assert_eq!(f.device_copies.len(), 1, "{:?}", f.device_copies);
+    let d = &f.device_copies[0];
+    assert_eq!((d.pid, d.gpu, d.proven), (11, Some(0), false));
+    assert_eq!(d.attributed_bytes, 256 * MIB);
+    assert_eq!(d.device_bytes, 300 * MIB);
+    assert_eq!(d.via, "mapped");
+    let rep = &f.representations;
+    assert_eq!(
+        rep.device,
+        Some(0.0),
+        "NVML answered: no proven device copy is 0, known"
+    );
+    assert_eq!(
+        rep.proven,
+        Some(1.0),
+        "the suspicion is not summed into the count"
+    );
+    assert_eq!(rep.suspected_device, 1.0);
+    let p = r.processes.iter().find(|p| p.pid == 11).unwrap();
+    assert_eq!(p.gpu_memory_bytes, Some(300 * MIB));
+    let bystander = r.processes.iter().find(|p| p.pid == 12).unwrap();
+    assert_eq!(bystander.gpu_memory_bytes, Some(1024 * MIB));
+    let found = r
+        .findings
+        .iter()
+        .find(|f| f.code == "suspected-device-copy")
+        .expect("finding");
+    assert!(
+        found
+            .message()
+            .contains("discrete GPU the device copy is the right one"),
+        "{}",
+        found.message()
+    );
+}
+
+#[test]
+fn on_an_integrated_gpu_the_finding_says_the_page_cache_could_be_read_in_place() {
+    let r = build(&gpu_scene(Some(true)));
+    let found = r
+        .findings
+        .iter()
+        .find(|f| f.code == "suspected-device-copy")
+        .expect("finding");
+    assert!(
+        found
+            .message()
+            .contains("could read the page cache in place"),
+        "{}",
+        found.message()
+    );
+    assert!(found.remedy().unwrap().contains("twofold probe"));
+}
+
+#[test]
+fn too_little_device_memory_is_no_suspicion() {
+    let mut s = gpu_scene(Some(false));
+    s.gpu.devices[0].processes[0].used_bytes = Some(100 * MIB);
+    let r = build(&s);
+    assert!(r.files[0].device_copies.is_empty());
+    assert_eq!(r.files[0].representations.suspected_device, 0.0);
+}
+
+#[test]
+fn without_nvml_every_gpu_value_is_unknown_not_zero() {
+    let mut s = gpu_scene(Some(false));
+    s.gpu.devices.clear();
+    s.gpu.not_available = Some("libnvidia-ml.so.1 not found (no NVIDIA driver)".into());
+    let r = build(&s);
+    assert_eq!(r.files[0].representations.device, None);
+    assert!(r.processes.iter().all(|p| p.gpu_memory_bytes.is_none()));
+    assert_eq!(
+        r.gpus.not_available.as_deref(),
+        s.gpu.not_available.as_deref()
+    );
+}
+
+#[test]
+fn a_proven_device_copy_is_in_the_count_and_not_suspected_again() {
+    let mut s = gpu_scene(Some(false));
+    s.gpu.device_proofs = vec![DeviceProofSample {
+        pid: 11,
+        file: key(1),
+        gpu_uuid: Some("GPU-0".into()),
+        file_bytes: 256 * MIB,
+        device_bytes: 256 * MIB,
+        file_xxh3: "1".into(),
+        device_xxh3: "1".into(),
+    }];
+    let r = build(&s);
+    let f = &r.files[0];
+    assert_eq!(f.device_copies.len(), 1, "{:?}", f.device_copies);
+    assert!(f.device_copies[0].proven);
+    assert_eq!(f.representations.device, Some(1.0));
+    assert_eq!(f.representations.proven, Some(2.0));
+    assert_eq!(f.representations.suspected_device, 0.0);
+}
+
+/// arm64 with 64 KiB pages (Grace Hopper): the page size comes from the sample (sysconf on
+/// the machine that collected it), and every page count follows it: the page-cache
+/// fraction counts whole 64 KiB pages (the last, partial one cached whole), a mapping past
+/// the end of the file is measured from the end of its last page, and the residency
+/// record counts 64 KiB pages.
+#[test]
+fn page_counts_follow_a_64k_page_size() {
+    const K: u64 = 1024;
+    let size = 100 * K; // two 64 KiB pages, the second partial
+    let mut mapper = proc_(11, MIB);
+    // Mapped 192 KiB from offset 0: 64 KiB past the end of the last page (128 KiB).
+    mapper
+        .mappings
+        .push(map(1, 192 * K, true, false, 64 * K, 0));
+    let mut s = sample(vec![file(1, size, Some(64 * K))], vec![mapper]);
+    let at = |s: &Sample| {
+        let r = build(s);
+        let f = r.files.iter().find(|f| f.key == key(1)).unwrap().clone();
+        (f.resident_fraction.unwrap(), f.mappers[0].beyond_eof_bytes)
+    };
+    s.system.page_size = 64 * K;
+    assert_eq!(
+        at(&s),
+        (0.5, 64 * K),
+        "64 KiB pages: 1 of 2 pages, 64 KiB past EOF"
+    );
+    s.system.page_size = 16 * K;
+    assert_eq!(at(&s), (4.0 / 7.0, 80 * K), "16 KiB pages: 4 of 7 pages");
+    s.system.page_size = 4 * K;
+    assert_eq!(at(&s), (16.0 / 25.0, 92 * K), "4 KiB pages: 16 of 25 pages");
+    assert_eq!(build(&s).system.page_size_bytes, 4 * K);
+
+    // `twofold residency`'s record: 64 KiB pages counted as such.
+    let cached = ResidencySample {
+        cached_bytes: 64 * K,
+        ..ResidencySample::default()
+    };
+    let r = residency::build("/m/f1.gguf", Some(size), 64 * K, Ok(&cached), None);
+    assert_eq!((r.pages, r.resident_pages), (Some(2), Some(1)));
+    assert_eq!(r.resident_bytes, Some(64 * K));
+    assert_eq!(r.resident_fraction, Some(0.5));
 }

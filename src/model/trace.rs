@@ -51,11 +51,19 @@ pub struct TraceModel {
     /// Page-cache pages added and evicted per second, all files together.
     pub cache_added_pages_per_sec: Option<f64>,
     pub cache_evicted_pages_per_sec: Option<f64>,
+    /// Page-cache pages added and evicted since attach, all files together.
+    #[serde(default)]
+    pub cache_added_pages: Option<u64>,
+    #[serde(default)]
+    pub cache_evicted_pages: Option<u64>,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct FileTrace {
     pub path: Option<String>,
+    /// The file's identity (`device` and `inode` are the same, for people).
+    #[serde(default)]
+    pub key: FileKey,
     pub device: String,
     pub inode: u64,
     pub of_interest: bool,
@@ -132,6 +140,8 @@ pub struct ProcessTotals {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct ProcessFile {
     pub path: Option<String>,
+    #[serde(default)]
+    pub key: FileKey,
     pub device: String,
     pub inode: u64,
     pub read_bytes: u64,
@@ -167,22 +177,12 @@ fn device(k: FileKey) -> String {
     format!("{}:{}", k.major, k.minor)
 }
 
-/// The key of a `major:minor` device string (as the model and scan reports show it) and
-/// an inode.
-pub fn file_key(device: &str, inode: u64) -> FileKey {
-    let (major, minor) = device.split_once(':').unwrap_or(("0", "0"));
-    FileKey {
-        major: major.parse().unwrap_or(0),
-        minor: minor.parse().unwrap_or(0),
-        inode,
-    }
-}
-
 /// Bytes read per file, summed over processes.
 fn reads_by_file(s: &TraceSample) -> BTreeMap<FileKey, u64> {
     let mut out: BTreeMap<FileKey, u64> = BTreeMap::new();
     for ((_, k), v) in &s.io {
-        *out.entry(*k).or_default() += v.read_bytes;
+        let e = out.entry(*k).or_default();
+        *e = e.saturating_add(v.read_bytes);
     }
     out
 }
@@ -190,7 +190,8 @@ fn reads_by_file(s: &TraceSample) -> BTreeMap<FileKey, u64> {
 fn reads_by_pid(s: &TraceSample) -> BTreeMap<i32, u64> {
     let mut out: BTreeMap<i32, u64> = BTreeMap::new();
     for ((pid, _), v) in &s.io {
-        *out.entry(*pid).or_default() += v.read_bytes;
+        let e = out.entry(*pid).or_default();
+        *e = e.saturating_add(v.read_bytes);
     }
     out
 }
@@ -288,19 +289,27 @@ fn process_delta(cur: &ProcessTotals, prev: &ProcessTotals) -> ProcessTotals {
 
 /// Activity of a delta, to rank rows.
 fn file_activity(d: &FileTotals) -> u64 {
-    d.file_faults.unwrap_or(0)
-        + d.added_pages.unwrap_or(0)
-        + d.evicted_pages.unwrap_or(0)
-        + d.refault_pages.unwrap_or(0)
-        + d.read_bytes.unwrap_or(0) / 4096
+    [
+        d.file_faults.unwrap_or(0),
+        d.added_pages.unwrap_or(0),
+        d.evicted_pages.unwrap_or(0),
+        d.refault_pages.unwrap_or(0),
+        d.read_bytes.unwrap_or(0) / 4096,
+    ]
+    .into_iter()
+    .fold(0, u64::saturating_add)
 }
 
 fn process_activity(d: &ProcessTotals) -> u64 {
-    d.faults.unwrap_or(0)
-        + d.read_bytes.unwrap_or(0) / 4096
-        + d.reclaim_ns.unwrap_or(0) / 1000
-        + d.direct_reclaims.unwrap_or(0)
-        + d.memcg_reclaims.unwrap_or(0)
+    [
+        d.faults.unwrap_or(0),
+        d.read_bytes.unwrap_or(0) / 4096,
+        d.reclaim_ns.unwrap_or(0) / 1000,
+        d.direct_reclaims.unwrap_or(0),
+        d.memcg_reclaims.unwrap_or(0),
+    ]
+    .into_iter()
+    .fold(0, u64::saturating_add)
 }
 
 fn process_files(s: &TraceSample, ctx: &TraceContext, pid: i32) -> Vec<ProcessFile> {
@@ -316,6 +325,7 @@ fn process_files(s: &TraceSample, ctx: &TraceContext, pid: i32) -> Vec<ProcessFi
 fn process_file(ctx: &TraceContext, k: FileKey, v: &IoCounters) -> ProcessFile {
     ProcessFile {
         path: ctx.paths.get(&k).cloned(),
+        key: k,
         device: device(k),
         inode: k.inode,
         read_bytes: v.read_bytes,
@@ -363,6 +373,8 @@ impl TraceModel {
                 ),
                 secs,
             ),
+            cache_added_pages: avail(cur, &[Counter::PageCacheAdds], cur.added_pages_all),
+            cache_evicted_pages: avail(cur, &[Counter::PageCacheEvictions], cur.evicted_pages_all),
         }
     }
 }
@@ -385,6 +397,7 @@ fn files(cur: &TraceSample, p: &TraceSample, ctx: &TraceContext, secs: f64) -> V
             let d = file_delta(&total, &before);
             FileTrace {
                 path: ctx.paths.get(&k).cloned(),
+                key: k,
                 device: device(k),
                 inode: k.inode,
                 of_interest: ctx.interest.contains(&k),
@@ -447,7 +460,7 @@ fn processes(
             let writes = d
                 .faults_by_code
                 .as_ref()
-                .map(|c| c.write_not_present + c.write_protection);
+                .map(|c| c.write_not_present.saturating_add(c.write_protection));
             let comm = ctx.comms.get(&pid).cloned().or_else(|| {
                 cur.io
                     .range((pid, FileKey::from_dev(0, 0))..)

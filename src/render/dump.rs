@@ -8,7 +8,9 @@ use std::io::Write;
 use serde::Serialize;
 
 use crate::cli::{DumpFormat, DumpWhat};
+use crate::model::trace::TraceModel;
 use crate::model::Report;
+use crate::sample::FileKey;
 
 /// One row per file of a report.
 #[derive(Debug, Serialize)]
@@ -50,9 +52,113 @@ struct CgroupRow<'a> {
     oom_kills: Option<u64>,
 }
 
+/// One row of eBPF counters: a file, a process, or the page cache as a whole
+/// (`scope`). Totals are since the tracer attached; rates are over the interval since the
+/// snapshot before (or since attach for the first snapshot of an attachment). Empty
+/// (`null`) where a counter does not apply to the scope or was unavailable.
+#[derive(Debug, Serialize)]
+struct TraceRow<'a> {
+    at: String,
+    scope: &'static str,
+    file_id: Option<String>,
+    path: Option<&'a str>,
+    pid: Option<i32>,
+    comm: Option<&'a str>,
+    interval_secs: f64,
+    faults_total: Option<u64>,
+    file_faults_total: Option<u64>,
+    added_pages_total: Option<u64>,
+    evicted_pages_total: Option<u64>,
+    refault_pages_total: Option<u64>,
+    read_bytes_total: Option<u64>,
+    reclaim_ns_total: Option<u64>,
+    faults_per_sec: Option<f64>,
+    file_faults_per_sec: Option<f64>,
+    added_pages_per_sec: Option<f64>,
+    evicted_pages_per_sec: Option<f64>,
+    refault_pages_per_sec: Option<f64>,
+    read_bytes_per_sec: Option<f64>,
+    reclaim_ms_per_sec: Option<f64>,
+}
+
+impl TraceRow<'_> {
+    fn empty(at: String, scope: &'static str, interval_secs: f64) -> Self {
+        TraceRow {
+            at,
+            scope,
+            file_id: None,
+            path: None,
+            pid: None,
+            comm: None,
+            interval_secs,
+            faults_total: None,
+            file_faults_total: None,
+            added_pages_total: None,
+            evicted_pages_total: None,
+            refault_pages_total: None,
+            read_bytes_total: None,
+            reclaim_ns_total: None,
+            faults_per_sec: None,
+            file_faults_per_sec: None,
+            added_pages_per_sec: None,
+            evicted_pages_per_sec: None,
+            refault_pages_per_sec: None,
+            read_bytes_per_sec: None,
+            reclaim_ms_per_sec: None,
+        }
+    }
+}
+
+/// The trace rows of a report: the page cache, then its files and processes as the
+/// report lists them (files of interest first, then by activity), at most `top` of each.
+fn trace_rows<'a>(t: &'a TraceModel, at: &str, top: usize) -> Vec<TraceRow<'a>> {
+    let secs = t.interval_secs;
+    let mut rows = vec![TraceRow {
+        added_pages_total: t.cache_added_pages,
+        evicted_pages_total: t.cache_evicted_pages,
+        added_pages_per_sec: t.cache_added_pages_per_sec,
+        evicted_pages_per_sec: t.cache_evicted_pages_per_sec,
+        ..TraceRow::empty(at.to_string(), "page_cache", secs)
+    }];
+    rows.extend(t.files.iter().take(top).map(|f| TraceRow {
+        file_id: Some(key_id(f.key)),
+        path: f.path.as_deref(),
+        file_faults_total: f.total.file_faults,
+        added_pages_total: f.total.added_pages,
+        evicted_pages_total: f.total.evicted_pages,
+        refault_pages_total: f.total.refault_pages,
+        read_bytes_total: f.total.read_bytes,
+        file_faults_per_sec: f.file_faults_per_sec,
+        added_pages_per_sec: f.added_pages_per_sec,
+        evicted_pages_per_sec: f.evicted_pages_per_sec,
+        refault_pages_per_sec: f.refault_pages_per_sec,
+        read_bytes_per_sec: f.read_bytes_per_sec,
+        ..TraceRow::empty(at.to_string(), "file", secs)
+    }));
+    rows.extend(t.processes.iter().take(top).map(|p| TraceRow {
+        pid: Some(p.pid),
+        comm: p.comm.as_deref(),
+        faults_total: p.total.faults,
+        file_faults_total: p.total.file_faults,
+        read_bytes_total: p.total.read_bytes,
+        reclaim_ns_total: p.total.reclaim_ns,
+        faults_per_sec: p.faults_per_sec,
+        file_faults_per_sec: p.file_faults_per_sec,
+        read_bytes_per_sec: p.read_bytes_per_sec,
+        reclaim_ms_per_sec: p.reclaim_ms_per_sec,
+        ..TraceRow::empty(at.to_string(), "process", secs)
+    }));
+    rows
+}
+
+/// `major:minor:inode` of a key.
+fn key_id(k: FileKey) -> String {
+    format!("{}:{}:{}", k.major, k.minor, k.inode)
+}
+
 /// `major:minor:inode`: stable for a file, the `file_id` label of the exporter too.
 pub fn file_id(f: &crate::model::FileModel) -> String {
-    format!("{}:{}:{}", f.key.major, f.key.minor, f.key.inode)
+    key_id(f.key)
 }
 
 fn frac_bytes(frac: Option<f64>, size: Option<u64>) -> Option<u64> {
@@ -96,14 +202,102 @@ impl Rows {
     }
 
     fn metric(&mut self, name: &'static str, help: &'static str, labels: &str, v: f64, at: f64) {
+        self.sample("gauge", name, help, labels, v, at);
+    }
+
+    /// A counter: `name` ends in `_total`, and the family is named so too (what both
+    /// `promtool check metrics` and the OpenMetrics backfill accept).
+    fn counter(&mut self, name: &'static str, help: &'static str, labels: &str, v: f64, at: f64) {
+        self.sample("counter", name, help, labels, v, at);
+    }
+
+    fn sample(
+        &mut self,
+        kind: &'static str,
+        name: &'static str,
+        help: &'static str,
+        labels: &str,
+        v: f64,
+        at: f64,
+    ) {
         if !v.is_finite() {
             return;
         }
         self.families
             .entry(name)
-            .or_insert(("gauge", help, Vec::new()))
+            .or_insert((kind, help, Vec::new()))
             .2
             .push(format!("{name}{{{labels}}} {v} {}", at.floor() as u64));
+    }
+
+    /// OpenMetrics of trace rows: the counters, as counters.
+    fn trace_metrics(&mut self, rows: &[TraceRow], secs: f64) {
+        for r in rows {
+            let labels = match r.scope {
+                "file" => {
+                    let id = format!("file_id=\"{}\"", label(r.file_id.as_deref().unwrap_or("")));
+                    if let Some(p) = r.path {
+                        self.metric(
+                            "twofold_trace_file_info",
+                            "A traced file: its path (1 while it is listed).",
+                            &format!("{id},path=\"{}\"", label(p)),
+                            1.0,
+                            secs,
+                        );
+                    }
+                    id
+                }
+                "process" => format!(
+                    "pid=\"{}\",comm=\"{}\"",
+                    r.pid.unwrap_or(0),
+                    label(r.comm.unwrap_or(""))
+                ),
+                _ => String::new(),
+            };
+            let (file, process) = (r.scope == "file", r.scope == "process");
+            let n = |v: Option<u64>| v.map(|v| v as f64);
+            #[rustfmt::skip]
+            let counters: [(bool, &'static str, &'static str, Option<f64>); 11] = [
+                (r.scope == "page_cache", "twofold_trace_page_cache_added_pages_total",
+                 "Pages added to the page cache since the tracer attached, all files (4 KiB pages).",
+                 n(r.added_pages_total)),
+                (r.scope == "page_cache", "twofold_trace_page_cache_evicted_pages_total",
+                 "Pages evicted from the page cache since the tracer attached, all files (4 KiB pages).",
+                 n(r.evicted_pages_total)),
+                (file, "twofold_trace_file_faults_total",
+                 "Page faults on the file's pages (filemap faults) since the tracer attached.",
+                 n(r.file_faults_total)),
+                (file, "twofold_trace_file_added_pages_total",
+                 "Pages of the file added to the page cache since the tracer attached (4 KiB pages).",
+                 n(r.added_pages_total)),
+                (file, "twofold_trace_file_evicted_pages_total",
+                 "Pages of the file evicted from the page cache since the tracer attached (4 KiB pages).",
+                 n(r.evicted_pages_total)),
+                (file, "twofold_trace_file_refault_pages_total",
+                 "Pages of the file read back soon after their eviction, since the tracer attached (4 KiB pages).",
+                 n(r.refault_pages_total)),
+                (file, "twofold_trace_file_read_bytes_total",
+                 "Bytes read from the file with read(), pread64(), readv() and preadv(), all processes, since the tracer attached.",
+                 n(r.read_bytes_total)),
+                (process, "twofold_trace_process_faults_total",
+                 "Page faults of the process since the tracer attached.",
+                 n(r.faults_total)),
+                (process, "twofold_trace_process_file_faults_total",
+                 "File page faults of the process since the tracer attached.",
+                 n(r.file_faults_total)),
+                (process, "twofold_trace_process_read_bytes_total",
+                 "Bytes the process read from files with read() and the like since the tracer attached.",
+                 n(r.read_bytes_total)),
+                (process, "twofold_trace_process_reclaim_seconds_total",
+                 "Seconds the process stalled in direct reclaim since the tracer attached.",
+                 r.reclaim_ns_total.map(|ns| ns as f64 / 1e9)),
+            ];
+            for (applies, name, help, v) in counters {
+                if let (true, Some(v)) = (applies, v) {
+                    self.counter(name, help, &labels, v, secs);
+                }
+            }
+        }
     }
 
     fn emit<T: Serialize>(
@@ -330,6 +524,15 @@ impl Rows {
                     }
                 }
                 self.emit("cgroup", &rows, out)
+            }
+            DumpWhat::Trace => {
+                // Snapshots recorded without --trace have no rows.
+                let Some(t) = &r.trace else { return Ok(()) };
+                let rows = trace_rows(t, &at, top);
+                if self.format == DumpFormat::Openmetrics {
+                    self.trace_metrics(&rows, secs);
+                }
+                self.emit("trace", &rows, out)
             }
         }
     }

@@ -3,6 +3,7 @@
 
 pub mod dump;
 pub mod dupes;
+pub mod findings;
 pub mod inspect;
 pub mod probe;
 pub mod residency;

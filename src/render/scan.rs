@@ -93,22 +93,60 @@ pub fn count_line(f: &FileModel) -> String {
     if let Some(d) = r.device {
         let _ = write!(s, " + device {d:.2}");
     }
+    let mut beside = Vec::new();
     if !f.suspected_copies.is_empty() {
         let pids: Vec<String> = f
             .suspected_copies
             .iter()
             .map(|c| c.pid.to_string())
             .collect();
-        let _ = write!(
-            s,
-            "; up to {:.2} if the suspected cop{} in pid {} {} real",
-            proven + r.suspected,
+        beside.push(format!(
+            "the suspected cop{} in pid {}",
             if pids.len() == 1 { "y" } else { "ies" },
             pids.join(", "),
-            if pids.len() == 1 { "is" } else { "are" }
+        ));
+    }
+    let dev: Vec<String> = f
+        .device_copies
+        .iter()
+        .filter(|c| !c.proven)
+        .map(|c| match c.gpu {
+            Some(g) => format!("{} on GPU {g}", c.pid),
+            None => c.pid.to_string(),
+        })
+        .collect();
+    if !dev.is_empty() {
+        beside.push(format!(
+            "the suspected device cop{} in pid {}",
+            if dev.len() == 1 { "y" } else { "ies" },
+            dev.join(", "),
+        ));
+    }
+    if !beside.is_empty() {
+        let many = beside.len() > 1 || f.suspected_copies.len() + dev.len() > 1;
+        let _ = write!(
+            s,
+            "; up to {:.2} if {} {} real",
+            proven + r.suspected + r.suspected_device,
+            beside.join(" and "),
+            if many { "are" } else { "is" }
         );
     }
     s
+}
+
+/// "GPU 0 (NVIDIA H200, discrete)".
+pub fn gpu_label(gpu: Option<u32>, name: Option<&str>, integrated: Option<bool>) -> String {
+    let kind = match integrated {
+        Some(true) => "integrated",
+        Some(false) => "discrete",
+        None => "type unknown",
+    };
+    let name = name.map(|n| format!("{n}, ")).unwrap_or_default();
+    match gpu {
+        Some(g) => format!("GPU {g} ({name}{kind})"),
+        None => format!("a GPU NVML does not list ({name}{kind})"),
+    }
 }
 
 pub(crate) fn map_kind(k: MapKind) -> &'static str {
@@ -203,6 +241,22 @@ fn file_section(f: &FileModel, out: &mut String) {
     if !t.is_empty() {
         out.push_str(&t.render(4));
     }
+    for d in &f.device_copies {
+        let _ = writeln!(
+            out,
+            "    {} device copy: pid {} ({}) on {}: {} of device memory{}",
+            if d.proven { "proven" } else { "suspected" },
+            d.pid,
+            d.comm,
+            gpu_label(d.gpu, d.gpu_name.as_deref(), d.integrated),
+            iec(d.device_bytes),
+            if d.proven {
+                ", read back identical to the file".to_string()
+            } else {
+                format!(" ({} the file; NVML gives sizes, not contents)", d.via)
+            }
+        );
+    }
     if let Some(reason) = &f.residency_unknown_reason {
         let _ = writeln!(out, "    residency unknown: {reason}");
     }
@@ -261,6 +315,7 @@ pub fn human(report: &Report) -> String {
             ("uss", Align::Right),
             ("private dirty", Align::Right),
             ("swap", Align::Right),
+            ("gpu", Align::Right),
             ("cgroup", Align::Left),
             ("command", Align::Left),
         ]);
@@ -276,12 +331,14 @@ pub fn human(report: &Report) -> String {
                 iec_opt(p.uss_bytes),
                 iec_opt(p.private_dirty_bytes),
                 iec_opt(p.swap_bytes),
+                iec_opt(p.gpu_memory_bytes),
                 p.cgroup.clone().unwrap_or_else(|| "n/a".into()),
                 short(&p.cmdline, 60),
             ]);
         }
         out.push_str(&t.render(2));
     }
+    gpu_section(report, &mut out);
     if !report.cgroups.is_empty() {
         out.push_str("\nCGROUPS\n");
         let mut t = Table::new(&[
@@ -337,8 +394,9 @@ pub fn human(report: &Report) -> String {
             Severity::Notice => "notice ",
             Severity::Info => "info   ",
         };
-        let _ = writeln!(out, "  {tag}  {}", f.message);
-        if let Some(r) = &f.remedy {
+        let t = f.text();
+        let _ = writeln!(out, "  {tag}  {}", t.message);
+        if let Some(r) = &t.remedy {
             let _ = writeln!(out, "           → {r}");
         }
     }
@@ -368,4 +426,43 @@ pub fn human(report: &Report) -> String {
         );
     }
     out
+}
+
+fn gpu_section(report: &Report, out: &mut String) {
+    let g = &report.gpus;
+    if let Some(why) = &g.not_available {
+        let _ = writeln!(out, "\nGPUS: n/a ({why})");
+        return;
+    }
+    out.push_str("\nGPUS\n");
+    let mut t = Table::new(&[
+        ("gpu", Align::Right),
+        ("name", Align::Left),
+        ("kind", Align::Left),
+        ("pcie", Align::Left),
+        ("total", Align::Right),
+        ("used", Align::Right),
+        ("free", Align::Right),
+        ("processes", Align::Right),
+    ]);
+    for d in &g.devices {
+        t.row(vec![
+            d.index.to_string(),
+            d.name.clone().unwrap_or_else(|| "n/a".into()),
+            match d.integrated {
+                Some(true) => "integrated".into(),
+                Some(false) => "discrete".into(),
+                None => "n/a".into(),
+            },
+            match (d.pcie_link_gen, d.pcie_link_width) {
+                (Some(gen), Some(w)) => format!("gen{gen} x{w}"),
+                _ => "n/a".into(),
+            },
+            iec_opt(d.memory_total_bytes),
+            iec_opt(d.memory_used_bytes),
+            iec_opt(d.memory_free_bytes),
+            iec_opt(d.process_memory_bytes),
+        ]);
+    }
+    out.push_str(&t.render(2));
 }

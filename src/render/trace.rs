@@ -231,6 +231,8 @@ mod tests {
             lost_updates: 0,
             cache_added_pages_per_sec: None,
             cache_evicted_pages_per_sec: Some(2.0),
+            cache_added_pages: None,
+            cache_evicted_pages: Some(10),
         };
         let mut buf = Vec::new();
         json_line(&mut buf, Record::Interval(m.clone())).unwrap();

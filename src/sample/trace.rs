@@ -4,6 +4,10 @@
 //! A counter family whose tracepoint could not be attached is listed in
 //! [`TraceSample::unavailable`] with the reason; its values here are zero and the model
 //! turns them into "unknown". See `docs/trace.md` for each counter's tracepoint.
+//!
+//! A [`TraceSample`] is part of a recorded snapshot, so it is serialisable: maps keyed by
+//! files or (process, file) pairs are written as sorted `[key, value]` entry lists, and
+//! counters that are zero are left out (they read back as zero).
 
 use std::collections::BTreeMap;
 
@@ -37,56 +41,96 @@ pub enum Counter {
     Mmaps,
 }
 
+fn is_zero(v: &u64) -> bool {
+    *v == 0
+}
+
+fn all_zero<const N: usize>(v: &[u64; N]) -> bool {
+    v.iter().all(|x| *x == 0)
+}
+
 /// Per process (thread group), cumulative.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default)]
 pub struct PidCounters {
     /// Page faults by `error_code & 3`: read not-present, read protection, write
     /// not-present, write protection (user mode, and kernel mode at user addresses).
+    #[serde(skip_serializing_if = "all_zero")]
     pub faults_by_code: [u64; 4],
     /// The part of them the kernel took in kernel mode (copy_to_user and the like).
+    #[serde(skip_serializing_if = "is_zero")]
     pub kernel_faults: u64,
+    #[serde(skip_serializing_if = "is_zero")]
     pub file_faults: u64,
+    #[serde(skip_serializing_if = "is_zero")]
     pub fault_around_events: u64,
+    #[serde(skip_serializing_if = "is_zero")]
     pub fault_around_pages: u64,
+    #[serde(skip_serializing_if = "is_zero")]
     pub direct_reclaims: u64,
+    #[serde(skip_serializing_if = "is_zero")]
     pub memcg_reclaims: u64,
+    #[serde(skip_serializing_if = "is_zero")]
     pub reclaim_ns: u64,
+    #[serde(skip_serializing_if = "is_zero")]
     pub reclaim_max_ns: u64,
+    #[serde(skip_serializing_if = "is_zero")]
     pub reclaimed_pages: u64,
     /// Reclaims by latency: `[2^k, 2^(k+1))` microseconds.
+    #[serde(skip_serializing_if = "all_zero")]
     pub reclaim_hist_us_log2: [u64; 32],
 }
 
 impl PidCounters {
     pub fn faults(&self) -> u64 {
-        self.faults_by_code.iter().sum()
+        self.faults_by_code
+            .iter()
+            .fold(0, |a, b| a.saturating_add(*b))
     }
 }
 
 /// Per file, cumulative. Pages are 4 KiB pages (a folio counts `1 << order`).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default)]
 pub struct FileCounters {
+    #[serde(skip_serializing_if = "is_zero")]
     pub file_faults: u64,
+    #[serde(skip_serializing_if = "is_zero")]
     pub fault_around_events: u64,
+    #[serde(skip_serializing_if = "is_zero")]
     pub fault_around_pages: u64,
+    #[serde(skip_serializing_if = "is_zero")]
     pub added_pages: u64,
+    #[serde(skip_serializing_if = "is_zero")]
     pub evicted_pages: u64,
+    #[serde(skip_serializing_if = "is_zero")]
     pub refault_pages: u64,
+    #[serde(skip_serializing_if = "is_zero")]
     pub add_events: u64,
+    #[serde(skip_serializing_if = "is_zero")]
     pub evict_events: u64,
 }
 
 /// Per (process, file), cumulative.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default)]
 pub struct IoCounters {
+    #[serde(skip_serializing_if = "is_zero")]
     pub read_bytes: u64,
+    #[serde(skip_serializing_if = "is_zero")]
     pub read_calls: u64,
+    #[serde(skip_serializing_if = "is_zero")]
     pub mmap_shared: u64,
+    #[serde(skip_serializing_if = "is_zero")]
     pub mmap_shared_write: u64,
+    #[serde(skip_serializing_if = "is_zero")]
     pub mmap_private: u64,
+    #[serde(skip_serializing_if = "is_zero")]
     pub mmap_private_write: u64,
+    #[serde(skip_serializing_if = "is_zero")]
     pub mmap_bytes: u64,
     /// The process's comm at its last counted call (it may have exited since).
+    #[serde(skip_serializing_if = "String::is_empty")]
     pub comm: String,
 }
 
@@ -106,21 +150,53 @@ pub struct OomKill {
     pub at_secs: f64,
 }
 
-/// Not serialised: its maps are keyed by tuples (the model's output is).
-#[derive(Debug, Clone, Default, PartialEq)]
+/// One read of every map. Serialised as part of a snapshot (`docs/store.md`).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct TraceSample {
     /// Seconds since the programs were attached, when this sample was read.
     pub at_secs: f64,
+    /// `CLOCK_MONOTONIC` (ns) when the programs were attached: two samples with the same
+    /// value come from one attachment, so their counters can be subtracted; samples of
+    /// different attachments cannot (each starts from zero).
+    #[serde(default)]
+    pub attached_mono_ns: u64,
+    #[serde(default, with = "super::entries")]
     pub pids: BTreeMap<i32, PidCounters>,
+    #[serde(default, with = "super::entries")]
     pub files: BTreeMap<FileKey, FileCounters>,
+    #[serde(default, with = "super::entries")]
     pub io: BTreeMap<(i32, FileKey), IoCounters>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub oom_kills: Vec<OomKill>,
     /// Counters that could not be attached, with the reason.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub unavailable: BTreeMap<Counter, String>,
     /// Updates lost because a non-LRU map was full (0 in any sane session).
+    #[serde(default)]
     pub lost_updates: u64,
     /// Page-cache pages added and evicted, all files together (kept whatever the
     /// LRU maps dropped).
+    #[serde(default)]
     pub added_pages_all: u64,
+    #[serde(default)]
     pub evicted_pages_all: u64,
+    /// Processes the request named (`--pid`), pinned in the non-LRU maps: when there are
+    /// any, the model lists only them (as `trace --pid` does).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub pinned_pids: Vec<i32>,
+    /// Names the collector resolved from `/proc` when it read the maps, for counters of
+    /// files and processes the snapshot's sample does not name (a loader that closed the
+    /// file and exited is named only here).
+    #[serde(default)]
+    pub names: TraceNames,
+}
+
+/// Paths of files and comms of processes, as `/proc` named them at sampling time.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct TraceNames {
+    #[serde(default, with = "super::entries")]
+    pub paths: BTreeMap<FileKey, String>,
+    #[serde(default, with = "super::entries")]
+    pub comms: BTreeMap<i32, String>,
 }

@@ -1,10 +1,10 @@
 //! A hand-built report for the state and screen tests: one file held twice (page cache
 //! and a proven read() copy), one whose residency is unknown, three processes (one whose
-//! PSS is unknown), two cgroups, a warning and a notice, and rates.
+//! PSS is unknown), three cgroups (one the parent of another), a warning and a notice, and rates.
 
 use crate::model::rates::{ProcessRate, Rates};
 use crate::model::{
-    CandidateCounts, CgroupModel, CopyHow, FileModel, Finding, Holder, MapKind, Mapper,
+    CandidateCounts, CgroupModel, Code, CopyHow, FileModel, Finding, Holder, MapKind, Mapper,
     ProcessModel, ProvenCopy, Report, Representations, Severity, SuspectedCopy, SystemModel,
 };
 use crate::sample::{CandidateWhy, CgroupVersion, FileKey, Skipped};
@@ -33,13 +33,15 @@ fn process(
         pss_anon_bytes: None,
         pss_file_bytes: None,
         pss_shmem_bytes: None,
-        uss_bytes: None,
+        uss_bytes: pss.map(|p| p.min(anon)),
         shared_clean_bytes: None,
         shared_dirty_bytes: None,
-        private_clean_bytes: None,
-        private_dirty_bytes: None,
+        private_clean_bytes: pss.map(|_| 0),
+        private_dirty_bytes: pss.map(|p| p.min(anon)),
         cgroup: Some("/system.slice/llama.service".into()),
         holds_files: Some(files),
+        gpu_memory_bytes: Some(0),
+        gpu_memory: Vec::new(),
         unreadable: None,
     }
 }
@@ -67,6 +69,7 @@ fn file(path: &str, inode: u64, size: u64) -> FileModel {
         holders: Vec::new(),
         proven_copies: Vec::new(),
         suspected_copies: Vec::new(),
+        device_copies: Vec::new(),
         candidates: CandidateCounts::default(),
         store: false,
         representations: Representations {
@@ -76,6 +79,7 @@ fn file(path: &str, inode: u64, size: u64) -> FileModel {
             device: None,
             proven: None,
             suspected: 0.0,
+            suspected_device: 0.0,
             unsearched: 0,
             lower_bound: false,
         },
@@ -133,6 +137,7 @@ pub fn report() -> Report {
         device: None,
         proven: Some(2.0),
         suspected: 0.0,
+        suspected_device: 0.0,
         unsearched: 0,
         lower_bound: false,
     };
@@ -174,15 +179,21 @@ pub fn report() -> Report {
                 Some(4 * GIB),
                 1,
             ),
-            process(
-                4242,
-                "llama-server",
-                4 * GIB + 100 * MIB,
-                80 * MIB,
-                Some(2 * GIB),
-                1,
-            ),
-            process(6161, "vllm", 700 * MIB, 600 * MIB, None, 0),
+            ProcessModel {
+                gpu_memory_bytes: Some(4 * GIB + 512 * MIB),
+                ..process(
+                    4242,
+                    "llama-server",
+                    4 * GIB + 100 * MIB,
+                    80 * MIB,
+                    Some(2 * GIB),
+                    1,
+                )
+            },
+            ProcessModel {
+                cgroup: Some("/user.slice".into()),
+                ..process(6161, "vllm", 700 * MIB, 600 * MIB, None, 0)
+            },
         ],
         files: vec![llama, qwen],
         cgroups: vec![
@@ -201,6 +212,35 @@ pub fn report() -> Report {
                 oom_events: Some(0),
                 oom_kills: Some(0),
                 failcnt: None,
+                min_bytes: Some(0),
+                low_bytes: Some(4 * GIB),
+                high_bytes: Some(12 * GIB),
+                high_unlimited: false,
+                pressure: Some(crate::sample::PressureSample {
+                    some_avg10: 1.5,
+                    full_avg10: Some(0.25),
+                }),
+            },
+            CgroupModel {
+                path: "/system.slice".into(),
+                version: Some(CgroupVersion::V2),
+                usage_bytes: Some(10 * GIB),
+                limit_bytes: None,
+                unlimited: true,
+                peak_bytes: Some(11 * GIB),
+                anon_bytes: Some(5 * GIB),
+                file_bytes: Some(5 * GIB),
+                file_mapped_bytes: Some(4 * GIB),
+                shmem_bytes: Some(0),
+                refaults_file: Some(12),
+                oom_events: Some(1),
+                oom_kills: Some(1),
+                failcnt: None,
+                min_bytes: Some(0),
+                low_bytes: Some(0),
+                high_bytes: None,
+                high_unlimited: true,
+                pressure: None,
             },
             CgroupModel {
                 path: "/user.slice".into(),
@@ -217,25 +257,51 @@ pub fn report() -> Report {
                 oom_events: None,
                 oom_kills: None,
                 failcnt: None,
+                min_bytes: None,
+                low_bytes: None,
+                high_bytes: None,
+                high_unlimited: false,
+                pressure: None,
             },
         ],
         findings: vec![
             Finding {
                 severity: Severity::Notice,
-                code: "suspected-private-copy".into(),
-                subject: "/models/qwen2-7b.safetensors".into(),
-                message: "pid 6161 (vllm) could hold a copy of 'qwen2-7b.safetensors'".into(),
-                remedy: None,
+                code: Code::Text {
+                    code: "suspected-private-copy".into(),
+                    subject: "/models/qwen2-7b.safetensors".into(),
+                    message: "pid 6161 (vllm) could hold a copy of 'qwen2-7b.safetensors'".into(),
+                    remedy: None,
+                },
             },
             Finding {
                 severity: Severity::Warning,
-                code: "private-copy".into(),
-                subject: "/models/llama-3-8b.Q4_K_M.gguf".into(),
-                message: "'llama-3-8b.Q4_K_M.gguf' is in memory 2.00 times".into(),
-                remedy: Some("map it instead of reading it".into()),
+                code: Code::Text {
+                    code: "private-copy".into(),
+                    subject: "/models/llama-3-8b.Q4_K_M.gguf".into(),
+                    message: "'llama-3-8b.Q4_K_M.gguf' is in memory 2.00 times".into(),
+                    remedy: Some("map it instead of reading it".into()),
+                },
             },
         ],
         skipped: Skipped::default(),
+        gpus: crate::model::device::GpusModel {
+            not_available: None,
+            devices: vec![crate::model::device::GpuModel {
+                index: 0,
+                name: Some("NVIDIA H200".into()),
+                uuid: None,
+                pci_bus_id: Some("0000:3b:00.0".into()),
+                memory_total_bytes: Some(140 * GIB),
+                memory_used_bytes: Some(5 * GIB),
+                memory_free_bytes: Some(135 * GIB),
+                pcie_link_gen: Some(5),
+                pcie_link_width: Some(16),
+                integrated: Some(false),
+                process_memory_bytes: Some(4 * GIB + 512 * MIB),
+                processes_unavailable: None,
+            }],
+        },
         trace: None,
         at_unix_ns: Some(1_764_460_800_000_000_000),
         rates: Some(Rates {

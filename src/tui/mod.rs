@@ -10,32 +10,71 @@
 //! <https://docs.kernel.org/accounting/psi.html>), `getrusage(RUSAGE_SELF)` and
 //! `/proc/self/status` `VmRSS` for twofold's own CPU and RSS.
 
+mod cgview;
+pub mod collector;
 #[cfg(test)]
 mod fixture;
+pub mod groups;
+pub mod history;
+mod mouse;
 pub mod state;
 pub mod view;
+mod widgets;
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::mpsc::{Receiver, RecvTimeoutError, Sender};
+use std::sync::mpsc::{Receiver, Sender};
 use std::time::{Duration, Instant};
 
 use ratatui::backend::Backend;
 use ratatui::Terminal;
 
-use crate::engine::{self, Engine, Snapshot};
+use crate::model::residency::MapModel;
 use crate::model::Report;
+use crate::sample::FileKey;
+pub use collector::{collect_loop, Control};
 pub use state::{Action, Key, Psi, State, View};
 
-/// What a collection (or a replay step) hands the screen.
+/// What a collection (or a replay step, or a finished proof) hands the screen.
 #[derive(Debug, Default)]
 pub struct Update {
-    /// `None` when the collection failed (the warnings say why; the last report stays).
+    /// `None` when there is no new report (a collection failed: the warnings say why; or
+    /// the update only carries a map or a proof's end); the last report stays.
     pub report: Option<Box<Report>>,
-    pub warnings: Vec<String>,
+    /// The warnings of the collection; `None` keeps the last ones.
+    pub warnings: Option<Vec<String>>,
     pub psi: Option<Psi>,
     /// Replaces [`State::source`] when set (the replay position).
     pub source: Option<String>,
+    /// The page-cache map of the open file (`Err`: why it is unknown).
+    pub map: Option<(FileKey, Result<MapModel, String>)>,
+    /// A line for the status bar (a proof's outcome, damage found in a recording).
+    pub status: Option<String>,
+    /// The proof of this pid (started with `p`) has ended.
+    pub proof_done: Option<i32>,
+    /// Whether eBPF tracing is on now (after `t`).
+    pub tracing: Option<bool>,
+}
+
+impl Update {
+    /// `self` then `newer`: what `newer` carries wins, what it lacks is kept.
+    pub fn merge(self, newer: Update) -> Update {
+        let replaced = newer.report.is_some();
+        Update {
+            report: newer.report.or(self.report),
+            warnings: newer.warnings.or(self.warnings),
+            psi: if replaced {
+                newer.psi
+            } else {
+                newer.psi.or(self.psi)
+            },
+            source: newer.source.or(self.source),
+            map: newer.map.or(self.map),
+            status: newer.status.or(self.status),
+            proof_done: newer.proof_done.or(self.proof_done),
+            tracing: newer.tracing.or(self.tracing),
+        }
+    }
 }
 
 /// Keys from the terminal (crossterm), or from a script in tests.
@@ -52,26 +91,60 @@ pub trait Feed {
     fn step(&mut self, _delta: i32) -> Option<Update> {
         None
     }
+    /// Live only: a request to the collector; `false` where there is none (replay).
+    fn control(&mut self, _c: Control) -> bool {
+        false
+    }
 }
 
-impl Feed for Receiver<Box<Update>> {
+/// The live feed: the collector's updates, and the control channel to it.
+pub struct Live {
+    pub updates: Receiver<Box<Update>>,
+    pub control: Sender<Control>,
+}
+
+impl Feed for Live {
     fn poll(&mut self) -> Option<Update> {
-        let mut last = None;
-        while let Ok(u) = self.try_recv() {
-            last = Some(*u);
+        let mut all: Option<Update> = None;
+        while let Ok(u) = self.updates.try_recv() {
+            all = Some(match all {
+                Some(a) => a.merge(*u),
+                None => *u,
+            });
         }
-        last
+        all
+    }
+
+    fn control(&mut self, c: Control) -> bool {
+        self.control.send(c).is_ok()
     }
 }
 
 fn apply(state: &mut State, report: &mut Option<Box<Report>>, u: Update) {
     if let Some(r) = u.report {
+        state.history.record(&r);
+        state.psi = u.psi;
         *report = Some(r);
     }
-    state.warnings = u.warnings;
-    state.psi = u.psi;
+    if let Some(w) = u.warnings {
+        state.warnings = w;
+    }
     if let Some(s) = u.source {
         state.source = s;
+    }
+    if let Some(m) = u.map {
+        state.map = Some(m);
+    }
+    if let Some(s) = u.status {
+        state.status = Some(s);
+    }
+    if let Some(on) = u.tracing {
+        state.tracing = on;
+    }
+    if let Some(pid) = u.proof_done {
+        if state.proving.as_ref().is_some_and(|p| p.pid == pid) {
+            state.proving = None;
+        }
     }
 }
 
@@ -154,47 +227,6 @@ pub fn read_psi(proc_root: &Path) -> Option<Psi> {
     parse_psi(&std::fs::read_to_string(proc_root.join("pressure/memory")).ok()?)
 }
 
-/// The collector thread's body: a snapshot every `interval` until `stop` is dropped or
-/// the screen hangs up. Each one is boxed and sent; the report has rates from the one
-/// before.
-pub fn collect_loop(
-    mut engine: Engine,
-    interval: Duration,
-    proc_root: PathBuf,
-    tx: Sender<Box<Update>>,
-    stop: Receiver<()>,
-) {
-    let mut prev: Option<Snapshot> = None;
-    loop {
-        let started = Instant::now();
-        let mut warnings = Vec::new();
-        let report = match engine.snapshot(Vec::new(), &mut warnings) {
-            Ok(snap) => {
-                let r = engine::report(&snap, prev.as_ref());
-                prev = Some(snap);
-                Some(Box::new(r))
-            }
-            Err(e) => {
-                warnings.insert(0, format!("collection failed: {e:#}"));
-                None
-            }
-        };
-        let update = Update {
-            report,
-            warnings,
-            psi: read_psi(&proc_root),
-            source: None,
-        };
-        if tx.send(Box::new(update)).is_err() {
-            return;
-        }
-        match stop.recv_timeout(interval.saturating_sub(started.elapsed())) {
-            Err(RecvTimeoutError::Timeout) => {}
-            _ => return,
-        }
-    }
-}
-
 /// The event loop: draws when something changed, takes keys, swaps in new reports (unless
 /// paused) and returns on quit or when `stop` is set (a signal).
 pub fn run<B: Backend>(
@@ -213,6 +245,7 @@ where
     let mut usage_at: Option<Instant> = None;
     let proc_root = Path::new("/proc");
     let mut dirty = true;
+    let mut open_sent: Option<FileKey> = None;
     while !stop.load(Ordering::Relaxed) {
         if let Some(u) = feed.poll() {
             pending = Some(u);
@@ -232,11 +265,23 @@ where
             }
             usage_at = Some(Instant::now());
         }
+        // The gauge moves while a proof runs.
+        dirty |= state.proving.is_some();
+        if state.open != open_sent {
+            open_sent = state.open;
+            let path = open_sent.and_then(|k| {
+                let r = report.as_ref()?;
+                Some((k, r.files.iter().find(|f| f.key == k)?.path.clone()))
+            });
+            feed.control(Control::Open(path));
+        }
         if dirty {
             if let Some(r) = &report {
                 state.clamp_to(r);
             }
-            terminal.draw(|f| view::draw(f, state, report.as_deref()))?;
+            let mut hits = state::Hits::default();
+            terminal.draw(|f| hits = view::draw(f, state, report.as_deref()))?;
+            state.hits = hits;
             dirty = false;
         }
         let Some(key) = input.next(Duration::from_millis(200))? else {
@@ -252,6 +297,32 @@ where
                 }
                 dirty = true;
             }
+            Action::Fold => {
+                if let Some(r) = &report {
+                    state.fold_selected(r);
+                }
+                dirty = true;
+            }
+            Action::Prove => {
+                start_proof(state, report.as_deref(), feed);
+                dirty = true;
+            }
+            Action::ToggleTrace => {
+                let on = !state.tracing;
+                state.status = Some(if feed.control(Control::Tracing(on)) {
+                    format!("turning tracing {}…", if on { "on" } else { "off" })
+                } else {
+                    "tracing can only be turned on live, not in a replay".into()
+                });
+                dirty = true;
+            }
+            Action::CancelProve => {
+                if let Some(p) = state.proving.take() {
+                    p.progress.cancel();
+                    state.status = Some(format!("cancelling the proof of pid {}", p.pid));
+                }
+                dirty = true;
+            }
             Action::Step(d) => {
                 if let Some(u) = feed.step(d) {
                     pending = None;
@@ -261,7 +332,35 @@ where
             }
         }
     }
+    if let Some(p) = state.proving.take() {
+        p.progress.cancel();
+    }
     Ok(())
+}
+
+/// `p`: asks the collector to prove the selected suspected copy's process.
+fn start_proof(state: &mut State, report: Option<&Report>, feed: &mut dyn Feed) {
+    let Some(r) = report else { return };
+    match state.prove_target(r) {
+        Err(why) => state.status = Some(why),
+        Ok((pid, comm)) => {
+            let progress = std::sync::Arc::new(crate::dupes::prove::Progress::default());
+            let sent = feed.control(Control::Prove {
+                pid,
+                progress: progress.clone(),
+            });
+            if sent {
+                state.status = Some(format!("proving pid {pid} ({comm})…"));
+                state.proving = Some(state::Proving {
+                    pid,
+                    comm,
+                    progress,
+                });
+            } else {
+                state.status = Some("p proves live memory: not in a replay".into());
+            }
+        }
+    }
 }
 
 #[cfg(test)]

@@ -4,6 +4,13 @@
 //! key sequences are tested as plain values. Rows are picked from a [`Report`] by
 //! [`State::file_rows`] and its siblings: the views draw exactly those.
 
+use std::collections::BTreeSet;
+use std::sync::Arc;
+
+use super::history::History;
+pub use super::mouse::Hits;
+use crate::dupes::prove::Progress;
+use crate::model::residency::MapModel;
 use crate::model::{CgroupModel, FileModel, ProcessModel, Report};
 use crate::sample::FileKey;
 
@@ -49,9 +56,12 @@ impl View {
                 "path",
             ],
             View::Processes => &[
-                "rss", "anon", "file", "pss", "growth", "files", "pid", "comm",
+                "rss", "anon", "file", "pss", "growth", "files", "pid", "comm", "shmem", "cow",
+                "uss", "dirty", "swap", "gpu",
             ],
-            View::Cgroups => &["usage", "limit", "anon", "file", "oom", "path"],
+            View::Cgroups => &[
+                "usage", "limit", "anon", "file", "oom", "path", "peak", "high", "refaults", "psi",
+            ],
         }
     }
 }
@@ -75,6 +85,13 @@ pub enum Key {
     Resize,
     /// Ctrl-C (raw mode delivers it as a key, not as SIGINT).
     Interrupt,
+    Left,
+    Right,
+    /// A left click at a screen cell (column, row).
+    Click(u16, u16),
+    /// The mouse wheel, up or down.
+    WheelUp,
+    WheelDown,
 }
 
 /// What the event loop does after a key.
@@ -89,6 +106,14 @@ pub enum Action {
     Open,
     /// Replay: show the snapshot before (-1) or after (+1) the current one.
     Step(i32),
+    /// `p`: prove the process of the selected suspected copy ([`State::prove_target`]).
+    Prove,
+    /// Esc while a proof runs: cancel it.
+    CancelProve,
+    /// `t`: turn eBPF tracing on or off.
+    ToggleTrace,
+    /// ← on the cgroups view: fold the selected cgroup ([`State::fold_selected`]).
+    Fold,
 }
 
 /// One comparison of a `field>value` filter.
@@ -136,7 +161,7 @@ impl Filter {
         Filter::Substring(t.to_lowercase())
     }
 
-    fn compare(cmp: Cmp, have: Option<f64>, want: f64) -> bool {
+    pub(super) fn compare(cmp: Cmp, have: Option<f64>, want: f64) -> bool {
         // An unknown value never passes a comparison.
         let Some(have) = have else { return false };
         match cmp {
@@ -181,6 +206,41 @@ pub struct State {
     pub warnings: Vec<String>,
     /// Row counts seen at the last draw, to clamp the selection.
     pub rows_seen: [usize; 3],
+    /// Each file's residency, refaults and held bytes over the session (sparklines).
+    pub history: History,
+    /// The page-cache map of the open file, as the collector last sent it.
+    pub map: Option<(FileKey, Result<MapModel, String>)>,
+    /// Selected row of the open file's holders table.
+    pub file_row: usize,
+    pub file_rows_seen: usize,
+    /// A line for the status bar (a proof's outcome, damage of a recording).
+    pub status: Option<String>,
+    /// The proof started with `p`, while it runs.
+    pub proving: Option<Proving>,
+    /// eBPF tracing is on (the collector said so after `t`).
+    pub tracing: bool,
+    /// Where the last draw put its tables (for the mouse).
+    pub hits: Hits,
+    /// Cgroups whose processes are shown under them (Enter / → on a cgroup).
+    pub expanded: BTreeSet<String>,
+    /// The cgroups view's "by workload" rollup (`w`).
+    pub workload: Workload,
+}
+
+/// How the cgroups view groups processes: the cgroup tree, or a rollup by comm or cgroup.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Workload {
+    Off,
+    ByComm,
+    ByCgroup,
+}
+
+/// A proof running in the background.
+#[derive(Debug, Clone)]
+pub struct Proving {
+    pub pid: i32,
+    pub comm: String,
+    pub progress: Arc<Progress>,
 }
 
 /// `some` and `full` avg10 of `/proc/pressure/memory`, percent.
@@ -210,6 +270,16 @@ impl State {
             source: "live".into(),
             warnings: Vec::new(),
             rows_seen: [0; 3],
+            history: History::default(),
+            map: None,
+            file_row: 0,
+            file_rows_seen: 0,
+            status: None,
+            proving: None,
+            tracing: false,
+            hits: Hits::default(),
+            expanded: BTreeSet::new(),
+            workload: Workload::Off,
         }
     }
 
@@ -262,8 +332,13 @@ impl State {
         let v = self.view.index();
         match key {
             Key::Char('q') => Action::Quit,
+            Key::Esc if self.proving.is_some() => Action::CancelProve,
             Key::Esc if self.open.is_some() => {
                 self.open = None;
+                Action::Redraw
+            }
+            Key::Esc if self.workload != Workload::Off && self.view == View::Cgroups => {
+                self.workload = Workload::Off;
                 Action::Redraw
             }
             Key::Esc if !self.filter.is_empty() => {
@@ -280,6 +355,27 @@ impl State {
             Key::Char('1') => self.switch(View::Files),
             Key::Char('2') => self.switch(View::Processes),
             Key::Char('3') => self.switch(View::Cgroups),
+            Key::Click(x, y) => self.click(x, y),
+            Key::WheelUp => self.move_by(-3),
+            Key::WheelDown => self.move_by(3),
+            Key::Char('p') if self.proving.is_some() => {
+                self.status = Some("a proof is running (Esc cancels it)".into());
+                Action::Redraw
+            }
+            Key::Char('p') if self.view == View::Files => Action::Prove,
+            Key::Char('t') => Action::ToggleTrace,
+            Key::Char('w') => {
+                self.view = View::Cgroups;
+                self.workload = match self.workload {
+                    Workload::Off => Workload::ByComm,
+                    Workload::ByComm => Workload::ByCgroup,
+                    Workload::ByCgroup => Workload::Off,
+                };
+                self.selected[View::Cgroups.index()] = 0;
+                Action::Redraw
+            }
+            Key::Enter | Key::Right if self.view == View::Cgroups => Action::Open,
+            Key::Left if self.view == View::Cgroups => Action::Fold,
             Key::Up | Key::Char('k') => self.move_by(-1),
             Key::Down | Key::Char('j') => self.move_by(1),
             Key::PageUp => self.move_by(-10),
@@ -311,8 +407,12 @@ impl State {
         }
     }
 
-    /// Enter on the files view: opens the selected file of `report`.
+    /// Enter on the files view: opens the selected file of `report`. On the cgroups
+    /// view, Enter / → expand the selected cgroup's processes and ← folds them.
     pub fn open_selected(&mut self, report: &Report) -> bool {
+        if self.view == View::Cgroups {
+            return self.toggle_cgroup(report);
+        }
         if self.view != View::Files || self.open.is_some() {
             return false;
         }
@@ -320,6 +420,7 @@ impl State {
         match rows.get(self.selected(View::Files)) {
             Some(f) => {
                 self.open = Some(f.key);
+                self.file_row = 0;
                 true
             }
             None => false,
@@ -343,13 +444,22 @@ impl State {
         Action::Redraw
     }
 
+    pub(super) fn index_of(view: View) -> usize {
+        view.index()
+    }
+
     fn switch(&mut self, view: View) -> Action {
         self.view = view;
         self.open = None;
         Action::Redraw
     }
 
-    fn move_by(&mut self, delta: i64) -> Action {
+    pub(super) fn move_by(&mut self, delta: i64) -> Action {
+        if self.view == View::Files && self.open.is_some() {
+            let max = self.file_rows_seen.saturating_sub(1) as i64;
+            self.file_row = (self.file_row as i64).saturating_add(delta).clamp(0, max) as usize;
+            return Action::Redraw;
+        }
         let v = self.view.index();
         let max = self.rows_seen[v].saturating_sub(1) as i64;
         let new = (self.selected[v] as i64)
@@ -364,11 +474,16 @@ impl State {
         self.rows_seen = [
             self.file_rows(report).len(),
             self.process_rows(report).len(),
-            self.cgroup_rows(report).len(),
+            self.cgroup_view_len(report),
         ];
         for (sel, n) in self.selected.iter_mut().zip(self.rows_seen) {
             *sel = (*sel).min(n.saturating_sub(1));
         }
+        self.file_rows_seen = self
+            .open
+            .and_then(|k| report.files.iter().find(|f| f.key == k))
+            .map_or(0, |f| holder_rows(f).len());
+        self.file_row = self.file_row.min(self.file_rows_seen.saturating_sub(1));
     }
 
     /// The files view's rows: filtered, then sorted.
@@ -449,41 +564,105 @@ impl State {
     }
 }
 
+/// A row of the open file's table: a mapper, a holder of an open fd that does not map
+/// it, or a copy holder that neither maps nor holds it.
+#[derive(Debug, Clone, Copy)]
+pub enum HolderRow<'r> {
+    Mapper(&'r crate::model::Mapper),
+    OpenFd(i32, &'r str),
+    NotOpen(i32, &'r str),
+}
+
+impl HolderRow<'_> {
+    pub fn pid(&self) -> i32 {
+        match self {
+            HolderRow::Mapper(m) => m.pid,
+            HolderRow::OpenFd(p, _) | HolderRow::NotOpen(p, _) => *p,
+        }
+    }
+}
+
+/// The open file's table, in the order it is drawn.
+pub fn holder_rows(f: &FileModel) -> Vec<HolderRow<'_>> {
+    let mut rows: Vec<HolderRow> = f.mappers.iter().map(HolderRow::Mapper).collect();
+    rows.extend(
+        f.holders
+            .iter()
+            .filter(|h| !h.mapped)
+            .map(|h| HolderRow::OpenFd(h.pid, &h.comm)),
+    );
+    rows.extend(
+        crate::render::scan::unlisted_copy_holders(f)
+            .into_iter()
+            .map(|(pid, comm)| HolderRow::NotOpen(pid, comm)),
+    );
+    rows
+}
+
+impl State {
+    /// What `p` proves: in the open file, the selected row's process when it holds a
+    /// suspected copy, else the file's first suspected copy; on the files view, the
+    /// selected file's first suspected copy. `(pid, comm)`, or why there is none.
+    pub fn prove_target(&self, report: &Report) -> Result<(i32, String), String> {
+        let file = match self.open {
+            Some(k) => report.files.iter().find(|f| f.key == k),
+            None => self
+                .file_rows(report)
+                .get(self.selected(View::Files))
+                .copied(),
+        };
+        let Some(f) = file else {
+            return Err("no file selected".into());
+        };
+        let selected_pid = self
+            .open
+            .and_then(|_| holder_rows(f).get(self.file_row).map(|r| r.pid()));
+        let suspect = selected_pid
+            .and_then(|pid| f.suspected_copies.iter().find(|c| c.pid == pid))
+            .or_else(|| f.suspected_copies.first());
+        match suspect {
+            Some(c) => Ok((c.pid, c.comm.clone())),
+            None => Err("no suspected copy of this file to prove".into()),
+        }
+    }
+}
+
 enum Sortable {
     Num(Option<f64>),
     Text(String),
 }
 
 /// Numbers largest first, text A→Z; unknown values last either way; stable, so equal
-/// rows keep the report's order.
-fn sort_rows<T>(rows: &mut [T], reverse: bool, key: impl Fn(&T) -> Sortable) {
-    rows.sort_by(|a, b| {
-        use std::cmp::Ordering;
-        match (key(a), key(b)) {
-            (Sortable::Num(x), Sortable::Num(y)) => match (x, y) {
-                (Some(x), Some(y)) => {
-                    let o = y.total_cmp(&x);
-                    if reverse {
-                        o.reverse()
-                    } else {
-                        o
-                    }
-                }
-                (Some(_), None) => Ordering::Less,
-                (None, Some(_)) => Ordering::Greater,
-                (None, None) => Ordering::Equal,
-            },
-            (Sortable::Text(x), Sortable::Text(y)) => {
-                let o = x.cmp(&y);
+/// rows keep the report's order. Each row's key is computed once (a key may scan the
+/// report: the growth rate, the CoW bytes).
+fn sort_rows<T: Copy>(rows: &mut Vec<T>, reverse: bool, key: impl Fn(&T) -> Sortable) {
+    use std::cmp::Ordering;
+    let mut keyed: Vec<(Sortable, T)> = rows.drain(..).map(|r| (key(&r), r)).collect();
+    keyed.sort_by(|(a, _), (b, _)| match (a, b) {
+        (Sortable::Num(x), Sortable::Num(y)) => match (x, y) {
+            (Some(x), Some(y)) => {
+                let o = y.total_cmp(x);
                 if reverse {
                     o.reverse()
                 } else {
                     o
                 }
             }
-            _ => Ordering::Equal,
+            (Some(_), None) => Ordering::Less,
+            (None, Some(_)) => Ordering::Greater,
+            (None, None) => Ordering::Equal,
+        },
+        (Sortable::Text(x), Sortable::Text(y)) => {
+            let o = x.cmp(y);
+            if reverse {
+                o.reverse()
+            } else {
+                o
+            }
         }
+        _ => Ordering::Equal,
     });
+    rows.extend(keyed.into_iter().map(|(_, r)| r));
 }
 
 /// Bytes of the file's CoW pages over all its mappers (`None` if one is unknown).
@@ -531,7 +710,7 @@ pub fn totals(report: &Report) -> (u64, u64) {
     (model, excess)
 }
 
-fn file_value(f: &FileModel, field: &str) -> Option<f64> {
+pub(super) fn file_value(f: &FileModel, field: &str) -> Option<f64> {
     let b = |v: Option<u64>| v.map(|v| v as f64);
     match field {
         "count" => f.representations.proven,
@@ -547,6 +726,47 @@ fn file_value(f: &FileModel, field: &str) -> Option<f64> {
     }
 }
 
+/// CoW (anonymous) bytes inside the process's private mappings of model files; `None`
+/// when one of them is unknown.
+pub fn process_cow_bytes(report: &Report, pid: i32) -> Option<u64> {
+    report
+        .files
+        .iter()
+        .flat_map(|f| f.mappers.iter())
+        .filter(|m| m.pid == pid)
+        .map(|m| m.cow_anon_bytes)
+        .try_fold(0u64, |acc, v| Some(acc + v?))
+}
+
+/// How the process holds each model file: `map` (MAP_SHARED), `priv` (MAP_PRIVATE),
+/// `fd` (open, not mapped), `copy` (a proven private copy), `copy?` (suspected), with the
+/// file's name: `map llama.gguf, copy qwen.safetensors`.
+pub fn process_holds(report: &Report, pid: i32) -> String {
+    let mut out: Vec<String> = Vec::new();
+    for f in &report.files {
+        let name = f.path.rsplit('/').next().unwrap_or(&f.path);
+        let mut how: Vec<&str> = Vec::new();
+        if let Some(m) = f.mappers.iter().find(|m| m.pid == pid) {
+            how.push(match m.kind {
+                crate::model::MapKind::Shared => "map",
+                crate::model::MapKind::Private => "priv",
+                _ => "map+priv",
+            });
+        } else if f.holders.iter().any(|h| h.pid == pid) {
+            how.push("fd");
+        }
+        if f.proven_copies.iter().any(|c| c.pid == pid) {
+            how.push("copy");
+        } else if f.suspected_copies.iter().any(|c| c.pid == pid) {
+            how.push("copy?");
+        }
+        if !how.is_empty() {
+            out.push(format!("{} {name}", how.join("+")));
+        }
+    }
+    out.join(", ")
+}
+
 /// `anon_bytes_per_sec` of the process from the report's rates.
 pub fn anon_growth(report: &Report, pid: i32) -> Option<f64> {
     report
@@ -558,7 +778,7 @@ pub fn anon_growth(report: &Report, pid: i32) -> Option<f64> {
         .anon_bytes_per_sec
 }
 
-fn process_value(report: &Report, p: &ProcessModel, field: &str) -> Option<f64> {
+pub(super) fn process_value(report: &Report, p: &ProcessModel, field: &str) -> Option<f64> {
     let b = |v: Option<u64>| v.map(|v| v as f64);
     match field {
         "pid" => Some(f64::from(p.pid)),
@@ -570,11 +790,15 @@ fn process_value(report: &Report, p: &ProcessModel, field: &str) -> Option<f64> 
         "swap" => b(p.swap_bytes),
         "growth" => anon_growth(report, p.pid),
         "files" => p.holds_files.map(|n| n as f64),
+        "shmem" => b(p.shmem_bytes),
+        "cow" => b(process_cow_bytes(report, p.pid)),
+        "dirty" => b(p.private_dirty_bytes),
+        "gpu" => b(p.gpu_memory_bytes),
         _ => None,
     }
 }
 
-fn cgroup_value(c: &CgroupModel, field: &str) -> Option<f64> {
+pub(super) fn cgroup_value(c: &CgroupModel, field: &str) -> Option<f64> {
     let b = |v: Option<u64>| v.map(|v| v as f64);
     match field {
         "usage" => b(c.usage_bytes),
@@ -583,6 +807,13 @@ fn cgroup_value(c: &CgroupModel, field: &str) -> Option<f64> {
         "anon" => b(c.anon_bytes),
         "file" => b(c.file_bytes),
         "oom" => b(c.oom_kills),
+        "peak" => b(c.peak_bytes),
+        "high" if c.high_unlimited => Some(f64::INFINITY),
+        "high" => b(c.high_bytes),
+        "min" => b(c.min_bytes),
+        "low" => b(c.low_bytes),
+        "refaults" => b(c.refaults_file),
+        "psi" => c.pressure.map(|p| p.some_avg10),
         _ => None,
     }
 }

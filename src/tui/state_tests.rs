@@ -209,3 +209,16 @@ fn excess_is_held_beyond_one_copy() {
     // llama: (2.00 - 1) x 4 GiB; qwen: count unknown, adds nothing.
     assert_eq!(excess, 4 * (1 << 30));
 }
+
+#[test]
+fn t_asks_to_toggle_tracing_in_every_view_but_not_while_filtering() {
+    let r = fixture::report();
+    for v in View::ALL {
+        let mut st = State::new(v);
+        assert_eq!(press(&mut st, &r, &chars("t")), vec![Action::ToggleTrace]);
+    }
+    let mut st = State::new(View::Files);
+    let acts = press(&mut st, &r, &chars("/t"));
+    assert!(!acts.contains(&Action::ToggleTrace), "{acts:?}");
+    assert_eq!(st.filter, "t");
+}

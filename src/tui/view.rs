@@ -9,44 +9,44 @@ use ratatui::text::{Line, Span};
 use ratatui::widgets::{Block, Cell, Clear, Paragraph, Row, Table, TableState, Wrap};
 use ratatui::Frame;
 
-use super::state::{self, State, View};
-use crate::model::{FileModel, Report, Severity};
+use super::state::{self, Hits, State, View, Workload};
+use crate::model::{Report, Severity};
 use crate::render::safe::{safe, shown, width};
-use crate::render::scan::{copy_note, count_cell, count_line, map_kind};
+use crate::render::scan::count_cell;
 use crate::units::{iec, iec_opt};
 
 /// Styles, or none of them under `NO_COLOR` (bold and reverse still show).
-struct Theme {
-    color: bool,
+pub(super) struct Theme {
+    pub color: bool,
 }
 
 impl Theme {
-    fn fg(&self, c: Color) -> Style {
+    pub(super) fn fg(&self, c: Color) -> Style {
         if self.color {
             Style::default().fg(c)
         } else {
             Style::default()
         }
     }
-    fn bold(&self) -> Style {
+    pub(super) fn bold(&self) -> Style {
         Style::default().add_modifier(Modifier::BOLD)
     }
-    fn selected(&self) -> Style {
+    pub(super) fn selected(&self) -> Style {
         Style::default().add_modifier(Modifier::REVERSED)
     }
 }
 
-fn pct(f: Option<f64>) -> String {
+pub(super) fn pct(f: Option<f64>) -> String {
     f.map(|v| format!("{:.1}%", v * 100.0))
         .unwrap_or_else(|| "n/a".into())
 }
 
-fn opt_num<T: ToString>(v: Option<T>) -> String {
+pub(super) fn opt_num<T: ToString>(v: Option<T>) -> String {
     v.map(|v| v.to_string()).unwrap_or_else(|| "n/a".into())
 }
 
 /// `+1.0 MiB/s`, `-4.0 KiB/s`, `0 B/s`, `n/a`.
-fn rate(v: Option<f64>) -> String {
+pub(super) fn rate(v: Option<f64>) -> String {
     match v {
         None => "n/a".into(),
         Some(v) if v.abs() < 0.5 => "0 B/s".into(),
@@ -59,7 +59,7 @@ fn rate(v: Option<f64>) -> String {
 }
 
 /// At most `max` columns of `s`, cut at the start (`…/models/m.gguf`).
-fn tail(s: &str, max: usize) -> String {
+pub(super) fn tail(s: &str, max: usize) -> String {
     if width(s) <= max {
         return s.to_string();
     }
@@ -77,13 +77,14 @@ fn tail(s: &str, max: usize) -> String {
     out.iter().rev().collect()
 }
 
-/// Draws the whole screen.
-pub fn draw(frame: &mut Frame, st: &State, report: Option<&Report>) {
+/// Draws the whole screen; returns where its clickable parts went.
+pub fn draw(frame: &mut Frame, st: &State, report: Option<&Report>) -> Hits {
+    let mut hits = Hits::default();
     let theme = Theme { color: st.color };
     let n_findings = report.map_or(0, |r| r.findings.len());
     let findings_h = (n_findings.clamp(1, 3) + 2) as u16;
     let [header, tabs, body, findings, footer] = Layout::vertical([
-        Constraint::Length(3),
+        Constraint::Length(3 + gpu_lines(report).len() as u16),
         Constraint::Length(1),
         Constraint::Min(3),
         Constraint::Length(findings_h),
@@ -91,27 +92,38 @@ pub fn draw(frame: &mut Frame, st: &State, report: Option<&Report>) {
     ])
     .areas(frame.area());
     draw_header(frame, header, st, report, &theme);
-    draw_tabs(frame, tabs, st, &theme);
+    hits.tabs = Some(draw_tabs(frame, tabs, st, &theme));
     match report {
         None => frame.render_widget(Paragraph::new("  collecting the first snapshot…"), body),
         Some(r) => match (st.view, st.open) {
             (View::Files, Some(key)) => match r.files.iter().find(|f| f.key == key) {
-                Some(f) => draw_file(frame, body, f, &theme),
+                Some(f) => {
+                    hits.body = Some(super::widgets::draw_file(frame, body, st, r, f, &theme))
+                }
                 None => frame.render_widget(
                     Paragraph::new("  Files › the file is no longer in the report (Esc: back)"),
                     body,
                 ),
             },
-            (View::Files, None) => draw_files(frame, body, st, r, &theme),
-            (View::Processes, _) => draw_processes(frame, body, st, r, &theme),
-            (View::Cgroups, _) => draw_cgroups(frame, body, st, r, &theme),
+            (View::Files, None) => draw_files(frame, body, st, r, &theme, &mut hits),
+            (View::Processes, _) => draw_processes(frame, body, st, r, &theme, &mut hits),
+            (View::Cgroups, _) if st.workload != Workload::Off => {
+                super::cgview::draw_workloads(frame, body, st, r, &theme, &mut hits)
+            }
+            (View::Cgroups, _) => {
+                super::cgview::draw_cgroups(frame, body, st, r, &theme, &mut hits)
+            }
         },
     }
     draw_findings(frame, findings, report, &theme);
     draw_footer(frame, footer, st, &theme);
+    if let Some(p) = &st.proving {
+        super::widgets::draw_proving(frame, body, p, &theme);
+    }
     if st.help {
         draw_help(frame, &theme);
     }
+    hits
 }
 
 fn draw_header(frame: &mut Frame, area: Rect, st: &State, report: Option<&Report>, t: &Theme) {
@@ -128,6 +140,9 @@ fn draw_header(frame: &mut Frame, area: Rect, st: &State, report: Option<&Report
             " · PAUSED",
             t.fg(Color::Yellow).add_modifier(Modifier::BOLD),
         ));
+    }
+    if st.tracing {
+        top.push(Span::styled(" · TRACING", t.fg(Color::Cyan)));
     }
     top.push(Span::raw(format!(
         " · self cpu {} rss {}",
@@ -172,18 +187,60 @@ fn draw_header(frame: &mut Frame, area: Rect, st: &State, report: Option<&Report
         Some((_, e)) if e > 0 => t.fg(Color::Yellow).add_modifier(Modifier::BOLD),
         _ => Style::default(),
     };
-    let lines = vec![
+    let mut lines = vec![
         Line::from(top),
         Line::from(mem),
         Line::from(Span::styled(model, excess_style)),
     ];
+    lines.extend(gpu_lines(report).into_iter().map(Line::from));
     frame.render_widget(Paragraph::new(lines), area);
 }
 
-fn draw_tabs(frame: &mut Frame, area: Rect, st: &State, t: &Theme) {
+/// One header line per GPU (at most 4), or one saying why GPUs are not known; none for a
+/// report without GPU information (recorded before it existed).
+fn gpu_lines(report: Option<&Report>) -> Vec<String> {
+    let Some(r) = report else {
+        return Vec::new();
+    };
+    if let Some(why) = &r.gpus.not_available {
+        return vec![format!("gpu n/a ({})", safe(why))];
+    }
+    r.gpus
+        .devices
+        .iter()
+        .take(4)
+        .map(|d| {
+            format!(
+                "gpu{} {} · {} · used {} of {} · processes {}",
+                d.index,
+                safe(d.name.as_deref().unwrap_or("n/a")),
+                match d.integrated {
+                    Some(true) => "integrated",
+                    Some(false) => "discrete",
+                    None => "type n/a",
+                },
+                iec_opt(d.memory_used_bytes),
+                iec_opt(d.memory_total_bytes),
+                iec_opt(d.process_memory_bytes),
+            )
+        })
+        .collect()
+}
+
+fn draw_tabs(
+    frame: &mut Frame,
+    area: Rect,
+    st: &State,
+    t: &Theme,
+) -> (u16, Vec<super::mouse::Span<View>>) {
     let mut spans = Vec::new();
+    let mut tabs = Vec::new();
+    let mut x = area.x;
     for (i, v) in View::ALL.iter().enumerate() {
         let label = format!(" {} {} ", i + 1, v.title());
+        let w = width(&label) as u16;
+        tabs.push((x, x + w, *v));
+        x += w + 1;
         let style = if *v == st.view {
             t.selected().add_modifier(Modifier::BOLD)
         } else {
@@ -192,24 +249,34 @@ fn draw_tabs(frame: &mut Frame, area: Rect, st: &State, t: &Theme) {
         spans.push(Span::styled(label, style));
         spans.push(Span::raw(" "));
     }
-    spans.push(Span::raw(format!(
-        " sort {} {}",
-        st.sort_column(st.view),
-        if st.is_reversed(st.view) {
-            "↑"
-        } else {
-            "↓"
-        }
-    )));
+    if st.view == View::Cgroups && st.workload != Workload::Off {
+        spans.push(Span::raw(match st.workload {
+            Workload::ByComm => " by workload: comm (w: by cgroup)",
+            _ => " by workload: cgroup (w: tree)",
+        }));
+    } else {
+        spans.push(Span::raw(format!(
+            " sort {} {}",
+            st.sort_column(st.view),
+            if st.is_reversed(st.view) {
+                "↑"
+            } else {
+                "↓"
+            }
+        )));
+    }
     frame.render_widget(Paragraph::new(Line::from(spans)), area);
+    (area.y, tabs)
 }
 
-/// A column: title, width, priority (lower is kept first when the screen is narrow).
-struct Col {
-    title: &'static str,
-    width: u16,
-    prio: u8,
-    left: bool,
+/// A column: title, width, priority (lower is kept first when the screen is narrow),
+/// alignment, and the sort column a click on its title picks.
+pub(super) struct Col {
+    pub title: &'static str,
+    pub width: u16,
+    pub prio: u8,
+    pub left: bool,
+    pub sort: Option<&'static str>,
 }
 
 fn align(line: Line<'_>, left: bool) -> Line<'_> {
@@ -238,15 +305,18 @@ fn fit(cols: &[Col], total: u16, flex_min: u16) -> Vec<usize> {
     keep
 }
 
-/// `first`: the flexible first column's title and its least width.
-fn table(
+/// `first`: the flexible first column's title, its least width and its sort column.
+/// Fills `hits` with the header's sortable columns and the body's rows.
+#[allow(clippy::too_many_arguments)]
+pub(super) fn table(
     frame: &mut Frame,
     area: Rect,
-    (first, flex_min): (&'static str, u16),
+    (first, flex_min, first_sort): (&'static str, u16, Option<&'static str>),
     cols: &[Col],
     rows: Vec<(String, Vec<String>, Style)>,
     selected: Option<usize>,
     t: &Theme,
+    hits: &mut Hits,
 ) {
     let keep = fit(cols, area.width, flex_min);
     let flex = area
@@ -277,6 +347,20 @@ fn table(
         .row_highlight_style(t.selected());
     let mut ts = TableState::default().with_selected(selected.filter(|_| !empty));
     frame.render_stateful_widget(table, area, &mut ts);
+    let mut x = area.x;
+    let mut sortable = Vec::new();
+    if let Some(s) = first_sort {
+        sortable.push((x, x + flex, s));
+    }
+    x += flex + 1;
+    for &i in &keep {
+        if let Some(s) = cols[i].sort {
+            sortable.push((x, x + cols[i].width, s));
+        }
+        x += cols[i].width + 1;
+    }
+    hits.header = Some((area.y, sortable));
+    hits.body = Some((area.y + 1, area.height.saturating_sub(1), ts.offset()));
     if empty {
         let msg = Rect {
             y: area.y + 1,
@@ -296,52 +380,60 @@ const FILE_COLS: [Col; 8] = [
         width: 9,
         prio: 1,
         left: false,
+        sort: Some("size"),
     },
     Col {
         title: "count",
         width: 7,
         prio: 0,
         left: false,
+        sort: Some("count"),
     },
     Col {
         title: "cache",
         width: 9,
         prio: 2,
         left: false,
+        sort: Some("cache"),
     },
     Col {
         title: "cow",
         width: 9,
         prio: 6,
         left: false,
+        sort: Some("cow"),
     },
     Col {
         title: "private",
         width: 9,
         prio: 3,
         left: false,
+        sort: Some("private"),
     },
     Col {
         title: "suspected",
         width: 9,
         prio: 7,
         left: false,
+        sort: Some("suspected"),
     },
     Col {
         title: "res%",
         width: 6,
         prio: 4,
         left: false,
+        sort: Some("resident"),
     },
     Col {
         title: "holders",
         width: 7,
         prio: 5,
         left: false,
+        sort: Some("holders"),
     },
 ];
 
-fn draw_files(frame: &mut Frame, area: Rect, st: &State, r: &Report, t: &Theme) {
+fn draw_files(frame: &mut Frame, area: Rect, st: &State, r: &Report, t: &Theme, hits: &mut Hits) {
     let rows = st
         .file_rows(r)
         .into_iter()
@@ -367,60 +459,117 @@ fn draw_files(frame: &mut Frame, area: Rect, st: &State, r: &Report, t: &Theme) 
     table(
         frame,
         area,
-        ("file", 22),
+        ("file", 22, Some("path")),
         &FILE_COLS,
         rows,
         Some(st.selected(View::Files)),
         t,
+        hits,
     );
 }
 
-const PROC_COLS: [Col; 7] = [
+const PROC_COLS: [Col; 13] = [
     Col {
         title: "comm",
         width: 15,
         prio: 0,
         left: true,
+        sort: Some("comm"),
     },
     Col {
         title: "rss",
         width: 9,
         prio: 1,
         left: false,
+        sort: Some("rss"),
     },
     Col {
         title: "anon",
         width: 9,
         prio: 2,
         left: false,
+        sort: Some("anon"),
     },
     Col {
         title: "file",
         width: 9,
         prio: 4,
         left: false,
+        sort: Some("file"),
+    },
+    Col {
+        title: "shmem",
+        width: 9,
+        prio: 8,
+        left: false,
+        sort: Some("shmem"),
+    },
+    Col {
+        title: "cow",
+        width: 9,
+        prio: 7,
+        left: false,
+        sort: Some("cow"),
     },
     Col {
         title: "pss",
         width: 9,
         prio: 5,
         left: false,
+        sort: Some("pss"),
+    },
+    Col {
+        title: "uss",
+        width: 9,
+        prio: 9,
+        left: false,
+        sort: Some("uss"),
+    },
+    Col {
+        title: "priv dirty",
+        width: 10,
+        prio: 10,
+        left: false,
+        sort: Some("dirty"),
     },
     Col {
         title: "anon/s",
         width: 12,
         prio: 3,
         left: false,
+        sort: Some("growth"),
     },
     Col {
         title: "files",
         width: 5,
         prio: 6,
         left: false,
+        sort: Some("files"),
+    },
+    Col {
+        title: "gpu",
+        width: 9,
+        prio: 12,
+        left: false,
+        sort: Some("gpu"),
+    },
+    Col {
+        title: "holds (how)",
+        width: 24,
+        prio: 11,
+        left: true,
+        sort: None,
     },
 ];
 
-fn draw_processes(frame: &mut Frame, area: Rect, st: &State, r: &Report, t: &Theme) {
+fn draw_processes(
+    frame: &mut Frame,
+    area: Rect,
+    st: &State,
+    r: &Report,
+    t: &Theme,
+    hits: &mut Hits,
+) {
     let rows = st
         .process_rows(r)
         .into_iter()
@@ -431,9 +580,15 @@ fn draw_processes(frame: &mut Frame, area: Rect, st: &State, r: &Report, t: &The
                 iec_opt(p.rss_bytes),
                 iec_opt(p.anon_bytes),
                 iec_opt(p.file_bytes),
+                iec_opt(p.shmem_bytes),
+                iec_opt(state::process_cow_bytes(r, p.pid)),
                 iec_opt(p.pss_bytes),
+                iec_opt(p.uss_bytes),
+                iec_opt(p.private_dirty_bytes),
                 rate(state::anon_growth(r, p.pid)),
                 opt_num(p.holds_files),
+                iec_opt(p.gpu_memory_bytes),
+                tail_right(&safe(&state::process_holds(r, p.pid)), 24),
             ];
             (p.pid.to_string(), cells, Style::default())
         })
@@ -441,189 +596,32 @@ fn draw_processes(frame: &mut Frame, area: Rect, st: &State, r: &Report, t: &The
     table(
         frame,
         area,
-        ("pid", 7),
+        ("pid", 7, Some("pid")),
         &PROC_COLS,
         rows,
         Some(st.selected(View::Processes)),
         t,
+        hits,
     );
 }
 
-const CGROUP_COLS: [Col; 4] = [
-    Col {
-        title: "usage / limit",
-        width: 21,
-        prio: 0,
-        left: false,
-    },
-    Col {
-        title: "anon",
-        width: 9,
-        prio: 1,
-        left: false,
-    },
-    Col {
-        title: "file",
-        width: 9,
-        prio: 2,
-        left: false,
-    },
-    Col {
-        title: "oom kills",
-        width: 9,
-        prio: 3,
-        left: false,
-    },
-];
-
-fn draw_cgroups(frame: &mut Frame, area: Rect, st: &State, r: &Report, t: &Theme) {
-    let rows = st
-        .cgroup_rows(r)
-        .into_iter()
-        .map(|c| {
-            let limit = if c.unlimited {
-                "max".into()
-            } else {
-                iec_opt(c.limit_bytes)
-            };
-            let cells = vec![
-                format!("{} / {limit}", iec_opt(c.usage_bytes)),
-                iec_opt(c.anon_bytes),
-                iec_opt(c.file_bytes),
-                opt_num(c.oom_kills),
-            ];
-            (safe(&c.path).into_owned(), cells, Style::default())
-        })
-        .collect();
-    table(
-        frame,
-        area,
-        ("cgroup", 16),
-        &CGROUP_COLS,
-        rows,
-        Some(st.selected(View::Cgroups)),
-        t,
-    );
-}
-
-/// `[█████░░░░░] 50.0%`, `n/a` when residency is unknown.
-fn bar(fraction: Option<f64>, cols: usize) -> String {
-    let Some(f) = fraction else {
-        return "n/a".into();
-    };
-    let n = ((f.clamp(0.0, 1.0) * cols as f64).round() as usize).min(cols);
-    format!(
-        "[{}{}] {:.1}%",
-        "█".repeat(n),
-        "░".repeat(cols - n),
-        f * 100.0
-    )
-}
-
-fn draw_file(frame: &mut Frame, area: Rect, f: &FileModel, t: &Theme) {
-    let name = shown(&f.path, f.path_bytes.as_deref());
-    let crumb = format!(
-        "Files › {}",
-        tail(&name, (area.width as usize).saturating_sub(20))
-    );
-    let bar_cols = (area.width as usize).saturating_sub(30).clamp(10, 60);
-    let mut lines = vec![
-        Line::from(vec![
-            Span::styled(crumb, t.bold()),
-            Span::raw("  (Esc: back)"),
-        ]),
-        Line::from(format!(
-            "size {}  resident {} ({})  held beyond one copy {}",
-            iec_opt(f.size_bytes),
-            iec_opt(f.resident_bytes),
-            pct(f.resident_fraction),
-            iec_opt(state::file_excess_bytes(f))
-        )),
-        Line::from(format!("page cache {}", bar(f.resident_fraction, bar_cols))),
-        Line::from(Span::styled(count_line(f), t.fg(Color::Yellow))),
-    ];
-    if let Some(reason) = &f.residency_unknown_reason {
-        lines.push(Line::from(format!("residency unknown: {}", safe(reason))));
+/// At most `max` columns of `s`, cut at the end (`map llama.gguf, co…`).
+pub(super) fn tail_right(s: &str, max: usize) -> String {
+    if width(s) <= max {
+        return s.to_string();
     }
-    let head_h = lines.len() as u16 + 1;
-    let [head, rest] =
-        Layout::vertical([Constraint::Length(head_h), Constraint::Min(1)]).areas(area);
-    frame.render_widget(Paragraph::new(lines).wrap(Wrap { trim: false }), head);
-
-    // Narrow screens keep the note (what the copy is) over PSS and CoW.
-    let wide = area.width >= 110;
-    let mut rows: Vec<Row> = Vec::new();
-    let mut push =
-        |pid: i32, comm: &str, how: String, res: String, pss: String, cow: String, note: String| {
-            rows.push(Row::new(
-                vec![
-                    Cell::from(Line::from(pid.to_string()).right_aligned()),
-                    Cell::from(safe(comm).into_owned()),
-                    Cell::from(how),
-                    Cell::from(Line::from(res).right_aligned()),
-                    Cell::from(Line::from(pss).right_aligned()),
-                    Cell::from(Line::from(cow).right_aligned()),
-                    Cell::from(note),
-                ]
-                .into_iter()
-                .enumerate()
-                .filter(|(i, _)| wide || !matches!(i, 4 | 5))
-                .map(|(_, c)| c)
-                .collect::<Vec<_>>(),
-            ));
-        };
-    for m in &f.mappers {
-        push(
-            m.pid,
-            &m.comm,
-            map_kind(m.kind).into(),
-            iec_opt(m.resident_bytes),
-            iec_opt(m.pss_bytes),
-            iec_opt(m.cow_anon_bytes),
-            copy_note(f, m.pid, true),
-        );
+    let mut out = String::new();
+    let mut w = 1;
+    for c in s.chars() {
+        let cw = width(c.encode_utf8(&mut [0; 4]));
+        if w + cw > max {
+            break;
+        }
+        w += cw;
+        out.push(c);
     }
-    for h in f.holders.iter().filter(|h| !h.mapped) {
-        push(
-            h.pid,
-            &h.comm,
-            "open fd".into(),
-            "-".into(),
-            "-".into(),
-            "-".into(),
-            copy_note(f, h.pid, false),
-        );
-    }
-    for (pid, comm) in crate::render::scan::unlisted_copy_holders(f) {
-        push(
-            pid,
-            comm,
-            "not open".into(),
-            "-".into(),
-            "-".into(),
-            "-".into(),
-            copy_note(f, pid, false),
-        );
-    }
-    let widths: Vec<Constraint> = [7, 15, 11, 9, 9, 9]
-        .into_iter()
-        .enumerate()
-        .filter(|(i, _)| wide || !matches!(i, 4 | 5))
-        .map(|(_, w)| Constraint::Length(w))
-        .chain([Constraint::Min(10)])
-        .collect();
-    let titles: Vec<&str> = ["pid", "comm", "how", "resident", "pss", "cow anon", "note"]
-        .into_iter()
-        .enumerate()
-        .filter(|(i, _)| wide || !matches!(i, 4 | 5))
-        .map(|(_, t)| t)
-        .collect();
-    let header = Row::new(titles).style(t.bold().add_modifier(Modifier::UNDERLINED));
-    let table = Table::new(rows, widths)
-        .header(header)
-        .column_spacing(1)
-        .block(Block::default().title("mappers and copy holders"));
-    frame.render_widget(table, rest);
+    out.push('…');
+    out
 }
 
 fn draw_findings(frame: &mut Frame, area: Rect, report: Option<&Report>, t: &Theme) {
@@ -644,7 +642,7 @@ fn draw_findings(frame: &mut Frame, area: Rect, report: Option<&Report>, t: &The
             };
             Line::from(vec![
                 Span::styled(tag, style),
-                Span::raw(format!(" {}", safe(&f.message))),
+                Span::raw(format!(" {}", safe(&f.message()))),
             ])
         })
         .collect();
@@ -672,7 +670,7 @@ fn draw_footer(frame: &mut Frame, area: Rect, st: &State, t: &Theme) {
             Some(state::Filter::Compare { .. }) => "  (field compare)",
             _ => "",
         };
-        Line::from(vec![
+        let mut spans = vec![
             Span::styled("filter /", t.bold()),
             Span::raw(safe(&st.filter).into_owned()),
             Span::raw(if st.editing {
@@ -681,14 +679,24 @@ fn draw_footer(frame: &mut Frame, area: Rect, st: &State, t: &Theme) {
                 "  Esc: clear"
             }),
             Span::raw(err),
-        ])
+        ];
+        // A kept filter leaves room for the status (a proof's outcome).
+        if let Some(s) = st.status.as_ref().filter(|_| !st.editing) {
+            spans.push(Span::raw("  ·  "));
+            spans.push(Span::styled(safe(s).into_owned(), t.fg(Color::Cyan)));
+        }
+        Line::from(spans)
+    } else if let Some(s) = &st.status {
+        Line::from(Span::styled(safe(s).into_owned(), t.fg(Color::Cyan)))
     } else if let Some(w) = st.warnings.first() {
         Line::from(Span::styled(
             format!("{} warning(s): {}", st.warnings.len(), safe(w)),
             t.fg(Color::Yellow),
         ))
     } else {
-        Line::from("q quit  Tab view  ↑↓ move  Enter open  s/S sort  / filter  space pause  ? help")
+        Line::from(
+            "q quit  Tab view  ↑↓ move  Enter open  s/S sort  / filter  p prove  w workload  ? help",
+        )
     };
     frame.render_widget(Paragraph::new(line), area);
 }
@@ -703,6 +711,13 @@ const HELP: &[(&str, &str)] = &[
     (
         "Enter",
         "open the selected file: mappers, copies, residency",
+    ),
+    ("Enter → ←", "cgroups: show, hide the processes of a cgroup"),
+    ("w", "cgroups by workload: by comm, by cgroup, tree"),
+    ("p", "prove a suspected copy byte by byte (Esc cancels)"),
+    (
+        "mouse",
+        "click: select, open, sort by a header; wheel: move",
     ),
     ("s, S", "next sort column, reverse the sort"),
     ("/", "filter: text, or field>value (anon>1G, count>=2)"),

@@ -6,14 +6,16 @@ use ratatui::Terminal;
 
 use super::*;
 use crate::tui::fixture;
-use crate::tui::state::Key;
+use crate::tui::state::{Action, Key};
 
 fn screen(st: &mut State, report: Option<&Report>, w: u16, h: u16) -> String {
     if let Some(r) = report {
         st.clamp_to(r);
     }
     let mut term = Terminal::new(TestBackend::new(w, h)).unwrap();
-    term.draw(|f| draw(f, st, report)).unwrap();
+    let mut hits = Hits::default();
+    term.draw(|f| hits = draw(f, st, report)).unwrap();
+    st.hits = hits;
     format!("{}", term.backend())
 }
 
@@ -29,18 +31,94 @@ fn state(view: View) -> State {
     st
 }
 
+/// The fixture's report as four collections over the session: the llama file's page
+/// cache grows from a quarter to all of it.
+fn with_history(st: &mut State) -> Report {
+    let mut r = fixture::report();
+    for i in 1..=4u64 {
+        r.at_unix_ns = Some(i);
+        r.files[0].resident_bytes = Some(i << 30);
+        r.files[0].resident_fraction = Some(i as f64 / 4.0);
+        st.history.record(&r);
+    }
+    r
+}
+
+/// A page-cache map of the llama file: the first half cached, then some, then none.
+fn map(
+    r: &Report,
+) -> (
+    crate::sample::FileKey,
+    Result<crate::model::residency::MapModel, String>,
+) {
+    let cells = format!("{}{}{}", "O".repeat(128), "o".repeat(64), " ".repeat(64));
+    (
+        r.files[0].key,
+        Ok(crate::model::residency::MapModel {
+            pages_per_cell: 4096,
+            cells,
+        }),
+    )
+}
+
 #[test]
 fn screens() {
-    let r = fixture::report();
     for (w, h) in [(80u16, 24u16), (160, 48)] {
         let mut st = state(View::Files);
+        let r = with_history(&mut st);
         insta::assert_snapshot!(format!("files_{w}x{h}"), screen(&mut st, Some(&r), w, h));
         st.handle(Key::Enter);
         st.open_selected(&r);
+        st.map = Some(map(&r));
         insta::assert_snapshot!(
             format!("file_open_{w}x{h}"),
             screen(&mut st, Some(&r), w, h)
         );
+        // The qwen file: residency unknown, so its map and sparklines say n/a.
+        st.handle(Key::Esc);
+        st.handle(Key::Down);
+        st.open_selected(&r);
+        st.map = Some((
+            r.files[1].key,
+            Err("mincore: not revealed to this user".into()),
+        ));
+        insta::assert_snapshot!(
+            format!("file_open_unknown_{w}x{h}"),
+            screen(&mut st, Some(&r), w, h)
+        );
+        // p on it: the gauge of the proof running in the background.
+        st.clamp_to(&r);
+        assert_eq!(st.handle(Key::Char('p')), Action::Prove);
+        let progress = std::sync::Arc::new(crate::dupes::prove::Progress::default());
+        progress.add_total(600 << 20);
+        progress.add_done(150 << 20);
+        st.proving = Some(state::Proving {
+            pid: 6161,
+            comm: "vllm".into(),
+            progress,
+        });
+        st.status = Some("proving pid 6161 (vllm)…".into());
+        insta::assert_snapshot!(format!("proving_{w}x{h}"), screen(&mut st, Some(&r), w, h));
+        let mut st = state(View::Cgroups);
+        st.clamp_to(&r);
+        st.handle(Key::Down);
+        st.handle(Key::Right);
+        st.open_selected(&r);
+        insta::assert_snapshot!(
+            format!("cgroups_expanded_{w}x{h}"),
+            screen(&mut st, Some(&r), w, h)
+        );
+        st.handle(Key::Char('w'));
+        insta::assert_snapshot!(
+            format!("workload_comm_{w}x{h}"),
+            screen(&mut st, Some(&r), w, h)
+        );
+        st.handle(Key::Char('w'));
+        insta::assert_snapshot!(
+            format!("workload_cgroup_{w}x{h}"),
+            screen(&mut st, Some(&r), w, h)
+        );
+        let r = fixture::report();
         let mut st = state(View::Processes);
         insta::assert_snapshot!(
             format!("processes_{w}x{h}"),
@@ -83,8 +161,8 @@ fn unknown_values_show_na_never_zero() {
     let mut st = state(View::Processes);
     let text = screen(&mut st, Some(&r), 160, 48);
     let vllm = text.lines().find(|l| l.contains("vllm")).unwrap();
-    // PSS and the growth rate of vllm are unknown.
-    assert_eq!(vllm.matches("n/a").count(), 2, "{vllm}");
+    // PSS, USS, private dirty and the growth rate of vllm are unknown.
+    assert_eq!(vllm.matches("n/a").count(), 4, "{vllm}");
 }
 
 #[test]
@@ -94,5 +172,75 @@ fn outside_text_is_escaped() {
     let mut st = state(View::Files);
     let text = screen(&mut st, Some(&r), 160, 48);
     assert!(text.contains("evil\\e]0;pwned\\a.gguf"), "{text}");
+    assert!(!text.contains('\u{1b}'));
+}
+
+#[test]
+fn mouse_selects_sorts_opens_and_scrolls() {
+    let r = fixture::report();
+    let mut st = state(View::Processes);
+    screen(&mut st, Some(&r), 160, 48);
+    let (hy, cols) = st.hits.header.clone().unwrap();
+    let (by, _, offset) = st.hits.body.unwrap();
+    assert_eq!((hy + 1, offset), (by, 0));
+    // A click on the third row selects it.
+    assert_eq!(st.handle(Key::Click(3, by + 2)), Action::Redraw);
+    assert_eq!(st.selected(View::Processes), 2);
+    // Below the last row: nothing.
+    assert_eq!(st.handle(Key::Click(3, by + 5)), Action::None);
+    assert_eq!(st.selected(View::Processes), 2);
+    // The "pss" header sorts by PSS; a second click reverses it.
+    let pss = cols.iter().find(|c| c.2 == "pss").unwrap();
+    assert_eq!(st.handle(Key::Click(pss.0 + 1, hy)), Action::Redraw);
+    assert_eq!(st.sort_column(View::Processes), "pss");
+    assert!(!st.is_reversed(View::Processes));
+    let pids = |st: &State| {
+        st.process_rows(&r)
+            .iter()
+            .map(|p| p.pid)
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(pids(&st), [5151, 4242, 6161], "unknown PSS last");
+    screen(&mut st, Some(&r), 160, 48);
+    st.handle(Key::Click(pss.0 + 1, hy));
+    assert!(st.is_reversed(View::Processes));
+    assert_eq!(pids(&st), [4242, 5151, 6161]);
+    // The wheel moves the selection, inside the rows.
+    st.handle(Key::WheelUp);
+    assert_eq!(st.selected(View::Processes), 0);
+    st.handle(Key::WheelDown);
+    assert_eq!(st.selected(View::Processes), 2);
+    // A click on a tab switches view; on the selected file row, opens it.
+    let (ty, tabs) = st.hits.tabs.clone().unwrap();
+    let files = tabs.iter().find(|t| t.2 == View::Files).unwrap();
+    st.handle(Key::Click(files.0, ty));
+    assert_eq!(st.view, View::Files);
+    screen(&mut st, Some(&r), 80, 24);
+    let (by, _, _) = st.hits.body.unwrap();
+    assert_eq!(st.handle(Key::Click(2, by + 1)), Action::Redraw);
+    assert_eq!(st.selected(View::Files), 1);
+    assert_eq!(st.handle(Key::Click(2, by + 1)), Action::Open);
+    assert!(st.open_selected(&r));
+    assert_eq!(st.open, Some(r.files[1].key));
+    // The path header (the flexible first column) sorts by path.
+    st.open = None;
+    screen(&mut st, Some(&r), 80, 24);
+    let (hy, _) = st.hits.header.clone().unwrap();
+    st.handle(Key::Click(1, hy));
+    assert_eq!(st.sort_column(View::Files), "path");
+}
+
+#[test]
+fn the_status_line_shows_what_a_replay_found_wrong() {
+    let r = fixture::report();
+    let mut st = state(View::Files);
+    st.status =
+        Some("1 problem(s) in the recording: torn tail in 'seg-0' at byte 4096\u{1b}".into());
+    let text = screen(&mut st, Some(&r), 80, 24);
+    let last = text.lines().next_back().unwrap();
+    assert!(
+        last.contains("1 problem(s) in the recording: torn tail"),
+        "{text}"
+    );
     assert!(!text.contains('\u{1b}'));
 }

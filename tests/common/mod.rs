@@ -46,7 +46,13 @@ pub fn have(tool: &str) -> bool {
 pub fn model_file(dir: &Path, name: &str, size: u64) -> PathBuf {
     let path = dir.join(name);
     let mut f = std::fs::File::create(&path).unwrap();
+    // Seeded by the whole path too: two tests running at once must never hold files of
+    // the same bytes, or each one's copying reader is (truly) a copy of the other's file.
     let mut state = 0x1234_5678_9abc_def1u64 ^ size;
+    for b in path.as_os_str().as_encoded_bytes() {
+        state = (state ^ u64::from(*b)).wrapping_mul(0x0100_0000_01b3);
+    }
+    state |= 1;
     let mut block = vec![0u8; MIB as usize];
     let mut left = size;
     while left > 0 {

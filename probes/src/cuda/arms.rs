@@ -13,10 +13,10 @@ use crate::mapping::{align_down, split};
 use crate::types::{Arm, ArmRun, ArmsReport, BackendKind, Checksum, CudaDeviceCaps, ReferenceRate};
 
 /// Device memory, freed on drop.
-struct DevBuf(sys::CUdeviceptr);
+pub(super) struct DevBuf(pub(super) sys::CUdeviceptr);
 
 impl DevBuf {
-    fn new(bytes: u64) -> Result<DevBuf, String> {
+    pub(super) fn new(bytes: u64) -> Result<DevBuf, String> {
         // SAFETY: plain allocation in the current context.
         unsafe { result::malloc_sync(bytes as usize) }
             .map(DevBuf)

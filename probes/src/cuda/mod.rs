@@ -11,6 +11,7 @@
 mod arms;
 mod driver;
 mod kernel;
+pub mod loader;
 
 use std::path::Path;
 

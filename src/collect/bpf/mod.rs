@@ -193,7 +193,22 @@ pub struct TraceOptions {
     pub rename_events: Vec<(String, String)>,
 }
 
+/// Environment variable naming a directory of `NAME.bpf.o` objects to load instead of
+/// the embedded ones (used by the tests of freshly built objects).
+pub const OBJECTS_ENV: &str = "TWOFOLD_BPF_OBJECTS";
+
 impl TraceOptions {
+    /// Options pinning these processes and files, with the objects of [`OBJECTS_ENV`]
+    /// when it is set.
+    pub fn pinning(pids: &[i32], files: &[FileKey]) -> TraceOptions {
+        TraceOptions {
+            pids: pids.to_vec(),
+            files: files.to_vec(),
+            objects_dir: std::env::var_os(OBJECTS_ENV).map(PathBuf::from),
+            ..TraceOptions::default()
+        }
+    }
+
     fn event_name<'a>(&'a self, prog: &'a Program) -> &'a str {
         let full = format!("{}:{}", prog.category, prog.event);
         self.rename_events
@@ -471,6 +486,7 @@ impl Tracer {
     pub fn sample(&self) -> TraceSample {
         let mut s = read::sample(self.loaded.iter().map(|l| (l.family.name, &l.ebpf)));
         s.at_secs = self.started.elapsed().as_secs_f64();
+        s.attached_mono_ns = self.started_ns;
         s.unavailable = self.unavailable.clone();
         for k in &mut s.oom_kills {
             k.at_secs -= self.started_ns as f64 / 1e9;

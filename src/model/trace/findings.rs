@@ -1,9 +1,8 @@
 //! Findings from traced counters: who copies a model with read(), which files thrash,
 //! who stalls in direct reclaim, who was OOM-killed. Small rules over a [`TraceModel`].
 
-use super::{file_key, TraceContext, TraceModel};
-use crate::model::findings::{Finding, Severity};
-use crate::units::iec;
+use super::{TraceContext, TraceModel};
+use crate::model::findings::{Code, Finding, Severity};
 
 /// A process that read at least this much of a file with read() is copying it...
 pub const COPY_MIN_BYTES: u64 = 64 << 20;
@@ -14,34 +13,14 @@ pub const REFAULT_MIN_PAGES: u64 = 256;
 /// Direct-reclaim time worth a notice.
 pub const RECLAIM_MIN_NS: u64 = 10_000_000;
 
-fn name(path: &str) -> &str {
-    path.rsplit('/').next().unwrap_or(path)
-}
-
-fn finding(
-    sev: Severity,
-    code: &str,
-    subject: String,
-    message: String,
-    remedy: Option<&str>,
-) -> Finding {
-    Finding {
-        severity: sev,
-        code: code.to_string(),
-        subject,
-        message,
-        remedy: remedy.map(str::to_string),
-    }
-}
-
-/// Findings over a model computed for the whole traced window.
+/// Findings over the totals since attach (whatever interval the model's rates cover).
 pub fn evaluate(m: &TraceModel, ctx: &TraceContext) -> Vec<Finding> {
     let mut out = Vec::new();
-    let secs = m.interval_secs;
+    // The rules read totals since attach: they are stated over that time.
+    let secs = m.at_secs;
     for p in &m.processes {
-        let comm = p.comm.as_deref().unwrap_or("?");
         for f in &p.files {
-            let key = file_key(&f.device, f.inode);
+            let key = f.key;
             let size = ctx.sizes.get(&key).copied();
             let big = f.read_bytes >= COPY_MIN_BYTES
                 || size.is_some_and(|s| {
@@ -51,35 +30,37 @@ pub fn evaluate(m: &TraceModel, ctx: &TraceContext) -> Vec<Finding> {
                 });
             let Some(path) = &f.path else { continue };
             if big {
-                out.push(finding(
-                    Severity::Warning,
-                    "read-copy",
-                    path.clone(),
-                    format!(
-                        "pid {} ({comm}) read {} of '{}' with read() in {secs:.1} s: a copying loader",
-                        p.pid,
-                        iec(f.read_bytes),
-                        name(path)
-                    ),
-                    Some("map the file instead (mmap, np.load(mmap_mode='r'), torch.load(mmap=True)): read() copies it into anonymous memory beside the page cache"),
-                ));
+                out.push(Finding {
+                    severity: Severity::Warning,
+                    code: Code::ReadCopy {
+                        file: key,
+                        path: path.clone(),
+                        pid: p.pid,
+                        comm: p.comm.clone(),
+                        read_bytes: f.read_bytes,
+                        secs,
+                    },
+                });
             }
         }
         let ns = p.total.reclaim_ns.unwrap_or(0);
         if ns >= RECLAIM_MIN_NS {
-            let n = p.total.direct_reclaims.unwrap_or(0) + p.total.memcg_reclaims.unwrap_or(0);
-            out.push(finding(
-                Severity::Notice,
-                "direct-reclaim",
-                format!("pid {}", p.pid),
-                format!(
-                    "pid {} ({comm}) stalled {:.0} ms in direct reclaim ({n} reclaims, longest {:.1} ms) in {secs:.1} s",
-                    p.pid,
-                    ns as f64 / 1e6,
-                    p.total.reclaim_max_ns.unwrap_or(0) as f64 / 1e6
-                ),
-                Some("memory (or its cgroup's limit) is short: a private copy of a model counts twice; map it, or raise the limit"),
-            ));
+            let n = p
+                .total
+                .direct_reclaims
+                .unwrap_or(0)
+                .saturating_add(p.total.memcg_reclaims.unwrap_or(0));
+            out.push(Finding {
+                severity: Severity::Notice,
+                code: Code::DirectReclaim {
+                    pid: p.pid,
+                    comm: p.comm.clone(),
+                    reclaim_ns: ns,
+                    reclaims: n,
+                    longest_ns: p.total.reclaim_max_ns.unwrap_or(0),
+                    secs,
+                },
+            });
         }
     }
     for f in &m.files {
@@ -88,36 +69,26 @@ pub fn evaluate(m: &TraceModel, ctx: &TraceContext) -> Vec<Finding> {
         if pages < REFAULT_MIN_PAGES || (f.path.is_none() && !f.of_interest) {
             continue;
         }
-        let shown = f
-            .path
-            .clone()
-            .unwrap_or_else(|| format!("[{} inode {}]", f.device, f.inode));
-        out.push(finding(
-            Severity::Notice,
-            "refaults",
-            shown.clone(),
-            format!(
-                "'{}' had {} evicted and read back in {secs:.1} s: the page cache cannot hold it",
-                name(&shown),
-                iec(pages * 4096)
-            ),
-            Some("leave room for the page cache (memory limit, competing copies) or keep it mapped and locked"),
-        ));
+        out.push(Finding {
+            severity: Severity::Notice,
+            code: Code::Refaults {
+                file: f.key,
+                path: f.path.clone(),
+                pages,
+                secs,
+            },
+        });
     }
     for k in &m.oom_kills {
-        out.push(finding(
-            Severity::Warning,
-            "oom-kill",
-            format!("pid {}", k.pid),
-            format!(
-                "pid {} ({}) was OOM-killed (anonymous {}, file {})",
-                k.pid,
-                k.comm,
-                iec(k.anon_rss_bytes),
-                iec(k.file_rss_bytes)
-            ),
-            Some("a private copy of a model counts against memory twice with its page cache; map it instead"),
-        ));
+        out.push(Finding {
+            severity: Severity::Warning,
+            code: Code::OomKill {
+                pid: k.pid,
+                comm: k.comm.clone(),
+                anon_rss_bytes: k.anon_rss_bytes,
+                file_rss_bytes: k.file_rss_bytes,
+            },
+        });
     }
     out.sort_by_key(|f| f.severity);
     out

@@ -176,19 +176,19 @@ fn findings_name_the_copying_loader_thrashing_reclaim_and_oom() {
         ["read-copy", "oom-kill", "direct-reclaim", "refaults"]
     );
     assert_eq!(
-        f[0].message,
+        f[0].message(),
         "pid 42 (loader) read 900.0 MiB of 'model.gguf' with read() in 10.0 s: a copying loader"
     );
     assert_eq!(f[0].severity, Severity::Warning);
     assert!(
-        f[2].message
+        f[2].message()
             .contains("stalled 200 ms in direct reclaim (10 reclaims"),
         "{}",
-        f[2].message
+        f[2].message()
     );
     assert!(
-        f[3].message.contains("4.0 MiB evicted and read back"),
+        f[3].message().contains("4.0 MiB evicted and read back"),
         "{}",
-        f[3].message
+        f[3].message()
     );
 }
