@@ -252,6 +252,11 @@ pub struct ServeArgs {
     /// summed into file_id="other".
     #[arg(long, value_name = "N", default_value_t = 50)]
     pub max_files: usize,
+    /// Attach the eBPF programs of `twofold trace` (root) and export per-file counters
+    /// since the exporter started: page faults, page-cache bytes added and evicted,
+    /// refaults, read() bytes.
+    #[arg(long)]
+    pub trace: bool,
     /// Add a pid label to the per-workload series (one series per process: high
     /// cardinality).
     #[arg(long)]

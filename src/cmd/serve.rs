@@ -95,6 +95,13 @@ fn collect_loop(args: &ServeArgs, latest: &Latest, stop: &AtomicBool) {
         per_pid: args.per_pid,
     };
     let mut engine = Engine::new(request(args), prove);
+    if args.trace {
+        if let Err(why) = engine.set_tracing(true) {
+            super::warn_all(&[format!(
+                "--trace: tracing unavailable, no trace counters: {why}"
+            )]);
+        }
+    }
     let mut stats = SelfStats::default();
     let mut prev: Option<Snapshot> = None;
     let mut next = Instant::now();

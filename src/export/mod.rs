@@ -422,6 +422,7 @@ pub fn families(r: &Report, opts: Options, stats: &SelfStats) -> Exposition {
         file_series(&mut acc, f, &id);
         holder_series(&mut acc, r, f, &id, opts);
         gpu::file_series(&mut acc, f, &id, r.gpus.not_available.is_none());
+        trace::file_series(&mut acc, r, f, &id);
     }
     // What the folded files would have cost, one by one, less what `other` costs.
     let mut alone = Acc::default();
@@ -480,3 +481,4 @@ pub fn families(r: &Report, opts: Options, stats: &SelfStats) -> Exposition {
 mod gpu;
 #[cfg(test)]
 mod tests;
+mod trace;
