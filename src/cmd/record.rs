@@ -10,6 +10,7 @@ use std::time::{Duration, Instant};
 use anyhow::{bail, Context};
 
 use crate::cli::{DumpArgs, RecordArgs, ReplayArgs, SnapshotArgs};
+use crate::collect::cache;
 use crate::collect::gather::Request;
 use crate::dupes::prove::ProveOptions;
 use crate::engine::{self, Engine, Snapshot};
@@ -112,7 +113,7 @@ pub fn record(args: &RecordArgs, out: &mut dyn Write) -> anyhow::Result<()> {
     } else {
         None
     };
-    let mut engine = Engine::new(req, prove);
+    let mut engine = Engine::new(req, prove).incremental(cache::MAX_AGE);
     let stop = stop_flag();
     let mut n = 0u64;
     let mut next = Instant::now();
