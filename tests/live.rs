@@ -603,7 +603,12 @@ fn comparable(s: &twofold::sample::Sample, pid: i32) -> impl PartialEq + std::fm
     (
         (p.comm.clone(), p.cmdline.clone(), p.status.clone()),
         (p.mappings.clone(), p.open_files.clone(), p.cgroup.clone()),
-        (p.unreadable, r.rss_bytes, r.anonymous_bytes, r.private_dirty_bytes),
+        (
+            p.unreadable,
+            r.rss_bytes,
+            r.anonymous_bytes,
+            r.private_dirty_bytes,
+        ),
     )
 }
 
@@ -700,7 +705,10 @@ fn an_incremental_snapshot_sees_a_file_mapped_since_the_last_one() {
         assert_eq!(cached_mapping_rss(&mut engine, pid, &file), 0);
         engine.cache_stats().unwrap().unchanged == 1
     });
-    assert!(reused, "the armed reader's counters moved in each of 20 tries");
+    assert!(
+        reused,
+        "the armed reader's counters moved in each of 20 tries"
+    );
     b.release();
     b.wait_ready(std::time::Duration::from_secs(60)).unwrap();
     let rss = cached_mapping_rss(&mut engine, pid, &file);

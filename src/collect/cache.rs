@@ -9,9 +9,10 @@
 //! page mapped by another process's access), the name (field 2) and the parent (field 4).
 //! What else is kept per process is read again:
 //!
-//! - `status` when any of those changed;
-//! - `maps`, `fd/*` and `cmdline` (phase 1 of [`super::gather`]) when the process is new,
-//!   its pid names another process, or `vsize` changed;
+//! - `status` and `maps` when any of those changed (an `munmap` and an `mmap` of the same
+//!   size leave `vsize` alone, not the faults that map the new pages);
+//! - `fd/*` and `cmdline` (with `maps`, phase 1 of [`super::gather`]) when the process is
+//!   new, its pid names another process, or `vsize` changed;
 //! - `smaps` or `smaps_rollup`, and `cgroup` (phase 3) when any of those changed, when
 //!   another process mapping one of the same files of interest changed, appeared or
 //!   exited (per-file PSS depends on who else maps the pages), or when a child or the
@@ -22,9 +23,9 @@
 //!   snapshot).
 //!
 //! What no counter shows, and only the maximum age bounds: a newly opened (not mapped) fd,
-//! an `mprotect` (permissions in `maps`), a `MAP_FIXED` mapping that replaces another of the
-//! same size before any page of it is touched, a `setuid`, a move to another cgroup, a
-//! changed command line, and the whole-process PSS/USS shift when an unrelated process
+//! an `mprotect` or an `mremap` that moves a mapping (addresses and permissions in `maps`)
+//! or a mapping that replaces another of the same size, before any page is touched, a
+//! `setuid`, a move to another cgroup, a changed command line, and the whole-process PSS/USS shift when an unrelated process
 //! maps or unmaps a shared library. A one-shot `scan` keeps no cache and reads everything.
 //!
 //! Kernel documentation: <https://www.kernel.org/doc/html/latest/filesystems/proc.html>
@@ -104,7 +105,8 @@ pub struct Detail {
 pub enum Hit {
     /// Nothing changed: `status` and the parts.
     All(StatusRead, Arc<BasicParts>),
-    /// Counters changed, not the address space: the parts (read `status` again).
+    /// Counters changed, not the size of the address space: the fds and command line
+    /// (read `status` and `maps` again).
     Parts(Arc<BasicParts>),
     Miss,
 }
@@ -112,8 +114,8 @@ pub enum Hit {
 /// What phase 1 did for a process.
 pub enum Read {
     Reused,
-    /// `status` read again, the parts reused.
-    Status(StatusRead),
+    /// `status` and `maps` read again, the fds and command line reused.
+    Status(StatusRead, Arc<BasicParts>),
     /// Everything read again.
     Full(StatusRead, Arc<BasicParts>),
 }
@@ -135,7 +137,7 @@ struct Entry {
 pub struct CacheStats {
     /// Processes of which only `stat` was read.
     pub unchanged: usize,
-    /// Processes whose `status` was read again, `maps` and `fd` reused.
+    /// Processes whose `status` and `maps` were read again, `fd` reused.
     pub status_read: usize,
     /// Processes read in full (phase 1).
     pub full_read: usize,
@@ -219,13 +221,14 @@ impl ProcCache {
                 }
                 return;
             }
-            Read::Status(status) => {
+            Read::Status(status, basic) => {
                 self.stats.status_read += 1;
                 if let Some(e) = self.entries.get_mut(&pid) {
                     e.seen = true;
                     e.changed = true;
                     e.stat = stat;
                     e.status = status;
+                    e.basic = basic;
                     self.dirty_files
                         .extend(e.detail.iter().flat_map(|d| d.wanted.iter().copied()));
                 }
@@ -368,7 +371,7 @@ mod tests {
         for (pid, s) in stamps {
             let read = match c.lookup(*pid, s) {
                 Hit::All(..) => Read::Reused,
-                Hit::Parts(_) => Read::Status(StatusRead::default()),
+                Hit::Parts(p) => Read::Status(StatusRead::default(), p),
                 Hit::Miss => {
                     full.push(*pid);
                     Read::Full(StatusRead::default(), Arc::default())
@@ -407,7 +410,7 @@ mod tests {
         );
         assert_eq!(tick(&mut c, (&base, &w)), (vec![], vec![]));
         assert_eq!(c.stats.unchanged, 3);
-        // 10 faults: its status is read again (not its maps), and both mappers' smaps.
+        // 10 faults: its status and maps are read again (not its fds), and both mappers' smaps.
         let mut faulted = base.clone();
         faulted[0].1.minflt = 5;
         assert_eq!(tick(&mut c, (&faulted, &w)), (vec![], vec![10, 11]));

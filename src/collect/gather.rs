@@ -21,8 +21,8 @@ use super::process::{ProcReader, StatusRead};
 use super::residency::{self, Method};
 use super::{has_model_extension, system, Roots};
 use crate::sample::{
-    CandidateSample, CandidateWhy, CgroupRef, FileKey, FileSample, OpenFileSample, ProcessSample,
-    Sample, Unreadable,
+    CandidateSample, CandidateWhy, CgroupRef, FileKey, FileSample, MappingSample, OpenFileSample,
+    ProcessSample, Sample, Unreadable,
 };
 
 /// What to scan.
@@ -359,17 +359,50 @@ fn read_basic(
         Ok(s) => s,
         Err(e) => return (Err(e), None),
     };
-    if let Some(parts) = parts {
-        let read = stat.map(|s| (s, Read::Status(status.clone())));
-        return (Ok(Some(Basic { status, parts })), read);
-    }
-    match read_parts(procs, pid, status.kernel_thread) {
-        Ok(parts) => {
-            let parts = Arc::new(parts);
-            let read = stat.map(|s| (s, Read::Full(status.clone(), Arc::clone(&parts))));
+    let parts = match parts {
+        // Counters moved: `maps` again too (an unmap and a map of the same size leave
+        // `vsize` alone), the fds and command line kept.
+        Some(old) => read_maps(procs, pid, status.kernel_thread).map(|(maps, denied)| {
+            let parts = Arc::new(BasicParts {
+                maps,
+                fds: old.fds.clone(),
+                cmdline: old.cmdline.clone(),
+                denied: denied || old.denied,
+            });
+            (parts, false)
+        }),
+        None => read_parts(procs, pid, status.kernel_thread).map(|p| (Arc::new(p), true)),
+    };
+    match parts {
+        Ok((parts, full)) => {
+            let read = stat.map(|s| {
+                let parts = Arc::clone(&parts);
+                let read = if full {
+                    Read::Full(status.clone(), parts)
+                } else {
+                    Read::Status(status.clone(), parts)
+                };
+                (s, read)
+            });
             (Ok(Some(Basic { status, parts })), read)
         }
         Err(e) => (Err(e), None),
+    }
+}
+
+/// `maps` of a process, and whether it was refused (nothing for a kernel thread).
+fn read_maps(
+    procs: &ProcReader,
+    pid: i32,
+    kernel_thread: bool,
+) -> CResult<(Vec<MappingSample>, bool)> {
+    if kernel_thread {
+        return Ok((Vec::new(), false));
+    }
+    match procs.maps(pid) {
+        Ok(m) => Ok((m, false)),
+        Err(e) if e.is_denied() => Ok((Vec::new(), true)),
+        Err(e) => Err(e),
     }
 }
 
