@@ -574,3 +574,149 @@ fn hostile_names_are_escaped_and_tables_stay_aligned() {
     assert_terminal_safe("inspect stderr", &out.stderr);
     drop(r);
 }
+
+/// `/proc/PID/stat` fields an incremental snapshot depends on (minflt, majflt, vsize, rss),
+/// read by the test: a window in which they did not move is a window in which the
+/// children changed nothing.
+fn stat_of(pids: &[i32]) -> Vec<Vec<String>> {
+    pids.iter()
+        .map(|p| {
+            let t = std::fs::read_to_string(format!("/proc/{p}/stat")).unwrap();
+            let f: Vec<String> = t
+                .rsplit_once(')')
+                .unwrap()
+                .1
+                .split_whitespace()
+                .map(String::from)
+                .collect();
+            [7, 9, 20, 21].iter().map(|i| f[*i].clone()).collect()
+        })
+        .collect()
+}
+
+/// What an incremental snapshot may reuse, of one process: everything but the
+/// whole-process PSS split (which moves with unrelated processes that map the same
+/// shared libraries, here the twofold binary that other tests start).
+fn comparable(s: &twofold::sample::Sample, pid: i32) -> impl PartialEq + std::fmt::Debug {
+    let p = s.processes.iter().find(|p| p.pid == pid).unwrap();
+    let r = p.rollup.as_ref().unwrap();
+    (
+        (p.comm.clone(), p.cmdline.clone(), p.status.clone()),
+        (p.mappings.clone(), p.open_files.clone(), p.cgroup.clone()),
+        (
+            p.unreadable,
+            r.rss_bytes,
+            r.anonymous_bytes,
+            r.private_dirty_bytes,
+        ),
+    )
+}
+
+#[test]
+fn an_incremental_snapshot_of_unchanged_readers_equals_a_full_one() {
+    use twofold::engine::Engine;
+    let dir = tempfile::tempdir().unwrap();
+    let file = model_file(dir.path(), "m.safetensors", 16 * MIB);
+    let map = reader("map", Some(&file), &[]);
+    let copy = reader("copy", Some(&file), &[]);
+    let pids = [map.pid(), copy.pid()];
+    let req = Request {
+        paths: vec![file.clone()],
+        pids: pids.to_vec(),
+        ..Request::default()
+    };
+    let mut engine =
+        Engine::new(req.clone(), None).incremental(std::time::Duration::from_secs(3600));
+    let mut w = Vec::new();
+    engine.snapshot(&mut w).unwrap();
+    assert_eq!(engine.cache_stats().unwrap().full_read, 2);
+    // The readers are idle; compare in a window where their counters did not move.
+    let ok = (0..20).any(|_| {
+        let before = stat_of(&pids);
+        let cached = engine.snapshot(&mut w).unwrap().sample;
+        let stats = engine.cache_stats().unwrap();
+        let full = gather(&Roots::live(), &req, &mut w).unwrap();
+        if before != stat_of(&pids) || stats.unchanged != 2 {
+            return false;
+        }
+        assert_eq!(stats.detail_reused, 2, "{stats:?}");
+        for pid in pids {
+            assert_eq!(comparable(&cached, pid), comparable(&full, pid));
+        }
+        assert_eq!(cached.files, full.files);
+        assert_eq!(cached.candidates, full.candidates);
+        true
+    });
+    assert!(ok, "the readers' counters moved in each of 20 tries");
+    // The mapping reader's file pages are the file's, whatever was reused.
+    let p = cached_mapping_rss(&mut engine, map.pid(), &file);
+    assert_near(p, 16 * MIB, tolerance(16 * MIB), "mapped bytes");
+}
+
+fn cached_mapping_rss(
+    engine: &mut twofold::engine::Engine,
+    pid: i32,
+    file: &std::path::Path,
+) -> u64 {
+    let mut w = Vec::new();
+    let s = engine.snapshot(&mut w).unwrap().sample;
+    let key = s
+        .files
+        .iter()
+        .find(|f| std::path::Path::new(&f.path) == file)
+        .map(|f| f.key);
+    s.processes
+        .iter()
+        .find(|p| p.pid == pid)
+        .unwrap()
+        .mappings
+        .iter()
+        .filter(|m| Some(m.key()) == key)
+        .filter_map(|m| m.rss_bytes)
+        .sum()
+}
+
+#[test]
+fn an_incremental_snapshot_sees_a_file_mapped_since_the_last_one() {
+    use twofold::engine::Engine;
+    let dir = tempfile::tempdir().unwrap();
+    let file = model_file(dir.path(), "late.gguf", 8 * MIB);
+    // Armed: started, not yet holding the file; it maps (and reads) it when released.
+    let mut b = twofold::spawn::Barrier::arm(
+        &exe(),
+        "map",
+        Some(&file),
+        &[],
+        1,
+        None,
+        std::time::Duration::from_secs(60),
+    )
+    .unwrap();
+    let pid = b.pids()[0];
+    let req = Request {
+        paths: vec![file.clone()],
+        pids: vec![pid],
+        ..Request::default()
+    };
+    let mut engine = Engine::new(req, None).incremental(std::time::Duration::from_secs(3600));
+    assert_eq!(cached_mapping_rss(&mut engine, pid, &file), 0);
+    // Idle while armed: the second snapshot reuses it (retried if its counters moved).
+    let reused = (0..20).any(|_| {
+        assert_eq!(cached_mapping_rss(&mut engine, pid, &file), 0);
+        engine.cache_stats().unwrap().unchanged == 1
+    });
+    assert!(
+        reused,
+        "the armed reader's counters moved in each of 20 tries"
+    );
+    b.release();
+    b.wait_ready(std::time::Duration::from_secs(60)).unwrap();
+    let rss = cached_mapping_rss(&mut engine, pid, &file);
+    assert_eq!(engine.cache_stats().unwrap().full_read, 1, "vsize changed");
+    assert_near(rss, 8 * MIB, tolerance(8 * MIB), "newly mapped bytes");
+    assert_eq!(
+        rss,
+        status_bytes(pid, "RssFile").min(rss),
+        "no more than the process's own file pages"
+    );
+}

@@ -10,6 +10,7 @@ use std::time::{Duration, Instant};
 use anyhow::{bail, Context};
 
 use crate::cli::{DumpArgs, RecordArgs, ReplayArgs, SnapshotArgs};
+use crate::collect::cache;
 use crate::collect::gather::Request;
 use crate::dupes::prove::ProveOptions;
 use crate::engine::{self, Engine, Snapshot};
@@ -114,7 +115,7 @@ pub fn record(args: &RecordArgs, out: &mut dyn Write) -> anyhow::Result<()> {
         budget: Some(args.prove_budget),
         exact: false,
     });
-    let mut engine = Engine::new(req, prove);
+    let mut engine = Engine::new(req, prove).incremental(cache::MAX_AGE);
     if args.trace {
         if let Err(e) = engine.set_tracing(true) {
             super::warn_all(&[format!("--trace: {e}; the recording goes on without it")]);

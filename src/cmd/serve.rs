@@ -20,6 +20,7 @@ use std::time::{Duration, Instant};
 use anyhow::anyhow;
 
 use crate::cli::ServeArgs;
+use crate::collect::cache;
 use crate::collect::gather::Request;
 use crate::dupes::prove::ProveOptions;
 use crate::engine::{self, Engine, Snapshot};
@@ -94,7 +95,7 @@ fn collect_loop(args: &ServeArgs, latest: &Latest, stop: &AtomicBool) {
         max_files: args.max_files,
         per_pid: args.per_pid,
     };
-    let mut engine = Engine::new(request(args), prove);
+    let mut engine = Engine::new(request(args), prove).incremental(cache::MAX_AGE);
     if args.trace {
         if let Err(why) = engine.set_tracing(true) {
             super::warn_all(&[format!(

@@ -17,6 +17,7 @@ use ratatui::backend::CrosstermBackend;
 use ratatui::Terminal;
 
 use crate::cli::{TopArgs, TopView};
+use crate::collect::cache;
 use crate::collect::gather::Request;
 use crate::dupes::prove::ProveOptions;
 use crate::engine::{self, Engine};
@@ -239,7 +240,7 @@ pub fn run(args: &TopArgs, _out: &mut dyn Write) -> anyhow::Result<()> {
                 budget: Some(args.prove_budget),
                 exact: false,
             });
-            let engine = Engine::new(request(args), prove);
+            let engine = Engine::new(request(args), prove).incremental(cache::MAX_AGE);
             let (tx, rx) = std::sync::mpsc::channel();
             // Dropping the control sender (with the feed) stops the collector at its next
             // wait; it also stops when the screen hangs up its channel.

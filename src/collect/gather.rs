@@ -9,12 +9,15 @@
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::os::unix::fs::{FileTypeExt, MetadataExt};
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Instant;
 
 use anyhow::{bail, Context};
 
+use super::cache::{self, BasicParts, Detail, Hit, ProcCache, Read, StatStamp};
 use super::cgroup::CgroupReader;
 use super::error::Result as CResult;
-use super::process::{FdTarget, ProcReader, StatusRead};
+use super::process::{ProcReader, StatusRead};
 use super::residency::{self, Method};
 use super::{has_model_extension, system, Roots};
 use crate::sample::{
@@ -89,6 +92,28 @@ struct Gatherer<'a> {
 /// Reads everything a scan needs. Errors are for bad input (a missing path, an unknown
 /// pid, an unreadable procfs root); a process's trouble is counted, never fatal.
 pub fn gather(roots: &Roots, req: &Request, warnings: &mut Vec<String>) -> anyhow::Result<Sample> {
+    gather_cached(roots, req, warnings, None)
+}
+
+/// [`gather`], reusing what `cache` kept of processes that did not change since the last
+/// call (see [`super::cache`]); a long-lived engine passes the same cache every time.
+pub fn gather_cached(
+    roots: &Roots,
+    req: &Request,
+    warnings: &mut Vec<String>,
+    mut cache: Option<&mut ProcCache>,
+) -> anyhow::Result<Sample> {
+    let profile = std::env::var_os("TWOFOLD_PROFILE").is_some();
+    let mut clock = Instant::now();
+    let mut lap = |what: &str| {
+        if profile {
+            eprintln!(
+                "gather: {what}: {:.1} ms",
+                clock.elapsed().as_secs_f64() * 1e3
+            );
+        }
+        clock = Instant::now();
+    };
     let mut sample = Sample {
         system: system::read(&roots.proc)?,
         ..Sample::default()
@@ -127,9 +152,27 @@ pub fn gather(roots: &Roots, req: &Request, warnings: &mut Vec<String>) -> anyho
         req.pids.clone()
     };
 
+    lap("setup");
     // Phase 1, in parallel: status, maps and fds of every process (cheap).
     let procs = g.procs.clone();
-    let basics = super::par_map(&pids, |pid| read_basic(&procs, *pid, only_cgroup.as_ref()));
+    if let Some(c) = cache.as_deref_mut() {
+        c.begin();
+    }
+    let view = cache.as_deref();
+    let basics = super::par_map(&pids, |pid| {
+        read_basic(&procs, *pid, only_cgroup.as_ref(), view)
+    });
+    let basics: Vec<_> = pids
+        .iter()
+        .zip(basics)
+        .map(|(pid, (basic, stamp))| {
+            if let (Some(c), Some((stat, read))) = (cache.as_deref_mut(), stamp) {
+                c.put_basic(*pid, stat, read);
+            }
+            basic
+        })
+        .collect();
+    lap("phase 1 (status, maps, fds)");
     // Phase 2: which files are of interest (a stat per new file, cached), which
     // processes to keep.
     let mut kept = Vec::new();
@@ -139,7 +182,7 @@ pub fn gather(roots: &Roots, req: &Request, warnings: &mut Vec<String>) -> anyho
             Ok(Some(b)) => {
                 // Counted whether it is kept or not: whether another user's process
                 // maps or holds a file of interest is unknown, never "no".
-                if b.denied {
+                if b.parts.denied {
                     sample.skipped.denied += 1;
                 }
                 match g.keep(*pid, b) {
@@ -163,8 +206,38 @@ pub fn gather(roots: &Roots, req: &Request, warnings: &mut Vec<String>) -> anyho
             }
         }
     }
+    lap("phase 2 (files of interest)");
     // Phase 3, in parallel: smaps (or smaps_rollup), cmdline and cgroup of the kept ones.
-    let details = super::par_map(&kept, |k| read_detail(&procs, k));
+    if let Some(c) = cache.as_deref_mut() {
+        c.end_basic(kept.iter().map(|(p, w)| (p.pid, w)));
+    }
+    let view = cache.as_deref();
+    let details = super::par_map(&kept, |k| {
+        match view.and_then(|c| c.detail(k.0.pid, &k.1)) {
+            Some(d) => (Ok(reuse_detail(&k.0, &d)), None),
+            None => {
+                let r = read_detail(&procs, k);
+                let d = r.as_ref().ok().map(|(p, _)| detail_of(p, &k.1));
+                (r, d)
+            }
+        }
+    });
+    let details: Vec<_> = kept
+        .iter()
+        .zip(details)
+        .map(|(k, (r, d))| {
+            if let (Some(c), true) = (cache.as_deref_mut(), r.is_ok()) {
+                c.put_detail(k.0.pid, d);
+            }
+            r
+        })
+        .collect();
+    lap("phase 3 (smaps, cgroup)");
+    if profile {
+        if let Some(c) = cache.as_deref() {
+            eprintln!("gather: cache: {:?}", c.stats);
+        }
+    }
     for detail in details {
         match detail {
             Ok((p, newly_denied)) => {
@@ -196,18 +269,47 @@ pub fn gather(roots: &Roots, req: &Request, warnings: &mut Vec<String>) -> anyho
         sample.named = g.named.iter().copied().collect();
         sample.named.sort_unstable();
     }
+    lap("candidates (rchar)");
     sample.files = g.files(&sample);
+    lap("files (residency)");
     sample.cgroups = read_cgroups(&cgroups, &sample.processes, only_cgroup, g.warnings);
+    lap("cgroups");
     Ok(sample)
 }
 
-/// What phase 1 reads of every process.
+/// What phase 1 reads of every process: `status` each time, the rest shared with the
+/// cache.
 struct Basic {
     status: StatusRead,
-    maps: Vec<MappingSample>,
-    fds: Vec<FdTarget>,
-    cmdline: Vec<String>,
-    denied: bool,
+    parts: Arc<BasicParts>,
+}
+
+/// A process sample completed with a cached phase 3, and whether it is newly refused.
+fn reuse_detail(p: &ProcessSample, d: &Detail) -> (ProcessSample, bool) {
+    let mut p = p.clone();
+    let denied_before = p.unreadable == Some(Unreadable::Denied);
+    p.mappings = d.mappings.clone();
+    p.rollup = d.rollup.clone();
+    if p.cmdline.is_empty() {
+        p.cmdline = d.cmdline.clone();
+    }
+    p.cgroup = d.cgroup.clone();
+    if d.denied {
+        p.unreadable = Some(Unreadable::Denied);
+    }
+    (p, d.denied && !denied_before)
+}
+
+/// What the cache keeps of a phase 3 read.
+fn detail_of(p: &ProcessSample, wanted: &HashSet<FileKey>) -> Detail {
+    Detail {
+        wanted: wanted.clone(),
+        mappings: p.mappings.clone(),
+        rollup: p.rollup.clone(),
+        cmdline: p.cmdline.clone(),
+        cgroup: p.cgroup.clone(),
+        denied: p.unreadable == Some(Unreadable::Denied),
+    }
 }
 
 fn in_cgroup(procs: &ProcReader, pid: i32, only: Option<&CgroupRef>) -> CResult<bool> {
@@ -220,21 +322,95 @@ fn in_cgroup(procs: &ProcReader, pid: i32, only: Option<&CgroupRef>) -> CResult<
         && (cg.path == only.path || base.is_empty() || cg.path.starts_with(&format!("{base}/"))))
 }
 
-/// Phase 1: `status`, `maps` and `fd` (the last two need ptrace read access).
-fn read_basic(procs: &ProcReader, pid: i32, only: Option<&CgroupRef>) -> CResult<Option<Basic>> {
-    if !in_cgroup(procs, pid, only)? {
-        return Ok(None);
+/// Phase 1 of one process, and what to tell the cache when there is one.
+type BasicRead = (CResult<Option<Basic>>, Option<(StatStamp, Read)>);
+
+/// Phase 1: `status`, `maps` and `fd` (the last two need ptrace read access), or what
+/// `cache` holds of them while `stat` says they did not change.
+fn read_basic(
+    procs: &ProcReader,
+    pid: i32,
+    only: Option<&CgroupRef>,
+    cache: Option<&ProcCache>,
+) -> BasicRead {
+    match in_cgroup(procs, pid, only) {
+        Ok(true) => {}
+        Ok(false) => return (Ok(None), None),
+        Err(e) => return (Err(e), None),
     }
-    let status = procs.status(pid)?;
-    let mut b = Basic {
-        status,
-        maps: Vec::new(),
-        fds: Vec::new(),
-        cmdline: Vec::new(),
-        denied: false,
+    // The stamp is read before what it vouches for: a change in between is seen next time.
+    let cached = cache.and_then(|c| {
+        let stat = cache::read_stat(procs.root(), pid)?;
+        let hit = c.lookup(pid, &stat);
+        Some((stat, hit))
+    });
+    let (stat, parts) = match cached {
+        Some((stat, Hit::All(status, parts))) => {
+            return (
+                Ok(Some(Basic { status, parts })),
+                Some((stat, Read::Reused)),
+            )
+        }
+        Some((stat, Hit::Parts(parts))) => (Some(stat), Some(parts)),
+        Some((stat, Hit::Miss)) => (Some(stat), None),
+        None => (None, None),
     };
-    if b.status.kernel_thread {
-        return Ok(Some(b));
+    let status = match procs.status(pid) {
+        Ok(s) => s,
+        Err(e) => return (Err(e), None),
+    };
+    let parts = match parts {
+        // Counters moved: `maps` again too (an unmap and a map of the same size leave
+        // `vsize` alone), the fds and command line kept.
+        Some(old) => read_maps(procs, pid, status.kernel_thread).map(|(maps, denied)| {
+            let parts = Arc::new(BasicParts {
+                maps,
+                fds: old.fds.clone(),
+                cmdline: old.cmdline.clone(),
+                denied: denied || old.denied,
+            });
+            (parts, false)
+        }),
+        None => read_parts(procs, pid, status.kernel_thread).map(|p| (Arc::new(p), true)),
+    };
+    match parts {
+        Ok((parts, full)) => {
+            let read = stat.map(|s| {
+                let parts = Arc::clone(&parts);
+                let read = if full {
+                    Read::Full(status.clone(), parts)
+                } else {
+                    Read::Status(status.clone(), parts)
+                };
+                (s, read)
+            });
+            (Ok(Some(Basic { status, parts })), read)
+        }
+        Err(e) => (Err(e), None),
+    }
+}
+
+/// `maps` of a process, and whether it was refused (nothing for a kernel thread).
+fn read_maps(
+    procs: &ProcReader,
+    pid: i32,
+    kernel_thread: bool,
+) -> CResult<(Vec<MappingSample>, bool)> {
+    if kernel_thread {
+        return Ok((Vec::new(), false));
+    }
+    match procs.maps(pid) {
+        Ok(m) => Ok((m, false)),
+        Err(e) if e.is_denied() => Ok((Vec::new(), true)),
+        Err(e) => Err(e),
+    }
+}
+
+/// `maps`, `fd` and `cmdline` of a process (nothing for a kernel thread).
+fn read_parts(procs: &ProcReader, pid: i32, kernel_thread: bool) -> CResult<BasicParts> {
+    let mut b = BasicParts::default();
+    if kernel_thread {
+        return Ok(b);
     }
     b.cmdline = procs.cmdline(pid).unwrap_or_default();
     match procs.maps(pid) {
@@ -247,7 +423,7 @@ fn read_basic(procs: &ProcReader, pid: i32, only: Option<&CgroupRef>) -> CResult
         Err(e) if e.is_denied() => b.denied = true,
         Err(e) => return Err(e),
     }
-    Ok(Some(b))
+    Ok(b)
 }
 
 /// Phase 3: one page-table walk per process: `smaps` when it maps a file of interest
@@ -409,8 +585,8 @@ impl Gatherer<'_> {
             comm: b.status.comm,
             kernel_thread: b.status.kernel_thread,
             status: b.status.status,
-            unreadable: b.denied.then_some(Unreadable::Denied),
-            cmdline: b.cmdline,
+            unreadable: b.parts.denied.then_some(Unreadable::Denied),
+            cmdline: b.parts.cmdline.clone(),
             ..ProcessSample::default()
         };
         if p.kernel_thread {
@@ -422,17 +598,18 @@ impl Gatherer<'_> {
         }
         let mut wanted = HashSet::new();
         let code: HashSet<FileKey> = b
+            .parts
             .maps
             .iter()
             .filter(|m| m.perms.exec)
             .map(|m| m.key())
             .collect();
-        for m in &b.maps {
+        for m in &b.parts.maps {
             if self.decide(pid, m.key(), &m.path, None, code.contains(&m.key())) {
                 wanted.insert(m.key());
             }
         }
-        for fd in b.fds {
+        for fd in &b.parts.fds {
             if self.decide(
                 pid,
                 fd.key,
@@ -443,7 +620,7 @@ impl Gatherer<'_> {
                 p.open_files.push(OpenFileSample {
                     fd: fd.fd,
                     key: fd.key,
-                    path: fd.path,
+                    path: fd.path.clone(),
                 });
             }
         }

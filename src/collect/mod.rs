@@ -3,6 +3,7 @@
 //! Every reader takes a root path; the live roots are named once, in [`Roots::live`].
 
 pub mod bpf;
+pub mod cache;
 pub mod cgroup;
 pub mod error;
 pub mod gather;

@@ -16,6 +16,7 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use serde::{Deserialize, Serialize};
 
 use crate::collect::bpf::{TraceOptions, Tracer};
+use crate::collect::cache::{CacheStats, ProcCache};
 use crate::collect::gather::{self, Request};
 use crate::collect::names::Names;
 use crate::collect::Roots;
@@ -66,6 +67,9 @@ pub struct Engine {
     pub last_reused: usize,
     /// NVML (or a test's fixture), opened once.
     gpu: Box<dyn crate::collect::gpu::GpuSource>,
+    /// What unchanged processes need not be read again for (`top`, `serve`, `record`);
+    /// `None` reads everything every snapshot (`scan`).
+    cache: Option<ProcCache>,
     /// The eBPF tracer, while tracing is on.
     tracing: Option<Tracing>,
 }
@@ -122,8 +126,21 @@ impl Engine {
             reuse: BTreeMap::new(),
             last_reused: 0,
             gpu: crate::collect::gpu::source(),
+            cache: None,
             tracing: None,
         }
+    }
+
+    /// Makes later snapshots incremental: a process whose counters did not change is not
+    /// read again for up to `max_age` (see [`crate::collect::cache`] for the rule).
+    pub fn incremental(mut self, max_age: Duration) -> Engine {
+        self.cache = Some(ProcCache::new(max_age));
+        self
+    }
+
+    /// What the last snapshot reused and read (`None` without [`Engine::incremental`]).
+    pub fn cache_stats(&self) -> Option<CacheStats> {
+        self.cache.as_ref().map(|c| c.stats)
     }
 
     /// Whether tracing is on.
@@ -197,7 +214,8 @@ impl Engine {
             .iter()
             .flat_map(|d| d.processes.iter().map(|p| p.pid))
             .collect();
-        let mut sample = gather::gather(&self.roots, &self.req, warnings)?;
+        let mut sample =
+            gather::gather_cached(&self.roots, &self.req, warnings, self.cache.as_mut())?;
         sample.gpu = gpu;
         if let Some(opts) = self.prove {
             sample.proofs = self.prove(&sample, opts, warnings);

@@ -1,0 +1,448 @@
+//! What a long-lived engine (`top`, `serve`, `record`) keeps between snapshots, so that a
+//! snapshot of an unchanged process costs one small read instead of four and a page-table
+//! walk.
+//!
+//! Every snapshot reads `/proc/PID/stat` of every process: its start time (field 22, with
+//! the pid it names one process), `minflt` and `majflt` (fields 10 and 12: any page
+//! mapped by a fault), `vsize` (field 23: any `mmap`, `munmap`, `mremap`, `brk`), `rss`
+//! (field 24: the sum of `RssAnon`, `RssFile` and `RssShmem`, so any reclaim, swap-out or
+//! page mapped by another process's access), the name (field 2) and the parent (field 4).
+//! What else is kept per process is read again:
+//!
+//! - `status` and `maps` when any of those changed (an `munmap` and an `mmap` of the same
+//!   size leave `vsize` alone, not the faults that map the new pages);
+//! - `fd/*` and `cmdline` (with `maps`, phase 1 of [`super::gather`]) when the process is
+//!   new, its pid names another process, or `vsize` changed;
+//! - `smaps` or `smaps_rollup`, and `cgroup` (phase 3) when any of those changed, when
+//!   another process mapping one of the same files of interest changed, appeared or
+//!   exited (per-file PSS depends on who else maps the pages), or when a child or the
+//!   parent of the process appeared or exited (`fork` turns private pages into shared
+//!   ones without changing the parent's counters);
+//! - all of it when the entry is older than its maximum age (between half of
+//!   [`MAX_AGE`] and all of it, spread by pid so that re-reads do not all fall on one
+//!   snapshot).
+//!
+//! What no counter shows, and only the maximum age bounds: a newly opened (not mapped) fd,
+//! an `mprotect` or an `mremap` that moves a mapping (addresses and permissions in `maps`)
+//! or a mapping that replaces another of the same size, before any page is touched, a
+//! `setuid`, a move to another cgroup, a changed command line, and the whole-process PSS/USS shift when an unrelated process
+//! maps or unmaps a shared library. A one-shot `scan` keeps no cache and reads everything.
+//!
+//! Kernel documentation: <https://www.kernel.org/doc/html/latest/filesystems/proc.html>
+//! (table 1-4, "Contents of the stat fields").
+
+use std::collections::{HashMap, HashSet};
+use std::path::Path;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use super::process::{FdTarget, StatusRead};
+use crate::sample::{CgroupRef, FileKey, MappingSample, RollupSample};
+
+/// An entry is read again at the latest after this long, whatever its counters say.
+pub const MAX_AGE: Duration = Duration::from_secs(20);
+
+/// What `/proc/PID/stat` says that a cached entry depends on.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct StatStamp {
+    pub comm: String,
+    pub ppid: i32,
+    /// Clock ticks after boot: with the pid, names one process.
+    pub start_time: u64,
+    pub minflt: u64,
+    pub majflt: u64,
+    pub vsize_bytes: u64,
+    pub rss_pages: u64,
+}
+
+/// Parses `/proc/PID/stat`: the name (field 2) is in parentheses and may hold spaces and
+/// parentheses, so fields are counted after the last `)`.
+pub fn parse_stat(text: &str) -> Option<StatStamp> {
+    let (head, rest) = text.rsplit_once(')')?;
+    let (_, comm) = head.split_once('(')?;
+    // rest starts at field 3 (state): field n is at index n - 3.
+    let f: Vec<&str> = rest.split_whitespace().collect();
+    let num = |n: usize| f.get(n - 3)?.parse::<u64>().ok();
+    Some(StatStamp {
+        comm: comm.to_string(),
+        ppid: f.get(4 - 3)?.parse().ok()?,
+        minflt: num(10)?,
+        majflt: num(12)?,
+        start_time: num(22)?,
+        vsize_bytes: num(23)?,
+        rss_pages: num(24)?,
+    })
+}
+
+/// Reads `/proc/PID/stat` under `root`; `None` when it is gone or does not parse (the
+/// process is then read in full, as without a cache).
+pub fn read_stat(root: &Path, pid: i32) -> Option<StatStamp> {
+    let text = std::fs::read_to_string(root.join(pid.to_string()).join("stat")).ok()?;
+    parse_stat(&text)
+}
+
+/// What phase 1 read of a process besides `status`.
+#[derive(Debug, Default)]
+pub struct BasicParts {
+    pub maps: Vec<MappingSample>,
+    pub fds: Vec<FdTarget>,
+    pub cmdline: Vec<String>,
+    pub denied: bool,
+}
+
+/// What phase 3 read of a process, for one set of wanted files.
+#[derive(Debug, Clone)]
+pub struct Detail {
+    pub wanted: HashSet<FileKey>,
+    pub mappings: Vec<MappingSample>,
+    pub rollup: Option<RollupSample>,
+    pub cmdline: Vec<String>,
+    pub cgroup: Option<CgroupRef>,
+    pub denied: bool,
+}
+
+/// How much of a process phase 1 can take from the cache.
+pub enum Hit {
+    /// Nothing changed: `status` and the parts.
+    All(StatusRead, Arc<BasicParts>),
+    /// Counters changed, not the size of the address space: the fds and command line
+    /// (read `status` and `maps` again).
+    Parts(Arc<BasicParts>),
+    Miss,
+}
+
+/// What phase 1 did for a process.
+pub enum Read {
+    Reused,
+    /// `status` and `maps` read again, the fds and command line reused.
+    Status(StatusRead, Arc<BasicParts>),
+    /// Everything read again.
+    Full(StatusRead, Arc<BasicParts>),
+}
+
+struct Entry {
+    stat: StatStamp,
+    status: StatusRead,
+    /// When the parts were read.
+    read_at: Instant,
+    basic: Arc<BasicParts>,
+    detail: Option<Detail>,
+    /// Something changed this snapshot: phase 3 reads it again.
+    changed: bool,
+    seen: bool,
+}
+
+/// Counts of the last snapshot, for `TWOFOLD_PROFILE` and tests.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct CacheStats {
+    /// Processes of which only `stat` was read.
+    pub unchanged: usize,
+    /// Processes whose `status` and `maps` were read again, `fd` reused.
+    pub status_read: usize,
+    /// Processes read in full (phase 1).
+    pub full_read: usize,
+    /// Processes whose `smaps` (or `smaps_rollup`) were reused / read.
+    pub detail_reused: usize,
+    pub detail_read: usize,
+}
+
+/// The per-engine cache (see the module documentation for when an entry is reused).
+pub struct ProcCache {
+    entries: HashMap<i32, Entry>,
+    max_age: Duration,
+    now: Instant,
+    /// Files of interest whose mappers must all be read again this snapshot.
+    dirty_files: HashSet<FileKey>,
+    /// Processes whose child or parent appeared or exited this snapshot.
+    dirty_pids: HashSet<i32>,
+    pub stats: CacheStats,
+}
+
+impl Default for ProcCache {
+    fn default() -> Self {
+        ProcCache::new(MAX_AGE)
+    }
+}
+
+impl ProcCache {
+    pub fn new(max_age: Duration) -> Self {
+        ProcCache {
+            entries: HashMap::new(),
+            max_age,
+            now: Instant::now(),
+            dirty_files: HashSet::new(),
+            dirty_pids: HashSet::new(),
+            stats: CacheStats::default(),
+        }
+    }
+
+    /// Starts a snapshot.
+    pub fn begin(&mut self) {
+        self.now = Instant::now();
+        self.dirty_files.clear();
+        self.dirty_pids.clear();
+        self.stats = CacheStats::default();
+        for e in self.entries.values_mut() {
+            e.changed = false;
+            e.seen = false;
+        }
+    }
+
+    /// This pid's maximum age: between half of it and all of it, by pid.
+    fn age_limit(&self, pid: i32) -> Duration {
+        let spread = pid.unsigned_abs() % 16;
+        self.max_age - self.max_age * spread / 32
+    }
+
+    /// What phase 1 can reuse for a process whose `stat` reads `stat`.
+    pub fn lookup(&self, pid: i32, stat: &StatStamp) -> Hit {
+        let Some(e) = self.entries.get(&pid) else {
+            return Hit::Miss;
+        };
+        if self.now.duration_since(e.read_at) >= self.age_limit(pid)
+            || e.stat.start_time != stat.start_time
+            || e.stat.vsize_bytes != stat.vsize_bytes
+        {
+            Hit::Miss
+        } else if e.stat == *stat {
+            Hit::All(e.status.clone(), Arc::clone(&e.basic))
+        } else {
+            Hit::Parts(Arc::clone(&e.basic))
+        }
+    }
+
+    /// Records phase 1 of a process.
+    pub fn put_basic(&mut self, pid: i32, stat: StatStamp, read: Read) {
+        let (status, basic) = match read {
+            Read::Reused => {
+                self.stats.unchanged += 1;
+                if let Some(e) = self.entries.get_mut(&pid) {
+                    e.seen = true;
+                }
+                return;
+            }
+            Read::Status(status, basic) => {
+                self.stats.status_read += 1;
+                if let Some(e) = self.entries.get_mut(&pid) {
+                    e.seen = true;
+                    e.changed = true;
+                    e.stat = stat;
+                    e.status = status;
+                    e.basic = basic;
+                    self.dirty_files
+                        .extend(e.detail.iter().flat_map(|d| d.wanted.iter().copied()));
+                }
+                return;
+            }
+            Read::Full(status, basic) => (status, basic),
+        };
+        self.stats.full_read += 1;
+        let ppid = stat.ppid;
+        let start = stat.start_time;
+        let old = self.entries.insert(
+            pid,
+            Entry {
+                stat,
+                status,
+                read_at: self.now,
+                basic,
+                detail: None,
+                changed: true,
+                seen: true,
+            },
+        );
+        match old {
+            Some(o) => {
+                self.dirty_files
+                    .extend(o.detail.into_iter().flat_map(|d| d.wanted));
+                if o.stat.start_time != start {
+                    // Another process under the same pid: the old one exited.
+                    self.dirty_pids.insert(o.stat.ppid);
+                    self.dirty_pids.insert(ppid);
+                }
+            }
+            None => {
+                self.dirty_pids.insert(ppid);
+            }
+        }
+    }
+
+    /// Ends phase 1: forgets the processes not seen (they exited) and marks what they
+    /// touched; `kept` are the processes phase 3 reads, with their wanted files.
+    pub fn end_basic<'a>(&mut self, kept: impl Iterator<Item = (i32, &'a HashSet<FileKey>)>) {
+        let gone: Vec<i32> = self
+            .entries
+            .iter()
+            .filter(|(_, e)| !e.seen)
+            .map(|(p, _)| *p)
+            .collect();
+        for pid in gone {
+            if let Some(o) = self.entries.remove(&pid) {
+                self.dirty_files
+                    .extend(o.detail.into_iter().flat_map(|d| d.wanted));
+                self.dirty_pids.insert(o.stat.ppid);
+            }
+        }
+        for (pid, wanted) in kept {
+            if self.entries.get(&pid).is_some_and(|e| e.changed) {
+                self.dirty_files.extend(wanted.iter().copied());
+            }
+        }
+    }
+
+    /// Phase 3 of a process still valid for this set of wanted files.
+    pub fn detail(&self, pid: i32, wanted: &HashSet<FileKey>) -> Option<Detail> {
+        let e = self.entries.get(&pid)?;
+        if e.changed || self.dirty_pids.contains(&pid) {
+            return None;
+        }
+        let d = e.detail.as_ref()?;
+        (d.wanted == *wanted && !wanted.iter().any(|k| self.dirty_files.contains(k)))
+            .then(|| d.clone())
+    }
+
+    /// Records phase 3 of a process: `read` is `None` when the cached detail was reused.
+    pub fn put_detail(&mut self, pid: i32, read: Option<Detail>) {
+        match read {
+            None => self.stats.detail_reused += 1,
+            Some(d) => {
+                self.stats.detail_read += 1;
+                if let Some(e) = self.entries.get_mut(&pid) {
+                    e.detail = Some(d);
+                }
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn stat_fields_after_a_name_with_parentheses() {
+        let text = "4242 (a) b (c)) S 1 4242 4242 0 -1 4194560 1234 0 7 0 10 5 0 0 20 0 1 0 \
+                    98765 8392704 512 18446744073709551615 1 1 0 0 0 0 0 0 0 0 0 0 17 1 0 0\n";
+        let s = parse_stat(text).unwrap();
+        assert_eq!(s.comm, "a) b (c)");
+        assert_eq!(s.ppid, 1);
+        assert_eq!(s.minflt, 1234);
+        assert_eq!(s.majflt, 7);
+        assert_eq!(s.start_time, 98765);
+        assert_eq!(s.vsize_bytes, 8392704);
+        assert_eq!(s.rss_pages, 512);
+        assert_eq!(parse_stat("12 (x) S 1 2"), None);
+    }
+
+    #[test]
+    fn own_stat_parses() {
+        let me = std::process::id() as i32;
+        let s = read_stat(Path::new("/proc"), me).unwrap();
+        assert!(s.start_time > 0 && s.vsize_bytes > 0 && s.rss_pages > 0);
+    }
+
+    fn stamp(start: u64, vsize: u64, ppid: i32) -> StatStamp {
+        StatStamp {
+            ppid,
+            start_time: start,
+            vsize_bytes: vsize,
+            ..StatStamp::default()
+        }
+    }
+
+    fn detail(wanted: &HashSet<FileKey>) -> Detail {
+        Detail {
+            wanted: wanted.clone(),
+            mappings: Vec::new(),
+            rollup: None,
+            cmdline: Vec::new(),
+            cgroup: None,
+            denied: false,
+        }
+    }
+
+    type Tick<'a> = (&'a [(i32, StatStamp)], &'a [(i32, &'a HashSet<FileKey>)]);
+
+    /// One snapshot as `gather` drives the cache: which processes phase 1 read in full,
+    /// and which phase 3 read.
+    fn tick(c: &mut ProcCache, (stamps, wanted): Tick) -> (Vec<i32>, Vec<i32>) {
+        c.begin();
+        let mut full = Vec::new();
+        for (pid, s) in stamps {
+            let read = match c.lookup(*pid, s) {
+                Hit::All(..) => Read::Reused,
+                Hit::Parts(p) => Read::Status(StatusRead::default(), p),
+                Hit::Miss => {
+                    full.push(*pid);
+                    Read::Full(StatusRead::default(), Arc::default())
+                }
+            };
+            c.put_basic(*pid, s.clone(), read);
+        }
+        c.end_basic(wanted.iter().map(|(p, w)| (*p, *w)));
+        let mut read = Vec::new();
+        for (pid, w) in wanted {
+            let d = c.detail(*pid, w);
+            if d.is_none() {
+                read.push(*pid);
+            }
+            c.put_detail(*pid, d.is_none().then(|| detail(w)));
+        }
+        (full, read)
+    }
+
+    /// Two mappers of one file and a bystander: one snapshot to fill, then what each
+    /// change makes read again.
+    #[test]
+    fn reuse_until_a_stamp_a_co_mapper_or_a_relative_changes() {
+        let f: HashSet<FileKey> = [FileKey::from_dev(1, 2)].into();
+        let none = HashSet::new();
+        let mut c = ProcCache::new(Duration::from_secs(3600));
+        let base = vec![
+            (10, stamp(1, 100, 1)),
+            (11, stamp(1, 100, 1)),
+            (12, stamp(1, 100, 1)),
+        ];
+        let w = [(10, &f), (11, &f), (12, &none)];
+        assert_eq!(
+            tick(&mut c, (&base, &w)),
+            (vec![10, 11, 12], vec![10, 11, 12])
+        );
+        assert_eq!(tick(&mut c, (&base, &w)), (vec![], vec![]));
+        assert_eq!(c.stats.unchanged, 3);
+        // 10 faults: its status and maps are read again (not its fds), and both mappers' smaps.
+        let mut faulted = base.clone();
+        faulted[0].1.minflt = 5;
+        assert_eq!(tick(&mut c, (&faulted, &w)), (vec![], vec![10, 11]));
+        assert_eq!(c.stats.status_read, 1);
+        // 10 maps more: maps and smaps again.
+        let mut grown = faulted.clone();
+        grown[0].1.vsize_bytes = 200;
+        assert_eq!(tick(&mut c, (&grown, &w)), (vec![10], vec![10, 11]));
+        assert_eq!(tick(&mut c, (&grown, &w)), (vec![], vec![]));
+        // A child of 12 appears: 12's smaps are read again.
+        let mut forked = grown.clone();
+        forked.push((13, stamp(5, 100, 12)));
+        let w2 = [(10, &f), (11, &f), (12, &none), (13, &none)];
+        assert_eq!(tick(&mut c, (&forked, &w2)), (vec![13], vec![12, 13]));
+        // 11 exits: 10 (same file) is read again.
+        let left: Vec<_> = forked.iter().filter(|(p, _)| *p != 11).cloned().collect();
+        let w3 = [(10, &f), (12, &none), (13, &none)];
+        assert_eq!(tick(&mut c, (&left, &w3)), (vec![], vec![10]));
+        // Pid 13 now names another process.
+        let mut reused = left.clone();
+        reused[2].1 = stamp(9, 100, 12);
+        assert_eq!(tick(&mut c, (&reused, &w3)), (vec![13], vec![12, 13]));
+    }
+
+    #[test]
+    fn entries_expire_within_the_maximum_age() {
+        let mut c = ProcCache::new(Duration::ZERO);
+        let s = [(1, stamp(1, 1, 0))];
+        assert_eq!(tick(&mut c, (&s, &[])).0, vec![1]);
+        assert_eq!(tick(&mut c, (&s, &[])).0, vec![1]);
+        let mut c = ProcCache::new(Duration::from_secs(3600));
+        assert_eq!(tick(&mut c, (&s, &[])).0, vec![1]);
+        assert_eq!(tick(&mut c, (&s, &[])).0, Vec::<i32>::new());
+    }
+}
