@@ -406,9 +406,10 @@ pub struct ProofSample {
 pub mod trace;
 
 /// GPUs and the device memory of each process on them (NVML), read each snapshot.
-/// `not_available` says why there is nothing (no libnvidia-ml, no NVIDIA GPU, NVML failed):
-/// then every GPU field is unknown, never 0.
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+/// `not_available` says why there is nothing (no libnvidia-ml, no NVIDIA GPU, NVML failed,
+/// or not collected: the default, for samples and recordings made without it): then every
+/// GPU field is unknown, never 0.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct GpuSample {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub not_available: Option<String>,
@@ -419,6 +420,16 @@ pub struct GpuSample {
     /// since no other process's device memory can be read.
     #[serde(default)]
     pub device_proofs: Vec<DeviceProofSample>,
+}
+
+impl Default for GpuSample {
+    fn default() -> Self {
+        GpuSample {
+            not_available: Some("GPU memory was not collected".into()),
+            devices: Vec::new(),
+            device_proofs: Vec::new(),
+        }
+    }
 }
 
 /// One GPU as NVML reports it.

@@ -329,6 +329,7 @@ fn gpu_scene(integrated: Option<bool>) -> Sample {
         vec![file(1, 256 * MIB, Some(256 * MIB))],
         vec![mapper, bystander],
     );
+    s.gpu.not_available = None;
     s.gpu.devices = vec![gpu(0, integrated, &[(11, 300 * MIB), (12, 1024 * MIB)])];
     s
 }
