@@ -7,6 +7,13 @@
 #![allow(clippy::unwrap_used)]
 
 mod common;
+
+/// The tests here count events exactly, or disturb the whole host (OOM, direct reclaim,
+/// LRU churn): they run one at a time, never beside each other.
+fn serial() -> std::sync::MutexGuard<'static, ()> {
+    static SERIAL: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    SERIAL.lock().unwrap_or_else(|e| e.into_inner())
+}
 #[path = "trace/support.rs"]
 mod support;
 
@@ -18,6 +25,7 @@ use twofold::sample::trace::Counter;
 
 #[test]
 fn anonymous_write_faults_match_proc_stat_exactly() {
+    let _serial = serial();
     if !bpf_ready() {
         return;
     }
@@ -62,6 +70,7 @@ fn anonymous_write_faults_match_proc_stat_exactly() {
 
 #[test]
 fn eviction_read_back_and_refaults_are_exact() {
+    let _serial = serial();
     if !bpf_ready() {
         return;
     }
@@ -170,6 +179,7 @@ fn eviction_read_back_and_refaults_are_exact() {
 
 #[test]
 fn pinned_file_survives_lru_churn() {
+    let _serial = serial();
     if !bpf_ready() {
         return;
     }
@@ -210,6 +220,7 @@ fn pinned_file_survives_lru_churn() {
 
 #[test]
 fn direct_reclaim_in_a_small_cgroup_agrees_with_bpftrace() {
+    let _serial = serial();
     if !bpf_ready() || !require(have("bpftrace"), "bpftrace") {
         return;
     }
@@ -244,6 +255,7 @@ fn direct_reclaim_in_a_small_cgroup_agrees_with_bpftrace() {
 
 #[test]
 fn oom_kill_is_reported_with_the_victims_pid() {
+    let _serial = serial();
     if !bpf_ready() {
         return;
     }
@@ -271,6 +283,7 @@ fn oom_kill_is_reported_with_the_victims_pid() {
 
 #[test]
 fn counts_agree_with_bpftrace_on_the_same_tracepoints() {
+    let _serial = serial();
     if !bpf_ready() || !require(have("bpftrace"), "bpftrace") {
         return;
     }
@@ -315,6 +328,7 @@ fn twofold_cmd() -> Command {
 
 #[test]
 fn trace_json_lines_parse_into_typed_records() {
+    let _serial = serial();
     if !bpf_ready() {
         return;
     }
@@ -379,6 +393,7 @@ fn trace_json_lines_parse_into_typed_records() {
 
 #[test]
 fn scan_trace_names_the_copying_loader() {
+    let _serial = serial();
     if !bpf_ready() {
         return;
     }
@@ -429,7 +444,12 @@ fn scan_trace_names_the_copying_loader() {
         .unwrap();
     assert_eq!(c.traced_read_bytes, Some(size));
     assert!(c.fraction > 0.99, "{c:?}");
-    assert!((file_model.representations.proven.unwrap() - 2.0).abs() < 0.01);
+    assert!(
+        (file_model.representations.proven.unwrap() - 2.0).abs() < 0.01,
+        "{:?} {:?}",
+        file_model.representations,
+        file_model.proven_copies
+    );
     let proven = r
         .findings
         .iter()
@@ -446,6 +466,7 @@ fn scan_trace_names_the_copying_loader() {
 
 #[test]
 fn without_privileges_trace_fails_cleanly_and_scan_goes_on() {
+    let _serial = serial();
     let Some((_dir, bin)) = nobody_setup() else {
         return;
     };
@@ -478,6 +499,7 @@ fn without_privileges_trace_fails_cleanly_and_scan_goes_on() {
 /// freshly built ones load and attach.
 #[test]
 fn committed_bpf_objects_match_their_sources_and_rebuilt_ones_load() {
+    let _serial = serial();
     if !bpf_ready() || !require(have("clang"), "clang (to rebuild the BPF objects)") {
         return;
     }
@@ -540,6 +562,7 @@ fn committed_bpf_objects_match_their_sources_and_rebuilt_ones_load() {
 
 #[test]
 fn a_missing_tracepoint_disables_only_its_counter() {
+    let _serial = serial();
     if !bpf_ready() {
         return;
     }
@@ -587,6 +610,7 @@ fn a_missing_tracepoint_disables_only_its_counter() {
 #[test]
 #[ignore = "drops the page cache of the whole machine; run with --ignored"]
 fn drop_caches_keeps_the_counters_of_files_of_interest() {
+    let _serial = serial();
     if !bpf_ready() {
         return;
     }
@@ -615,6 +639,7 @@ fn drop_caches_keeps_the_counters_of_files_of_interest() {
 
 #[test]
 fn trace_json_follows_the_comm_across_exec() {
+    let _serial = serial();
     if !bpf_ready() {
         return;
     }
@@ -676,6 +701,7 @@ fn trace_json_follows_the_comm_across_exec() {
 
 #[test]
 fn record_trace_keeps_the_read_ledger_of_a_loader_that_closed_the_file() {
+    let _serial = serial();
     if !bpf_ready() {
         return;
     }
@@ -737,6 +763,7 @@ fn record_trace_keeps_the_read_ledger_of_a_loader_that_closed_the_file() {
 /// subtract the old one's counters.
 #[test]
 fn engine_tracing_turns_on_and_off_at_run_time() {
+    let _serial = serial();
     if !bpf_ready() {
         return;
     }
@@ -818,6 +845,7 @@ fn engine_tracing_turns_on_and_off_at_run_time() {
 /// `scan --trace` recorded, then replayed: the same bytes, trace section and all.
 #[test]
 fn scan_trace_replays_byte_for_byte() {
+    let _serial = serial();
     if !bpf_ready() {
         return;
     }
@@ -866,6 +894,7 @@ fn scan_trace_replays_byte_for_byte() {
 /// an eviction) and bpftrace counting the same tracepoints.
 #[test]
 fn record_trace_stores_counters_that_replay_and_dump_agree_with_bpftrace() {
+    let _serial = serial();
     if !bpf_ready() || !require(have("bpftrace"), "bpftrace") {
         return;
     }
