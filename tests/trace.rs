@@ -903,17 +903,9 @@ fn record_trace_stores_counters_that_replay_and_dump_agree_with_bpftrace() {
     let size = 16 * MIB;
     let file = model_file(dir.path(), "model.gguf", size);
     let k = key(&file);
-    evict(&file);
-    assert_eq!(resident_pages(&file), 0);
     let store = dir.path().join("store");
     let mut copy = Armed::start("copy", Some(&file), &["--close"]);
     let pid = copy.pid();
-    let bt = Bpftrace::start(&format!(
-        "tracepoint:filemap:mm_filemap_add_to_page_cache /args->i_ino == {ino}/ {{ @added = sum(1 << args->order); }}\n\
-         tracepoint:syscalls:sys_exit_pread64 /pid == {pid} && args->ret > 0/ {{ @pread = sum(args->ret); }}\n\
-         tracepoint:syscalls:sys_exit_read /pid == {pid} && args->ret > 0/ {{ @read = sum(args->ret); }}",
-        ino = k.inode
-    ));
     let mut rec = twofold_cmd()
         .args([
             "record",
@@ -929,10 +921,21 @@ fn record_trace_stores_counters_that_replay_and_dump_agree_with_bpftrace() {
         .stderr(std::process::Stdio::null())
         .spawn()
         .unwrap();
+    // Its first line comes once the tracer is attached.
     let mut out = std::io::BufReader::new(rec.stdout.take().unwrap());
     let mut line = String::new();
     out.read_line(&mut line).unwrap();
     assert!(line.starts_with("twofold record:"), "{line}");
+    // bpftrace from now on; the file (fully cached since it was written) is evicted only
+    // now, so both count every page that goes back (whoever else on the host reads the
+    // file: a scan of /tmp by another tool would refill the cache before the attach).
+    let bt = Bpftrace::start(&format!(
+        "tracepoint:filemap:mm_filemap_add_to_page_cache /args->i_ino == {ino}/ {{ @added = sum(1 << args->order); }}\n\
+         tracepoint:syscalls:sys_exit_pread64 /pid == {pid} && args->ret > 0/ {{ @pread = sum(args->ret); }}\n\
+         tracepoint:syscalls:sys_exit_read /pid == {pid} && args->ret > 0/ {{ @read = sum(args->ret); }}",
+        ino = k.inode
+    ));
+    evict(&file);
     assert_eq!(copy.go(), "ready");
     // Three more snapshots (32-byte index entries), however slow a snapshot is here.
     let index = store.join(format!(
@@ -954,8 +957,9 @@ fn record_trace_stores_counters_that_replay_and_dump_agree_with_bpftrace() {
     assert_eq!(rec.wait().unwrap().code(), Some(0));
     let got = bt.stop();
     assert_eq!(got["pread"], size, "bpftrace: pread64 bytes of the loader");
-    // Ground truth: the whole file went into the page cache after its eviction, once.
-    assert_eq!(got["added"], pages(size), "bpftrace: pages added");
+    // Ground truth: the whole file went back into the page cache after its eviction (more
+    // only if memory pressure evicted some of it again meanwhile).
+    assert!(got["added"] >= pages(size), "bpftrace: pages added {got:?}");
 
     let run = |args: &[&str]| {
         let out = twofold_cmd()
@@ -980,7 +984,10 @@ fn record_trace_stores_counters_that_replay_and_dump_agree_with_bpftrace() {
     assert_eq!(
         f.total.added_pages,
         Some(got["added"]),
-        "replayed page-cache adds"
+        "replayed page-cache adds (unavailable {:?}, lost updates {}, all files added {:?})",
+        t.unavailable,
+        t.lost_updates,
+        t.cache_added_pages
     );
     let p = t.processes.iter().find(|p| p.pid == pid).unwrap();
     let pf = p.files.iter().find(|x| x.key == k).unwrap();

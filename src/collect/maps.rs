@@ -118,6 +118,12 @@ fn accumulate(t: &mut RollupSample, m: &MappingSample) -> bool {
 /// over every VMA (as `smem` sums them; per-VMA values are rounded down to kB, so `Pss`
 /// can be below `smaps_rollup`'s by under 1 KiB per VMA). The PSS split into anon / file /
 /// shmem is `None` when one VMA cannot be split exactly.
+///
+/// Hand-written rather than procfs's `MemoryMaps::from_buf_read` because it is faster in
+/// the one pass it makes (keeping only the wanted VMAs and summing as it goes):
+/// `cargo run --release --example smaps_parse -- --synthetic 2000` (2,000 file mappings,
+/// 1.26 MiB of smaps) takes 1.97 ms here and 5.93 ms with procfs (3.0x); this process's
+/// own smaps, 0.029 ms against 0.096 ms (3.3x) (2-core VM, 2026-11-30).
 pub fn parse_smaps(
     path: &Path,
     text: &str,

@@ -101,6 +101,8 @@ impl ProcReader {
         maps::parse_smaps(&path, &text, wanted)
     }
 
+    /// By hand rather than procfs's `Process::cmdline`, which fails on an argument that is
+    /// not UTF-8; here it is read lossily, as every name from outside is.
     pub fn cmdline(&self, pid: i32) -> Result<Vec<String>> {
         let path = self.file(pid, "cmdline");
         let bytes = std::fs::read(&path).map_err(|e| CollectError::io(&path, e))?;
@@ -172,6 +174,11 @@ impl ProcReader {
     }
 }
 
+/// `status`, by hand rather than with procfs's `Status::from_buf_read`: that one requires
+/// some twenty fields (`Tgid`, `FDSize`, `Groups`, `SigQ`, ...) and fails when one is
+/// missing or odd, where twofold reads the seven it needs, takes a missing one as unknown
+/// (`None`; kernels before 4.5 have no `RssAnon`), and names the malformed line of a
+/// field it needs (the hand-written fixture trees hold only those fields).
 pub fn parse_status(path: &Path, text: &str) -> Result<StatusRead> {
     let mut read = StatusRead {
         kernel_thread: true,

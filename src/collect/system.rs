@@ -8,6 +8,10 @@ use super::error::Result;
 use super::kv;
 use crate::sample::SystemSample;
 
+/// `meminfo` and `vmstat` as maps of every key the kernel prints (a snapshot keeps them
+/// all), read by `kv` rather than procfs: procfs's `Meminfo` is a struct of the fields it
+/// knows (newer keys are dropped) that fails when one of a dozen is missing, and its
+/// `VmStat` fails on the first odd line without saying which.
 pub fn read(proc_root: &Path) -> Result<SystemSample> {
     let mut s = SystemSample {
         page_size: page_size(),
