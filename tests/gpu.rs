@@ -229,24 +229,6 @@ fn an_attested_device_copy_of_a_live_loader_is_proven_and_counted() {
     assert!(gone.is_none_or(|f| f["device_copies"] == json!([])), "{r}");
 }
 
-/// `GET /metrics` over plain HTTP/1.0.
-fn metrics(port: u16) -> Option<String> {
-    use std::io::{Read, Write};
-    let mut s = std::net::TcpStream::connect(("127.0.0.1", port)).ok()?;
-    s.set_read_timeout(Some(std::time::Duration::from_secs(10)))
-        .ok()?;
-    // Prometheus text 0.0.4: the format promtool lints without complaint (docs/serve.md).
-    write!(
-        s,
-        "GET /metrics HTTP/1.0\r\nHost: x\r\nAccept: text/plain; version=0.0.4\r\n\r\n"
-    )
-    .ok()?;
-    let mut raw = String::new();
-    s.read_to_string(&mut raw).ok()?;
-    let (head, body) = raw.split_once("\r\n\r\n")?;
-    head.contains(" 200 ").then(|| body.to_string())
-}
-
 #[test]
 fn serve_exports_device_memory_and_suspected_device_copies() {
     let dir = tempfile::tempdir().unwrap();
@@ -282,7 +264,7 @@ fn serve_exports_device_memory_and_suspected_device_copies() {
     let until = std::time::Instant::now() + std::time::Duration::from_secs(60);
     let mut body = String::new();
     while std::time::Instant::now() < until {
-        if let Some(b) = metrics(port) {
+        if let Some(b) = metrics_text(port) {
             body = b;
             let ready = body
                 .lines()

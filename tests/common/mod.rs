@@ -235,3 +235,21 @@ pub fn nobody_setup() -> Option<(tempfile::TempDir, PathBuf)> {
     std::fs::set_permissions(&bin, std::fs::Permissions::from_mode(0o755)).unwrap();
     Some((dir, bin))
 }
+
+/// `GET /metrics` of an exporter on loopback, in Prometheus text 0.0.4 (the format
+/// `promtool check metrics` lints without complaint): the body of a 200, else `None`.
+pub fn metrics_text(port: u16) -> Option<String> {
+    use std::io::Read;
+    let mut s = std::net::TcpStream::connect(("127.0.0.1", port)).ok()?;
+    s.set_read_timeout(Some(std::time::Duration::from_secs(10)))
+        .ok()?;
+    write!(
+        s,
+        "GET /metrics HTTP/1.0\r\nHost: x\r\nAccept: text/plain; version=0.0.4\r\n\r\n"
+    )
+    .ok()?;
+    let mut raw = String::new();
+    s.read_to_string(&mut raw).ok()?;
+    let (head, body) = raw.split_once("\r\n\r\n")?;
+    head.contains(" 200 ").then(|| body.to_string())
+}
