@@ -248,15 +248,26 @@ fn pss_and_uss_match_smem() {
     // only, not by the twofold processes other tests start and stop meanwhile.
     let exe_copy = dir.path().join("twofold-smem");
     std::fs::copy(exe(), &exe_copy).unwrap();
+    // A fork elsewhere in this test binary (parallel tests) can inherit the copy's write
+    // fd for an instant: exec then fails with ETXTBSY. Try again, as the race is brief.
     let start = |mode: &str| {
-        twofold::spawn::Reader::start(
-            &exe_copy,
-            mode,
-            Some(&file),
-            &[],
-            std::time::Duration::from_secs(60),
-        )
-        .unwrap()
+        let mut tries = 0;
+        loop {
+            match twofold::spawn::Reader::start(
+                &exe_copy,
+                mode,
+                Some(&file),
+                &[],
+                std::time::Duration::from_secs(60),
+            ) {
+                Ok(r) => break r,
+                Err(e) if format!("{e:#}").contains("Text file busy") && tries < 50 => {
+                    tries += 1;
+                    std::thread::sleep(std::time::Duration::from_millis(20));
+                }
+                Err(e) => panic!("{e:#}"),
+            }
+        }
     };
     let readers = [start("copy"), start("map"), start("map")];
     let pids: Vec<i32> = readers.iter().map(|r| r.pid()).collect();

@@ -93,6 +93,12 @@ impl Drop for Tmux {
     }
 }
 
+/// A table row of process `pid` (its first word is the pid: "123," of a wrapped list of
+/// pids is not a row).
+fn row_of(line: &str, pid: &str) -> bool {
+    line.split_whitespace().next() == Some(pid)
+}
+
 fn wait_file(path: &Path, timeout: Duration) -> String {
     let start = Instant::now();
     loop {
@@ -160,7 +166,7 @@ fn top_in_tmux_shows_the_count_and_the_copy_and_quits_cleanly() {
     tmux.keys(&["-l", &pid]);
     tmux.keys(&["Enter"]);
     let s = tmux.wait_for("the filtered row", long, |s| {
-        s.contains(&format!("filter /{pid}")) && s.lines().any(|l| l.trim_start().starts_with(&pid))
+        s.contains(&format!("filter /{pid}")) && s.lines().any(|l| row_of(l, &pid))
     });
     let rows = s
         .lines()
@@ -185,10 +191,7 @@ fn top_in_tmux_shows_the_count_and_the_copy_and_quits_cleanly() {
     tmux.keys(&["Enter"]);
     let s = tmux.wait_for("the file's page", long, |s| s.contains("Files › "));
     assert!(s.contains("in memory 2.00 times"), "{s}");
-    let copier = s
-        .lines()
-        .find(|l| l.trim_start().starts_with(&pid))
-        .unwrap();
+    let copier = s.lines().find(|l| row_of(l, &pid)).unwrap();
     assert!(copier.contains("private copy"), "{copier}");
     tmux.keys(&["Escape"]);
     tmux.wait_for("the files view again", long, |s| !s.contains("Files › "));
@@ -274,11 +277,7 @@ fn p_proves_a_suspected_copy_in_the_background() {
         ),
     );
     let long = Duration::from_secs(60);
-    let copier = |s: &str| {
-        s.lines()
-            .find(|l| l.trim_start().starts_with(&pid))
-            .map(str::to_string)
-    };
+    let copier = |s: &str| s.lines().find(|l| row_of(l, &pid)).map(str::to_string);
     tmux.wait_for("the file row", long, |s| {
         file_row(s, "suspect.gguf").is_some()
     });
@@ -298,10 +297,7 @@ fn p_proves_a_suspected_copy_in_the_background() {
         .skip_while(|l| !l.starts_with("pid     comm"))
         .skip(1)
         .collect();
-    let at = rows
-        .iter()
-        .position(|l| l.trim_start().starts_with(&pid))
-        .unwrap();
+    let at = rows.iter().position(|l| row_of(l, &pid)).unwrap();
     for _ in 0..at {
         tmux.keys(&["Down"]);
     }
