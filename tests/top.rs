@@ -189,10 +189,13 @@ fn top_in_tmux_shows_the_count_and_the_copy_and_quits_cleanly() {
         file_row(s, "twin.gguf").is_some()
     });
     tmux.keys(&["Enter"]);
-    let s = tmux.wait_for("the file's page", long, |s| s.contains("Files › "));
+    // Polled until the copier's row is drawn whole (a capture can land mid-repaint).
+    let s = tmux.wait_for("the file's page and the copier's row", long, |s| {
+        s.contains("Files › ")
+            && s.lines()
+                .any(|l| row_of(l, &pid) && l.contains("private copy"))
+    });
     assert!(s.contains("in memory 2.00 times"), "{s}");
-    let copier = s.lines().find(|l| row_of(l, &pid)).unwrap();
-    assert!(copier.contains("private copy"), "{copier}");
     tmux.keys(&["Escape"]);
     tmux.wait_for("the files view again", long, |s| !s.contains("Files › "));
     tmux.keys(&["q"]);
