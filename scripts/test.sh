@@ -54,6 +54,6 @@ cargo test --workspace --doc --no-fail-fast 2>&1 | tee -a "$log" || status=1
 # One closing line for the whole suite (cargo prints one per test binary), always printed.
 awk '/^test result:/ { for (i = 1; i <= NF; i++) { if ($(i) ~ /^passed;?$/) p += $(i-1); if ($(i) ~ /^failed;?$/) f += $(i-1); if ($(i) ~ /^ignored;?$/) g += $(i-1) } }
      /^SKIPPED: / { s += 1 }
-     /^error(\[E[0-9]+\])?: / { e += 1 }
+     /^error(\[E[0-9]+\])?: / && !/^error: ([0-9]+ targets? failed|test failed)/ { e += 1 }
      END { printf "tests: %d passed, %d failed, %d skipped (%d at run time: a capability missing here, %d ignored)%s\n", p - s, f, s + g, s, g, (e ? sprintf(", %d build errors", e) : "") }' "$log"
 exit $status
