@@ -689,6 +689,11 @@ pub struct ChildArgs {
     /// anon: keep touching every page after `ready` (an active competitor).
     #[arg(long)]
     pub touch_loop: bool,
+    /// copy: after `ready`, touch one new page of anonymous memory every 50 ms (memory
+    /// that keeps changing, as a serving runtime's), and zero the copy on each line read
+    /// from stdin (the copy is gone, the memory stays).
+    #[arg(long)]
+    pub drift: bool,
     /// Source element type for widen mode: f16 or bf16.
     #[arg(long, default_value = "f16")]
     pub dtype: String,

@@ -124,6 +124,18 @@ impl Reader {
     pub fn pid(&self) -> i32 {
         self.child.id() as i32
     }
+
+    /// Writes one line to the child's stdin (a `--drift` copier zeroes its copy on it).
+    pub fn say(&mut self, line: &str) -> std::io::Result<()> {
+        use std::io::Write;
+        let stdin = self
+            .child
+            .stdin
+            .as_mut()
+            .ok_or_else(|| std::io::Error::other("the child's stdin is closed"))?;
+        writeln!(stdin, "{line}")?;
+        stdin.flush()
+    }
 }
 
 impl Drop for Reader {

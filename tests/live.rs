@@ -731,3 +731,99 @@ fn an_incremental_snapshot_sees_a_file_mapped_since_the_last_one() {
         "no more than the process's own file pages"
     );
 }
+
+/// The engine's search cadence, on a copier whose memory keeps changing (`--drift`, as a
+/// serving runtime's does): the first snapshot searches it in full; within the cadence
+/// the next ones check the copy found in place (the count keeps it, and says it is a lower
+/// bound: the new memory was not searched); when the copier drops its copy the next check
+/// sees it gone; after the cadence a full search runs again.
+#[test]
+fn a_changing_copier_is_checked_in_place_between_full_searches() {
+    use twofold::engine::{report, Engine, REPROVE_AFTER, RESEARCH_MIN};
+    if !require(is_root(), "reading another process's memory needs root") {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let size = 16 * MIB;
+    let file = model_file(dir.path(), "drift.gguf", size);
+    let mut copier = reader("copy", Some(&file), &["--close", "--drift"]);
+    let pid = copier.pid();
+    let req = Request {
+        paths: vec![file.clone()],
+        pids: vec![pid],
+        candidates: true,
+        ..Request::default()
+    };
+    let mut engine = Engine::new(req, Some(Default::default()));
+    let snap = |engine: &mut Engine| {
+        let mut warnings = Vec::new();
+        let s = engine.snapshot(&mut warnings).unwrap();
+        let r = report(&s, None);
+        let f = r
+            .files
+            .iter()
+            .find(|f| std::path::Path::new(&f.path) == file)
+            .unwrap()
+            .clone();
+        let proof = s
+            .sample
+            .proofs
+            .iter()
+            .find(|p| p.pid == pid)
+            .cloned()
+            .unwrap();
+        (f, proof, status_bytes(pid, "RssAnon"))
+    };
+    let (f, proof, anon0) = snap(&mut engine);
+    assert_eq!(engine.last_rechecked, 0);
+    assert_eq!(proof.unsearched, None, "{proof:?}");
+    let copies = f.representations.private_copies;
+    assert!(copies > 0.99, "{:?}", f.representations);
+    assert!(!f.representations.lower_bound, "{:?}", f.representations);
+
+    // It touched new pages since: checked in place, the copy still counted.
+    std::thread::sleep(std::time::Duration::from_millis(300));
+    let (f, proof, anon1) = snap(&mut engine);
+    assert!(anon1 > anon0, "the copier's RssAnon did not grow");
+    assert_eq!(engine.last_rechecked, 1);
+    let why = proof.unsearched.clone().unwrap();
+    assert!(
+        why.contains("its memory changed since its last full search"),
+        "{why}"
+    );
+    assert!(proof.compared_bytes > 0, "{proof:?}");
+    assert_eq!(f.representations.private_copies, copies);
+    assert!(f.representations.lower_bound);
+    assert_eq!(f.representations.unsearched, 1);
+    let page_cache = f.representations.page_cache.unwrap();
+    assert!(
+        (f.representations.proven.unwrap() - (page_cache + copies)).abs() < 1e-9,
+        "{:?}",
+        f.representations
+    );
+
+    // The copier zeroes its copy: the next check finds it gone.
+    copier.say("zero").unwrap();
+    std::thread::sleep(std::time::Duration::from_millis(300));
+    let (f, proof, _) = snap(&mut engine);
+    assert_eq!(engine.last_rechecked, 1);
+    assert_eq!(proof.identical_file_bytes, 0, "{proof:?}");
+    assert_eq!(f.representations.private_copies, 0.0);
+    assert!(f.representations.lower_bound);
+
+    // Past the cadence (at least RESEARCH_MIN, at most REPROVE_AFTER): searched in full
+    // again, nothing there, the count exact.
+    let start = std::time::Instant::now();
+    std::thread::sleep(RESEARCH_MIN);
+    let (f, proof) = loop {
+        let (f, proof, _) = snap(&mut engine);
+        if engine.last_rechecked == 0 {
+            break (f, proof);
+        }
+        assert!(start.elapsed() < REPROVE_AFTER, "no full search again");
+        std::thread::sleep(std::time::Duration::from_millis(500));
+    };
+    assert_eq!(proof.unsearched, None, "{proof:?}");
+    assert_eq!(f.representations.private_copies, 0.0);
+    assert!(!f.representations.lower_bound, "{:?}", f.representations);
+}

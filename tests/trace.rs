@@ -427,9 +427,14 @@ fn scan_trace_names_the_copying_loader() {
         before.push_str(&line);
     }
     assert_eq!(copy.go(), "ready");
-    let mut rest = String::new();
-    std::io::Read::read_to_string(&mut err, &mut rest).unwrap();
+    // The rest of stderr on a thread: the report on stdout can fill its pipe first.
+    let rest = std::thread::spawn(move || {
+        let mut rest = String::new();
+        std::io::Read::read_to_string(&mut err, &mut rest).unwrap();
+        rest
+    });
     let out = scan.wait_with_output().unwrap();
+    let rest = rest.join().unwrap();
     assert!(out.status.success(), "{before}{rest}");
     let r: twofold::model::Report = serde_json::from_slice(&out.stdout).unwrap();
     // Everything the scan said, for any assertion below that fails.

@@ -246,6 +246,9 @@ pub fn run(args: &ChildArgs) -> anyhow::Result<()> {
             }
         }
     }
+    if args.drift {
+        return drift(_keep_heap.as_mut());
+    }
     // Raw fds from here on: nothing may allocate or touch new memory after `ready`, so
     // the footprint a test measures is the one it set up.
     let mut sink = [0u8; 64];
@@ -260,6 +263,42 @@ pub fn run(args: &ChildArgs) -> anyhow::Result<()> {
     }
     drop(_keep_device);
     Ok(())
+}
+
+/// `--drift`: says `ready`, then touches a new page every 50 ms and zeroes `copy` on each
+/// line from stdin, until stdin closes.
+fn drift(mut copy: Option<&mut Vec<u8>>) -> anyhow::Result<()> {
+    const RESERVE: usize = 256 << 20;
+    let mut reserve: Vec<u8> = Vec::with_capacity(RESERVE);
+    let mut touched = 0usize;
+    let mut sink = [0u8; 64];
+    report_ready()?;
+    loop {
+        let mut fds = [libc::pollfd {
+            fd: 0,
+            events: libc::POLLIN,
+            revents: 0,
+        }];
+        // SAFETY: one valid pollfd; fd 0 is open for the life of the process.
+        let ready = unsafe { libc::poll(fds.as_mut_ptr(), 1, 50) };
+        if ready > 0 {
+            // SAFETY: as above; the buffer is valid.
+            let n = unsafe { libc::read(0, sink.as_mut_ptr().cast(), sink.len()) };
+            if n <= 0 {
+                return Ok(());
+            }
+            if sink[..n as usize].contains(&b'\n') {
+                if let Some(c) = copy.as_deref_mut() {
+                    c.fill(0);
+                    std::hint::black_box(&c);
+                }
+            }
+        } else if touched + 4096 <= RESERVE {
+            // SAFETY: within the reserved capacity; the byte is written before any read.
+            unsafe { reserve.as_mut_ptr().add(touched).write_volatile(1) };
+            touched += 4096;
+        }
+    }
 }
 
 /// A device copy held by this process, and its attestation (removed on drop).

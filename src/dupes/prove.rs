@@ -15,7 +15,7 @@ use std::time::{Duration, Instant};
 use super::filebytes::FileBytes;
 use super::grid::{Grid, PAGE};
 use super::index::CopyKind;
-use super::sweep::{Hit, Sweep, SweepStats};
+use super::sweep::{Buffers, Compare, Hit, PageMap, Span, Sweep, SweepStats};
 use crate::collect::memory::{Region, RegionKind, Target};
 use crate::collect::Roots;
 use crate::sample::{FileKey, ProofSample, Sample};
@@ -101,6 +101,30 @@ fn open_path(sample: &Sample, key: FileKey, path: &str, proc_root: &Path) -> Pat
 struct Searched {
     pid: i32,
     result: Result<(Vec<Hit>, Vec<Region>, SweepStats, bool), String>,
+    took: Duration,
+}
+
+/// A copy a search found: where it is, and which bytes of which file it holds. Kept by
+/// the engine so that a later snapshot can check it again in place ([`recheck`]).
+#[derive(Debug, Clone)]
+pub struct Found {
+    pub file: FileKey,
+    pub kind: CopyKind,
+    pub file_offset: u64,
+    pub mem_len: u64,
+    /// Where the copy of the whole piece would start (it may begin outside `region`).
+    pub addr: u64,
+    /// The region it was found in, as the search saw it.
+    pub region: Region,
+}
+
+/// One (process, file) search: what it found, where, and how long the process's search
+/// took (shared by its files).
+#[derive(Debug, Clone)]
+pub struct Proof {
+    pub sample: ProofSample,
+    pub found: Vec<Found>,
+    pub took: Duration,
 }
 
 /// Searches the sample's candidates; one [`ProofSample`] per (candidate, file) pair, and
@@ -125,6 +149,20 @@ pub fn prove_with(
     progress: Option<&Progress>,
     warnings: &mut Vec<String>,
 ) -> Vec<ProofSample> {
+    prove_found(roots, sample, opts, progress, warnings)
+        .into_iter()
+        .map(|p| p.sample)
+        .collect()
+}
+
+/// [`prove_with`], keeping where each copy was found (for [`recheck`]).
+pub fn prove_found(
+    roots: &Roots,
+    sample: &Sample,
+    opts: ProveOptions,
+    progress: Option<&Progress>,
+    warnings: &mut Vec<String>,
+) -> Vec<Proof> {
     let start = Instant::now();
     let deadline = opts.budget.map(|b| start + b);
     let order = search_order(sample);
@@ -153,7 +191,7 @@ pub fn prove_with(
             start.elapsed().as_secs_f64()
         );
     }
-    out.sort_by(|a, b| a.file.cmp(&b.file).then(a.pid.cmp(&b.pid)));
+    out.sort_by_key(|p| (p.sample.file, p.sample.pid));
     out
 }
 
@@ -199,7 +237,7 @@ fn prove_group(
     deadline: Option<Instant>,
     progress: Option<&Progress>,
     warnings: &mut Vec<String>,
-) -> Vec<ProofSample> {
+) -> Vec<Proof> {
     let start = Instant::now();
     if deadline.is_some_and(|d| start >= d) {
         let why = format!(
@@ -297,16 +335,22 @@ fn prove_group(
                                     "not searched: over the proof budget ({:.1} s; raise --prove-budget)",
                                     opts.budget.unwrap_or_default().as_secs_f64()
                                 )),
+                                took: Duration::ZERO,
                             });
                             continue;
                         }
+                        let began = Instant::now();
                         let mut result =
                             search_one(roots, &grid, pid, stride, opts.exact, deadline, progress);
                         // A process that exited holds no memory: searched, nothing there.
                         if result.is_err() && !roots.proc.join(pid.to_string()).exists() {
                             result = Ok((Vec::new(), Vec::new(), SweepStats::default(), true));
                         }
-                        out.push(Searched { pid, result });
+                        out.push(Searched {
+                            pid,
+                            result,
+                            took: began.elapsed(),
+                        });
                     }
                     out
                 })
@@ -338,22 +382,33 @@ fn prove_group(
             .filter(|c| c.pid == s.pid)
             .map(|c| c.file)
             .collect();
+        let took = s.took;
+        let bare = |key: FileKey, why: &str| Proof {
+            sample: ProofSample {
+                pid: s.pid,
+                file: key,
+                unsearched: Some(why.to_string()),
+                ..ProofSample::default()
+            },
+            found: Vec::new(),
+            took,
+        };
         match s.result {
             Err(why) => {
                 for key in files_of_pid {
-                    out.push(ProofSample {
-                        pid: s.pid,
-                        file: key,
-                        unsearched: Some(why.clone()),
-                        ..ProofSample::default()
-                    });
+                    out.push(bare(key, &why));
                 }
             }
             Ok((hits, regions, stats, complete)) => {
-                let mut per: BTreeMap<usize, ProofSample> = BTreeMap::new();
+                let fresh = |key: FileKey, fi: usize| Proof {
+                    sample: proof_for(s.pid, key, fi, &searchable),
+                    found: Vec::new(),
+                    took,
+                };
+                let mut per: BTreeMap<usize, Proof> = BTreeMap::new();
                 for (fi, key) in keys.iter().enumerate() {
                     if files_of_pid.contains(key) {
-                        per.insert(fi, proof_for(s.pid, *key, fi, &searchable));
+                        per.insert(fi, fresh(*key, fi));
                     }
                 }
                 for h in &hits {
@@ -361,22 +416,19 @@ fn prove_group(
                     let key = keys[piece.file];
                     let p = per
                         .entry(piece.file)
-                        .or_insert_with(|| proof_for(s.pid, key, piece.file, &searchable));
-                    let file_bytes = h.mem_bytes / piece.kind.factor();
+                        .or_insert_with(|| fresh(key, piece.file));
                     let r = &regions[h.region];
-                    if r.kind == RegionKind::PrivateFile && r.key == Some(key) {
-                        p.cow_file_bytes += file_bytes;
-                        continue;
-                    }
-                    if piece.kind == CopyKind::Identical {
-                        p.identical_file_bytes += file_bytes;
-                    } else {
-                        p.widened_file_bytes += file_bytes;
-                    }
-                    p.copy_memory_bytes += h.mem_bytes;
-                    p.copies += 1;
+                    p.found.push(Found {
+                        file: key,
+                        kind: piece.kind,
+                        file_offset: piece.file_offset,
+                        mem_len: piece.mem_len,
+                        addr: h.addr,
+                        region: r.clone(),
+                    });
+                    credit(&mut p.sample, key, piece.kind, r, h.mem_bytes);
                 }
-                for p in per.values_mut() {
+                for p in per.values_mut().map(|p| &mut p.sample) {
                     p.stride_pages = stats.stride_pages;
                     p.sampled_bytes = stats.sampled_pages * PAGE;
                     p.compared_bytes = stats.compared_bytes;
@@ -400,30 +452,118 @@ fn prove_group(
     // Candidates of files that could not be opened or parsed.
     for c in sample.candidates.iter().filter(|c| pids.contains(&c.pid)) {
         if let Some(why) = unopened.get(&c.file) {
-            out.push(ProofSample {
-                pid: c.pid,
-                file: c.file,
-                unsearched: Some(why.clone()),
-                ..ProofSample::default()
-            });
+            out.extend(
+                unsearched(sample, &[c.pid], why)
+                    .into_iter()
+                    .filter(|p| p.sample.file == c.file),
+            );
         }
     }
     out
 }
 
+/// Credits `mem_bytes` of a copy of `key` found in region `r` to `p`: inside the
+/// process's own private mapping of the file, its copy-on-write pages; elsewhere a copy.
+fn credit(p: &mut ProofSample, key: FileKey, kind: CopyKind, r: &Region, mem_bytes: u64) {
+    let file_bytes = mem_bytes / kind.factor();
+    if r.kind == RegionKind::PrivateFile && r.key == Some(key) {
+        p.cow_file_bytes += file_bytes;
+        return;
+    }
+    if kind == CopyKind::Identical {
+        p.identical_file_bytes += file_bytes;
+    } else {
+        p.widened_file_bytes += file_bytes;
+    }
+    p.copy_memory_bytes += mem_bytes;
+    p.copies += 1;
+}
+
 /// Every candidacy of `pids`, not searched, for the reason `why`.
-fn unsearched(sample: &Sample, pids: &[i32], why: &str) -> Vec<ProofSample> {
+fn unsearched(sample: &Sample, pids: &[i32], why: &str) -> Vec<Proof> {
     sample
         .candidates
         .iter()
         .filter(|c| pids.contains(&c.pid))
-        .map(|c| ProofSample {
-            pid: c.pid,
-            file: c.file,
-            unsearched: Some(why.to_string()),
-            ..ProofSample::default()
+        .map(|c| Proof {
+            sample: ProofSample {
+                pid: c.pid,
+                file: c.file,
+                unsearched: Some(why.to_string()),
+                ..ProofSample::default()
+            },
+            found: Vec::new(),
+            took: Duration::ZERO,
         })
         .collect()
+}
+
+/// Checks the copies an earlier search of `proof.sample.pid` found, in place, the way the
+/// search confirmed them (the first, last and on-stride pages; every page of a partial
+/// copy): the proof of those copies now, with the copies that are gone dropped. Memory
+/// the process allocated since is not searched: the caller says so.
+pub fn recheck(
+    roots: &Roots,
+    sample: &Sample,
+    proof: &Proof,
+    exact: bool,
+) -> Result<Proof, String> {
+    let pid = proof.sample.pid;
+    let mut out = Proof {
+        sample: ProofSample {
+            pid,
+            file: proof.sample.file,
+            unsearched: proof.sample.unsearched.clone(),
+            searchable_fraction: proof.sample.searchable_fraction,
+            stride_pages: proof.sample.stride_pages,
+            ..ProofSample::default()
+        },
+        found: Vec::new(),
+        took: proof.took,
+    };
+    if proof.found.is_empty() {
+        return Ok(out);
+    }
+    let target = Target::open(&roots.proc, pid).map_err(|e| format!("{e:#}"))?;
+    let key = proof.sample.file;
+    let Some(f) = sample.files.iter().find(|f| f.key == key) else {
+        return Ok(out);
+    };
+    let path = open_path(sample, key, &f.path, &roots.proc);
+    let bytes =
+        FileBytes::open(&path).map_err(|e| format!("cannot open '{}': {e}", path.display()))?;
+    let compare = Compare {
+        target: &target,
+        stride: proof.sample.stride_pages.max(1),
+        exact,
+    };
+    let mut buf = Buffers::default();
+    let none = PageMap {
+        start: 0,
+        entries: Vec::new(),
+    };
+    for found in &proof.found {
+        let span = Span {
+            bytes: &bytes,
+            kind: found.kind,
+            file_offset: found.file_offset,
+            mem_len: found.mem_len,
+        };
+        let r = &found.region;
+        let (lo, hi) = (
+            found.addr.max(r.start),
+            (found.addr + found.mem_len).min(r.end),
+        );
+        let confirmed = compare
+            .confirm(&mut buf, &none, r, &span, found.addr, lo, hi)
+            .map_err(|e| format!("cannot check pid {pid} again: {e}"))?;
+        if let Some((mem_bytes, _)) = confirmed {
+            credit(&mut out.sample, key, found.kind, r, mem_bytes);
+            out.found.push(found.clone());
+        }
+    }
+    out.sample.compared_bytes = buf.compared_bytes;
+    Ok(out)
 }
 
 fn grid_index(keys: &[FileKey], key: FileKey) -> usize {

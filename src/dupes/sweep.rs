@@ -14,6 +14,7 @@ use std::time::Instant;
 
 use serde::{Deserialize, Serialize};
 
+use super::filebytes::FileBytes;
 use super::grid::{hash, Grid, PAGE, SAMPLE_LEN, WIN};
 use super::index::{periodic, CopyKind};
 use crate::collect::memory::{Region, Target, IOV_MAX};
@@ -65,9 +66,24 @@ struct State {
     credited: BTreeMap<u64, u64>,
     seen: HashSet<(usize, u64)>,
     extended: HashSet<(usize, u64)>,
+    buf: Buffers,
+}
+
+/// Scratch space of comparisons, and the bytes they compared.
+#[derive(Default)]
+pub struct Buffers {
     mem: Vec<u8>,
     src: Vec<u8>,
     conv: Vec<u8>,
+    pub compared_bytes: u64,
+}
+
+impl State {
+    /// The search's result; `complete`: every region was searched.
+    fn finish(mut self, complete: bool) -> (Vec<Hit>, SweepStats, bool) {
+        self.stats.compared_bytes = self.buf.compared_bytes;
+        (self.hits, self.stats, complete)
+    }
 }
 
 impl State {
@@ -81,9 +97,9 @@ impl State {
 
 /// Pagemap entries of the pages from `start` on (a whole region, or only a candidate
 /// copy's pages when the region was sampled sparsely).
-struct PageMap {
-    start: u64,
-    entries: Vec<u64>,
+pub struct PageMap {
+    pub start: u64,
+    pub entries: Vec<u64>,
 }
 
 impl PageMap {
@@ -125,9 +141,7 @@ impl Sweep<'_> {
             credited: BTreeMap::new(),
             seen: HashSet::new(),
             extended: HashSet::new(),
-            mem: Vec::new(),
-            src: Vec::new(),
-            conv: Vec::new(),
+            buf: Buffers::default(),
         };
         let mut pm = PageMap {
             start: 0,
@@ -151,7 +165,7 @@ impl Sweep<'_> {
                 p.add_done(regions[prev].end - regions[prev].start);
             }
             if self.stopped() {
-                return Ok((st.hits, st.stats, false));
+                return Ok(st.finish(false));
             }
             st.stats.mapped_bytes += r.end - r.start;
             // A huge reservation (CUDA, ASan, JVM heaps) that holds nothing is skipped;
@@ -165,7 +179,7 @@ impl Sweep<'_> {
             while w0 < r.end {
                 let w1 = (w0 + WINDOW).min(r.end);
                 if self.stopped() {
-                    return Ok((st.hits, st.stats, false));
+                    return Ok(st.finish(false));
                 }
                 let first = (w0 / PAGE).next_multiple_of(stride) * PAGE;
                 let pages: Vec<u64> = if stride >= SPARSE_PAGEMAP_STRIDE {
@@ -202,7 +216,7 @@ impl Sweep<'_> {
                 };
                 for batch in pages.chunks(IOV_MAX) {
                     if self.stopped() {
-                        return Ok((st.hits, st.stats, false));
+                        return Ok(st.finish(false));
                     }
                     addrs.clear();
                     addrs.extend(
@@ -253,7 +267,7 @@ impl Sweep<'_> {
         if let (Some(p), Some(last)) = (self.progress, regions.last()) {
             p.add_done(last.end - last.start);
         }
-        Ok((st.hits, st.stats, true))
+        Ok(st.finish(true))
     }
 
     /// Confirms piece `p` at `a` (once), credits it, and extends the run to the file's
@@ -275,7 +289,11 @@ impl Sweep<'_> {
             return Ok(());
         }
         st.stats.candidates += 1;
-        let Some((bytes, whole)) = self.confirm(st, pm, r, p, a, lo, hi)? else {
+        let span = self.span(p);
+        let Some((bytes, whole)) = self
+            .compare()
+            .confirm(&mut st.buf, pm, r, &span, a, lo, hi)?
+        else {
             st.stats.rejected += 1;
             return Ok(());
         };
@@ -311,22 +329,60 @@ impl Sweep<'_> {
         Ok(())
     }
 
-    /// Compares `[x, y)` of the target with the file bytes of piece `p` copied at `a`.
-    /// `None` if the memory could not be read.
-    fn equal(&self, st: &mut State, p: usize, a: u64, x: u64, y: u64) -> io::Result<bool> {
+    /// Piece `p` as comparisons need it.
+    fn span(&self, p: usize) -> Span<'_> {
         let piece = &self.grid.pieces[p];
-        let f = &self.grid.files[piece.file].bytes;
-        let factor = piece.kind.factor();
+        Span {
+            bytes: &self.grid.files[piece.file].bytes,
+            kind: piece.kind,
+            file_offset: piece.file_offset,
+            mem_len: piece.mem_len,
+        }
+    }
+
+    fn compare(&self) -> Compare<'_> {
+        Compare {
+            target: self.target,
+            stride: self.stride,
+            exact: self.exact,
+        }
+    }
+}
+
+/// A piece of a file (a tensor, or a run of an opaque file) as comparisons need it.
+#[derive(Clone, Copy)]
+pub struct Span<'a> {
+    pub bytes: &'a FileBytes,
+    pub kind: CopyKind,
+    pub file_offset: u64,
+    /// Its length in memory: the file's bytes times the kind's factor (widened copies
+    /// are larger).
+    pub mem_len: u64,
+}
+
+/// Compares a process's memory with a file's bytes: how a candidate copy is confirmed by
+/// the search, and how the engine re-checks a copy it found before.
+pub struct Compare<'a> {
+    pub target: &'a Target,
+    pub stride: u64,
+    pub exact: bool,
+}
+
+impl Compare<'_> {
+    /// Compares `[x, y)` of the target with the file bytes of `span` copied at `a`.
+    /// `false` if the memory could not be read.
+    fn equal(&self, b: &mut Buffers, span: &Span, a: u64, x: u64, y: u64) -> io::Result<bool> {
+        let factor = span.kind.factor();
         // Widened copies are compared in whole elements (4 bytes in memory).
         let (x, y) = if factor > 1 {
             (a + (x - a) / 4 * 4, a + (y - a).div_ceil(4) * 4)
         } else {
             (x, y)
         };
-        let y = y.min(a + piece.mem_len);
+        let y = y.min(a + span.mem_len);
         let n = (y - x) as usize;
-        st.mem.resize(n, 0);
-        let got = match self.target.read(x, &mut st.mem) {
+        b.mem.resize(n, 0);
+        let got = match self.target.read(x, &mut b.mem) {
             Ok(g) => g,
             Err(e) if e.raw_os_error() == Some(libc::EFAULT) => 0,
             Err(e) => return Err(e),
@@ -334,22 +390,24 @@ impl Sweep<'_> {
         if got != n {
             return Ok(false);
         }
-        st.src.resize(n / factor as usize, 0);
-        f.read_exact_at(&mut st.src, piece.file_offset + (x - a) / factor)?;
-        piece.kind.convert(&st.src, &mut st.conv);
-        st.stats.compared_bytes += n as u64;
-        Ok(st.mem == st.conv)
+        b.src.resize(n / factor as usize, 0);
+        span.bytes
+            .read_exact_at(&mut b.src, span.file_offset + (x - a) / factor)?;
+        span.kind.convert(&b.src, &mut b.conv);
+        b.compared_bytes += n as u64;
+        Ok(b.mem == b.conv)
     }
 
-    /// Confirms a candidate copy of piece `p` at `a`, over its part `[lo, hi)` inside the
-    /// region: `Some((credited present bytes, whole))` or `None`.
+    /// Confirms a candidate copy of `span` at `a`, over its part `[lo, hi)` inside the
+    /// region: `Some((credited present bytes, whole))` or `None`. `pm` may hold the
+    /// region's page-map entries (else the copy's own are read).
     #[allow(clippy::too_many_arguments)]
-    fn confirm(
+    pub fn confirm(
         &self,
-        st: &mut State,
+        b: &mut Buffers,
         pm: &PageMap,
         r: &Region,
-        p: usize,
+        span: &Span,
         a: u64,
         lo: u64,
         hi: u64,
@@ -370,7 +428,7 @@ impl Sweep<'_> {
         } else {
             pm
         };
-        let len = self.grid.pieces[p].mem_len;
+        let len = span.mem_len;
         let end = hi;
         let clipped = lo != a || hi != a + len;
         // Page-sized chunks of the copy: [x, y) with its eligibility.
@@ -400,7 +458,7 @@ impl Sweep<'_> {
             if sparse && !on_stride {
                 continue;
             }
-            if !self.equal(st, p, a, x, y)? {
+            if !self.equal(b, span, a, x, y)? {
                 all = false;
                 break;
             }
@@ -411,7 +469,7 @@ impl Sweep<'_> {
         // A partial copy: credit the pages that match and carry information.
         let mut credited = 0u64;
         for &(x, y, ok) in &chunks {
-            if ok && self.equal(st, p, a, x, y)? && !st.mem.chunks_exact(WIN).all(periodic) {
+            if ok && self.equal(b, span, a, x, y)? && !b.mem.chunks_exact(WIN).all(periodic) {
                 credited += y - x;
             }
         }

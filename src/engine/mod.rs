@@ -20,7 +20,7 @@ use crate::collect::cache::{CacheStats, ProcCache};
 use crate::collect::gather::{self, Request};
 use crate::collect::names::Names;
 use crate::collect::Roots;
-use crate::dupes::prove::ProveOptions;
+use crate::dupes::prove::{Proof, ProveOptions};
 use crate::model::trace::{TraceContext, TraceModel};
 use crate::model::{self, Report};
 use crate::sample::trace::{TraceNames, TraceSample};
@@ -65,6 +65,8 @@ pub struct Engine {
     reuse: BTreeMap<(i32, FileKey), Reused>,
     /// How many (process, file) proofs the last snapshot reused rather than searched.
     pub last_reused: usize,
+    /// How many it checked again in place (memory changed within the search cadence).
+    pub last_rechecked: usize,
     /// NVML (or a test's fixture), opened once.
     gpu: Box<dyn crate::collect::gpu::GpuSource>,
     /// What unchanged processes need not be read again for (`top`, `serve`, `record`);
@@ -88,17 +90,30 @@ struct Tracing {
     warnings: Vec<String>,
 }
 
-/// A proof kept for reuse, with what it depends on.
+/// The last full search of a (process, file), with what it depends on.
 struct Reused {
     fingerprint: (Option<u64>, Option<u64>, Option<u64>),
     at: Instant,
-    proof: ProofSample,
+    proof: Proof,
 }
 
-/// A complete proof is reused for at most this long while the process's `RssAnon` and
-/// `rchar` and the file's size are unchanged (`top`, `serve` and `record` take a snapshot
-/// every few seconds; re-searching unchanged memory every time would cost a core).
+/// A search is reused for at most this long while the process's `RssAnon` and `rchar`
+/// and the file's size are unchanged (`top`, `serve` and `record` take a snapshot every
+/// few seconds; re-searching unchanged memory every time would cost a core).
 pub const REPROVE_AFTER: Duration = Duration::from_secs(60);
+
+/// A process whose memory changes is searched again at most this often...
+pub const RESEARCH_MIN: Duration = Duration::from_secs(5);
+/// ...and no sooner than this many times as long as its last search took, so searches of
+/// a changing process cost at most about 1% of a core.
+pub const RESEARCH_COST_FACTOR: u32 = 100;
+
+impl Reused {
+    /// How long after this search a changed process is searched again.
+    fn cadence(&self) -> Duration {
+        (self.proof.took * RESEARCH_COST_FACTOR).clamp(RESEARCH_MIN, REPROVE_AFTER)
+    }
+}
 
 fn fingerprint(
     sample: &Sample,
@@ -125,6 +140,7 @@ impl Engine {
             prove,
             reuse: BTreeMap::new(),
             last_reused: 0,
+            last_rechecked: 0,
             gpu: crate::collect::gpu::source(),
             cache: None,
             tracing: None,
@@ -335,7 +351,14 @@ fn same_attachment(prev: &TraceSample, cur: &TraceSample) -> bool {
 }
 
 impl Engine {
-    /// Searches the candidates whose proof cannot be reused; reuses the others.
+    /// Proves the sample's candidates: each (process, file) is searched in full when it
+    /// never was, when its last search is older than [`REPROVE_AFTER`], or when its memory
+    /// changed and the last search is older than its cadence ([`RESEARCH_MIN`], or
+    /// [`RESEARCH_COST_FACTOR`] times the search's time). Unchanged, the last search is
+    /// reused. Changed but within the cadence, the copies the last search found are
+    /// checked again in place (the same pages the search compared), and the rest of the
+    /// process's memory counts as not searched: a suspicion beside the count, which then
+    /// says it is a lower bound, until the next full search.
     fn prove(
         &mut self,
         sample: &Sample,
@@ -345,42 +368,83 @@ impl Engine {
         let now = Instant::now();
         let mut kept = Vec::new();
         let mut todo = Vec::new();
+        self.last_reused = 0;
+        self.last_rechecked = 0;
         for c in &sample.candidates {
             let fp = fingerprint(sample, c.pid, c.file);
-            match self.reuse.get(&(c.pid, c.file)) {
-                Some(r) if r.fingerprint == fp && now.duration_since(r.at) < REPROVE_AFTER => {
-                    kept.push(r.proof.clone())
-                }
-                _ => todo.push(c.clone()),
+            let Some(r) = self.reuse.get(&(c.pid, c.file)) else {
+                todo.push(c.clone());
+                continue;
+            };
+            let age = now.duration_since(r.at);
+            if age >= REPROVE_AFTER || (r.fingerprint != fp && age >= r.cadence()) {
+                todo.push(c.clone());
+            } else if r.fingerprint == fp {
+                self.last_reused += 1;
+                kept.push(r.proof.sample.clone());
+            } else {
+                self.last_rechecked += 1;
+                kept.push(stale(&self.roots, sample, r, age, opts.exact));
             }
         }
-        self.last_reused = kept.len();
         let mut fresh = Vec::new();
         if !todo.is_empty() {
             let pending = Sample {
                 candidates: todo,
                 ..sample.clone()
             };
-            fresh = crate::dupes::prove::prove(&self.roots, &pending, opts, warnings);
+            fresh = crate::dupes::prove::prove_found(&self.roots, &pending, opts, None, warnings);
         }
-        // Keep complete proofs of processes that are still candidates.
+        // Keep the searches of processes that are still candidates.
         self.reuse
             .retain(|k, _| sample.candidates.iter().any(|c| (c.pid, c.file) == *k));
-        for p in &fresh {
-            if p.unsearched.is_none() {
-                self.reuse.insert(
-                    (p.pid, p.file),
-                    Reused {
-                        fingerprint: fingerprint(sample, p.pid, p.file),
-                        at: now,
-                        proof: p.clone(),
-                    },
-                );
+        for p in fresh {
+            kept.push(p.sample.clone());
+            // A process that could not be read at all is tried again next time.
+            if p.took.is_zero() {
+                continue;
             }
+            self.reuse.insert(
+                (p.sample.pid, p.sample.file),
+                Reused {
+                    fingerprint: fingerprint(sample, p.sample.pid, p.sample.file),
+                    at: now,
+                    proof: p,
+                },
+            );
         }
-        kept.extend(fresh);
         kept.sort_by(|a, b| a.file.cmp(&b.file).then(a.pid.cmp(&b.pid)));
         kept
+    }
+}
+
+/// The proof of a process whose memory changed since its last full search `r`, `age`
+/// ago: the copies found then, checked again now; the rest not searched, with the reason.
+fn stale(roots: &Roots, sample: &Sample, r: &Reused, age: Duration, exact: bool) -> ProofSample {
+    let why = format!(
+        "its memory changed since its last full search {:.0} s ago (searched again every {:.0} s while it changes{})",
+        age.as_secs_f64(),
+        r.cadence().as_secs_f64(),
+        if r.proof.found.is_empty() {
+            String::new()
+        } else {
+            "; the copies found then were checked again now".to_string()
+        }
+    );
+    match crate::dupes::prove::recheck(roots, sample, &r.proof, exact) {
+        Ok(p) => ProofSample {
+            unsearched: Some(match &r.proof.sample.unsearched {
+                Some(before) => format!("{before}; {why}"),
+                None => why,
+            }),
+            ..p.sample
+        },
+        Err(e) => ProofSample {
+            pid: r.proof.sample.pid,
+            file: r.proof.sample.file,
+            unsearched: Some(e),
+            ..ProofSample::default()
+        },
     }
 }
 
