@@ -1011,7 +1011,7 @@ fn daemonset_is_unprivileged_with_host_pids_and_read_only_mounts() {
     let mounts: Vec<usize> = (0..lines.len())
         .filter(|&i| lines[i].trim().starts_with("mountPath:"))
         .collect();
-    assert!(mounts.len() >= 2);
+    assert!(!mounts.is_empty());
     for i in &mounts {
         assert!(
             lines[*i - 1..(*i + 2).min(lines.len())]
@@ -1021,9 +1021,10 @@ fn daemonset_is_unprivileged_with_host_pids_and_read_only_mounts() {
             lines[*i].trim()
         );
     }
-    for host in ["path: /proc", "path: /sys"] {
-        assert!(has(host), "host {host}");
-    }
+    // The node's cgroups and sysfs; its processes come with hostPID (no /proc mount:
+    // a hostPath /proc would be one more path twofold does not read).
+    assert!(has("path: /sys"));
+    assert!(!has("path: /proc"));
     // Capabilities: drop ALL, add exactly these.
     let caps = |key: &str| -> Vec<String> {
         let at = lines.iter().position(|l| l.trim() == key).unwrap();
