@@ -20,7 +20,9 @@
 //!   ones without changing the parent's counters);
 //! - all of it when the entry is older than its maximum age (between half of
 //!   [`MAX_AGE`] and all of it, spread by pid so that re-reads do not all fall on one
-//!   snapshot).
+//!   snapshot); such a refresh, when `stat` has not changed, keeps phase 3 (read again
+//!   after [`DETAIL_AGE_FACTOR`] times the maximum age) and does not make the other
+//!   mappers of its files read again (nothing moved their PSS).
 //!
 //! What no counter shows, and only the maximum age bounds: a newly opened (not mapped) fd,
 //! an `mprotect` or an `mremap` that moves a mapping (addresses and permissions in `maps`)
@@ -41,6 +43,13 @@ use crate::sample::{CgroupRef, FileKey, MappingSample, RollupSample};
 
 /// An entry is read again at the latest after this long, whatever its counters say.
 pub const MAX_AGE: Duration = Duration::from_secs(20);
+
+/// Phase 3 (`smaps`: a walk of the page tables, the costliest read) of an unchanged
+/// process is read again after this many times its maximum age: what it shows that no
+/// counter does is only the whole-process PSS/USS drift when unrelated processes map or
+/// unmap shared libraries (the PSS of files of interest moves only with their mappers'
+/// counters, which are watched).
+pub const DETAIL_AGE_FACTOR: u32 = 3;
 
 /// What `/proc/PID/stat` says that a cached entry depends on.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
@@ -127,8 +136,14 @@ struct Entry {
     read_at: Instant,
     basic: Arc<BasicParts>,
     detail: Option<Detail>,
-    /// Something changed this snapshot: phase 3 reads it again.
+    /// When `detail` was read.
+    detail_at: Instant,
+    /// Read again this snapshot (changed, or too old): phase 3 reads it again.
     changed: bool,
+    /// Its counters moved this snapshot (it is new, or its `stat` differs): the other
+    /// mappers of its files are read again too (their PSS may have moved). A refresh for
+    /// age alone does not move them.
+    moved: bool,
     seen: bool,
 }
 
@@ -184,6 +199,7 @@ impl ProcCache {
         self.stats = CacheStats::default();
         for e in self.entries.values_mut() {
             e.changed = false;
+            e.moved = false;
             e.seen = false;
         }
     }
@@ -226,6 +242,7 @@ impl ProcCache {
                 if let Some(e) = self.entries.get_mut(&pid) {
                     e.seen = true;
                     e.changed = true;
+                    e.moved = true;
                     e.stat = stat;
                     e.status = status;
                     e.basic = basic;
@@ -239,6 +256,13 @@ impl ProcCache {
         self.stats.full_read += 1;
         let ppid = stat.ppid;
         let start = stat.start_time;
+        let moved = self.entries.get(&pid).is_none_or(|o| o.stat != stat);
+        // A refresh for age alone keeps phase 3 (it has an age of its own).
+        let kept = self
+            .entries
+            .get_mut(&pid)
+            .filter(|_| !moved)
+            .and_then(|o| Some((o.detail.take()?, o.detail_at)));
         let old = self.entries.insert(
             pid,
             Entry {
@@ -246,15 +270,19 @@ impl ProcCache {
                 status,
                 read_at: self.now,
                 basic,
-                detail: None,
-                changed: true,
+                changed: kept.is_none(),
+                detail_at: kept.as_ref().map_or(self.now, |k| k.1),
+                detail: kept.map(|k| k.0),
+                moved,
                 seen: true,
             },
         );
         match old {
             Some(o) => {
-                self.dirty_files
-                    .extend(o.detail.into_iter().flat_map(|d| d.wanted));
+                if moved {
+                    self.dirty_files
+                        .extend(o.detail.into_iter().flat_map(|d| d.wanted));
+                }
                 if o.stat.start_time != start {
                     // Another process under the same pid: the old one exited.
                     self.dirty_pids.insert(o.stat.ppid);
@@ -284,7 +312,7 @@ impl ProcCache {
             }
         }
         for (pid, wanted) in kept {
-            if self.entries.get(&pid).is_some_and(|e| e.changed) {
+            if self.entries.get(&pid).is_some_and(|e| e.moved) {
                 self.dirty_files.extend(wanted.iter().copied());
             }
         }
@@ -293,7 +321,10 @@ impl ProcCache {
     /// Phase 3 of a process still valid for this set of wanted files.
     pub fn detail(&self, pid: i32, wanted: &HashSet<FileKey>) -> Option<Detail> {
         let e = self.entries.get(&pid)?;
-        if e.changed || self.dirty_pids.contains(&pid) {
+        if e.changed
+            || self.dirty_pids.contains(&pid)
+            || self.now.duration_since(e.detail_at) >= self.age_limit(pid) * DETAIL_AGE_FACTOR
+        {
             return None;
         }
         let d = e.detail.as_ref()?;
@@ -309,6 +340,7 @@ impl ProcCache {
                 self.stats.detail_read += 1;
                 if let Some(e) = self.entries.get_mut(&pid) {
                     e.detail = Some(d);
+                    e.detail_at = self.now;
                 }
             }
         }
@@ -433,6 +465,28 @@ mod tests {
         let mut reused = left.clone();
         reused[2].1 = stamp(9, 100, 12);
         assert_eq!(tick(&mut c, (&reused, &w3)), (vec![13], vec![12, 13]));
+    }
+
+    /// A refresh for age alone reads the process again, not its co-mappers; a refresh
+    /// that finds its counters moved reads them too.
+    #[test]
+    fn an_age_refresh_does_not_read_the_co_mappers_again() {
+        let f: HashSet<FileKey> = [FileKey::from_dev(1, 2)].into();
+        let mut c = ProcCache::new(Duration::from_secs(60));
+        let base = vec![(10, stamp(1, 100, 1)), (11, stamp(1, 100, 1))];
+        let w = [(10, &f), (11, &f)];
+        assert_eq!(tick(&mut c, (&base, &w)), (vec![10, 11], vec![10, 11]));
+        // 10 expires (its entry aged past the limit), nothing changed: phase 1 only.
+        c.entries.get_mut(&10).unwrap().read_at = Instant::now() - Duration::from_secs(600);
+        assert_eq!(tick(&mut c, (&base, &w)), (vec![10], vec![]));
+        // Its phase 3 expires too (a longer age): read again, alone.
+        c.entries.get_mut(&10).unwrap().detail_at = Instant::now() - Duration::from_secs(600);
+        assert_eq!(tick(&mut c, (&base, &w)), (vec![], vec![10]));
+        // 10 expires and faulted meanwhile: 11 is read again too.
+        c.entries.get_mut(&10).unwrap().read_at = Instant::now() - Duration::from_secs(600);
+        let mut faulted = base.clone();
+        faulted[0].1.minflt = 3;
+        assert_eq!(tick(&mut c, (&faulted, &w)), (vec![10], vec![10, 11]));
     }
 
     #[test]

@@ -650,11 +650,12 @@ impl Gatherer<'_> {
             return;
         }
         let root = self.procs.root().join(p.pid.to_string()).join("root");
-        let cwd = self.procs.cwd(p.pid);
+        // The working directory only for a relative name (a readlink per process).
+        let mut cwd: Option<Option<PathBuf>> = None;
         for a in args {
             let shown = if a.starts_with('/') {
                 PathBuf::from(a)
-            } else if let Some(cwd) = &cwd {
+            } else if let Some(cwd) = cwd.get_or_insert_with(|| self.procs.cwd(p.pid)) {
                 cwd.join(a)
             } else {
                 continue;
