@@ -34,7 +34,7 @@
 //! (table 1-4, "Contents of the stat fields").
 
 use std::collections::{HashMap, HashSet};
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -42,7 +42,7 @@ use super::process::{FdTarget, StatusRead};
 use crate::sample::{CgroupRef, FileKey, MappingSample, RollupSample};
 
 /// An entry is read again at the latest after this long, whatever its counters say.
-pub const MAX_AGE: Duration = Duration::from_secs(20);
+pub const MAX_AGE: Duration = Duration::from_secs(40);
 
 /// Phase 3 (`smaps`: a walk of the page tables, the costliest read) of an unchanged
 /// process is read again after this many times its maximum age: what it shows that no
@@ -96,7 +96,22 @@ pub struct BasicParts {
     pub maps: Vec<MappingSample>,
     pub fds: Vec<FdTarget>,
     pub cmdline: Vec<String>,
+    /// Model files its command line names, resolved when the command line was read.
+    pub named: Vec<NamedFile>,
     pub denied: bool,
+}
+
+/// An existing regular file with a model extension that a process's command line names
+/// (`llama-server -m /models/x.gguf`), resolved in the process's root and working
+/// directory.
+#[derive(Debug, Clone)]
+pub struct NamedFile {
+    /// The path as the process names it (absolute).
+    pub shown: PathBuf,
+    /// Where twofold opens it (`/proc/PID/root/...`).
+    pub open_path: PathBuf,
+    pub key: FileKey,
+    pub size_bytes: u64,
 }
 
 /// What phase 3 read of a process, for one set of wanted files.

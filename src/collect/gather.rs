@@ -367,6 +367,7 @@ fn read_basic(
                 maps,
                 fds: old.fds.clone(),
                 cmdline: old.cmdline.clone(),
+                named: old.named.clone(),
                 denied: denied || old.denied,
             });
             (parts, false)
@@ -407,12 +408,53 @@ fn read_maps(
 }
 
 /// `maps`, `fd` and `cmdline` of a process (nothing for a kernel thread).
+/// Model files named on a command line (`llama-server -m /models/x.gguf`,
+/// `--model=x.onnx`) that exist as regular files, resolved through the process's root (and
+/// its working directory, read only for a relative name).
+fn named_files(procs: &ProcReader, pid: i32, cmdline: &[String]) -> Vec<cache::NamedFile> {
+    let args: Vec<&str> = cmdline
+        .iter()
+        .skip(1)
+        .map(|a| a.rsplit_once('=').map_or(a.as_str(), |(_, v)| v))
+        .filter(|a| has_model_extension(a))
+        .collect();
+    if args.is_empty() {
+        return Vec::new();
+    }
+    let root = procs.root().join(pid.to_string()).join("root");
+    let mut cwd: Option<Option<PathBuf>> = None;
+    let mut out = Vec::new();
+    for a in args {
+        let shown = if a.starts_with('/') {
+            PathBuf::from(a)
+        } else if let Some(cwd) = cwd.get_or_insert_with(|| procs.cwd(pid)) {
+            cwd.join(a)
+        } else {
+            continue;
+        };
+        let open_path = root.join(shown.to_string_lossy().trim_start_matches('/'));
+        let Ok(meta) = std::fs::metadata(&open_path) else {
+            continue;
+        };
+        if meta.is_file() {
+            out.push(cache::NamedFile {
+                shown,
+                key: FileKey::from_dev(meta.dev(), meta.ino()),
+                size_bytes: meta.len(),
+                open_path,
+            });
+        }
+    }
+    out
+}
+
 fn read_parts(procs: &ProcReader, pid: i32, kernel_thread: bool) -> CResult<BasicParts> {
     let mut b = BasicParts::default();
     if kernel_thread {
         return Ok(b);
     }
     b.cmdline = procs.cmdline(pid).unwrap_or_default();
+    b.named = named_files(procs, pid, &b.cmdline);
     match procs.maps(pid) {
         Ok(m) => b.maps = m,
         Err(e) if e.is_denied() => b.denied = true,
@@ -580,6 +622,8 @@ impl Gatherer<'_> {
         b: Basic,
     ) -> std::result::Result<(ProcessSample, HashSet<FileKey>), Option<ProcessSample>> {
         let asked = self.req.pids.contains(&pid);
+        let named = Arc::clone(&b.parts);
+        let named = &named.named;
         let mut p = ProcessSample {
             pid,
             comm: b.status.comm,
@@ -625,7 +669,7 @@ impl Gatherer<'_> {
             }
         }
         if self.req.candidates {
-            self.named_files(&p);
+            self.add_named(pid, named);
         }
         let holds = !wanted.is_empty() || !p.open_files.is_empty();
         if holds || asked || self.req.all_processes {
@@ -635,51 +679,22 @@ impl Gatherer<'_> {
         }
     }
 
-    /// Model files named on the command line (`llama-server -m /models/x.gguf`,
-    /// `--model=x.onnx`): existing regular files with a model extension become files of
-    /// interest, and the process a candidate copy holder of them.
-    fn named_files(&mut self, p: &ProcessSample) {
-        let args: Vec<&str> = p
-            .cmdline
-            .iter()
-            .skip(1)
-            .map(|a| a.rsplit_once('=').map_or(a.as_str(), |(_, v)| v))
-            .filter(|a| has_model_extension(a))
-            .collect();
-        if args.is_empty() {
-            return;
-        }
-        let root = self.procs.root().join(p.pid.to_string()).join("root");
-        // The working directory only for a relative name (a readlink per process).
-        let mut cwd: Option<Option<PathBuf>> = None;
-        for a in args {
-            let shown = if a.starts_with('/') {
-                PathBuf::from(a)
-            } else if let Some(cwd) = cwd.get_or_insert_with(|| self.procs.cwd(p.pid)) {
-                cwd.join(a)
-            } else {
-                continue;
-            };
-            let open_path = root.join(shown.to_string_lossy().trim_start_matches('/'));
-            let Ok(meta) = std::fs::metadata(&open_path) else {
-                continue;
-            };
-            if !meta.is_file() {
-                continue;
-            }
-            let key = FileKey::from_dev(meta.dev(), meta.ino());
-            self.decided.entry(key).or_insert_with(|| {
+    /// Model files named on the command line ([`named_files`]) become files of interest,
+    /// and the process a candidate copy holder of them.
+    fn add_named(&mut self, pid: i32, named: &[cache::NamedFile]) {
+        for n in named {
+            self.decided.entry(n.key).or_insert_with(|| {
                 Some(Interest {
-                    shown: shown.display().to_string(),
-                    raw: raw_if_lossy(&shown),
-                    open_path,
-                    size_bytes: Some(meta.len()),
+                    shown: n.shown.display().to_string(),
+                    raw: raw_if_lossy(&n.shown),
+                    open_path: n.open_path.clone(),
+                    size_bytes: Some(n.size_bytes),
                     explicit: false,
                     store: false,
                 })
             });
-            if self.decided.get(&key).is_some_and(|d| d.is_some()) {
-                self.named.insert((p.pid, key));
+            if self.decided.get(&n.key).is_some_and(|d| d.is_some()) {
+                self.named.insert((pid, n.key));
             }
         }
     }
