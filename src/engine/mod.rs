@@ -418,11 +418,14 @@ impl Engine {
     }
 }
 
+/// How the reason of a candidate checked in place between full searches begins.
+pub const CHANGED_SINCE_SEARCH: &str = "its memory changed since its last full search";
+
 /// The proof of a process whose memory changed since its last full search `r`, `age`
 /// ago: the copies found then, checked again now; the rest not searched, with the reason.
 fn stale(roots: &Roots, sample: &Sample, r: &Reused, age: Duration, exact: bool) -> ProofSample {
     let why = format!(
-        "its memory changed since its last full search {:.0} s ago (searched again every {:.0} s while it changes{})",
+        "{CHANGED_SINCE_SEARCH} {:.0} s ago (searched again every {:.0} s while it changes{})",
         age.as_secs_f64(),
         r.cadence().as_secs_f64(),
         if r.proof.found.is_empty() {

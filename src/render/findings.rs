@@ -103,7 +103,11 @@ pub fn render(code: &Code) -> Text {
                 iec(*anon_bytes),
                 iec_opt(*size_bytes)
             ),
-            Some("run as root (or with CAP_SYS_PTRACE) and without --no-prove, or raise --prove-budget, to prove or rule it out"),
+            Some(if unsearched.contains(crate::engine::CHANGED_SINCE_SEARCH) {
+                "a live view searches a process whose memory keeps changing on a cadence; `twofold scan` searches it now"
+            } else {
+                "run as root (or with CAP_SYS_PTRACE) and without --no-prove, or raise --prove-budget, to prove or rule it out"
+            }),
         ),
         Code::CowInPrivateMapping {
             path,
