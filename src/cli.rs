@@ -689,7 +689,7 @@ pub struct ChildArgs {
     /// anon: keep touching every page after `ready` (an active competitor).
     #[arg(long)]
     pub touch_loop: bool,
-    /// copy: after `ready`, touch one new page of anonymous memory every 50 ms (memory
+    /// copy: after `ready`, touch new anonymous memory every 50 ms, 2 MiB apart (memory
     /// that keeps changing, as a serving runtime's), and zero the copy on each line read
     /// from stdin (the copy is gone, the memory stays).
     #[arg(long)]

@@ -47,6 +47,20 @@ fn touch_read(bytes: &[u8]) -> u64 {
 /// `bytes` of anonymous memory: pseudo-random, or one byte touched per page.
 fn extra_anon(bytes: u64, random: bool) -> Vec<u8> {
     let mut v = vec![0u8; bytes as usize];
+    // Base pages, whatever the host's transparent-huge-page setting: a test counts the
+    // faults and pages of this memory (with THP "always", one fault maps 2 MiB).
+    let start = (v.as_mut_ptr() as usize).next_multiple_of(4096);
+    let end = (v.as_ptr() as usize + v.len()) / 4096 * 4096;
+    if end > start {
+        // SAFETY: advice on whole pages inside our own allocation; it changes no contents.
+        unsafe {
+            libc::madvise(
+                start as *mut libc::c_void,
+                end - start,
+                libc::MADV_NOHUGEPAGE,
+            );
+        }
+    }
     if random {
         let mut s = 0x2545_f491_4f6c_dd1du64;
         for w in v.chunks_exact_mut(8) {
@@ -265,10 +279,13 @@ pub fn run(args: &ChildArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// `--drift`: says `ready`, then touches a new page every 50 ms and zeroes `copy` on each
-/// line from stdin, until stdin closes.
+/// `--drift`: says `ready`, then touches a new page every 50 ms (for 12.8 s) and zeroes
+/// `copy` on each line from stdin, until stdin closes.
 fn drift(mut copy: Option<&mut Vec<u8>>) -> anyhow::Result<()> {
-    const RESERVE: usize = 256 << 20;
+    const RESERVE: usize = 512 << 20;
+    // One touch per 2 MiB: each maps new memory, also where transparent huge pages are
+    // "always" (a 4 KiB step would stay inside one huge page for 25 s).
+    const STEP: usize = 2 << 20;
     let mut reserve: Vec<u8> = Vec::with_capacity(RESERVE);
     let mut touched = 0usize;
     let mut sink = [0u8; 64];
@@ -293,10 +310,10 @@ fn drift(mut copy: Option<&mut Vec<u8>>) -> anyhow::Result<()> {
                     std::hint::black_box(&c);
                 }
             }
-        } else if touched + 4096 <= RESERVE {
+        } else if touched + STEP <= RESERVE {
             // SAFETY: within the reserved capacity; the byte is written before any read.
             unsafe { reserve.as_mut_ptr().add(touched).write_volatile(1) };
-            touched += 4096;
+            touched += STEP;
         }
     }
 }
