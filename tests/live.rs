@@ -735,8 +735,9 @@ fn an_incremental_snapshot_sees_a_file_mapped_since_the_last_one() {
 /// The engine's search cadence, on a copier whose memory keeps changing (`--drift`, as a
 /// serving runtime's does): the first snapshot searches it in full; within the cadence
 /// the next ones check the copy found in place (the count keeps it, and says it is a lower
-/// bound: the new memory was not searched); when the copier drops its copy the next check
-/// sees it gone; after the cadence a full search runs again.
+/// bound: the new memory was not searched); when the copier zeroes its copy the next check
+/// sees it changed and the copier is searched in full at once; after the cadence a full
+/// search runs again.
 #[test]
 fn a_changing_copier_is_checked_in_place_between_full_searches() {
     use twofold::engine::{report, Engine, REPROVE_AFTER, RESEARCH_MIN};
@@ -802,13 +803,21 @@ fn a_changing_copier_is_checked_in_place_between_full_searches() {
         f.representations
     );
 
-    // The copier zeroes its copy: the next check finds it gone.
+    // The copier zeroes its copy: the next check in place finds it changed, and the
+    // copier is searched in full at once: nothing there, the count exact again.
     copier.say("zero").unwrap();
     std::thread::sleep(std::time::Duration::from_millis(300));
     let (f, proof, _) = snap(&mut engine);
-    assert_eq!(engine.last_rechecked, 1);
+    assert_eq!(engine.last_rechecked, 0);
+    assert_eq!(proof.unsearched, None, "{proof:?}");
     assert_eq!(proof.identical_file_bytes, 0, "{proof:?}");
     assert_eq!(f.representations.private_copies, 0.0);
+    assert!(!f.representations.lower_bound, "{:?}", f.representations);
+
+    // It keeps changing: checked in place (nothing found to check), a lower bound.
+    std::thread::sleep(std::time::Duration::from_millis(300));
+    let (f, _, _) = snap(&mut engine);
+    assert_eq!(engine.last_rechecked, 1);
     assert!(f.representations.lower_bound);
 
     // Past the cadence (at least RESEARCH_MIN, at most REPROVE_AFTER): searched in full

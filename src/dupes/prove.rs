@@ -116,6 +116,8 @@ pub struct Found {
     pub addr: u64,
     /// The region it was found in, as the search saw it.
     pub region: Region,
+    /// The whole piece matched (else only some of its pages: a partial copy).
+    pub whole: bool,
 }
 
 /// One (process, file) search: what it found, where, and how long the process's search
@@ -425,6 +427,7 @@ fn prove_group(
                         mem_len: piece.mem_len,
                         addr: h.addr,
                         region: r.clone(),
+                        whole: h.whole,
                     });
                     credit(&mut p.sample, key, piece.kind, r, h.mem_bytes);
                 }
@@ -498,16 +501,29 @@ fn unsearched(sample: &Sample, pids: &[i32], why: &str) -> Vec<Proof> {
         .collect()
 }
 
-/// Checks the copies an earlier search of `proof.sample.pid` found, in place, the way the
-/// search confirmed them (the first, last and on-stride pages; every page of a partial
-/// copy): the proof of those copies now, with the copies that are gone dropped. Memory
-/// the process allocated since is not searched: the caller says so.
+/// What a check in place found.
+#[derive(Debug)]
+pub enum Rechecked {
+    /// Every copy the search found is still there, as far as the check looked.
+    Still(Proof),
+    /// A copy is gone or differs: the process must be searched again.
+    Changed,
+}
+
+/// Checks the copies an earlier search of `proof.sample.pid` found, in place, at a cost
+/// that grows little with their size: every page of every whole copy is still present
+/// (one page-map read per region) and [`super::sweep::SPOT_PAGES`] pages in all, spread
+/// over the copies and within each from its first page to its last, still equal the file
+/// ([`Compare::spot_check`]). Any page missing or different: [`Rechecked::Changed`].
+/// Partial copies are not kept (which of their pages matched is not known): the result
+/// can only undercount. Memory the process allocated since is not searched: the caller
+/// says so.
 pub fn recheck(
     roots: &Roots,
     sample: &Sample,
     proof: &Proof,
     exact: bool,
-) -> Result<Proof, String> {
+) -> Result<Rechecked, String> {
     let pid = proof.sample.pid;
     let mut out = Proof {
         sample: ProofSample {
@@ -521,14 +537,16 @@ pub fn recheck(
         found: Vec::new(),
         took: proof.took,
     };
-    if proof.found.is_empty() {
-        return Ok(out);
+    let mut whole: Vec<&Found> = proof.found.iter().filter(|f| f.whole).collect();
+    if whole.is_empty() {
+        return Ok(Rechecked::Still(out));
     }
-    let target = Target::open(&roots.proc, pid).map_err(|e| format!("{e:#}"))?;
+    whole.sort_by_key(|f| (f.region.start, f.addr));
     let key = proof.sample.file;
     let Some(f) = sample.files.iter().find(|f| f.key == key) else {
-        return Ok(out);
+        return Ok(Rechecked::Changed);
     };
+    let target = Target::open(&roots.proc, pid).map_err(|e| format!("{e:#}"))?;
     let path = open_path(sample, key, &f.path, &roots.proc);
     let bytes =
         FileBytes::open(&path).map_err(|e| format!("cannot open '{}': {e}", path.display()))?;
@@ -537,33 +555,57 @@ pub fn recheck(
         stride: proof.sample.stride_pages.max(1),
         exact,
     };
+    let part = |f: &Found| {
+        (
+            f.addr.max(f.region.start),
+            (f.addr + f.mem_len).min(f.region.end),
+        )
+    };
+    let failed = |e: std::io::Error| format!("cannot check pid {pid} again: {e}");
+    let spot = super::sweep::SPOT_PAGES;
+    let every = whole.len().div_ceil(spot);
+    let pages = (spot / whole.len().div_ceil(every)).max(1);
     let mut buf = Buffers::default();
-    let none = PageMap {
+    let mut pm = PageMap {
         start: 0,
         entries: Vec::new(),
     };
-    for found in &proof.found {
+    let mut pm_region = None;
+    for (i, found) in whole.iter().enumerate() {
+        let r = &found.region;
+        if pm_region != Some(r.start) {
+            let same = whole[i..].iter().take_while(|f| f.region.start == r.start);
+            let (lo, hi) = same.fold((u64::MAX, 0), |(lo, hi), f| {
+                let (a, b) = part(f);
+                (lo.min(a), hi.max(b))
+            });
+            pm.start = lo / PAGE * PAGE;
+            target
+                .pagemap(pm.start, hi.next_multiple_of(PAGE), &mut pm.entries)
+                .map_err(|e| format!("cannot check pid {pid} again: {e:#}"))?;
+            pm_region = Some(r.start);
+        }
         let span = Span {
             bytes: &bytes,
             kind: found.kind,
             file_offset: found.file_offset,
             mem_len: found.mem_len,
         };
-        let r = &found.region;
-        let (lo, hi) = (
-            found.addr.max(r.start),
-            (found.addr + found.mem_len).min(r.end),
-        );
-        let confirmed = compare
-            .confirm(&mut buf, &none, r, &span, found.addr, lo, hi)
-            .map_err(|e| format!("cannot check pid {pid} again: {e}"))?;
-        if let Some((mem_bytes, _)) = confirmed {
-            credit(&mut out.sample, key, found.kind, r, mem_bytes);
-            out.found.push(found.clone());
+        let (lo, hi) = part(found);
+        let check = if i % every == 0 { pages } else { 0 };
+        match compare
+            .spot_check(&mut buf, &pm, r, &span, found.addr, lo, hi, check)
+            .map_err(failed)?
+        {
+            Some(mem_bytes) => {
+                credit(&mut out.sample, key, found.kind, r, mem_bytes);
+                out.found.push((*found).clone());
+            }
+            None => return Ok(Rechecked::Changed),
         }
     }
     out.sample.compared_bytes = buf.compared_bytes;
-    Ok(out)
+    Ok(Rechecked::Still(out))
 }
 
 fn grid_index(keys: &[FileKey], key: FileKey) -> usize {

@@ -368,7 +368,54 @@ pub struct Compare<'a> {
     pub exact: bool,
 }
 
+/// Pages of the copies one search found that a check in place compares again, spread
+/// over the copies (see [`super::prove::recheck`]).
+pub const SPOT_PAGES: usize = 256;
+
 impl Compare<'_> {
+    /// Checks again a whole copy of `span` at `a` (its part `[lo, hi)` inside region `r`)
+    /// that a search confirmed before: `Some(present bytes)` when every page of it is
+    /// still present and `pages` of them, evenly spread from the first to the last, equal
+    /// the file (none compared with `pages == 0`: presence only); `None` otherwise
+    /// (swapped out, freed, unmapped or overwritten). `pm` holds the page-map entries of
+    /// the copy.
+    #[allow(clippy::too_many_arguments)]
+    pub fn spot_check(
+        &self,
+        b: &mut Buffers,
+        pm: &PageMap,
+        r: &Region,
+        span: &Span,
+        a: u64,
+        lo: u64,
+        hi: u64,
+        pages: usize,
+    ) -> io::Result<Option<u64>> {
+        let mut present: Vec<(u64, u64)> = Vec::new();
+        let mut x = lo;
+        while x < hi {
+            let y = ((x / PAGE + 1) * PAGE).min(hi);
+            if !pm.eligible(r, x) {
+                return Ok(None);
+            }
+            present.push((x, y));
+            x = y;
+        }
+        let picks = pages.min(present.len());
+        for k in 0..picks {
+            let i = if picks == 1 {
+                0
+            } else {
+                k * (present.len() - 1) / (picks - 1)
+            };
+            let (x, y) = present[i];
+            if !self.equal(b, span, a, x, y)? {
+                return Ok(None);
+            }
+        }
+        Ok(Some(hi - lo))
+    }
+
     /// Compares `[x, y)` of the target with the file bytes of `span` copied at `a`.
     /// `false` if the memory could not be read.
     fn equal(&self, b: &mut Buffers, span: &Span, a: u64, x: u64, y: u64) -> io::Result<bool> {

@@ -95,6 +95,15 @@ struct Reused {
     fingerprint: (Option<u64>, Option<u64>, Option<u64>),
     at: Instant,
     proof: Proof,
+    /// The last check in place since (memory changed): when, how long it took, and what
+    /// it found.
+    checked: Option<Checked>,
+}
+
+struct Checked {
+    at: Instant,
+    took: Duration,
+    result: Result<ProofSample, String>,
 }
 
 /// A search is reused for at most this long while the process's `RssAnon` and `rchar`
@@ -372,7 +381,7 @@ impl Engine {
         self.last_rechecked = 0;
         for c in &sample.candidates {
             let fp = fingerprint(sample, c.pid, c.file);
-            let Some(r) = self.reuse.get(&(c.pid, c.file)) else {
+            let Some(r) = self.reuse.get_mut(&(c.pid, c.file)) else {
                 todo.push(c.clone());
                 continue;
             };
@@ -383,8 +392,14 @@ impl Engine {
                 self.last_reused += 1;
                 kept.push(r.proof.sample.clone());
             } else {
-                self.last_rechecked += 1;
-                kept.push(stale(&self.roots, sample, r, age, opts.exact));
+                match stale(&self.roots, sample, r, now, opts.exact) {
+                    Some(p) => {
+                        self.last_rechecked += 1;
+                        kept.push(p);
+                    }
+                    // A copy found before is gone or changed: search it again now.
+                    None => todo.push(c.clone()),
+                }
             }
         }
         let mut fresh = Vec::new();
@@ -410,6 +425,7 @@ impl Engine {
                     fingerprint: fingerprint(sample, p.sample.pid, p.sample.file),
                     at: now,
                     proof: p,
+                    checked: None,
                 },
             );
         }
@@ -421,34 +437,79 @@ impl Engine {
 /// How the reason of a candidate checked in place between full searches begins.
 pub const CHANGED_SINCE_SEARCH: &str = "its memory changed since its last full search";
 
-/// The proof of a process whose memory changed since its last full search `r`, `age`
-/// ago: the copies found then, checked again now; the rest not searched, with the reason.
-fn stale(roots: &Roots, sample: &Sample, r: &Reused, age: Duration, exact: bool) -> ProofSample {
+/// The proof of a process whose memory changed since its last full search `r`: the
+/// copies found then, checked again in place (no more often than
+/// [`RESEARCH_COST_FACTOR`] times as long as the last check took, so that checking costs
+/// at most about 1% of a core too); the rest not searched, with the reason. `None` when
+/// the check found a copy gone or changed: the process is searched in full now.
+fn stale(
+    roots: &Roots,
+    sample: &Sample,
+    r: &mut Reused,
+    now: Instant,
+    exact: bool,
+) -> Option<ProofSample> {
+    use crate::dupes::prove::Rechecked;
+    let fresh = |r: &Reused| {
+        let began = Instant::now();
+        let result = match crate::dupes::prove::recheck(roots, sample, &r.proof, exact) {
+            Ok(Rechecked::Still(p)) => Ok(p.sample),
+            Ok(Rechecked::Changed) => return None,
+            Err(e) => Err(e),
+        };
+        let took = began.elapsed();
+        if std::env::var_os("TWOFOLD_PROFILE").is_some() {
+            eprintln!(
+                "twofold: proof: pid {} checked in place in {:.3} s ({} copies)",
+                r.proof.sample.pid,
+                took.as_secs_f64(),
+                r.proof.found.len()
+            );
+        }
+        Some(Checked {
+            at: now,
+            took,
+            result,
+        })
+    };
+    let checked = match r.checked.take() {
+        Some(c) if now.duration_since(c.at) < c.took * RESEARCH_COST_FACTOR => c,
+        _ => fresh(r)?,
+    };
+    let (searched_ago, cadence) = (now.duration_since(r.at), r.cadence());
+    let (pid, file, found) = (
+        r.proof.sample.pid,
+        r.proof.sample.file,
+        !r.proof.found.is_empty(),
+    );
+    let before = r.proof.sample.unsearched.clone();
+    let checked = &*r.checked.insert(checked);
+    let ago = now.duration_since(checked.at).as_secs_f64();
     let why = format!(
         "{CHANGED_SINCE_SEARCH} {:.0} s ago (searched again every {:.0} s while it changes{})",
-        age.as_secs_f64(),
-        r.cadence().as_secs_f64(),
-        if r.proof.found.is_empty() {
-            String::new()
-        } else {
-            "; the copies found then were checked again now".to_string()
+        searched_ago.as_secs_f64(),
+        cadence.as_secs_f64(),
+        match (found, ago < 0.5) {
+            (false, _) => String::new(),
+            (true, true) => "; the copies found then were checked again now".to_string(),
+            (true, false) => format!("; the copies found then were checked again {ago:.0} s ago"),
         }
     );
-    match crate::dupes::prove::recheck(roots, sample, &r.proof, exact) {
+    Some(match &checked.result {
         Ok(p) => ProofSample {
-            unsearched: Some(match &r.proof.sample.unsearched {
+            unsearched: Some(match before {
                 Some(before) => format!("{before}; {why}"),
                 None => why,
             }),
-            ..p.sample
+            ..p.clone()
         },
         Err(e) => ProofSample {
-            pid: r.proof.sample.pid,
-            file: r.proof.sample.file,
-            unsearched: Some(e),
+            pid,
+            file,
+            unsearched: Some(e.clone()),
             ..ProofSample::default()
         },
-    }
+    })
 }
 
 /// The report of a snapshot: the one pure entry every view uses. With the snapshot
