@@ -106,21 +106,24 @@ struct Checked {
     result: Result<ProofSample, String>,
 }
 
-/// A search is reused for at most this long while the process's `RssAnon` and `rchar`
-/// and the file's size are unchanged (`top`, `serve` and `record` take a snapshot every
-/// few seconds; re-searching unchanged memory every time would cost a core).
+/// A search is reused while the process's `RssAnon` and `rchar` and the file's size are
+/// unchanged for this long, or for its cadence if that is longer (`top`, `serve` and
+/// `record` take a snapshot every few seconds; re-searching unchanged memory every time
+/// would cost a core).
 pub const REPROVE_AFTER: Duration = Duration::from_secs(60);
 
 /// A process whose memory changes is searched again at most this often...
 pub const RESEARCH_MIN: Duration = Duration::from_secs(5);
-/// ...and no sooner than this many times as long as its last search took, so searches of
-/// a changing process cost at most about 1% of a core.
+/// ...and no sooner than this many times as long as its last search took, so searching a
+/// process costs at most about 1% of a core...
 pub const RESEARCH_COST_FACTOR: u32 = 100;
+/// ...and at least this often (a search of 10 s or more: a process of hundreds of GiB).
+pub const RESEARCH_MAX: Duration = Duration::from_secs(20 * 60);
 
 impl Reused {
     /// How long after this search a changed process is searched again.
     fn cadence(&self) -> Duration {
-        (self.proof.took * RESEARCH_COST_FACTOR).clamp(RESEARCH_MIN, REPROVE_AFTER)
+        (self.proof.took * RESEARCH_COST_FACTOR).clamp(RESEARCH_MIN, RESEARCH_MAX)
     }
 }
 
@@ -361,13 +364,13 @@ fn same_attachment(prev: &TraceSample, cur: &TraceSample) -> bool {
 
 impl Engine {
     /// Proves the sample's candidates: each (process, file) is searched in full when it
-    /// never was, when its last search is older than [`REPROVE_AFTER`], or when its memory
-    /// changed and the last search is older than its cadence ([`RESEARCH_MIN`], or
-    /// [`RESEARCH_COST_FACTOR`] times the search's time). Unchanged, the last search is
-    /// reused. Changed but within the cadence, the copies the last search found are
-    /// checked again in place (the same pages the search compared), and the rest of the
-    /// process's memory counts as not searched: a suspicion beside the count, which then
-    /// says it is a lower bound, until the next full search.
+    /// never was, when its memory changed and the last search is older than its cadence
+    /// ([`RESEARCH_COST_FACTOR`] times the search's time, from [`RESEARCH_MIN`] to
+    /// [`RESEARCH_MAX`]), or when the last search is older than [`REPROVE_AFTER`] and the
+    /// cadence. Unchanged, the last search is reused. Changed but within the cadence, the
+    /// copies the last search found are checked again in place ([`stale`]), and the rest
+    /// of the process's memory counts as not searched: a suspicion beside the count, which
+    /// then says it is a lower bound, until the next full search.
     fn prove(
         &mut self,
         sample: &Sample,
@@ -386,7 +389,8 @@ impl Engine {
                 continue;
             };
             let age = now.duration_since(r.at);
-            if age >= REPROVE_AFTER || (r.fingerprint != fp && age >= r.cadence()) {
+            if age >= REPROVE_AFTER.max(r.cadence()) || (r.fingerprint != fp && age >= r.cadence())
+            {
                 todo.push(c.clone());
             } else if r.fingerprint == fp {
                 self.last_reused += 1;
