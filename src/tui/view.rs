@@ -287,15 +287,15 @@ fn align(line: Line<'_>, left: bool) -> Line<'_> {
     }
 }
 
-/// The columns that fit next to a flexible first column of at least `flex_min`, in
-/// their original order.
-fn fit(cols: &[Col], total: u16, flex_min: u16) -> Vec<usize> {
+/// The columns (of widths `widths`) that fit next to a flexible first column of at least
+/// `flex_min`, in their original order.
+fn fit(cols: &[Col], widths: &[u16], total: u16, flex_min: u16) -> Vec<usize> {
     let mut order: Vec<usize> = (0..cols.len()).collect();
     order.sort_by_key(|&i| cols[i].prio);
     let mut used = flex_min;
     let mut keep = Vec::new();
     for i in order {
-        let w = cols[i].width + 1;
+        let w = widths[i] + 1;
         if used + w <= total {
             used += w;
             keep.push(i);
@@ -318,12 +318,24 @@ pub(super) fn table(
     t: &Theme,
     hits: &mut Hits,
 ) {
-    let keep = fit(cols, area.width, flex_min);
+    // A column is as wide as its widest cell (a value is never cut: `1016.7 MiB` in a
+    // column planned for 9 characters widens it).
+    let col_w: Vec<u16> = cols
+        .iter()
+        .enumerate()
+        .map(|(i, c)| {
+            rows.iter()
+                .filter_map(|r| r.1.get(i))
+                .map(|v| width(v) as u16)
+                .fold(c.width, u16::max)
+        })
+        .collect();
+    let keep = fit(cols, &col_w, area.width, flex_min);
     let flex = area
         .width
-        .saturating_sub(keep.iter().map(|&i| cols[i].width + 1).sum::<u16>());
+        .saturating_sub(keep.iter().map(|&i| col_w[i] + 1).sum::<u16>());
     let mut widths = vec![Constraint::Length(flex)];
-    widths.extend(keep.iter().map(|&i| Constraint::Length(cols[i].width)));
+    widths.extend(keep.iter().map(|&i| Constraint::Length(col_w[i])));
     let mut header = vec![Cell::from(first)];
     header.extend(
         keep.iter()
@@ -355,9 +367,9 @@ pub(super) fn table(
     x += flex + 1;
     for &i in &keep {
         if let Some(s) = cols[i].sort {
-            sortable.push((x, x + cols[i].width, s));
+            sortable.push((x, x + col_w[i], s));
         }
-        x += cols[i].width + 1;
+        x += col_w[i] + 1;
     }
     hits.header = Some((area.y, sortable));
     hits.body = Some((area.y + 1, area.height.saturating_sub(1), ts.offset()));

@@ -165,6 +165,20 @@ fn unknown_values_show_na_never_zero() {
     assert_eq!(vllm.matches("n/a").count(), 4, "{vllm}");
 }
 
+/// Byte values are up to 10 characters (`1023.9 MiB`): a column widens for them, at 80
+/// and at 160 columns, rather than cut a digit off.
+#[test]
+fn a_wide_value_is_never_cut() {
+    let mut r = fixture::report();
+    r.files[0].resident_bytes = Some(1_066_113_433); // 1016.7 MiB
+    for (w, h) in [(80, 24), (160, 48)] {
+        let mut st = state(View::Files);
+        let text = screen(&mut st, Some(&r), w, h);
+        let row = text.lines().find(|l| l.contains("llama-3-8b")).unwrap();
+        assert!(row.contains(" 1016.7 MiB "), "{w}x{h}: {row}");
+    }
+}
+
 #[test]
 fn outside_text_is_escaped() {
     let mut r = fixture::report();
