@@ -15,7 +15,7 @@ use std::time::{Duration, Instant};
 use super::filebytes::FileBytes;
 use super::grid::{Grid, PAGE};
 use super::index::CopyKind;
-use super::sweep::{Buffers, Compare, Hit, PageMap, Span, Sweep, SweepStats};
+use super::sweep::{Buffers, Compare, Hit, PageMap, Placed, Span, Sweep, SweepStats};
 use crate::collect::memory::{Region, RegionKind, Target};
 use crate::collect::Roots;
 use crate::sample::{FileKey, ProofSample, Sample};
@@ -594,7 +594,18 @@ pub fn recheck(
         let (lo, hi) = part(found);
         let check = if i % every == 0 { pages } else { 0 };
         match compare
-            .spot_check(&mut buf, &pm, r, &span, found.addr, lo, hi, check)
+            .spot_check(
+                &mut buf,
+                &pm,
+                &Placed {
+                    region: r,
+                    span,
+                    addr: found.addr,
+                    lo,
+                    hi,
+                },
+                check,
+            )
             .map_err(failed)?
         {
             Some(mem_bytes) => {

@@ -290,9 +290,17 @@ impl Sweep<'_> {
         }
         st.stats.candidates += 1;
         let span = self.span(p);
-        let Some((bytes, whole)) = self
-            .compare()
-            .confirm(&mut st.buf, pm, r, &span, a, lo, hi)?
+        let Some((bytes, whole)) = self.compare().confirm(
+            &mut st.buf,
+            pm,
+            &Placed {
+                region: r,
+                span,
+                addr: a,
+                lo,
+                hi,
+            },
+        )?
         else {
             st.stats.rejected += 1;
             return Ok(());
@@ -349,6 +357,19 @@ impl Sweep<'_> {
     }
 }
 
+/// `[lo, hi)` cut at page boundaries: `(x, y)` for each page it touches.
+fn page_chunks(lo: u64, hi: u64) -> impl Iterator<Item = (u64, u64)> {
+    let mut x = lo;
+    std::iter::from_fn(move || {
+        (x < hi).then(|| {
+            let y = ((x / PAGE + 1) * PAGE).min(hi);
+            let chunk = (x, y);
+            x = y;
+            chunk
+        })
+    })
+}
+
 /// A piece of a file (a tensor, or a run of an opaque file) as comparisons need it.
 #[derive(Clone, Copy)]
 pub struct Span<'a> {
@@ -358,6 +379,22 @@ pub struct Span<'a> {
     /// Its length in memory: the file's bytes times the kind's factor (widened copies
     /// are larger).
     pub mem_len: u64,
+}
+
+/// Where a copy of a span lies: it starts at `addr` (possibly outside the region), and
+/// `[lo, hi)` is its part inside `region`.
+pub struct Placed<'a> {
+    pub region: &'a Region,
+    pub span: Span<'a>,
+    pub addr: u64,
+    pub lo: u64,
+    pub hi: u64,
+}
+
+impl<'a> Placed<'a> {
+    fn parts(&self) -> (&'a Region, Span<'a>, u64, u64, u64) {
+        (self.region, self.span, self.addr, self.lo, self.hi)
+    }
 }
 
 /// Compares a process's memory with a file's bytes: how a candidate copy is confirmed by
@@ -373,33 +410,22 @@ pub struct Compare<'a> {
 pub const SPOT_PAGES: usize = 256;
 
 impl Compare<'_> {
-    /// Checks again a whole copy of `span` at `a` (its part `[lo, hi)` inside region `r`)
-    /// that a search confirmed before: `Some(present bytes)` when every page of it is
-    /// still present and `pages` of them, evenly spread from the first to the last, equal
-    /// the file (none compared with `pages == 0`: presence only); `None` otherwise
-    /// (swapped out, freed, unmapped or overwritten). `pm` holds the page-map entries of
-    /// the copy.
-    #[allow(clippy::too_many_arguments)]
+    /// Checks again a whole copy (`at`) that a search confirmed before: `Some(present
+    /// bytes)` when every page of it is still present and `pages` of them, evenly spread
+    /// from the first to the last, equal the file (none compared with `pages == 0`:
+    /// presence only); `None` otherwise (swapped out, freed, unmapped or overwritten).
+    /// `pm` holds the page-map entries of the copy.
     pub fn spot_check(
         &self,
         b: &mut Buffers,
         pm: &PageMap,
-        r: &Region,
-        span: &Span,
-        a: u64,
-        lo: u64,
-        hi: u64,
+        at: &Placed,
         pages: usize,
     ) -> io::Result<Option<u64>> {
-        let mut present: Vec<(u64, u64)> = Vec::new();
-        let mut x = lo;
-        while x < hi {
-            let y = ((x / PAGE + 1) * PAGE).min(hi);
-            if !pm.eligible(r, x) {
-                return Ok(None);
-            }
-            present.push((x, y));
-            x = y;
+        let (r, span, a, lo, hi) = at.parts();
+        let present: Vec<(u64, u64)> = page_chunks(lo, hi).collect();
+        if present.iter().any(|&(x, _)| !pm.eligible(r, x)) {
+            return Ok(None);
         }
         let picks = pages.min(present.len());
         for k in 0..picks {
@@ -409,7 +435,7 @@ impl Compare<'_> {
                 k * (present.len() - 1) / (picks - 1)
             };
             let (x, y) = present[i];
-            if !self.equal(b, span, a, x, y)? {
+            if !self.equal(b, &span, a, x, y)? {
                 return Ok(None);
             }
         }
@@ -445,20 +471,15 @@ impl Compare<'_> {
         Ok(b.mem == b.conv)
     }
 
-    /// Confirms a candidate copy of `span` at `a`, over its part `[lo, hi)` inside the
-    /// region: `Some((credited present bytes, whole))` or `None`. `pm` may hold the
-    /// region's page-map entries (else the copy's own are read).
-    #[allow(clippy::too_many_arguments)]
+    /// Confirms a candidate copy (`at`): `Some((credited present bytes, whole))` or
+    /// `None`. `pm` may hold the region's page-map entries (else the copy's own are read).
     pub fn confirm(
         &self,
         b: &mut Buffers,
         pm: &PageMap,
-        r: &Region,
-        span: &Span,
-        a: u64,
-        lo: u64,
-        hi: u64,
+        at: &Placed,
     ) -> io::Result<Option<(u64, bool)>> {
+        let (r, span, a, lo, hi) = at.parts();
         // A sparsely sampled region: the copy's own pages' entries.
         let local;
         let covered = !pm.entries.is_empty()
@@ -479,17 +500,9 @@ impl Compare<'_> {
         let end = hi;
         let clipped = lo != a || hi != a + len;
         // Page-sized chunks of the copy: [x, y) with its eligibility.
-        let chunks: Vec<(u64, u64, bool)> = {
-            let mut v = Vec::new();
-            let mut x = lo;
-            while x < end {
-                let y = ((x / PAGE) + 1) * PAGE;
-                let y = y.min(end);
-                v.push((x, y, pm.eligible(r, x)));
-                x = y;
-            }
-            v
-        };
+        let chunks: Vec<(u64, u64, bool)> = page_chunks(lo, end)
+            .map(|(x, y)| (x, y, pm.eligible(r, x)))
+            .collect();
         let present: u64 = chunks.iter().filter(|c| c.2).map(|c| c.1 - c.0).sum();
         if present < PAGE.min(len) {
             return Ok(None);
@@ -505,7 +518,7 @@ impl Compare<'_> {
             if sparse && !on_stride {
                 continue;
             }
-            if !self.equal(b, span, a, x, y)? {
+            if !self.equal(b, &span, a, x, y)? {
                 all = false;
                 break;
             }
@@ -516,7 +529,7 @@ impl Compare<'_> {
         // A partial copy: credit the pages that match and carry information.
         let mut credited = 0u64;
         for &(x, y, ok) in &chunks {
-            if ok && self.equal(b, span, a, x, y)? && !b.mem.chunks_exact(WIN).all(periodic) {
+            if ok && self.equal(b, &span, a, x, y)? && !b.mem.chunks_exact(WIN).all(periodic) {
                 credited += y - x;
             }
         }
