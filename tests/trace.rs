@@ -1156,3 +1156,79 @@ fn record_trace_stores_counters_that_replay_and_dump_agree_with_bpftrace() {
         String::from_utf8_lossy(&backfill.stderr)
     );
 }
+
+/// A traced engine forgets a reader once it has exited and done nothing for a sample: its
+/// counters leave the snapshot and the kernel's maps, and what it read stays in the
+/// file's totals (`exited_read_bytes`), so totals never go back and rates stay right.
+#[test]
+fn an_exited_reader_is_folded_into_the_file_totals() {
+    let _serial = serial();
+    if !bpf_ready() {
+        return;
+    }
+    use twofold::collect::gather::Request;
+    use twofold::engine::{self, Engine};
+    let dir = tempfile::tempdir().unwrap();
+    let size = 8 * MIB;
+    let file = model_file(dir.path(), "m.gguf", size);
+    let k = key(&file);
+    let mut e = Engine::new(
+        Request {
+            paths: vec![file.clone()],
+            ..Request::default()
+        },
+        None,
+    );
+    let mut w = Vec::new();
+    e.set_tracing(true).unwrap();
+    let s1 = e.snapshot(&mut w).unwrap();
+    // A loader that reads the whole file with read() and exits.
+    let st = std::process::Command::new(exe())
+        .args(["__child", "copy"])
+        .arg(&file)
+        .args(["--close", "--exit-after-ms", "0"])
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let pid = st.id() as i32;
+    let out = st.wait_with_output().unwrap();
+    assert!(out.status.success());
+    // The sample after its last event still shows it (it exited meanwhile)...
+    let s2 = e.snapshot(&mut w).unwrap();
+    let t2 = s2.trace.as_ref().unwrap();
+    assert_eq!(t2.io[&(pid, k)].read_bytes, size);
+    assert!(t2.pids.contains_key(&pid));
+    let r2 = engine::report(&s2, Some(&s1));
+    let f2 = r2
+        .trace
+        .as_ref()
+        .unwrap()
+        .files
+        .iter()
+        .find(|f| f.key == k)
+        .unwrap()
+        .clone();
+    assert_eq!(f2.total.read_bytes, Some(size));
+    // ...the next one has folded it: gone from the processes, kept in the file's total.
+    let s3 = e.snapshot(&mut w).unwrap();
+    let t3 = s3.trace.as_ref().unwrap();
+    assert!(!t3.io.contains_key(&(pid, k)), "{:?}", t3.io.keys());
+    assert!(!t3.pids.contains_key(&pid));
+    assert_eq!(t3.exited_read_bytes.get(&k), Some(&size));
+    let r3 = engine::report(&s3, Some(&s2));
+    let t = r3.trace.as_ref().unwrap();
+    assert!(t.processes.iter().all(|p| p.pid != pid));
+    let f3 = t.files.iter().find(|f| f.key == k).unwrap();
+    assert_eq!(f3.total.read_bytes, Some(size), "the total never goes back");
+    assert_eq!(
+        f3.delta.read_bytes,
+        Some(0),
+        "nothing read in this interval"
+    );
+    // And the kernel's maps forgot it: the next sample has no entry to fold again.
+    let s4 = e.snapshot(&mut w).unwrap();
+    let t4 = s4.trace.as_ref().unwrap();
+    assert!(!t4.io.contains_key(&(pid, k)));
+    assert_eq!(t4.exited_read_bytes.get(&k), Some(&size), "folded once");
+}

@@ -88,7 +88,16 @@ struct Tracing {
     prev: Option<TraceSample>,
     /// Non-fatal attach problems, reported with the next snapshot.
     warnings: Vec<String>,
+    /// The per-process counters of the last sample, as read (see [`fold_exited`]).
+    before: Option<PerProcess>,
+    /// Bytes read per file by processes folded away since the attach.
+    exited_read: BTreeMap<FileKey, u64>,
 }
+
+type PerProcess = (
+    BTreeMap<i32, crate::sample::trace::PidCounters>,
+    BTreeMap<(i32, FileKey), crate::sample::trace::IoCounters>,
+);
 
 /// The last full search of a (process, file), with what it depends on.
 struct Reused {
@@ -198,6 +207,8 @@ impl Engine {
             pinned: files.into_iter().collect(),
             names: Names::new(&self.roots, BTreeMap::new()),
             prev: None,
+            before: None,
+            exited_read: BTreeMap::new(),
         });
         Ok(())
     }
@@ -251,8 +262,16 @@ impl Engine {
         if let Some(t) = self.tracing.as_mut() {
             // Continuous tracing reads the counters after the collection and the proof:
             // a copy the proof found was read before, so the ledger holds its reads.
-            if let Some(tracer) = &t.tracer {
-                trace = Some(tracer.sample());
+            if let Some(tracer) = t.tracer.as_mut() {
+                let mut cur = tracer.sample();
+                fold_exited(
+                    &self.roots.proc,
+                    tracer,
+                    &mut t.before,
+                    &mut t.exited_read,
+                    &mut cur,
+                );
+                trace = Some(cur);
             }
             // The read() ledger is the counters' `io` (cumulative since attach: a process
             // that read a file an hour ago and closed it is still known to have ingested
@@ -272,6 +291,64 @@ impl Engine {
             trace,
         })
     }
+}
+
+/// Forgets the processes that exited before the last sample and did nothing since: their
+/// counters leave the sample and the kernel's maps ([`Tracer::forget`]), and what they read
+/// of each file is kept in `exited` (the sample's `exited_read_bytes`), so that per-file
+/// totals and rates stay whole. A process that exits shows in the one sample after its
+/// last event, then only in the per-file totals: a recording's frames hold the living and
+/// the recently exited, not every process since the attach.
+fn fold_exited(
+    proc_root: &std::path::Path,
+    tracer: &mut Tracer,
+    before: &mut Option<PerProcess>,
+    exited: &mut BTreeMap<FileKey, u64>,
+    cur: &mut TraceSample,
+) {
+    if let Some((pids, io)) = before.as_ref() {
+        let idle_pids: Vec<i32> = cur
+            .pids
+            .iter()
+            .filter(|(p, c)| pids.get(p) == Some(c))
+            .map(|(p, _)| *p)
+            .collect();
+        let idle_io: Vec<(i32, FileKey)> = cur
+            .io
+            .iter()
+            .filter(|(k, c)| io.get(k) == Some(c))
+            .map(|(k, _)| *k)
+            .collect();
+        if !idle_pids.is_empty() || !idle_io.is_empty() {
+            // Processes (counters are kept per thread-group id, as /proc lists them).
+            let Ok(alive) = crate::collect::process::ProcReader::new(proc_root).pids() else {
+                *before = Some((cur.pids.clone(), cur.io.clone()));
+                cur.exited_read_bytes = exited.clone();
+                return;
+            };
+            let alive: std::collections::HashSet<i32> = alive.into_iter().collect();
+            let gone_pids: Vec<i32> = idle_pids
+                .into_iter()
+                .filter(|p| !alive.contains(p))
+                .collect();
+            let gone_io: Vec<(i32, FileKey)> = idle_io
+                .into_iter()
+                .filter(|(p, _)| !alive.contains(p))
+                .collect();
+            for p in &gone_pids {
+                cur.pids.remove(p);
+            }
+            for k in &gone_io {
+                if let Some(c) = cur.io.remove(k) {
+                    let e = exited.entry(k.1).or_default();
+                    *e = e.saturating_add(c.read_bytes);
+                }
+            }
+            tracer.forget(&gone_pids, &gone_io);
+        }
+    }
+    *before = Some((cur.pids.clone(), cur.io.clone()));
+    cur.exited_read_bytes = exited.clone();
 }
 
 /// (dev, inode) of the request's paths that are files (directories' model files are

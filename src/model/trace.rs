@@ -177,9 +177,9 @@ fn device(k: FileKey) -> String {
     format!("{}:{}", k.major, k.minor)
 }
 
-/// Bytes read per file, summed over processes.
+/// Bytes read per file, summed over processes (those that exited and were folded too).
 fn reads_by_file(s: &TraceSample) -> BTreeMap<FileKey, u64> {
-    let mut out: BTreeMap<FileKey, u64> = BTreeMap::new();
+    let mut out: BTreeMap<FileKey, u64> = s.exited_read_bytes.clone();
     for ((_, k), v) in &s.io {
         let e = out.entry(*k).or_default();
         *e = e.saturating_add(v.read_bytes);

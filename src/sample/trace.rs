@@ -166,6 +166,15 @@ pub struct TraceSample {
     pub files: BTreeMap<FileKey, FileCounters>,
     #[serde(default, with = "super::entries")]
     pub io: BTreeMap<(i32, FileKey), IoCounters>,
+    /// Bytes read of each file by processes that exited and were forgotten (their
+    /// `io` entries folded here and deleted from the maps): per-file read totals are
+    /// `io` summed per file plus this, so they never go back.
+    #[serde(
+        default,
+        skip_serializing_if = "BTreeMap::is_empty",
+        with = "super::entries"
+    )]
+    pub exited_read_bytes: BTreeMap<FileKey, u64>,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub oom_kills: Vec<OomKill>,
     /// Counters that could not be attached, with the reason.

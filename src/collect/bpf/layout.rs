@@ -137,6 +137,13 @@ impl FileKeyC {
 }
 
 impl PidFileKeyC {
+    pub fn new(pid: i32, key: FileKey) -> Self {
+        PidFileKeyC {
+            ino: key.inode,
+            dev: kernel_dev(key),
+            pid: pid as u32,
+        }
+    }
     pub fn key(&self) -> (i32, FileKey) {
         (self.pid as i32, file_key(self.dev, self.ino))
     }

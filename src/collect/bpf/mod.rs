@@ -25,7 +25,7 @@ use aya::{Ebpf, EbpfLoader};
 
 use crate::sample::trace::{Counter, TraceSample};
 use crate::sample::FileKey;
-use layout::{FileCache, FileFaults, FileKeyC, PidFaults, PidReclaim};
+use layout::{FileCache, FileFaults, FileKeyC, PidFaults, PidFileIo, PidFileKeyC, PidReclaim};
 
 /// Where tracefs is (or gets) mounted; aya looks there too.
 pub const TRACEFS: &str = "/sys/kernel/tracing";
@@ -482,6 +482,26 @@ impl Tracer {
         Ok(())
     }
 
+    /// Deletes the counters of processes that exited (`pids`) and their entries in the
+    /// read() ledger (`io`), so that the maps and the snapshots hold the living (a pid
+    /// used again starts from zero). The caller keeps what per-file totals need.
+    pub fn forget(&mut self, pids: &[i32], io: &[(i32, FileKey)]) {
+        let pid_keys: Vec<u32> = pids.iter().map(|p| *p as u32).collect();
+        let io_keys: Vec<PidFileKeyC> = io.iter().map(|(p, k)| PidFileKeyC::new(*p, *k)).collect();
+        for l in &mut self.loaded {
+            match l.family.name {
+                "faults" => {
+                    remove::<u32, PidFaults>(l, &["pid_faults_pinned", "pid_faults"], &pid_keys)
+                }
+                "reclaim" => {
+                    remove::<u32, PidReclaim>(l, &["pid_reclaim_pinned", "pid_reclaim"], &pid_keys)
+                }
+                "syscalls" => remove::<PidFileKeyC, PidFileIo>(l, &["io_pinned", "io"], &io_keys),
+                _ => {}
+            }
+        }
+    }
+
     /// Reads every map now.
     pub fn sample(&self) -> TraceSample {
         let mut s = read::sample(self.loaded.iter().map(|l| (l.family.name, &l.ebpf)));
@@ -492,6 +512,24 @@ impl Tracer {
             k.at_secs -= self.started_ns as f64 / 1e9;
         }
         s
+    }
+}
+
+/// Deletes `keys` from the hash maps `maps` of `l` (a key not there is no error).
+fn remove<K: aya::Pod, V: aya::Pod>(l: &mut Loaded, maps: &[&'static str], keys: &[K]) {
+    if keys.is_empty() {
+        return;
+    }
+    for map in maps {
+        let Some(m) = l.ebpf.map_mut(map) else {
+            continue;
+        };
+        let Ok(mut h) = BpfHashMap::<_, K, V>::try_from(m) else {
+            continue;
+        };
+        for k in keys {
+            let _ = h.remove(k);
+        }
     }
 }
 
