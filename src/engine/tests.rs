@@ -131,6 +131,9 @@ fn trace_sample(r: &mut Rng) -> TraceSample {
         t.io.insert(k, io);
     }
     for _ in 0..r.below(3) {
+        t.exited_read_bytes.insert(r.key(), r.count());
+    }
+    for _ in 0..r.below(3) {
         t.oom_kills.push(OomKill {
             pid: r.below(1 << 22) as i32,
             comm: r.name(),

@@ -192,3 +192,29 @@ fn findings_name_the_copying_loader_thrashing_reclaim_and_oom() {
         f[3].message()
     );
 }
+
+/// A reader folded away between two samples (it exited): its reads move from `io` to
+/// `exited_read_bytes`; the file's total stays, its rate counts only new reads, and the
+/// process is no longer a row.
+#[test]
+fn reads_of_exited_processes_stay_in_the_file_total() {
+    let prev = sample(1.0, 100, 1000, 4 << 20);
+    let mut cur = sample(3.0, 100, 1000, 0);
+    cur.io.clear();
+    cur.pids.clear();
+    cur.exited_read_bytes.insert(key(7), 4 << 20);
+    cur.io.insert(
+        (43, key(7)),
+        IoCounters {
+            read_bytes: 2 << 20,
+            ..IoCounters::default()
+        },
+    );
+    let m = TraceModel::new(&cur, Some(&prev), &ctx());
+    let f = m.files.iter().find(|f| f.key == key(7)).unwrap();
+    assert_eq!(f.total.read_bytes, Some(6 << 20));
+    assert_eq!(f.delta.read_bytes, Some(2 << 20));
+    assert_eq!(f.read_bytes_per_sec, Some((2 << 20) as f64 / 2.0));
+    assert!(m.processes.iter().all(|p| p.pid != 42));
+    assert!(m.processes.iter().any(|p| p.pid == 43));
+}
