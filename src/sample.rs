@@ -432,9 +432,10 @@ impl Default for GpuSample {
     }
 }
 
-/// One GPU as NVML reports it.
+/// What identifies a GPU and its memory, as NVML reports it (the sample and the report
+/// both carry it, flattened into their JSON).
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
-pub struct GpuDeviceSample {
+pub struct GpuInfo {
     /// NVML index.
     pub index: u32,
     pub name: Option<String>,
@@ -450,6 +451,13 @@ pub struct GpuDeviceSample {
     /// The GPU shares the host's DRAM (CUDA's `CU_DEVICE_ATTRIBUTE_INTEGRATED`); `None`:
     /// not known (libcuda absent).
     pub integrated: Option<bool>,
+}
+
+/// One GPU as NVML reports it.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct GpuDeviceSample {
+    #[serde(flatten)]
+    pub info: GpuInfo,
     /// Processes with memory on this GPU (compute and graphics).
     pub processes: Vec<GpuProcessSample>,
     /// Why the process list could not be read, when it could not.

@@ -15,7 +15,7 @@ use nvml_wrapper::enums::device::UsedGpuMemory;
 use nvml_wrapper::Nvml;
 
 use crate::sample::{
-    DeviceProofSample, GpuDeviceSample, GpuProcessKind, GpuProcessSample, GpuSample,
+    DeviceProofSample, GpuDeviceSample, GpuInfo, GpuProcessKind, GpuProcessSample, GpuSample,
 };
 
 /// Where GPU answers come from: NVML on a live host, a fixture in tests.
@@ -108,15 +108,18 @@ impl GpuSource for NvmlSource {
                     .map_err(|e| format!("NVML device {i}: {e}"))?;
                 let mem = d.memory_info().ok();
                 let mut s = GpuDeviceSample {
-                    index: i,
-                    name: d.name().ok(),
-                    uuid: d.uuid().ok(),
-                    pci_bus_id: d.pci_info().ok().map(|p| normal_bus_id(&p.bus_id)),
-                    memory_total_bytes: mem.as_ref().map(|m| m.total),
-                    memory_used_bytes: mem.as_ref().map(|m| m.used),
-                    memory_free_bytes: mem.as_ref().map(|m| m.free),
-                    pcie_link_gen: d.current_pcie_link_gen().ok(),
-                    pcie_link_width: d.current_pcie_link_width().ok(),
+                    info: GpuInfo {
+                        index: i,
+                        name: d.name().ok(),
+                        uuid: d.uuid().ok(),
+                        pci_bus_id: d.pci_info().ok().map(|p| normal_bus_id(&p.bus_id)),
+                        memory_total_bytes: mem.as_ref().map(|m| m.total),
+                        memory_used_bytes: mem.as_ref().map(|m| m.used),
+                        memory_free_bytes: mem.as_ref().map(|m| m.free),
+                        pcie_link_gen: d.current_pcie_link_gen().ok(),
+                        pcie_link_width: d.current_pcie_link_width().ok(),
+                        ..Default::default()
+                    },
                     ..Default::default()
                 };
                 let mut why = Vec::new();
@@ -141,7 +144,7 @@ impl GpuSource for NvmlSource {
                 }
                 s
             };
-            s.integrated = s.pci_bus_id.clone().and_then(|b| self.integrated(&b));
+            s.info.integrated = s.info.pci_bus_id.clone().and_then(|b| self.integrated(&b));
             s.processes.sort_by_key(|p| (p.pid, p.kind));
             out.push(s);
         }

@@ -15,8 +15,8 @@ pub(super) fn series(acc: &mut Acc, r: &Report, opts: Options) {
         if known { 1.0 } else { 0.0 },
     );
     for d in &r.gpus.devices {
-        let gpu = d.index.to_string();
-        let kind = match d.integrated {
+        let gpu = d.info.index.to_string();
+        let kind = match d.info.integrated {
             Some(true) => "integrated",
             Some(false) => "discrete",
             None => "unknown",
@@ -26,8 +26,8 @@ pub(super) fn series(acc: &mut Acc, r: &Report, opts: Options) {
             "A GPU NVML lists: name, UUID and whether it shares host memory (integrated) or not (discrete)",
             l(&[
                 ("gpu", &gpu),
-                ("name", d.name.as_deref().unwrap_or("")),
-                ("uuid", d.uuid.as_deref().unwrap_or("")),
+                ("name", d.info.name.as_deref().unwrap_or("")),
+                ("uuid", d.info.uuid.as_deref().unwrap_or("")),
                 ("type", kind),
             ]),
             1.0,
@@ -36,12 +36,12 @@ pub(super) fn series(acc: &mut Acc, r: &Report, opts: Options) {
             (
                 "twofold_gpu_memory_total_bytes",
                 "Device memory of the GPU",
-                d.memory_total_bytes,
+                d.info.memory_total_bytes,
             ),
             (
                 "twofold_gpu_memory_used_bytes",
                 "Device memory in use on the GPU (all processes and the driver)",
-                d.memory_used_bytes,
+                d.info.memory_used_bytes,
             ),
         ] {
             if let Some(v) = v {

@@ -13,22 +13,13 @@ use std::collections::BTreeMap;
 use serde::{Deserialize, Serialize};
 
 use super::{FileModel, SUSPECT_FRACTION};
-use crate::sample::{CandidateWhy, GpuDeviceSample, GpuProcessKind, Sample};
+use crate::sample::{CandidateWhy, GpuDeviceSample, GpuInfo, GpuProcessKind, Sample};
 
 /// One GPU, as the report shows it.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct GpuModel {
-    pub index: u32,
-    pub name: Option<String>,
-    pub uuid: Option<String>,
-    pub pci_bus_id: Option<String>,
-    pub memory_total_bytes: Option<u64>,
-    pub memory_used_bytes: Option<u64>,
-    pub memory_free_bytes: Option<u64>,
-    pub pcie_link_gen: Option<u32>,
-    pub pcie_link_width: Option<u32>,
-    /// Shares the host's DRAM; `None`: not known.
-    pub integrated: Option<bool>,
+    #[serde(flatten)]
+    pub info: GpuInfo,
     /// Device memory of the processes NVML lists on it (summed); `None` if unknown.
     pub process_memory_bytes: Option<u64>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -84,16 +75,7 @@ fn gpu_model(d: &GpuDeviceSample) -> GpuModel {
             .try_fold(0u64, |a, b| Some(a + b?)),
     };
     GpuModel {
-        index: d.index,
-        name: d.name.clone(),
-        uuid: d.uuid.clone(),
-        pci_bus_id: d.pci_bus_id.clone(),
-        memory_total_bytes: d.memory_total_bytes,
-        memory_used_bytes: d.memory_used_bytes,
-        memory_free_bytes: d.memory_free_bytes,
-        pcie_link_gen: d.pcie_link_gen,
-        pcie_link_width: d.pcie_link_width,
-        integrated: d.integrated,
+        info: d.info.clone(),
         process_memory_bytes,
         processes_unavailable: d.processes_unavailable.clone(),
     }
@@ -129,7 +111,7 @@ pub fn process_uses(sample: &Sample, pid: i32) -> Option<Vec<GpuUse>> {
                     .iter()
                     .filter(move |p| p.pid == pid)
                     .map(|p| GpuUse {
-                        gpu: d.index,
+                        gpu: d.info.index,
                         kind: p.kind,
                         bytes: p.used_bytes,
                     })
@@ -187,7 +169,7 @@ pub fn attribute(sample: &Sample, files: &mut [FileModel]) {
     let mut left: BTreeMap<(i32, u32), u64> = BTreeMap::new();
     for d in &sample.gpu.devices {
         for p in &d.processes {
-            *left.entry((p.pid, d.index)).or_default() += p.used_bytes.unwrap_or(0);
+            *left.entry((p.pid, d.info.index)).or_default() += p.used_bytes.unwrap_or(0);
         }
     }
     let gpu_of = |uuid: Option<&str>| {
@@ -195,7 +177,7 @@ pub fn attribute(sample: &Sample, files: &mut [FileModel]) {
             .gpu
             .devices
             .iter()
-            .find(|d| uuid.is_some() && d.uuid.as_deref() == uuid)
+            .find(|d| uuid.is_some() && d.info.uuid.as_deref() == uuid)
     };
     let mut order: Vec<usize> = (0..files.len()).collect();
     order.sort_by(|a, b| files[*b].size_bytes.cmp(&files[*a].size_bytes));
@@ -205,16 +187,16 @@ pub fn attribute(sample: &Sample, files: &mut [FileModel]) {
         for pr in sample.gpu.device_proofs.iter().filter(|p| p.file == f.key) {
             let g = gpu_of(pr.gpu_uuid.as_deref());
             if let Some(g) = g {
-                if let Some(l) = left.get_mut(&(pr.pid, g.index)) {
+                if let Some(l) = left.get_mut(&(pr.pid, g.info.index)) {
                     *l = l.saturating_sub(pr.device_bytes);
                 }
             }
             f.device_copies.push(DeviceCopy {
                 pid: pr.pid,
                 comm: comm(pr.pid),
-                gpu: g.map(|g| g.index),
-                gpu_name: g.and_then(|g| g.name.clone()),
-                integrated: g.and_then(|g| g.integrated),
+                gpu: g.map(|g| g.info.index),
+                gpu_name: g.and_then(|g| g.info.name.clone()),
+                integrated: g.and_then(|g| g.info.integrated),
                 device_bytes: pr.device_bytes,
                 attributed_bytes: pr.file_bytes.min(size),
                 fraction: fraction(pr.file_bytes.min(size), size),
@@ -227,7 +209,7 @@ pub fn attribute(sample: &Sample, files: &mut [FileModel]) {
                 let pids: std::collections::BTreeSet<i32> =
                     d.processes.iter().map(|p| p.pid).collect();
                 for pid in pids {
-                    let Some(avail) = left.get_mut(&(pid, d.index)) else {
+                    let Some(avail) = left.get_mut(&(pid, d.info.index)) else {
                         continue;
                     };
                     if (*avail as f64) < SUSPECT_FRACTION * size as f64 {
@@ -242,9 +224,9 @@ pub fn attribute(sample: &Sample, files: &mut [FileModel]) {
                     f.device_copies.push(DeviceCopy {
                         pid,
                         comm: comm(pid),
-                        gpu: Some(d.index),
-                        gpu_name: d.name.clone(),
-                        integrated: d.integrated,
+                        gpu: Some(d.info.index),
+                        gpu_name: d.info.name.clone(),
+                        integrated: d.info.integrated,
                         device_bytes,
                         attributed_bytes: attributed,
                         fraction: fraction(attributed, size),

@@ -300,11 +300,14 @@ fn report_round_trips_through_json() {
 
 fn gpu(index: u32, integrated: Option<bool>, procs: &[(i32, u64)]) -> GpuDeviceSample {
     GpuDeviceSample {
-        index,
-        name: Some("Test GPU".into()),
-        uuid: Some(format!("GPU-{index}")),
-        memory_total_bytes: Some(80 << 30),
-        integrated,
+        info: GpuInfo {
+            index,
+            name: Some("Test GPU".into()),
+            uuid: Some(format!("GPU-{index}")),
+            memory_total_bytes: Some(80 << 30),
+            integrated,
+            ..Default::default()
+        },
         processes: procs
             .iter()
             .map(|&(pid, b)| GpuProcessSample {

@@ -447,20 +447,20 @@ fn gpu_section(report: &Report, out: &mut String) {
     ]);
     for d in &g.devices {
         t.row(vec![
-            d.index.to_string(),
-            d.name.clone().unwrap_or_else(|| "n/a".into()),
-            match d.integrated {
+            d.info.index.to_string(),
+            d.info.name.clone().unwrap_or_else(|| "n/a".into()),
+            match d.info.integrated {
                 Some(true) => "integrated".into(),
                 Some(false) => "discrete".into(),
                 None => "n/a".into(),
             },
-            match (d.pcie_link_gen, d.pcie_link_width) {
+            match (d.info.pcie_link_gen, d.info.pcie_link_width) {
                 (Some(gen), Some(w)) => format!("gen{gen} x{w}"),
                 _ => "n/a".into(),
             },
-            iec_opt(d.memory_total_bytes),
-            iec_opt(d.memory_used_bytes),
-            iec_opt(d.memory_free_bytes),
+            iec_opt(d.info.memory_total_bytes),
+            iec_opt(d.info.memory_used_bytes),
+            iec_opt(d.info.memory_free_bytes),
             iec_opt(d.process_memory_bytes),
         ]);
     }

@@ -212,15 +212,15 @@ fn gpu_lines(report: Option<&Report>) -> Vec<String> {
         .map(|d| {
             format!(
                 "gpu{} {} · {} · used {} of {} · processes {}",
-                d.index,
-                safe(d.name.as_deref().unwrap_or("n/a")),
-                match d.integrated {
+                d.info.index,
+                safe(d.info.name.as_deref().unwrap_or("n/a")),
+                match d.info.integrated {
                     Some(true) => "integrated",
                     Some(false) => "discrete",
                     None => "type n/a",
                 },
-                iec_opt(d.memory_used_bytes),
-                iec_opt(d.memory_total_bytes),
+                iec_opt(d.info.memory_used_bytes),
+                iec_opt(d.info.memory_total_bytes),
                 iec_opt(d.process_memory_bytes),
             )
         })
