@@ -792,6 +792,30 @@ fn record_trace_keeps_the_read_ledger_of_a_loader_that_closed_the_file() {
     assert_eq!(c.how, twofold::model::CopyHow::Read);
 }
 
+/// A model file of `size` in a fresh directory, its key, and an engine (no proof) whose
+/// request names it, with candidates.
+fn engine_on_file(
+    size: u64,
+) -> (
+    tempfile::TempDir,
+    std::path::PathBuf,
+    twofold::sample::FileKey,
+    twofold::engine::Engine,
+) {
+    let dir = tempfile::tempdir().unwrap();
+    let file = model_file(dir.path(), "m.gguf", size);
+    let k = key(&file);
+    let e = twofold::engine::Engine::new(
+        twofold::collect::gather::Request {
+            paths: vec![file.clone()],
+            candidates: true,
+            ..Default::default()
+        },
+        None,
+    );
+    (dir, file, k, e)
+}
+
 /// The engine's tracing switch (what `top`'s `t` key and `serve --trace` use): off, the
 /// snapshots carry no counters; on, they carry them, with the read() ledger of a loader
 /// that closed its file; off again, none; on again, a new attachment whose rates do not
@@ -802,21 +826,10 @@ fn engine_tracing_turns_on_and_off_at_run_time() {
     if !bpf_ready() {
         return;
     }
-    use twofold::collect::gather::Request;
-    use twofold::engine::{self, Engine};
-    let dir = tempfile::tempdir().unwrap();
+    use twofold::engine;
     let size = 8 * MIB;
-    let file = model_file(dir.path(), "m.gguf", size);
-    let k = key(&file);
+    let (_dir, file, k, mut e) = engine_on_file(size);
     let mut copy = Armed::start("copy", Some(&file), &["--close"]);
-    let mut e = Engine::new(
-        Request {
-            paths: vec![file.clone()],
-            candidates: true,
-            ..Request::default()
-        },
-        None,
-    );
     let mut w = Vec::new();
     assert!(!e.tracing());
     assert!(e.snapshot(&mut w).unwrap().trace.is_none());
@@ -1166,19 +1179,9 @@ fn an_exited_reader_is_folded_into_the_file_totals() {
     if !bpf_ready() {
         return;
     }
-    use twofold::collect::gather::Request;
-    use twofold::engine::{self, Engine};
-    let dir = tempfile::tempdir().unwrap();
+    use twofold::engine;
     let size = 8 * MIB;
-    let file = model_file(dir.path(), "m.gguf", size);
-    let k = key(&file);
-    let mut e = Engine::new(
-        Request {
-            paths: vec![file.clone()],
-            ..Request::default()
-        },
-        None,
-    );
+    let (_dir, file, k, mut e) = engine_on_file(size);
     let mut w = Vec::new();
     e.set_tracing(true).unwrap();
     let s1 = e.snapshot(&mut w).unwrap();

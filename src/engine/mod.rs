@@ -320,13 +320,18 @@ fn fold_exited(
             .map(|(k, _)| *k)
             .collect();
         if !idle_pids.is_empty() || !idle_io.is_empty() {
-            // Processes (counters are kept per thread-group id, as /proc lists them).
-            let Ok(alive) = crate::collect::process::ProcReader::new(proc_root).pids() else {
-                *before = Some((cur.pids.clone(), cur.io.clone()));
-                cur.exited_read_bytes = exited.clone();
-                return;
-            };
-            let alive: std::collections::HashSet<i32> = alive.into_iter().collect();
+            // Processes (counters are kept per thread-group id, as /proc lists them);
+            // when /proc cannot be listed, nobody is taken for gone.
+            let alive: std::collections::HashSet<i32> =
+                match crate::collect::process::ProcReader::new(proc_root).pids() {
+                    Ok(pids) => pids.into_iter().collect(),
+                    Err(_) => cur
+                        .pids
+                        .keys()
+                        .chain(cur.io.keys().map(|k| &k.0))
+                        .copied()
+                        .collect(),
+                };
             let gone_pids: Vec<i32> = idle_pids
                 .into_iter()
                 .filter(|p| !alive.contains(p))
