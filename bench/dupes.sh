@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # dupes throughput: a process holding a 4 GiB copy of a 4 GiB model among 8 GiB of other
-# (pseudo-random) memory. Compares `twofold dupes` with a plain process_vm_readv of the
+# (pseudo-random) memory. Compares `twofold dupes` with a plain pread of /proc/PID/mem of the
 # same pages (the memory-bandwidth baseline), in the same run, and reports twofold's peak
 # RSS and index size.  Usage: bash bench/dupes.sh [MODEL_SIZE] [OTHER_SIZE]
 set -euo pipefail
@@ -51,7 +51,7 @@ present = f["stats"]["present_bytes"]
 print("| measure | value |\n|---|---|")
 print(f"| target private memory searched | {present/2**30:.2f} GiB |")
 print(f"| identical copy found | {f['identical']['memory_bytes']/2**30:.3f} GiB, {f['identical']['tensors']} tensors of {f['tensors']} |")
-print(f"| process_vm_readv of the same pages (baseline), median of 3 | {base_s:.3f} s = {base_b/base_s/1e9:.2f} GB/s |")
+print(f"| pread of /proc/PID/mem, same pages (baseline), median of 3 | {base_s:.3f} s = {base_b/base_s/1e9:.2f} GB/s |")
 print(f"| twofold dupes (whole command), median of 3 | {t:.3f} s = {present/t/1e9:.2f} GB/s of target memory |")
 print(f"| ratio dupes / baseline throughput | {(present/t)/(base_b/base_s):.2f} |")
 print(f"| bytes compared to confirm | {f['stats']['compared_bytes']/2**30:.2f} GiB |")

@@ -6,7 +6,7 @@
 # Workload 2 (no copy): a process holding the model open with NOCOPY_SIZE of pseudo-random
 # memory and no copy of it.
 # For each: `twofold scan MODEL` (default proof), `twofold dupes` (every page sampled, every
-# copy compared in full), and a plain process_vm_readv of the same pages (`__bench readmem`,
+# copy compared in full), and a plain pread of /proc/PID/mem of the same pages (`__bench readmem`,
 # the bandwidth baseline), medians of 3.
 #
 # Usage: bash bench/prove.sh [MODEL_SIZE] [OTHER_SIZE] [NOCOPY_SIZE]   (defaults 4G 8G 12G)
@@ -72,7 +72,7 @@ print(f"### workload: {label} ({gib:.2f} GiB of the candidate's present private 
 print("| measure | value |\n|---|---|")
 print(f"| count printed by `twofold scan` | {f['representations']['proven']:.3f} (lower bound: {f['representations']['lower_bound']}) |")
 print(f"| proven copy in the candidate | {mine[0]['fraction'] if mine else 0:.4f} of the file |")
-print(f"| process_vm_readv of every present page (baseline), median of 3 | {median(base_t):.3f} s |")
+print(f"| pread of /proc/PID/mem, every present page (baseline), median of 3 | {median(base_t):.3f} s |")
 print(f"| `twofold scan MODEL` (whole command, default proof), median of 3 | {median(scan_t):.3f} s |")
 print(f"| `twofold dupes --pid` (every page sampled, full compare), median of 3 | {median(dupes_t):.3f} s |")
 print(f"| full read / scan | **{median(base_t)/median(scan_t):.1f}x** |")
@@ -107,7 +107,7 @@ gib = base["bytes"] / 2**30
 print(f"### workload: {label} ({gib:.2f} GiB of the candidate's present private memory)\n")
 print("| measure | value |\n|---|---|")
 print(f"| count printed by `twofold scan` | {f['representations']['proven']:.3f} (lower bound: {f['representations']['lower_bound']}, searched {f['candidates']['searched']} of {f['candidates']['could_hold']}) |")
-print(f"| process_vm_readv of every present page (baseline), median of 3 | {median(base_t):.3f} s |")
+print(f"| pread of /proc/PID/mem, every present page (baseline), median of 3 | {median(base_t):.3f} s |")
 print(f"| `twofold scan MODEL` (whole command, default proof), median of 3 | {median(scan_t):.3f} s |")
 print(f"| full read / scan | **{median(base_t)/median(scan_t):.1f}x** |\n")
 PY

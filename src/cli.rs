@@ -78,7 +78,7 @@ pub enum Command {
     #[command(name = "__child", hide = true)]
     Child(ChildArgs),
     /// Benchmark helpers: write a synthetic safetensors model; read a process's memory
-    /// with plain process_vm_readv (the bandwidth baseline for `dupes`).
+    /// with plain `pread` of /proc/PID/mem (the bandwidth baseline for `dupes`).
     #[command(name = "__bench", hide = true)]
     Bench(BenchArgs),
 }

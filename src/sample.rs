@@ -401,6 +401,47 @@ pub struct ProofSample {
     /// Bytes of memory compared with the file to confirm copies.
     #[serde(default)]
     pub compared_bytes: u64,
+    /// How the pages of the copies are shared with other processes (fork, shared
+    /// memory), so that one physical copy counts once; `None`: not weighed (recordings
+    /// before it, a proof of one process alone), taken as this process's own.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub physical: Option<PhysicalSample>,
+}
+
+/// The physical pages under one process's copies of one file, from `/proc/PID/pagemap`
+/// (<https://docs.kernel.org/admin-guide/mm/pagemap.html>): with page frame numbers
+/// (`CAP_SYS_ADMIN`), each physical page is shared out among the copies that map it;
+/// without them, from the page's exclusive-mapping bit (56) and its mapping's
+/// `Pss`/`Rss` (smaps), marked estimated.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct PhysicalSample {
+    /// Present 4 KiB pages of the copies weighed.
+    pub pages: u64,
+    /// Their share, in pages: each page counts 1 / (how many copies found map it).
+    pub share_pages: f64,
+    /// Most processes one page is mapped by (1: the copy is this process's alone).
+    pub shared_by: u32,
+    /// Other processes whose copies map the same pages, by pid.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub shared_with: Vec<i32>,
+    /// Shared through shared memory (shmem, memfd, tmpfs) rather than by fork.
+    #[serde(default)]
+    pub shmem: bool,
+    /// No page frame numbers (not `CAP_SYS_ADMIN`): weighed from the exclusive bit and
+    /// `Pss`/`Rss`, an estimate.
+    #[serde(default)]
+    pub estimated: bool,
+}
+
+impl PhysicalSample {
+    /// The part of the copies' bytes that is this process's (1: all of it).
+    pub fn ratio(&self) -> f64 {
+        if self.pages == 0 {
+            1.0
+        } else {
+            (self.share_pages / self.pages as f64).clamp(0.0, 1.0)
+        }
+    }
 }
 
 pub mod trace;

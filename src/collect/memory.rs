@@ -7,9 +7,19 @@
 //!   per page; bit 63 present, bit 62 swapped, bit 61 file-page or shared-anon. Only
 //!   present pages are read, and inside private file mappings only anonymous (CoW) pages,
 //!   so twofold never faults pages in or swaps them in.
-//! - `process_vm_readv(2)`: copies bytes out of the target without stopping it. Needs
+//! - `/proc/PID/mem` (<https://man7.org/linux/man-pages/man5/proc_pid_mem.5.html>), read
+//!   with `pread(2)`: copies bytes out of the target without stopping it. Opening it needs
 //!   ptrace access (`PTRACE_MODE_ATTACH`: the same user under `ptrace_scope` 0, or root /
 //!   `CAP_SYS_PTRACE`). Nothing is ever written to the target.
+//!
+//! Never `process_vm_readv(2)`: it *pins* the pages it reads (`FOLL_PIN`), and the kernel
+//! unshares an anonymous page shared copy-on-write after `fork()` before it lets it be
+//! pinned, copying it into the process read. Measured on this kernel (6.18): an 8 MiB
+//! buffer shared by fork (2,048 pages) kept 0 of 2,048 pages shared after one
+//! `process_vm_readv` of it, and 2,048 of 2,048 after a `pread` of `/proc/PID/mem`
+//! (pagemap PFNs of parent and child). `/proc/PID/mem` takes references without pinning,
+//! and since only present pages are read (pagemap first) nothing is faulted in either.
+//! See docs/read-only.md.
 
 use std::fs::File;
 use std::io;
@@ -23,7 +33,11 @@ use crate::sample::MappingSample;
 pub const PAGE: u64 = 4096;
 const PM_PRESENT: u64 = 1 << 63;
 const PM_FILE: u64 = 1 << 61;
-/// Most iovecs one `process_vm_readv` call takes (IOV_MAX on Linux).
+/// The page is mapped by this process only (pagemap bit 56, since Linux 4.2).
+pub const PM_EXCLUSIVE: u64 = 1 << 56;
+/// Page frame number (bits 0–54), zero without `CAP_SYS_ADMIN`.
+pub const PM_PFN: u64 = (1 << 55) - 1;
+/// Most addresses one [`Target::gather`] call takes.
 pub const IOV_MAX: usize = 1024;
 
 /// One entry per 4 KiB unit of `[start, end)` from entries of `sys`-byte pages that begin
@@ -68,11 +82,59 @@ pub struct Region {
     pub key: Option<crate::sample::FileKey>,
 }
 
+/// A mapping's range and its resident and proportional sizes, as smaps gives them.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct MappingSizes {
+    pub start: u64,
+    pub end: u64,
+    pub rss_bytes: u64,
+    pub pss_bytes: u64,
+}
+
+/// `Rss:` and `Pss:` of each mapping of an smaps text (unreadable values: unknown, taken
+/// as huge for `Rss`, so a huge region is never skipped for want of a number).
+pub fn parse_smaps_sizes(text: &str) -> Vec<MappingSizes> {
+    let kb = |rest: &str| -> Option<u64> {
+        rest.trim()
+            .trim_end_matches("kB")
+            .trim()
+            .parse::<u64>()
+            .ok()
+    };
+    let mut out: Vec<MappingSizes> = Vec::new();
+    for line in text.lines() {
+        if let Some(rest) = line.strip_prefix("Rss:") {
+            if let Some(m) = out.last_mut() {
+                m.rss_bytes = kb(rest).map_or(u64::MAX, |k| k.saturating_mul(1024));
+            }
+        } else if let Some(rest) = line.strip_prefix("Pss:") {
+            if let Some(m) = out.last_mut() {
+                m.pss_bytes = kb(rest).map_or(0, |k| k.saturating_mul(1024));
+            }
+        } else if let Some((range, _)) = line.split_once(' ') {
+            if let Some((a, b)) = range.split_once('-') {
+                if let (Ok(a), Ok(b)) = (u64::from_str_radix(a, 16), u64::from_str_radix(b, 16)) {
+                    out.push(MappingSizes {
+                        start: a,
+                        end: b,
+                        rss_bytes: u64::MAX,
+                        pss_bytes: 0,
+                    });
+                }
+            }
+        }
+    }
+    out
+}
+
 /// Read-only access to one process's memory.
 pub struct Target {
     pub pid: i32,
     pagemap: File,
     pagemap_path: PathBuf,
+    /// `/proc/PID/mem`, opened read-only: the only way twofold reads another process's
+    /// memory.
+    mem: File,
 }
 
 fn denied_hint(e: io::Error, what: &str, pid: i32) -> io::Error {
@@ -91,20 +153,17 @@ impl Target {
         let pagemap_path = proc_root.join(pid.to_string()).join("pagemap");
         let pagemap = File::open(&pagemap_path)
             .map_err(|e| CollectError::io(&pagemap_path, denied_hint(e, "the page map", pid)))?;
-        let t = Target {
+        // Opening `mem` is the kernel's ptrace check (PTRACE_MODE_ATTACH): a missing
+        // permission is reported here, up front.
+        let mem_path = proc_root.join(pid.to_string()).join("mem");
+        let mem = File::open(&mem_path)
+            .map_err(|e| CollectError::io(&mem_path, denied_hint(e, "the memory", pid)))?;
+        Ok(Target {
             pid,
             pagemap,
             pagemap_path,
-        };
-        // Probe process_vm_readv once, so a missing permission is reported up front.
-        let mut probe = [0u8; 1];
-        if let Err(e) = t.read(0, &mut probe) {
-            if matches!(e.raw_os_error(), Some(libc::EPERM) | Some(libc::ESRCH)) {
-                let path = proc_root.join(pid.to_string()).join("mem");
-                return Err(CollectError::io(&path, denied_hint(e, "the memory", pid)));
-            }
-        }
-        Ok(t)
+            mem,
+        })
     }
 
     /// Ranges worth searching, from `maps` text.
@@ -159,30 +218,17 @@ impl Target {
     /// Resident bytes of each mapping, by its start address, from `/proc/PID/smaps` (its
     /// walk skips unpopulated page tables, so a huge empty reservation costs nothing).
     pub fn rss_by_start(&self) -> std::io::Result<std::collections::HashMap<u64, u64>> {
+        Ok(self
+            .smaps_sizes()?
+            .into_iter()
+            .map(|m| (m.start, m.rss_bytes))
+            .collect())
+    }
+
+    /// Each mapping's range with its `Rss` and `Pss` (bytes), from `/proc/PID/smaps`.
+    pub fn smaps_sizes(&self) -> std::io::Result<Vec<MappingSizes>> {
         let path = self.pagemap_path.with_file_name("smaps");
-        let text = std::fs::read_to_string(path)?;
-        let mut out = std::collections::HashMap::new();
-        let mut start = None;
-        for line in text.lines() {
-            if let Some(rest) = line.strip_prefix("Rss:") {
-                let kb: u64 = rest
-                    .trim()
-                    .trim_end_matches("kB")
-                    .trim()
-                    .parse()
-                    .unwrap_or(u64::MAX / 1024);
-                if let Some(s) = start.take() {
-                    out.insert(s, kb * 1024);
-                }
-            } else if let Some((range, _)) = line.split_once(' ') {
-                if let Some((a, _)) = range.split_once('-') {
-                    if let Ok(a) = u64::from_str_radix(a, 16) {
-                        start = Some(a);
-                    }
-                }
-            }
-        }
-        Ok(out)
+        Ok(parse_smaps_sizes(&std::fs::read_to_string(path)?))
     }
 
     /// Pagemap entries for `[start, end)`, one per 4 KiB [`PAGE`] (the unit the search
@@ -218,50 +264,46 @@ impl Target {
         entry & PM_PRESENT != 0 && (kind != RegionKind::PrivateFile || entry & PM_FILE == 0)
     }
 
-    /// Copies `buf.len()` bytes from the target at `addr`.
+    /// Copies `buf.len()` bytes from the target at `addr` with `pread` of `/proc/PID/mem`;
+    /// returns how many bytes were read before the first one that could not be (a range
+    /// unmapped meanwhile reads short). Callers read only pages pagemap says are present.
     pub fn read(&self, addr: u64, buf: &mut [u8]) -> io::Result<usize> {
-        let local = libc::iovec {
-            iov_base: buf.as_mut_ptr().cast(),
-            iov_len: buf.len(),
-        };
-        let remote = libc::iovec {
-            iov_base: addr as *mut libc::c_void,
-            iov_len: buf.len(),
-        };
-        // SAFETY: `local` describes our own writable buffer; `remote` is only read by the
-        // kernel from the target's address space, which it validates.
-        let n = unsafe { libc::process_vm_readv(self.pid, &local, 1, &remote, 1, 0) };
-        if n < 0 {
-            Err(io::Error::last_os_error())
-        } else {
-            Ok(n as usize)
+        let mut done = 0;
+        while done < buf.len() {
+            match self.mem.read_at(&mut buf[done..], addr + done as u64) {
+                Ok(0) => break,
+                Ok(n) => done += n,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                // The kernel answers EIO for an address with no mapping (and the first
+                // byte unreadable), EFAULT for a bad range: a short read, not an error.
+                Err(e) if matches!(e.raw_os_error(), Some(libc::EIO) | Some(libc::EFAULT)) => break,
+                Err(e) => return Err(e),
+            }
         }
+        Ok(done)
     }
 
-    /// Gathers `len` bytes at each address into `buf` (`addrs.len() * len` bytes), up to
-    /// [`IOV_MAX`] at a time. Returns how many addresses were read completely: a read
-    /// stops at the first address the kernel cannot copy.
+    /// Reads `len` bytes at each address into `buf` (`addrs.len() * len` bytes), up to
+    /// [`IOV_MAX`] at a time, one `pread` each (adjacent addresses in one). Returns how
+    /// many addresses were read completely: a read stops at the first address that
+    /// cannot be read in full.
     pub fn gather(&self, addrs: &[u64], len: usize, buf: &mut [u8]) -> io::Result<usize> {
         debug_assert!(addrs.len() <= IOV_MAX && buf.len() >= addrs.len() * len);
-        let remote: Vec<libc::iovec> = addrs
-            .iter()
-            .map(|a| libc::iovec {
-                iov_base: *a as *mut libc::c_void,
-                iov_len: len,
-            })
-            .collect();
-        let local = libc::iovec {
-            iov_base: buf.as_mut_ptr().cast(),
-            iov_len: addrs.len() * len,
-        };
-        // SAFETY: as in `read`; the local buffer holds every remote range back to back.
-        let n = unsafe {
-            libc::process_vm_readv(self.pid, &local, 1, remote.as_ptr(), remote.len() as _, 0)
-        };
-        if n < 0 {
-            return Err(io::Error::last_os_error());
+        let mut i = 0;
+        while i < addrs.len() {
+            // A run of back-to-back addresses is one read.
+            let mut j = i + 1;
+            while j < addrs.len() && addrs[j] == addrs[j - 1] + len as u64 {
+                j += 1;
+            }
+            let want = (j - i) * len;
+            let got = self.read(addrs[i], &mut buf[i * len..i * len + want])?;
+            if got < want {
+                return Ok(i + got / len);
+            }
+            i = j;
         }
-        Ok(n as usize / len)
+        Ok(addrs.len())
     }
 }
 

@@ -7,5 +7,6 @@
 pub mod filebytes;
 pub mod grid;
 pub mod index;
+pub mod physical;
 pub mod prove;
 pub mod sweep;

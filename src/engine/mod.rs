@@ -459,8 +459,10 @@ impl Engine {
         opts: ProveOptions,
         warnings: &mut Vec<String>,
     ) -> Vec<ProofSample> {
+        use crate::dupes::physical::{self, CopyRanges};
         let now = Instant::now();
-        let mut kept = Vec::new();
+        // Each proof with the memory ranges of its copies (to weigh their pages).
+        let mut kept: Vec<(ProofSample, CopyRanges)> = Vec::new();
         let mut todo = Vec::new();
         self.last_reused = 0;
         self.last_rechecked = 0;
@@ -476,12 +478,16 @@ impl Engine {
                 todo.push(c.clone());
             } else if r.fingerprint == fp {
                 self.last_reused += 1;
-                kept.push(r.proof.sample.clone());
+                let ranges = CopyRanges::of(c.file, &r.proof.found);
+                kept.push((r.proof.sample.clone(), ranges));
             } else {
                 match stale(&self.roots, sample, r, now, opts.exact) {
                     Some(p) => {
                         self.last_rechecked += 1;
-                        kept.push(p);
+                        // A check in place keeps the whole copies only.
+                        let ranges =
+                            CopyRanges::of(c.file, r.proof.found.iter().filter(|f| f.whole));
+                        kept.push((p, ranges));
                     }
                     // A copy found before is gone or changed: search it again now.
                     None => todo.push(c.clone()),
@@ -500,7 +506,7 @@ impl Engine {
         self.reuse
             .retain(|k, _| sample.candidates.iter().any(|c| (c.pid, c.file) == *k));
         for p in fresh {
-            kept.push(p.sample.clone());
+            kept.push((p.sample.clone(), CopyRanges::of(p.sample.file, &p.found)));
             // A process that could not be read at all is tried again next time.
             if p.took.is_zero() {
                 continue;
@@ -515,8 +521,11 @@ impl Engine {
                 },
             );
         }
-        kept.sort_by(|a, b| a.file.cmp(&b.file).then(a.pid.cmp(&b.pid)));
-        kept
+        kept.sort_by(|a, b| a.0.file.cmp(&b.0.file).then(a.0.pid.cmp(&b.0.pid)));
+        let (mut proofs, ranges): (Vec<ProofSample>, Vec<CopyRanges>) = kept.into_iter().unzip();
+        // One physical copy counts once: shared pages (fork, shared memory) are shared out.
+        physical::weigh(&self.roots.proc, &mut proofs, &ranges);
+        proofs
     }
 }
 

@@ -98,12 +98,7 @@ pub fn held_bytes(f: &FileModel) -> [Option<f64>; 5] {
     let r = &f.representations;
     [
         f.resident_bytes.map(|b| b as f64),
-        Some(
-            f.proven_copies
-                .iter()
-                .map(|c| (c.identical_bytes + c.widened_bytes) as f64)
-                .sum(),
-        ),
+        Some(f.proven_copies.iter().map(|c| c.physical_bytes()).sum()),
         Some(
             f.suspected_copies
                 .iter()
@@ -322,9 +317,10 @@ fn holder_series(acc: &mut Acc, r: &Report, f: &FileModel, id: &str, opts: Optio
         }
     }
     for c in &f.proven_copies {
-        let b = c.identical_bytes + c.widened_bytes;
-        if b > 0 {
-            held.push((c.pid, &c.comm, "private_copy_proven", b as f64));
+        // Its physical share: a copy shared after fork sums to one copy over its holders.
+        let b = c.physical_bytes();
+        if b > 0.0 {
+            held.push((c.pid, &c.comm, "private_copy_proven", b));
         }
     }
     for s in &f.suspected_copies {

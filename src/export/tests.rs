@@ -57,6 +57,8 @@ fn file_series_follow_the_report() {
         memory_bytes: 4096,
         copies: 1,
         fraction: 1.0,
+        share: 1.0,
+        shared: None,
         how: CopyHow::Read,
         traced_read_bytes: None,
         mapped: false,

@@ -4,11 +4,13 @@
 //! that mapping's copy-on-write pages (the `cow` part, from smaps `Anonymous:`), never a
 //! private copy; copies found in private anonymous memory are private copies. A candidate
 //! that was not searched (or only in part) is a *suspected* copy, shown beside the count
-//! and never summed into it, and it makes the count a lower bound.
+//! and never summed into it, and it makes the count a lower bound. A copy whose pages
+//! other processes' copies map too (after `fork()`, or in shared memory) is one physical
+//! copy: each process counts its share ([`crate::sample::PhysicalSample`]).
 
 use std::collections::BTreeMap;
 
-use super::{CopyHow, FileModel, ProvenCopy, Representations, SuspectedCopy};
+use super::{CopyHow, FileModel, ProvenCopy, Representations, SharedCopy, SuspectedCopy};
 use crate::sample::{FileKey, ProcessSample, Sample};
 
 fn fraction(part: u64, whole: u64) -> f64 {
@@ -50,6 +52,17 @@ pub fn attribute(sample: &Sample, reads: &BTreeMap<(i32, FileKey), u64>, files: 
             let p = proc_of(pr.pid);
             let mapped = f.mappers.iter().any(|m| m.pid == pr.pid);
             let traced = reads.get(&(pr.pid, key)).copied();
+            let share = pr.physical.as_ref().map_or(1.0, |w| w.ratio());
+            let shared = pr
+                .physical
+                .as_ref()
+                .filter(|w| w.shared_by > 1)
+                .map(|w| SharedCopy {
+                    by: w.shared_by,
+                    with: w.shared_with.clone(),
+                    shmem: w.shmem,
+                    estimated: w.estimated,
+                });
             f.proven_copies.push(ProvenCopy {
                 pid: pr.pid,
                 comm: p.map(|p| p.comm.clone()).unwrap_or_default(),
@@ -57,7 +70,9 @@ pub fn attribute(sample: &Sample, reads: &BTreeMap<(i32, FileKey), u64>, files: 
                 widened_bytes: pr.widened_file_bytes,
                 memory_bytes: pr.copy_memory_bytes,
                 copies: pr.copies,
-                fraction: fraction(bytes, size),
+                fraction: fraction(bytes, size) * share,
+                share,
+                shared,
                 how: how(p, mapped, bytes, traced),
                 traced_read_bytes: traced,
                 mapped,

@@ -40,6 +40,20 @@ pub enum Code {
         widened_bytes: u64,
         traced_read_bytes: Option<u64>,
     },
+    /// One physical private copy mapped by several processes (after `fork()`, or in
+    /// shared memory): counted once, shared out among them.
+    SharedPrivateCopy {
+        file: FileKey,
+        path: String,
+        /// The processes mapping it, by pid.
+        pids: Vec<i32>,
+        /// Shared memory (shmem, memfd) rather than fork.
+        shmem: bool,
+        /// Fraction of the file the one physical copy holds.
+        fraction: f64,
+        /// Weighed without page frame numbers: an estimate.
+        estimated: bool,
+    },
     /// A process that could hold a copy but was not searched.
     SuspectedPrivateCopy {
         file: FileKey,
@@ -185,6 +199,7 @@ impl Code {
     pub fn as_str(&self) -> &str {
         match self {
             Code::ProvenPrivateCopy { .. } => "proven-private-copy",
+            Code::SharedPrivateCopy { .. } => "shared-private-copy",
             Code::SuspectedPrivateCopy { .. } => "suspected-private-copy",
             Code::CowInPrivateMapping { .. } => "cow-in-private-mapping",
             Code::MappingBeyondEof { .. } => "mapping-beyond-eof",
@@ -242,7 +257,61 @@ pub fn evaluate(files: &[FileModel], cgroups: &[CgroupModel]) -> Vec<Finding> {
 
 fn file_findings(f: &FileModel, out: &mut Vec<Finding>) {
     let (file, path) = (f.key, &f.path);
+    // A copy shared by several processes is one finding, on the process that made it
+    // (the one that read the file, else the first), with the whole physical copy.
+    let mut groups: Vec<Vec<i32>> = Vec::new();
     for c in &f.proven_copies {
+        let Some(s) = &c.shared else { continue };
+        let mut pids: Vec<i32> = s.with.iter().copied().chain([c.pid]).collect();
+        pids.sort_unstable();
+        pids.dedup();
+        if !groups.iter().any(|g| g.contains(&c.pid)) {
+            groups.push(pids);
+        }
+    }
+    for g in &groups {
+        let members: Vec<&super::ProvenCopy> = f
+            .proven_copies
+            .iter()
+            .filter(|c| g.contains(&c.pid))
+            .collect();
+        out.push(finding(
+            Severity::Notice,
+            Code::SharedPrivateCopy {
+                file,
+                path: path.clone(),
+                pids: g.clone(),
+                shmem: members
+                    .iter()
+                    .any(|c| c.shared.as_ref().is_some_and(|s| s.shmem)),
+                fraction: members.iter().map(|c| c.fraction).sum(),
+                estimated: members
+                    .iter()
+                    .any(|c| c.shared.as_ref().is_some_and(|s| s.estimated)),
+            },
+        ));
+    }
+    let origin = |c: &super::ProvenCopy| {
+        let Some(g) = groups.iter().find(|g| g.contains(&c.pid)) else {
+            return true;
+        };
+        let members = || f.proven_copies.iter().filter(|m| g.contains(&m.pid));
+        let first = members()
+            .find(|m| m.how == CopyHow::Read)
+            .or_else(|| members().next());
+        first.is_some_and(|m| m.pid == c.pid)
+    };
+    for c in f.proven_copies.iter().filter(|c| origin(c)) {
+        // The origin of a shared copy speaks for the whole physical copy.
+        let fraction = match groups.iter().find(|g| g.contains(&c.pid)) {
+            Some(g) => f
+                .proven_copies
+                .iter()
+                .filter(|m| g.contains(&m.pid))
+                .map(|m| m.fraction)
+                .sum(),
+            None => c.fraction,
+        };
         out.push(finding(
             Severity::Warning,
             Code::ProvenPrivateCopy {
@@ -252,7 +321,7 @@ fn file_findings(f: &FileModel, out: &mut Vec<Finding>) {
                 pid: c.pid,
                 comm: c.comm.clone(),
                 how: c.how,
-                fraction: c.fraction,
+                fraction,
                 widened_bytes: c.widened_bytes,
                 traced_read_bytes: c.traced_read_bytes,
             },

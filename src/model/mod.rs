@@ -156,8 +156,16 @@ pub struct ProvenCopy {
     pub memory_bytes: u64,
     /// Tensor runs found.
     pub copies: u64,
-    /// (identical + widened) / file size: this copy's part of the count.
+    /// (identical + widened) / file size × [`ProvenCopy::share`]: this copy's part of the
+    /// count (one physical copy shared by several processes is shared out among them).
     pub fraction: f64,
+    /// The part of the copy's pages that is this process's: 1 when no other copy found
+    /// maps them, 1/4 for a copy four processes share after `fork()`.
+    #[serde(default = "one")]
+    pub share: f64,
+    /// With whom, and how, the copy's pages are shared (`None`: with nobody, or not known).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub shared: Option<SharedCopy>,
     /// How the copy was made, as far as the kernel tells.
     pub how: CopyHow,
     /// Bytes of this file it read() during a traced window (`scan --trace`), if traced.
@@ -165,6 +173,31 @@ pub struct ProvenCopy {
     pub traced_read_bytes: Option<u64>,
     /// The process also maps the file.
     pub mapped: bool,
+}
+
+fn one() -> f64 {
+    1.0
+}
+
+impl ProvenCopy {
+    /// The file bytes of the copy that count for this process: its physical share.
+    pub fn physical_bytes(&self) -> f64 {
+        (self.identical_bytes + self.widened_bytes) as f64 * self.share
+    }
+}
+
+/// How a proven copy's physical pages are shared with other processes' copies.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct SharedCopy {
+    /// Most processes one of its pages is mapped by, this one included.
+    pub by: u32,
+    /// The other processes, by pid.
+    #[serde(default)]
+    pub with: Vec<i32>,
+    /// Shared memory (shmem, memfd, tmpfs) mapped by several processes; else fork.
+    pub shmem: bool,
+    /// Weighed without page frame numbers (not `CAP_SYS_ADMIN`): an estimate.
+    pub estimated: bool,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]

@@ -372,7 +372,7 @@ impl Rows {
                             private_copy_proven_bytes: f
                                 .proven_copies
                                 .iter()
-                                .map(|c| c.identical_bytes + c.widened_bytes)
+                                .map(|c| c.physical_bytes().round() as u64)
                                 .sum(),
                             private_copy_suspected_bytes: f
                                 .suspected_copies

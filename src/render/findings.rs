@@ -87,6 +87,33 @@ pub fn render(code: &Code) -> Text {
                 Some(remedy),
             )
         }
+        Code::SharedPrivateCopy {
+            path,
+            pids,
+            shmem,
+            fraction,
+            estimated,
+            ..
+        } => {
+            let list: Vec<String> = pids.iter().map(i32::to_string).collect();
+            text(
+                path,
+                format!(
+                    "{} processes (pids {}) share one private copy of '{}' ({:.0}% of the file{}), {}: it is counted once",
+                    pids.len(),
+                    list.join(", "),
+                    name(path),
+                    fraction * 100.0,
+                    if *estimated { ", estimated without page frame numbers" } else { "" },
+                    if *shmem { "mapped from shared memory" } else { "shared copy-on-write after fork()" }
+                ),
+                Some(if *shmem {
+                    "map the model file itself instead of a shared-memory copy of it: the page cache is already shared"
+                } else {
+                    "load it with mmap before forking, so that the workers share the page cache; a worker that writes to the copy unshares its pages"
+                }),
+            )
+        }
         Code::SuspectedPrivateCopy {
             path,
             size_bytes,

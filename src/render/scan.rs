@@ -34,6 +34,17 @@ fn how(h: CopyHow) -> &'static str {
 pub(crate) fn copy_note(f: &FileModel, pid: i32, plus: bool) -> String {
     let plus = if plus { "+ " } else { "" };
     if let Some(c) = f.proven_copies.iter().find(|c| c.pid == pid) {
+        if let Some(s) = &c.shared {
+            return format!(
+                "{plus}private copy, {:.0}% of the file ({}, proven), shared by {} processes ({}{}): {:.0}% counted here",
+                c.fraction / c.share.max(1e-9) * 100.0,
+                how(c.how),
+                s.by,
+                if s.shmem { "shared memory" } else { "fork" },
+                if s.estimated { ", estimated" } else { "" },
+                c.fraction * 100.0
+            );
+        }
         return format!(
             "{plus}private copy, {:.0}% of the file ({}, proven)",
             c.fraction * 100.0,

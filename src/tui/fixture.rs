@@ -119,6 +119,8 @@ pub fn report() -> Report {
         memory_bytes: 4 * GIB,
         copies: 291,
         fraction: 1.0,
+        share: 1.0,
+        shared: None,
         how: CopyHow::Read,
         traced_read_bytes: None,
         mapped: false,

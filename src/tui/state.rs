@@ -673,9 +673,13 @@ pub fn file_cow_bytes(f: &FileModel) -> Option<u64> {
         .try_fold(0u64, |acc, v| Some(acc + v?))
 }
 
-/// Memory held by the proven private copies of the file.
+/// Memory held by the proven private copies of the file (each physical page once: a
+/// copy shared after fork counts its share in each process).
 pub fn file_private_bytes(f: &FileModel) -> u64 {
-    f.proven_copies.iter().map(|c| c.memory_bytes).sum()
+    f.proven_copies
+        .iter()
+        .map(|c| (c.memory_bytes as f64 * c.share).round() as u64)
+        .sum()
 }
 
 /// Private memory attributed to suspected (unsearched) copies.

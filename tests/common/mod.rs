@@ -9,6 +9,8 @@ use std::time::Duration;
 
 use twofold::spawn::Reader;
 
+pub mod tmux;
+
 pub const MIB: u64 = 1 << 20;
 
 pub fn exe() -> PathBuf {

@@ -1,0 +1,304 @@
+//! Never change what is observed: a copy shared copy-on-write by `fork()` (gunicorn
+//! `--preload`, multiprocessing `fork` pools, DataLoader workers) must stay shared while
+//! every command of twofold reads it, and it counts once.
+//!
+//! Ground truth is the test's own: the page frame numbers of the copy's pages in every
+//! process, from `/proc/PID/pagemap` (root only), before and after each command. A reader
+//! that pinned the pages (`process_vm_readv`) would make the kernel unshare them: the
+//! child's frame numbers would change.
+
+#![allow(clippy::unwrap_used)]
+
+mod common;
+
+use std::collections::BTreeMap;
+use std::io::Read;
+use std::os::unix::fs::FileExt;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use common::tmux::Tmux;
+use common::*;
+
+fn python_ready() -> bool {
+    Command::new("python3")
+        .args(["-c", "import numpy"])
+        .output()
+        .is_ok_and(|o| o.status.success())
+}
+
+/// A `.npy` of `bytes` of pseudo-random f32 values (written by NumPy itself).
+/// Each test's file has its own seed: two tests' files of the same bytes would be copies
+/// of each other (and counted so).
+fn npy(dir: &Path, bytes: u64, seed: u32) -> PathBuf {
+    let path = dir.join("weights.npy");
+    let code = format!(
+        "import numpy as np; np.save({:?}, np.random.default_rng({seed}).random({}, dtype=np.float32))",
+        path.to_str().unwrap(),
+        bytes / 4
+    );
+    run_ok(Command::new("python3").args(["-c", &code]));
+    path
+}
+
+/// The copy's data and the processes that share it.
+struct Shared {
+    _parent: twofold::spawn::Reader,
+    addr: u64,
+    len: u64,
+    pids: Vec<i32>,
+}
+
+/// `tests/runtimes/fork.py MODE FILE 3`: a parent copies the file with `np.load` and
+/// shares it with three workers.
+fn start(mode: &str, file: &Path) -> Shared {
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/runtimes/fork.py");
+    let mut cmd = Command::new("python3");
+    cmd.arg(script).arg(mode).arg(file).arg("3");
+    let (reader, line) = twofold::spawn::Reader::spawn(cmd, Duration::from_secs(120)).unwrap();
+    let v: serde_json::Value = serde_json::from_str(&line).unwrap();
+    Shared {
+        _parent: reader,
+        addr: v["addr"].as_u64().unwrap(),
+        len: v["len"].as_u64().unwrap(),
+        pids: v["pids"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|p| p.as_i64().unwrap() as i32)
+            .collect(),
+    }
+}
+
+/// Frame number of each whole page of the copy, per process (0: not present).
+fn frames(s: &Shared) -> BTreeMap<i32, Vec<u64>> {
+    let first = s.addr.div_ceil(4096);
+    let last = (s.addr + s.len) / 4096;
+    s.pids
+        .iter()
+        .map(|&pid| {
+            let f = std::fs::File::open(format!("/proc/{pid}/pagemap")).unwrap();
+            let mut buf = vec![0u8; ((last - first) * 8) as usize];
+            f.read_exact_at(&mut buf, first * 8).unwrap();
+            let pfns = buf
+                .chunks_exact(8)
+                .map(|c| u64::from_le_bytes(c.try_into().unwrap()))
+                .map(|e| if e >> 63 == 1 { e & ((1 << 55) - 1) } else { 0 })
+                .collect();
+            (pid, pfns)
+        })
+        .collect()
+}
+
+/// Pages whose frame is the same (and present) in every process.
+fn shared_pages(f: &BTreeMap<i32, Vec<u64>>) -> usize {
+    let mut it = f.values();
+    let first = it.next().unwrap();
+    let rest: Vec<&Vec<u64>> = it.collect();
+    (0..first.len())
+        .filter(|&i| first[i] != 0 && rest.iter().all(|r| r[i] == first[i]))
+        .count()
+}
+
+/// Asserts that nothing of the copy was unshared (or moved) since `before`.
+fn assert_unchanged(before: &BTreeMap<i32, Vec<u64>>, s: &Shared, after_what: &str) {
+    let after = frames(s);
+    let changed: usize = before
+        .iter()
+        .map(|(pid, b)| b.iter().zip(&after[pid]).filter(|(x, y)| x != y).count())
+        .sum();
+    assert_eq!(
+        changed, 0,
+        "{after_what} changed {changed} page frames of the shared copy"
+    );
+    assert_eq!(shared_pages(&after), before.values().next().unwrap().len());
+}
+
+fn scan_json(file: &Path, extra: &[&str]) -> serde_json::Value {
+    let out = run_ok(
+        Command::new(exe())
+            .args(["scan", "--json", "--prove-budget", "60s"])
+            .args(extra)
+            .arg(file),
+    );
+    serde_json::from_slice(&out).unwrap()
+}
+
+/// The count of `file` in a scan: it is 2.00 (the page cache as measured, plus one
+/// physical copy), and each of the four processes holds a quarter of the copy.
+fn assert_counted_once(report: &serde_json::Value, file: &Path, pids: &[i32]) {
+    let f = report["files"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|f| f["path"].as_str() == file.to_str())
+        .unwrap_or_else(|| panic!("no entry for the file in {report}"));
+    let r = &f["representations"];
+    let page_cache = r["page_cache"].as_f64().unwrap();
+    let copies = r["private_copies"].as_f64().unwrap();
+    assert!(
+        (copies - 1.0).abs() < 0.01,
+        "one physical copy, counted {copies}: {r}"
+    );
+    assert!(
+        (r["proven"].as_f64().unwrap() - (page_cache + copies)).abs() < 1e-6,
+        "{r}"
+    );
+    let proven = f["proven_copies"].as_array().unwrap();
+    assert_eq!(proven.len(), pids.len(), "{proven:?}");
+    for c in proven {
+        let pid = c["pid"].as_i64().unwrap() as i32;
+        assert!(pids.contains(&pid));
+        assert_eq!(c["shared"]["by"].as_u64(), Some(4), "{c}");
+        assert_eq!(c["shared"]["shmem"].as_bool(), Some(false), "{c}");
+        assert!((c["share"].as_f64().unwrap() - 0.25).abs() < 0.01, "{c}");
+    }
+}
+
+/// One test at a time: each searches the whole host's candidates.
+static SERIAL: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+fn setup(seed: u32) -> Option<(tempfile::TempDir, PathBuf)> {
+    if !require(is_root(), "root (page frame numbers in pagemap)")
+        || !require(
+            python_ready(),
+            "python3 with numpy (scripts/test.sh installs it)",
+        )
+    {
+        return None;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let file = npy(dir.path(), 32 * MIB, seed);
+    Some((dir, file))
+}
+
+#[test]
+fn no_command_unshares_a_copy_shared_by_fork_and_it_counts_once() {
+    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let Some((dir, file)) = setup(11) else { return };
+    let s = start("fork", &file);
+    let child = s.pids[1].to_string();
+    let before = frames(&s);
+    assert_eq!(
+        shared_pages(&before),
+        before[&s.pids[0]].len(),
+        "the workers share the parent's copy before twofold runs"
+    );
+
+    let report = scan_json(&file, &[]);
+    assert_unchanged(&before, &s, "scan");
+    assert_counted_once(&report, &file, &s.pids);
+    let text = String::from_utf8(run_ok(Command::new(exe()).arg("scan").arg(&file))).unwrap();
+    assert!(text.contains("shared by 4 processes (fork)"), "{text}");
+    assert!(text.contains("in memory 2.00 times"), "{text}");
+
+    let report = scan_json(&file, &["--exact"]);
+    assert_unchanged(&before, &s, "scan --exact");
+    assert_counted_once(&report, &file, &s.pids);
+
+    run_ok(
+        Command::new(exe())
+            .args(["dupes", "--json", "--pid", &child])
+            .arg(&file),
+    );
+    assert_unchanged(&before, &s, "dupes --pid CHILD");
+
+    // 20 s of top (in a terminal), serve and record at once, each checking the copies in
+    // place on its own cadence.
+    let port = {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        l.local_addr().unwrap().port()
+    };
+    let mut serve = Command::new(exe())
+        .args(["serve", "--listen", &format!("127.0.0.1:{port}")])
+        .args(["--interval", "1s", "--prove-budget", "30s"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let store = dir.path().join("store");
+    let mut record = Command::new(exe())
+        .args(["record", "--interval", "1s", "--store"])
+        .arg(&store)
+        .arg(&file)
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let tmux = Tmux::new("readonly");
+    tmux.start(
+        140,
+        40,
+        &format!("{} top --interval 1s {}", exe().display(), file.display()),
+    );
+    let started = Instant::now();
+    let screen = tmux.wait_for("top's count of 2.00", Duration::from_secs(60), |sc| {
+        sc.lines()
+            .any(|l| l.contains("weights.npy") && l.contains(" 2.00"))
+    });
+    std::thread::sleep(Duration::from_secs(20).saturating_sub(started.elapsed()));
+    let metrics = {
+        let mut body = String::new();
+        let mut conn = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap();
+        use std::io::Write;
+        write!(
+            conn,
+            "GET /metrics HTTP/1.0\r\nHost: localhost\r\nAccept: text/plain\r\n\r\n"
+        )
+        .unwrap();
+        conn.read_to_string(&mut body).unwrap();
+        body
+    };
+    tmux.keys(&["q"]);
+    for p in [&mut serve, &mut record] {
+        nix::sys::signal::kill(
+            nix::unistd::Pid::from_raw(p.id() as i32),
+            nix::sys::signal::Signal::SIGTERM,
+        )
+        .unwrap();
+        p.wait().unwrap();
+    }
+    drop(tmux);
+    assert_unchanged(&before, &s, "20 s of top, serve and record");
+    assert!(screen.contains("weights.npy"), "{screen}");
+    // The exporter's count of the file: 2.00 too.
+    let id = {
+        use std::os::unix::fs::MetadataExt;
+        let m = std::fs::metadata(&file).unwrap();
+        format!(
+            "file_id=\"{}:{}:{}\"",
+            libc::major(m.dev()),
+            libc::minor(m.dev()),
+            m.ino()
+        )
+    };
+    let count = metrics
+        .lines()
+        .filter(|l| l.starts_with("twofold_file_copies{") && l.contains(&id))
+        .find_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok());
+    let count = count.unwrap_or_else(|| panic!("no twofold_file_copies in:\n{metrics}"));
+    assert!((count - 2.0).abs() < 0.02, "exporter count {count}");
+    // The recording replays to the same count.
+    let replay = run_ok(
+        Command::new(exe())
+            .args(["replay", "--json", "--store"])
+            .arg(&store),
+    );
+    let replay: serde_json::Value = serde_json::from_slice(&replay).unwrap();
+    assert_counted_once(&replay, &file, &s.pids);
+}
+
+#[test]
+fn a_multiprocessing_fork_pool_shares_one_copy() {
+    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let Some((_dir, file)) = setup(12) else {
+        return;
+    };
+    let s = start("pool", &file);
+    let before = frames(&s);
+    assert_eq!(shared_pages(&before), before[&s.pids[0]].len());
+    let report = scan_json(&file, &[]);
+    assert_unchanged(&before, &s, "scan");
+    assert_counted_once(&report, &file, &s.pids);
+}
