@@ -338,6 +338,11 @@ pub struct Sample {
     /// (pid, file) pairs where the process's command line names the file.
     #[serde(default)]
     pub named: Vec<(i32, FileKey)>,
+    /// twofold's own processes (the one that scans, and any other running the same
+    /// executable: a recorder, an exporter), left out of holders, mappers and candidates:
+    /// what they map or hold is there because they observe it.
+    #[serde(default)]
+    pub observers: Vec<i32>,
 }
 
 /// One (process, file) entry of the read() ledger.

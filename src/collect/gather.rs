@@ -86,6 +86,10 @@ struct Gatherer<'a> {
     decided: HashMap<FileKey, Option<Interest>>,
     /// (pid, file) pairs where the file is named on the process's command line.
     named: HashSet<(i32, FileKey)>,
+    /// The executable this process runs, to know twofold's own processes by.
+    own_exe: Option<FileKey>,
+    /// twofold's own processes: left out (see [`Gatherer::is_observer`]).
+    observers: Vec<i32>,
     warnings: &'a mut Vec<String>,
 }
 
@@ -123,6 +127,8 @@ pub fn gather_cached(
         req,
         decided: HashMap::new(),
         named: HashSet::new(),
+        own_exe: own_exe(&roots.proc),
+        observers: Vec::new(),
         warnings,
     };
     g.add_explicit_paths()?;
@@ -270,6 +276,8 @@ pub fn gather_cached(
         sample.named.sort_unstable();
     }
     lap("candidates (rchar)");
+    g.observers.sort_unstable();
+    sample.observers = std::mem::take(&mut g.observers);
     sample.files = g.files(&sample);
     lap("files (residency)");
     sample.cgroups = read_cgroups(&cgroups, &sample.processes, only_cgroup, g.warnings);
@@ -640,6 +648,10 @@ impl Gatherer<'_> {
                 Err(None)
             };
         }
+        if self.is_observer(pid, &b.parts) {
+            self.observers.push(pid);
+            return Err(None);
+        }
         let mut wanted = HashSet::new();
         let code: HashSet<FileKey> = b
             .parts
@@ -677,6 +689,21 @@ impl Gatherer<'_> {
         } else {
             Err(Some(p))
         }
+    }
+
+    /// twofold's own processes: this one, and any other running the same executable (a
+    /// recorder, an exporter, another scan), except the reader children of `twofold
+    /// __child`, which are workloads. What they map or hold is there because they
+    /// observe it: they are never holders, mappers or candidates.
+    fn is_observer(&self, pid: i32, parts: &BasicParts) -> bool {
+        if pid == std::process::id() as i32 {
+            return true;
+        }
+        let Some(exe) = self.own_exe else {
+            return false;
+        };
+        parts.maps.iter().any(|m| m.perms.exec && m.key() == exe)
+            && parts.cmdline.get(1).map(String::as_str) != Some("__child")
     }
 
     /// Model files named on the command line ([`named_files`]) become files of interest,
@@ -752,6 +779,14 @@ impl Gatherer<'_> {
         out.sort_by(|a, b| b.size_bytes.cmp(&a.size_bytes).then(a.path.cmp(&b.path)));
         out
     }
+}
+
+/// The (dev, inode) of the executable this process runs, through `PROC/self/exe` (the
+/// inode it runs, even when the path was replaced since); `None` under a procfs root that
+/// has no `self` (a fixture tree).
+fn own_exe(proc_root: &Path) -> Option<FileKey> {
+    let m = std::fs::metadata(proc_root.join("self").join("exe")).ok()?;
+    Some(FileKey::from_dev(m.dev(), m.ino()))
 }
 
 /// A private copy is looked for only where it could be most of the file: private

@@ -54,6 +54,9 @@ pub struct Report {
     /// Rates since the snapshot before (`replay`, `record`); absent for a single scan.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub rates: Option<rates::Rates>,
+    /// twofold's own processes seen (never holders, mappers or candidates).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub observers: Vec<i32>,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -542,6 +545,7 @@ pub fn build_with(sample: &Sample, trace: Option<TraceInput>) -> Report {
         trace,
         at_unix_ns: None,
         rates: None,
+        observers: sample.observers.clone(),
     }
 }
 

@@ -296,6 +296,14 @@ pub fn human(report: &Report) -> String {
             iec_opt(report.system.anon_bytes)
         );
     }
+    if !report.observers.is_empty() {
+        let pids: Vec<String> = report.observers.iter().map(|p| p.to_string()).collect();
+        let _ = writeln!(
+            out,
+            "observers: pid {} (twofold itself: never counted as holders or candidates)",
+            pids.join(", ")
+        );
+    }
     if !report.files.is_empty() {
         out.push_str("\nMODEL FILES\n");
         for f in &report.files {
