@@ -209,6 +209,14 @@ pub struct FileSample {
     /// `TWOFOLD_MODEL_PATH`) rather than held by a process.
     #[serde(default)]
     pub store: bool,
+    /// The inode no longer has its name: unlinked (`maps` says ` (deleted)`), or its path
+    /// now names another inode (a new model renamed over it). Processes that map or hold
+    /// it keep it, and its page cache, alive.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub deleted: bool,
+    /// The inode its path names now, when that is another one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub now_at_path: Option<FileKey>,
 }
 
 /// A memory cgroup (v1 or v2), bytes and event counts.

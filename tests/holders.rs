@@ -10,6 +10,7 @@ mod common;
 use std::os::fd::AsRawFd;
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
 
 use common::*;
 use twofold::model::{FileModel, Report};
@@ -106,4 +107,121 @@ fn a_second_twofold_is_an_observer_not_a_holder() {
         .find(|l| l.starts_with("observers: pid "))
         .unwrap_or_else(|| panic!("no observers line in:\n{out}"));
     assert!(line.contains(&rpid.to_string()), "{line}");
+}
+
+/// `fincore`'s resident bytes of `path` (util-linux; ground truth, by mincore).
+fn fincore_bytes(path: &Path) -> u64 {
+    let out = run_ok(
+        Command::new("fincore")
+            .args(["--bytes", "--noheadings", "--output", "RES"])
+            .arg(path),
+    );
+    String::from_utf8_lossy(&out).trim().parse().unwrap()
+}
+
+/// `/proc/PID/map_files/START-END` of `pid`'s mapping of inode `ino`, from its maps.
+fn map_files_of(pid: i32, ino: u64) -> std::path::PathBuf {
+    let maps = std::fs::read_to_string(format!("/proc/{pid}/maps")).unwrap();
+    let line = maps
+        .lines()
+        .find(|l| l.split_whitespace().nth(4) == Some(&ino.to_string()))
+        .unwrap();
+    let range = line.split_whitespace().next().unwrap();
+    Path::new(&format!("/proc/{pid}/map_files")).join(range)
+}
+
+fn file_key(path: &Path) -> twofold::sample::FileKey {
+    use std::os::unix::fs::MetadataExt;
+    let m = std::fs::metadata(path).unwrap();
+    twofold::sample::FileKey::from_dev(m.dev(), m.ino())
+}
+
+#[test]
+fn a_replaced_model_still_mapped_is_counted_through_its_holder() {
+    if !require(is_root(), "root (to open /proc/PID/map_files)")
+        || !require(have("fincore"), "util-linux fincore")
+    {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let size = 16 * MIB;
+    let file = model_file(dir.path(), "m.gguf", size);
+    let old = file_key(&file);
+    let map = reader("map", Some(&file), &[]);
+    // A new model renamed over the path, as a deployment does.
+    let new = model_file(dir.path(), "new.gguf", 8 * MIB);
+    std::fs::rename(&new, &file).unwrap();
+    let now = file_key(&file);
+    assert_ne!(old, now);
+    let truth = fincore_bytes(&map_files_of(map.pid(), old.inode));
+    assert!(truth > 0, "ground truth: the old inode is cached");
+    let r = scan_json(&[file.to_str().unwrap()]);
+    let olds: Vec<&FileModel> = r.files.iter().filter(|f| f.key == old).collect();
+    assert_eq!(olds.len(), 1, "one entry for the old inode: {:?}", r.files);
+    let f = olds[0];
+    assert_eq!(f.size_bytes, Some(size));
+    assert_eq!(
+        f.resident_bytes,
+        Some(truth),
+        "{:?}",
+        f.residency_unknown_reason
+    );
+    assert!(f.deleted);
+    assert_eq!(f.now_at_path, Some(now));
+    let count = f.representations.proven.expect("a count, not unknown");
+    assert!(
+        (count - truth as f64 / size as f64).abs() < 1e-9 && (count - 1.0).abs() < 0.005,
+        "count {count}, truth {truth} of {size}"
+    );
+    assert!(f.mappers.iter().any(|m| m.pid == map.pid()));
+    let finding = r
+        .findings
+        .iter()
+        .find(|x| x.code == "replaced-file-held")
+        .expect("a finding about the old file");
+    let msg = finding.message();
+    assert!(msg.contains(&format!("pid {} (", map.pid())), "{msg}");
+    assert!(
+        msg.contains(&format!("until pid {} restarts", map.pid())),
+        "{msg}"
+    );
+    assert!(msg.contains(&format!("inode {}", now.inode)), "{msg}");
+    assert!(msg.contains("16.0 MiB of page cache"), "{msg}");
+    assert!(r.findings.iter().all(|x| x.code != "residency-unknown"));
+
+    // The exporter has the old inode's series too.
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let serve = Killed(
+        Command::new(exe())
+            .args(["serve", "--no-prove", "--interval", "1s", "--listen"])
+            .arg(format!("127.0.0.1:{port}"))
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap(),
+    );
+    let id = format!("{}:{}:{}", old.major, old.minor, old.inode);
+    let want = format!("twofold_file_copies{{file_id=\"{id}\"}} ");
+    let until = Instant::now() + Duration::from_secs(60);
+    let mut last = String::new();
+    let line = loop {
+        if let Some(body) = metrics_text(port) {
+            if let Some(l) = body.lines().find(|l| l.starts_with(&want)) {
+                break l.to_string();
+            }
+            last = body;
+        }
+        assert!(
+            Instant::now() < until,
+            "no '{want}' series; last exposition:\n{last}"
+        );
+        std::thread::sleep(Duration::from_millis(250));
+    };
+    let v: f64 = line.rsplit(' ').next().unwrap().parse().unwrap();
+    assert!((v - 1.0).abs() < 0.005, "{line}");
+    drop(serve);
 }

@@ -18,6 +18,7 @@ use super::cache::{self, BasicParts, Detail, Hit, ProcCache, Read, StatStamp};
 use super::cgroup::CgroupReader;
 use super::error::Result as CResult;
 use super::process::{ProcReader, StatusRead};
+use super::reopen;
 use super::residency::{self, Method};
 use super::{has_model_extension, system, Roots};
 use crate::sample::{
@@ -599,14 +600,23 @@ impl Gatherer<'_> {
         key: FileKey,
         path: &str,
         size: Option<u64>,
+        alt: Option<PathBuf>,
         code: bool,
     ) -> bool {
         if let Some(d) = self.decided.get(&key) {
             return d.is_some();
         }
-        let root = self.procs.root().join(pid.to_string()).join("root");
-        let open_path = root.join(path.trim_start_matches('/'));
-        let size = size.or_else(|| std::fs::metadata(&open_path).ok().map(|m| m.len()));
+        // Never through a path with " (deleted)" appended; the inode itself through `alt`
+        // (its map_files or fd) when the path is gone or names another one.
+        let open_path = reopen::in_root(self.procs.root(), pid, path);
+        let size = size.or_else(|| {
+            [Some(&open_path), alt.as_ref()]
+                .into_iter()
+                .flatten()
+                .filter_map(|p| std::fs::metadata(p).ok())
+                .find(|m| reopen::identity(m) == key)
+                .map(|m| m.len())
+        });
         let interesting =
             has_model_extension(path) || (!code && size.is_some_and(|s| s >= self.req.min_size));
         let value = interesting.then(|| Interest {
@@ -661,7 +671,9 @@ impl Gatherer<'_> {
             .map(|m| m.key())
             .collect();
         for m in &b.parts.maps {
-            if self.decide(pid, m.key(), &m.path, None, code.contains(&m.key())) {
+            let alt = (!self.decided.contains_key(&m.key()))
+                .then(|| reopen::map_file(self.procs.root(), pid, m.start, m.end));
+            if self.decide(pid, m.key(), &m.path, None, alt, code.contains(&m.key())) {
                 wanted.insert(m.key());
             }
         }
@@ -671,6 +683,7 @@ impl Gatherer<'_> {
                 fd.key,
                 &fd.path,
                 Some(fd.size_bytes),
+                None,
                 code.contains(&fd.key),
             ) {
                 p.open_files.push(OpenFileSample {
@@ -774,7 +787,15 @@ impl Gatherer<'_> {
         let mut out: Vec<FileSample> = by_key
             .into_iter()
             .filter(|(k, i)| !i.store || referenced(k))
-            .map(|(key, i)| file_sample(key, i, self.req.residency))
+            .map(|(key, i)| {
+                let ways = reopen::ways(
+                    self.procs.root(),
+                    &sample.processes,
+                    key,
+                    Some(&i.open_path),
+                );
+                file_sample(key, i, &ways, self.req.residency)
+            })
             .collect();
         out.sort_by(|a, b| b.size_bytes.cmp(&a.size_bytes).then(a.path.cmp(&b.path)));
         out
@@ -878,9 +899,16 @@ pub fn raw_if_lossy(p: &Path) -> Option<Vec<u8>> {
         .then(|| p.as_os_str().as_bytes().to_vec())
 }
 
-fn file_sample(key: FileKey, i: Interest, method: Method) -> FileSample {
+fn file_sample(key: FileKey, i: Interest, ways: &[PathBuf], method: Method) -> FileSample {
+    // What the name it is shown by names now: this inode, another one, or nothing.
+    let now_at_path = std::fs::metadata(&i.open_path)
+        .ok()
+        .map(|m| reopen::identity(&m))
+        .filter(|k| *k != key);
     let mut f = FileSample {
         key,
+        deleted: i.shown.ends_with(reopen::DELETED) || now_at_path.is_some(),
+        now_at_path,
         path: i.shown,
         path_bytes: i.raw,
         size_bytes: i.size_bytes,
@@ -889,26 +917,23 @@ fn file_sample(key: FileKey, i: Interest, method: Method) -> FileSample {
         explicit: i.explicit,
         store: i.store,
     };
-    match residency::open(&i.open_path) {
-        Ok((file, size)) => {
-            // Same inode? A path may have been replaced since the process opened it.
-            let same = file
-                .metadata()
-                .is_ok_and(|m| FileKey::from_dev(m.dev(), m.ino()) == key);
-            if !same {
-                f.residency_error = Some(format!(
-                    "'{}' now names another file (the mapped one was replaced or deleted)",
-                    i.open_path.display()
-                ));
-                return f;
-            }
+    let opened = reopen::open_inode(ways, key, |p| {
+        let (file, size) = residency::open(p).map_err(|e| match e {
+            residency::ResidencyError::Open { source, .. } => source,
+            other => std::io::Error::other(other.to_string()),
+        })?;
+        let k = reopen::identity(&file.metadata()?);
+        Ok(((file, size), k))
+    });
+    match opened {
+        Ok(((file, size), path)) => {
             f.size_bytes = Some(size);
-            match residency::query(&file, &i.open_path, size, method) {
+            match residency::query(&file, &path, size, method) {
                 Ok(r) => f.residency = Some(r),
                 Err(e) => f.residency_error = Some(format!("{:#}", anyhow::Error::from(e))),
             }
         }
-        Err(e) => f.residency_error = Some(format!("{:#}", anyhow::Error::from(e))),
+        Err(misses) => f.residency_error = Some(misses.describe()),
     }
     f
 }

@@ -14,6 +14,7 @@ pub mod memory;
 pub mod mounts;
 pub mod names;
 pub mod process;
+pub mod reopen;
 pub mod residency;
 pub mod stores;
 pub mod system;

@@ -18,6 +18,8 @@ fn report_with(files: usize) -> Report {
             residency_error: None,
             explicit: true,
             store: false,
+            deleted: false,
+            now_at_path: None,
         }],
         ..Default::default()
     };

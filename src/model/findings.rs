@@ -88,6 +88,18 @@ pub enum Code {
         path: String,
         resident_fraction: f64,
     },
+    /// A file replaced or deleted on disk that processes still map or hold: the old
+    /// inode (and its page cache) lives until they let it go.
+    ReplacedFileHeld {
+        file: FileKey,
+        path: String,
+        /// Its page cache; `None`: unknown.
+        resident_bytes: Option<u64>,
+        /// The processes keeping it, (pid, comm), by pid.
+        holders: Vec<(i32, String)>,
+        /// The inode at its path now, if another one.
+        now_at_path: Option<FileKey>,
+    },
     /// Page-cache residency could not be read.
     ResidencyUnknown {
         file: FileKey,
@@ -191,6 +203,7 @@ impl Code {
             Code::FileThp { .. } => "file-thp",
             Code::SharedMapping { .. } => "shared-mapping",
             Code::LowResidency { .. } => "low-residency",
+            Code::ReplacedFileHeld { .. } => "replaced-file-held",
             Code::ResidencyUnknown { .. } => "residency-unknown",
             Code::MultipleRepresentations { .. } => "multiple-representations",
             Code::CountIsLowerBound { .. } => "count-is-lower-bound",
@@ -329,6 +342,26 @@ fn file_findings(f: &FileModel, out: &mut Vec<Finding>) {
         ));
     }
     let held = !f.mappers.is_empty() || !f.holders.is_empty();
+    if f.deleted && held {
+        let mut holders: Vec<(i32, String)> = f
+            .mappers
+            .iter()
+            .map(|m| (m.pid, m.comm.clone()))
+            .chain(f.holders.iter().map(|h| (h.pid, h.comm.clone())))
+            .collect();
+        holders.sort();
+        holders.dedup();
+        out.push(finding(
+            Severity::Notice,
+            Code::ReplacedFileHeld {
+                file,
+                path: path.clone(),
+                resident_bytes: f.resident_bytes,
+                holders,
+                now_at_path: f.now_at_path,
+            },
+        ));
+    }
     match (f.resident_fraction, &f.residency_unknown_reason) {
         (Some(r), _) if held && !f.mappers.is_empty() && r < LOW_RESIDENCY => out.push(finding(
             Severity::Notice,

@@ -275,6 +275,12 @@ pub struct FileModel {
     /// Found only in a model store (no process maps or holds it).
     pub store: bool,
     pub representations: Representations,
+    /// Unlinked, or its path now names another inode: only its holders keep it.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub deleted: bool,
+    /// The inode at its path now, when that is another one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub now_at_path: Option<FileKey>,
 }
 
 fn sum_opt(mut values: impl Iterator<Item = Option<u64>>) -> Option<u64> {
@@ -444,6 +450,8 @@ pub fn build_with(sample: &Sample, trace: Option<TraceInput>) -> Report {
                 device_copies: Vec::new(),
                 candidates: CandidateCounts::default(),
                 store: f.store,
+                deleted: f.deleted,
+                now_at_path: f.now_at_path,
                 representations: Representations {
                     page_cache: None,
                     cow: None,

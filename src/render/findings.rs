@@ -182,6 +182,58 @@ pub fn render(code: &Code) -> Text {
             ),
             Some("leave room for the page cache (memory limit, competing processes) or prefetch it (vmtouch -t)"),
         ),
+        Code::ReplacedFileHeld {
+            file,
+            path,
+            resident_bytes,
+            holders,
+            now_at_path,
+        } => {
+            let path = crate::collect::reopen::strip_deleted(path);
+            let pids: Vec<String> = holders.iter().map(|(p, _)| p.to_string()).collect();
+            let named: Vec<String> = holders
+                .iter()
+                .map(|(p, c)| format!("{p} ({c})"))
+                .collect();
+            let one = holders.len() == 1;
+            let cost = match resident_bytes {
+                Some(b) => format!("{} of page cache", iec(*b)),
+                None => "page cache of an unknown size".to_string(),
+            };
+            let now = match now_at_path {
+                Some(k) => format!(
+                    "; '{}' now names another file ({}:{} inode {})",
+                    name(path),
+                    k.major,
+                    k.minor,
+                    k.inode
+                ),
+                None => "; nothing is at that path now".to_string(),
+            };
+            text(
+                path,
+                format!(
+                    "the old '{}' ({}:{} inode {}) was replaced or deleted on disk, but pid {} still {} it: it still costs {cost} until {} restart{}{now}",
+                    name(path),
+                    file.major,
+                    file.minor,
+                    file.inode,
+                    named.join(", "),
+                    if one { "maps or holds" } else { "map or hold" },
+                    if one {
+                        format!("pid {}", pids[0])
+                    } else {
+                        format!("pids {}", pids.join(", "))
+                    },
+                    if one { "s" } else { "" },
+                ),
+                Some(&format!(
+                    "restart pid {} (or have {} reopen the model) to free the old one",
+                    pids.join(", "),
+                    if one { "it" } else { "them" }
+                )),
+            )
+        }
         Code::ResidencyUnknown { path, reason, .. } => text(
             path,
             format!(
@@ -514,6 +566,18 @@ mod tests {
                 "/m/model.gguf",
                 "'model.gguf' is 44% resident in the page cache: reads will hit storage",
                 Some("leave room for the page cache (memory limit, competing processes) or prefetch it (vmtouch -t)"),
+            ),
+            (
+                Code::ReplacedFileHeld { file: k(), path: "/m/model.gguf (deleted)".into(), resident_bytes: Some(64 * MIB), holders: vec![(9, "llama".into())], now_at_path: Some(FileKey { major: 8, minor: 1, inode: 8 }) },
+                "/m/model.gguf",
+                "the old 'model.gguf' (8:1 inode 7) was replaced or deleted on disk, but pid 9 (llama) still maps or holds it: it still costs 64.0 MiB of page cache until pid 9 restarts; 'model.gguf' now names another file (8:1 inode 8)",
+                Some("restart pid 9 (or have it reopen the model) to free the old one"),
+            ),
+            (
+                Code::ReplacedFileHeld { file: k(), path: p(), resident_bytes: None, holders: vec![(9, "a".into()), (10, "b".into())], now_at_path: None },
+                "/m/model.gguf",
+                "the old 'model.gguf' (8:1 inode 7) was replaced or deleted on disk, but pid 9 (a), 10 (b) still map or hold it: it still costs page cache of an unknown size until pids 9, 10 restart; nothing is at that path now",
+                Some("restart pid 9, 10 (or have them reopen the model) to free the old one"),
             ),
             (
                 Code::ResidencyUnknown { file: k(), path: p(), reason: "denied".into() },

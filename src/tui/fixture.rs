@@ -72,6 +72,8 @@ fn file(path: &str, inode: u64, size: u64) -> FileModel {
         device_copies: Vec::new(),
         candidates: CandidateCounts::default(),
         store: false,
+        deleted: false,
+        now_at_path: None,
         representations: Representations {
             page_cache: None,
             cow: None,
