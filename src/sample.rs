@@ -311,6 +311,28 @@ pub struct SystemSample {
     pub page_size: u64,
 }
 
+/// The privilege of the process that read a sample (see [`crate::collect::access`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Privilege {
+    /// Effective user id.
+    pub euid: u32,
+    /// `CAP_SYS_PTRACE` in the effective set: may read any process's memory files.
+    pub cap_sys_ptrace: bool,
+}
+
+impl Privilege {
+    /// Whether ptrace checks pass for every process as far as capabilities go: any
+    /// refusal is then a security policy's.
+    pub fn reads_any(&self) -> bool {
+        self.cap_sys_ptrace
+    }
+
+    /// Root, with or without its capabilities.
+    pub fn is_root(&self) -> bool {
+        self.euid == 0
+    }
+}
+
 /// Counts of what a scan had to leave out.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct Skipped {
@@ -351,6 +373,9 @@ pub struct Sample {
     /// what they map or hold is there because they observe it.
     #[serde(default)]
     pub observers: Vec<i32>,
+    /// Who read it; `None`: not known (a fixture tree, a recording made before).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub privilege: Option<Privilege>,
 }
 
 /// One (process, file) entry of the read() ledger.

@@ -177,7 +177,7 @@ fn a_replaced_model_still_mapped_is_counted_through_its_holder() {
     let finding = r
         .findings
         .iter()
-        .find(|x| x.code == "replaced-file-held")
+        .find(|x| x.code == "replaced-file-held" && Path::new(&x.subject()) == file)
         .expect("a finding about the old file");
     let msg = finding.message();
     assert!(msg.contains(&format!("pid {} (", map.pid())), "{msg}");
@@ -187,7 +187,10 @@ fn a_replaced_model_still_mapped_is_counted_through_its_holder() {
     );
     assert!(msg.contains(&format!("inode {}", now.inode)), "{msg}");
     assert!(msg.contains("16.0 MiB of page cache"), "{msg}");
-    assert!(r.findings.iter().all(|x| x.code != "residency-unknown"));
+    assert!(r
+        .findings
+        .iter()
+        .all(|x| x.code != "residency-unknown" || Path::new(&x.subject()) != file));
 
     // The exporter has the old inode's series too.
     let port = std::net::TcpListener::bind("127.0.0.1:0")
@@ -224,4 +227,134 @@ fn a_replaced_model_still_mapped_is_counted_through_its_holder() {
     let v: f64 = line.rsplit(' ').next().unwrap().parse().unwrap();
     assert!((v - 1.0).abs() < 0.005, "{line}");
     drop(serve);
+}
+
+/// Every remedy of a report: none may tell root to run as root.
+fn assert_no_root_advice(r: &Report) {
+    for x in &r.findings {
+        let remedy = x.remedy().unwrap_or_default();
+        assert!(
+            !remedy.contains("run as root"),
+            "{}: {} → {remedy}",
+            x.code,
+            x.message()
+        );
+    }
+}
+
+#[test]
+fn a_holder_that_exits_mid_scan_leaves_no_lower_bound() {
+    use twofold::collect::gather::{gather, Request};
+    use twofold::collect::Roots;
+    use twofold::dupes::prove::{prove, ProveOptions};
+    if !require(is_root(), "root (to search the copying reader's memory)") {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let size = 16 * MIB;
+    let file = model_file(dir.path(), "m.safetensors", size);
+    let key = file_key(&file);
+    let mut mappers = vec![
+        reader("map", Some(&file), &[]),
+        reader("map", Some(&file), &[]),
+    ];
+    let copy = reader("copy", Some(&file), &["--close"]);
+    // Unlinked: only its holders' fds and map_files reach the inode now.
+    std::fs::remove_file(&file).unwrap();
+    let mut pids: Vec<i32> = mappers.iter().map(|m| m.pid()).collect();
+    pids.push(copy.pid());
+    let req = Request {
+        pids,
+        ..Request::default()
+    };
+    let roots = Roots::live();
+    let mut warnings = Vec::new();
+    let mut sample = gather(&roots, &req, &mut warnings).unwrap();
+    assert!(sample
+        .candidates
+        .iter()
+        .any(|c| c.pid == copy.pid() && c.file == key));
+    // The holder whose path comes first exits between the collection and the proof.
+    let first = sample
+        .processes
+        .iter()
+        .find(|p| p.mappings.iter().any(|m| m.key() == key))
+        .unwrap()
+        .pid;
+    mappers.retain(|m| m.pid() != first);
+    assert_eq!(mappers.len(), 1);
+    assert!(!Path::new(&format!("/proc/{first}")).exists());
+    let opts = ProveOptions {
+        budget: Some(Duration::from_secs(60)),
+        exact: false,
+    };
+    sample.proofs = prove(&roots, &sample, opts, &mut warnings);
+    let r = twofold::model::build(&sample);
+    let f = r.files.iter().find(|f| f.key == key).unwrap();
+    assert!(f.deleted);
+    assert!(
+        !f.representations.lower_bound,
+        "{:?} {:?}",
+        f.representations, sample.proofs
+    );
+    let c = f
+        .proven_copies
+        .iter()
+        .find(|c| c.pid == copy.pid())
+        .unwrap();
+    assert!(c.fraction > 0.99, "{c:?}");
+    assert_no_root_advice(&r);
+
+    // A candidate that exits before its search holds no memory: searched, nothing
+    // there, and no lower bound either.
+    let gone = copy.pid();
+    drop(copy);
+    sample.proofs = prove(&roots, &sample, opts, &mut warnings);
+    let p = sample.proofs.iter().find(|p| p.pid == gone).unwrap();
+    assert_eq!(p.unsearched, None, "{p:?}");
+    let r = twofold::model::build(&sample);
+    let f = r.files.iter().find(|f| f.key == key).unwrap();
+    assert!(!f.representations.lower_bound, "{:?}", f.representations);
+    assert!(f.proven_copies.is_empty() && f.suspected_copies.is_empty());
+    assert_no_root_advice(&r);
+}
+
+/// This sandbox's pid 1 refuses its `maps` even to root: it must not make a small file's
+/// count a lower bound, and no advice may tell root to become root.
+#[test]
+fn a_process_that_refuses_root_is_no_candidate_without_evidence() {
+    let refused = std::fs::read_to_string("/proc/1/maps")
+        .is_err_and(|e| e.kind() == std::io::ErrorKind::PermissionDenied);
+    if !require(is_root(), "root")
+        || !require(
+            refused,
+            "a process that refuses /proc/PID/maps to root (pid 1 here)",
+        )
+    {
+        return;
+    }
+    let anon = status_bytes(1, "RssAnon");
+    let dir = tempfile::tempdir().unwrap();
+    // Small enough for pid 1's private memory to hold a copy of it by size.
+    let size = (anon / 2).max(64 << 10) / 4096 * 4096;
+    let file = model_file(dir.path(), "small.onnx", size);
+    let r = scan_json(&["--pid", "1", file.to_str().unwrap()]);
+    let f = r.files.iter().find(|x| Path::new(&x.path) == file).unwrap();
+    assert!(
+        f.suspected_copies.iter().all(|s| s.pid != 1),
+        "{:?}",
+        f.suspected_copies
+    );
+    assert!(!f.representations.lower_bound, "{:?}", f.representations);
+    assert_no_root_advice(&r);
+    let out = String::from_utf8(run_ok(
+        Command::new(exe()).args(["scan", "--pid", "1"]).arg(&file),
+    ))
+    .unwrap();
+    assert!(
+        out.contains("denied even to root by a security policy"),
+        "{out}"
+    );
+    assert!(!out.contains("run as root"), "{out}");
+    assert!(!out.contains("root or CAP_SYS_PTRACE needed"), "{out}");
 }

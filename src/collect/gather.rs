@@ -121,8 +121,10 @@ pub fn gather_cached(
     };
     let mut sample = Sample {
         system: system::read(&roots.proc)?,
+        privilege: super::access::privilege(&roots.proc),
         ..Sample::default()
     };
+    let policy = sample.privilege.is_some_and(|p| p.reads_any());
     let mut g = Gatherer {
         procs: ProcReader::new(&roots.proc),
         req,
@@ -258,7 +260,13 @@ pub fn gather_cached(
             Err(e) => g.warnings.push(format!("{:#}", anyhow::Error::from(e))),
         }
     }
-    if sample.skipped.denied > 0 {
+    if sample.skipped.denied > 0 && policy {
+        g.warnings.push(format!(
+            "{} could not be read fully: their smaps, maps or fds were {}; whether they map or hold the files is unknown",
+            crate::units::count(sample.skipped.denied as u64, "process", "processes"),
+            super::access::POLICY
+        ));
+    } else if sample.skipped.denied > 0 {
         g.warnings.push(format!(
             "{} could not be read fully (their smaps, maps or fds need root or CAP_SYS_PTRACE): whether they map or hold the files, and their PSS, are unknown",
             crate::units::count(sample.skipped.denied as u64, "process", "processes")
@@ -273,6 +281,20 @@ pub fn gather_cached(
             }
         }
         sample.candidates = candidates(&sample.processes, &sizes, &g.named);
+        if policy {
+            // Refused even to root: what it maps, holds and read() is unknown, and its
+            // memory cannot be searched. Without evidence (it does not name the file)
+            // it is no candidate: it would make every small file's count a lower bound.
+            let refused: HashSet<i32> = sample
+                .processes
+                .iter()
+                .filter(|p| p.unreadable == Some(Unreadable::Denied))
+                .map(|p| p.pid)
+                .collect();
+            sample
+                .candidates
+                .retain(|c| !(refused.contains(&c.pid) && c.why == CandidateWhy::Unknown));
+        }
         sample.named = g.named.iter().copied().collect();
         sample.named.sort_unstable();
     }

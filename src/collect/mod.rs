@@ -2,6 +2,7 @@
 //!
 //! Every reader takes a root path; the live roots are named once, in [`Roots::live`].
 
+pub mod access;
 pub mod bpf;
 pub mod cache;
 pub mod cgroup;

@@ -638,7 +638,9 @@ fn search_one(
     deadline: Option<Instant>,
     progress: Option<&Progress>,
 ) -> SearchResult {
-    let target = Target::open(&roots.proc, pid).map_err(|e| format!("{e:#}"))?;
+    // The whole chain: the refusal's reason is in the source.
+    let target =
+        Target::open(&roots.proc, pid).map_err(|e| format!("{:#}", anyhow::Error::from(e)))?;
     let maps_path = roots.proc.join(pid.to_string()).join("maps");
     let text = std::fs::read_to_string(&maps_path)
         .map_err(|e| format!("cannot read '{}': {e}", maps_path.display()))?;

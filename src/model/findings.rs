@@ -4,7 +4,7 @@
 use serde::{Deserialize, Serialize};
 
 use super::{CgroupModel, CopyHow, FileModel, MapKind};
-use crate::sample::FileKey;
+use crate::sample::{FileKey, Privilege};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
@@ -50,6 +50,8 @@ pub enum Code {
         anon_bytes: u64,
         /// Why it was not searched, as the proof said.
         unsearched: String,
+        /// Who read the sample (the remedy fits them); `None`: not known.
+        reader: Option<Privilege>,
     },
     /// A private writable mapping written in place: copy-on-write pages.
     CowInPrivateMapping {
@@ -106,6 +108,8 @@ pub enum Code {
         path: String,
         /// Why, as collection said.
         reason: String,
+        /// Who read the sample (the remedy fits them); `None`: not known.
+        reader: Option<Privilege>,
     },
     /// The file is in memory about twice or more, proven.
     MultipleRepresentations {
@@ -241,10 +245,16 @@ fn finding(severity: Severity, code: Code) -> Finding {
     Finding { severity, code }
 }
 
-pub fn evaluate(files: &[FileModel], cgroups: &[CgroupModel]) -> Vec<Finding> {
+/// The findings of a report's files and cgroups; `reader` is who read the sample, for
+/// remedies that fit them.
+pub fn evaluate(
+    files: &[FileModel],
+    cgroups: &[CgroupModel],
+    reader: Option<Privilege>,
+) -> Vec<Finding> {
     let mut out = Vec::new();
     for f in files {
-        file_findings(f, &mut out);
+        file_findings(f, reader, &mut out);
     }
     for c in cgroups {
         cgroup_findings(c, &mut out);
@@ -253,7 +263,7 @@ pub fn evaluate(files: &[FileModel], cgroups: &[CgroupModel]) -> Vec<Finding> {
     out
 }
 
-fn file_findings(f: &FileModel, out: &mut Vec<Finding>) {
+fn file_findings(f: &FileModel, reader: Option<Privilege>, out: &mut Vec<Finding>) {
     let (file, path) = (f.key, &f.path);
     for c in &f.proven_copies {
         out.push(finding(
@@ -282,6 +292,7 @@ fn file_findings(f: &FileModel, out: &mut Vec<Finding>) {
                 comm: s.comm.clone(),
                 anon_bytes: s.anon_bytes,
                 unsearched: s.unsearched.clone(),
+                reader,
             },
         ));
     }
@@ -377,6 +388,7 @@ fn file_findings(f: &FileModel, out: &mut Vec<Finding>) {
                 file,
                 path: path.clone(),
                 reason: reason.clone(),
+                reader,
             },
         )),
         _ => {}

@@ -54,6 +54,9 @@ pub struct Report {
     /// Rates since the snapshot before (`replay`, `record`); absent for a single scan.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub rates: Option<rates::Rates>,
+    /// Who read the sample (root, `CAP_SYS_PTRACE`); absent: not known.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub privilege: Option<crate::sample::Privilege>,
     /// twofold's own processes seen (never holders, mappers or candidates).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub observers: Vec<i32>,
@@ -533,7 +536,7 @@ pub fn build_with(sample: &Sample, trace: Option<TraceInput>) -> Report {
     });
     let cgroups: Vec<CgroupModel> = sample.cgroups.iter().map(cgroup::build).collect();
     let system = system_model(sample);
-    let mut findings = findings::evaluate(&files, &cgroups);
+    let mut findings = findings::evaluate(&files, &cgroups, sample.privilege);
     let trace = trace.map(|t| {
         let ctx = trace_context(sample, &files, t.cur);
         let m = trace::TraceModel::new(t.cur, t.prev, &ctx);
@@ -554,6 +557,7 @@ pub fn build_with(sample: &Sample, trace: Option<TraceInput>) -> Report {
         at_unix_ns: None,
         rates: None,
         observers: sample.observers.clone(),
+        privilege: sample.privilege,
     }
 }
 

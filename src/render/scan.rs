@@ -408,7 +408,20 @@ pub fn human(report: &Report) -> String {
             let _ = writeln!(out, "           → {r}");
         }
     }
-    if report.skipped.denied > 0 {
+    let policy = report.privilege.is_some_and(|p| p.reads_any());
+    if report.skipped.denied > 0 && policy {
+        let _ = writeln!(
+            out,
+            "\n{} could not be read: {}; whether {} the files is unknown",
+            crate::units::count(report.skipped.denied, "process", "processes"),
+            crate::collect::access::POLICY,
+            if report.skipped.denied == 1 {
+                "it maps or holds"
+            } else {
+                "they map or hold"
+            }
+        );
+    } else if report.skipped.denied > 0 {
         let _ = writeln!(
             out,
             "\n{} process{} could not be read (root or CAP_SYS_PTRACE needed): whether {} the files is unknown",
