@@ -217,6 +217,10 @@ pub struct FileSample {
     /// The inode its path names now, when that is another one.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub now_at_path: Option<FileKey>,
+    /// Other names processes give it (from another mount namespace, where `path` is the
+    /// host's name), as they give them.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub seen_as: Vec<String>,
 }
 
 /// A memory cgroup (v1 or v2), bytes and event counts.

@@ -358,3 +358,78 @@ fn a_process_that_refuses_root_is_no_candidate_without_evidence() {
     assert!(!out.contains("run as root"), "{out}");
     assert!(!out.contains("root or CAP_SYS_PTRACE needed"), "{out}");
 }
+
+#[test]
+fn a_file_mapped_from_another_mount_namespace_is_shown_by_its_host_path() {
+    if !require(is_root(), "root (to create a mount namespace)")
+        || !require(have("unshare"), "util-linux unshare")
+    {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let models = dir.path().join("models");
+    let mnt = dir.path().join("mnt");
+    std::fs::create_dir(&models).unwrap();
+    std::fs::create_dir(&mnt).unwrap();
+    let file = model_file(&models, "m.gguf", 16 * MIB);
+    let key = file_key(&file);
+    let inside = mnt.join("m.gguf");
+    // A child in its own mount namespace, where `models` is bind-mounted on `mnt`.
+    let mut cmd = Command::new("unshare");
+    cmd.args(["-m", "--propagation", "private", "sh", "-c"])
+        .arg("mount --bind \"$1\" \"$2\" && exec \"$3\" __child map \"$2/m.gguf\"")
+        .arg("sh")
+        .arg(&models)
+        .arg(&mnt)
+        .arg(exe());
+    let (child, line) = twofold::spawn::Reader::spawn(cmd, Duration::from_secs(60)).unwrap();
+    assert_eq!(line.trim(), "ready");
+    // Ground truth: the child maps the file by its namespace's name, which the host lacks.
+    let maps = std::fs::read_to_string(format!("/proc/{}/maps", child.pid())).unwrap();
+    assert!(maps.contains(inside.to_str().unwrap()), "{maps}");
+    assert!(!inside.exists(), "the bind mount is the child's only");
+    let pid = child.pid().to_string();
+    for args in [vec!["--pid", &pid], vec![file.to_str().unwrap()]] {
+        let r = scan_json(&args);
+        let entries: Vec<&FileModel> = r.files.iter().filter(|f| f.key == key).collect();
+        assert_eq!(entries.len(), 1, "{args:?}: {:?}", r.files);
+        let f = entries[0];
+        assert_eq!(Path::new(&f.path), file, "{args:?}: the host path");
+        assert_eq!(f.seen_as, [inside.to_str().unwrap()], "{args:?}");
+        assert!(f.mappers.iter().any(|m| m.pid == child.pid()));
+        assert_eq!(f.resident_bytes, Some(16 * MIB));
+        assert!(r.files.iter().all(|x| Path::new(&x.path) != inside));
+    }
+    let out = String::from_utf8(run_ok(Command::new(exe()).args(["scan", "--pid", &pid]))).unwrap();
+    assert!(out.contains(&format!("  {}\n", file.display())), "{out}");
+    assert!(
+        out.contains(&format!("seen as {}", inside.display())),
+        "{out}"
+    );
+}
+
+#[test]
+fn scan_of_a_file_is_about_that_file_and_all_keeps_the_host() {
+    let dir = tempfile::tempdir().unwrap();
+    let a = model_file(dir.path(), "a.gguf", 8 * MIB);
+    let b = model_file(dir.path(), "b.gguf", 8 * MIB);
+    let ma = reader("map", Some(&a), &[]);
+    let mb = reader("map", Some(&b), &[]);
+    let r = scan_json(&[a.to_str().unwrap()]);
+    let paths: Vec<&str> = r.files.iter().map(|f| f.path.as_str()).collect();
+    assert_eq!(paths, [a.to_str().unwrap()], "only the file named");
+    assert!(r.files[0].mappers.iter().any(|m| m.pid == ma.pid()));
+    assert!(
+        r.processes.iter().all(|p| p.pid != mb.pid()),
+        "a holder of another file is not reported"
+    );
+    let r = scan_json(&["--all", a.to_str().unwrap()]);
+    for (f, m) in [(&a, &ma), (&b, &mb)] {
+        let fm = r
+            .files
+            .iter()
+            .find(|x| Path::new(&x.path) == f.as_path())
+            .unwrap_or_else(|| panic!("--all shows '{}'", f.display()));
+        assert!(fm.mappers.iter().any(|x| x.pid == m.pid()));
+    }
+}

@@ -46,6 +46,9 @@ pub struct Request {
     /// Find the processes whose private memory could hold a copy of a file of interest
     /// (copy holders that closed the file), for the proof.
     pub candidates: bool,
+    /// Only the files in `paths` (and an older inode still held at one of their paths),
+    /// with their holders and candidates: `scan FILE...` without `--all`.
+    pub only_paths: bool,
     /// Processes holding device memory (NVML): kept in the sample even when they hold no
     /// file, so that a device copy made by one that read or named the file and closed it
     /// can be suspected (filled in by the engine each snapshot).
@@ -63,6 +66,7 @@ impl Default for Request {
             residency: Method::Auto,
             stores: false,
             candidates: true,
+            only_paths: false,
             gpu_pids: Vec::new(),
         }
     }
@@ -91,6 +95,10 @@ struct Gatherer<'a> {
     own_exe: Option<FileKey>,
     /// twofold's own processes: left out (see [`Gatherer::is_observer`]).
     observers: Vec<i32>,
+    /// The absolute paths of the files named by the user.
+    explicit: HashSet<PathBuf>,
+    /// `PROC/self/mountinfo`, read when a path must be resolved to the host's.
+    own_mounts: Option<Option<String>>,
     warnings: &'a mut Vec<String>,
 }
 
@@ -132,6 +140,8 @@ pub fn gather_cached(
         named: HashSet::new(),
         own_exe: own_exe(&roots.proc),
         observers: Vec::new(),
+        explicit: HashSet::new(),
+        own_mounts: None,
         warnings,
     };
     g.add_explicit_paths()?;
@@ -600,6 +610,7 @@ impl Gatherer<'_> {
 
     fn insert_explicit(&mut self, path: &Path, meta: &std::fs::Metadata) {
         let abs = std::path::absolute(path).unwrap_or_else(|_| path.to_path_buf());
+        self.explicit.insert(abs.clone());
         self.decided.insert(
             FileKey::from_dev(meta.dev(), meta.ino()),
             Some(Interest {
@@ -639,11 +650,26 @@ impl Gatherer<'_> {
                 .find(|m| reopen::identity(m) == key)
                 .map(|m| m.len())
         });
-        let interesting =
+        let mut interesting =
             has_model_extension(path) || (!code && size.is_some_and(|s| s >= self.req.min_size));
-        let value = interesting.then(|| Interest {
-            shown: path.to_string(),
-            raw: None,
+        // The host's name for it, when the process names it from another mount
+        // namespace (never for an unlinked one: it has no name left).
+        let host = (interesting && !path.ends_with(reopen::DELETED))
+            .then(|| self.host_path(pid, key, path))
+            .flatten();
+        let (shown, raw, open_path) = match host {
+            Some(h) => (h.display().to_string(), raw_if_lossy(&h), h),
+            None => (path.to_string(), None, open_path),
+        };
+        if self.req.only_paths {
+            // `scan FILE`: another inode is of interest only at one of the paths named.
+            interesting &= self
+                .explicit
+                .contains(Path::new(reopen::strip_deleted(&shown)));
+        }
+        let value = interesting.then_some(Interest {
+            shown,
+            raw,
             open_path,
             size_bytes: size,
             explicit: false,
@@ -651,6 +677,29 @@ impl Gatherer<'_> {
         });
         self.decided.insert(key, value);
         interesting
+    }
+
+    /// The host path of the file `key` that process `pid` names `path`: `path` itself
+    /// when it is that file here, else through the process's mounts
+    /// ([`super::mounts::host_candidates`]); `None` when the host has no name for it.
+    fn host_path(&mut self, pid: i32, key: FileKey, path: &str) -> Option<PathBuf> {
+        let p = Path::new(path);
+        let is_it = |p: &Path| std::fs::metadata(p).is_ok_and(|m| reopen::identity(&m) == key);
+        if !p.is_absolute() {
+            return None;
+        }
+        if is_it(p) {
+            return Some(p.to_path_buf());
+        }
+        let proc = self.procs.root().to_path_buf();
+        let ours = self
+            .own_mounts
+            .get_or_insert_with(|| std::fs::read_to_string(proc.join("self/mountinfo")).ok())
+            .as_deref()?;
+        let theirs = std::fs::read_to_string(proc.join(pid.to_string()).join("mountinfo")).ok()?;
+        super::mounts::host_candidates(&theirs, ours, p)
+            .into_iter()
+            .find(|c| is_it(c))
     }
 
     /// Decides the files of interest of one process: `Ok` to report it, `Err(Some)` for a
@@ -745,6 +794,10 @@ impl Gatherer<'_> {
     /// and the process a candidate copy holder of them.
     fn add_named(&mut self, pid: i32, named: &[cache::NamedFile]) {
         for n in named {
+            if self.req.only_paths && !self.decided.contains_key(&n.key) {
+                // `scan FILE`: a file the user did not name is not of interest.
+                continue;
+            }
             self.decided.entry(n.key).or_insert_with(|| {
                 Some(Interest {
                     shown: n.shown.display().to_string(),
@@ -816,7 +869,9 @@ impl Gatherer<'_> {
                     key,
                     Some(&i.open_path),
                 );
-                file_sample(key, i, &ways, self.req.residency)
+                let mut f = file_sample(key, i, &ways, self.req.residency);
+                f.seen_as = seen_as(&sample.processes, key, &f.path);
+                f
             })
             .collect();
         out.sort_by(|a, b| b.size_bytes.cmp(&a.size_bytes).then(a.path.cmp(&b.path)));
@@ -830,6 +885,32 @@ impl Gatherer<'_> {
 fn own_exe(proc_root: &Path) -> Option<FileKey> {
     let m = std::fs::metadata(proc_root.join("self").join("exe")).ok()?;
     Some(FileKey::from_dev(m.dev(), m.ino()))
+}
+
+/// The names processes give the file `key` other than `shown` (sorted, once each).
+fn seen_as(processes: &[ProcessSample], key: FileKey, shown: &str) -> Vec<String> {
+    let shown = reopen::strip_deleted(shown);
+    let mut out: Vec<String> = processes
+        .iter()
+        .flat_map(|p| {
+            let maps = p
+                .mappings
+                .iter()
+                .filter(|m| m.key() == key)
+                .map(|m| &m.path);
+            let fds = p
+                .open_files
+                .iter()
+                .filter(|o| o.key == key)
+                .map(|o| &o.path);
+            maps.chain(fds)
+        })
+        .map(|p| reopen::strip_deleted(p).to_string())
+        .filter(|p| p != shown)
+        .collect();
+    out.sort();
+    out.dedup();
+    out
 }
 
 /// A private copy is looked for only where it could be most of the file: private
@@ -931,6 +1012,7 @@ fn file_sample(key: FileKey, i: Interest, ways: &[PathBuf], method: Method) -> F
         key,
         deleted: i.shown.ends_with(reopen::DELETED) || now_at_path.is_some(),
         now_at_path,
+        seen_as: Vec::new(),
         path: i.shown,
         path_bytes: i.raw,
         size_bytes: i.size_bytes,

@@ -182,6 +182,7 @@ fn sample(r: &mut Rng) -> Sample {
             store: false,
             deleted: false,
             now_at_path: None,
+            seen_as: Vec::new(),
         });
         let pid = 100 + i as i32;
         s.processes.push(ProcessSample {

@@ -20,6 +20,7 @@ fn report_with(files: usize) -> Report {
             store: false,
             deleted: false,
             now_at_path: None,
+            seen_as: Vec::new(),
         }],
         ..Default::default()
     };

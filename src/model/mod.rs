@@ -284,6 +284,9 @@ pub struct FileModel {
     /// The inode at its path now, when that is another one.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub now_at_path: Option<FileKey>,
+    /// Other names processes give it (another mount namespace's), beside `path`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub seen_as: Vec<String>,
 }
 
 fn sum_opt(mut values: impl Iterator<Item = Option<u64>>) -> Option<u64> {
@@ -455,6 +458,7 @@ pub fn build_with(sample: &Sample, trace: Option<TraceInput>) -> Report {
                 store: f.store,
                 deleted: f.deleted,
                 now_at_path: f.now_at_path,
+                seen_as: f.seen_as.clone(),
                 representations: Representations {
                     page_cache: None,
                     cow: None,

@@ -28,6 +28,7 @@ fn file(inode: u64, size: u64, cached: Option<u64>) -> FileSample {
         store: false,
         deleted: false,
         now_at_path: None,
+        seen_as: Vec::new(),
     }
 }
 

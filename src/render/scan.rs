@@ -159,6 +159,13 @@ pub(crate) fn map_kind(k: MapKind) -> &'static str {
 
 fn file_section(f: &FileModel, out: &mut String) {
     let _ = writeln!(out, "  {}", shown(&f.path, f.path_bytes.as_deref()));
+    for other in &f.seen_as {
+        let _ = writeln!(
+            out,
+            "    seen as {} (another mount namespace's name)",
+            shown(other, None)
+        );
+    }
     let _ = writeln!(
         out,
         "    size {}  resident {} ({}{})",

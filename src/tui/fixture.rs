@@ -74,6 +74,7 @@ fn file(path: &str, inode: u64, size: u64) -> FileModel {
         store: false,
         deleted: false,
         now_at_path: None,
+        seen_as: Vec::new(),
         representations: Representations {
             page_cache: None,
             cow: None,
