@@ -103,8 +103,9 @@ pub enum MethodArg {
 
 #[derive(Debug, Args)]
 pub struct ScanArgs {
-    /// Model files or directories to include (directories: files with a model extension
-    /// or at least --min-size).
+    /// Model files or directories to report on, with their holders, candidates and
+    /// cgroups (directories: files with a model extension or at least --min-size); none:
+    /// every model file on the host.
     pub paths: Vec<PathBuf>,
     /// Only this process (repeatable).
     #[arg(long = "pid", value_name = "PID")]
@@ -116,7 +117,8 @@ pub struct ScanArgs {
     /// Files at least this large are of interest whatever their extension.
     #[arg(long, value_name = "SIZE", default_value = "64M", value_parser = parse_size)]
     pub min_size: u64,
-    /// List every process, not only those holding model files.
+    /// The whole host: every process, and every model file (with FILEs, not only
+    /// those named).
     #[arg(long)]
     pub all: bool,
     /// Kept for compatibility: the byte-level proof now runs by default.

@@ -209,6 +209,18 @@ pub struct FileSample {
     /// `TWOFOLD_MODEL_PATH`) rather than held by a process.
     #[serde(default)]
     pub store: bool,
+    /// The inode no longer has its name: unlinked (`maps` says ` (deleted)`), or its path
+    /// now names another inode (a new model renamed over it). Processes that map or hold
+    /// it keep it, and its page cache, alive.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub deleted: bool,
+    /// The inode its path names now, when that is another one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub now_at_path: Option<FileKey>,
+    /// Other names processes give it (from another mount namespace, where `path` is the
+    /// host's name), as they give them.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub seen_as: Vec<String>,
 }
 
 /// A memory cgroup (v1 or v2), bytes and event counts.
@@ -303,6 +315,28 @@ pub struct SystemSample {
     pub page_size: u64,
 }
 
+/// The privilege of the process that read a sample (see [`crate::collect::access`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Privilege {
+    /// Effective user id.
+    pub euid: u32,
+    /// `CAP_SYS_PTRACE` in the effective set: may read any process's memory files.
+    pub cap_sys_ptrace: bool,
+}
+
+impl Privilege {
+    /// Whether ptrace checks pass for every process as far as capabilities go: any
+    /// refusal is then a security policy's.
+    pub fn reads_any(&self) -> bool {
+        self.cap_sys_ptrace
+    }
+
+    /// Root, with or without its capabilities.
+    pub fn is_root(&self) -> bool {
+        self.euid == 0
+    }
+}
+
 /// Counts of what a scan had to leave out.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct Skipped {
@@ -338,6 +372,14 @@ pub struct Sample {
     /// (pid, file) pairs where the process's command line names the file.
     #[serde(default)]
     pub named: Vec<(i32, FileKey)>,
+    /// twofold's own processes (the one that scans, and any other running the same
+    /// executable: a recorder, an exporter), left out of holders, mappers and candidates:
+    /// what they map or hold is there because they observe it.
+    #[serde(default)]
+    pub observers: Vec<i32>,
+    /// Who read it; `None`: not known (a fixture tree, a recording made before).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub privilege: Option<Privilege>,
 }
 
 /// One (process, file) entry of the read() ledger.

@@ -19,6 +19,8 @@ pub fn request(args: &ScanArgs) -> Request {
         // A bare scan (or one by pid) also looks for copies of stored models.
         stores: args.paths.is_empty(),
         candidates: true,
+        // `scan FILE...` is about those files; `--all` keeps the whole host.
+        only_paths: !args.paths.is_empty() && !args.all,
         gpu_pids: Vec::new(),
     }
 }

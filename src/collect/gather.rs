@@ -18,6 +18,7 @@ use super::cache::{self, BasicParts, Detail, Hit, ProcCache, Read, StatStamp};
 use super::cgroup::CgroupReader;
 use super::error::Result as CResult;
 use super::process::{ProcReader, StatusRead};
+use super::reopen;
 use super::residency::{self, Method};
 use super::{has_model_extension, system, Roots};
 use crate::sample::{
@@ -45,6 +46,9 @@ pub struct Request {
     /// Find the processes whose private memory could hold a copy of a file of interest
     /// (copy holders that closed the file), for the proof.
     pub candidates: bool,
+    /// Only the files in `paths` (and an older inode still held at one of their paths),
+    /// with their holders and candidates: `scan FILE...` without `--all`.
+    pub only_paths: bool,
     /// Processes holding device memory (NVML): kept in the sample even when they hold no
     /// file, so that a device copy made by one that read or named the file and closed it
     /// can be suspected (filled in by the engine each snapshot).
@@ -62,6 +66,7 @@ impl Default for Request {
             residency: Method::Auto,
             stores: false,
             candidates: true,
+            only_paths: false,
             gpu_pids: Vec::new(),
         }
     }
@@ -86,6 +91,14 @@ struct Gatherer<'a> {
     decided: HashMap<FileKey, Option<Interest>>,
     /// (pid, file) pairs where the file is named on the process's command line.
     named: HashSet<(i32, FileKey)>,
+    /// The executable this process runs, to know twofold's own processes by.
+    own_exe: Option<FileKey>,
+    /// twofold's own processes: left out (see [`Gatherer::is_observer`]).
+    observers: Vec<i32>,
+    /// The absolute paths of the files named by the user.
+    explicit: HashSet<PathBuf>,
+    /// `PROC/self/mountinfo`, read when a path must be resolved to the host's.
+    own_mounts: Option<Option<String>>,
     warnings: &'a mut Vec<String>,
 }
 
@@ -116,13 +129,19 @@ pub fn gather_cached(
     };
     let mut sample = Sample {
         system: system::read(&roots.proc)?,
+        privilege: super::access::privilege(&roots.proc),
         ..Sample::default()
     };
+    let policy = sample.privilege.is_some_and(|p| p.reads_any());
     let mut g = Gatherer {
         procs: ProcReader::new(&roots.proc),
         req,
         decided: HashMap::new(),
         named: HashSet::new(),
+        own_exe: own_exe(&roots.proc),
+        observers: Vec::new(),
+        explicit: HashSet::new(),
+        own_mounts: None,
         warnings,
     };
     g.add_explicit_paths()?;
@@ -251,7 +270,13 @@ pub fn gather_cached(
             Err(e) => g.warnings.push(format!("{:#}", anyhow::Error::from(e))),
         }
     }
-    if sample.skipped.denied > 0 {
+    if sample.skipped.denied > 0 && policy {
+        g.warnings.push(format!(
+            "{} could not be read fully: their smaps, maps or fds were {}; whether they map or hold the files is unknown",
+            crate::units::count(sample.skipped.denied as u64, "process", "processes"),
+            super::access::POLICY
+        ));
+    } else if sample.skipped.denied > 0 {
         g.warnings.push(format!(
             "{} could not be read fully (their smaps, maps or fds need root or CAP_SYS_PTRACE): whether they map or hold the files, and their PSS, are unknown",
             crate::units::count(sample.skipped.denied as u64, "process", "processes")
@@ -266,10 +291,26 @@ pub fn gather_cached(
             }
         }
         sample.candidates = candidates(&sample.processes, &sizes, &g.named);
+        if policy {
+            // Refused even to root: what it maps, holds and read() is unknown, and its
+            // memory cannot be searched. Without evidence (it does not name the file)
+            // it is no candidate: it would make every small file's count a lower bound.
+            let refused: HashSet<i32> = sample
+                .processes
+                .iter()
+                .filter(|p| p.unreadable == Some(Unreadable::Denied))
+                .map(|p| p.pid)
+                .collect();
+            sample
+                .candidates
+                .retain(|c| !(refused.contains(&c.pid) && c.why == CandidateWhy::Unknown));
+        }
         sample.named = g.named.iter().copied().collect();
         sample.named.sort_unstable();
     }
     lap("candidates (rchar)");
+    g.observers.sort_unstable();
+    sample.observers = std::mem::take(&mut g.observers);
     sample.files = g.files(&sample);
     lap("files (residency)");
     sample.cgroups = read_cgroups(&cgroups, &sample.processes, only_cgroup, g.warnings);
@@ -569,6 +610,7 @@ impl Gatherer<'_> {
 
     fn insert_explicit(&mut self, path: &Path, meta: &std::fs::Metadata) {
         let abs = std::path::absolute(path).unwrap_or_else(|_| path.to_path_buf());
+        self.explicit.insert(abs.clone());
         self.decided.insert(
             FileKey::from_dev(meta.dev(), meta.ino()),
             Some(Interest {
@@ -591,19 +633,43 @@ impl Gatherer<'_> {
         key: FileKey,
         path: &str,
         size: Option<u64>,
+        alt: Option<PathBuf>,
         code: bool,
     ) -> bool {
         if let Some(d) = self.decided.get(&key) {
             return d.is_some();
         }
-        let root = self.procs.root().join(pid.to_string()).join("root");
-        let open_path = root.join(path.trim_start_matches('/'));
-        let size = size.or_else(|| std::fs::metadata(&open_path).ok().map(|m| m.len()));
-        let interesting =
+        // Never through a path with " (deleted)" appended; the inode itself through `alt`
+        // (its map_files or fd) when the path is gone or names another one.
+        let open_path = reopen::in_root(self.procs.root(), pid, path);
+        let size = size.or_else(|| {
+            [Some(&open_path), alt.as_ref()]
+                .into_iter()
+                .flatten()
+                .filter_map(|p| std::fs::metadata(p).ok())
+                .find(|m| reopen::identity(m) == key)
+                .map(|m| m.len())
+        });
+        let mut interesting =
             has_model_extension(path) || (!code && size.is_some_and(|s| s >= self.req.min_size));
-        let value = interesting.then(|| Interest {
-            shown: path.to_string(),
-            raw: None,
+        // The host's name for it, when the process names it from another mount
+        // namespace (never for an unlinked one: it has no name left).
+        let host = (interesting && !path.ends_with(reopen::DELETED))
+            .then(|| self.host_path(pid, key, path))
+            .flatten();
+        let (shown, raw, open_path) = match host {
+            Some(h) => (h.display().to_string(), raw_if_lossy(&h), h),
+            None => (path.to_string(), None, open_path),
+        };
+        if self.req.only_paths {
+            // `scan FILE`: another inode is of interest only at one of the paths named.
+            interesting &= self
+                .explicit
+                .contains(Path::new(reopen::strip_deleted(&shown)));
+        }
+        let value = interesting.then_some(Interest {
+            shown,
+            raw,
             open_path,
             size_bytes: size,
             explicit: false,
@@ -611,6 +677,29 @@ impl Gatherer<'_> {
         });
         self.decided.insert(key, value);
         interesting
+    }
+
+    /// The host path of the file `key` that process `pid` names `path`: `path` itself
+    /// when it is that file here, else through the process's mounts
+    /// ([`super::mounts::host_candidates`]); `None` when the host has no name for it.
+    fn host_path(&mut self, pid: i32, key: FileKey, path: &str) -> Option<PathBuf> {
+        let p = Path::new(path);
+        let is_it = |p: &Path| std::fs::metadata(p).is_ok_and(|m| reopen::identity(&m) == key);
+        if !p.is_absolute() {
+            return None;
+        }
+        if is_it(p) {
+            return Some(p.to_path_buf());
+        }
+        let proc = self.procs.root().to_path_buf();
+        let ours = self
+            .own_mounts
+            .get_or_insert_with(|| std::fs::read_to_string(proc.join("self/mountinfo")).ok())
+            .as_deref()?;
+        let theirs = std::fs::read_to_string(proc.join(pid.to_string()).join("mountinfo")).ok()?;
+        super::mounts::host_candidates(&theirs, ours, p)
+            .into_iter()
+            .find(|c| is_it(c))
     }
 
     /// Decides the files of interest of one process: `Ok` to report it, `Err(Some)` for a
@@ -640,6 +729,10 @@ impl Gatherer<'_> {
                 Err(None)
             };
         }
+        if self.is_observer(pid, &b.parts) {
+            self.observers.push(pid);
+            return Err(None);
+        }
         let mut wanted = HashSet::new();
         let code: HashSet<FileKey> = b
             .parts
@@ -649,7 +742,9 @@ impl Gatherer<'_> {
             .map(|m| m.key())
             .collect();
         for m in &b.parts.maps {
-            if self.decide(pid, m.key(), &m.path, None, code.contains(&m.key())) {
+            let alt = (!self.decided.contains_key(&m.key()))
+                .then(|| reopen::map_file(self.procs.root(), pid, m.start, m.end));
+            if self.decide(pid, m.key(), &m.path, None, alt, code.contains(&m.key())) {
                 wanted.insert(m.key());
             }
         }
@@ -659,6 +754,7 @@ impl Gatherer<'_> {
                 fd.key,
                 &fd.path,
                 Some(fd.size_bytes),
+                None,
                 code.contains(&fd.key),
             ) {
                 p.open_files.push(OpenFileSample {
@@ -679,10 +775,29 @@ impl Gatherer<'_> {
         }
     }
 
+    /// twofold's own processes: this one, and any other running the same executable (a
+    /// recorder, an exporter, another scan), except the reader children of `twofold
+    /// __child`, which are workloads. What they map or hold is there because they
+    /// observe it: they are never holders, mappers or candidates.
+    fn is_observer(&self, pid: i32, parts: &BasicParts) -> bool {
+        if pid == std::process::id() as i32 {
+            return true;
+        }
+        let Some(exe) = self.own_exe else {
+            return false;
+        };
+        parts.maps.iter().any(|m| m.perms.exec && m.key() == exe)
+            && parts.cmdline.get(1).map(String::as_str) != Some("__child")
+    }
+
     /// Model files named on the command line ([`named_files`]) become files of interest,
     /// and the process a candidate copy holder of them.
     fn add_named(&mut self, pid: i32, named: &[cache::NamedFile]) {
         for n in named {
+            if self.req.only_paths && !self.decided.contains_key(&n.key) {
+                // `scan FILE`: a file the user did not name is not of interest.
+                continue;
+            }
             self.decided.entry(n.key).or_insert_with(|| {
                 Some(Interest {
                     shown: n.shown.display().to_string(),
@@ -747,11 +862,55 @@ impl Gatherer<'_> {
         let mut out: Vec<FileSample> = by_key
             .into_iter()
             .filter(|(k, i)| !i.store || referenced(k))
-            .map(|(key, i)| file_sample(key, i, self.req.residency))
+            .map(|(key, i)| {
+                let ways = reopen::ways(
+                    self.procs.root(),
+                    &sample.processes,
+                    key,
+                    Some(&i.open_path),
+                );
+                let mut f = file_sample(key, i, &ways, self.req.residency);
+                f.seen_as = seen_as(&sample.processes, key, &f.path);
+                f
+            })
             .collect();
         out.sort_by(|a, b| b.size_bytes.cmp(&a.size_bytes).then(a.path.cmp(&b.path)));
         out
     }
+}
+
+/// The (dev, inode) of the executable this process runs, through `PROC/self/exe` (the
+/// inode it runs, even when the path was replaced since); `None` under a procfs root that
+/// has no `self` (a fixture tree).
+fn own_exe(proc_root: &Path) -> Option<FileKey> {
+    let m = std::fs::metadata(proc_root.join("self").join("exe")).ok()?;
+    Some(FileKey::from_dev(m.dev(), m.ino()))
+}
+
+/// The names processes give the file `key` other than `shown` (sorted, once each).
+fn seen_as(processes: &[ProcessSample], key: FileKey, shown: &str) -> Vec<String> {
+    let shown = reopen::strip_deleted(shown);
+    let mut out: Vec<String> = processes
+        .iter()
+        .flat_map(|p| {
+            let maps = p
+                .mappings
+                .iter()
+                .filter(|m| m.key() == key)
+                .map(|m| &m.path);
+            let fds = p
+                .open_files
+                .iter()
+                .filter(|o| o.key == key)
+                .map(|o| &o.path);
+            maps.chain(fds)
+        })
+        .map(|p| reopen::strip_deleted(p).to_string())
+        .filter(|p| p != shown)
+        .collect();
+    out.sort();
+    out.dedup();
+    out
 }
 
 /// A private copy is looked for only where it could be most of the file: private
@@ -843,9 +1002,17 @@ pub fn raw_if_lossy(p: &Path) -> Option<Vec<u8>> {
         .then(|| p.as_os_str().as_bytes().to_vec())
 }
 
-fn file_sample(key: FileKey, i: Interest, method: Method) -> FileSample {
+fn file_sample(key: FileKey, i: Interest, ways: &[PathBuf], method: Method) -> FileSample {
+    // What the name it is shown by names now: this inode, another one, or nothing.
+    let now_at_path = std::fs::metadata(&i.open_path)
+        .ok()
+        .map(|m| reopen::identity(&m))
+        .filter(|k| *k != key);
     let mut f = FileSample {
         key,
+        deleted: i.shown.ends_with(reopen::DELETED) || now_at_path.is_some(),
+        now_at_path,
+        seen_as: Vec::new(),
         path: i.shown,
         path_bytes: i.raw,
         size_bytes: i.size_bytes,
@@ -854,26 +1021,23 @@ fn file_sample(key: FileKey, i: Interest, method: Method) -> FileSample {
         explicit: i.explicit,
         store: i.store,
     };
-    match residency::open(&i.open_path) {
-        Ok((file, size)) => {
-            // Same inode? A path may have been replaced since the process opened it.
-            let same = file
-                .metadata()
-                .is_ok_and(|m| FileKey::from_dev(m.dev(), m.ino()) == key);
-            if !same {
-                f.residency_error = Some(format!(
-                    "'{}' now names another file (the mapped one was replaced or deleted)",
-                    i.open_path.display()
-                ));
-                return f;
-            }
+    let opened = reopen::open_inode(ways, key, |p| {
+        let (file, size) = residency::open(p).map_err(|e| match e {
+            residency::ResidencyError::Open { source, .. } => source,
+            other => std::io::Error::other(other.to_string()),
+        })?;
+        let k = reopen::identity(&file.metadata()?);
+        Ok(((file, size), k))
+    });
+    match opened {
+        Ok(((file, size), path)) => {
             f.size_bytes = Some(size);
-            match residency::query(&file, &i.open_path, size, method) {
+            match residency::query(&file, &path, size, method) {
                 Ok(r) => f.residency = Some(r),
                 Err(e) => f.residency_error = Some(format!("{:#}", anyhow::Error::from(e))),
             }
         }
-        Err(e) => f.residency_error = Some(format!("{:#}", anyhow::Error::from(e))),
+        Err(misses) => f.residency_error = Some(misses.describe()),
     }
     f
 }

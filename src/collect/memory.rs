@@ -137,12 +137,11 @@ pub struct Target {
     mem: File,
 }
 
-fn denied_hint(e: io::Error, what: &str, pid: i32) -> io::Error {
+/// A refusal in words that fit who is reading ([`super::access::denied`]).
+fn denied_hint(e: io::Error, what: &str, pid: i32, proc_root: &Path) -> io::Error {
     if matches!(e.raw_os_error(), Some(libc::EPERM) | Some(libc::EACCES)) {
-        io::Error::new(
-            e.kind(),
-            format!("reading {what} of pid {pid} needs ptrace rights (root or CAP_SYS_PTRACE, or the same user with kernel.yama.ptrace_scope=0): {e}"),
-        )
+        let why = super::access::denied(what, pid, super::access::privilege(proc_root));
+        io::Error::new(e.kind(), format!("{why}: {e}"))
     } else {
         e
     }
@@ -151,13 +150,18 @@ fn denied_hint(e: io::Error, what: &str, pid: i32) -> io::Error {
 impl Target {
     pub fn open(proc_root: &Path, pid: i32) -> Result<Target> {
         let pagemap_path = proc_root.join(pid.to_string()).join("pagemap");
-        let pagemap = File::open(&pagemap_path)
-            .map_err(|e| CollectError::io(&pagemap_path, denied_hint(e, "the page map", pid)))?;
+        let pagemap = File::open(&pagemap_path).map_err(|e| {
+            CollectError::io(
+                &pagemap_path,
+                denied_hint(e, "the page map", pid, proc_root),
+            )
+        })?;
         // Opening `mem` is the kernel's ptrace check (PTRACE_MODE_ATTACH): a missing
         // permission is reported here, up front.
         let mem_path = proc_root.join(pid.to_string()).join("mem");
-        let mem = File::open(&mem_path)
-            .map_err(|e| CollectError::io(&mem_path, denied_hint(e, "the memory", pid)))?;
+        let mem = File::open(&mem_path).map_err(|e| {
+            CollectError::io(&mem_path, denied_hint(e, "the memory", pid, proc_root))
+        })?;
         Ok(Target {
             pid,
             pagemap,

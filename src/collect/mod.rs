@@ -2,6 +2,7 @@
 //!
 //! Every reader takes a root path; the live roots are named once, in [`Roots::live`].
 
+pub mod access;
 pub mod bpf;
 pub mod cache;
 pub mod cgroup;
@@ -14,6 +15,7 @@ pub mod memory;
 pub mod mounts;
 pub mod names;
 pub mod process;
+pub mod reopen;
 pub mod residency;
 pub mod stores;
 pub mod system;

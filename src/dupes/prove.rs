@@ -81,20 +81,15 @@ pub struct ProofFile {
     pub open_path: PathBuf,
 }
 
-/// Where a file of a sample can be opened: its path as shown, else through the root of a
-/// process that maps or holds it (another mount namespace).
+/// Where a file of a sample can be opened: the first of its ways
+/// ([`crate::collect::reopen`]) that is still that inode: its path as shown (never with
+/// " (deleted)" appended), else a holder's fd, map_files or root, passing over holders
+/// that exited; the path as shown when none is (the caller's open then says why).
 fn open_path(sample: &Sample, key: FileKey, path: &str, proc_root: &Path) -> PathBuf {
-    let p = path.strip_suffix(" (deleted)").unwrap_or(path);
-    let holder = sample.processes.iter().find(|pr| {
-        pr.mappings.iter().any(|m| m.key() == key) || pr.open_files.iter().any(|o| o.key == key)
-    });
-    match holder {
-        Some(h) => proc_root
-            .join(h.pid.to_string())
-            .join("root")
-            .join(p.trim_start_matches('/')),
-        None => PathBuf::from(p),
-    }
+    use crate::collect::reopen;
+    let host = PathBuf::from(reopen::strip_deleted(path));
+    let ways = reopen::ways(proc_root, &sample.processes, key, Some(&host));
+    reopen::first_way(&ways, key).map_or(host, Path::to_path_buf)
 }
 
 /// Outcome of one process's search.
@@ -643,7 +638,9 @@ fn search_one(
     deadline: Option<Instant>,
     progress: Option<&Progress>,
 ) -> SearchResult {
-    let target = Target::open(&roots.proc, pid).map_err(|e| format!("{e:#}"))?;
+    // The whole chain: the refusal's reason is in the source.
+    let target =
+        Target::open(&roots.proc, pid).map_err(|e| format!("{:#}", anyhow::Error::from(e)))?;
     let maps_path = roots.proc.join(pid.to_string()).join("maps");
     let text = std::fs::read_to_string(&maps_path)
         .map_err(|e| format!("cannot read '{}': {e}", maps_path.display()))?;

@@ -180,6 +180,9 @@ fn sample(r: &mut Rng) -> Sample {
             residency_error: None,
             explicit: true,
             store: false,
+            deleted: false,
+            now_at_path: None,
+            seen_as: Vec::new(),
         });
         let pid = 100 + i as i32;
         s.processes.push(ProcessSample {

@@ -18,6 +18,9 @@ fn report_with(files: usize) -> Report {
             residency_error: None,
             explicit: true,
             store: false,
+            deleted: false,
+            now_at_path: None,
+            seen_as: Vec::new(),
         }],
         ..Default::default()
     };

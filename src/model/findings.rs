@@ -4,7 +4,7 @@
 use serde::{Deserialize, Serialize};
 
 use super::{CgroupModel, CopyHow, FileModel, MapKind};
-use crate::sample::FileKey;
+use crate::sample::{FileKey, Privilege};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
@@ -64,6 +64,8 @@ pub enum Code {
         anon_bytes: u64,
         /// Why it was not searched, as the proof said.
         unsearched: String,
+        /// Who read the sample (the remedy fits them); `None`: not known.
+        reader: Option<Privilege>,
     },
     /// A private writable mapping written in place: copy-on-write pages.
     CowInPrivateMapping {
@@ -102,12 +104,26 @@ pub enum Code {
         path: String,
         resident_fraction: f64,
     },
+    /// A file replaced or deleted on disk that processes still map or hold: the old
+    /// inode (and its page cache) lives until they let it go.
+    ReplacedFileHeld {
+        file: FileKey,
+        path: String,
+        /// Its page cache; `None`: unknown.
+        resident_bytes: Option<u64>,
+        /// The processes keeping it, (pid, comm), by pid.
+        holders: Vec<(i32, String)>,
+        /// The inode at its path now, if another one.
+        now_at_path: Option<FileKey>,
+    },
     /// Page-cache residency could not be read.
     ResidencyUnknown {
         file: FileKey,
         path: String,
         /// Why, as collection said.
         reason: String,
+        /// Who read the sample (the remedy fits them); `None`: not known.
+        reader: Option<Privilege>,
     },
     /// The file is in memory about twice or more, proven.
     MultipleRepresentations {
@@ -206,6 +222,7 @@ impl Code {
             Code::FileThp { .. } => "file-thp",
             Code::SharedMapping { .. } => "shared-mapping",
             Code::LowResidency { .. } => "low-residency",
+            Code::ReplacedFileHeld { .. } => "replaced-file-held",
             Code::ResidencyUnknown { .. } => "residency-unknown",
             Code::MultipleRepresentations { .. } => "multiple-representations",
             Code::CountIsLowerBound { .. } => "count-is-lower-bound",
@@ -243,10 +260,16 @@ fn finding(severity: Severity, code: Code) -> Finding {
     Finding { severity, code }
 }
 
-pub fn evaluate(files: &[FileModel], cgroups: &[CgroupModel]) -> Vec<Finding> {
+/// The findings of a report's files and cgroups; `reader` is who read the sample, for
+/// remedies that fit them.
+pub fn evaluate(
+    files: &[FileModel],
+    cgroups: &[CgroupModel],
+    reader: Option<Privilege>,
+) -> Vec<Finding> {
     let mut out = Vec::new();
     for f in files {
-        file_findings(f, &mut out);
+        file_findings(f, reader, &mut out);
     }
     for c in cgroups {
         cgroup_findings(c, &mut out);
@@ -255,7 +278,7 @@ pub fn evaluate(files: &[FileModel], cgroups: &[CgroupModel]) -> Vec<Finding> {
     out
 }
 
-fn file_findings(f: &FileModel, out: &mut Vec<Finding>) {
+fn file_findings(f: &FileModel, reader: Option<Privilege>, out: &mut Vec<Finding>) {
     let (file, path) = (f.key, &f.path);
     // A copy shared by several processes is one finding, on the process that made it
     // (the one that read the file, else the first), with the whole physical copy.
@@ -338,6 +361,7 @@ fn file_findings(f: &FileModel, out: &mut Vec<Finding>) {
                 comm: s.comm.clone(),
                 anon_bytes: s.anon_bytes,
                 unsearched: s.unsearched.clone(),
+                reader,
             },
         ));
     }
@@ -398,6 +422,26 @@ fn file_findings(f: &FileModel, out: &mut Vec<Finding>) {
         ));
     }
     let held = !f.mappers.is_empty() || !f.holders.is_empty();
+    if f.deleted && held {
+        let mut holders: Vec<(i32, String)> = f
+            .mappers
+            .iter()
+            .map(|m| (m.pid, m.comm.clone()))
+            .chain(f.holders.iter().map(|h| (h.pid, h.comm.clone())))
+            .collect();
+        holders.sort();
+        holders.dedup();
+        out.push(finding(
+            Severity::Notice,
+            Code::ReplacedFileHeld {
+                file,
+                path: path.clone(),
+                resident_bytes: f.resident_bytes,
+                holders,
+                now_at_path: f.now_at_path,
+            },
+        ));
+    }
     match (f.resident_fraction, &f.residency_unknown_reason) {
         (Some(r), _) if held && !f.mappers.is_empty() && r < LOW_RESIDENCY => out.push(finding(
             Severity::Notice,
@@ -413,6 +457,7 @@ fn file_findings(f: &FileModel, out: &mut Vec<Finding>) {
                 file,
                 path: path.clone(),
                 reason: reason.clone(),
+                reader,
             },
         )),
         _ => {}

@@ -54,6 +54,12 @@ pub struct Report {
     /// Rates since the snapshot before (`replay`, `record`); absent for a single scan.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub rates: Option<rates::Rates>,
+    /// Who read the sample (root, `CAP_SYS_PTRACE`); absent: not known.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub privilege: Option<crate::sample::Privilege>,
+    /// twofold's own processes seen (never holders, mappers or candidates).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub observers: Vec<i32>,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -305,6 +311,15 @@ pub struct FileModel {
     /// Found only in a model store (no process maps or holds it).
     pub store: bool,
     pub representations: Representations,
+    /// Unlinked, or its path now names another inode: only its holders keep it.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub deleted: bool,
+    /// The inode at its path now, when that is another one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub now_at_path: Option<FileKey>,
+    /// Other names processes give it (another mount namespace's), beside `path`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub seen_as: Vec<String>,
 }
 
 fn sum_opt(mut values: impl Iterator<Item = Option<u64>>) -> Option<u64> {
@@ -474,6 +489,9 @@ pub fn build_with(sample: &Sample, trace: Option<TraceInput>) -> Report {
                 device_copies: Vec::new(),
                 candidates: CandidateCounts::default(),
                 store: f.store,
+                deleted: f.deleted,
+                now_at_path: f.now_at_path,
+                seen_as: f.seen_as.clone(),
                 representations: Representations {
                     page_cache: None,
                     cow: None,
@@ -555,7 +573,7 @@ pub fn build_with(sample: &Sample, trace: Option<TraceInput>) -> Report {
     });
     let cgroups: Vec<CgroupModel> = sample.cgroups.iter().map(cgroup::build).collect();
     let system = system_model(sample);
-    let mut findings = findings::evaluate(&files, &cgroups);
+    let mut findings = findings::evaluate(&files, &cgroups, sample.privilege);
     let trace = trace.map(|t| {
         let ctx = trace_context(sample, &files, t.cur);
         let m = trace::TraceModel::new(t.cur, t.prev, &ctx);
@@ -575,6 +593,8 @@ pub fn build_with(sample: &Sample, trace: Option<TraceInput>) -> Report {
         trace,
         at_unix_ns: None,
         rates: None,
+        observers: sample.observers.clone(),
+        privilege: sample.privilege,
     }
 }
 

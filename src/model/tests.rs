@@ -26,6 +26,9 @@ fn file(inode: u64, size: u64, cached: Option<u64>) -> FileSample {
         residency_error: cached.is_none().then(|| "denied".to_string()),
         explicit: false,
         store: false,
+        deleted: false,
+        now_at_path: None,
+        seen_as: Vec::new(),
     }
 }
 

@@ -8,7 +8,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::model::findings::{Code, Finding, Severity};
 use crate::model::CopyHow;
-use crate::sample::FileKey;
+use crate::sample::{FileKey, Privilege};
 use crate::units::{count, iec, iec_opt};
 
 /// A finding as people read it.
@@ -121,6 +121,7 @@ pub fn render(code: &Code) -> Text {
             comm,
             anon_bytes,
             unsearched,
+            reader,
             ..
         } => text(
             path,
@@ -130,11 +131,7 @@ pub fn render(code: &Code) -> Text {
                 iec(*anon_bytes),
                 iec_opt(*size_bytes)
             ),
-            Some(if unsearched.contains(crate::engine::CHANGED_SINCE_SEARCH) {
-                "a live view searches a process whose memory keeps changing on a cadence; `twofold scan` searches it now"
-            } else {
-                "run as root (or with CAP_SYS_PTRACE) and without --no-prove, or raise --prove-budget, to prove or rule it out"
-            }),
+            Some(suspect_remedy(unsearched, *reader)),
         ),
         Code::CowInPrivateMapping {
             path,
@@ -209,13 +206,70 @@ pub fn render(code: &Code) -> Text {
             ),
             Some("leave room for the page cache (memory limit, competing processes) or prefetch it (vmtouch -t)"),
         ),
-        Code::ResidencyUnknown { path, reason, .. } => text(
+        Code::ReplacedFileHeld {
+            file,
+            path,
+            resident_bytes,
+            holders,
+            now_at_path,
+        } => {
+            let path = crate::collect::reopen::strip_deleted(path);
+            let pids: Vec<String> = holders.iter().map(|(p, _)| p.to_string()).collect();
+            let named: Vec<String> = holders
+                .iter()
+                .map(|(p, c)| format!("{p} ({c})"))
+                .collect();
+            let one = holders.len() == 1;
+            let cost = match resident_bytes {
+                Some(b) => format!("{} of page cache", iec(*b)),
+                None => "page cache of an unknown size".to_string(),
+            };
+            let now = match now_at_path {
+                Some(k) => format!(
+                    "; '{}' now names another file ({}:{} inode {})",
+                    name(path),
+                    k.major,
+                    k.minor,
+                    k.inode
+                ),
+                None => "; nothing is at that path now".to_string(),
+            };
+            text(
+                path,
+                format!(
+                    "the old '{}' ({}:{} inode {}) was replaced or deleted on disk, but pid {} still {} it: it still costs {cost} until {} restart{}{now}",
+                    name(path),
+                    file.major,
+                    file.minor,
+                    file.inode,
+                    named.join(", "),
+                    if one { "maps or holds" } else { "map or hold" },
+                    if one {
+                        format!("pid {}", pids[0])
+                    } else {
+                        format!("pids {}", pids.join(", "))
+                    },
+                    if one { "s" } else { "" },
+                ),
+                Some(&format!(
+                    "restart pid {} (or have {} reopen the model) to free the old one",
+                    pids.join(", "),
+                    if one { "it" } else { "them" }
+                )),
+            )
+        }
+        Code::ResidencyUnknown {
+            path,
+            reason,
+            reader,
+            ..
+        } => text(
             path,
             format!(
                 "page-cache residency of '{}' is unknown: {reason}",
                 name(path)
             ),
-            Some("run as root, or as the file's owner"),
+            residency_remedy(reason, *reader),
         ),
         Code::MultipleRepresentations {
             path,
@@ -412,6 +466,52 @@ pub fn render(code: &Code) -> Text {
     }
 }
 
+/// What to do about a candidate that was not searched: by why it was not, and for who is
+/// reading (never tell root to run as root).
+pub fn suspect_remedy(unsearched: &str, reader: Option<Privilege>) -> &'static str {
+    use crate::collect::access;
+    if unsearched.contains(crate::engine::CHANGED_SINCE_SEARCH) {
+        return "a live view searches a process whose memory keeps changing on a cadence; `twofold scan` searches it now";
+    }
+    if unsearched.contains(access::POLICY) {
+        return "its memory is closed even to root by a security policy: it can only be searched from inside its sandbox, or with the policy relaxed";
+    }
+    if unsearched.contains(access::EXITED) {
+        return "nothing to do: a process that exited holds no memory; scan again";
+    }
+    if unsearched.contains("nothing in the file can be searched") {
+        return "none: nothing in this file can be searched for, so a copy can be neither proven nor ruled out";
+    }
+    if unsearched.contains("budget") {
+        return "raise --prove-budget to prove or rule it out";
+    }
+    if unsearched.contains("--no-prove") {
+        return "scan without --no-prove to prove or rule it out";
+    }
+    match reader {
+        Some(r) if r.reads_any() => {
+            "search it alone with `twofold dupes --pid PID FILE` (no budget), or raise --prove-budget, to prove or rule it out"
+        }
+        Some(r) if r.is_root() => {
+            "run with CAP_SYS_PTRACE (this root lacks it), or raise --prove-budget, to prove or rule it out"
+        }
+        _ => "run as root (or with CAP_SYS_PTRACE) and without --no-prove, or raise --prove-budget, to prove or rule it out",
+    }
+}
+
+/// What to do about a file whose residency is unknown, for who is reading.
+pub fn residency_remedy(reason: &str, reader: Option<Privilege>) -> Option<&'static str> {
+    let refused = ["Permission denied", "Operation not permitted", "denied"]
+        .iter()
+        .any(|w| reason.contains(w));
+    match reader {
+        Some(r) if r.is_root() => refused.then_some(
+            "refused even to root: a security policy, or a file system that refuses root (FUSE without allow_root, NFS root squash)",
+        ),
+        _ => Some("run as root, or as the file's owner"),
+    }
+}
+
 impl Finding {
     /// What people read: subject, sentence, remedy.
     pub fn text(&self) -> Text {
@@ -507,10 +607,10 @@ mod tests {
                 Some("use the mapped tensors in place instead of copying them (no .clone()/.copy() or dtype conversion of weights at load)"),
             ),
             (
-                Code::SuspectedPrivateCopy { file: k(), path: p(), size_bytes: Some(256 * MIB), pid: 8, comm: "vllm".into(), anon_bytes: 260 * MIB, unsearched: "over the budget".into() },
+                Code::SuspectedPrivateCopy { file: k(), path: p(), size_bytes: Some(256 * MIB), pid: 8, comm: "vllm".into(), anon_bytes: 260 * MIB, unsearched: "over the budget".into(), reader: None },
                 "/m/model.gguf",
                 "pid 8 (vllm) could hold a copy of 'model.gguf' (private memory 260.0 MiB, 256.0 MiB file) but was not searched: over the budget",
-                Some("run as root (or with CAP_SYS_PTRACE) and without --no-prove, or raise --prove-budget, to prove or rule it out"),
+                Some("raise --prove-budget to prove or rule it out"),
             ),
             (
                 Code::CowInPrivateMapping { file: k(), path: p(), pid: 9, comm: "w".into(), cow_bytes: 88 * MIB },
@@ -543,7 +643,19 @@ mod tests {
                 Some("leave room for the page cache (memory limit, competing processes) or prefetch it (vmtouch -t)"),
             ),
             (
-                Code::ResidencyUnknown { file: k(), path: p(), reason: "denied".into() },
+                Code::ReplacedFileHeld { file: k(), path: "/m/model.gguf (deleted)".into(), resident_bytes: Some(64 * MIB), holders: vec![(9, "llama".into())], now_at_path: Some(FileKey { major: 8, minor: 1, inode: 8 }) },
+                "/m/model.gguf",
+                "the old 'model.gguf' (8:1 inode 7) was replaced or deleted on disk, but pid 9 (llama) still maps or holds it: it still costs 64.0 MiB of page cache until pid 9 restarts; 'model.gguf' now names another file (8:1 inode 8)",
+                Some("restart pid 9 (or have it reopen the model) to free the old one"),
+            ),
+            (
+                Code::ReplacedFileHeld { file: k(), path: p(), resident_bytes: None, holders: vec![(9, "a".into()), (10, "b".into())], now_at_path: None },
+                "/m/model.gguf",
+                "the old 'model.gguf' (8:1 inode 7) was replaced or deleted on disk, but pid 9 (a), 10 (b) still map or hold it: it still costs page cache of an unknown size until pids 9, 10 restart; nothing is at that path now",
+                Some("restart pid 9, 10 (or have them reopen the model) to free the old one"),
+            ),
+            (
+                Code::ResidencyUnknown { file: k(), path: p(), reason: "denied".into(), reader: None },
                 "/m/model.gguf",
                 "page-cache residency of 'model.gguf' is unknown: denied",
                 Some("run as root, or as the file's owner"),
@@ -611,6 +723,70 @@ mod tests {
         }
     }
 
+    const ROOT: Privilege = Privilege {
+        euid: 0,
+        cap_sys_ptrace: true,
+    };
+    const CAPLESS_ROOT: Privilege = Privilege {
+        euid: 0,
+        cap_sys_ptrace: false,
+    };
+    const USER: Privilege = Privilege {
+        euid: 1000,
+        cap_sys_ptrace: false,
+    };
+
+    /// The advice fits who is running: root is never told to run as root, and a reason
+    /// that no privilege fixes gets no privilege advice.
+    #[test]
+    fn advice_fits_the_reader() {
+        let ptrace = "failed to read '/proc/9/pagemap': reading the page map of pid 9 needs ptrace rights (root or CAP_SYS_PTRACE, or the same user with kernel.yama.ptrace_scope=0): Permission denied (os error 13)";
+        let policy = format!(
+            "failed to read '/proc/1/pagemap': reading the page map of pid 1 was {}: Permission denied (os error 13)",
+            crate::collect::access::POLICY
+        );
+        for reader in [Some(ROOT), Some(CAPLESS_ROOT), Some(USER), None] {
+            let root = reader.is_some_and(|r| r.is_root());
+            for why in [
+                ptrace,
+                policy.as_str(),
+                "the process exited while it was searched",
+                "not searched: over the proof budget (5.0 s; raise --prove-budget)",
+            ] {
+                let r = suspect_remedy(why, reader);
+                assert_eq!(
+                    r.contains("run as root"),
+                    !root && why == ptrace,
+                    "{reader:?} {why}: {r}"
+                );
+                if why == policy {
+                    assert!(r.contains("security policy"), "{r}");
+                }
+                if why.contains("budget") {
+                    assert_eq!(r, "raise --prove-budget to prove or rule it out");
+                }
+                if why.contains("exited") {
+                    assert!(!r.contains("root") && !r.contains("CAP_"), "{r}");
+                }
+            }
+            let r = suspect_remedy(ptrace, reader);
+            if reader == Some(CAPLESS_ROOT) {
+                assert!(r.contains("CAP_SYS_PTRACE (this root lacks it)"), "{r}");
+            }
+            let denied = "cannot open '/m/x' read-only: Permission denied (os error 13)";
+            let gone = "cannot open '/m/x' read-only: No such file or directory (os error 2)";
+            let d = residency_remedy(denied, reader);
+            let g = residency_remedy(gone, reader);
+            if root {
+                assert!(d.unwrap().starts_with("refused even to root"));
+                assert_eq!(g, None, "nothing to advise root about a file that is gone");
+            } else {
+                assert_eq!(d, Some("run as root, or as the file's owner"));
+                assert_eq!(g, d);
+            }
+        }
+    }
+
     /// The JSON of a finding: the same keys, in the same order, as when the model held
     /// strings; read back, it writes the same bytes.
     #[test]
@@ -621,6 +797,7 @@ mod tests {
                 file: k(),
                 path: p(),
                 reason: "denied".into(),
+                reader: None,
             },
         };
         let json = serde_json::to_string(&f).unwrap();

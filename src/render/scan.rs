@@ -170,6 +170,13 @@ pub(crate) fn map_kind(k: MapKind) -> &'static str {
 
 fn file_section(f: &FileModel, out: &mut String) {
     let _ = writeln!(out, "  {}", shown(&f.path, f.path_bytes.as_deref()));
+    for other in &f.seen_as {
+        let _ = writeln!(
+            out,
+            "    seen as {} (another mount namespace's name)",
+            shown(other, None)
+        );
+    }
     let _ = writeln!(
         out,
         "    size {}  resident {} ({}{})",
@@ -307,6 +314,14 @@ pub fn human(report: &Report) -> String {
             iec_opt(report.system.anon_bytes)
         );
     }
+    if !report.observers.is_empty() {
+        let pids: Vec<String> = report.observers.iter().map(|p| p.to_string()).collect();
+        let _ = writeln!(
+            out,
+            "observers: pid {} (twofold itself: never counted as holders or candidates)",
+            pids.join(", ")
+        );
+    }
     if !report.files.is_empty() {
         out.push_str("\nMODEL FILES\n");
         for f in &report.files {
@@ -411,7 +426,20 @@ pub fn human(report: &Report) -> String {
             let _ = writeln!(out, "           → {r}");
         }
     }
-    if report.skipped.denied > 0 {
+    let policy = report.privilege.is_some_and(|p| p.reads_any());
+    if report.skipped.denied > 0 && policy {
+        let _ = writeln!(
+            out,
+            "\n{} could not be read: {}; whether {} the files is unknown",
+            crate::units::count(report.skipped.denied, "process", "processes"),
+            crate::collect::access::POLICY,
+            if report.skipped.denied == 1 {
+                "it maps or holds"
+            } else {
+                "they map or hold"
+            }
+        );
+    } else if report.skipped.denied > 0 {
         let _ = writeln!(
             out,
             "\n{} process{} could not be read (root or CAP_SYS_PTRACE needed): whether {} the files is unknown",

@@ -72,6 +72,9 @@ fn file(path: &str, inode: u64, size: u64) -> FileModel {
         device_copies: Vec::new(),
         candidates: CandidateCounts::default(),
         store: false,
+        deleted: false,
+        now_at_path: None,
+        seen_as: Vec::new(),
         representations: Representations {
             page_cache: None,
             cow: None,
@@ -307,6 +310,8 @@ pub fn report() -> Report {
             }],
         },
         trace: None,
+        observers: Vec::new(),
+        privilege: None,
         at_unix_ns: Some(1_764_460_800_000_000_000),
         rates: Some(Rates {
             interval_secs: 2.0,
