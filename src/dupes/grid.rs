@@ -109,7 +109,11 @@ fn uncovered(format: &Format, tensors: &[Tensor], size: u64) -> Vec<(u64, u64)> 
 /// alignment: the container's tensors, then [`OPAQUE_PIECE`] blocks of the data no tensor
 /// covers when it is a large part of the file ([`RUN_SHARE`]); a file twofold cannot parse
 /// is runs only.
-pub fn searchable_tensors(format: &Format, tensors: Vec<Tensor>, size: u64) -> (Vec<Tensor>, usize) {
+pub fn searchable_tensors(
+    format: &Format,
+    tensors: Vec<Tensor>,
+    size: u64,
+) -> (Vec<Tensor>, usize) {
     let mut out = Vec::new();
     if *format == Format::Opaque {
         for t in tensors {
@@ -195,6 +199,11 @@ pub struct Grid {
     pub page_positions: Vec<u16>,
     /// Some piece is shorter than [`SMALL`] in memory.
     pub small: bool,
+    /// A file's small pieces hold [`SMALL_SHARE`] of its bytes or more: every page is
+    /// sampled for them (at [`Grid::small_positions`]), and one in `stride` in full.
+    pub dense_small: bool,
+    /// Positions over a whole page at the allocation alignment (small pieces).
+    pub small_positions: Vec<u16>,
     /// Per piece: the previous and next identical pieces of its file with information, in
     /// file order (a small copy extends to the whole file's only when a neighbour is there).
     pub prev: Vec<Option<usize>>,
@@ -226,14 +235,16 @@ fn kinds(dtype: &Dtype, widen: bool) -> &'static [CopyKind] {
     }
 }
 
-/// The guaranteed run of a file, in pages: tensors at least this long hold 99% of its
-/// bytes; 1 (every page sampled) when pieces under a page hold [`SMALL_SHARE`] of them.
-fn run_pages(mut lens: Vec<u64>) -> u64 {
+/// Whether pieces under a page hold [`SMALL_SHARE`] of these bytes or more.
+fn small_heavy(lens: &[u64]) -> bool {
     let all: u64 = lens.iter().sum();
     let small: u64 = lens.iter().filter(|l| **l < PAGE).sum();
-    if all > 0 && small as f64 >= SMALL_SHARE * all as f64 {
-        return 1;
-    }
+    all > 0 && small as f64 >= SMALL_SHARE * all as f64
+}
+
+/// The guaranteed run of a file, in pages: tensors of a page or more at least this long
+/// hold 99% of their bytes (smaller ones: see [`Grid::dense_small`]).
+fn run_pages(mut lens: Vec<u64>) -> u64 {
     lens.retain(|l| *l >= PAGE);
     lens.sort_unstable_by(|a, b| b.cmp(a));
     let total: u64 = lens.iter().sum();
@@ -262,6 +273,29 @@ pub fn plan(run: u64, min_every: u64) -> (u64, u64) {
         s -= 1;
     }
     (s.max(1), m)
+}
+
+/// Which pages a sweep samples, and which windows of each it looks up.
+pub struct Sampling<'a> {
+    /// Pages between samples.
+    pub step: u64,
+    /// Pages between samples looked up at `full` (the others at `between`).
+    pub stride: u64,
+    pub full: &'a [u16],
+    pub between: &'a [u16],
+    /// Bytes read per sampled page.
+    pub len: usize,
+}
+
+impl Sampling<'_> {
+    /// Positions to look up in the page at `addr`.
+    pub fn positions(&self, addr: u64) -> &[u16] {
+        if (addr / PAGE) % self.stride == 0 {
+            self.full
+        } else {
+            self.between
+        }
+    }
 }
 
 /// Per piece, the previous and next identical informative pieces of the same file by file
@@ -350,12 +384,14 @@ impl Grid {
         }
         // Guaranteed run per file: the length above which the tensors hold 99% of its
         // bytes; the smallest over the files bounds stride × spacing.
+        let mut dense_small = false;
         for (fi, gf) in grid_files.iter_mut().enumerate() {
             let lens: Vec<u64> = pieces
                 .iter()
                 .filter(|p| p.file == fi)
                 .map(|p| p.mem_len)
                 .collect();
+            dense_small |= small_heavy(&lens);
             gf.run_pages = run_pages(lens);
         }
         let run = grid_files
@@ -448,12 +484,17 @@ impl Grid {
         let positions: Vec<u16> = (0..HALF as u16)
             .filter(|d| residues & (1 << (d % WIN as u16)) != 0)
             .collect();
-        let page_positions = if small {
-            let second = (HALF as u16..=(PAGE - WIN as u64) as u16)
-                .filter(|d| aligned & (1 << (d % WIN as u16)) != 0);
-            positions.iter().copied().chain(second).collect()
+        let at_alignment = |d: &u16| aligned & (1 << (d % WIN as u16)) != 0;
+        let (page_positions, small_positions) = if small {
+            let second = (HALF as u16..=(PAGE - WIN as u64) as u16).filter(at_alignment);
+            (
+                positions.iter().copied().chain(second).collect(),
+                (0..=(PAGE - WIN as u64) as u16)
+                    .filter(at_alignment)
+                    .collect(),
+            )
         } else {
-            Vec::new()
+            (Vec::new(), Vec::new())
         };
         let informative: Vec<bool> = low_entropy.iter().map(|l| !l).collect();
         let (prev, next) = neighbours(&pieces, &informative);
@@ -470,19 +511,33 @@ impl Grid {
             positions,
             page_positions,
             small,
+            dense_small: dense_small && small,
+            small_positions,
             prev,
             next,
             informative,
         })
     }
 
-    /// Positions to look up in a sampled page, and how many bytes of it to read, when one
-    /// page in `stride` is sampled.
-    pub fn sampling(&self, stride: u64) -> (&[u16], usize) {
-        if self.small && stride <= 1 {
-            (&self.page_positions, PAGE as usize)
+    /// How a sweep with one page in `stride` sampled in full samples memory.
+    pub fn sampling(&self, stride: u64) -> Sampling<'_> {
+        let stride = stride.max(1);
+        if self.small && (stride == 1 || self.dense_small) {
+            Sampling {
+                step: 1,
+                stride,
+                full: &self.page_positions,
+                between: &self.small_positions,
+                len: PAGE as usize,
+            }
         } else {
-            (&self.positions, SAMPLE_LEN)
+            Sampling {
+                step: stride,
+                stride,
+                full: &self.positions,
+                between: &[],
+                len: SAMPLE_LEN,
+            }
         }
     }
 
@@ -551,6 +606,81 @@ mod tests {
         }
         assert_eq!(plan(16384, 1), (63, 256));
         assert_eq!(plan(8, 1), (7, 1));
+    }
+
+    fn t(offset: u64, len: u64) -> Tensor {
+        Tensor {
+            name: format!("t{offset}"),
+            dtype: Dtype::F32,
+            shape: vec![len / 4],
+            offset,
+            len,
+        }
+    }
+
+    /// ONNX bytes no initializer covers (`Constant` nodes, subgraphs) are searched as runs
+    /// when they are a large part of the file; framing between tensors is not.
+    #[test]
+    fn uncovered_data_is_searched_as_runs_only_when_it_matters() {
+        let onnx = Format::Onnx;
+        // Tensors cover 8 KiB of 100 KiB: the rest, before and between, is runs.
+        let (ts, from) =
+            searchable_tensors(&onnx, vec![t(40 << 10, 4096), t(60 << 10, 4096)], 100 << 10);
+        assert_eq!(from, 2);
+        let runs: Vec<(u64, u64)> = ts[from..].iter().map(|x| (x.offset, x.len)).collect();
+        assert_eq!(runs.iter().map(|r| r.1).sum::<u64>(), (100 - 8) << 10);
+        assert_eq!(runs[0], (0, OPAQUE_PIECE));
+        assert!(runs
+            .iter()
+            .all(|r| r.0 + r.1 <= 40 << 10 || r.0 >= 44 << 10));
+        // Framing only (gaps under a page, or under RUN_SHARE of the file): no runs.
+        let tight: Vec<Tensor> = (0..20).map(|i| t(100 + i * 4196, 4096)).collect();
+        let (ts, from) = searchable_tensors(&onnx, tight, 100 + 20 * 4196);
+        assert_eq!((ts.len(), from), (20, 20));
+        // Other formats: the header before the first tensor is no weight.
+        let st = Format::Safetensors;
+        let (ts, from) = searchable_tensors(&st, vec![t(64 << 10, 4096)], 68 << 10);
+        assert_eq!(ts.len(), from);
+    }
+
+    #[test]
+    fn a_file_of_small_tensors_is_sampled_at_every_page_over_whole_pages() {
+        assert!(small_heavy(&[300, 4000, 8192]));
+        assert!(!small_heavy(&[300, 1 << 20]));
+        assert_eq!(run_pages(vec![300, 4000]), 0);
+        assert_eq!(run_pages(vec![300, 64 << 10]), 16);
+    }
+
+    #[test]
+    fn small_tensors_are_indexed_and_looked_up_over_whole_pages() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("m.bin");
+        let mut s = 0x2545_f491_4f6c_dd1du64;
+        let bytes: Vec<u8> = (0..8192)
+            .map(|_| {
+                s ^= s << 13;
+                s ^= s >> 7;
+                s ^= s << 17;
+                s as u8
+            })
+            .collect();
+        std::fs::write(&path, &bytes).unwrap();
+        let tensors = vec![t(0, 100), t(100, 300), t(400, 1000), t(1400, 6000)];
+        let fb = FileBytes::open(&path).unwrap();
+        let g = Grid::build(vec![(fb, tensors, Format::Safetensors)], 16, false, false).unwrap();
+        let lens: Vec<u64> = g.pieces.iter().map(|p| p.mem_len).collect();
+        assert_eq!(lens, [300, 1000, 6000], "under SMALL_MIN is too small");
+        assert_eq!(
+            g.files[0].unsearchable,
+            [(0, CopyKind::Identical, Unsearchable::TooSmall)]
+        );
+        assert!(g.small && g.dense_small && g.stride == 1);
+        let sampling = g.sampling(1);
+        assert_eq!(sampling.len, PAGE as usize);
+        // The second half is looked up at the alignment (16) only.
+        assert!(sampling.full.contains(&(PAGE as u16 - 16)));
+        assert!(!sampling.full.contains(&(HALF as u16 + 4)));
+        assert_eq!((g.prev[1], g.next[1]), (Some(0), Some(2)));
     }
 
     /// Sampled pages step through every page class of the point pairs: for any copy start,

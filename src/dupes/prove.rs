@@ -425,9 +425,7 @@ fn prove_group(
                             "searched in part: over the proof budget (raise --prove-budget)".into(),
                         );
                     } else if searchable[grid_index(&keys, p.file)] == 0.0 {
-                        p.unsearched = Some(
-                            NOTHING_SEARCHABLE.into(),
-                        );
+                        p.unsearched = Some(NOTHING_SEARCHABLE.into());
                     }
                 }
                 out.extend(per.into_values());

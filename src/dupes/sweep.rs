@@ -159,11 +159,13 @@ impl Sweep<'_> {
             entries: Vec::new(),
         };
         let mut one = Vec::new();
-        let (positions, sample_len) = self.grid.sampling(self.stride);
+        let sampling = self.grid.sampling(self.stride);
+        let sample_len = sampling.len;
         let mut buf = vec![0u8; IOV_MAX * sample_len];
         let mut addrs = Vec::with_capacity(IOV_MAX);
         let mut cands: Vec<(usize, u64)> = Vec::new();
-        let stride = self.stride.max(1);
+        // Pages between samples: the stride, or every page for small tensors.
+        let stride = sampling.step;
         let rss = regions
             .iter()
             .any(|r| r.end - r.start > HUGE_REGION)
@@ -231,12 +233,7 @@ impl Sweep<'_> {
                         return Ok(st.finish(false));
                     }
                     addrs.clear();
-                    addrs.extend(
-                        batch
-                            .iter()
-                            .copied()
-                            .filter(|a| !st.covered(*a, *a + PAGE)),
-                    );
+                    addrs.extend(batch.iter().copied().filter(|a| !st.covered(*a, *a + PAGE)));
                     if addrs.is_empty() {
                         continue;
                     }
@@ -252,7 +249,7 @@ impl Sweep<'_> {
                         st.stats.sampled_pages += 1;
                         let s = &buf[k * sample_len..(k + 1) * sample_len];
                         cands.clear();
-                        for &d in positions {
+                        for &d in sampling.positions(page) {
                             let w = &s[d as usize..d as usize + WIN];
                             if w[..8] == w[8..] {
                                 continue;
