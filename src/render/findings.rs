@@ -479,7 +479,7 @@ mod tests {
                 Code::ProvenPrivateCopy { file: k(), path: p(), size_bytes: Some(1 << 30), pid: 7, comm: "py".into(), how: CopyHow::Read, fraction: 1.0, widened_bytes: 512 * MIB, traced_read_bytes: Some(1 << 30) },
                 "/m/model.gguf",
                 "pid 7 (py) holds a private copy of 'model.gguf' copied with read(): 100% of the file found byte by byte in its private memory (512.0 MiB of it widened to F32); it read() 100% of the file during the trace",
-                Some("load it with mmap (llama.cpp's default, np.load(mmap_mode='r'), torch.load(mmap=True)) to share the page cache instead of copying it"),
+                Some("load it with mmap (llama.cpp's default, np.load(mmap_mode='r'), torch.load(mmap=True)) to share the page cache instead of copying it, and keep the stored dtype (or convert the file once on disk)"),
             ),
             (
                 Code::ProvenPrivateCopy { file: k(), path: p(), size_bytes: None, pid: 7, comm: "py".into(), how: CopyHow::CopiedFromMapping, fraction: 0.5, widened_bytes: 0, traced_read_bytes: Some(1) },
