@@ -18,6 +18,8 @@ fn model(dir: &Path) -> (PathBuf, Vec<Written>) {
             ("embed", 1 << 20, Fill::Random(1)),
             ("l0.attn", 256 << 10, Fill::Random(2)),
             ("l0.norm", 2048, Fill::Random(3)),
+            // Under 256 bytes even widened: too small to search.
+            ("l0.tiny", 64, Fill::Random(7)),
             ("l0.mlp", 64 << 10, Fill::Random(4)),
             ("l1.zero_bias", 64 << 10, Fill::Zero),
             ("l1.ones_norm", 16 << 10, Fill::Ones),

@@ -126,3 +126,283 @@ fn safetensors_load_file_copies_exactly_what_the_kernel_says() {
         );
     }
 }
+
+fn python_has(modules: &str) -> bool {
+    require(
+        Command::new("python3")
+            .args(["-c", &format!("import {modules}")])
+            .output()
+            .is_ok_and(|o| o.status.success()),
+        &format!("python3 with {modules}"),
+    )
+}
+
+/// `twofold scan --json FILE` and the file's model in it.
+fn scan(file: &Path) -> (twofold::model::Report, twofold::model::FileModel) {
+    let r: twofold::model::Report =
+        twofold_json(&["scan".as_ref(), "--json".as_ref(), file.as_os_str()]);
+    let f = r
+        .files
+        .iter()
+        .find(|f| Path::new(&f.path) == file)
+        .unwrap_or_else(|| panic!("{} not in the report", file.display()))
+        .clone();
+    (r, f)
+}
+
+/// The present pages of `pid`'s readable anonymous mappings (by its maps and pagemap),
+/// read through `/proc/PID/mem` (never `process_vm_readv`, which can unshare what it
+/// reads) into anonymous mappings of this process: `(start, bytes)`.
+fn present_anon(pid: i32) -> Vec<(u64, memmap2::MmapMut)> {
+    use std::os::unix::fs::FileExt;
+    let maps = std::fs::read_to_string(format!("/proc/{pid}/maps")).unwrap();
+    let mem = std::fs::File::open(format!("/proc/{pid}/mem")).unwrap();
+    let pagemap = std::fs::File::open(format!("/proc/{pid}/pagemap")).unwrap();
+    let mut out = Vec::new();
+    for line in maps.lines() {
+        let m = twofold::collect::maps::parse_header(line).unwrap();
+        if m.inode != 0 || !m.perms.read || m.path.starts_with("[v") {
+            continue;
+        }
+        let pages = ((m.end - m.start) / 4096) as usize;
+        let mut pm = vec![0u8; pages * 8];
+        pagemap.read_exact_at(&mut pm, m.start / 4096 * 8).unwrap();
+        let mut buf = memmap2::MmapMut::map_anon(pages * 4096).unwrap();
+        for p in 0..pages {
+            let e = u64::from_le_bytes(pm[p * 8..p * 8 + 8].try_into().unwrap());
+            if e & (1 << 63) != 0 {
+                let at = m.start + p as u64 * 4096;
+                let _ = mem.read_exact_at(&mut buf[p * 4096..(p + 1) * 4096], at);
+            }
+        }
+        out.push((m.start, buf));
+    }
+    out
+}
+
+/// Bytes of copies of `tensors` (file ranges of `file`) in `pid`'s present anonymous
+/// memory, at any byte alignment: every occurrence of a tensor's whole bytes counts (a
+/// heap may hold one tensor several times), none twice.
+fn own_tensor_search(pid: i32, file: &[u8], tensors: &[(usize, usize)]) -> u64 {
+    let mut by_head: std::collections::HashMap<[u8; 16], Vec<usize>> = Default::default();
+    let mut first = vec![false; 1 << 16];
+    for (i, &(o, _)) in tensors.iter().enumerate() {
+        let head: [u8; 16] = file[o..o + 16].try_into().unwrap();
+        first[usize::from(u16::from_le_bytes([head[0], head[1]]))] = true;
+        by_head.entry(head).or_default().push(i);
+    }
+    let mut found = 0u64;
+    for (_, buf) in present_anon(pid) {
+        let mut pos = 0usize;
+        while pos + 16 <= buf.len() {
+            if !first[usize::from(u16::from_le_bytes([buf[pos], buf[pos + 1]]))] {
+                pos += 1;
+                continue;
+            }
+            let head: [u8; 16] = buf[pos..pos + 16].try_into().unwrap();
+            let hit = by_head.get(&head).and_then(|ts| {
+                ts.iter()
+                    .map(|&i| tensors[i])
+                    .find(|&(o, n)| pos + n <= buf.len() && buf[pos..pos + n] == file[o..o + n])
+            });
+            match hit {
+                Some((_, n)) => {
+                    found += n as u64;
+                    pos += n;
+                }
+                None => pos += 1,
+            }
+        }
+    }
+    found
+}
+
+/// onnxruntime parses the model into its heap and keeps each initializer in an
+/// allocation of its own. With initializers of 256 B to 4 KiB (under the 4 KiB a tensor
+/// once needed to be searched), twofold must still find at least 0.9 of the copies the
+/// test's own search of the process finds.
+#[test]
+fn onnxruntime_small_initializers_are_found_in_its_heap() {
+    if !require(is_root(), "root") || !python_has("numpy, onnx, onnxruntime") {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("small.onnx");
+    // y = concat(x * W_i): x is an input, so nothing is folded into a constant.
+    let out = run_ok(Command::new("python3").args([
+        "-c",
+        r#"
+import json, sys, numpy as np, onnx
+from onnx import helper, numpy_helper, TensorProto
+rng = np.random.default_rng(int(sys.argv[2]))
+inits, nodes = [], []
+for i in range(600):
+    w = rng.standard_normal(int(rng.integers(64, 1000))).astype(np.float32)
+    inits.append(numpy_helper.from_array(w, f"w{i}"))
+    nodes.append(helper.make_node("Mul", ["x", f"w{i}"], [f"m{i}"]))
+nodes.append(helper.make_node("Concat", [f"m{i}" for i in range(600)], ["y"], axis=0))
+g = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1])],
+                      [helper.make_tensor_value_info("y", TensorProto.FLOAT, [None])], inits)
+m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+m.ir_version = 8
+onnx.save(m, sys.argv[1])
+data = open(sys.argv[1], "rb").read()
+ranges = []
+for t in inits:
+    raw = numpy_helper.to_array(t).tobytes()
+    ranges.append([data.index(raw), len(raw)])
+print(json.dumps(ranges))
+"#,
+        path.to_str().unwrap(),
+        "21",
+    ]));
+    let tensors: Vec<(usize, usize)> = serde_json::from_slice(&out).unwrap();
+    let size = std::fs::metadata(&path).unwrap().len();
+    assert!(tensors.iter().all(|t| t.1 < 4096) && tensors.len() == 600);
+    let c = twofold::container::open(&path).unwrap();
+    assert_eq!(c.format, twofold::container::Format::Onnx);
+    assert_eq!(c.tensors.len(), 600);
+    let ort = load("ort", &path);
+    let f = std::fs::File::open(&path).unwrap();
+    // SAFETY: a read-only mapping of the test's own file, never truncated meanwhile.
+    let file = unsafe { memmap2::Mmap::map(&f) }.unwrap();
+    let truth = own_tensor_search(ort.reader.pid(), &file, &tensors);
+    let all: u64 = tensors.iter().map(|t| t.1 as u64).sum();
+    assert!(
+        truth >= all,
+        "onnxruntime holds fewer copies than expected: {truth} of {all}"
+    );
+    let (r, m) = scan(&path);
+    let copy = m
+        .proven_copies
+        .iter()
+        .find(|c| c.pid == ort.reader.pid())
+        .unwrap_or_else(|| panic!("no copy found in onnxruntime: {m:#?}"));
+    let got = copy.identical_bytes + copy.widened_bytes;
+    eprintln!(
+        "onnxruntime: own search {truth} bytes ({:.3} of the file), twofold {got} ({:.3})",
+        truth as f64 / size as f64,
+        copy.fraction
+    );
+    assert!(
+        got as f64 >= 0.9 * truth as f64,
+        "twofold {got}, own search {truth}"
+    );
+    assert!(
+        got <= truth,
+        "twofold credits more than there is: {got} > {truth}"
+    );
+    assert!(
+        !m.suspected_copies.iter().any(|s| s.pid == ort.reader.pid()),
+        "{:#?}",
+        m.suspected_copies
+    );
+    let cached = m.representations.page_cache.unwrap_or(0.0);
+    assert!(m.representations.proven.unwrap() >= cached + 0.9 * truth as f64 / size as f64);
+    // Nothing says the file cannot be searched.
+    let json = serde_json::to_string(&r).unwrap();
+    assert!(
+        !json.contains("nothing in the file can be searched"),
+        "{json}"
+    );
+}
+
+/// A process maps an F16 file (np.memmap) and widens half of its tensors to F32
+/// (`.astype(np.float32)`, as `.float()` does): the cause is a conversion out of its
+/// mapping, never a read(), the fraction is the converted tensors' bytes, and the remedy
+/// does not tell a process that already maps the file to map it.
+#[test]
+fn widening_a_mapped_file_is_a_conversion_with_the_right_remedy() {
+    if !require(is_root(), "root") || !python_has("numpy") {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let names: Vec<String> = (0..16).map(|i| format!("t{i:02}")).collect();
+    let specs: Vec<(&str, u64, Fill)> = (0..16u64)
+        .map(|i| {
+            let len = (16 + i * 37 % 96) * 4096;
+            (names[i as usize].as_str(), len, Fill::Random(100 + i))
+        })
+        .collect();
+    let (file, written) = safetensors(dir.path(), &specs);
+    let size = std::fs::metadata(&file).unwrap().len();
+    let mut cmd = Command::new("python3");
+    cmd.args([
+        "-c",
+        r#"
+import json, struct, sys, numpy as np
+path = sys.argv[1]
+with open(path, "rb") as f:
+    n = struct.unpack("<Q", f.read(8))[0]
+    header = json.loads(f.read(n))
+mm = np.memmap(path, dtype=np.uint8, mode="r")
+kept, converted = {}, []
+for i, k in enumerate(sorted(header)):
+    a, b = header[k]["data_offsets"]
+    t = mm[8 + n + a: 8 + n + b].view(np.float16)
+    if i % 2 == 0:
+        t = t.astype(np.float32)
+        converted.append(k)
+    kept[k] = t
+    float(np.asarray(t, dtype=np.float64).sum())
+print(json.dumps(converted), flush=True)
+sys.stdin.read()
+"#,
+    ])
+    .arg(&file);
+    let (child, line) = twofold::spawn::Reader::spawn(cmd, Duration::from_secs(120)).unwrap();
+    let converted: Vec<String> = serde_json::from_str(&line).unwrap();
+    let truth: u64 = written
+        .iter()
+        .filter(|w| converted.contains(&w.name))
+        .map(|w| w.len)
+        .sum();
+    let truth = truth as f64 / size as f64;
+    let (r, m) = scan(&file);
+    let copy = m
+        .proven_copies
+        .iter()
+        .find(|c| c.pid == child.pid())
+        .unwrap_or_else(|| panic!("no copy found: {m:#?}"));
+    assert_eq!(copy.how, twofold::model::CopyHow::Converted, "{copy:?}");
+    assert!(copy.mapped);
+    assert!(
+        (copy.fraction - truth).abs() <= 0.02,
+        "fraction {}, truth {truth}",
+        copy.fraction
+    );
+    let finding = r
+        .findings
+        .iter()
+        .find(|x| {
+            x.code.as_str() == "proven-private-copy"
+                && x.message().contains(&format!("pid {}", child.pid()))
+        })
+        .unwrap_or_else(|| panic!("no finding: {:#?}", r.findings));
+    let (message, remedy) = (finding.message(), finding.remedy().unwrap_or_default());
+    assert!(
+        message.contains("conversion") && !message.contains("read()"),
+        "{message}"
+    );
+    assert!(
+        !remedy.contains("mmap") && remedy.contains("dtype"),
+        "{remedy}"
+    );
+    // The JSON names the cause; the table row too.
+    let json = serde_json::to_value(&r).unwrap();
+    let how = json["files"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .flat_map(|f| f["proven_copies"].as_array().unwrap())
+        .find(|c| c["pid"] == child.pid())
+        .map(|c| c["how"].clone());
+    assert_eq!(how, Some(serde_json::json!("converted")));
+    let human = run_ok(Command::new(exe()).arg("scan").arg(&file));
+    let human = String::from_utf8_lossy(&human);
+    let row = human
+        .lines()
+        .find(|l| l.trim_start().starts_with(&child.pid().to_string()))
+        .unwrap_or_else(|| panic!("{human}"));
+    assert!(row.contains("converted"), "{row}");
+}

@@ -14,6 +14,7 @@ use crate::collect::Roots;
 use crate::container::{Container, Format};
 use crate::dupes::filebytes::FileBytes;
 use crate::dupes::grid::Grid;
+use crate::dupes::index::CopyKind;
 use crate::dupes::sweep::Sweep;
 use crate::model::dupes::{
     file_dupes, summarize, DupesReport, FileDupes, HitIn, ProcessDupes, Searched,
@@ -135,12 +136,27 @@ fn search_process(
                     .iter()
                     .any(|(t, k, _)| *t == x.tensor && *k == x.kind)
         });
+        // A tensor is not searchable when no form of it is (an F16 tensor too small as
+        // it is may be searched widened): the counts agree with what is searched.
+        let searched: std::collections::HashSet<usize> = grid
+            .pieces
+            .iter()
+            .enumerate()
+            .filter(|(i, x)| x.file == fi && grid.informative[*i])
+            .map(|(_, x)| x.tensor)
+            .collect();
+        let unsearchable: Vec<_> = gf
+            .unsearchable
+            .iter()
+            .filter(|(t, k, _)| *k == CopyKind::Identical && !searched.contains(t))
+            .copied()
+            .collect();
         let file = Searched {
             path: &p.path,
             format: &p.container.format,
             size_bytes: p.size,
             tensors: &gf.tensors,
-            unsearchable: &gf.unsearchable,
+            unsearchable: &unsearchable,
             searchable,
         };
         out.push(file_dupes(&file, &mine, stats.clone()));

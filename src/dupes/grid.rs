@@ -13,9 +13,22 @@
 //! covering a sampled page always puts a point there when `M = 1`; for `M > 1` the sampled
 //! pages step through the copy's `M` page classes (`S` odd, `M` a power of two, so `S` and
 //! `M` are coprime), so any copy run of at least `M × S + 1` pages is hit: no probability
-//! involved. [`Grid::stride_for`] picks `S` so that the tensors holding 99% of a file's
-//! bytes are at least that long; smaller tensors are found when a neighbour in the same
-//! copy is (run extension in `sweep`), or with `S = 1` (`dupes`, `--exact`).
+//! involved. [`plan`] picks `S` so that the tensors holding 99% of a file's bytes are at
+//! least that long; smaller tensors are found when a neighbour in the same copy is (run
+//! extension in `sweep`), or with `S = 1` (`dupes`, `--exact`).
+//!
+//! *Small* pieces (under [`SMALL`] bytes in memory, down to [`SMALL_MIN`]) may lie wholly
+//! in the second half of a page. They are indexed like the others (a point at 0, and at
+//! 2048 when they reach it), and with `S = 1` every window of a sampled page at the
+//! allocation alignment is looked up, not only those of its first half: a runtime that
+//! keeps each small tensor in an allocation of its own (onnxruntime's initializers) has
+//! each of them found. A file whose small pieces hold [`SMALL_SHARE`] of its bytes or more
+//! is sampled at every page.
+//!
+//! *Runs*: bytes of a file's data that no parsed tensor covers (an ONNX model's
+//! `Constant` nodes and subgraph initializers, data a parser does not know) are searched,
+//! when they are a large part of the file, as [`OPAQUE_PIECE`] blocks at any byte
+//! alignment, as a file twofold cannot parse is.
 
 use serde::{Deserialize, Serialize};
 
@@ -37,28 +50,87 @@ pub const MAX_STRIDE: u64 = 63;
 /// that a copy of any 32 KiB run of it is found.
 pub const OPAQUE_PIECE: u64 = 32 << 10;
 
-/// The tensors to search for: the container's, or [`OPAQUE_PIECE`] blocks of a file
-/// twofold cannot parse.
-pub fn searchable_tensors(format: &Format, tensors: Vec<Tensor>) -> Vec<Tensor> {
-    if *format != Format::Opaque {
-        return tensors;
+/// Smallest piece searched for, in memory: fewer bytes could match by coincidence.
+pub const SMALL_MIN: u64 = 256;
+/// Pieces shorter than this (in memory) can lie wholly in the second half of a page: with
+/// stride 1 they are looked up over whole pages.
+pub const SMALL: u64 = HALF + WIN as u64;
+/// A file whose pieces under a page hold this share of its indexed bytes or more is
+/// sampled at every page (its small tensors have no guaranteed run).
+pub const SMALL_SHARE: f64 = 0.1;
+/// Uncovered bytes of a file's data are searched as runs when they hold this share of the
+/// file or more (below it they are framing: protobuf tags, names, padding).
+pub const RUN_SHARE: f64 = 0.125;
+
+/// `[offset, offset + len)` of a file cut into [`OPAQUE_PIECE`] blocks.
+fn blocks(offset: u64, len: u64, out: &mut Vec<Tensor>) {
+    let mut at = 0;
+    while at < len {
+        let n = OPAQUE_PIECE.min(len - at);
+        out.push(Tensor {
+            name: format!("bytes {}..{}", offset + at, offset + at + n),
+            dtype: Dtype::U8,
+            shape: vec![n],
+            offset: offset + at,
+            len: n,
+        });
+        at += n;
     }
+}
+
+/// Ranges of at least a page of the file's data that no tensor covers: for ONNX the whole
+/// file (weights may lie in `Constant` nodes and subgraphs), for other formats from the
+/// first tensor to the end of the last (the header is no weight).
+fn uncovered(format: &Format, tensors: &[Tensor], size: u64) -> Vec<(u64, u64)> {
+    let mut spans: Vec<(u64, u64)> = tensors
+        .iter()
+        .filter(|t| t.len > 0)
+        .map(|t| (t.offset, t.offset.saturating_add(t.len).min(size)))
+        .collect();
+    spans.sort_unstable();
+    let (mut at, end) = match format {
+        Format::Onnx => (0, size),
+        _ => match (spans.first(), spans.iter().map(|s| s.1).max()) {
+            (Some(first), Some(last)) => (first.0, last),
+            _ => return Vec::new(),
+        },
+    };
     let mut out = Vec::new();
-    for t in tensors {
-        let mut at = 0;
-        while at < t.len {
-            let len = OPAQUE_PIECE.min(t.len - at);
-            out.push(Tensor {
-                name: format!("bytes {}..{}", t.offset + at, t.offset + at + len),
-                dtype: Dtype::U8,
-                shape: vec![len],
-                offset: t.offset + at,
-                len,
-            });
-            at += len;
+    for (a, b) in spans.into_iter().chain([(end, end)]) {
+        if a > at && a - at >= PAGE {
+            out.push((at, a.min(end)));
         }
+        at = at.max(b);
     }
     out
+}
+
+/// The tensors to search for, and the index from which they are runs searched at any byte
+/// alignment: the container's tensors, then [`OPAQUE_PIECE`] blocks of the data no tensor
+/// covers when it is a large part of the file ([`RUN_SHARE`]); a file twofold cannot parse
+/// is runs only.
+pub fn searchable_tensors(
+    format: &Format,
+    tensors: Vec<Tensor>,
+    size: u64,
+) -> (Vec<Tensor>, usize) {
+    let mut out = Vec::new();
+    if *format == Format::Opaque {
+        for t in tensors {
+            blocks(t.offset, t.len, &mut out);
+        }
+        return (out, 0);
+    }
+    let gaps = uncovered(format, &tensors, size);
+    out = tensors;
+    let runs_from = out.len();
+    let gap_bytes: u64 = gaps.iter().map(|(a, b)| b - a).sum();
+    if size > 0 && gap_bytes as f64 >= RUN_SHARE * size as f64 {
+        for (a, b) in gaps {
+            blocks(a, b - a, &mut out);
+        }
+    }
+    (out, runs_from)
 }
 
 /// One (tensor, kind) to find.
@@ -77,6 +149,8 @@ pub struct Piece {
 pub struct GridFile {
     pub bytes: FileBytes,
     pub tensors: Vec<Tensor>,
+    /// Tensors from this index on are runs of the file's bytes (see the module docs).
+    pub runs_from: usize,
     pub format: Format,
     /// Pieces of this file that could not be indexed, with the reason.
     pub unsearchable: Vec<(usize, CopyKind, Unsearchable)>,
@@ -119,6 +193,23 @@ pub struct Grid {
     pub residues: u16,
     /// Positions in a sampled page to look up.
     pub positions: Vec<u16>,
+    /// Positions in a whole sampled page to look up when every page is sampled and the
+    /// grid has small pieces: [`Grid::positions`], then the second half at the allocation
+    /// alignment.
+    pub page_positions: Vec<u16>,
+    /// Some piece is shorter than [`SMALL`] in memory.
+    pub small: bool,
+    /// A file's small pieces hold [`SMALL_SHARE`] of its bytes or more: every page is
+    /// sampled for them (at [`Grid::small_positions`]), and one in `stride` in full.
+    pub dense_small: bool,
+    /// Positions over a whole page at the allocation alignment (small pieces).
+    pub small_positions: Vec<u16>,
+    /// Per piece: the previous and next identical pieces of its file with information, in
+    /// file order (a small copy extends to the whole file's only when a neighbour is there).
+    pub prev: Vec<Option<usize>>,
+    pub next: Vec<Option<usize>>,
+    /// Per piece: some point of it carries information (it is not [`Unsearchable::LowEntropy`]).
+    pub informative: Vec<bool>,
 }
 
 /// Hash of a 16-byte window (never 0: 0 marks an empty slot). Collisions only cost a
@@ -144,9 +235,17 @@ fn kinds(dtype: &Dtype, widen: bool) -> &'static [CopyKind] {
     }
 }
 
-/// The guaranteed run of a file, in pages: tensors at least this long hold 99% of its
-/// bytes.
+/// Whether pieces under a page hold [`SMALL_SHARE`] of these bytes or more.
+fn small_heavy(lens: &[u64]) -> bool {
+    let all: u64 = lens.iter().sum();
+    let small: u64 = lens.iter().filter(|l| **l < PAGE).sum();
+    all > 0 && small as f64 >= SMALL_SHARE * all as f64
+}
+
+/// The guaranteed run of a file, in pages: tensors of a page or more at least this long
+/// hold 99% of their bytes (smaller ones: see [`Grid::dense_small`]).
 fn run_pages(mut lens: Vec<u64>) -> u64 {
+    lens.retain(|l| *l >= PAGE);
     lens.sort_unstable_by(|a, b| b.cmp(a));
     let total: u64 = lens.iter().sum();
     let mut acc = 0u64;
@@ -176,6 +275,48 @@ pub fn plan(run: u64, min_every: u64) -> (u64, u64) {
     (s.max(1), m)
 }
 
+/// Which pages a sweep samples, and which windows of each it looks up.
+pub struct Sampling<'a> {
+    /// Pages between samples.
+    pub step: u64,
+    /// Pages between samples looked up at `full` (the others at `between`).
+    pub stride: u64,
+    pub full: &'a [u16],
+    pub between: &'a [u16],
+    /// Bytes read per sampled page.
+    pub len: usize,
+}
+
+impl Sampling<'_> {
+    /// Positions to look up in the page at `addr`.
+    pub fn positions(&self, addr: u64) -> &[u16] {
+        if (addr / PAGE) % self.stride == 0 {
+            self.full
+        } else {
+            self.between
+        }
+    }
+}
+
+/// Per piece, the previous and next identical informative pieces of the same file by file
+/// offset.
+type Links = Vec<Option<usize>>;
+fn neighbours(pieces: &[Piece], informative: &[bool]) -> (Links, Links) {
+    let mut order: Vec<usize> = (0..pieces.len())
+        .filter(|&i| pieces[i].kind == CopyKind::Identical && informative[i])
+        .collect();
+    order.sort_by_key(|&i| (pieces[i].file, pieces[i].file_offset));
+    let mut prev = vec![None; pieces.len()];
+    let mut next = vec![None; pieces.len()];
+    for w in order.windows(2) {
+        if pieces[w[0]].file == pieces[w[1]].file {
+            next[w[0]] = Some(w[1]);
+            prev[w[1]] = Some(w[0]);
+        }
+    }
+    (prev, next)
+}
+
 /// Whether point `k` (at `k × 2048`) is indexed when pairs are `every` pages apart.
 fn is_point(k: u64, every: u64) -> bool {
     every <= 1 || k % (2 * every) < 2
@@ -199,19 +340,25 @@ impl Grid {
         for r in (0..WIN as u64).step_by(align as usize) {
             residues |= 1 << r;
         }
+        // Small pieces are looked up in the second half of pages at the alignment only: on
+        // their own they lie in allocations; within a copy of the file, run extension
+        // finds them from a neighbour.
+        let aligned = residues;
+        let mut small = false;
         for (fi, (bytes, tensors, format)) in files.into_iter().enumerate() {
-            let tensors = searchable_tensors(&format, tensors);
+            let (tensors, runs_from) = searchable_tensors(&format, tensors, bytes.size);
             let mut unsearchable = Vec::new();
             for (ti, t) in tensors.iter().enumerate() {
                 for &kind in kinds(&t.dtype, widen) {
                     let mem_len = t.len.saturating_mul(kind.factor());
-                    if mem_len < PAGE {
+                    if mem_len < SMALL_MIN {
                         unsearchable.push((ti, kind, Unsearchable::TooSmall));
                         continue;
                     }
+                    small |= mem_len < SMALL;
                     if kind == CopyKind::Identical {
-                        if format == Format::Opaque {
-                            // Any run of an unknown format, at any byte alignment.
+                        if ti >= runs_from {
+                            // A run of bytes of unknown structure, at any byte alignment.
                             residues = u16::MAX;
                         }
                         residues |= 1 << (t.offset % WIN as u64);
@@ -228,6 +375,7 @@ impl Grid {
             grid_files.push(GridFile {
                 bytes,
                 tensors,
+                runs_from,
                 format,
                 unsearchable,
                 run_pages: 0,
@@ -236,12 +384,14 @@ impl Grid {
         }
         // Guaranteed run per file: the length above which the tensors hold 99% of its
         // bytes; the smallest over the files bounds stride × spacing.
+        let mut dense_small = false;
         for (fi, gf) in grid_files.iter_mut().enumerate() {
             let lens: Vec<u64> = pieces
                 .iter()
                 .filter(|p| p.file == fi)
                 .map(|p| p.mem_len)
                 .collect();
+            dense_small |= small_heavy(&lens);
             gf.run_pages = run_pages(lens);
         }
         let run = grid_files
@@ -331,9 +481,23 @@ impl Grid {
             let b = s.key.rotate_right(32) & filter_mask;
             filter[(b / 64) as usize] |= 1 << (b % 64);
         }
-        let positions = (0..HALF as u16)
+        let positions: Vec<u16> = (0..HALF as u16)
             .filter(|d| residues & (1 << (d % WIN as u16)) != 0)
             .collect();
+        let at_alignment = |d: &u16| aligned & (1 << (d % WIN as u16)) != 0;
+        let (page_positions, small_positions) = if small {
+            let second = (HALF as u16..=(PAGE - WIN as u64) as u16).filter(at_alignment);
+            (
+                positions.iter().copied().chain(second).collect(),
+                (0..=(PAGE - WIN as u64) as u16)
+                    .filter(at_alignment)
+                    .collect(),
+            )
+        } else {
+            (Vec::new(), Vec::new())
+        };
+        let informative: Vec<bool> = low_entropy.iter().map(|l| !l).collect();
+        let (prev, next) = neighbours(&pieces, &informative);
         Ok(Grid {
             files: grid_files,
             pieces,
@@ -345,7 +509,36 @@ impl Grid {
             stride,
             residues,
             positions,
+            page_positions,
+            small,
+            dense_small: dense_small && small,
+            small_positions,
+            prev,
+            next,
+            informative,
         })
+    }
+
+    /// How a sweep with one page in `stride` sampled in full samples memory.
+    pub fn sampling(&self, stride: u64) -> Sampling<'_> {
+        let stride = stride.max(1);
+        if self.small && (stride == 1 || self.dense_small) {
+            Sampling {
+                step: 1,
+                stride,
+                full: &self.page_positions,
+                between: &self.small_positions,
+                len: PAGE as usize,
+            }
+        } else {
+            Sampling {
+                step: stride,
+                stride,
+                full: &self.positions,
+                between: &[],
+                len: SAMPLE_LEN,
+            }
+        }
     }
 
     /// Number of points indexed.
@@ -413,6 +606,81 @@ mod tests {
         }
         assert_eq!(plan(16384, 1), (63, 256));
         assert_eq!(plan(8, 1), (7, 1));
+    }
+
+    fn t(offset: u64, len: u64) -> Tensor {
+        Tensor {
+            name: format!("t{offset}"),
+            dtype: Dtype::F32,
+            shape: vec![len / 4],
+            offset,
+            len,
+        }
+    }
+
+    /// ONNX bytes no initializer covers (`Constant` nodes, subgraphs) are searched as runs
+    /// when they are a large part of the file; framing between tensors is not.
+    #[test]
+    fn uncovered_data_is_searched_as_runs_only_when_it_matters() {
+        let onnx = Format::Onnx;
+        // Tensors cover 8 KiB of 100 KiB: the rest, before and between, is runs.
+        let (ts, from) =
+            searchable_tensors(&onnx, vec![t(40 << 10, 4096), t(60 << 10, 4096)], 100 << 10);
+        assert_eq!(from, 2);
+        let runs: Vec<(u64, u64)> = ts[from..].iter().map(|x| (x.offset, x.len)).collect();
+        assert_eq!(runs.iter().map(|r| r.1).sum::<u64>(), (100 - 8) << 10);
+        assert_eq!(runs[0], (0, OPAQUE_PIECE));
+        assert!(runs
+            .iter()
+            .all(|r| r.0 + r.1 <= 40 << 10 || r.0 >= 44 << 10));
+        // Framing only (gaps under a page, or under RUN_SHARE of the file): no runs.
+        let tight: Vec<Tensor> = (0..20).map(|i| t(100 + i * 4196, 4096)).collect();
+        let (ts, from) = searchable_tensors(&onnx, tight, 100 + 20 * 4196);
+        assert_eq!((ts.len(), from), (20, 20));
+        // Other formats: the header before the first tensor is no weight.
+        let st = Format::Safetensors;
+        let (ts, from) = searchable_tensors(&st, vec![t(64 << 10, 4096)], 68 << 10);
+        assert_eq!(ts.len(), from);
+    }
+
+    #[test]
+    fn a_file_of_small_tensors_is_sampled_at_every_page_over_whole_pages() {
+        assert!(small_heavy(&[300, 4000, 8192]));
+        assert!(!small_heavy(&[300, 1 << 20]));
+        assert_eq!(run_pages(vec![300, 4000]), 0);
+        assert_eq!(run_pages(vec![300, 64 << 10]), 16);
+    }
+
+    #[test]
+    fn small_tensors_are_indexed_and_looked_up_over_whole_pages() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("m.bin");
+        let mut s = 0x2545_f491_4f6c_dd1du64;
+        let bytes: Vec<u8> = (0..8192)
+            .map(|_| {
+                s ^= s << 13;
+                s ^= s >> 7;
+                s ^= s << 17;
+                s as u8
+            })
+            .collect();
+        std::fs::write(&path, &bytes).unwrap();
+        let tensors = vec![t(0, 100), t(100, 300), t(400, 1000), t(1400, 6000)];
+        let fb = FileBytes::open(&path).unwrap();
+        let g = Grid::build(vec![(fb, tensors, Format::Safetensors)], 16, false, false).unwrap();
+        let lens: Vec<u64> = g.pieces.iter().map(|p| p.mem_len).collect();
+        assert_eq!(lens, [300, 1000, 6000], "under SMALL_MIN is too small");
+        assert_eq!(
+            g.files[0].unsearchable,
+            [(0, CopyKind::Identical, Unsearchable::TooSmall)]
+        );
+        assert!(g.small && g.dense_small && g.stride == 1);
+        let sampling = g.sampling(1);
+        assert_eq!(sampling.len, PAGE as usize);
+        // The second half is looked up at the alignment (16) only.
+        assert!(sampling.full.contains(&(PAGE as u16 - 16)));
+        assert!(!sampling.full.contains(&(HALF as u16 + 4)));
+        assert_eq!((g.prev[1], g.next[1]), (Some(0), Some(2)));
     }
 
     /// Sampled pages step through every page class of the point pairs: for any copy start,

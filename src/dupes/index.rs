@@ -47,9 +47,9 @@ impl CopyKind {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Unsearchable {
-    /// Shorter than one anchor region (4 KiB in memory).
+    /// Shorter than `grid::SMALL_MIN` (256 bytes) in memory.
     TooSmall,
-    /// No 4 KiB region of it without constant runs (all zeros, one repeated value).
+    /// Every indexed window of it is a constant run (all zeros, one repeated value).
     LowEntropy,
 }
 

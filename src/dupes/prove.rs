@@ -286,25 +286,8 @@ fn prove_group(
     };
     let stride = grid.stride;
     let indexed = start.elapsed();
-    let searchable: Vec<f64> = grid
-        .files
-        .iter()
-        .enumerate()
-        .map(|(fi, gf)| {
-            let size = gf.bytes.size.max(1);
-            let found: u64 = grid
-                .pieces
-                .iter()
-                .filter(|p| p.file == fi && p.kind == CopyKind::Identical)
-                .filter(|p| {
-                    !gf.unsearchable
-                        .iter()
-                        .any(|(t, k, _)| *t == p.tensor && *k == CopyKind::Identical)
-                })
-                .map(|p| p.mem_len)
-                .sum();
-            (found as f64 / size as f64).min(1.0)
-        })
+    let searchable: Vec<f64> = (0..grid.files.len())
+        .map(|fi| searchable_fraction(&grid, fi))
         .collect();
 
     let next = AtomicUsize::new(0);
@@ -437,10 +420,7 @@ fn prove_group(
                             "searched in part: over the proof budget (raise --prove-budget)".into(),
                         );
                     } else if searchable[grid_index(&keys, p.file)] == 0.0 {
-                        p.unsearched = Some(
-                            "nothing in the file can be searched for (no tensor of 4 KiB or more with information in it)"
-                                .into(),
-                        );
+                        p.unsearched = Some(NOTHING_SEARCHABLE.into());
                     }
                 }
                 out.extend(per.into_values());
@@ -612,6 +592,33 @@ pub fn recheck(
     }
     out.sample.compared_bytes = buf.compared_bytes;
     Ok(Rechecked::Still(out))
+}
+
+/// Why a file's copies are unknown when nothing in it can be searched for.
+pub const NOTHING_SEARCHABLE: &str = "nothing in the file can be searched for (no tensor, and no run of its bytes, of 256 bytes or more with information in it)";
+
+/// Fraction of file `fi`'s bytes the search looks for: the union of the file ranges of its
+/// identical pieces with information (tensors, small ones included, and runs of bytes no
+/// tensor covers). A file whose bytes are in neither is 0: its copies are unknown.
+fn searchable_fraction(grid: &Grid, fi: usize) -> f64 {
+    let gf = &grid.files[fi];
+    let mut spans: Vec<(u64, u64)> = grid
+        .pieces
+        .iter()
+        .enumerate()
+        .filter(|(i, p)| p.file == fi && p.kind == CopyKind::Identical && grid.informative[*i])
+        .map(|(_, p)| (p.file_offset, p.file_offset + p.mem_len))
+        .collect();
+    spans.sort_unstable();
+    let (mut covered, mut end) = (0u64, 0u64);
+    for (a, b) in spans {
+        let a = a.max(end);
+        if b > a {
+            covered += b - a;
+            end = b;
+        }
+    }
+    (covered as f64 / gf.bytes.size.max(1) as f64).min(1.0)
 }
 
 fn grid_index(keys: &[FileKey], key: FileKey) -> usize {

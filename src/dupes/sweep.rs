@@ -15,7 +15,7 @@ use std::time::Instant;
 use serde::{Deserialize, Serialize};
 
 use super::filebytes::FileBytes;
-use super::grid::{hash, Grid, PAGE, SAMPLE_LEN, WIN};
+use super::grid::{hash, Grid, PAGE, WIN};
 use super::index::{periodic, CopyKind};
 use crate::collect::memory::{Region, Target, IOV_MAX};
 
@@ -65,6 +65,8 @@ struct State {
     /// Credited memory ranges, start → end.
     credited: BTreeMap<u64, u64>,
     seen: HashSet<(usize, u64)>,
+    /// Confirmed copies: (piece, address).
+    confirmed: HashSet<(usize, u64)>,
     extended: HashSet<(usize, u64)>,
     buf: Buffers,
 }
@@ -92,6 +94,14 @@ impl State {
             .range(..b)
             .next_back()
             .is_some_and(|(_, end)| *end > a)
+    }
+
+    /// `[a, b)` lies within one credited range: nothing in it is left to find.
+    fn covered(&self, a: u64, b: u64) -> bool {
+        self.credited
+            .range(..=a)
+            .next_back()
+            .is_some_and(|(_, end)| *end >= b)
     }
 }
 
@@ -140,6 +150,7 @@ impl Sweep<'_> {
             hits: Vec::new(),
             credited: BTreeMap::new(),
             seen: HashSet::new(),
+            confirmed: HashSet::new(),
             extended: HashSet::new(),
             buf: Buffers::default(),
         };
@@ -148,10 +159,13 @@ impl Sweep<'_> {
             entries: Vec::new(),
         };
         let mut one = Vec::new();
-        let mut buf = vec![0u8; IOV_MAX * SAMPLE_LEN];
+        let sampling = self.grid.sampling(self.stride);
+        let sample_len = sampling.len;
+        let mut buf = vec![0u8; IOV_MAX * sample_len];
         let mut addrs = Vec::with_capacity(IOV_MAX);
         let mut cands: Vec<(usize, u64)> = Vec::new();
-        let stride = self.stride.max(1);
+        // Pages between samples: the stride, or every page for small tensors.
+        let stride = sampling.step;
         let rss = regions
             .iter()
             .any(|r| r.end - r.start > HUGE_REGION)
@@ -219,28 +233,23 @@ impl Sweep<'_> {
                         return Ok(st.finish(false));
                     }
                     addrs.clear();
-                    addrs.extend(
-                        batch
-                            .iter()
-                            .copied()
-                            .filter(|a| !st.overlaps(*a, *a + PAGE)),
-                    );
+                    addrs.extend(batch.iter().copied().filter(|a| !st.covered(*a, *a + PAGE)));
                     if addrs.is_empty() {
                         continue;
                     }
-                    let read = match self.target.gather(&addrs, SAMPLE_LEN, &mut buf) {
+                    let read = match self.target.gather(&addrs, sample_len, &mut buf) {
                         Ok(n) => n,
                         Err(e) if e.raw_os_error() == Some(libc::EFAULT) => 0,
                         Err(e) => return Err(e),
                     };
                     for (k, &page) in addrs.iter().enumerate().take(read) {
-                        if st.overlaps(page, page + PAGE) {
+                        if st.covered(page, page + PAGE) {
                             continue;
                         }
                         st.stats.sampled_pages += 1;
-                        let s = &buf[k * SAMPLE_LEN..(k + 1) * SAMPLE_LEN];
+                        let s = &buf[k * sample_len..(k + 1) * sample_len];
                         cands.clear();
-                        for &d in &self.grid.positions {
+                        for &d in sampling.positions(page) {
                             let w = &s[d as usize..d as usize + WIN];
                             if w[..8] == w[8..] {
                                 continue;
@@ -306,6 +315,7 @@ impl Sweep<'_> {
             return Ok(());
         };
         st.credited.insert(lo, hi);
+        st.confirmed.insert((p, a));
         st.hits.push(Hit {
             piece: p,
             addr: a,
@@ -314,11 +324,15 @@ impl Sweep<'_> {
             whole,
         });
         // Run extension: a copy of the whole file holds every tensor at its file offset
-        // from one base; small tensors the stride may step over are checked there.
+        // from one base; small tensors the stride may step over are checked there. A
+        // small tensor is often a copy on its own (an allocation of its own): its copy
+        // extends only when a neighbour in the file is also at that base.
+        let guaranteed = (self.stride * self.grid.every + 1) * PAGE;
         if piece.kind == CopyKind::Identical && a >= piece.file_offset {
             let base = a - piece.file_offset;
-            if st.extended.insert((piece.file, base)) {
-                let guaranteed = (self.stride * self.grid.every + 1) * PAGE;
+            let run = !st.extended.contains(&(piece.file, base))
+                && (piece.mem_len >= guaranteed || self.neighbour_at(st, pm, r, ri, p, base)?);
+            if run && st.extended.insert((piece.file, base)) {
                 let small: Vec<usize> = (0..self.grid.pieces.len())
                     .filter(|&q| {
                         let x = &self.grid.pieces[q];
@@ -335,6 +349,28 @@ impl Sweep<'_> {
             }
         }
         Ok(())
+    }
+
+    /// Whether the previous or next piece of `p`'s file is copied at `base` too.
+    fn neighbour_at(
+        &self,
+        st: &mut State,
+        pm: &PageMap,
+        r: &Region,
+        ri: usize,
+        p: usize,
+        base: u64,
+    ) -> io::Result<bool> {
+        for q in [self.grid.prev[p], self.grid.next[p]].into_iter().flatten() {
+            let at = base + self.grid.pieces[q].file_offset;
+            if !st.confirmed.contains(&(q, at)) {
+                self.consider(st, pm, r, ri, q, at)?;
+            }
+            if st.confirmed.contains(&(q, at)) {
+                return Ok(true);
+            }
+        }
+        Ok(false)
     }
 
     /// Piece `p` as comparisons need it.

@@ -11,7 +11,7 @@
 use std::collections::BTreeMap;
 
 use super::{CopyHow, FileModel, ProvenCopy, Representations, SharedCopy, SuspectedCopy};
-use crate::sample::{FileKey, ProcessSample, Sample};
+use crate::sample::{FileKey, ProcessSample, ProofSample, Sample};
 
 fn fraction(part: u64, whole: u64) -> f64 {
     if whole == 0 {
@@ -21,13 +21,24 @@ fn fraction(part: u64, whole: u64) -> f64 {
     }
 }
 
-fn how(p: Option<&ProcessSample>, mapped: bool, bytes: u64, traced: Option<u64>) -> CopyHow {
+/// The cause of a proven copy. A process that maps the file made it from its mapping: a
+/// conversion when most of the bytes found are widened, else a copy (its `rchar` counts
+/// every file it read, this one's bytes are already in its mapping). One that does not map
+/// it and read() as many bytes (this file's in a trace, else any) copied it with read().
+fn how(p: Option<&ProcessSample>, mapped: bool, pr: &ProofSample, traced: Option<u64>) -> CopyHow {
+    let bytes = pr.identical_file_bytes + pr.widened_file_bytes;
+    if mapped {
+        return if pr.widened_file_bytes > 0 && pr.widened_file_bytes >= pr.identical_file_bytes {
+            CopyHow::Converted
+        } else {
+            CopyHow::CopiedFromMapping
+        };
+    }
     if traced.is_some_and(|t| t >= bytes) {
         return CopyHow::Read;
     }
     match p.and_then(|p| p.rchar_bytes) {
         Some(r) if r >= bytes => CopyHow::Read,
-        _ if mapped => CopyHow::CopiedFromMapping,
         _ => CopyHow::Copied,
     }
 }
@@ -73,7 +84,7 @@ pub fn attribute(sample: &Sample, reads: &BTreeMap<(i32, FileKey), u64>, files: 
                 fraction: fraction(bytes, size) * share,
                 share,
                 shared,
-                how: how(p, mapped, bytes, traced),
+                how: how(p, mapped, pr, traced),
                 traced_read_bytes: traced,
                 mapped,
             });

@@ -60,9 +60,9 @@ pub struct FileDupes {
     pub size_bytes: u64,
     pub tensors: usize,
     pub tensor_bytes: u64,
-    /// Tensors shorter than 4 KiB: not searched.
+    /// Tensors shorter than 256 bytes (`dupes::grid::SMALL_MIN`) in memory: not searched.
     pub too_small: Tally,
-    /// Tensors with no 4 KiB region free of constant runs: not searched.
+    /// Tensors whose indexed windows are all constant runs: not searched.
     pub low_entropy: Tally,
     pub identical: Tally,
     pub widened: Tally,

@@ -172,7 +172,7 @@ pub struct ProvenCopy {
     /// With whom, and how, the copy's pages are shared (`None`: with nobody, or not known).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub shared: Option<SharedCopy>,
-    /// How the copy was made, as far as the kernel tells.
+    /// How the copy was made, as far as the kernel and the bytes tell.
     pub how: CopyHow,
     /// Bytes of this file it read() during a traced window (`scan --trace`), if traced.
     #[serde(default)]
@@ -209,10 +209,15 @@ pub struct SharedCopy {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum CopyHow {
-    /// It read() at least as many bytes as it holds (`rchar`): a read() copy.
+    /// It does not map the file and read() at least as many bytes as it holds (`rchar`,
+    /// or this file's bytes in a trace): a read() copy.
     Read,
-    /// It maps the file and copied out of the mapping (a copy loop, `.clone()`).
+    /// It maps the file and holds the bytes as they are, out of the mapping (a copy loop,
+    /// `.clone()`, `.copy()`).
     CopiedFromMapping,
+    /// It maps the file and holds its tensors converted: F16/BF16 widened to F32
+    /// (`.float()`, `.astype(np.float32)`), for most of the bytes found.
+    Converted,
     /// Not known (rchar unreadable, or too small for a read() copy).
     Copied,
 }

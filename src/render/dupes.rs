@@ -54,7 +54,7 @@ pub fn human(r: &DupesReport) -> String {
             if f.too_small.tensors + f.low_entropy.tensors > 0 {
                 let _ = writeln!(
                     out,
-                    "    not searchable: {} under 4 KiB ({}), {} constant/low-entropy ({})",
+                    "    not searchable: {} under 256 bytes ({}), {} constant/low-entropy ({})",
                     count(f.too_small.tensors as u64, "tensor", "tensors"),
                     iec(f.too_small.file_bytes),
                     f.low_entropy.tensors,

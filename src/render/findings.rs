@@ -52,13 +52,21 @@ pub fn render(code: &Code) -> Text {
             ..
         } => {
             let (how, remedy) = match how {
+                CopyHow::Read if *widened_bytes > 0 => (
+                    "copied with read()",
+                    "load it with mmap (llama.cpp's default, np.load(mmap_mode='r'), torch.load(mmap=True)) to share the page cache instead of copying it, and keep the stored dtype (or convert the file once on disk)",
+                ),
                 CopyHow::Read => (
                     "copied with read()",
                     "load it with mmap (llama.cpp's default, np.load(mmap_mode='r'), torch.load(mmap=True)) to share the page cache instead of copying it",
                 ),
                 CopyHow::CopiedFromMapping => (
                     "copied out of its mapping of the file",
-                    "use the mapped tensors in place instead of copying them (no .clone()/.copy() or dtype conversion of weights at load)",
+                    "use the mapped tensors in place instead of copying them (no .clone()/.copy() of weights at load)",
+                ),
+                CopyHow::Converted => (
+                    "converted out of its mapping of the file (a dtype conversion, such as .float() or .astype(float32), not a read)",
+                    "keep the stored dtype (use the mapped tensors as they are), or convert the file once on disk to the dtype it runs in and load that",
                 ),
                 CopyHow::Copied => (
                     "copied",
@@ -598,13 +606,19 @@ mod tests {
                 Code::ProvenPrivateCopy { file: k(), path: p(), size_bytes: Some(1 << 30), pid: 7, comm: "py".into(), how: CopyHow::Read, fraction: 1.0, widened_bytes: 512 * MIB, traced_read_bytes: Some(1 << 30) },
                 "/m/model.gguf",
                 "pid 7 (py) holds a private copy of 'model.gguf' copied with read(): 100% of the file found byte by byte in its private memory (512.0 MiB of it widened to F32); it read() 100% of the file during the trace",
-                Some("load it with mmap (llama.cpp's default, np.load(mmap_mode='r'), torch.load(mmap=True)) to share the page cache instead of copying it"),
+                Some("load it with mmap (llama.cpp's default, np.load(mmap_mode='r'), torch.load(mmap=True)) to share the page cache instead of copying it, and keep the stored dtype (or convert the file once on disk)"),
             ),
             (
                 Code::ProvenPrivateCopy { file: k(), path: p(), size_bytes: None, pid: 7, comm: "py".into(), how: CopyHow::CopiedFromMapping, fraction: 0.5, widened_bytes: 0, traced_read_bytes: Some(1) },
                 "/m/model.gguf",
                 "pid 7 (py) holds a private copy of 'model.gguf' copied out of its mapping of the file: 50% of the file found byte by byte in its private memory",
-                Some("use the mapped tensors in place instead of copying them (no .clone()/.copy() or dtype conversion of weights at load)"),
+                Some("use the mapped tensors in place instead of copying them (no .clone()/.copy() of weights at load)"),
+            ),
+            (
+                Code::ProvenPrivateCopy { file: k(), path: p(), size_bytes: Some(1 << 30), pid: 7, comm: "py".into(), how: CopyHow::Converted, fraction: 0.5, widened_bytes: 512 * MIB, traced_read_bytes: None },
+                "/m/model.gguf",
+                "pid 7 (py) holds a private copy of 'model.gguf' converted out of its mapping of the file (a dtype conversion, such as .float() or .astype(float32), not a read): 50% of the file found byte by byte in its private memory (512.0 MiB of it widened to F32)",
+                Some("keep the stored dtype (use the mapped tensors as they are), or convert the file once on disk to the dtype it runs in and load that"),
             ),
             (
                 Code::SuspectedPrivateCopy { file: k(), path: p(), size_bytes: Some(256 * MIB), pid: 8, comm: "vllm".into(), anon_bytes: 260 * MIB, unsearched: "over the budget".into(), reader: None },

@@ -26,6 +26,7 @@ fn how(h: CopyHow) -> &'static str {
     match h {
         CopyHow::Read => "read()",
         CopyHow::CopiedFromMapping => "copied from its mapping",
+        CopyHow::Converted => "converted to F32 from its mapping",
         CopyHow::Copied => "copied",
     }
 }

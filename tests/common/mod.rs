@@ -179,7 +179,7 @@ pub fn safetensors(dir: &Path, specs: &[(&str, u64, Fill)]) -> (PathBuf, Vec<Wri
             name: name.to_string(),
             offset,
             len: *len,
-            searchable: matches!(fill, Fill::Random(_)) && *len >= 4096,
+            searchable: matches!(fill, Fill::Random(_)) && *len >= twofold::dupes::grid::SMALL_MIN,
         });
     }
     assert_eq!(bytes.len() as u64, base + rel);
