@@ -404,6 +404,9 @@ pub enum CandidateWhy {
     Read,
     /// Its `rchar` could not be read, so a read() copy cannot be ruled out.
     Unknown,
+    /// It maps shared memory (shmem, memfd, a /dev/shm file) large enough to hold a copy
+    /// that another process may have made.
+    SharedMemory,
 }
 
 /// A process whose private anonymous memory is large enough to hold a copy of a file.
@@ -412,7 +415,8 @@ pub struct CandidateSample {
     pub pid: i32,
     pub file: FileKey,
     pub why: CandidateWhy,
-    /// `RssAnon` less the copy-on-write pages of files of interest it maps.
+    /// `RssAnon` less the copy-on-write pages of files of interest it maps, plus its
+    /// `RssShmem` (less the pages of a model file in shared memory it maps).
     pub private_anon_bytes: u64,
 }
 
@@ -448,6 +452,10 @@ pub struct ProofSample {
     /// before it, a proof of one process alone), taken as this process's own.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub physical: Option<PhysicalSample>,
+    /// Files in shared memory (shmem, tmpfs such as /dev/shm, memfd) the copies were
+    /// found in: each is a copy of this file.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub shmem_files: Vec<FileKey>,
 }
 
 /// The physical pages under one process's copies of one file, from `/proc/PID/pagemap`

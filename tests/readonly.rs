@@ -302,3 +302,71 @@ fn a_multiprocessing_fork_pool_shares_one_copy() {
     assert_unchanged(&before, &s, "scan");
     assert_counted_once(&report, &file, &s.pids);
 }
+
+/// A copy in /dev/shm mapped by one process and a memfd copy mapped by another: both are
+/// copies of the original (3.00), and the /dev/shm file is shown as a copy of it.
+#[test]
+fn copies_in_shared_memory_count_as_copies_of_the_original() {
+    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let shm = Path::new("/dev/shm");
+    if !require(shm.is_dir(), "/dev/shm (tmpfs)")
+        || !require(python_ready(), "python3 (scripts/test.sh installs it)")
+    {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let (file, _) = safetensors(
+        dir.path(),
+        &[
+            ("a", 8 * MIB, Fill::Random(21)),
+            ("b", 8 * MIB, Fill::Random(22)),
+        ],
+    );
+    // A /dev/shm copy of our own (removed on drop), mapped by a reader.
+    let shm_dir = tempfile::tempdir_in(shm).unwrap();
+    let copy = shm_dir.path().join("m.safetensors");
+    std::fs::copy(&file, &copy).unwrap();
+    let _mapper = reader("map", Some(&copy), &[]);
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/runtimes/memfd.py");
+    let mut cmd = Command::new("python3");
+    cmd.arg(script).arg(&file);
+    let (memfd, _) = twofold::spawn::Reader::spawn(cmd, Duration::from_secs(60)).unwrap();
+    let report = scan_json(&file, &[]);
+    let files = report["files"].as_array().unwrap();
+    let original = files
+        .iter()
+        .find(|f| f["path"].as_str() == file.to_str())
+        .unwrap();
+    let r = &original["representations"];
+    let page_cache = r["page_cache"].as_f64().unwrap();
+    assert!(
+        (r["private_copies"].as_f64().unwrap() - 2.0).abs() < 0.01,
+        "the /dev/shm and the memfd copy: {r}"
+    );
+    let copies = r["private_copies"].as_f64().unwrap();
+    assert!(
+        (r["proven"].as_f64().unwrap() - (page_cache + copies)).abs() < 1e-6,
+        "{r}"
+    );
+    assert_eq!(r["lower_bound"].as_bool(), Some(false), "{r}");
+    let pids: Vec<i64> = original["proven_copies"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| {
+            assert_eq!(c["how"].as_str(), Some("shared_memory"), "{c}");
+            c["pid"].as_i64().unwrap()
+        })
+        .collect();
+    assert!(pids.contains(&(memfd.pid() as i64)), "{pids:?}");
+    // The /dev/shm file, when listed, is a copy of the original, not an unrelated model.
+    let text = String::from_utf8(run_ok(
+        Command::new(exe()).arg("scan").arg(&file).arg(&copy),
+    ))
+    .unwrap();
+    assert!(
+        text.contains(&format!("shmem copy of {}", file.display())),
+        "{text}"
+    );
+    assert!(text.contains("in memory 3.00 times"), "{text}");
+}

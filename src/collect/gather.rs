@@ -922,7 +922,8 @@ fn big_enough(anon: u64, size: u64) -> bool {
 }
 
 /// Before the detail phase: could a process that holds nothing hold a copy of one of the
-/// files (by its `RssAnon`, its command line, and `rchar`)? Reads `rchar` when needed.
+/// files (by its `RssAnon` and `RssShmem`, its command line, and `rchar`)? Reads `rchar`
+/// when needed. Shared memory large enough holds a copy whoever filled it.
 fn could_hold_any(
     procs: &ProcReader,
     p: &ProcessSample,
@@ -932,8 +933,13 @@ fn could_hold_any(
     let Some(anon) = p.status.rss_anon_bytes else {
         return false;
     };
+    let shmem = p.status.rss_shmem_bytes.unwrap_or(0);
+    let anon = anon + shmem;
     if p.pid == std::process::id() as i32 || !sizes.iter().any(|(_, s)| big_enough(anon, *s)) {
         return false;
+    }
+    if sizes.iter().any(|(_, s)| big_enough(shmem, *s)) {
+        return true;
     }
     if sizes
         .iter()
@@ -966,8 +972,18 @@ pub fn candidates(
         };
         let cow: u64 = p.mappings.iter().filter_map(|m| m.anonymous_bytes).sum();
         let private = anon.saturating_sub(cow);
+        // Shared memory (shmem, memfd, /dev/shm files) can hold a copy too.
+        let shmem = p.status.rss_shmem_bytes.unwrap_or(0);
         for &(key, size) in sizes {
-            if !big_enough(private, size) {
+            // A model file in shared memory that it maps is its own page cache there.
+            let own: u64 = p
+                .mappings
+                .iter()
+                .filter(|m| m.key() == key && m.major == 0)
+                .filter_map(|m| m.rss_bytes)
+                .sum();
+            let room = private + shmem.saturating_sub(own);
+            if !big_enough(room, size) {
                 continue;
             }
             let holder = p.mappings.iter().any(|m| m.key() == key)
@@ -979,6 +995,11 @@ pub fn candidates(
             } else {
                 match p.rchar_bytes {
                     Some(r) if big_enough(r, size) => CandidateWhy::Read,
+                    // Another process may have filled the shared memory it maps (`cp` to
+                    // /dev/shm, a loader's memfd).
+                    Some(_) if big_enough(shmem.saturating_sub(own), size) => {
+                        CandidateWhy::SharedMemory
+                    }
                     Some(_) => continue,
                     None => CandidateWhy::Unknown,
                 }
@@ -987,7 +1008,7 @@ pub fn candidates(
                 pid: p.pid,
                 file: key,
                 why,
-                private_anon_bytes: private,
+                private_anon_bytes: room,
             });
         }
     }

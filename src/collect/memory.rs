@@ -78,7 +78,7 @@ pub struct Region {
     pub end: u64,
     pub kind: RegionKind,
     pub label: String,
-    /// The file mapped there (private file mappings only).
+    /// The file mapped there (private file mappings, and shmem/tmpfs/memfd files).
     pub key: Option<crate::sample::FileKey>,
 }
 
@@ -135,6 +135,8 @@ pub struct Target {
     /// `/proc/PID/mem`, opened read-only: the only way twofold reads another process's
     /// memory.
     mem: File,
+    /// Scratch space of [`Target::gather`] (runs of whole pages read at once).
+    scratch: std::cell::RefCell<Vec<u8>>,
 }
 
 /// A refusal in words that fit who is reading ([`super::access::denied`]).
@@ -167,6 +169,7 @@ impl Target {
             pagemap,
             pagemap_path,
             mem,
+            scratch: std::cell::RefCell::new(Vec::new()),
         })
     }
 
@@ -213,7 +216,9 @@ impl Target {
                 } else {
                     m.path.clone()
                 },
-                key: (kind == RegionKind::PrivateFile).then(|| m.key()),
+                // The file mapped there: a private file mapping's (its CoW pages), or a
+                // shmem/tmpfs file's (a copy found there is in that file).
+                key: (kind == RegionKind::PrivateFile || m.inode != 0).then(|| m.key()),
             });
         }
         Ok(out)
@@ -288,22 +293,42 @@ impl Target {
     }
 
     /// Reads `len` bytes at each address into `buf` (`addrs.len() * len` bytes), up to
-    /// [`IOV_MAX`] at a time, one `pread` each (adjacent addresses in one). Returns how
-    /// many addresses were read completely: a read stops at the first address that
-    /// cannot be read in full.
+    /// [`IOV_MAX`] at a time. Addresses one page apart (a search at stride 1) are read as
+    /// one run of whole pages, one `pread` per run, and each address's `len` bytes taken
+    /// from it; others one `pread` each. Returns how many addresses were read completely:
+    /// a read stops at the first address that cannot be read in full.
     pub fn gather(&self, addrs: &[u64], len: usize, buf: &mut [u8]) -> io::Result<usize> {
         debug_assert!(addrs.len() <= IOV_MAX && buf.len() >= addrs.len() * len);
+        let step = if len <= PAGE as usize {
+            PAGE
+        } else {
+            len as u64
+        };
+        let mut scratch = self.scratch.borrow_mut();
         let mut i = 0;
         while i < addrs.len() {
-            // A run of back-to-back addresses is one read.
             let mut j = i + 1;
-            while j < addrs.len() && addrs[j] == addrs[j - 1] + len as u64 {
+            while j < addrs.len() && addrs[j] == addrs[j - 1] + step {
                 j += 1;
             }
-            let want = (j - i) * len;
-            let got = self.read(addrs[i], &mut buf[i * len..i * len + want])?;
-            if got < want {
-                return Ok(i + got / len);
+            if j - i == 1 || step as usize == len {
+                // One address, or back-to-back ranges: straight into `buf`.
+                let want = (j - i) * len;
+                let got = self.read(addrs[i], &mut buf[i * len..i * len + want])?;
+                if got < want {
+                    return Ok(i + got / len);
+                }
+            } else {
+                let run = (j - i - 1) * step as usize + len;
+                scratch.resize(run, 0);
+                let got = self.read(addrs[i], &mut scratch[..run])?;
+                for k in i..j {
+                    let at = (k - i) * step as usize;
+                    if at + len > got {
+                        return Ok(k);
+                    }
+                    buf[k * len..(k + 1) * len].copy_from_slice(&scratch[at..at + len]);
+                }
             }
             i = j;
         }
@@ -340,5 +365,40 @@ mod page_size_tests {
         // A 4 KiB system is the identity.
         expand_entries(&entries, base, 4096, base, base + 3 * 4096, &mut out);
         assert_eq!(out, entries);
+    }
+
+    /// `gather` of runs of pages and of single addresses gives exactly the bytes there
+    /// (read through this process's own `/proc/self/mem`).
+    #[test]
+    fn gather_reads_runs_and_singles_exactly() {
+        let pages = 16usize;
+        let mut mem = vec![0u8; (pages + 1) * PAGE as usize];
+        for (i, b) in mem.iter_mut().enumerate() {
+            *b = (i * 7 + i / 4096) as u8;
+        }
+        let base = (mem.as_ptr() as u64).next_multiple_of(PAGE);
+        let off = (base - mem.as_ptr() as u64) as usize;
+        let t = Target::open(Path::new("/proc"), std::process::id() as i32).unwrap();
+        // Pages 0..6 back to back (a run), then 8, 11, 12 (a single and a run of two).
+        let addrs: Vec<u64> = [0u64, 1, 2, 3, 4, 5, 8, 11, 12]
+            .iter()
+            .map(|p| base + p * PAGE)
+            .collect();
+        let len = 2064;
+        let mut buf = vec![0u8; addrs.len() * len];
+        assert_eq!(t.gather(&addrs, len, &mut buf).unwrap(), addrs.len());
+        for (k, a) in addrs.iter().enumerate() {
+            let at = off + (a - base) as usize;
+            assert_eq!(
+                &buf[k * len..(k + 1) * len],
+                &mem[at..at + len],
+                "address {k}"
+            );
+        }
+        let mut one = vec![0u8; 100];
+        assert_eq!(t.read(base + 10, &mut one).unwrap(), 100);
+        assert_eq!(&one[..], &mem[off + 10..off + 110]);
+        // An unmapped address reads short, not an error.
+        assert_eq!(t.read(8, &mut one).unwrap(), 0);
     }
 }

@@ -34,7 +34,7 @@ impl CopyRanges {
     pub fn of<'a>(file: FileKey, found: impl IntoIterator<Item = &'a Found>) -> CopyRanges {
         let ranges = found
             .into_iter()
-            .filter(|f| !(f.region.kind == RegionKind::PrivateFile && f.region.key == Some(file)))
+            .filter(|f| f.region.key != Some(file))
             .map(|f| {
                 (
                     f.addr.max(f.region.start),

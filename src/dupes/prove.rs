@@ -211,7 +211,8 @@ fn search_order(sample: &Sample) -> Vec<i32> {
             crate::sample::CandidateWhy::Named => 0,
             crate::sample::CandidateWhy::Holder => 1,
             crate::sample::CandidateWhy::Read => 2,
-            crate::sample::CandidateWhy::Unknown => 3,
+            crate::sample::CandidateWhy::SharedMemory => 3,
+            crate::sample::CandidateWhy::Unknown => 4,
         };
         let rank = (!explicit.contains(&c.file), why, c.private_anon_bytes);
         match order.iter_mut().find(|o| o.0 == c.pid) {
@@ -273,6 +274,10 @@ fn prove_group(
             }
         }
     }
+    // Files of the same bytes (a /dev/shm copy of a model beside it): one is indexed,
+    // the one not in shared memory, so a copy found is the original's; the other is
+    // searched as it (its candidates' copies are counted under the original).
+    let aliases = same_bytes(&mut keys, &mut inputs);
     let grid = match Grid::build(inputs, 16, true, opts.exact) {
         Ok(g) => g,
         Err(e) => {
@@ -423,6 +428,17 @@ fn prove_group(
                         p.unsearched = Some(NOTHING_SEARCHABLE.into());
                     }
                 }
+                // A file of the same bytes as an indexed one: searched as that one.
+                for (alias, of) in &aliases {
+                    if files_of_pid.contains(alias) {
+                        let fi = grid_index(&keys, *of);
+                        out.push(Proof {
+                            sample: proof_for(s.pid, *alias, fi, &searchable),
+                            found: Vec::new(),
+                            took,
+                        });
+                    }
+                }
                 out.extend(per.into_values());
             }
         }
@@ -440,6 +456,61 @@ fn prove_group(
     out
 }
 
+/// Blocks compared to tell two files of one size apart (and the last block).
+const SAME_BYTES_BLOCKS: u64 = 64;
+
+/// Removes from `keys`/`inputs` each file whose bytes are another's (same size, and the
+/// same bytes in [`SAME_BYTES_BLOCKS`] 4 KiB blocks spread over it, read without touching
+/// the page cache); keeps the one not in shared memory (device major 0: tmpfs, shmem).
+/// Returns (removed, kept) pairs.
+fn same_bytes(
+    keys: &mut Vec<FileKey>,
+    inputs: &mut Vec<(
+        FileBytes,
+        Vec<crate::container::Tensor>,
+        crate::container::Format,
+    )>,
+) -> Vec<(FileKey, FileKey)> {
+    let block = |b: &FileBytes, off: u64, buf: &mut Vec<u8>| -> bool {
+        let n = PAGE.min(b.size - off) as usize;
+        buf.resize(n, 0);
+        b.read_exact_at(buf, off).is_ok()
+    };
+    let mut out = Vec::new();
+    let mut i = 0;
+    while i < keys.len() {
+        let mut removed = false;
+        for j in 0..keys.len() {
+            let (a, b) = (&inputs[i].0, &inputs[j].0);
+            if i == j || a.size != b.size || a.size == 0 {
+                continue;
+            }
+            let (mut x, mut y) = (Vec::new(), Vec::new());
+            let last = (a.size - 1) / PAGE * PAGE;
+            let equal = (0..=SAME_BYTES_BLOCKS).all(|k| {
+                let off = (last / SAME_BYTES_BLOCKS * k) / PAGE * PAGE;
+                let off = if k == SAME_BYTES_BLOCKS { last } else { off };
+                block(a, off, &mut x) && block(b, off, &mut y) && x == y
+            });
+            // Drop i for j: i in shared memory and j not, or both alike and i later.
+            let shm = |k: FileKey| k.major == 0;
+            let drop_i = shm(keys[i]) && !shm(keys[j]) || (shm(keys[i]) == shm(keys[j]) && i > j);
+            if equal && drop_i {
+                out.push((keys[i], keys[j]));
+                keys.remove(i);
+                inputs.remove(i);
+                removed = true;
+                break;
+            }
+        }
+        if !removed {
+            i += 1;
+        }
+    }
+    // A kept file's index moved when an earlier one was removed: resolve by key later.
+    out
+}
+
 /// Credits `mem_bytes` of a copy of `key` found in region `r` to `p`: inside the
 /// process's own private mapping of the file, its copy-on-write pages; elsewhere a copy.
 fn credit(p: &mut ProofSample, key: FileKey, kind: CopyKind, r: &Region, mem_bytes: u64) {
@@ -447,6 +518,15 @@ fn credit(p: &mut ProofSample, key: FileKey, kind: CopyKind, r: &Region, mem_byt
     if r.kind == RegionKind::PrivateFile && r.key == Some(key) {
         p.cow_file_bytes += file_bytes;
         return;
+    }
+    if r.kind == RegionKind::SharedAnon {
+        match r.key {
+            // A file in shared memory mapped by its own process: its page cache.
+            Some(k) if k == key => return,
+            // A copy in a shmem, tmpfs or memfd file: that file is a copy of this one.
+            Some(k) if !p.shmem_files.contains(&k) => p.shmem_files.push(k),
+            _ => {}
+        }
     }
     if kind == CopyKind::Identical {
         p.identical_file_bytes += file_bytes;

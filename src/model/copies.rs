@@ -84,7 +84,11 @@ pub fn attribute(sample: &Sample, reads: &BTreeMap<(i32, FileKey), u64>, files: 
                 fraction: fraction(bytes, size) * share,
                 share,
                 shared,
-                how: how(p, mapped, pr, traced),
+                how: if pr.shmem_files.is_empty() {
+                    how(p, mapped, pr, traced)
+                } else {
+                    CopyHow::SharedMemory
+                },
                 traced_read_bytes: traced,
                 mapped,
             });
@@ -131,6 +135,25 @@ pub fn attribute(sample: &Sample, reads: &BTreeMap<(i32, FileKey), u64>, files: 
         }
         f.proven_copies.sort_by_key(|c| c.pid);
         f.suspected_copies.sort_by_key(|c| c.pid);
+    }
+}
+
+/// Marks each file in shared memory in which a proof found a copy of another file as a
+/// copy of that file (`/dev/shm/m.safetensors`, a memfd mapped by a loader).
+pub fn shmem_copies(sample: &Sample, files: &mut [FileModel]) {
+    for pr in &sample.proofs {
+        let Some(original) = files.iter().find(|f| f.key == pr.file) else {
+            continue;
+        };
+        let of = super::CopyOf {
+            key: original.key,
+            path: original.path.clone(),
+        };
+        for k in &pr.shmem_files {
+            if let Some(f) = files.iter_mut().find(|f| f.key == *k && f.key != of.key) {
+                f.shmem_copy_of = Some(of.clone());
+            }
+        }
     }
 }
 

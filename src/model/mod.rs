@@ -220,6 +220,9 @@ pub enum CopyHow {
     Converted,
     /// Not known (rchar unreadable, or too small for a read() copy).
     Copied,
+    /// Found in shared memory (a shmem, tmpfs such as /dev/shm, or memfd file): a copy
+    /// made into memory that processes share, instead of mapping the file itself.
+    SharedMemory,
 }
 
 /// A process whose private memory could hold a copy that was not (fully) searched.
@@ -325,6 +328,17 @@ pub struct FileModel {
     /// Other names processes give it (another mount namespace's), beside `path`.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub seen_as: Vec<String>,
+    /// A file in shared memory (shmem, tmpfs such as /dev/shm, memfd) whose bytes were
+    /// proven to be a copy of another model file: that file's path and identity.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub shmem_copy_of: Option<CopyOf>,
+}
+
+/// The model file another one is a copy of.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct CopyOf {
+    pub key: FileKey,
+    pub path: String,
 }
 
 fn sum_opt(mut values: impl Iterator<Item = Option<u64>>) -> Option<u64> {
@@ -497,6 +511,7 @@ pub fn build_with(sample: &Sample, trace: Option<TraceInput>) -> Report {
                 deleted: f.deleted,
                 now_at_path: f.now_at_path,
                 seen_as: f.seen_as.clone(),
+                shmem_copy_of: None,
                 representations: Representations {
                     page_cache: None,
                     cow: None,
@@ -522,6 +537,7 @@ pub fn build_with(sample: &Sample, trace: Option<TraceInput>) -> Report {
             .collect(),
     };
     copies::attribute(sample, &reads, &mut files);
+    copies::shmem_copies(sample, &mut files);
     for f in &mut files {
         f.representations = copies::representations(f);
     }

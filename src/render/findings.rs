@@ -51,6 +51,11 @@ pub fn render(code: &Code) -> Text {
             traced_read_bytes,
             ..
         } => {
+            let (kind, place) = if *how == CopyHow::SharedMemory {
+                ("copy", "shared memory")
+            } else {
+                ("private copy", "private memory")
+            };
             let (how, remedy) = match how {
                 CopyHow::Read if *widened_bytes > 0 => (
                     "copied with read()",
@@ -67,6 +72,10 @@ pub fn render(code: &Code) -> Text {
                 CopyHow::Converted => (
                     "converted out of its mapping of the file (a dtype conversion, such as .float() or .astype(float32), not a read)",
                     "keep the stored dtype (use the mapped tensors as they are), or convert the file once on disk to the dtype it runs in and load that",
+                ),
+                CopyHow::SharedMemory => (
+                    "copied into shared memory (a shmem, tmpfs or memfd file)",
+                    "map the model file itself (read-only, MAP_SHARED): its page cache is already shared between processes, a shared-memory copy is one more",
                 ),
                 CopyHow::Copied => (
                     "copied",
@@ -88,7 +97,7 @@ pub fn render(code: &Code) -> Text {
             text(
                 path,
                 format!(
-                    "pid {pid} ({comm}) holds a private copy of '{}' {how}: {:.0}% of the file found byte by byte in its private memory{widened}{traced}",
+                    "pid {pid} ({comm}) holds a {kind} of '{}' {how}: {:.0}% of the file found byte by byte in its {place}{widened}{traced}",
                     name(path),
                     fraction * 100.0
                 ),

@@ -28,6 +28,7 @@ fn how(h: CopyHow) -> &'static str {
         CopyHow::CopiedFromMapping => "copied from its mapping",
         CopyHow::Converted => "converted to F32 from its mapping",
         CopyHow::Copied => "copied",
+        CopyHow::SharedMemory => "in shared memory",
     }
 }
 
@@ -43,6 +44,12 @@ pub(crate) fn copy_note(f: &FileModel, pid: i32, plus: bool) -> String {
                 s.by,
                 if s.shmem { "shared memory" } else { "fork" },
                 if s.estimated { ", estimated" } else { "" },
+                c.fraction * 100.0
+            );
+        }
+        if c.how == CopyHow::SharedMemory {
+            return format!(
+                "{plus}copy in shared memory, {:.0}% of the file (proven)",
                 c.fraction * 100.0
             );
         }
@@ -171,6 +178,13 @@ pub(crate) fn map_kind(k: MapKind) -> &'static str {
 
 fn file_section(f: &FileModel, out: &mut String) {
     let _ = writeln!(out, "  {}", shown(&f.path, f.path_bytes.as_deref()));
+    if let Some(of) = &f.shmem_copy_of {
+        let _ = writeln!(
+            out,
+            "    shmem copy of {} (proven byte by byte; counted as a copy of it)",
+            shown(&of.path, None)
+        );
+    }
     for other in &f.seen_as {
         let _ = writeln!(
             out,

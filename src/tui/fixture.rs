@@ -75,6 +75,7 @@ fn file(path: &str, inode: u64, size: u64) -> FileModel {
         deleted: false,
         now_at_path: None,
         seen_as: Vec::new(),
+        shmem_copy_of: None,
         representations: Representations {
             page_cache: None,
             cow: None,
