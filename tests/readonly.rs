@@ -370,3 +370,77 @@ fn copies_in_shared_memory_count_as_copies_of_the_original() {
     );
     assert!(text.contains("in memory 3.00 times"), "{text}");
 }
+
+/// Without page frame numbers (not root: a user scanning their own workers), the shared
+/// copy is weighed from the exclusive-mapping bit and Pss/Rss: about one copy, marked as
+/// an estimate, and still nothing is unshared.
+#[test]
+fn without_frame_numbers_the_share_is_estimated() {
+    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    if !require(python_ready(), "python3 with numpy (scripts/test.sh installs it)") {
+        return;
+    }
+    let Some((dir, bin)) = nobody_setup() else {
+        return;
+    };
+    use std::os::unix::fs::PermissionsExt;
+    let file = npy(dir.path(), 32 * MIB, 13);
+    let script = dir.path().join("fork.py");
+    std::fs::copy(
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/runtimes/fork.py"),
+        &script,
+    )
+    .unwrap();
+    for p in [&file, &script] {
+        std::fs::set_permissions(p, std::fs::Permissions::from_mode(0o644)).unwrap();
+    }
+    let python = String::from_utf8(run_ok(Command::new("python3").args([
+        "-c",
+        "import sys; print(sys.executable)",
+    ])))
+    .unwrap();
+    let as_nobody = |prog: &str| {
+        let mut c = Command::new("setpriv");
+        c.args(["--reuid", "65534", "--regid", "65534", "--clear-groups", prog]);
+        c
+    };
+    let mut cmd = as_nobody(python.trim());
+    cmd.arg(&script).arg("fork").arg(&file).arg("3");
+    let (reader, line) = twofold::spawn::Reader::spawn(cmd, Duration::from_secs(120)).unwrap();
+    let v: serde_json::Value = serde_json::from_str(&line).unwrap();
+    let s = Shared {
+        _parent: reader,
+        addr: v["addr"].as_u64().unwrap(),
+        len: v["len"].as_u64().unwrap(),
+        pids: v["pids"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|p| p.as_i64().unwrap() as i32)
+            .collect(),
+    };
+    let before = frames(&s);
+    let out = run_ok(
+        as_nobody(bin.to_str().unwrap())
+            .args(["scan", "--json", "--prove-budget", "60s"])
+            .arg(&file),
+    );
+    assert_unchanged(&before, &s, "scan as nobody");
+    let report: serde_json::Value = serde_json::from_slice(&out).unwrap();
+    let f = report["files"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|f| f["path"].as_str() == file.to_str())
+        .unwrap();
+    let copies = f["representations"]["private_copies"].as_f64().unwrap();
+    assert!(
+        (copies - 1.0).abs() < 0.1,
+        "one physical copy, estimated {copies}: {}",
+        f["representations"]
+    );
+    for c in f["proven_copies"].as_array().unwrap() {
+        assert_eq!(c["shared"]["estimated"].as_bool(), Some(true), "{c}");
+        assert_eq!(c["shared"]["by"].as_u64(), Some(4), "{c}");
+    }
+}

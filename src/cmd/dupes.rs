@@ -164,6 +164,51 @@ fn search_process(
     Ok(out)
 }
 
+/// One physical copy counts once, as in `scan`: the pages of the copies found in the
+/// processes searched are weighed by who maps them ([`crate::dupes::physical`]).
+fn weigh(roots: &Roots, prepared: &[Prepared], processes: &mut [ProcessDupes]) {
+    use crate::dupes::physical::{self, CopyRanges};
+    let mut proofs = Vec::new();
+    let mut ranges = Vec::new();
+    let mut at = Vec::new();
+    for (pi, p) in processes.iter().enumerate() {
+        for (fi, f) in p.files.iter().enumerate() {
+            let Some(key) = prepared.iter().find(|x| x.path == f.path).map(|x| x.key) else {
+                continue;
+            };
+            let r = f
+                .copies
+                .iter()
+                .filter_map(|c| {
+                    let region = f
+                        .regions
+                        .iter()
+                        .find(|r| r.start <= c.address && c.address < r.end)?;
+                    Some((c.address, (c.address + c.memory_bytes).min(region.end), region.kind))
+                })
+                .collect();
+            proofs.push(crate::sample::ProofSample {
+                pid: p.pid,
+                file: key,
+                copy_memory_bytes: f.identical.memory_bytes + f.widened.memory_bytes,
+                ..Default::default()
+            });
+            ranges.push(CopyRanges { ranges: r });
+            at.push((pi, fi));
+        }
+    }
+    physical::weigh(&roots.proc, &mut proofs, &ranges);
+    for (proof, (pi, fi)) in proofs.iter().zip(at) {
+        let Some(w) = &proof.physical else { continue };
+        let f = &mut processes[pi].files[fi];
+        f.share = w.ratio();
+        f.shared_by = w.shared_by;
+        if let Some(p) = f.private_copies.as_mut() {
+            *p *= f.share;
+        }
+    }
+}
+
 pub fn report(args: &DupesArgs, roots: &Roots) -> anyhow::Result<DupesReport> {
     let procs = ProcReader::new(&roots.proc);
     for pid in &args.pids {
@@ -235,6 +280,7 @@ pub fn report(args: &DupesArgs, roots: &Roots) -> anyhow::Result<DupesReport> {
             }),
         }
     }
+    weigh(roots, &prepared, &mut processes);
     let files = summarize(&processes, &page_cache);
     Ok(DupesReport {
         schema_version: crate::model::SCHEMA_VERSION,

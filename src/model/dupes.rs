@@ -72,10 +72,26 @@ pub struct FileDupes {
     /// copy-on-write pages, not a private copy.
     #[serde(default)]
     pub cow_bytes: u64,
-    /// (identical + widened file bytes) / file size: private copies of the file this
-    /// process holds. `None` when nothing in the file can be searched for (unknown, not 0).
+    /// (identical + widened file bytes) / file size × `share`: private copies of the file
+    /// this process holds, its physical share. `None` when nothing in the file can be
+    /// searched for (unknown, not 0).
     pub private_copies: Option<f64>,
+    /// The part of the copies' pages that is this process's (1: its own; 1/4 for a copy
+    /// four searched processes share after fork), as `scan` weighs it.
+    #[serde(default = "one")]
+    pub share: f64,
+    /// Most searched processes one page of the copies is mapped by (1: its own).
+    #[serde(default = "one_u32")]
+    pub shared_by: u32,
     pub stats: SweepStats,
+}
+
+fn one() -> f64 {
+    1.0
+}
+
+fn one_u32() -> u32 {
+    1
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -83,9 +99,13 @@ pub struct FileSummary {
     pub path: String,
     pub size_bytes: u64,
     pub page_cache: Option<f64>,
+    /// Copy-on-write pages of processes' private mappings of the file, as a fraction.
+    #[serde(default)]
+    pub cow: f64,
     /// `None` when nothing in the file can be searched for.
     pub private_copies: Option<f64>,
-    /// `page_cache + private_copies`; `None` if either is unknown.
+    /// `page_cache + cow + private_copies` (the count `scan` gives); `None` if either is
+    /// unknown.
     pub representations: Option<f64>,
 }
 
@@ -139,6 +159,8 @@ pub fn file_dupes(file: &Searched, hits: &[HitIn], stats: SweepStats) -> FileDup
         copies: Vec::new(),
         cow_bytes: 0,
         private_copies: None,
+        share: 1.0,
+        shared_by: 1,
         stats,
     };
     for (ti, kind, why) in unsearchable.iter() {
@@ -214,6 +236,12 @@ pub fn summarize(
         .iter()
         .map(|(path, page_cache)| {
             let mut size = 0;
+            let cow_bytes: u64 = processes
+                .iter()
+                .flat_map(|p| p.files.iter())
+                .filter(|f| &f.path == path)
+                .map(|f| f.cow_bytes)
+                .sum();
             let private: Option<f64> = processes
                 .iter()
                 .flat_map(|p| p.files.iter())
@@ -223,12 +251,18 @@ pub fn summarize(
                     f.private_copies
                 })
                 .try_fold(0.0, |a, b| Some(a + b?));
+            let cow = if size > 0 {
+                cow_bytes as f64 / size as f64
+            } else {
+                0.0
+            };
             FileSummary {
                 path: path.clone(),
                 size_bytes: size,
                 page_cache: *page_cache,
+                cow,
                 private_copies: private,
-                representations: page_cache.zip(private).map(|(pc, p)| pc + p),
+                representations: page_cache.zip(private).map(|(pc, p)| pc + cow + p),
             }
         })
         .collect()

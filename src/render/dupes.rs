@@ -44,6 +44,14 @@ pub fn human(r: &DupesReport) -> String {
                 iec(f.stats.present_bytes),
                 iec(f.stats.compared_bytes)
             );
+            if f.shared_by > 1 {
+                let _ = writeln!(
+                    out,
+                    "    its copy's pages are shared by {} of the processes searched (fork or shared memory): {:.0}% of them counted here",
+                    f.shared_by,
+                    f.share * 100.0
+                );
+            }
             if f.cow_bytes > 0 {
                 let _ = writeln!(
                     out,
@@ -84,12 +92,13 @@ pub fn human(r: &DupesReport) -> String {
     }
     if !r.files.is_empty() {
         out.push_str(
-            "\nREPRESENTATIONS (page cache + proven private copies, all processes searched)\n",
+            "\nREPRESENTATIONS (page cache + CoW + proven private copies, all processes searched; a copy shared by several counts once)\n",
         );
         let mut t = Table::new(&[
             ("file", Align::Left),
             ("size", Align::Right),
             ("page cache", Align::Right),
+            ("cow", Align::Right),
             ("copies", Align::Right),
             ("total", Align::Right),
         ]);
@@ -100,6 +109,7 @@ pub fn human(r: &DupesReport) -> String {
                 f.page_cache
                     .map(|v| format!("{v:.2}"))
                     .unwrap_or_else(|| "n/a".into()),
+                format!("{:.2}", f.cow),
                 f.private_copies
                     .map(|v| format!("{v:.2}"))
                     .unwrap_or_else(|| "unknown".into()),
