@@ -56,6 +56,11 @@ fn start(mode: &str, file: &Path) -> Shared {
     let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/runtimes/fork.py");
     let mut cmd = Command::new("python3");
     cmd.arg(script).arg(mode).arg(file).arg("3");
+    spawn_shared(cmd)
+}
+
+/// Starts `cmd` (fork.py) and reads where its shared copy is.
+fn spawn_shared(cmd: Command) -> Shared {
     let (reader, line) = twofold::spawn::Reader::spawn(cmd, Duration::from_secs(120)).unwrap();
     let v: serde_json::Value = serde_json::from_str(&line).unwrap();
     Shared {
@@ -406,19 +411,7 @@ fn without_frame_numbers_the_share_is_estimated() {
     };
     let mut cmd = as_nobody(python.trim());
     cmd.arg(&script).arg("fork").arg(&file).arg("3");
-    let (reader, line) = twofold::spawn::Reader::spawn(cmd, Duration::from_secs(120)).unwrap();
-    let v: serde_json::Value = serde_json::from_str(&line).unwrap();
-    let s = Shared {
-        _parent: reader,
-        addr: v["addr"].as_u64().unwrap(),
-        len: v["len"].as_u64().unwrap(),
-        pids: v["pids"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .map(|p| p.as_i64().unwrap() as i32)
-            .collect(),
-    };
+    let s = spawn_shared(cmd);
     let before = frames(&s);
     let out = run_ok(
         as_nobody(bin.to_str().unwrap())
