@@ -382,7 +382,10 @@ fn copies_in_shared_memory_count_as_copies_of_the_original() {
 #[test]
 fn without_frame_numbers_the_share_is_estimated() {
     let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
-    if !require(python_ready(), "python3 with numpy (scripts/test.sh installs it)") {
+    if !require(
+        python_ready(),
+        "python3 with numpy (scripts/test.sh installs it)",
+    ) {
         return;
     }
     let Some((dir, bin)) = nobody_setup() else {
@@ -399,14 +402,20 @@ fn without_frame_numbers_the_share_is_estimated() {
     for p in [&file, &script] {
         std::fs::set_permissions(p, std::fs::Permissions::from_mode(0o644)).unwrap();
     }
-    let python = String::from_utf8(run_ok(Command::new("python3").args([
-        "-c",
-        "import sys; print(sys.executable)",
-    ])))
+    let python = String::from_utf8(run_ok(
+        Command::new("python3").args(["-c", "import sys; print(sys.executable)"]),
+    ))
     .unwrap();
     let as_nobody = |prog: &str| {
         let mut c = Command::new("setpriv");
-        c.args(["--reuid", "65534", "--regid", "65534", "--clear-groups", prog]);
+        c.args([
+            "--reuid",
+            "65534",
+            "--regid",
+            "65534",
+            "--clear-groups",
+            prog,
+        ]);
         c
     };
     let mut cmd = as_nobody(python.trim());

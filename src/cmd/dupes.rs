@@ -184,7 +184,11 @@ fn weigh(roots: &Roots, prepared: &[Prepared], processes: &mut [ProcessDupes]) {
                         .regions
                         .iter()
                         .find(|r| r.start <= c.address && c.address < r.end)?;
-                    Some((c.address, (c.address + c.memory_bytes).min(region.end), region.kind))
+                    Some((
+                        c.address,
+                        (c.address + c.memory_bytes).min(region.end),
+                        region.kind,
+                    ))
                 })
                 .collect();
             proofs.push(crate::sample::ProofSample {

@@ -560,7 +560,7 @@ fn unsearched(sample: &Sample, pids: &[i32], why: &str) -> Vec<Proof> {
 #[derive(Debug)]
 pub enum Rechecked {
     /// Every copy the search found is still there, as far as the check looked.
-    Still(Proof),
+    Still(Box<Proof>),
     /// A copy is gone or differs: the process must be searched again.
     Changed,
 }
@@ -594,7 +594,7 @@ pub fn recheck(
     };
     let mut whole: Vec<&Found> = proof.found.iter().filter(|f| f.whole).collect();
     if whole.is_empty() {
-        return Ok(Rechecked::Still(out));
+        return Ok(Rechecked::Still(Box::new(out)));
     }
     whole.sort_by_key(|f| (f.region.start, f.addr));
     let key = proof.sample.file;
@@ -671,7 +671,7 @@ pub fn recheck(
         }
     }
     out.sample.compared_bytes = buf.compared_bytes;
-    Ok(Rechecked::Still(out))
+    Ok(Rechecked::Still(Box::new(out)))
 }
 
 /// Why a file's copies are unknown when nothing in it can be searched for.

@@ -180,6 +180,15 @@ impl Engine {
         self.cache.as_ref().map(|c| c.stats)
     }
 
+    /// The memory ranges of the copies the last search of (`pid`, `file`) found (empty
+    /// when none is kept), to weigh proofs merged from elsewhere with the engine's.
+    pub fn copy_ranges(&self, pid: i32, file: FileKey) -> crate::dupes::physical::CopyRanges {
+        self.reuse
+            .get(&(pid, file))
+            .map(|r| crate::dupes::physical::CopyRanges::of(file, &r.proof.found))
+            .unwrap_or_default()
+    }
+
     /// Whether tracing is on.
     pub fn tracing(&self) -> bool {
         self.tracing.is_some()

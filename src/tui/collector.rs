@@ -17,6 +17,7 @@ use std::time::{Duration, Instant};
 
 use super::{read_psi, Update};
 use crate::collect::residency;
+use crate::dupes::physical::{self, CopyRanges};
 use crate::dupes::prove::{self, Progress, ProveOptions};
 use crate::engine::{self, Engine, Snapshot};
 use crate::model::residency::MapModel;
@@ -37,7 +38,7 @@ pub enum Control {
 struct Proved {
     pid: i32,
     progress: Arc<Progress>,
-    proofs: Vec<ProofSample>,
+    proofs: Vec<(ProofSample, CopyRanges)>,
     warnings: Vec<String>,
     secs: f64,
 }
@@ -80,7 +81,7 @@ struct Collector {
     prev: Option<Snapshot>,
     open: Option<(FileKey, String)>,
     /// Proofs asked for with `p`, with what they depend on.
-    manual: BTreeMap<(i32, FileKey), (Fingerprint, ProofSample)>,
+    manual: BTreeMap<(i32, FileKey), (Fingerprint, ProofSample, CopyRanges)>,
     done_tx: Sender<Proved>,
 }
 
@@ -96,23 +97,37 @@ impl Collector {
 
     /// Adds the kept `p` proofs to a fresh sample (where the engine has no complete one).
     fn merge_manual(&mut self, sample: &mut Sample) {
-        self.manual.retain(|(pid, file), (fp, _)| {
+        self.manual.retain(|(pid, file), (fp, _, _)| {
             sample
                 .candidates
                 .iter()
                 .any(|c| c.pid == *pid && c.file == *file)
                 && fingerprint(sample, *pid, *file) == *fp
         });
-        for ((pid, file), (_, proof)) in &self.manual {
+        let mut merged = false;
+        for ((pid, file), (_, proof, _)) in &self.manual {
             let have = sample
                 .proofs
                 .iter()
                 .position(|p| p.pid == *pid && p.file == *file);
             match have {
-                Some(i) if sample.proofs[i].unsearched.is_none() => {}
+                Some(i) if sample.proofs[i].unsearched.is_none() => continue,
                 Some(i) => sample.proofs[i] = proof.clone(),
                 None => sample.proofs.push(proof.clone()),
             }
+            merged = true;
+        }
+        // One physical copy once, the merged proofs included: weighed again together.
+        if merged {
+            let ranges: Vec<CopyRanges> = sample
+                .proofs
+                .iter()
+                .map(|p| match self.manual.get(&(p.pid, p.file)) {
+                    Some((_, m, r)) if m == p => r.clone(),
+                    _ => self.engine.copy_ranges(p.pid, p.file),
+                })
+                .collect();
+            physical::weigh(&self.engine.roots.proc, &mut sample.proofs, &ranges);
         }
     }
 
@@ -179,7 +194,13 @@ impl Collector {
                     exact: false,
                 };
                 let proofs =
-                    prove::prove_with(&roots, &pending, opts, Some(&progress), &mut warnings);
+                    prove::prove_found(&roots, &pending, opts, Some(&progress), &mut warnings)
+                        .into_iter()
+                        .map(|p| {
+                            let r = CopyRanges::of(p.sample.file, &p.found);
+                            (p.sample, r)
+                        })
+                        .collect();
                 let _ = done.send(Proved {
                     pid,
                     progress,
@@ -206,11 +227,12 @@ impl Collector {
                 ..Update::default()
             });
         }
-        let complete = p.proofs.iter().filter(|q| q.unsearched.is_none()).count();
+        let complete = p.proofs.iter().filter(|q| q.0.unsearched.is_none()).count();
         if let Some(snap) = &self.prev {
-            for q in p.proofs.iter().filter(|q| q.unsearched.is_none()) {
+            for (q, r) in p.proofs.iter().filter(|q| q.0.unsearched.is_none()) {
                 let fp = fingerprint(&snap.sample, q.pid, q.file);
-                self.manual.insert((q.pid, q.file), (fp, q.clone()));
+                self.manual
+                    .insert((q.pid, q.file), (fp, q.clone(), r.clone()));
             }
         }
         let mut status = format!(
