@@ -473,7 +473,13 @@ fn file_findings(f: &FileModel, reader: Option<Privilege>, out: &mut Vec<Finding
                     total,
                     page_cache: r.page_cache.unwrap_or(0.0),
                     cow: r.cow,
-                    private_copies: f.proven_copies.len(),
+                    // Physical copies: a copy shared by several processes is one.
+                    private_copies: f
+                        .proven_copies
+                        .iter()
+                        .filter(|c| c.shared.is_none())
+                        .count()
+                        + groups.len(),
                     private_fraction: r.private_copies,
                     lower_bound: r.lower_bound,
                 },
