@@ -14,7 +14,7 @@
 //!
 //! Only the page map is read: no memory, nothing that faults or copies a page.
 
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
 
 use super::prove::Found;
@@ -48,77 +48,62 @@ impl CopyRanges {
     }
 }
 
-/// One present page under a copy.
-struct Page {
-    pfn: u64,
-    exclusive: bool,
-    shmem: bool,
-    /// `Pss / Rss` of its mapping (the estimate without frame numbers).
-    pss_ratio: f64,
+/// What one proof's pages say before they are compared with the other proofs': pages
+/// counted whole or estimated here, and the frames of the shared ones (bit 63: shmem).
+#[derive(Default)]
+struct Read {
+    w: PhysicalSample,
+    shared: Vec<u64>,
 }
+
+/// Marks a shared frame as shared memory (frame numbers use bits 0–54).
+const SHMEM_BIT: u64 = 1 << 63;
 
 /// Reads the page map of each proof's copies and sets `physical` on every proof that
 /// found a copy. `ranges[i]` belongs to `proofs[i]`. A process whose page map cannot be
-/// read (it exited) keeps `physical: None`: its copies count as its own.
+/// read (it exited) keeps `physical` as it was (`None`: its copies count as its own).
+/// Memory: 16 bytes per shared page of the copies, nothing per exclusive one.
 pub fn weigh(proc_root: &Path, proofs: &mut [ProofSample], ranges: &[CopyRanges]) {
-    let mut pages: Vec<Option<Vec<Page>>> = Vec::with_capacity(proofs.len());
+    let mut read: Vec<Option<Read>> = Vec::with_capacity(proofs.len());
     for (p, r) in proofs.iter().zip(ranges) {
-        pages.push(if r.ranges.is_empty() || p.copy_memory_bytes == 0 {
+        read.push(if r.ranges.is_empty() || p.copy_memory_bytes == 0 {
             None
         } else {
             read_pages(proc_root, p.pid, r)
         });
     }
-    // Shared pages (not exclusive, with a frame number): which proofs map each, per file.
-    let mut mappers: HashMap<(FileKey, u64), Vec<usize>> = HashMap::new();
-    for (i, pg) in pages.iter().enumerate() {
-        for page in pg.iter().flatten() {
-            if page.pfn != 0 && !page.exclusive {
-                mappers
-                    .entry((proofs[i].file, page.pfn))
-                    .or_default()
-                    .push(i);
-            }
+    // Every shared frame with the proof that maps it, grouped by (file, frame).
+    let files: Vec<FileKey> = proofs.iter().map(|p| p.file).collect();
+    let mut occurrences: Vec<(u32, u64, u32)> = Vec::new();
+    for (i, r) in read.iter().enumerate() {
+        let Some(r) = r else { continue };
+        let file = files.iter().position(|f| *f == files[i]).unwrap_or(i) as u32;
+        occurrences.extend(r.shared.iter().map(|&pfn| (file, pfn, i as u32)));
+    }
+    occurrences.sort_unstable();
+    let pids: Vec<i32> = proofs.iter().map(|p| p.pid).collect();
+    let mut with: Vec<BTreeSet<i32>> = vec![BTreeSet::new(); proofs.len()];
+    for run in occurrences.chunk_by(|a, b| (a.0, a.1 & !SHMEM_BIT) == (b.0, b.1 & !SHMEM_BIT)) {
+        let distinct: BTreeSet<i32> = run.iter().map(|o| pids[o.2 as usize]).collect();
+        for o in run {
+            let i = o.2 as usize;
+            let Some(r) = read[i].as_mut() else { continue };
+            r.w.share_pages += 1.0 / run.len() as f64;
+            r.w.shared_by = r.w.shared_by.max(distinct.len() as u32);
+            r.w.shmem |= o.1 & SHMEM_BIT != 0 && distinct.len() > 1;
+            with[i].extend(distinct.iter().filter(|p| **p != pids[i]));
         }
     }
-    let pids: Vec<i32> = proofs.iter().map(|p| p.pid).collect();
-    for (i, pg) in pages.into_iter().enumerate() {
-        let Some(pg) = pg else { continue };
-        let file = proofs[i].file;
-        let mut w = PhysicalSample {
-            pages: pg.len() as u64,
-            shared_by: 1,
-            ..PhysicalSample::default()
-        };
-        let mut with: BTreeSet<i32> = BTreeSet::new();
-        for page in &pg {
-            if page.exclusive {
-                w.share_pages += 1.0;
-                continue;
-            }
-            if page.pfn == 0 {
-                // No frame number: the mapping's Pss/Rss says how shared it is.
-                w.estimated = true;
-                w.share_pages += page.pss_ratio;
-                let by = (1.0 / page.pss_ratio.max(1e-9)).round() as u32;
-                w.shared_by = w.shared_by.max(by.max(1));
-                w.shmem |= page.shmem && by > 1;
-                continue;
-            }
-            let m = mappers.get(&(file, page.pfn)).map_or(&[][..], |v| v);
-            w.share_pages += 1.0 / m.len().max(1) as f64;
-            let distinct: BTreeSet<i32> = m.iter().map(|&j| pids[j]).collect();
-            w.shared_by = w.shared_by.max(distinct.len().max(1) as u32);
-            with.extend(distinct.iter().filter(|p| **p != pids[i]));
-            w.shmem |= page.shmem && distinct.len() > 1;
-        }
-        w.shared_with = with.into_iter().collect();
-        proofs[i].physical = Some(w);
+    for (i, r) in read.into_iter().enumerate() {
+        let Some(mut r) = r else { continue };
+        r.w.shared_with = std::mem::take(&mut with[i]).into_iter().collect();
+        proofs[i].physical = Some(r.w);
     }
 }
 
-/// The present pages under `r` in `pid`, each 4 KiB page once.
-fn read_pages(proc_root: &Path, pid: i32, r: &CopyRanges) -> Option<Vec<Page>> {
+/// The present pages under `r` in `pid`, each 4 KiB page once: exclusive ones and, without
+/// frame numbers, estimated ones are counted; shared frames are returned.
+fn read_pages(proc_root: &Path, pid: i32, r: &CopyRanges) -> Option<Read> {
     let target = Target::open(proc_root, pid).ok()?;
     // Page addresses, each once (two tensors' copies may share a boundary page).
     let mut spans: BTreeMap<u64, (u64, RegionKind)> = BTreeMap::new();
@@ -128,7 +113,13 @@ fn read_pages(proc_root: &Path, pid: i32, r: &CopyRanges) -> Option<Vec<Page>> {
         e.0 = e.0.max(b);
     }
     let mut sizes: Option<Vec<MappingSizes>> = None;
-    let mut out = Vec::new();
+    let mut out = Read {
+        w: PhysicalSample {
+            shared_by: 1,
+            ..PhysicalSample::default()
+        },
+        shared: Vec::new(),
+    };
     let mut entries = Vec::new();
     let mut next = 0u64;
     for (&a, &(b, kind)) in &spans {
@@ -137,35 +128,52 @@ fn read_pages(proc_root: &Path, pid: i32, r: &CopyRanges) -> Option<Vec<Page>> {
             continue;
         }
         next = b;
-        target.pagemap(a, b, &mut entries).ok()?;
-        for (k, &e) in entries.iter().enumerate() {
-            if !Target::eligible(e, kind) {
-                continue;
+        // A window at a time: the page map of a huge copy is never held whole.
+        let mut w0 = a;
+        while w0 < b {
+            let w1 = (w0 + WINDOW).min(b);
+            target.pagemap(w0, w1, &mut entries).ok()?;
+            for (k, &e) in entries.iter().enumerate() {
+                if !Target::eligible(e, kind) {
+                    continue;
+                }
+                out.w.pages += 1;
+                let pfn = e & PM_PFN;
+                if e & PM_EXCLUSIVE != 0 {
+                    out.w.share_pages += 1.0;
+                } else if pfn != 0 {
+                    let shmem = if kind == RegionKind::SharedAnon {
+                        SHMEM_BIT
+                    } else {
+                        0
+                    };
+                    out.shared.push(pfn | shmem);
+                } else {
+                    // No frame number: the mapping's Pss/Rss says how shared it is.
+                    let s = sizes.get_or_insert_with(|| target.smaps_sizes().unwrap_or_default());
+                    let addr = w0 + k as u64 * PAGE;
+                    let ratio = s
+                        .iter()
+                        .find(|m| m.start <= addr && addr < m.end)
+                        .filter(|m| m.rss_bytes > 0 && m.rss_bytes != u64::MAX)
+                        .map_or(1.0, |m| {
+                            (m.pss_bytes as f64 / m.rss_bytes as f64).clamp(1e-9, 1.0)
+                        });
+                    out.w.estimated = true;
+                    out.w.share_pages += ratio;
+                    let by = (1.0 / ratio).round().max(1.0) as u32;
+                    out.w.shared_by = out.w.shared_by.max(by);
+                    out.w.shmem |= kind == RegionKind::SharedAnon && by > 1;
+                }
             }
-            let pfn = e & PM_PFN;
-            let exclusive = e & PM_EXCLUSIVE != 0;
-            let pss_ratio = if exclusive || pfn != 0 {
-                1.0
-            } else {
-                let s = sizes.get_or_insert_with(|| target.smaps_sizes().unwrap_or_default());
-                let addr = a + k as u64 * PAGE;
-                s.iter()
-                    .find(|m| m.start <= addr && addr < m.end)
-                    .filter(|m| m.rss_bytes > 0 && m.rss_bytes != u64::MAX)
-                    .map_or(1.0, |m| {
-                        (m.pss_bytes as f64 / m.rss_bytes as f64).clamp(0.0, 1.0)
-                    })
-            };
-            out.push(Page {
-                pfn,
-                exclusive,
-                shmem: kind == RegionKind::SharedAnon,
-                pss_ratio,
-            });
+            w0 = w1;
         }
     }
     Some(out)
 }
+
+/// The page map is read this much address space at a time (2 MiB of entries).
+const WINDOW: u64 = 1 << 30;
 
 #[cfg(test)]
 mod tests {
