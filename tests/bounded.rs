@@ -1,0 +1,91 @@
+//! Input that changes or is huge: a file truncated under an experiment, sparse files far
+//! larger than memory. Each case ends with a clear error or a bounded run, never a signal
+//! death or an allocation sized by the input.
+
+#![allow(clippy::unwrap_used)]
+
+mod common;
+
+use std::io::Read;
+use std::os::unix::process::ExitStatusExt;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use common::*;
+
+/// Runs `cmd` to its end (killed and failed past `limit`): (status, stdout, stderr).
+fn bounded(cmd: &mut Command, limit: Duration) -> (std::process::ExitStatus, String, String) {
+    let mut child = cmd
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let start = Instant::now();
+    loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            let (mut out, mut err) = (String::new(), String::new());
+            child
+                .stdout
+                .take()
+                .unwrap()
+                .read_to_string(&mut out)
+                .unwrap();
+            child
+                .stderr
+                .take()
+                .unwrap()
+                .read_to_string(&mut err)
+                .unwrap();
+            return (status, out, err);
+        }
+        if start.elapsed() > limit {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!("{cmd:?} still running after {limit:?}");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// A file truncated to 4 KiB while `pressure --experiment integrity` hashes and refaults
+/// it: no SIGBUS, exit 2 and one line naming the file, never a report of every chunk
+/// differing.
+#[test]
+fn integrity_on_a_file_truncated_under_it() {
+    // Truncated while the first hash runs, and later, during the cycles.
+    for delay_ms in [1000, 2500] {
+        truncated_after(Duration::from_millis(delay_ms));
+    }
+}
+
+fn truncated_after(delay: Duration) {
+    let dir = tempfile::tempdir().unwrap();
+    let file = model_file(dir.path(), "shrinks.safetensors", 256 * MIB);
+    let mut child = Command::new(exe());
+    child
+        .arg("pressure")
+        .arg(&file)
+        .args(["--experiment", "integrity", "--cycles", "40"]);
+    let truncate = {
+        let file = file.clone();
+        std::thread::spawn(move || {
+            std::thread::sleep(delay);
+            std::fs::OpenOptions::new()
+                .write(true)
+                .open(&file)
+                .unwrap()
+                .set_len(4096)
+                .unwrap();
+        })
+    };
+    let (status, out, err) = bounded(&mut child, Duration::from_secs(300));
+    truncate.join().unwrap();
+    assert_eq!(status.signal(), None, "killed by a signal: {err}");
+    assert_eq!(status.code(), Some(2), "stdout: {out}\nstderr: {err}");
+    assert_eq!(err.lines().count(), 1, "{err}");
+    assert!(err.starts_with("twofold: error: "), "{err}");
+    assert!(err.contains("shrinks.safetensors"), "{err}");
+    assert!(err.contains("changed size"), "{err}");
+    assert!(!out.contains("DIFFERS"), "{out}");
+}
