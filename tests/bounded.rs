@@ -89,3 +89,39 @@ fn truncated_after(delay: Duration) {
     assert!(err.contains("changed size"), "{err}");
     assert!(!out.contains("DIFFERS"), "{out}");
 }
+
+/// A sparse file of `size` bytes named `.safetensors` whose header is junk: twofold cannot
+/// parse it, so it is searched as runs of its bytes.
+fn sparse_junk(dir: &std::path::Path, size: u64) -> std::path::PathBuf {
+    let path = dir.join("sparse.safetensors");
+    let f = std::fs::File::create(&path).unwrap();
+    std::os::unix::fs::FileExt::write_all_at(&f, b"\xff\xfe not a header at all", 0).unwrap();
+    std::os::unix::fs::FileExt::write_all_at(&f, &[0x5a; 65536], 1 << 30).unwrap();
+    f.set_len(size).unwrap();
+    path
+}
+
+/// `dupes` of a 1 TiB sparse file it cannot parse, under a 4 GiB address-space limit: the
+/// pieces searched are bounded by a limit, not one per 32 KiB of the declared size (which
+/// aborted with `memory allocation of 3221225472 bytes failed`).
+#[test]
+fn dupes_of_a_huge_sparse_file_is_bounded() {
+    if !require(have("prlimit"), "prlimit") {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let file = sparse_junk(dir.path(), 1 << 40);
+    let sleeper = reader("anon", None, &["--bytes", "1048576"]);
+    let pid = sleeper.pid().to_string();
+    let (status, out, err) = bounded(
+        Command::new("prlimit")
+            .arg("--as=4294967296")
+            .arg(exe())
+            .args(["dupes", "--pid", &pid])
+            .arg(&file),
+        Duration::from_secs(240),
+    );
+    assert_eq!(status.signal(), None, "killed by a signal: {err}");
+    assert!(!err.contains("memory allocation"), "{err}");
+    assert_eq!(status.code(), Some(0), "stdout: {out}\nstderr: {err}");
+}
