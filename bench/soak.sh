@@ -60,7 +60,7 @@ samples=$((minutes * 6))
 echo "t_s record_kib serve_kib"
 for i in $(seq 0 "$samples"); do
   echo "$((i * 10)) $(rss "$record") $(rss "$serve")"
-  [ "$i" -lt "$samples" ] && sleep 10
+  if [ "$i" -lt "$samples" ]; then sleep 10; fi
 done | tee "$work/rss.txt"
 awk 'NR > 1 {
   if (NR == 2) { r0 = $2; s0 = $3 }
