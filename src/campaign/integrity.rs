@@ -1,7 +1,8 @@
 //! The integrity experiment: xxh3 of every 2 MiB chunk and of the whole file; evict the
 //! file completely (whole-file `POSIX_FADV_DONTNEED`, confirmed 0% resident by
-//! cachestat); refault it through a read-only mapping while hashing again; compare. The
-//! file is only ever opened read-only.
+//! cachestat); refault it through `pread` while hashing again; compare. The file is only
+//! ever opened read-only and never mapped: a file that changes size under the experiment
+//! stops it with an error naming the file.
 
 use std::fs::File;
 use std::os::unix::fs::FileExt;
@@ -55,39 +56,52 @@ fn whole(chunks: &[u64]) -> u128 {
     xxh3_128(&bytes)
 }
 
-/// Hashes a file through `pread` (the page cache, without mapping it).
-pub fn hash_file(path: &Path) -> anyhow::Result<Hashes> {
+/// The file's size now, through the open descriptor.
+fn size_of(f: &File, path: &Path) -> anyhow::Result<u64> {
+    Ok(f.metadata()
+        .with_context(|| format!("cannot access '{}'", path.display()))?
+        .len())
+}
+
+/// The error for a file whose size is no longer the one it had when the experiment began.
+fn changed_size(path: &Path, was: u64, now: u64) -> anyhow::Error {
+    anyhow::anyhow!(
+        "'{}' changed size while it was hashed ({was} bytes, now {now}): it was replaced or truncated, run again on a file that stays put",
+        path.display()
+    )
+}
+
+/// Hashes a file through `pread` (the page cache, faulting in what is not cached, without
+/// mapping it: a file truncated under a mapping would kill twofold with SIGBUS). With
+/// `expect`, the file must keep exactly that size from start to end, or this fails naming
+/// it.
+pub fn hash_file(path: &Path, expect: Option<u64>) -> anyhow::Result<Hashes> {
     let f = File::open(path).with_context(|| format!("cannot open '{}'", path.display()))?;
-    let size = f.metadata()?.len();
-    let mut buf = vec![0u8; CHUNK];
+    let size = size_of(&f, path)?;
+    let size = match expect {
+        Some(was) if was != size => return Err(changed_size(path, was, size)),
+        Some(was) => was,
+        None => size,
+    };
+    let mut buf = vec![0u8; CHUNK.min(size as usize)];
     let mut chunks = Vec::new();
     let mut off = 0u64;
     while off < size {
         let n = (size - off).min(CHUNK as u64) as usize;
-        f.read_exact_at(&mut buf[..n], off)
-            .with_context(|| format!("cannot read '{}'", path.display()))?;
+        if let Err(e) = f.read_exact_at(&mut buf[..n], off) {
+            let now = size_of(&f, path)?;
+            if now != size {
+                return Err(changed_size(path, size, now));
+            }
+            return Err(e).with_context(|| format!("cannot read '{}'", path.display()));
+        }
         chunks.push(xxh3_64(&buf[..n]));
         off += n as u64;
     }
-    Ok(Hashes {
-        whole: whole(&chunks),
-        chunks,
-    })
-}
-
-/// Hashes a file through a read-only mapping (faulting in what is not cached).
-pub fn hash_mapped(path: &Path) -> anyhow::Result<Hashes> {
-    let f = File::open(path).with_context(|| format!("cannot open '{}'", path.display()))?;
-    if f.metadata()?.len() == 0 {
-        return Ok(Hashes {
-            chunks: vec![],
-            whole: whole(&[]),
-        });
+    let now = size_of(&f, path)?;
+    if expect.is_some() && now != size {
+        return Err(changed_size(path, size, now));
     }
-    // SAFETY: a read-only shared mapping of a file opened read-only; campaigns never
-    // truncate it, and it is dropped before this function returns.
-    let map = unsafe { memmap2::Mmap::map(&f) }.context("mmap failed")?;
-    let chunks: Vec<u64> = map.chunks(CHUNK).map(xxh3_64).collect();
     Ok(Hashes {
         whole: whole(&chunks),
         chunks,
@@ -128,10 +142,13 @@ pub fn run(
     let size = std::fs::metadata(path)
         .with_context(|| format!("cannot access '{}'", path.display()))?
         .len();
-    let base = hash_file(reference.unwrap_or(path))?;
-    // Hash rate on cached data: hash again through a mapping, now warm.
+    let base = match reference {
+        Some(r) => hash_file(r, None)?,
+        None => hash_file(path, Some(size))?,
+    };
+    // Hash rate on cached data: hash again, now warm.
     let t = Instant::now();
-    let warm = hash_mapped(path)?;
+    let warm = hash_file(path, Some(size))?;
     let hash_gb_per_s = size as f64 / t.elapsed().as_secs_f64() / 1e9;
     std::hint::black_box(&warm);
     step();
@@ -141,7 +158,7 @@ pub fn run(
         evict(path);
         let left = resident(path);
         let t = Instant::now();
-        let again = hash_mapped(path)?;
+        let again = hash_file(path, Some(size))?;
         let secs = t.elapsed().as_secs_f64();
         let mismatched: Vec<usize> = (0..base.chunks.len().max(again.chunks.len()))
             .filter(|i| base.chunks.get(*i) != again.chunks.get(*i))

@@ -232,9 +232,25 @@ impl ResidencyMap {
 
     /// Resident pages in `[first, last)`.
     pub fn resident_in(&self, first: u64, last: u64) -> u64 {
-        (first..last.min(self.pages))
-            .filter(|p| self.is_resident(*p))
-            .count() as u64
+        let last = last.min(self.pages);
+        if first >= last {
+            return 0;
+        }
+        // Whole words counted at once: a 1 TiB file is 2^28 pages.
+        let (w0, w1) = ((first / 64) as usize, ((last - 1) / 64) as usize);
+        let mut n = 0u64;
+        for (w, word) in self.bits[w0..=w1].iter().enumerate() {
+            let base = (w0 + w) as u64 * 64;
+            let lo = first.saturating_sub(base).min(64);
+            let hi = (last - base).min(64);
+            let mask = if hi - lo == 64 {
+                u64::MAX
+            } else {
+                ((1u64 << (hi - lo)) - 1) << lo
+            };
+            n += u64::from((word & mask).count_ones());
+        }
+        n
     }
 
     pub fn from_bools(page_size: u64, pages: &[bool]) -> Self {
@@ -252,7 +268,10 @@ impl ResidencyMap {
     }
 }
 
-/// Maps the file read-only in windows and asks `mincore` which pages are cached.
+/// Maps the file read-only in windows and asks `mincore` which pages are cached. Holes of
+/// a sparse file (`SEEK_DATA`/`SEEK_HOLE`) are skipped when `cachestat` says none of their
+/// pages is cached (reading a hole can cache zero pages), so a 1 TiB sparse file takes as
+/// long as its data.
 pub fn mincore_map(file: &File, path: &Path, size: u64) -> Result<ResidencyMap, ResidencyError> {
     if !mincore_reveals(file, path) {
         return Err(ResidencyError::NotRevealed {
@@ -263,7 +282,67 @@ pub fn mincore_map(file: &File, path: &Path, size: u64) -> Result<ResidencyMap, 
     let pages = size.div_ceil(ps);
     let mut bits = vec![0u64; pages.div_ceil(64) as usize];
     let mut vec = Vec::new();
-    let mut offset = 0u64;
+    let mut at = 0u64;
+    while at < size {
+        let (data, hole) = next_data(file, at, size, ps);
+        if data > at {
+            let cached = cachestat_range(file, path, at, data - at).map(|s| s.cached_bytes);
+            if !matches!(cached, Ok(0)) {
+                mincore_range(file, path, at, data, &mut bits, &mut vec)?;
+            }
+        }
+        if data < hole {
+            mincore_range(file, path, data, hole, &mut bits, &mut vec)?;
+        }
+        at = hole.max(data);
+    }
+    Ok(ResidencyMap {
+        page_size: ps,
+        pages,
+        bits,
+    })
+}
+
+/// The next data extent at or after `at` (page-aligned, within `size`): `(data, hole)`,
+/// `(size, size)` when only a hole is left, `(at, size)` where the file system cannot say.
+fn next_data(file: &File, at: u64, size: u64, ps: u64) -> (u64, u64) {
+    let seek = |off: u64, whence| {
+        // SAFETY: lseek on a descriptor we own; it moves only this descriptor's offset,
+        // which nothing else here uses (every read is positioned).
+        let r = unsafe { libc::lseek(file.as_raw_fd(), off as libc::off_t, whence) };
+        if r < 0 {
+            Err(io::Error::last_os_error())
+        } else {
+            Ok(r as u64)
+        }
+    };
+    let data = match seek(at, libc::SEEK_DATA) {
+        Ok(d) => (d / ps * ps).clamp(at, size),
+        Err(e) if e.raw_os_error() == Some(libc::ENXIO) => return (size, size),
+        Err(_) => return (at, size),
+    };
+    let hole = match seek(data, libc::SEEK_HOLE) {
+        Ok(h) => h.next_multiple_of(ps).min(size),
+        Err(_) => size,
+    };
+    if hole <= data {
+        return (data, size);
+    }
+    (data, hole)
+}
+
+/// Sets the bits of the cached pages of `[from, to)` (`from` page-aligned).
+fn mincore_range(
+    file: &File,
+    path: &Path,
+    from: u64,
+    to: u64,
+    bits: &mut [u64],
+    vec: &mut Vec<u8>,
+) -> Result<(), ResidencyError> {
+    let ps = page_size();
+    let size = to;
+    let mut offset = from;
     while offset < size {
         let len = (size - offset).min(WINDOW_BYTES);
         // SAFETY: a read-only shared mapping of a file we opened read-only; it is never
@@ -308,11 +387,7 @@ pub fn mincore_map(file: &File, path: &Path, size: u64) -> Result<ResidencyMap, 
         }
         offset += len;
     }
-    Ok(ResidencyMap {
-        page_size: ps,
-        pages,
-        bits,
-    })
+    Ok(())
 }
 
 #[cfg(test)]
@@ -325,6 +400,28 @@ mod tests {
         assert_eq!(m.resident_pages(), 3);
         assert!(m.is_resident(0) && !m.is_resident(1) && !m.is_resident(4));
         assert_eq!(m.resident_in(1, 4), 2);
+    }
+
+    /// Word-wise counting agrees with page-by-page counting on every range of a
+    /// pseudo-random map spanning several words.
+    #[test]
+    fn resident_in_matches_a_page_by_page_count() {
+        let mut x = 0x9e37_79b9_7f4a_7c15u64;
+        let pages: Vec<bool> = (0..300)
+            .map(|_| {
+                x ^= x << 13;
+                x ^= x >> 7;
+                x ^= x << 17;
+                x & 1 == 1
+            })
+            .collect();
+        let m = ResidencyMap::from_bools(4096, &pages);
+        for first in 0..310u64 {
+            for last in (first..320).step_by(7) {
+                let naive = (first..last.min(300)).filter(|p| m.is_resident(*p)).count();
+                assert_eq!(m.resident_in(first, last), naive as u64, "{first}..{last}");
+            }
+        }
     }
 
     #[test]

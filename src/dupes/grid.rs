@@ -28,7 +28,8 @@
 //! *Runs*: bytes of a file's data that no parsed tensor covers (an ONNX model's
 //! `Constant` nodes and subgraph initializers, data a parser does not know) are searched,
 //! when they are a large part of the file, as [`OPAQUE_PIECE`] blocks at any byte
-//! alignment, as a file twofold cannot parse is.
+//! alignment, as a file twofold cannot parse is. A file whose runs would need more than
+//! [`MAX_RUN_PIECES`] blocks is cut into larger blocks (a power of two times 32 KiB).
 
 use serde::{Deserialize, Serialize};
 
@@ -62,11 +63,27 @@ pub const SMALL_SHARE: f64 = 0.1;
 /// file or more (below it they are framing: protobuf tags, names, padding).
 pub const RUN_SHARE: f64 = 0.125;
 
-/// `[offset, offset + len)` of a file cut into [`OPAQUE_PIECE`] blocks.
-fn blocks(offset: u64, len: u64, out: &mut Vec<Tensor>) {
+/// Most run blocks per file: a file whose runs would need more (a sparse or huge file
+/// twofold cannot parse) is cut into larger blocks instead, so that memory is bounded by
+/// this limit and not by the file's declared size (one block per 32 KiB of a 1 TiB file
+/// was 3 GiB of pieces).
+pub const MAX_RUN_PIECES: u64 = 1 << 16;
+
+/// The block size for `run_bytes` of runs in one file: [`OPAQUE_PIECE`], doubled until
+/// at most [`MAX_RUN_PIECES`] blocks are needed.
+pub fn run_piece(run_bytes: u64) -> u64 {
+    let mut piece = OPAQUE_PIECE;
+    while run_bytes.div_ceil(piece) > MAX_RUN_PIECES {
+        piece *= 2;
+    }
+    piece
+}
+
+/// `[offset, offset + len)` of a file cut into `piece`-byte blocks.
+fn blocks(offset: u64, len: u64, piece: u64, out: &mut Vec<Tensor>) {
     let mut at = 0;
     while at < len {
-        let n = OPAQUE_PIECE.min(len - at);
+        let n = piece.min(len - at);
         out.push(Tensor {
             name: format!("bytes {}..{}", offset + at, offset + at + n),
             dtype: Dtype::U8,
@@ -116,8 +133,9 @@ pub fn searchable_tensors(
 ) -> (Vec<Tensor>, usize) {
     let mut out = Vec::new();
     if *format == Format::Opaque {
+        let piece = run_piece(tensors.iter().map(|t| t.len).sum());
         for t in tensors {
-            blocks(t.offset, t.len, &mut out);
+            blocks(t.offset, t.len, piece, &mut out);
         }
         return (out, 0);
     }
@@ -126,8 +144,9 @@ pub fn searchable_tensors(
     let runs_from = out.len();
     let gap_bytes: u64 = gaps.iter().map(|(a, b)| b - a).sum();
     if size > 0 && gap_bytes as f64 >= RUN_SHARE * size as f64 {
+        let piece = run_piece(gap_bytes);
         for (a, b) in gaps {
-            blocks(a, b - a, &mut out);
+            blocks(a, b - a, piece, &mut out);
         }
     }
     (out, runs_from)
@@ -641,6 +660,28 @@ mod tests {
         let st = Format::Safetensors;
         let (ts, from) = searchable_tensors(&st, vec![t(64 << 10, 4096)], 68 << 10);
         assert_eq!(ts.len(), from);
+    }
+
+    /// A file twofold cannot parse of 1 TiB is cut into at most [`MAX_RUN_PIECES`] blocks
+    /// covering all of it, not 32 Mi blocks of 32 KiB.
+    #[test]
+    fn runs_of_a_huge_file_are_bounded() {
+        let size = 1u64 << 40;
+        let whole = Tensor {
+            name: "bytes".into(),
+            dtype: Dtype::U8,
+            shape: vec![size],
+            offset: 0,
+            len: size,
+        };
+        let (ts, from) = searchable_tensors(&Format::Opaque, vec![whole], size);
+        assert_eq!(from, 0);
+        assert!(ts.len() as u64 <= MAX_RUN_PIECES, "{}", ts.len());
+        assert_eq!(ts.iter().map(|x| x.len).sum::<u64>(), size);
+        assert!(ts.windows(2).all(|w| w[0].offset + w[0].len == w[1].offset));
+        // A small file keeps 32 KiB blocks.
+        assert_eq!(run_piece(100 << 20), OPAQUE_PIECE);
+        assert_eq!(run_piece(size), size / MAX_RUN_PIECES);
     }
 
     #[test]

@@ -32,7 +32,7 @@ pub enum StoreError {
     ReadOnly { path: PathBuf },
     #[error("timestamp {at_ns} ns is before the store's last frame at {last_ns} ns; timestamps must not decrease")]
     OutOfOrder { at_ns: u64, last_ns: u64 },
-    #[error("frame of {len} bytes is too large for the store (at most 4 GiB compressed)")]
+    #[error("frame of {len} bytes is too large for the store (at most 256 MiB)")]
     TooLarge { len: usize },
     #[error("'{}' is not empty; export writes a new store", path.display())]
     DestNotEmpty { path: PathBuf },

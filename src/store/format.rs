@@ -11,6 +11,10 @@ pub const FORMAT_VERSION: u32 = 1;
 pub const ENTRY_BYTES: usize = 32;
 /// zstd level frames are compressed with.
 pub const ZSTD_LEVEL: i32 = 3;
+/// Largest frame, compressed or decompressed (256 MiB): the writer refuses a larger
+/// payload, and the reader treats a frame that declares or decodes to more as damaged
+/// without allocating it (a crafted frame of valid CRCs can declare 4 GiB).
+pub const MAX_FRAME_BYTES: u64 = 256 << 20;
 /// Nanoseconds in one UTC day (the shard span; UTC has no leap seconds in epoch time).
 pub const NS_PER_DAY: u64 = 86_400 * 1_000_000_000;
 

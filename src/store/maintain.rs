@@ -89,11 +89,12 @@ impl Store {
                             "frame {i} of {name}.frames (at {} ns) is damaged (its CRC fails)",
                             e.at_ns
                         )),
-                        Some(raw) if decompress(&raw).is_none() => Some(format!(
-                            "frame {i} of {name}.frames (at {} ns) does not decode",
-                            e.at_ns
-                        )),
-                        Some(_) => None,
+                        Some(raw) => decompress(&raw).err().map(|why| {
+                            format!(
+                                "frame {i} of {name}.frames (at {} ns) is damaged ({why})",
+                                e.at_ns
+                            )
+                        }),
                     },
                 };
                 if let Some(line) = line {

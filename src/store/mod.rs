@@ -187,6 +187,9 @@ impl Store {
     /// to the day's `.frames` file, then its entry to the `.index` file. `at_ns` must not be
     /// before the last frame. Nothing is synced; see [`Store::flush`].
     pub fn append(&mut self, at_ns: u64, payload: &[u8]) -> Result<()> {
+        if payload.len() as u64 > format::MAX_FRAME_BYTES {
+            return Err(StoreError::TooLarge { len: payload.len() });
+        }
         let raw = zstd::bulk::compress(payload, ZSTD_LEVEL)
             .map_err(io("compress a frame for", &self.dir))?;
         self.append_raw(at_ns, &raw)
@@ -207,7 +210,10 @@ impl Store {
         if let Some(last_ns) = self.last_ns.filter(|&l| at_ns < l) {
             return Err(StoreError::OutOfOrder { at_ns, last_ns });
         }
-        let len = u32::try_from(raw.len()).map_err(|_| StoreError::TooLarge { len: raw.len() })?;
+        let len = u32::try_from(raw.len())
+            .ok()
+            .filter(|l| u64::from(*l) <= format::MAX_FRAME_BYTES)
+            .ok_or(StoreError::TooLarge { len: raw.len() })?;
         let day = day_of(at_ns);
         let si = self.writer_for(day)?;
         let shard = &self.shards[si];

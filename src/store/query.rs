@@ -126,14 +126,16 @@ impl<'a> Reader<'a> {
         let Some(raw) = self.raw_frame(p, e)? else {
             return Ok(None);
         };
-        let payload = decompress(&raw);
-        if payload.is_none() {
-            self.note_bad_frame(p, e, "it does not decode");
+        match decompress(&raw) {
+            Ok(payload) => Ok(Some(Frame {
+                at_ns: e.at_ns,
+                payload,
+            })),
+            Err(why) => {
+                self.note_bad_frame(p, e, why);
+                Ok(None)
+            }
         }
-        Ok(payload.map(|payload| Frame {
-            at_ns: e.at_ns,
-            payload,
-        }))
     }
 
     fn note_bad_frame(&self, p: Pos, e: &Entry, why: &str) {
@@ -248,13 +250,13 @@ impl Range<'_> {
     fn step(&mut self) -> Result<Option<Frame>> {
         while let Some((q, e, raw)) = self.step_raw()? {
             match decompress(&raw) {
-                Some(payload) => {
+                Ok(payload) => {
                     return Ok(Some(Frame {
                         at_ns: e.at_ns,
                         payload,
                     }))
                 }
-                None => self.reader.note_bad_frame(q, &e, "it does not decode"),
+                Err(why) => self.reader.note_bad_frame(q, &e, why),
             }
         }
         Ok(None)

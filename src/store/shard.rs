@@ -7,7 +7,7 @@ use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 
 use super::error::{io, Result};
-use super::format::{day_name, Entry, ENTRY_BYTES};
+use super::format::{day_name, Entry, ENTRY_BYTES, MAX_FRAME_BYTES};
 
 /// What the store knows about one shard: its day and its valid extent.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -74,9 +74,10 @@ impl ShardFiles {
         Ok(Entry::decode(&b).map_or(Slot::Damaged, Slot::Valid))
     }
 
-    /// The compressed frame of `e`, or `None` when it lies past `frames_len` or fails its CRC.
+    /// The compressed frame of `e`, or `None` when it lies past `frames_len`, is larger than
+    /// [`MAX_FRAME_BYTES`] or fails its CRC.
     pub fn raw_frame(&self, e: &Entry, frames_len: u64) -> Result<Option<Vec<u8>>> {
-        if e.end() > frames_len {
+        if e.end() > frames_len || u64::from(e.len) > MAX_FRAME_BYTES {
             return Ok(None);
         }
         let mut buf = vec![0u8; e.len as usize];
@@ -224,8 +225,28 @@ pub fn recover(dir: &Path, day: u32, truncate: bool) -> Result<(Shard, Recovery)
     ))
 }
 
-/// Decompresses one zstd frame; `None` when it does not decode (a damaged frame whose CRC
-/// happened to match, or a bug).
-pub fn decompress(raw: &[u8]) -> Option<Vec<u8>> {
-    zstd::stream::decode_all(raw).ok()
+/// Decompresses one zstd frame, or says why it is damaged: it does not decode (a damaged
+/// frame whose CRC happened to match, or a bug), or it decodes to more than
+/// [`MAX_FRAME_BYTES`] (a crafted frame; decoding stops there, nothing larger is
+/// allocated).
+pub fn decompress(raw: &[u8]) -> std::result::Result<Vec<u8>, &'static str> {
+    use std::io::Read;
+    const DOES_NOT_DECODE: &str = "it does not decode";
+    const TOO_LARGE: &str = "it decodes to more than the 256 MiB frame limit";
+    // The content size declared in the frame header, when present, is checked first.
+    if let Ok(Some(n)) = zstd::zstd_safe::get_frame_content_size(raw) {
+        if n > MAX_FRAME_BYTES {
+            return Err(TOO_LARGE);
+        }
+    }
+    let decoder = zstd::stream::read::Decoder::with_buffer(raw).map_err(|_| DOES_NOT_DECODE)?;
+    let mut out = Vec::new();
+    decoder
+        .take(MAX_FRAME_BYTES + 1)
+        .read_to_end(&mut out)
+        .map_err(|_| DOES_NOT_DECODE)?;
+    if out.len() as u64 > MAX_FRAME_BYTES {
+        return Err(TOO_LARGE);
+    }
+    Ok(out)
 }

@@ -260,3 +260,50 @@ fn read_only_ignores_a_torn_tail_without_touching_it() {
     let (_, damage) = Store::open_read_only(&fx.dir).unwrap();
     assert!(damage.is_empty(), "{damage:?}");
 }
+
+/// A zstd frame (no content size in its header) that decodes to `n` zero bytes, made
+/// without holding them.
+fn zero_bomb(n: u64) -> Vec<u8> {
+    use std::io::Write;
+    let mut enc = zstd::stream::Encoder::new(Vec::new(), 3).unwrap();
+    enc.include_contentsize(false).unwrap();
+    let block = vec![0u8; 1 << 20];
+    let mut left = n;
+    while left > 0 {
+        let k = left.min(block.len() as u64) as usize;
+        enc.write_all(&block[..k]).unwrap();
+        left -= k as u64;
+    }
+    enc.finish().unwrap()
+}
+
+/// A frame of valid CRCs that decodes past [`format::MAX_FRAME_BYTES`] (a decompression
+/// bomb in a bundle passed around for a bug report) is damaged: skipped and reported, its
+/// neighbours read, and nothing larger than the limit decoded. The writer refuses such a
+/// payload.
+#[test]
+fn a_frame_that_decodes_past_the_limit_is_damage_not_an_allocation() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("rec");
+    let (mut store, _) = Store::open_or_create(&dir).unwrap();
+    let bomb = zero_bomb(format::MAX_FRAME_BYTES + 1);
+    assert!(bomb.len() < 1 << 20, "a bomb: {} bytes", bomb.len());
+    store.append(DAY0, b"before").unwrap();
+    store.append_raw(DAY0 + SEC, &bomb).unwrap();
+    store.append(DAY0 + 2 * SEC, b"after").unwrap();
+    let huge = vec![0u8; format::MAX_FRAME_BYTES as usize + 1];
+    let refused = store.append(DAY0 + 3 * SEC, &huge).unwrap_err();
+    assert!(matches!(refused, StoreError::TooLarge { .. }), "{refused}");
+    drop(huge);
+    store.flush().unwrap();
+    drop(store);
+    let (store, _) = Store::open_read_only(&dir).unwrap();
+    let got: Vec<Vec<u8>> = all(&store).into_iter().map(|f| f.payload).collect();
+    assert_eq!(got, [b"before".to_vec(), b"after".to_vec()]);
+    let reported = store.take_damage();
+    assert_eq!(reported.len(), 1, "{reported:?}");
+    assert!(reported[0].contains("frame 1 of "), "{reported:?}");
+    assert!(reported[0].contains("256 MiB frame limit"), "{reported:?}");
+    assert!(store.nearest(DAY0 + SEC).unwrap().is_some());
+    assert_eq!(store.verify().unwrap().len(), 1);
+}

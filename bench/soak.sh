@@ -1,0 +1,73 @@
+#!/usr/bin/env bash
+# Soak: `twofold record` and `twofold serve` side by side for MINUTES (default 30) beside
+# process churn (a shell loop starting /bin/true), SCRAPERS curl loops on serve, and a
+# many-tensor model (TENSORS tensors, default 200000) of which a `__child copy` process
+# holds a private copy. RSS (VmRSS) of record and serve is sampled every 10 s; prints
+# first / last / max of each, and the last/first ratio (goal: within 10%).
+#
+# Usage: bash bench/soak.sh [MINUTES=30] [SCRAPERS=20] [TENSORS=200000]
+# (TWOFOLD_BIN overrides the binary; the release build otherwise)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+minutes=${1:-30}
+scrapers=${2:-20}
+tensors=${3:-200000}
+bin=${TWOFOLD_BIN:-}
+if [ -z "$bin" ]; then
+  cargo build --release --quiet
+  bin=$PWD/target/release/twofold
+fi
+work=$(mktemp -d /var/tmp/twofold-soak.XXXXXX)
+pids=()
+cleanup() {
+  for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
+  for p in "${pids[@]}"; do wait "$p" 2>/dev/null || true; done
+  rm -rf "$work"
+}
+trap cleanup EXIT INT TERM
+port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
+
+# A safetensors of `tensors` F32 tensors of 16 elements (64 B each), random bytes.
+python3 - "$work/many.safetensors" "$tensors" <<'PY'
+import json, os, struct, sys
+path, n = sys.argv[1], int(sys.argv[2])
+hdr = {f"t{i}": {"dtype": "F32", "shape": [16], "data_offsets": [i * 64, i * 64 + 64]} for i in range(n)}
+h = json.dumps(hdr).encode()
+h += b" " * (-len(h) % 8)
+with open(path, "wb") as f:
+    f.write(struct.pack("<Q", len(h)) + h + os.urandom(64 * n))
+PY
+"$bin" __child copy "$work/many.safetensors" >/dev/null </dev/null &
+pids+=($!)
+( while :; do /bin/true; done ) &
+pids+=($!)
+
+p=$(port)
+"$bin" serve --listen "127.0.0.1:$p" --interval 5s --model-glob "$work/*.safetensors" \
+  >/dev/null 2>"$work/serve.err" &
+pids+=($!); serve=$!
+"$bin" record --store "$work/store" --interval 5s "$work/many.safetensors" \
+  >/dev/null 2>"$work/record.err" &
+pids+=($!); record=$!
+sleep 2
+for _ in $(seq 1 "$scrapers"); do
+  ( while :; do curl -s -o /dev/null "http://127.0.0.1:$p/metrics" || sleep 0.2; done ) &
+  pids+=($!)
+done
+
+rss() { awk '/^VmRSS:/ {print $2}' "/proc/$1/status" 2>/dev/null || echo 0; }
+samples=$((minutes * 6))
+echo "t_s record_kib serve_kib"
+for i in $(seq 0 "$samples"); do
+  echo "$((i * 10)) $(rss "$record") $(rss "$serve")"
+  if [ "$i" -lt "$samples" ]; then sleep 10; fi
+done | tee "$work/rss.txt"
+awk 'NR > 1 {
+  if (NR == 2) { r0 = $2; s0 = $3 }
+  r1 = $2; s1 = $3
+  if ($2 > rm) rm = $2
+  if ($3 > sm) sm = $3
+} END {
+  printf "record: first %d KiB, last %d KiB, max %d KiB, last/first %.2f\n", r0, r1, rm, r1 / r0
+  printf "serve:  first %d KiB, last %d KiB, max %d KiB, last/first %.2f\n", s0, s1, sm, s1 / s0
+}' "$work/rss.txt"
