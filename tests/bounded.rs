@@ -159,3 +159,50 @@ fn residency_map_of_a_huge_sparse_file_skips_holes() {
     );
     assert!(took < Duration::from_secs(6), "took {took:?}");
 }
+
+/// A safetensors header of 200,000 tensors (a 15 MB file): `inspect` parses it entry by
+/// entry, never as a tree of JSON values (which took 280 MB). Its peak RSS is measured by
+/// its parent alone (`RUSAGE_CHILDREN` of a python parent with this one child).
+#[test]
+fn a_header_of_many_tensors_is_parsed_in_bounded_memory() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("many.safetensors");
+    let n = 200_000u64;
+    let mut header = String::from("{");
+    for i in 0..n {
+        if i > 0 {
+            header.push(',');
+        }
+        header.push_str(&format!(
+            "\"model.layers.{i}.weight\":{{\"dtype\":\"F32\",\"shape\":[16],\"data_offsets\":[{},{}]}}",
+            i * 64,
+            i * 64 + 64
+        ));
+    }
+    header.push('}');
+    while header.len() % 8 != 0 {
+        header.push(' ');
+    }
+    let mut bytes = (header.len() as u64).to_le_bytes().to_vec();
+    bytes.extend_from_slice(header.as_bytes());
+    bytes.extend((0..n * 64).map(|i| (i * 31 % 251) as u8));
+    std::fs::write(&path, bytes).unwrap();
+    let code = "import resource, subprocess, sys\n\
+                r = subprocess.run(sys.argv[1:], stdout=subprocess.DEVNULL)\n\
+                print(r.returncode, resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss)";
+    let out = run_ok(
+        Command::new("python3")
+            .args(["-c", code])
+            .arg(exe())
+            .arg("inspect")
+            .arg(&path),
+    );
+    let out = String::from_utf8(out).unwrap();
+    let mut it = out.split_whitespace();
+    assert_eq!(it.next(), Some("0"), "inspect failed: {out}");
+    let kib: u64 = it.next().unwrap().parse().unwrap();
+    assert!(
+        kib < 150 * 1024,
+        "inspect of 200,000 tensors peaked at {kib} KiB"
+    );
+}
