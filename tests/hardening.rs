@@ -11,6 +11,7 @@ use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
+use common::tmux::Tmux;
 use common::*;
 
 /// Runs twofold with `args`; kills it (and fails) if it takes longer than `limit`, which a
@@ -270,5 +271,247 @@ fn misleading_wording_is_fixed() {
     assert_refused(
         &["inspect", p.to_str().unwrap()],
         "tensors 'a' and 'b' overlap",
+    );
+}
+
+/// A process started by a test, SIGKILLed and reaped on drop whatever the test found.
+struct KillOnDrop(i32);
+
+impl Drop for KillOnDrop {
+    fn drop(&mut self) {
+        let _ = nix::sys::signal::kill(
+            nix::unistd::Pid::from_raw(self.0),
+            nix::sys::signal::Signal::SIGKILL,
+        );
+    }
+}
+
+/// Whether `pid` is gone (or a zombie, done and waiting for its parent to reap it).
+fn gone(pid: i32) -> bool {
+    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+        Err(_) => true,
+        Ok(s) => s
+            .rsplit(')')
+            .next()
+            .and_then(|r| r.split_whitespace().next())
+            .is_some_and(|st| st == "Z" || st == "X"),
+    }
+}
+
+fn wait_for_file(path: &Path, timeout: Duration) -> Option<String> {
+    let start = Instant::now();
+    while start.elapsed() < timeout {
+        if let Ok(s) = std::fs::read_to_string(path) {
+            if s.ends_with('\n') {
+                return Some(s);
+            }
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    None
+}
+
+#[test]
+fn top_refuses_bad_input_in_a_terminal_with_exit_2() {
+    if !require(have("tmux"), "tmux (scripts/test.sh installs it)") {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path().to_str().unwrap();
+    let fifo = format!("{d}/fifo");
+    mkfifo(Path::new(&fifo));
+    let cases: &[(&str, &str)] = &[
+        ("/nonexistent", "cannot access '/nonexistent'"),
+        (&fifo, "is not a regular file or directory"),
+        ("/dev/zero", "'/dev/zero' is a device"),
+        ("--pid 99999999", "no process with pid '99999999'"),
+        ("/proc/self/mem", "is on procfs"),
+    ];
+    for (i, (args, needle)) in cases.iter().enumerate() {
+        let (exit, err) = (format!("{d}/exit{i}"), format!("{d}/err{i}"));
+        let tmux = Tmux::new(&format!("bad{i}"));
+        tmux.start(
+            100,
+            30,
+            &format!(
+                "sh -c '{} top {args} 2>{err}; echo EXIT=$? > {exit}'",
+                exe().display()
+            ),
+        );
+        let Some(code) = wait_for_file(Path::new(&exit), Duration::from_secs(10)) else {
+            panic!("'top {args}' still running after 10 s: {}", tmux.screen());
+        };
+        let err = std::fs::read_to_string(&err).unwrap();
+        assert_eq!(code.trim(), "EXIT=2", "top {args}: {err}");
+        assert!(err.contains(needle), "top {args}: want '{needle}' in {err}");
+        assert_eq!(err.lines().count(), 1, "{err}");
+    }
+}
+
+#[test]
+fn top_exits_at_once_when_its_terminal_hangs_up() {
+    if !require(have("tmux"), "tmux (scripts/test.sh installs it)") {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let pidfile = dir.path().join("pid");
+    for how in ["kill-server", "kill-pane"] {
+        let tmux = Tmux::new(&format!("hup-{how}"));
+        tmux.start(
+            100,
+            30,
+            &format!(
+                "sh -c 'echo $$ > {}; exec {} top --interval 500ms'",
+                pidfile.display(),
+                exe().display()
+            ),
+        );
+        let pid: i32 = wait_for_file(&pidfile, Duration::from_secs(10))
+            .unwrap()
+            .trim()
+            .parse()
+            .unwrap();
+        let _kill = KillOnDrop(pid);
+        tmux.wait_for("the first screen", Duration::from_secs(30), |s| {
+            s.contains("twofold top")
+        });
+        let start = Instant::now();
+        if how == "kill-server" {
+            tmux.cmd(&["kill-server"]);
+        } else {
+            tmux.cmd(&["kill-pane", "-t", "top"]);
+        }
+        while !gone(pid) && start.elapsed() < Duration::from_secs(5) {
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        let took = start.elapsed();
+        assert!(gone(pid), "top still runs 5 s after {how}");
+        assert!(
+            took < Duration::from_secs(1),
+            "top took {took:?} to exit after {how}"
+        );
+        std::fs::remove_file(&pidfile).unwrap();
+    }
+}
+
+#[test]
+fn record_validates_everything_before_it_prints_or_creates_the_store() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path().to_str().unwrap();
+    let fifo = format!("{d}/fifo");
+    mkfifo(Path::new(&fifo));
+    let store = format!("{d}/S");
+    let cases: &[(&[&str], &str)] = &[
+        (&["/nonexistent"], "cannot access '/nonexistent'"),
+        (&["--pid", "99999999"], "no process with pid '99999999'"),
+        (&[&fifo], "is not a regular file or directory"),
+        (&["/dev/zero"], "'/dev/zero' is a device"),
+        (&["/proc/self/mem"], "is on procfs"),
+        (&["--count", "0"], "'0'"),
+    ];
+    for (extra, needle) in cases {
+        let mut args = vec!["record", "--count", "1", "--store", &store];
+        if extra[0] == "--count" {
+            args.truncate(1);
+            args.extend(["--store", &store]);
+        }
+        args.extend_from_slice(extra);
+        assert_refused(&args, needle);
+        assert!(!Path::new(&store).exists(), "{args:?} created the store");
+    }
+    // A store path under a regular file fails before anything is written either.
+    let file = format!("{d}/plain");
+    std::fs::write(&file, b"x").unwrap();
+    let under = format!("{file}/S");
+    assert_refused(
+        &["record", "--count", "1", "--store", &under, "/nonexistent"],
+        "cannot access",
+    );
+    assert_refused(
+        &["record", "--count", "1", "--store", &under, d],
+        "is not a directory",
+    );
+}
+
+#[test]
+fn one_size_parser_refuses_overflow_on_every_size_flag() {
+    let big = "18446744073709551616";
+    let cases: &[&[&str]] = &[
+        &["scan", "--min-size", big],
+        &["trace", "--min-size", big],
+        &["record", "--min-size", big],
+        &["record", "--max-size", big],
+        &["serve", "--min-size", big],
+        &["probe", "--working-set", big],
+        &["probe", "--chunk", big],
+        &["probe", "--size", big],
+        &["demo", "--size", big],
+    ];
+    for args in cases {
+        assert_refused(args, "is out of range");
+    }
+}
+
+#[test]
+fn kernel_interface_files_are_not_models() {
+    let mem = "/proc/self/mem";
+    let cases: &[&[&str]] = &[
+        &["inspect", mem],
+        &["residency", mem],
+        &["scan", mem],
+        &["scan", "/sys/kernel"],
+        &["run", "--model", mem, "--", "true"],
+        &["compare", "--model", mem, "--", "true", ":::", "true"],
+        &["pressure", mem],
+    ];
+    for args in cases {
+        assert_refused(args, "is on ");
+    }
+    let me = std::process::id().to_string();
+    assert_refused(&["dupes", "--pid", &me, mem], "is on procfs");
+    if is_root() {
+        assert_refused(
+            &["trace", "--duration", "1s", "--file", mem],
+            "is on procfs",
+        );
+    }
+}
+
+#[test]
+fn a_named_pid_that_is_a_kernel_thread_or_gone_is_an_error() {
+    let kthreadd = std::fs::read_to_string("/proc/2/comm").unwrap_or_default();
+    if kthreadd.trim() == "kthreadd" {
+        for cmd in ["scan", "dupes"] {
+            assert_refused(
+                &[cmd, "--pid", "2"],
+                "pid '2' is the kernel thread 'kthreadd'",
+            );
+        }
+        let dir = tempfile::tempdir().unwrap();
+        let store = dir.path().join("S");
+        let s = store.to_str().unwrap();
+        assert_refused(
+            &["record", "--count", "1", "--store", s, "--pid", "2"],
+            "kernel thread",
+        );
+        assert!(!store.exists());
+    } else {
+        println!("SKIPPED: pid 2 is not kthreadd here (a pid namespace)");
+    }
+    // A zombie (exited, not yet reaped) and a reaped child.
+    let zombie = Command::new("true").spawn().unwrap();
+    let zpid = zombie.id() as i32;
+    let start = Instant::now();
+    while !gone(zpid) && start.elapsed() < Duration::from_secs(5) {
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    let z = zpid.to_string();
+    assert_refused(&["dupes", "--pid", &z], &format!("pid '{z}'"));
+    assert_refused(&["scan", "--pid", &z], "has exited");
+    let mut zombie = zombie;
+    zombie.wait().unwrap();
+    assert_refused(
+        &["dupes", "--pid", &z],
+        &format!("no process with pid '{z}'"),
     );
 }
