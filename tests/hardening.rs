@@ -515,3 +515,166 @@ fn a_named_pid_that_is_a_kernel_thread_or_gone_is_an_error() {
         &format!("no process with pid '{z}'"),
     );
 }
+
+/// Runs twofold to the end with `args`, as a pipe: (exit code, stdout bytes, stderr).
+fn run_raw(args: &[&std::ffi::OsStr]) -> (Option<i32>, Vec<u8>, String) {
+    let out = Command::new(exe())
+        .args(args)
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    (
+        out.status.code(),
+        out.stdout,
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+#[test]
+fn store_names_with_control_bytes_are_escaped_in_messages() {
+    let dir = tempfile::tempdir().unwrap();
+    let model = model_file(dir.path(), "m.gguf", MIB);
+    for name in [
+        "evil\u{1b}]0;PWNED\u{7}\u{1b}[31mred\u{1b}[0m.store",
+        "x\u{202e}erots.store",
+    ] {
+        let store = dir.path().join(name);
+        let (code, out, err) = run_raw(&[
+            "record".as_ref(),
+            "--count".as_ref(),
+            "1".as_ref(),
+            "--no-prove".as_ref(),
+            "--store".as_ref(),
+            store.as_os_str(),
+            model.as_os_str(),
+        ]);
+        assert_eq!(code, Some(0), "{err}");
+        let out = String::from_utf8(out).unwrap();
+        for text in [&out, &err] {
+            assert!(
+                !text.contains('\u{1b}') && !text.contains('\u{7}'),
+                "{text:?}"
+            );
+            assert!(!text.contains('\u{202e}'), "{text:?}");
+        }
+        assert!(
+            out.contains("\\e]0;PWNED\\a\\e[31mred") || out.contains("x\\u{202e}erots"),
+            "{out}"
+        );
+        assert!(store.join("store.json").is_file());
+    }
+}
+
+#[test]
+fn dump_says_why_it_wrote_no_rows() {
+    let dir = tempfile::tempdir().unwrap();
+    let model = model_file(dir.path(), "m.gguf", MIB);
+    let store = dir.path().join("S");
+    let (code, _, err) = run_raw(&[
+        "record".as_ref(),
+        "--count".as_ref(),
+        "1".as_ref(),
+        "--no-prove".as_ref(),
+        "--store".as_ref(),
+        store.as_os_str(),
+        model.as_os_str(),
+    ]);
+    assert_eq!(code, Some(0), "{err}");
+    // The snapshot is in the range but has no trace rows (recorded without --trace).
+    let (code, out, err) = run_raw(&[
+        "dump".as_ref(),
+        "--what".as_ref(),
+        "trace".as_ref(),
+        "--store".as_ref(),
+        store.as_os_str(),
+    ]);
+    assert_eq!(code, Some(0), "{err}");
+    assert!(out.is_empty());
+    assert!(
+        err.contains("no trace rows: the 1 snapshot between")
+            && err.contains("recorded without 'record --trace'"),
+        "{err}"
+    );
+    // A range before the recording: no snapshot there, and what the store holds.
+    let (code, out, err) = run_raw(&[
+        "dump".as_ref(),
+        "--from".as_ref(),
+        "100d ago".as_ref(),
+        "--to".as_ref(),
+        "99d ago".as_ref(),
+        "--store".as_ref(),
+        store.as_os_str(),
+    ]);
+    assert_eq!(code, Some(0), "{err}");
+    assert!(out.is_empty());
+    assert!(
+        err.contains("no files rows: no snapshot between")
+            && err.contains("the store holds 1 snapshot from"),
+        "{err}"
+    );
+    assert_eq!(err.lines().count(), 1, "{err}");
+}
+
+#[test]
+fn dump_csv_is_exact_to_a_pipe_and_escaped_to_a_terminal() {
+    if !require(have("tmux"), "tmux (scripts/test.sh installs it)") {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let model = model_file(dir.path(), "m.gguf", 4 * MIB);
+    // A reader whose comm holds ESC and BEL: exec'd through a link of that name.
+    let comm = "t\u{1b}]0;X\u{7}f";
+    let link = dir.path().join(comm);
+    std::os::unix::fs::symlink(exe(), &link).unwrap();
+    let reader =
+        twofold::spawn::Reader::start(&link, "map", Some(&model), &[], Duration::from_secs(60))
+            .unwrap();
+    let pid = reader.pid().to_string();
+    let store = dir.path().join("S");
+    let (code, _, err) = run_raw(&[
+        "record".as_ref(),
+        "--count".as_ref(),
+        "1".as_ref(),
+        "--no-prove".as_ref(),
+        "--pid".as_ref(),
+        pid.as_ref(),
+        "--store".as_ref(),
+        store.as_os_str(),
+        model.as_os_str(),
+    ]);
+    assert_eq!(code, Some(0), "{err}");
+    let dump = [
+        "dump",
+        "--what",
+        "processes",
+        "--format",
+        "csv",
+        "--store",
+        store.to_str().unwrap(),
+    ];
+    let (code, out, err) = run_raw(&dump.map(std::ffi::OsStr::new));
+    assert_eq!(code, Some(0), "{err}");
+    let out = String::from_utf8(out).unwrap();
+    let row = out
+        .lines()
+        .find(|l| l.contains(&format!(",{pid},")))
+        .unwrap_or_else(|| panic!("no row of pid {pid}: {out}"));
+    assert!(row.contains(&format!(",{comm},")), "{row:?}");
+    // To a terminal: the same row, its ESC and BEL shown as escapes.
+    let exit = dir.path().join("exit");
+    let tmux = Tmux::new("csv");
+    tmux.start(
+        200,
+        20,
+        &format!(
+            "sh -c '{} {}; echo EXIT=$? > {}; sleep 30'",
+            exe().display(),
+            dump.join(" "),
+            exit.display()
+        ),
+    );
+    let code = wait_for_file(&exit, Duration::from_secs(20)).unwrap();
+    assert_eq!(code.trim(), "EXIT=0");
+    let screen = tmux.screen();
+    assert!(screen.contains("t\\e]0;X\\af"), "{screen}");
+}

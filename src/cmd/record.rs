@@ -203,7 +203,11 @@ pub fn record(args: &RecordArgs, out: &mut dyn Write) -> anyhow::Result<()> {
         }
     }
     store.flush()?;
-    writeln!(out, "twofold record: {n} snapshots written")?;
+    writeln!(
+        out,
+        "twofold record: {} written",
+        crate::units::count(n, "snapshot", "snapshots")
+    )?;
     Ok(())
 }
 
@@ -346,5 +350,46 @@ fn no_rows_reason(store: &Store, args: &DumpArgs, from: u64, to: u64, snapshots:
             st.last_ns.map(timespec::format).unwrap_or_default()
         ),
         _ => format!("no {what} rows: no snapshot {range}; the store holds none"),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_standing_warning_is_said_once_then_only_changes() {
+        let w = |v: &[&str]| v.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+        let denied = "1 process could not be read fully";
+        // 56 snapshots with the same warning: said at the first only.
+        let mut said = Vec::new();
+        let mut printed = Vec::new();
+        for i in 0..56 {
+            let now = if i == 30 {
+                w(&[denied, "pid '7' exited mid-scan"])
+            } else {
+                w(&[denied])
+            };
+            printed.extend(new_warnings(&now, &said));
+            said = now;
+        }
+        assert_eq!(printed, w(&[denied, "pid '7' exited mid-scan"]));
+        // Gone, then back: said again.
+        assert_eq!(new_warnings(&w(&[denied]), &[]), w(&[denied]));
+    }
+
+    #[test]
+    fn a_store_path_under_a_file_is_refused() {
+        let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+        let file = dir.path().join("f");
+        std::fs::write(&file, b"x").unwrap_or_else(|e| panic!("{e}"));
+        assert!(check_store_dir(&dir.path().join("new/store")).is_ok());
+        let err = check_store_dir(&file).unwrap_err().to_string();
+        assert!(err.ends_with("is not a directory"), "{err}");
+        let err = check_store_dir(&file.join("s")).unwrap_err().to_string();
+        assert!(
+            err.contains("'f' is not a directory") || err.contains("/f' is not a directory"),
+            "{err}"
+        );
     }
 }
