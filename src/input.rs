@@ -129,20 +129,26 @@ fn refuse_pseudo_fd(file: &File, path: &Path, what: &str) -> anyhow::Result<()> 
         return Ok(());
     };
     let dev = file.metadata().map(|m| m.dev()).unwrap_or(0);
-    match pseudo_name(st.filesystem_type().0 as i64, dev) {
+    match pseudo_name(st.filesystem_type().0, dev) {
         Some(fs) => Err(pseudo_error(path, what, fs)),
         None => Ok(()),
     }
 }
 
 /// Refuses a path (a file or a directory to search) on procfs, sysfs, devtmpfs and the like.
+/// Devices, FIFOs and sockets pass: the caller's own check names them as what they are.
 pub fn refuse_pseudo(path: &Path, what: &str) -> anyhow::Result<()> {
     use std::os::unix::fs::MetadataExt;
+    let Ok(meta) = std::fs::metadata(path) else {
+        return Ok(());
+    };
+    if !meta.is_file() && !meta.is_dir() {
+        return Ok(());
+    }
     let Ok(st) = nix::sys::statfs::statfs(path) else {
         return Ok(());
     };
-    let dev = std::fs::metadata(path).map(|m| m.dev()).unwrap_or(0);
-    match pseudo_name(st.filesystem_type().0 as i64, dev) {
+    match pseudo_name(st.filesystem_type().0, meta.dev()) {
         Some(fs) => Err(pseudo_error(path, what, fs)),
         None => Ok(()),
     }

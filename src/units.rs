@@ -57,7 +57,7 @@ pub fn parse_size(text: &str) -> Result<u64, String> {
         .map_err(|_| format!("'{text}' is not a size (e.g. 64M, 1.5G, 4096)"))?;
     let bytes = value * (1u64 << shift) as f64;
     // 2^64 is the first f64 that does not fit.
-    if !bytes.is_finite() || bytes < 0.0 || bytes >= 18_446_744_073_709_551_616.0 {
+    if !(0.0..18_446_744_073_709_551_616.0).contains(&bytes) {
         return Err(out_of_range());
     }
     Ok(bytes as u64)

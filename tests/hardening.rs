@@ -678,3 +678,29 @@ fn dump_csv_is_exact_to_a_pipe_and_escaped_to_a_terminal() {
     let screen = tmux.screen();
     assert!(screen.contains("t\\e]0;X\\af"), "{screen}");
 }
+
+#[test]
+fn pressure_checks_out_before_any_experiment() {
+    let dir = tempfile::tempdir().unwrap();
+    let model = model_file(dir.path(), "m.bin", MIB);
+    let plain = dir.path().join("plain");
+    std::fs::write(&plain, b"x").unwrap();
+    let out = plain.join("out");
+    let started = Instant::now();
+    assert_refused(
+        &[
+            "pressure",
+            model.to_str().unwrap(),
+            "--experiment",
+            "integrity",
+            "--out",
+            out.to_str().unwrap(),
+        ],
+        "cannot create --out",
+    );
+    assert!(
+        started.elapsed() < Duration::from_secs(5),
+        "{:?}",
+        started.elapsed()
+    );
+}

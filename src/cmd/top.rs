@@ -111,7 +111,9 @@ impl Input for Keys {
     fn next(&mut self, timeout: Duration) -> anyhow::Result<Option<Key>> {
         // Events crossterm already parsed (one read may hold several), then the terminal.
         self.wait(Duration::ZERO)?;
-        if !event::poll(Duration::ZERO)? && !(self.wait(timeout)? && event::poll(Duration::ZERO)?) {
+        let ready =
+            event::poll(Duration::ZERO)? || (self.wait(timeout)? && event::poll(Duration::ZERO)?);
+        if !ready {
             return Ok(None);
         }
         Ok(match event::read()? {
