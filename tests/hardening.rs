@@ -704,3 +704,70 @@ fn pressure_checks_out_before_any_experiment() {
         started.elapsed()
     );
 }
+
+/// A tiny tmpfs mounted on a temp dir (root only), unmounted on drop.
+struct TinyFs(tempfile::TempDir);
+
+impl TinyFs {
+    fn mount() -> Option<TinyFs> {
+        let dir = tempfile::tempdir().unwrap();
+        let ok = Command::new("mount")
+            .args(["-t", "tmpfs", "-o", "size=64k", "tinyfs"])
+            .arg(dir.path())
+            .stderr(Stdio::null())
+            .status()
+            .is_ok_and(|s| s.success());
+        ok.then_some(TinyFs(dir))
+    }
+
+    /// Fills the file system until a write fails with ENOSPC.
+    fn fill(&self) {
+        use std::io::Write;
+        let mut f = std::fs::File::create(self.0.path().join("filler")).unwrap();
+        loop {
+            if let Err(e) = f.write_all(&[7u8; 4096]) {
+                assert_eq!(e.raw_os_error(), Some(libc::ENOSPC), "{e}");
+                return;
+            }
+        }
+    }
+}
+
+impl Drop for TinyFs {
+    fn drop(&mut self) {
+        let _ = Command::new("umount").arg(self.0.path()).status();
+    }
+}
+
+#[test]
+fn a_full_disk_leaves_no_temp_file_behind() {
+    if !require(is_root(), "root (to mount a tiny tmpfs)") {
+        return;
+    }
+    let Some(fs) = TinyFs::mount() else {
+        println!("SKIPPED: cannot mount a tmpfs here");
+        return;
+    };
+    fs.fill();
+    let dir = tempfile::tempdir().unwrap();
+    let model = model_file(dir.path(), "m.gguf", MIB);
+    let store = fs.0.path().join("S");
+    let (code, _, err) = run_raw(&[
+        "record".as_ref(),
+        "--count".as_ref(),
+        "1".as_ref(),
+        "--no-prove".as_ref(),
+        "--store".as_ref(),
+        store.as_os_str(),
+        model.as_os_str(),
+    ]);
+    assert_eq!(code, Some(2), "{err}");
+    assert!(err.contains("No space left on device"), "{err}");
+    let left: Vec<_> = std::fs::read_dir(&store)
+        .map(|d| d.filter_map(|e| e.ok()).map(|e| e.file_name()).collect())
+        .unwrap_or_default();
+    assert!(
+        !left.iter().any(|n| n.to_string_lossy().ends_with(".tmp")),
+        "left behind: {left:?}"
+    );
+}
