@@ -171,8 +171,8 @@ pub struct RecordArgs {
     /// Delete the oldest day shards while the store is larger than this.
     #[arg(long, value_name = "SIZE", default_value = "2G", value_parser = parse_size)]
     pub max_size: u64,
-    /// Stop after this many snapshots.
-    #[arg(long, value_name = "N")]
+    /// Stop after this many snapshots (at least 1).
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..))]
     pub count: Option<u64>,
     /// Keep eBPF tracing on and record the read() ledger in every snapshot (which process
     /// read which file, even after it closed it); needs root or CAP_BPF + CAP_PERFMON.

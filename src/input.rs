@@ -60,7 +60,178 @@ pub fn open_regular(path: &Path, what: &str) -> anyhow::Result<File> {
     if !meta.is_file() {
         return Err(not_regular(path, what, meta.file_type()));
     }
+    refuse_pseudo_fd(&file, path, what)?;
     Ok(file)
+}
+
+/// `statfs(2)` magic numbers (`include/uapi/linux/magic.h`) of file systems whose files
+/// are kernel interfaces, never model bytes: `/proc/self/mem` is "regular" with size 0.
+const PSEUDO_FS: &[(i64, &str)] = &[
+    (0x9fa0, "procfs"),
+    (0x6265_6572, "sysfs"),
+    (0x6462_6720, "debugfs"),
+    (0x7472_6163, "tracefs"),
+    (0x6367_7270, "cgroup2"),
+    (0x0027_e0eb, "cgroup"),
+    (0x7363_6673, "securityfs"),
+    (0xcafe_4a11, "bpf"),
+    (0x6265_6570, "configfs"),
+    (0x6c6f_6f70, "binderfs"),
+    (0xde5e_81e4, "efivarfs"),
+    (0x6165_676c, "pstore"),
+];
+
+/// `statfs(2)` f_type of tmpfs, which devtmpfs reports too.
+const TMPFS_MAGIC: i64 = 0x0102_1994;
+
+/// Whether the mount holding device `dev` is devtmpfs (`/dev`), told from tmpfs
+/// (`/dev/shm`, a legitimate home for a model) by `/proc/self/mountinfo`.
+fn on_devtmpfs(dev: u64) -> bool {
+    let Ok(text) = std::fs::read_to_string("/proc/self/mountinfo") else {
+        return false;
+    };
+    let want = format!(
+        "{}:{}",
+        nix::sys::stat::major(dev),
+        nix::sys::stat::minor(dev)
+    );
+    text.lines().any(|l| {
+        let mut f = l.split_whitespace();
+        let dev_field = f.nth(2);
+        let fstype = l
+            .split(" - ")
+            .nth(1)
+            .and_then(|r| r.split_whitespace().next());
+        dev_field == Some(want.as_str()) && fstype == Some("devtmpfs")
+    })
+}
+
+/// The name of the kernel-interface file system `f_type`/`dev` are on, if any.
+fn pseudo_name(f_type: i64, dev: u64) -> Option<&'static str> {
+    if let Some((_, name)) = PSEUDO_FS.iter().find(|(m, _)| *m == f_type) {
+        return Some(name);
+    }
+    (f_type == TMPFS_MAGIC && on_devtmpfs(dev)).then_some("devtmpfs")
+}
+
+fn pseudo_error(path: &Path, what: &str, fs: &str) -> anyhow::Error {
+    anyhow::anyhow!(
+        "{what} '{}' is on {fs}, a kernel interface, not a model file",
+        path.display()
+    )
+}
+
+/// Refuses an open file on procfs, sysfs, devtmpfs and the like.
+fn refuse_pseudo_fd(file: &File, path: &Path, what: &str) -> anyhow::Result<()> {
+    use std::os::fd::AsFd;
+    use std::os::unix::fs::MetadataExt;
+    let Ok(st) = nix::sys::statfs::fstatfs(file.as_fd()) else {
+        return Ok(());
+    };
+    let dev = file.metadata().map(|m| m.dev()).unwrap_or(0);
+    match pseudo_name(st.filesystem_type().0, dev) {
+        Some(fs) => Err(pseudo_error(path, what, fs)),
+        None => Ok(()),
+    }
+}
+
+/// Refuses a path (a file or a directory to search) on procfs, sysfs, devtmpfs and the like.
+/// Devices, FIFOs and sockets pass: the caller's own check names them as what they are.
+pub fn refuse_pseudo(path: &Path, what: &str) -> anyhow::Result<()> {
+    use std::os::unix::fs::MetadataExt;
+    let Ok(meta) = std::fs::metadata(path) else {
+        return Ok(());
+    };
+    if !meta.is_file() && !meta.is_dir() {
+        return Ok(());
+    }
+    let Ok(st) = nix::sys::statfs::statfs(path) else {
+        return Ok(());
+    };
+    match pseudo_name(st.filesystem_type().0, meta.dev()) {
+        Some(fs) => Err(pseudo_error(path, what, fs)),
+        None => Ok(()),
+    }
+}
+
+/// A model path named on the command line (`scan`, `top`, `record`, `trace`, `serve`):
+/// it exists, is a regular file or a directory, and is not on a kernel-interface file
+/// system. Checked before any work or output.
+pub fn check_target(path: &Path) -> anyhow::Result<()> {
+    use std::os::unix::fs::FileTypeExt;
+    let meta =
+        std::fs::metadata(path).with_context(|| format!("cannot access '{}'", path.display()))?;
+    if meta.is_file() {
+        // Opens without blocking, as a FIFO renamed under us must not hang.
+        open_regular(path, "file")?;
+        return Ok(());
+    }
+    if !meta.is_dir() {
+        let ft = meta.file_type();
+        let kind = if ft.is_block_device() || ft.is_char_device() {
+            "a device"
+        } else {
+            "not a regular file or directory"
+        };
+        bail!(
+            "'{}' is {kind}: give a model file or a directory",
+            path.display()
+        );
+    }
+    refuse_pseudo(path, "directory")
+}
+
+/// `PF_KTHREAD` in `/proc/PID/stat`'s flags (`include/linux/sched.h`).
+const PF_KTHREAD: u64 = 0x0020_0000;
+
+/// A pid named on the command line: it runs and is not a kernel thread (which maps no
+/// file and holds no copy). `proc` is the procfs root.
+pub fn check_pid(proc: &Path, pid: i32) -> anyhow::Result<()> {
+    let stat = match std::fs::read_to_string(proc.join(pid.to_string()).join("stat")) {
+        Ok(s) => s,
+        Err(_) if pid <= 0 || !proc.join(pid.to_string()).is_dir() => {
+            bail!("no process with pid '{pid}'")
+        }
+        // Readable or not, it exists: what it holds is decided later.
+        Err(_) => return Ok(()),
+    };
+    let Some(close) = stat.rfind(')') else {
+        return Ok(());
+    };
+    let comm = stat
+        .find('(')
+        .map(|o| &stat[o + 1..close])
+        .unwrap_or_default();
+    let flags: u64 = stat[close + 1..]
+        .split_whitespace()
+        .nth(6)
+        .and_then(|f| f.parse().ok())
+        .unwrap_or(0);
+    let state = stat[close + 1..].split_whitespace().next();
+    if state == Some("Z") || state == Some("X") {
+        bail!(
+            "pid '{pid}' ('{}') has exited (a zombie maps nothing)",
+            crate::render::safe::safe(comm)
+        );
+    }
+    if flags & PF_KTHREAD != 0 {
+        bail!(
+            "pid '{pid}' is the kernel thread '{}': it maps no files",
+            crate::render::safe::safe(comm)
+        );
+    }
+    Ok(())
+}
+
+/// [`check_target`] of every path and [`check_pid`] of every pid, on the live host.
+pub fn check_targets(paths: &[std::path::PathBuf], pids: &[i32]) -> anyhow::Result<()> {
+    for p in paths {
+        check_target(p)?;
+    }
+    for &pid in pids {
+        check_pid(Path::new("/proc"), pid)?;
+    }
+    Ok(())
 }
 
 /// Checks that `path` is a regular file without opening it for long.
@@ -184,6 +355,40 @@ mod tests {
         );
         let err = open_regular(Path::new("/no/such"), "--watch").unwrap_err();
         assert_eq!(err.to_string(), "cannot open --watch '/no/such'");
+    }
+
+    #[test]
+    fn kernel_interface_files_are_refused() {
+        let err = open_regular(Path::new("/proc/self/mem"), "file").unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "file '/proc/self/mem' is on procfs, a kernel interface, not a model file"
+        );
+        let err = check_target(Path::new("/sys/kernel")).unwrap_err();
+        assert!(err.to_string().contains("is on sysfs"), "{err}");
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("m.bin");
+        std::fs::write(&p, b"x").unwrap();
+        assert!(check_target(&p).is_ok());
+        assert!(check_target(dir.path()).is_ok());
+    }
+
+    #[test]
+    fn kernel_threads_and_missing_pids_are_named() {
+        // kthreadd is pid 2 on every Linux since 2.6 (not so in a pid namespace).
+        let comm = std::fs::read_to_string("/proc/2/comm").unwrap_or_default();
+        if comm.trim() != "kthreadd" {
+            println!("SKIPPED: pid 2 is not kthreadd here (a pid namespace)");
+            return;
+        }
+        let err = check_pid(Path::new("/proc"), 2).unwrap_err().to_string();
+        assert_eq!(
+            err,
+            "pid '2' is the kernel thread 'kthreadd': it maps no files"
+        );
+        let err = check_pid(Path::new("/proc"), 99_999_999).unwrap_err();
+        assert_eq!(err.to_string(), "no process with pid '99999999'");
+        assert!(check_pid(Path::new("/proc"), std::process::id() as i32).is_ok());
     }
 
     #[test]

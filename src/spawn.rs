@@ -12,11 +12,17 @@ use anyhow::{bail, Context};
 pub fn enter_cgroup(cmd: &mut Command, procs: &Path) -> anyhow::Result<()> {
     let c_path = std::ffi::CString::new(procs.as_os_str().as_encoded_bytes())
         .context("cgroup path contains a NUL byte")?;
+    let parent = std::process::id() as libc::pid_t;
     // SAFETY: the closure runs between fork and exec and only calls async-signal-safe
-    // functions (open, write, close) on memory prepared before the fork.
+    // functions (open, write, close, getppid, _exit) on memory prepared before the fork.
     unsafe {
         use std::os::unix::process::CommandExt;
         cmd.pre_exec(move || {
+            // A parent SIGKILLed after the fork (its cgroup already swept): exit quietly,
+            // as an error here would abort with "fatal runtime error" on a closed pipe.
+            if libc::getppid() != parent {
+                libc::_exit(crate::cleanup::ORPHAN_EXIT);
+            }
             let fd = libc::open(c_path.as_ptr(), libc::O_WRONLY | libc::O_CLOEXEC);
             if fd < 0 {
                 return Err(std::io::Error::last_os_error());

@@ -45,12 +45,20 @@ pub fn parse_size(text: &str) -> Result<u64, String> {
         "t" | "tb" | "tib" => 40,
         _ => return Err(format!("unknown size unit in '{text}' (use K, M, G or T)")),
     };
+    let out_of_range = || format!("size '{text}' is out of range");
+    // Whole numbers exactly (f64 has 53 bits: `18446744073709551616` would round down to
+    // u64::MAX and pass), fractions through f64 with the bound checked before the cast.
+    if !num.contains('.') {
+        let n: u64 = num.parse().map_err(|_| out_of_range())?;
+        return n.checked_mul(1u64 << shift).ok_or_else(out_of_range);
+    }
     let value: f64 = num
         .parse()
         .map_err(|_| format!("'{text}' is not a size (e.g. 64M, 1.5G, 4096)"))?;
     let bytes = value * (1u64 << shift) as f64;
-    if !bytes.is_finite() || bytes < 0.0 || bytes > u64::MAX as f64 {
-        return Err(format!("size '{text}' is out of range"));
+    // 2^64 is the first f64 that does not fit.
+    if !(0.0..18_446_744_073_709_551_616.0).contains(&bytes) {
+        return Err(out_of_range());
     }
     Ok(bytes as u64)
 }
@@ -119,6 +127,12 @@ mod tests {
         assert!(parse_size("lots").is_err());
         assert!(parse_size("5X").is_err());
         assert!(parse_size("99999999999T").is_err());
+        // One past u64::MAX, as an integer and as a fraction: refused, not saturated.
+        assert_eq!(parse_size("18446744073709551615").unwrap(), u64::MAX);
+        assert!(parse_size("18446744073709551616").is_err());
+        assert!(parse_size("18446744073709551616.0").is_err());
+        assert!(parse_size("16777216T").is_err());
+        assert_eq!(parse_size("16777215T").unwrap(), 16_777_215 << 40);
     }
 
     #[test]

@@ -11,6 +11,7 @@ use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
+use common::tmux::Tmux;
 use common::*;
 
 /// Runs twofold with `args`; kills it (and fails) if it takes longer than `limit`, which a
@@ -270,5 +271,503 @@ fn misleading_wording_is_fixed() {
     assert_refused(
         &["inspect", p.to_str().unwrap()],
         "tensors 'a' and 'b' overlap",
+    );
+}
+
+/// A process started by a test, SIGKILLed and reaped on drop whatever the test found.
+struct KillOnDrop(i32);
+
+impl Drop for KillOnDrop {
+    fn drop(&mut self) {
+        let _ = nix::sys::signal::kill(
+            nix::unistd::Pid::from_raw(self.0),
+            nix::sys::signal::Signal::SIGKILL,
+        );
+    }
+}
+
+/// Whether `pid` is gone (or a zombie, done and waiting for its parent to reap it).
+fn gone(pid: i32) -> bool {
+    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+        Err(_) => true,
+        Ok(s) => s
+            .rsplit(')')
+            .next()
+            .and_then(|r| r.split_whitespace().next())
+            .is_some_and(|st| st == "Z" || st == "X"),
+    }
+}
+
+fn wait_for_file(path: &Path, timeout: Duration) -> Option<String> {
+    let start = Instant::now();
+    while start.elapsed() < timeout {
+        if let Ok(s) = std::fs::read_to_string(path) {
+            if s.ends_with('\n') {
+                return Some(s);
+            }
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    None
+}
+
+#[test]
+fn top_refuses_bad_input_in_a_terminal_with_exit_2() {
+    if !require(have("tmux"), "tmux (scripts/test.sh installs it)") {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path().to_str().unwrap();
+    let fifo = format!("{d}/fifo");
+    mkfifo(Path::new(&fifo));
+    let cases: &[(&str, &str)] = &[
+        ("/nonexistent", "cannot access '/nonexistent'"),
+        (&fifo, "is not a regular file or directory"),
+        ("/dev/zero", "'/dev/zero' is a device"),
+        ("--pid 99999999", "no process with pid '99999999'"),
+        ("/proc/self/mem", "is on procfs"),
+    ];
+    for (i, (args, needle)) in cases.iter().enumerate() {
+        let (exit, err) = (format!("{d}/exit{i}"), format!("{d}/err{i}"));
+        let tmux = Tmux::new(&format!("bad{i}"));
+        tmux.start(
+            100,
+            30,
+            &format!(
+                "sh -c '{} top {args} 2>{err}; echo EXIT=$? > {exit}'",
+                exe().display()
+            ),
+        );
+        let Some(code) = wait_for_file(Path::new(&exit), Duration::from_secs(10)) else {
+            panic!("'top {args}' still running after 10 s: {}", tmux.screen());
+        };
+        let err = std::fs::read_to_string(&err).unwrap();
+        assert_eq!(code.trim(), "EXIT=2", "top {args}: {err}");
+        assert!(err.contains(needle), "top {args}: want '{needle}' in {err}");
+        assert_eq!(err.lines().count(), 1, "{err}");
+    }
+}
+
+#[test]
+fn top_exits_at_once_when_its_terminal_hangs_up() {
+    if !require(have("tmux"), "tmux (scripts/test.sh installs it)") {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let pidfile = dir.path().join("pid");
+    for how in ["kill-server", "kill-pane"] {
+        let tmux = Tmux::new(&format!("hup-{how}"));
+        tmux.start(
+            100,
+            30,
+            &format!(
+                "sh -c 'echo $$ > {}; exec {} top --interval 500ms'",
+                pidfile.display(),
+                exe().display()
+            ),
+        );
+        let pid: i32 = wait_for_file(&pidfile, Duration::from_secs(10))
+            .unwrap()
+            .trim()
+            .parse()
+            .unwrap();
+        let _kill = KillOnDrop(pid);
+        tmux.wait_for("the first screen", Duration::from_secs(30), |s| {
+            s.contains("twofold top")
+        });
+        let start = Instant::now();
+        if how == "kill-server" {
+            tmux.cmd(&["kill-server"]);
+        } else {
+            tmux.cmd(&["kill-pane", "-t", "top"]);
+        }
+        while !gone(pid) && start.elapsed() < Duration::from_secs(5) {
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        let took = start.elapsed();
+        assert!(gone(pid), "top still runs 5 s after {how}");
+        assert!(
+            took < Duration::from_secs(1),
+            "top took {took:?} to exit after {how}"
+        );
+        std::fs::remove_file(&pidfile).unwrap();
+    }
+}
+
+#[test]
+fn record_validates_everything_before_it_prints_or_creates_the_store() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path().to_str().unwrap();
+    let fifo = format!("{d}/fifo");
+    mkfifo(Path::new(&fifo));
+    let store = format!("{d}/S");
+    let cases: &[(&[&str], &str)] = &[
+        (&["/nonexistent"], "cannot access '/nonexistent'"),
+        (&["--pid", "99999999"], "no process with pid '99999999'"),
+        (&[&fifo], "is not a regular file or directory"),
+        (&["/dev/zero"], "'/dev/zero' is a device"),
+        (&["/proc/self/mem"], "is on procfs"),
+        (&["--count", "0"], "'0'"),
+    ];
+    for (extra, needle) in cases {
+        let mut args = vec!["record", "--count", "1", "--store", &store];
+        if extra[0] == "--count" {
+            args.truncate(1);
+            args.extend(["--store", &store]);
+        }
+        args.extend_from_slice(extra);
+        assert_refused(&args, needle);
+        assert!(!Path::new(&store).exists(), "{args:?} created the store");
+    }
+    // A store path under a regular file fails before anything is written either.
+    let file = format!("{d}/plain");
+    std::fs::write(&file, b"x").unwrap();
+    let under = format!("{file}/S");
+    assert_refused(
+        &["record", "--count", "1", "--store", &under, "/nonexistent"],
+        "cannot access",
+    );
+    assert_refused(
+        &["record", "--count", "1", "--store", &under, d],
+        "is not a directory",
+    );
+}
+
+#[test]
+fn one_size_parser_refuses_overflow_on_every_size_flag() {
+    let big = "18446744073709551616";
+    let cases: &[&[&str]] = &[
+        &["scan", "--min-size", big],
+        &["trace", "--min-size", big],
+        &["record", "--min-size", big],
+        &["record", "--max-size", big],
+        &["serve", "--min-size", big],
+        &["probe", "--working-set", big],
+        &["probe", "--chunk", big],
+        &["probe", "--size", big],
+        &["demo", "--size", big],
+    ];
+    for args in cases {
+        assert_refused(args, "is out of range");
+    }
+}
+
+#[test]
+fn kernel_interface_files_are_not_models() {
+    let mem = "/proc/self/mem";
+    let cases: &[&[&str]] = &[
+        &["inspect", mem],
+        &["residency", mem],
+        &["scan", mem],
+        &["scan", "/sys/kernel"],
+        &["run", "--model", mem, "--", "true"],
+        &["compare", "--model", mem, "--", "true", ":::", "true"],
+        &["pressure", mem],
+    ];
+    for args in cases {
+        assert_refused(args, "is on ");
+    }
+    let me = std::process::id().to_string();
+    assert_refused(&["dupes", "--pid", &me, mem], "is on procfs");
+    if is_root() {
+        assert_refused(
+            &["trace", "--duration", "1s", "--file", mem],
+            "is on procfs",
+        );
+    }
+}
+
+#[test]
+fn a_named_pid_that_is_a_kernel_thread_or_gone_is_an_error() {
+    let kthreadd = std::fs::read_to_string("/proc/2/comm").unwrap_or_default();
+    if kthreadd.trim() == "kthreadd" {
+        for cmd in ["scan", "dupes"] {
+            assert_refused(
+                &[cmd, "--pid", "2"],
+                "pid '2' is the kernel thread 'kthreadd'",
+            );
+        }
+        let dir = tempfile::tempdir().unwrap();
+        let store = dir.path().join("S");
+        let s = store.to_str().unwrap();
+        assert_refused(
+            &["record", "--count", "1", "--store", s, "--pid", "2"],
+            "kernel thread",
+        );
+        assert!(!store.exists());
+    } else {
+        println!("SKIPPED: pid 2 is not kthreadd here (a pid namespace)");
+    }
+    // A zombie (exited, not yet reaped) and a reaped child.
+    let zombie = Command::new("true").spawn().unwrap();
+    let zpid = zombie.id() as i32;
+    let start = Instant::now();
+    while !gone(zpid) && start.elapsed() < Duration::from_secs(5) {
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    let z = zpid.to_string();
+    assert_refused(&["dupes", "--pid", &z], &format!("pid '{z}'"));
+    assert_refused(&["scan", "--pid", &z], "has exited");
+    let mut zombie = zombie;
+    zombie.wait().unwrap();
+    assert_refused(
+        &["dupes", "--pid", &z],
+        &format!("no process with pid '{z}'"),
+    );
+}
+
+/// Runs twofold to the end with `args`, as a pipe: (exit code, stdout bytes, stderr).
+fn run_raw(args: &[&std::ffi::OsStr]) -> (Option<i32>, Vec<u8>, String) {
+    let out = Command::new(exe())
+        .args(args)
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    (
+        out.status.code(),
+        out.stdout,
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+#[test]
+fn store_names_with_control_bytes_are_escaped_in_messages() {
+    let dir = tempfile::tempdir().unwrap();
+    let model = model_file(dir.path(), "m.gguf", MIB);
+    for name in [
+        "evil\u{1b}]0;PWNED\u{7}\u{1b}[31mred\u{1b}[0m.store",
+        "x\u{202e}erots.store",
+    ] {
+        let store = dir.path().join(name);
+        let (code, out, err) = run_raw(&[
+            "record".as_ref(),
+            "--count".as_ref(),
+            "1".as_ref(),
+            "--no-prove".as_ref(),
+            "--store".as_ref(),
+            store.as_os_str(),
+            model.as_os_str(),
+        ]);
+        assert_eq!(code, Some(0), "{err}");
+        let out = String::from_utf8(out).unwrap();
+        for text in [&out, &err] {
+            assert!(
+                !text.contains('\u{1b}') && !text.contains('\u{7}'),
+                "{text:?}"
+            );
+            assert!(!text.contains('\u{202e}'), "{text:?}");
+        }
+        assert!(
+            out.contains("\\e]0;PWNED\\a\\e[31mred") || out.contains("x\\u{202e}erots"),
+            "{out}"
+        );
+        assert!(store.join("store.json").is_file());
+    }
+}
+
+#[test]
+fn dump_says_why_it_wrote_no_rows() {
+    let dir = tempfile::tempdir().unwrap();
+    let model = model_file(dir.path(), "m.gguf", MIB);
+    let store = dir.path().join("S");
+    let (code, _, err) = run_raw(&[
+        "record".as_ref(),
+        "--count".as_ref(),
+        "1".as_ref(),
+        "--no-prove".as_ref(),
+        "--store".as_ref(),
+        store.as_os_str(),
+        model.as_os_str(),
+    ]);
+    assert_eq!(code, Some(0), "{err}");
+    // The snapshot is in the range but has no trace rows (recorded without --trace).
+    let (code, out, err) = run_raw(&[
+        "dump".as_ref(),
+        "--what".as_ref(),
+        "trace".as_ref(),
+        "--store".as_ref(),
+        store.as_os_str(),
+    ]);
+    assert_eq!(code, Some(0), "{err}");
+    assert!(out.is_empty());
+    assert!(
+        err.contains("no trace rows: the 1 snapshot between")
+            && err.contains("recorded without 'record --trace'"),
+        "{err}"
+    );
+    // A range before the recording: no snapshot there, and what the store holds.
+    let (code, out, err) = run_raw(&[
+        "dump".as_ref(),
+        "--from".as_ref(),
+        "100d ago".as_ref(),
+        "--to".as_ref(),
+        "99d ago".as_ref(),
+        "--store".as_ref(),
+        store.as_os_str(),
+    ]);
+    assert_eq!(code, Some(0), "{err}");
+    assert!(out.is_empty());
+    assert!(
+        err.contains("no files rows: no snapshot between")
+            && err.contains("the store holds 1 snapshot from"),
+        "{err}"
+    );
+    assert_eq!(err.lines().count(), 1, "{err}");
+}
+
+#[test]
+fn dump_csv_is_exact_to_a_pipe_and_escaped_to_a_terminal() {
+    if !require(have("tmux"), "tmux (scripts/test.sh installs it)") {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let model = model_file(dir.path(), "m.gguf", 4 * MIB);
+    // A reader whose comm holds ESC and BEL: exec'd through a link of that name.
+    let comm = "t\u{1b}]0;X\u{7}f";
+    let link = dir.path().join(comm);
+    std::os::unix::fs::symlink(exe(), &link).unwrap();
+    let reader =
+        twofold::spawn::Reader::start(&link, "map", Some(&model), &[], Duration::from_secs(60))
+            .unwrap();
+    let pid = reader.pid().to_string();
+    let store = dir.path().join("S");
+    let (code, _, err) = run_raw(&[
+        "record".as_ref(),
+        "--count".as_ref(),
+        "1".as_ref(),
+        "--no-prove".as_ref(),
+        "--pid".as_ref(),
+        pid.as_ref(),
+        "--store".as_ref(),
+        store.as_os_str(),
+        model.as_os_str(),
+    ]);
+    assert_eq!(code, Some(0), "{err}");
+    let dump = [
+        "dump",
+        "--what",
+        "processes",
+        "--format",
+        "csv",
+        "--store",
+        store.to_str().unwrap(),
+    ];
+    let (code, out, err) = run_raw(&dump.map(std::ffi::OsStr::new));
+    assert_eq!(code, Some(0), "{err}");
+    let out = String::from_utf8(out).unwrap();
+    let row = out
+        .lines()
+        .find(|l| l.contains(&format!(",{pid},")))
+        .unwrap_or_else(|| panic!("no row of pid {pid}: {out}"));
+    assert!(row.contains(&format!(",{comm},")), "{row:?}");
+    // To a terminal: the same row, its ESC and BEL shown as escapes.
+    let exit = dir.path().join("exit");
+    let tmux = Tmux::new("csv");
+    tmux.start(
+        200,
+        20,
+        &format!(
+            "sh -c '{} {}; echo EXIT=$? > {}; sleep 30'",
+            exe().display(),
+            dump.join(" "),
+            exit.display()
+        ),
+    );
+    let code = wait_for_file(&exit, Duration::from_secs(20)).unwrap();
+    assert_eq!(code.trim(), "EXIT=0");
+    let screen = tmux.screen();
+    assert!(screen.contains("t\\e]0;X\\af"), "{screen}");
+}
+
+#[test]
+fn pressure_checks_out_before_any_experiment() {
+    let dir = tempfile::tempdir().unwrap();
+    let model = model_file(dir.path(), "m.bin", MIB);
+    let plain = dir.path().join("plain");
+    std::fs::write(&plain, b"x").unwrap();
+    let out = plain.join("out");
+    let started = Instant::now();
+    assert_refused(
+        &[
+            "pressure",
+            model.to_str().unwrap(),
+            "--experiment",
+            "integrity",
+            "--out",
+            out.to_str().unwrap(),
+        ],
+        "cannot create --out",
+    );
+    assert!(
+        started.elapsed() < Duration::from_secs(5),
+        "{:?}",
+        started.elapsed()
+    );
+}
+
+/// A tiny tmpfs mounted on a temp dir (root only), unmounted on drop.
+struct TinyFs(tempfile::TempDir);
+
+impl TinyFs {
+    fn mount() -> Option<TinyFs> {
+        let dir = tempfile::tempdir().unwrap();
+        let ok = Command::new("mount")
+            .args(["-t", "tmpfs", "-o", "size=64k", "tinyfs"])
+            .arg(dir.path())
+            .stderr(Stdio::null())
+            .status()
+            .is_ok_and(|s| s.success());
+        ok.then_some(TinyFs(dir))
+    }
+
+    /// Fills the file system until a write fails with ENOSPC.
+    fn fill(&self) {
+        use std::io::Write;
+        let mut f = std::fs::File::create(self.0.path().join("filler")).unwrap();
+        loop {
+            if let Err(e) = f.write_all(&[7u8; 4096]) {
+                assert_eq!(e.raw_os_error(), Some(libc::ENOSPC), "{e}");
+                return;
+            }
+        }
+    }
+}
+
+impl Drop for TinyFs {
+    fn drop(&mut self) {
+        let _ = Command::new("umount").arg(self.0.path()).status();
+    }
+}
+
+#[test]
+fn a_full_disk_leaves_no_temp_file_behind() {
+    if !require(is_root(), "root (to mount a tiny tmpfs)") {
+        return;
+    }
+    let Some(fs) = TinyFs::mount() else {
+        println!("SKIPPED: cannot mount a tmpfs here");
+        return;
+    };
+    fs.fill();
+    let dir = tempfile::tempdir().unwrap();
+    let model = model_file(dir.path(), "m.gguf", MIB);
+    let store = fs.0.path().join("S");
+    let (code, _, err) = run_raw(&[
+        "record".as_ref(),
+        "--count".as_ref(),
+        "1".as_ref(),
+        "--no-prove".as_ref(),
+        "--store".as_ref(),
+        store.as_os_str(),
+        model.as_os_str(),
+    ]);
+    assert_eq!(code, Some(2), "{err}");
+    assert!(err.contains("No space left on device"), "{err}");
+    let left: Vec<_> = std::fs::read_dir(&store)
+        .map(|d| d.filter_map(|e| e.ok()).map(|e| e.file_name()).collect())
+        .unwrap_or_default();
+    assert!(
+        !left.iter().any(|n| n.to_string_lossy().ends_with(".tmp")),
+        "left behind: {left:?}"
     );
 }

@@ -76,7 +76,16 @@ pub fn wait_if_interrupted() {
 /// Makes `cmd`'s process get SIGKILL when the thread that starts it (or twofold) dies,
 /// set between fork and exec; a process whose parent already died exits at once.
 pub fn die_with_parent(cmd: &mut Command) {
-    let parent = std::process::id() as libc::pid_t;
+    die_with(cmd, std::process::id() as libc::pid_t);
+}
+
+/// Exit status of a child that found its parent gone before it could run.
+pub const ORPHAN_EXIT: i32 = 125;
+
+/// [`die_with_parent`] of the given parent pid. A child that finds its parent gone exits
+/// quietly with [`ORPHAN_EXIT`] before exec: returning an error from `pre_exec` would make
+/// std write it to a pipe nobody reads and abort with `fatal runtime error` on stderr.
+fn die_with(cmd: &mut Command, parent: libc::pid_t) {
     // SAFETY: the closure runs between fork and exec and only calls async-signal-safe
     // functions (prctl, getppid) with plain integers.
     unsafe {
@@ -87,7 +96,7 @@ pub fn die_with_parent(cmd: &mut Command) {
             }
             // The parent died before the prctl: its signal will never come.
             if libc::getppid() != parent {
-                return Err(io::Error::from_raw_os_error(libc::ESRCH));
+                libc::_exit(ORPHAN_EXIT);
             }
             Ok(())
         });

@@ -81,3 +81,18 @@ fn die_with_parent_sets_the_parent_death_signal() {
     use std::os::unix::process::ExitStatusExt;
     assert_eq!(status.signal(), Some(libc::SIGKILL));
 }
+
+#[test]
+fn a_child_whose_parent_is_gone_exits_quietly() {
+    // As if the parent had died between fork and exec: the pid it checks is not its
+    // parent's. It must exit with ORPHAN_EXIT and print nothing, not fail the spawn
+    // (which, with the parent really gone, aborts with "fatal runtime error").
+    let mut cmd = Command::new("echo");
+    cmd.arg("ran")
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped());
+    die_with(&mut cmd, i32::MAX);
+    let out = cmd.spawn().unwrap().wait_with_output().unwrap();
+    assert_eq!(out.status.code(), Some(ORPHAN_EXIT));
+    assert!(out.stdout.is_empty() && out.stderr.is_empty(), "{out:?}");
+}

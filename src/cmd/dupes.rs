@@ -216,9 +216,7 @@ fn weigh(roots: &Roots, prepared: &[Prepared], processes: &mut [ProcessDupes]) {
 pub fn report(args: &DupesArgs, roots: &Roots) -> anyhow::Result<DupesReport> {
     let procs = ProcReader::new(&roots.proc);
     for pid in &args.pids {
-        if !procs.exists(*pid) {
-            bail!("no process with pid '{pid}'");
-        }
+        crate::input::check_pid(&roots.proc, *pid)?;
     }
     // Explicit files are validated up front; they apply to every pid.
     let mut prepared: Vec<Prepared> = Vec::new();

@@ -21,6 +21,7 @@ fn in_file(path: &Path, e: ContainerError) -> anyhow::Error {
 pub fn run(args: &InspectArgs, out: &mut dyn Write) -> anyhow::Result<()> {
     let mut files = Vec::with_capacity(args.files.len());
     for path in &args.files {
+        crate::input::refuse_pseudo(path, "file")?;
         let c = container::open(path).map_err(|e| in_file(path, e))?;
         files.push(inspect::file(&path.display().to_string(), c));
     }

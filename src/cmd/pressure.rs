@@ -211,6 +211,23 @@ fn plot_readers(dir: &std::path::Path, rows: &[ReadersRow]) -> anyhow::Result<()
     )
 }
 
+/// `--out DIR` can take files: created if missing, and a file written and removed in it
+/// (a read-only or full file system fails here, naming the directory).
+fn check_out_dir(dir: &std::path::Path) -> anyhow::Result<()> {
+    std::fs::create_dir_all(dir)
+        .with_context(|| format!("cannot create --out '{}'", dir.display()))?;
+    let probe = tempfile::Builder::new()
+        .prefix(".twofold-out-check")
+        .tempfile_in(dir)
+        .with_context(|| format!("cannot write in --out '{}'", dir.display()))?;
+    probe
+        .as_file()
+        .write_all(&[0u8; 4096])
+        .and_then(|()| probe.as_file().sync_all())
+        .with_context(|| format!("cannot write in --out '{}'", dir.display()))?;
+    Ok(())
+}
+
 pub fn run(args: &PressureArgs, out: &mut dyn Write) -> anyhow::Result<()> {
     let meta = crate::input::open_regular(&args.file, "file")?
         .metadata()
@@ -220,6 +237,10 @@ pub fn run(args: &PressureArgs, out: &mut dyn Write) -> anyhow::Result<()> {
     }
     // One rule for every --memory-max, whichever experiments run.
     super::run::check_sandbox(&args.sandbox)?;
+    // --out is checked before the experiments (minutes of work), not after them.
+    if let Some(dir) = &args.sandbox.out {
+        check_out_dir(dir)?;
+    }
     let all = args.experiments.is_empty();
     let want = |e: Experiment| all || args.experiments.contains(&e);
     let f = args.competitor_fraction;
@@ -326,11 +347,14 @@ pub fn run(args: &PressureArgs, out: &mut dyn Write) -> anyhow::Result<()> {
     if let Some(dir) = &args.sandbox.out {
         std::fs::create_dir_all(dir)
             .with_context(|| format!("cannot create '{}'", dir.display()))?;
-        std::fs::write(
-            dir.join("pressure.json"),
-            serde_json::to_vec_pretty(&report)?,
-        )?;
-        std::fs::write(dir.join("pressure.md"), &md)?;
+        for (name, bytes) in [
+            ("pressure.json", serde_json::to_vec_pretty(&report)?),
+            ("pressure.md", md.clone().into_bytes()),
+        ] {
+            let path = dir.join(name);
+            std::fs::write(&path, bytes)
+                .with_context(|| format!("cannot write '{}'", path.display()))?;
+        }
         if !report.readers.is_empty() {
             plot_readers(dir, &report.readers)?;
         }

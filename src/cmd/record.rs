@@ -9,7 +9,9 @@ use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context};
 
-use crate::cli::{DumpArgs, RecordArgs, ReplayArgs, SnapshotArgs};
+use std::io::IsTerminal;
+
+use crate::cli::{DumpArgs, DumpFormat, DumpWhat, RecordArgs, ReplayArgs, SnapshotArgs};
 use crate::collect::cache;
 use crate::collect::gather::Request;
 use crate::dupes::prove::ProveOptions;
@@ -96,8 +98,50 @@ fn stop_flag() -> Arc<AtomicBool> {
     stop
 }
 
+/// Checks a store directory before anything is created in it: if it exists it must be a
+/// directory, else its nearest existing ancestor must be one.
+fn check_store_dir(dir: &Path) -> anyhow::Result<()> {
+    let mut at = dir;
+    loop {
+        match std::fs::metadata(at) {
+            Ok(m) if m.is_dir() => return Ok(()),
+            Ok(_) if at == dir => {
+                bail!("the store '{}' is not a directory", dir.display())
+            }
+            Ok(_) => bail!(
+                "cannot create the store '{}': '{}' is not a directory",
+                dir.display(),
+                at.display()
+            ),
+            Err(e)
+                if e.kind() != std::io::ErrorKind::NotFound
+                    && e.raw_os_error() != Some(libc::ENOTDIR) =>
+            {
+                return Err(e).with_context(|| format!("cannot access '{}'", at.display()))
+            }
+            Err(_) => {}
+        }
+        match at.parent() {
+            Some(p) if !p.as_os_str().is_empty() => at = p,
+            _ => return Ok(()),
+        }
+    }
+}
+
+/// The warnings of this snapshot that the one before did not give: a condition that holds
+/// for the whole recording is said once, then only what changes.
+fn new_warnings(now: &[String], before: &[String]) -> Vec<String> {
+    now.iter()
+        .filter(|w| !before.contains(w))
+        .cloned()
+        .collect()
+}
+
 pub fn record(args: &RecordArgs, out: &mut dyn Write) -> anyhow::Result<()> {
+    // Every argument is checked before the store is touched or anything is printed.
+    crate::input::check_targets(&args.paths, &args.pids)?;
     let dir = store_dir(&args.store);
+    check_store_dir(&dir)?;
     std::fs::create_dir_all(&dir)
         .with_context(|| format!("cannot create the store '{}'", dir.display()))?;
     let (mut store, damage) = Store::open_or_create(&dir)
@@ -128,13 +172,15 @@ pub fn record(args: &RecordArgs, out: &mut dyn Write) -> anyhow::Result<()> {
         out,
         "twofold record: a snapshot every {:.1} s into '{}'",
         args.interval.as_secs_f64(),
-        dir.display()
+        render::safe::safe_path(&dir)
     )?;
     out.flush()?;
+    let mut said: Vec<String> = Vec::new();
     while !stop.load(Ordering::Relaxed) {
         let mut warnings = Vec::new();
         let snap = engine.snapshot(&mut warnings)?;
-        super::warn_all(&warnings);
+        super::warn_all(&new_warnings(&warnings, &said));
+        said = warnings;
         append(&mut store, &snap)?;
         n += 1;
         if n % 60 == 1 {
@@ -142,7 +188,10 @@ pub fn record(args: &RecordArgs, out: &mut dyn Write) -> anyhow::Result<()> {
                 .at_unix_ns
                 .saturating_sub(args.retain.as_nanos() as u64);
             for removed in store.retain(cutoff, Some(args.max_size))? {
-                eprintln!("twofold: removed '{}' (retention)", removed.display());
+                eprintln!(
+                    "twofold: removed '{}' (retention)",
+                    render::safe::safe_path(&removed)
+                );
             }
         }
         if args.count.is_some_and(|c| n >= c) {
@@ -154,7 +203,11 @@ pub fn record(args: &RecordArgs, out: &mut dyn Write) -> anyhow::Result<()> {
         }
     }
     store.flush()?;
-    writeln!(out, "twofold record: {n} snapshots written")?;
+    writeln!(
+        out,
+        "twofold record: {} written",
+        crate::units::count(n, "snapshot", "snapshots")
+    )?;
     Ok(())
 }
 
@@ -230,7 +283,7 @@ pub fn snapshot(args: &SnapshotArgs, out: &mut dyn Write) -> anyhow::Result<()> 
         "twofold snapshot: {n} snapshots from {} to {} in '{}'",
         timespec::format(from),
         timespec::format(to),
-        args.out.display()
+        render::safe::safe_path(&args.out)
     )?;
     Ok(())
 }
@@ -238,15 +291,105 @@ pub fn snapshot(args: &SnapshotArgs, out: &mut dyn Write) -> anyhow::Result<()> 
 pub fn dump(args: &DumpArgs, out: &mut dyn Write) -> anyhow::Result<()> {
     let (from, to) = range_of(&args.from, &args.to)?;
     let store = open_read(&args.store)?;
+    // CSV and OpenMetrics to a terminal are escaped (a comm may hold ESC); to a pipe or a
+    // file they stay exact (CSV quoted per RFC 4180). JSON escapes itself.
+    let mut tty_out;
+    let out: &mut dyn Write = if args.format != DumpFormat::Json && std::io::stdout().is_terminal()
+    {
+        tty_out = render::safe::Terminal(out);
+        &mut tty_out
+    } else {
+        out
+    };
     let mut rows = render::dump::Rows::new(args.what, args.format, args.top);
     let mut prev: Option<Snapshot> = None;
+    let mut snapshots = 0u64;
     for frame in store.range(from, to) {
         let snap = decode(&frame?.payload)?;
         let report = engine::report(&snap, prev.as_ref());
         rows.add(&report, out)?;
         prev = Some(snap);
+        snapshots += 1;
     }
     warn_damage(&store.take_damage());
+    if rows.count() == 0 {
+        eprintln!(
+            "twofold: {}",
+            no_rows_reason(&store, args, from, to, snapshots)
+        );
+    }
     rows.finish(out)?;
     Ok(())
+}
+
+/// Why `dump` wrote no row: no snapshot in the range (and what the store holds), or
+/// snapshots that have nothing of the kind asked for.
+fn no_rows_reason(store: &Store, args: &DumpArgs, from: u64, to: u64, snapshots: u64) -> String {
+    let range = format!(
+        "between '{}' and '{}'",
+        timespec::format(from),
+        timespec::format(to)
+    );
+    let what = format!("{:?}", args.what).to_lowercase();
+    if snapshots > 0 {
+        let why = match args.what {
+            DumpWhat::Trace => "they were recorded without 'record --trace'",
+            DumpWhat::Cgroups => "no memory cgroup held a file of interest",
+            _ => "no process held or mapped a model file then",
+        };
+        return format!(
+            "no {what} rows: the {} {range} have none ({why})",
+            crate::units::count(snapshots, "snapshot", "snapshots")
+        );
+    }
+    match store.stats() {
+        Ok(st) if st.frames > 0 => format!(
+            "no {what} rows: no snapshot {range}; the store holds {} from '{}' to '{}'",
+            crate::units::count(st.frames, "snapshot", "snapshots"),
+            st.first_ns.map(timespec::format).unwrap_or_default(),
+            st.last_ns.map(timespec::format).unwrap_or_default()
+        ),
+        _ => format!("no {what} rows: no snapshot {range}; the store holds none"),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_standing_warning_is_said_once_then_only_changes() {
+        let w = |v: &[&str]| v.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+        let denied = "1 process could not be read fully";
+        // 56 snapshots with the same warning: said at the first only.
+        let mut said = Vec::new();
+        let mut printed = Vec::new();
+        for i in 0..56 {
+            let now = if i == 30 {
+                w(&[denied, "pid '7' exited mid-scan"])
+            } else {
+                w(&[denied])
+            };
+            printed.extend(new_warnings(&now, &said));
+            said = now;
+        }
+        assert_eq!(printed, w(&[denied, "pid '7' exited mid-scan"]));
+        // Gone, then back: said again.
+        assert_eq!(new_warnings(&w(&[denied]), &[]), w(&[denied]));
+    }
+
+    #[test]
+    fn a_store_path_under_a_file_is_refused() {
+        let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+        let file = dir.path().join("f");
+        std::fs::write(&file, b"x").unwrap_or_else(|e| panic!("{e}"));
+        assert!(check_store_dir(&dir.path().join("new/store")).is_ok());
+        let err = check_store_dir(&file).unwrap_err().to_string();
+        assert!(err.ends_with("is not a directory"), "{err}");
+        let err = check_store_dir(&file.join("s")).unwrap_err().to_string();
+        assert!(
+            err.contains("'f' is not a directory") || err.contains("/f' is not a directory"),
+            "{err}"
+        );
+    }
 }

@@ -42,8 +42,10 @@ fn expand(args: &ResidencyArgs) -> anyhow::Result<Vec<PathBuf>> {
             if !args.recursive {
                 bail!("'{}' is a directory (use --recursive)", p.display());
             }
+            crate::input::refuse_pseudo(p, "directory")?;
             walk(p, &mut out)?;
         } else if meta.is_file() {
+            crate::input::refuse_pseudo(p, "file")?;
             out.push(p.clone());
         } else {
             bail!("'{}' is not a regular file", p.display());

@@ -61,11 +61,59 @@ fn setup() -> anyhow::Result<Guard> {
     Ok(guard)
 }
 
-struct Keys;
+/// Keys from the terminal. crossterm 0.29 spins at 100% CPU inside `event::poll` once
+/// its tty hangs up (its read loop retries EOF and EIO forever), so the wait happens here,
+/// in `poll(2)` on the terminal, and a hang-up (`POLLHUP`/`POLLERR`) ends `top` before
+/// crossterm reads again.
+#[derive(Default)]
+struct Keys {
+    hung_up: bool,
+}
+
+/// The terminal crossterm reads keys from: stdin when it is one, else `/dev/tty`, which
+/// stdout (checked to be a terminal) stands for.
+fn tty_fd() -> std::os::fd::RawFd {
+    if std::io::stdin().is_terminal() {
+        0
+    } else {
+        1
+    }
+}
+
+impl Keys {
+    /// Waits up to `timeout` for input: `Ok(true)` when some is there, `Ok(false)` on a
+    /// timeout or a signal, an error once the terminal hung up.
+    fn wait(&mut self, timeout: Duration) -> anyhow::Result<bool> {
+        let mut fds = [libc::pollfd {
+            fd: tty_fd(),
+            events: libc::POLLIN,
+            revents: 0,
+        }];
+        let ms = timeout.as_millis().min(i32::MAX as u128) as i32;
+        // SAFETY: one valid pollfd, its length given.
+        let n = unsafe { libc::poll(fds.as_mut_ptr(), 1, ms) };
+        if n < 0 {
+            let e = std::io::Error::last_os_error();
+            if e.kind() == std::io::ErrorKind::Interrupted {
+                return Ok(false);
+            }
+            return Err(e).context("cannot wait for the terminal");
+        }
+        if fds[0].revents & (libc::POLLHUP | libc::POLLERR | libc::POLLNVAL) != 0 {
+            self.hung_up = true;
+            bail!("the terminal hung up");
+        }
+        Ok(n > 0 && fds[0].revents & libc::POLLIN != 0)
+    }
+}
 
 impl Input for Keys {
     fn next(&mut self, timeout: Duration) -> anyhow::Result<Option<Key>> {
-        if !event::poll(timeout)? {
+        // Events crossterm already parsed (one read may hold several), then the terminal.
+        self.wait(Duration::ZERO)?;
+        let ready =
+            event::poll(Duration::ZERO)? || (self.wait(timeout)? && event::poll(Duration::ZERO)?);
+        if !ready {
             return Ok(None);
         }
         Ok(match event::read()? {
@@ -179,6 +227,9 @@ fn request(args: &TopArgs) -> Request {
 }
 
 pub fn run(args: &TopArgs, _out: &mut dyn Write) -> anyhow::Result<()> {
+    // Bad paths and pids end here with exit 2, as in `scan`, not on a screen that waits
+    // for a first snapshot that never comes.
+    crate::input::check_targets(&args.paths, &args.pids)?;
     if !std::io::stdout().is_terminal() {
         bail!("top needs a terminal on stdout (use 'twofold scan' or 'record' otherwise)");
     }
@@ -259,10 +310,11 @@ pub fn run(args: &TopArgs, _out: &mut dyn Write) -> anyhow::Result<()> {
     let guard = setup()?;
     let mut terminal = Terminal::new(CrosstermBackend::new(std::io::stdout()))?;
     terminal.clear()?;
-    let result = tui::run(&mut terminal, &mut state, &mut Keys, feed.as_mut(), &stop);
+    let mut keys = Keys::default();
+    let result = tui::run(&mut terminal, &mut state, &mut keys, feed.as_mut(), &stop);
     drop(guard);
-    if stop.load(Ordering::Relaxed) {
-        // A signal: the screen is restored; a clean stop.
+    if stop.load(Ordering::Relaxed) || keys.hung_up {
+        // A signal or a hang-up: the screen is restored (or gone); a clean stop.
         return Ok(());
     }
     result

@@ -32,6 +32,7 @@ fn explicit_files(paths: &[PathBuf]) -> anyhow::Result<BTreeMap<FileKey, String>
     for p in paths {
         let meta =
             std::fs::metadata(p).with_context(|| format!("cannot access '{}'", p.display()))?;
+        crate::input::refuse_pseudo(p, if meta.is_dir() { "directory" } else { "file" })?;
         if meta.is_file() {
             let abs = std::path::absolute(p).unwrap_or_else(|_| p.clone());
             out.insert(

@@ -164,9 +164,7 @@ pub fn gather_cached(
         g.procs.pids()?
     } else {
         for pid in &req.pids {
-            if !g.procs.exists(*pid) {
-                bail!("no process with pid '{pid}'");
-            }
+            crate::input::check_pid(&roots.proc, *pid)?;
         }
         req.pids.clone()
     };
@@ -580,8 +578,10 @@ impl Gatherer<'_> {
             let meta = std::fs::metadata(path)
                 .with_context(|| format!("cannot access '{}'", path.display()))?;
             if meta.is_dir() {
+                crate::input::refuse_pseudo(path, "directory")?;
                 self.walk(path)?;
             } else if meta.is_file() {
+                crate::input::refuse_pseudo(path, "file")?;
                 self.insert_explicit(path, &meta);
             } else {
                 let kind =

@@ -186,6 +186,8 @@ pub struct Rows {
     format: DumpFormat,
     top: Option<usize>,
     header_done: bool,
+    /// Rows (JSON, CSV) or samples (OpenMetrics) written or kept so far.
+    rows: usize,
     /// family → (type, help, sample lines).
     families: BTreeMap<&'static str, (&'static str, &'static str, Vec<String>)>,
 }
@@ -197,6 +199,7 @@ impl Rows {
             format,
             top,
             header_done: false,
+            rows: 0,
             families: BTreeMap::new(),
         }
     }
@@ -223,6 +226,7 @@ impl Rows {
         if !v.is_finite() {
             return;
         }
+        self.rows += 1;
         self.families
             .entry(name)
             .or_insert((kind, help, Vec::new()))
@@ -306,6 +310,9 @@ impl Rows {
         rows: &[T],
         out: &mut dyn Write,
     ) -> anyhow::Result<()> {
+        if self.format != DumpFormat::Openmetrics {
+            self.rows += rows.len();
+        }
         match self.format {
             DumpFormat::Json => {
                 for r in rows {
@@ -538,6 +545,11 @@ impl Rows {
     }
 
     /// Writes what was held back (OpenMetrics) and the terminator.
+    /// Rows (or OpenMetrics samples) the reports gave so far.
+    pub fn count(&self) -> usize {
+        self.rows
+    }
+
     pub fn finish(self, out: &mut dyn Write) -> anyhow::Result<()> {
         if self.format != DumpFormat::Openmetrics {
             return Ok(());

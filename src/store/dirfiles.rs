@@ -40,11 +40,21 @@ pub(super) fn write_header(dir: &Path) -> Result<()> {
     })?;
     text.push('\n');
     let tmp = dir.join(".store.json.tmp");
-    let mut f = File::create(&tmp).map_err(io("create", &tmp))?;
-    f.write_all(text.as_bytes()).map_err(io("write", &tmp))?;
-    f.sync_all().map_err(io("sync", &tmp))?;
-    std::fs::rename(&tmp, &path).map_err(io("rename", &tmp))?;
+    let written = write_new(&tmp, text.as_bytes())
+        .and_then(|()| std::fs::rename(&tmp, &path).map_err(io("rename", &tmp)));
+    if written.is_err() {
+        // A full disk or a failed rename leaves no `.store.json.tmp` behind.
+        let _ = std::fs::remove_file(&tmp);
+    }
+    written?;
     sync_dir(dir)
+}
+
+/// Creates `path` with `bytes`, synced.
+fn write_new(path: &Path, bytes: &[u8]) -> Result<()> {
+    let mut f = File::create(path).map_err(io("create", path))?;
+    f.write_all(bytes).map_err(io("write", path))?;
+    f.sync_all().map_err(io("sync", path))
 }
 
 pub(super) fn read_header(dir: &Path) -> Result<Header> {
@@ -68,4 +78,19 @@ pub(super) fn sync_dir(dir: &Path) -> Result<()> {
     File::open(dir)
         .and_then(|d| d.sync_all())
         .map_err(io("sync", dir))
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+
+    #[test]
+    fn a_failed_header_write_leaves_no_temp_file() {
+        // The rename fails (store.json is a non-empty directory), as a write on a full
+        // disk would: the temp file must go with the error.
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::create_dir_all(dir.path().join("store.json/x")).unwrap();
+        assert!(super::write_header(dir.path()).is_err());
+        assert!(!dir.path().join(".store.json.tmp").exists());
+    }
 }
