@@ -154,11 +154,25 @@ pub fn refuse_pseudo(path: &Path, what: &str) -> anyhow::Result<()> {
     }
 }
 
+/// The error for a model path that is neither a regular file nor a directory.
+pub fn not_file_or_dir(path: &Path, meta: &std::fs::Metadata) -> anyhow::Error {
+    use std::os::unix::fs::FileTypeExt;
+    let ft = meta.file_type();
+    let kind = if ft.is_block_device() || ft.is_char_device() {
+        "a device"
+    } else {
+        "not a regular file or directory"
+    };
+    anyhow::anyhow!(
+        "'{}' is {kind}: give a model file or a directory",
+        path.display()
+    )
+}
+
 /// A model path named on the command line (`scan`, `top`, `record`, `trace`, `serve`):
 /// it exists, is a regular file or a directory, and is not on a kernel-interface file
 /// system. Checked before any work or output.
 pub fn check_target(path: &Path) -> anyhow::Result<()> {
-    use std::os::unix::fs::FileTypeExt;
     let meta =
         std::fs::metadata(path).with_context(|| format!("cannot access '{}'", path.display()))?;
     if meta.is_file() {
@@ -167,16 +181,7 @@ pub fn check_target(path: &Path) -> anyhow::Result<()> {
         return Ok(());
     }
     if !meta.is_dir() {
-        let ft = meta.file_type();
-        let kind = if ft.is_block_device() || ft.is_char_device() {
-            "a device"
-        } else {
-            "not a regular file or directory"
-        };
-        bail!(
-            "'{}' is {kind}: give a model file or a directory",
-            path.display()
-        );
+        return Err(not_file_or_dir(path, &meta));
     }
     refuse_pseudo(path, "directory")
 }

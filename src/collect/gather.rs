@@ -7,12 +7,12 @@
 //! refused (another user's, without root or `CAP_SYS_PTRACE`) in `skipped.denied`.
 
 use std::collections::{BTreeMap, HashMap, HashSet};
-use std::os::unix::fs::{FileTypeExt, MetadataExt};
+use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Instant;
 
-use anyhow::{bail, Context};
+use anyhow::Context;
 
 use super::cache::{self, BasicParts, Detail, Hit, ProcCache, Read, StatStamp};
 use super::cgroup::CgroupReader;
@@ -584,16 +584,7 @@ impl Gatherer<'_> {
                 crate::input::refuse_pseudo(path, "file")?;
                 self.insert_explicit(path, &meta);
             } else {
-                let kind =
-                    if meta.file_type().is_block_device() || meta.file_type().is_char_device() {
-                        "a device"
-                    } else {
-                        "not a regular file or directory"
-                    };
-                bail!(
-                    "'{}' is {kind}: give a model file or a directory",
-                    path.display()
-                );
+                return Err(crate::input::not_file_or_dir(path, &meta));
             }
         }
         Ok(())
