@@ -6,7 +6,6 @@
 
 mod common;
 
-use std::io::Read;
 use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
@@ -17,39 +16,8 @@ use common::*;
 /// Runs twofold with `args`; kills it (and fails) if it takes longer than `limit`, which a
 /// blocking open of a FIFO or an endless read of /dev/zero would.
 fn run_bounded(args: &[&str], limit: Duration) -> (Option<i32>, String, String) {
-    let mut child = Command::new(exe())
-        .args(args)
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let start = Instant::now();
-    loop {
-        if let Some(status) = child.try_wait().unwrap() {
-            let mut out = String::new();
-            let mut err = String::new();
-            child
-                .stdout
-                .take()
-                .unwrap()
-                .read_to_string(&mut out)
-                .unwrap();
-            child
-                .stderr
-                .take()
-                .unwrap()
-                .read_to_string(&mut err)
-                .unwrap();
-            return (status.code(), out, err);
-        }
-        if start.elapsed() > limit {
-            let _ = child.kill();
-            let _ = child.wait();
-            panic!("{args:?} still running after {limit:?}");
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    let (status, out, err) = bounded(Command::new(exe()).args(args), limit);
+    (status.code(), out, err)
 }
 
 /// Exit 2, exactly one line on stderr containing `needle`, no panic, empty stdout.

@@ -255,3 +255,41 @@ pub fn metrics_text(port: u16) -> Option<String> {
     let (head, body) = raw.split_once("\r\n\r\n")?;
     head.contains(" 200 ").then(|| body.to_string())
 }
+
+/// Runs `cmd` to its end with stdin closed, killing it (and failing) past `limit`:
+/// (status, stdout, stderr). Both pipes are drained while it runs, so a large output
+/// never blocks it.
+pub fn bounded(
+    cmd: &mut std::process::Command,
+    limit: Duration,
+) -> (std::process::ExitStatus, String, String) {
+    use std::io::Read;
+    use std::process::Stdio;
+    let mut child = cmd
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let drain = |mut r: Box<dyn Read + Send>| {
+        std::thread::spawn(move || {
+            let mut s = String::new();
+            let _ = r.read_to_string(&mut s);
+            s
+        })
+    };
+    let out = drain(Box::new(child.stdout.take().unwrap()));
+    let err = drain(Box::new(child.stderr.take().unwrap()));
+    let start = std::time::Instant::now();
+    loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            return (status, out.join().unwrap(), err.join().unwrap());
+        }
+        if start.elapsed() > limit {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!("{cmd:?} still running after {limit:?}");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
