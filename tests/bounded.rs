@@ -170,3 +170,64 @@ fn a_header_of_many_tensors_is_parsed_in_bounded_memory() {
         "inspect of 200,000 tensors peaked at {kib} KiB"
     );
 }
+
+/// A 15 TiB sparse file whose hole has 8 MiB of cached zero pages (read by the test):
+/// `residency --map` bisects the hole with `cachestat` instead of asking `mincore` about
+/// 15 TiB (over 60 s before), and still counts the cached pages.
+#[test]
+fn residency_map_of_a_cached_hole_is_bisected() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("sparse15T.bin");
+    let f = std::fs::File::create(&path).unwrap();
+    f.set_len(15 << 40).unwrap();
+    drop(f);
+    let mut buf = vec![0u8; 8 << 20];
+    let f = std::fs::File::open(&path).unwrap();
+    std::os::unix::fs::FileExt::read_exact_at(&f, &mut buf, 5 << 40).unwrap();
+    drop(f);
+    let start = Instant::now();
+    let (status, out, err) = bounded(
+        Command::new(exe())
+            .args(["residency", "--map", "--json"])
+            .arg(&path),
+        Duration::from_secs(120),
+    );
+    let took = start.elapsed();
+    evict(&path);
+    assert_eq!(status.code(), Some(0), "{err}");
+    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+    let resident = v["files"][0]["resident_bytes"].as_u64().unwrap();
+    assert!(
+        (8 << 20..=16 << 20).contains(&resident),
+        "resident {resident}"
+    );
+    assert!(took < Duration::from_secs(30), "took {took:?}");
+}
+
+/// `pressure --experiment integrity` of a 15 TiB sparse file is refused at once (it read
+/// zeros for minutes before): the experiment needs a file that fits in memory.
+#[test]
+fn integrity_refuses_a_file_larger_than_memory() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("sparse15T.safetensors");
+    std::fs::File::create(&path)
+        .unwrap()
+        .set_len(15 << 40)
+        .unwrap();
+    let start = Instant::now();
+    let (status, out, err) = bounded(
+        Command::new(exe())
+            .arg("pressure")
+            .arg(&path)
+            .args(["--experiment", "integrity", "--cycles", "1"]),
+        Duration::from_secs(60),
+    );
+    assert_eq!(status.code(), Some(2), "stdout: {out}\nstderr: {err}");
+    assert_eq!(err.lines().count(), 1, "{err}");
+    assert!(
+        err.contains("sparse15T.safetensors") && err.contains("MemAvailable"),
+        "{err}"
+    );
+    assert!(start.elapsed() < Duration::from_secs(5), "{:?}", start.elapsed());
+    evict(&path);
+}

@@ -131,6 +131,22 @@ fn resident(path: &Path) -> Option<u64> {
         .map(|r| r.cached_bytes)
 }
 
+/// Refuses, before any work, a file the experiment cannot be honest about: it hashes the
+/// whole file from the page cache, evicts it and refaults it, so the file must fit in the
+/// memory the host has available (`None`: unknown, not refused). A 15 TiB sparse file
+/// would otherwise be read for hours, caching zero pages and evicting everything else.
+pub fn check_fits(path: &Path, size: u64, available: Option<u64>) -> anyhow::Result<()> {
+    match available {
+        Some(avail) if size > avail => anyhow::bail!(
+            "'{}' ({}) is larger than MemAvailable ({}): the integrity experiment reads the whole file into the page cache and refaults it, so it needs a file that fits in memory",
+            path.display(),
+            crate::units::iec(size),
+            crate::units::iec(avail)
+        ),
+        _ => Ok(()),
+    }
+}
+
 /// Runs `cycles` evict/refault cycles; `reference` (test only) supplies the expected
 /// checksums instead of the file's own.
 pub fn run(

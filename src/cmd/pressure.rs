@@ -247,6 +247,9 @@ pub fn run(args: &PressureArgs, out: &mut dyn Write) -> anyhow::Result<()> {
     if want(Experiment::Competitor) && (!f.is_finite() || f <= 0.0) {
         bail!("'--competitor-fraction {f}' must be a finite number above 0");
     }
+    if want(Experiment::Integrity) {
+        integrity::check_fits(&args.file, meta.len(), crate::input::mem_available())?;
+    }
     let registry = Registry::install()?;
     let mut report = PressureReport {
         schema_version: crate::model::SCHEMA_VERSION,

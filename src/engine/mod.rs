@@ -292,6 +292,9 @@ impl Engine {
                 self.tracing = None;
             }
         }
+        if self.cache.is_some() {
+            give_back_free_heap();
+        }
         Ok(Snapshot {
             version: SNAPSHOT_VERSION,
             at_unix_ns,
@@ -638,6 +641,20 @@ pub fn report(snap: &Snapshot, prev: Option<&Snapshot>) -> Report {
         r.rates = model::rates::between(&p.sample, &snap.sample, secs);
     }
     r
+}
+
+
+/// Hands the free pages of the heap back to the kernel (glibc's `malloc_trim(0)`, which
+/// releases free pages inside every arena, not only at the top). A long-running engine
+/// (`serve`, `record`, `top`) builds and drops an index of the model files at every proof;
+/// without this, glibc keeps the freed pages of its arenas and RSS creeps up with
+/// fragmentation (serve: 123 -> 207 MB over 30 minutes, while its heap peaked at 82 MB).
+fn give_back_free_heap() {
+    #[cfg(all(target_os = "linux", target_env = "gnu"))]
+    // SAFETY: malloc_trim only takes the allocator's own locks and returns free pages.
+    unsafe {
+        libc::malloc_trim(0);
+    }
 }
 
 #[cfg(test)]
