@@ -5,14 +5,12 @@
 
 #![allow(clippy::unwrap_used)]
 
-mod writers;
-
 use std::process::Command;
 
+use crate::writers::*;
 use twofold::container::{
     self, gguf, npy, onnx, pickle, safetensors, Container, Dtype, ExternalTensor, Format, Tensor,
 };
-use writers::*;
 
 /// Writes `bytes` to a file, parses it from the file and from memory, and checks both agree.
 fn parse_file(name: &str, bytes: &[u8]) -> Container {

@@ -9,8 +9,6 @@
 
 #![allow(clippy::unwrap_used)]
 
-mod common;
-
 use std::collections::BTreeMap;
 use std::io::Read;
 use std::os::unix::fs::FileExt;
@@ -18,8 +16,8 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use common::tmux::Tmux;
-use common::*;
+use crate::common::tmux::Tmux;
+use crate::common::*;
 
 fn python_ready() -> bool {
     Command::new("python3")

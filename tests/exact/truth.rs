@@ -8,15 +8,13 @@
 
 #![allow(clippy::unwrap_used)]
 
-mod common;
-
 use std::collections::HashMap;
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Duration;
 
-use common::*;
+use crate::common::*;
 use twofold::model::{FileModel, Report};
 use twofold::spawn::Reader;
 

@@ -5,14 +5,12 @@
 
 #![allow(clippy::unwrap_used)]
 
-mod common;
-
 use std::os::fd::AsRawFd;
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use common::*;
+use crate::common::*;
 use twofold::model::{FileModel, Report};
 
 /// A child killed and reaped on drop.

@@ -2,13 +2,11 @@
 
 #![allow(clippy::unwrap_used)]
 
-mod common;
-
 use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use common::*;
+use crate::common::*;
 use twofold::campaign::run::RunSummary;
 use twofold::cmd::pressure::PressureReport;
 

@@ -3,12 +3,10 @@
 
 #![allow(clippy::unwrap_used)]
 
-mod common;
-
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use common::*;
+use crate::common::*;
 use twofold::model::dupes::{DupesReport, FileDupes};
 
 fn model(dir: &Path) -> (PathBuf, Vec<Written>) {

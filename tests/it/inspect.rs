@@ -3,18 +3,18 @@
 
 #![allow(clippy::unwrap_used)]
 
-mod common;
-mod writers;
-
 use std::path::Path;
 use std::process::{Command, Output};
 
+use crate::writers::*;
 use twofold::container::{Dtype, Format};
 use twofold::model::inspect::{InspectReport, HUGE_PAGE_BYTES};
-use writers::*;
 
 fn twofold(args: &[&str]) -> Output {
-    Command::new(common::exe()).args(args).output().unwrap()
+    Command::new(crate::common::exe())
+        .args(args)
+        .output()
+        .unwrap()
 }
 
 const MIB2: u64 = HUGE_PAGE_BYTES;

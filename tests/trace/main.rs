@@ -6,20 +6,21 @@
 
 #![allow(clippy::unwrap_used)]
 
+#[path = "../common/mod.rs"]
 mod common;
+mod serve_trace;
 
 /// The tests here count events exactly, or disturb the whole host (OOM, direct reclaim,
 /// LRU churn): they run one at a time, never beside each other.
-fn serial() -> std::sync::MutexGuard<'static, ()> {
+pub(crate) fn serial() -> std::sync::MutexGuard<'static, ()> {
     static SERIAL: std::sync::Mutex<()> = std::sync::Mutex::new(());
     SERIAL.lock().unwrap_or_else(|e| e.into_inner())
 }
-#[path = "trace/support.rs"]
 mod support;
 
 use std::process::Command;
 
-use common::*;
+use crate::common::*;
 use support::*;
 use twofold::sample::trace::Counter;
 

@@ -4,13 +4,11 @@
 
 #![allow(clippy::unwrap_used)]
 
-mod common;
-
 use std::os::unix::process::ExitStatusExt;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use common::*;
+use crate::common::*;
 
 /// A file truncated to 4 KiB while `pressure --experiment integrity` hashes and refaults
 /// it: no SIGBUS, exit 2 and one line naming the file, never a report of every chunk
@@ -216,10 +214,12 @@ fn integrity_refuses_a_file_larger_than_memory() {
         .unwrap();
     let start = Instant::now();
     let (status, out, err) = bounded(
-        Command::new(exe())
-            .arg("pressure")
-            .arg(&path)
-            .args(["--experiment", "integrity", "--cycles", "1"]),
+        Command::new(exe()).arg("pressure").arg(&path).args([
+            "--experiment",
+            "integrity",
+            "--cycles",
+            "1",
+        ]),
         Duration::from_secs(60),
     );
     assert_eq!(status.code(), Some(2), "stdout: {out}\nstderr: {err}");
@@ -228,6 +228,10 @@ fn integrity_refuses_a_file_larger_than_memory() {
         err.contains("sparse15T.safetensors") && err.contains("MemAvailable"),
         "{err}"
     );
-    assert!(start.elapsed() < Duration::from_secs(5), "{:?}", start.elapsed());
+    assert!(
+        start.elapsed() < Duration::from_secs(5),
+        "{:?}",
+        start.elapsed()
+    );
     evict(&path);
 }

@@ -4,8 +4,6 @@
 //! manifests.
 #![allow(clippy::unwrap_used)]
 
-mod common;
-
 use std::io::{Read, Write};
 use std::net::TcpStream;
 use std::os::unix::fs::MetadataExt;
@@ -13,7 +11,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use common::{exe, have, model_file, reader, require, MIB};
+use crate::common::{exe, have, model_file, reader, require, MIB};
 
 /// A process the test started, killed (by its pid) and reaped when dropped.
 struct Proc(Child);
@@ -195,7 +193,10 @@ fn copies_of(id: &str) -> impl Fn(&str) -> bool + '_ {
 
 #[test]
 fn exporter_counts_the_two_representations() {
-    if !require(common::is_root(), "root (to prove another process's copy)") {
+    if !require(
+        crate::common::is_root(),
+        "root (to prove another process's copy)",
+    ) {
         return;
     }
     let _live = live();
@@ -209,7 +210,7 @@ fn exporter_counts_the_two_representations() {
 
     // The same count as `scan --json`.
     // A generous proof budget: the ground truth must not depend on how busy the host is.
-    let scan: serde_json::Value = common::twofold_json(&[
+    let scan: serde_json::Value = crate::common::twofold_json(&[
         "scan".as_ref(),
         "--json".as_ref(),
         "--prove-budget".as_ref(),
@@ -245,7 +246,7 @@ fn exporter_counts_the_two_representations() {
     let page_cache = held("page_cache").unwrap();
     let proven_copy = held("private_copy_proven").unwrap();
     let cow = held("cow").unwrap_or(0.0);
-    let tol = common::tolerance(16 * MIB) as f64;
+    let tol = crate::common::tolerance(16 * MIB) as f64;
     assert!((page_cache - size).abs() <= tol, "page cache {page_cache}");
     let by_readers = sum(
         &body,
@@ -368,7 +369,7 @@ fn check_openmetrics_with_promtool(body: &str) {
         .collect();
     let input = dir.path().join("om.txt");
     std::fs::write(&input, stamped).unwrap();
-    let out = common::run_ok(
+    let out = crate::common::run_ok(
         Command::new("promtool")
             .args(["tsdb", "create-blocks-from", "openmetrics"])
             .arg(&input)
@@ -520,8 +521,10 @@ fn prometheus(dir: &Path, args: &[String], env: &[(&str, &str)]) -> (Proc, u16) 
 
 #[test]
 fn prometheus_scrapes_it_and_every_panel_answers() {
-    if !require(common::is_root(), "root (to prove another process's copy)")
-        || !require(have("prometheus"), "prometheus")
+    if !require(
+        crate::common::is_root(),
+        "root (to prove another process's copy)",
+    ) || !require(have("prometheus"), "prometheus")
     {
         return;
     }
@@ -621,8 +624,10 @@ fn agent_config(exporter: u16, receiver: u16) -> String {
 /// node, and the copy count arrives intact through the whole path.
 #[test]
 fn fleet_of_two_agents_remote_writing_to_one_prometheus() {
-    if !require(common::is_root(), "root (to prove another process's copy)")
-        || !require(have("prometheus"), "prometheus")
+    if !require(
+        crate::common::is_root(),
+        "root (to prove another process's copy)",
+    ) || !require(have("prometheus"), "prometheus")
     {
         return;
     }
@@ -810,7 +815,7 @@ fn promtool_tests_the_rules() {
 }
 
 fn rss_bytes(pid: u32) -> u64 {
-    common::status_bytes(pid as i32, "VmRSS")
+    crate::common::status_bytes(pid as i32, "VmRSS")
 }
 
 /// `tests/helpers/churn.c`, built into `dir`: forks RATE processes a second, each living
@@ -818,7 +823,7 @@ fn rss_bytes(pid: u32) -> u64 {
 fn churner(dir: &Path) -> PathBuf {
     let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/helpers/churn.c");
     let bin = dir.join("churn");
-    common::run_ok(Command::new("cc").arg("-O2").arg("-o").arg(&bin).arg(src));
+    crate::common::run_ok(Command::new("cc").arg("-O2").arg("-o").arg(&bin).arg(src));
     bin
 }
 
@@ -866,7 +871,7 @@ fn fifty_concurrent_scrapers_while_processes_churn() {
             .unwrap(),
     );
     let size = (16 * MIB) as f64;
-    let tol = common::tolerance(16 * MIB) as f64;
+    let tol = crate::common::tolerance(16 * MIB) as f64;
     let id = s.id.as_str();
     let true_to_the_scene = move |b: &str| {
         let held = |kind| {

@@ -3,13 +3,11 @@
 //! absence.
 #![allow(clippy::unwrap_used)]
 
-mod common;
-
 use std::ffi::OsStr;
 use std::path::Path;
 use std::process::Command;
 
-use common::{evict, exe, model_file, require, MIB};
+use crate::common::{evict, exe, model_file, require, MIB};
 use twofold::model::probe::{Decision, ProbeReport};
 use twofold_probes::types::{Arm, ImportMethod, ImportStatus};
 

@@ -6,12 +6,10 @@
 
 #![allow(clippy::unwrap_used)]
 
-mod common;
-
 use std::path::Path;
 use std::process::Command;
 
-use common::*;
+use crate::common::*;
 use serde_json::{json, Value};
 use twofold::spawn::Reader;
 

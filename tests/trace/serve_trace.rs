@@ -5,12 +5,10 @@
 
 #![allow(clippy::unwrap_used)]
 
-mod common;
-
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use common::*;
+use crate::common::*;
 
 fn value(body: &str, name: &str, id: &str) -> Option<f64> {
     let prefix = format!("{name}{{file_id=\"{id}\"}} ");
@@ -21,6 +19,8 @@ fn value(body: &str, name: &str, id: &str) -> Option<f64> {
 
 #[test]
 fn trace_counters_count_a_cold_read_of_the_whole_file() {
+    // One at a time with the other eBPF tests: they disturb the whole host.
+    let _serial = crate::serial();
     if !require(is_root(), "root (to attach the eBPF programs)") {
         return;
     }

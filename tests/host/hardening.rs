@@ -4,14 +4,12 @@
 
 #![allow(clippy::unwrap_used)]
 
-mod common;
-
 use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use common::tmux::Tmux;
-use common::*;
+use crate::common::tmux::Tmux;
+use crate::common::*;
 
 /// Runs twofold with `args`; kills it (and fails) if it takes longer than `limit`, which a
 /// blocking open of a FIFO or an endless read of /dev/zero would.

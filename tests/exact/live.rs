@@ -3,11 +3,9 @@
 
 #![allow(clippy::unwrap_used)]
 
-mod common;
-
 use std::process::Command;
 
-use common::*;
+use crate::common::*;
 use twofold::collect::gather::{gather, Request};
 use twofold::collect::Roots;
 use twofold::model::{self, MapKind, Report};
@@ -525,7 +523,7 @@ fn hostile_names_are_escaped_and_tables_stay_aligned() {
     .unwrap();
     let pid = r.pid().to_string();
 
-    let out = Command::new(common::exe())
+    let out = Command::new(crate::common::exe())
         .arg("scan")
         .arg(&file)
         .output()
@@ -566,7 +564,7 @@ fn hostile_names_are_escaped_and_tables_stay_aligned() {
     assert_eq!(column_of(row, "r--s"), column_of(h, "prot"), "\n{h}\n{row}");
 
     // residency: the file column and the unknown/map lines.
-    let out = Command::new(common::exe())
+    let out = Command::new(crate::common::exe())
         .args(["residency", "--map"])
         .arg(&file)
         .output()
@@ -577,7 +575,7 @@ fn hostile_names_are_escaped_and_tables_stay_aligned() {
         .unwrap()
         .contains("\\u{9b}模\\xff.gguf"));
     // An error quoting the name (a directory given as a file) is escaped too.
-    let out = Command::new(common::exe())
+    let out = Command::new(crate::common::exe())
         .arg("inspect")
         .arg(dir.path().join("nonexistent\x1b[2J"))
         .output()

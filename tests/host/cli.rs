@@ -3,13 +3,11 @@
 
 #![allow(clippy::unwrap_used)]
 
-mod common;
-
 use std::path::Path;
 use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
-use common::*;
+use crate::common::*;
 
 fn twofold(args: &[&str]) -> Output {
     Command::new(exe()).args(args).output().unwrap()

@@ -3,14 +3,12 @@
 
 #![allow(clippy::unwrap_used)]
 
-mod common;
-
 use std::path::Path;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use common::tmux::Tmux;
-use common::*;
+use crate::common::tmux::Tmux;
+use crate::common::*;
 
 /// A table row of process `pid` (its first word is the pid: "123," of a wrapped list of
 /// pids is not a row).

@@ -4,13 +4,11 @@
 
 #![allow(clippy::unwrap_used)]
 
-mod common;
-
 use std::path::Path;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use common::*;
+use crate::common::*;
 
 fn twofold(args: &[&str]) -> std::process::Output {
     Command::new(exe()).args(args).output().unwrap()

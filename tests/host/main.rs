@@ -1,0 +1,12 @@
+//! Integration tests with host-wide effects (cgroups and the OOM killer, eviction, huge
+//! sparse files, full disks, kill storms, the demo): a binary of their own, so that they
+//! never run beside the exact counts in `tests/exact`.
+
+#[path = "../common/mod.rs"]
+mod common;
+
+mod bounded;
+mod campaign;
+mod cli;
+mod hardening;
+mod leftovers;
