@@ -293,3 +293,44 @@ pub fn bounded(
         std::thread::sleep(Duration::from_millis(20));
     }
 }
+
+/// Tests of one module may run beside each other, never beside another module's: the
+/// guard of [`group`]. Folded into one binary, the files of `tests/exact` and `tests/host`
+/// keep the isolation they had as binaries of their own (cargo runs binaries one at a
+/// time): an exact count never runs beside another file's tests, which start, evict and
+/// measure processes of their own.
+pub struct GroupGuard;
+
+struct Groups {
+    current: Option<&'static str>,
+    running: usize,
+}
+
+static GROUPS: std::sync::Mutex<Groups> = std::sync::Mutex::new(Groups {
+    current: None,
+    running: 0,
+});
+static GROUP_FREE: std::sync::Condvar = std::sync::Condvar::new();
+
+/// Waits until no test of another module runs, then runs as one of `module`'s (pass
+/// `module_path!()`).
+pub fn group(module: &'static str) -> GroupGuard {
+    let mut g = GROUPS.lock().unwrap_or_else(|e| e.into_inner());
+    while g.current.is_some_and(|m| m != module) {
+        g = GROUP_FREE.wait(g).unwrap_or_else(|e| e.into_inner());
+    }
+    g.current = Some(module);
+    g.running += 1;
+    GroupGuard
+}
+
+impl Drop for GroupGuard {
+    fn drop(&mut self) {
+        let mut g = GROUPS.lock().unwrap_or_else(|e| e.into_inner());
+        g.running -= 1;
+        if g.running == 0 {
+            g.current = None;
+            GROUP_FREE.notify_all();
+        }
+    }
+}

@@ -57,6 +57,7 @@ fn range(t: &Written) -> String {
 
 #[test]
 fn whole_copy_at_an_unaligned_heap_offset() {
+    let _group = crate::common::group(module_path!());
     let dir = tempfile::tempdir().unwrap();
     let (file, ts) = model(dir.path());
     let searchable: Vec<&Written> = ts.iter().filter(|t| t.searchable).collect();
@@ -82,6 +83,7 @@ fn whole_copy_at_an_unaligned_heap_offset() {
 
 #[test]
 fn half_of_the_tensors() {
+    let _group = crate::common::group(module_path!());
     let dir = tempfile::tempdir().unwrap();
     let (file, ts) = model(dir.path());
     let copied: Vec<&Written> = ts.iter().step_by(2).collect();
@@ -102,6 +104,7 @@ fn half_of_the_tensors() {
 
 #[test]
 fn f16_widened_to_f32() {
+    let _group = crate::common::group(module_path!());
     let dir = tempfile::tempdir().unwrap();
     let (file, ts) = model(dir.path());
     let widened: Vec<&Written> = ts
@@ -144,6 +147,7 @@ fn f16_widened_to_f32() {
 
 #[test]
 fn no_false_positives() {
+    let _group = crate::common::group(module_path!());
     let dir = tempfile::tempdir().unwrap();
     let (file, _) = model(dir.path());
     // A mapping without a copy; a CoW-written private mapping; unrelated memory that is
@@ -167,6 +171,7 @@ fn no_false_positives() {
 
 #[test]
 fn process_without_rights_is_unknown_not_zero() {
+    let _group = crate::common::group(module_path!());
     let Some((dir, bin)) = nobody_setup() else {
         return;
     };
@@ -191,6 +196,7 @@ fn process_without_rights_is_unknown_not_zero() {
 
 #[test]
 fn unparseable_file_runs_are_found_and_nothing_searchable_is_unknown() {
+    let _group = crate::common::group(module_path!());
     let dir = tempfile::tempdir().unwrap();
     // 4 MiB of random bytes in no known format; a process copies one 48 KiB run of it
     // (like onnxruntime's tensor copies) to a 16-byte-aligned buffer.

@@ -50,6 +50,7 @@ fn holds_fd(pid: u32, file: &Path) -> bool {
 
 #[test]
 fn a_second_twofold_is_an_observer_not_a_holder() {
+    let _group = crate::common::group(module_path!());
     let dir = tempfile::tempdir().unwrap();
     let file = model_file(dir.path(), "m.gguf", 16 * MIB);
     let map = reader("map", Some(&file), &[]);
@@ -136,6 +137,7 @@ fn file_key(path: &Path) -> twofold::sample::FileKey {
 
 #[test]
 fn a_replaced_model_still_mapped_is_counted_through_its_holder() {
+    let _group = crate::common::group(module_path!());
     if !require(is_root(), "root (to open /proc/PID/map_files)")
         || !require(have("fincore"), "util-linux fincore")
     {
@@ -242,6 +244,7 @@ fn assert_no_root_advice(r: &Report) {
 
 #[test]
 fn a_holder_that_exits_mid_scan_leaves_no_lower_bound() {
+    let _group = crate::common::group(module_path!());
     use twofold::collect::gather::{gather, Request};
     use twofold::collect::Roots;
     use twofold::dupes::prove::{prove, ProveOptions};
@@ -321,6 +324,7 @@ fn a_holder_that_exits_mid_scan_leaves_no_lower_bound() {
 /// count a lower bound, and no advice may tell root to become root.
 #[test]
 fn a_process_that_refuses_root_is_no_candidate_without_evidence() {
+    let _group = crate::common::group(module_path!());
     let refused = std::fs::read_to_string("/proc/1/maps")
         .is_err_and(|e| e.kind() == std::io::ErrorKind::PermissionDenied);
     if !require(is_root(), "root")
@@ -359,6 +363,7 @@ fn a_process_that_refuses_root_is_no_candidate_without_evidence() {
 
 #[test]
 fn a_file_mapped_from_another_mount_namespace_is_shown_by_its_host_path() {
+    let _group = crate::common::group(module_path!());
     if !require(is_root(), "root (to create a mount namespace)")
         || !require(have("unshare"), "util-linux unshare")
     {
@@ -408,6 +413,7 @@ fn a_file_mapped_from_another_mount_namespace_is_shown_by_its_host_path() {
 
 #[test]
 fn scan_of_a_file_is_about_that_file_and_all_keeps_the_host() {
+    let _group = crate::common::group(module_path!());
     let dir = tempfile::tempdir().unwrap();
     let a = model_file(dir.path(), "a.gguf", 8 * MIB);
     let b = model_file(dir.path(), "b.gguf", 8 * MIB);

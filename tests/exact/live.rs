@@ -22,6 +22,7 @@ fn proc_of(r: &Report, pid: i32) -> &model::ProcessModel {
 
 #[test]
 fn copy_and_map_readers_are_told_apart() {
+    let _group = crate::common::group(module_path!());
     let dir = tempfile::tempdir().unwrap();
     let size = 64 * MIB;
     let file = model_file(dir.path(), "m.safetensors", size);
@@ -130,6 +131,7 @@ fn copy_and_map_readers_are_told_apart() {
 
 #[test]
 fn two_mappers_split_pss() {
+    let _group = crate::common::group(module_path!());
     let dir = tempfile::tempdir().unwrap();
     let size = 64 * MIB;
     let file = model_file(dir.path(), "m.gguf", size);
@@ -157,6 +159,7 @@ fn two_mappers_split_pss() {
 
 #[test]
 fn cow_pages_inside_a_private_mapping_are_exact() {
+    let _group = crate::common::group(module_path!());
     let dir = tempfile::tempdir().unwrap();
     let size = 32 * MIB;
     let file = model_file(dir.path(), "m.safetensors", size);
@@ -204,6 +207,7 @@ fn twofold_residency(path: &std::path::Path, method: &str) -> u64 {
 
 #[test]
 fn residency_matches_fincore_in_set_states() {
+    let _group = crate::common::group(module_path!());
     if !require(have("fincore"), "util-linux fincore") {
         return;
     }
@@ -237,6 +241,7 @@ fn residency_matches_fincore_in_set_states() {
 
 #[test]
 fn pss_and_uss_match_smem() {
+    let _group = crate::common::group(module_path!());
     if !require(have("smem"), "smem") {
         return;
     }
@@ -333,6 +338,7 @@ fn pss_and_uss_match_smem() {
 
 #[test]
 fn file_that_shrinks_while_mapped() {
+    let _group = crate::common::group(module_path!());
     let dir = tempfile::tempdir().unwrap();
     let file = model_file(dir.path(), "m.gguf", 16 * MIB);
     let m = reader("map", Some(&file), &[]);
@@ -356,6 +362,7 @@ fn file_that_shrinks_while_mapped() {
 
 #[test]
 fn whole_system_scan_finds_the_readers_by_model_extension_and_size() {
+    let _group = crate::common::group(module_path!());
     let dir = tempfile::tempdir().unwrap();
     // No model extension but over --min-size; and a small file with one.
     let big = model_file(dir.path(), "weights.data", 80 * MIB);
@@ -377,6 +384,7 @@ fn whole_system_scan_finds_the_readers_by_model_extension_and_size() {
 
 #[test]
 fn scan_prove_confirms_and_disproves() {
+    let _group = crate::common::group(module_path!());
     let dir = tempfile::tempdir().unwrap();
     let size = 16 * MIB;
     let file = model_file(dir.path(), "m.gguf", size);
@@ -414,6 +422,7 @@ fn scan_prove_confirms_and_disproves() {
 
 #[test]
 fn totals_from_smaps_match_smaps_rollup() {
+    let _group = crate::common::group(module_path!());
     use twofold::collect::process::ProcReader;
     let dir = tempfile::tempdir().unwrap();
     let file = model_file(dir.path(), "m.safetensors", 16 * MIB);
@@ -456,6 +465,7 @@ fn totals_from_smaps_match_smaps_rollup() {
 
 #[test]
 fn residency_summary_of_a_directory_matches_fincore() {
+    let _group = crate::common::group(module_path!());
     if !require(have("fincore"), "util-linux fincore") {
         return;
     }
@@ -498,6 +508,7 @@ fn column_of(line: &str, needle: &str) -> usize {
 
 #[test]
 fn hostile_names_are_escaped_and_tables_stay_aligned() {
+    let _group = crate::common::group(module_path!());
     use std::os::unix::ffi::OsStrExt;
     use std::os::unix::fs::PermissionsExt;
     let dir = tempfile::tempdir().unwrap();
@@ -623,6 +634,7 @@ fn comparable(s: &twofold::sample::Sample, pid: i32) -> impl PartialEq + std::fm
 
 #[test]
 fn an_incremental_snapshot_of_unchanged_readers_equals_a_full_one() {
+    let _group = crate::common::group(module_path!());
     use twofold::engine::Engine;
     let dir = tempfile::tempdir().unwrap();
     let file = model_file(dir.path(), "m.safetensors", 16 * MIB);
@@ -687,6 +699,7 @@ fn cached_mapping_rss(
 
 #[test]
 fn an_incremental_snapshot_sees_a_file_mapped_since_the_last_one() {
+    let _group = crate::common::group(module_path!());
     use twofold::engine::Engine;
     let dir = tempfile::tempdir().unwrap();
     let file = model_file(dir.path(), "late.gguf", 8 * MIB);
@@ -738,6 +751,7 @@ fn an_incremental_snapshot_sees_a_file_mapped_since_the_last_one() {
 /// search runs again.
 #[test]
 fn a_changing_copier_is_checked_in_place_between_full_searches() {
+    let _group = crate::common::group(module_path!());
     use twofold::engine::{report, Engine, REPROVE_AFTER, RESEARCH_MIN};
     if !require(is_root(), "reading another process's memory needs root") {
         return;

@@ -1,6 +1,9 @@
 //! Exact-count integration tests: child processes whose footprint the test created, counted
 //! against /proc, pagemap and peer tools. They run in this binary, never beside the tests
 //! in `tests/host` and `tests/trace` that disturb the whole host (cargo runs test binaries one at a time).
+//!
+//! Each test takes its module's [`common::group`] guard: tests of one file run beside each
+//! other, as they did when each file was a binary of its own, never beside another file's.
 
 #[path = "../common/mod.rs"]
 mod common;

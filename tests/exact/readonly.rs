@@ -178,6 +178,7 @@ fn setup(seed: u32) -> Option<(tempfile::TempDir, PathBuf)> {
 
 #[test]
 fn no_command_unshares_a_copy_shared_by_fork_and_it_counts_once() {
+    let _group = crate::common::group(module_path!());
     let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
     let Some((dir, file)) = setup(11) else { return };
     let s = start("fork", &file);
@@ -296,6 +297,7 @@ fn no_command_unshares_a_copy_shared_by_fork_and_it_counts_once() {
 
 #[test]
 fn a_multiprocessing_fork_pool_shares_one_copy() {
+    let _group = crate::common::group(module_path!());
     let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
     let Some((_dir, file)) = setup(12) else {
         return;
@@ -312,6 +314,7 @@ fn a_multiprocessing_fork_pool_shares_one_copy() {
 /// copies of the original (3.00), and the /dev/shm file is shown as a copy of it.
 #[test]
 fn copies_in_shared_memory_count_as_copies_of_the_original() {
+    let _group = crate::common::group(module_path!());
     let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
     let shm = Path::new("/dev/shm");
     if !require(shm.is_dir(), "/dev/shm (tmpfs)")
@@ -381,6 +384,7 @@ fn copies_in_shared_memory_count_as_copies_of_the_original() {
 /// an estimate, and still nothing is unshared.
 #[test]
 fn without_frame_numbers_the_share_is_estimated() {
+    let _group = crate::common::group(module_path!());
     let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
     if !require(
         python_ready(),

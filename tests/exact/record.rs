@@ -26,6 +26,7 @@ fn ok(args: &[&str]) -> String {
 
 #[test]
 fn replay_prints_exactly_what_scan_printed() {
+    let _group = crate::common::group(module_path!());
     if !require(is_root(), "root (to search the readers' memory)") {
         return;
     }
@@ -58,6 +59,7 @@ fn replay_prints_exactly_what_scan_printed() {
 
 #[test]
 fn record_is_a_daemon_and_dump_streams_every_format() {
+    let _group = crate::common::group(module_path!());
     let dir = tempfile::tempdir().unwrap();
     let file = model_file(dir.path(), "m.gguf", 4 * MIB);
     let _map = reader("map", Some(&file), &[]);

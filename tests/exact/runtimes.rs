@@ -81,6 +81,7 @@ fn found(pid: i32, file: &Path) -> BTreeMap<String, u64> {
 
 #[test]
 fn numpy_load_copies_and_mmap_mode_does_not() {
+    let _group = crate::common::group(module_path!());
     if !require(python_ready(), "python3 with numpy and safetensors") {
         return;
     }
@@ -97,6 +98,7 @@ fn numpy_load_copies_and_mmap_mode_does_not() {
 
 #[test]
 fn safetensors_load_file_copies_exactly_what_the_kernel_says() {
+    let _group = crate::common::group(module_path!());
     if !require(python_ready(), "python3 with numpy and safetensors") {
         return;
     }
@@ -221,6 +223,7 @@ fn own_tensor_search(pid: i32, file: &[u8], tensors: &[(usize, usize)]) -> u64 {
 /// test's own search of the process finds.
 #[test]
 fn onnxruntime_small_initializers_are_found_in_its_heap() {
+    let _group = crate::common::group(module_path!());
     if !require(is_root(), "root") || !python_has("numpy, onnx, onnxruntime") {
         return;
     }
@@ -311,6 +314,7 @@ print(json.dumps(ranges))
 /// does not tell a process that already maps the file to map it.
 #[test]
 fn widening_a_mapped_file_is_a_conversion_with_the_right_remedy() {
+    let _group = crate::common::group(module_path!());
     if !require(is_root(), "root") || !python_has("numpy") {
         return;
     }

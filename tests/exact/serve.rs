@@ -193,6 +193,7 @@ fn copies_of(id: &str) -> impl Fn(&str) -> bool + '_ {
 
 #[test]
 fn exporter_counts_the_two_representations() {
+    let _group = crate::common::group(module_path!());
     if !require(
         crate::common::is_root(),
         "root (to prove another process's copy)",
@@ -521,6 +522,7 @@ fn prometheus(dir: &Path, args: &[String], env: &[(&str, &str)]) -> (Proc, u16) 
 
 #[test]
 fn prometheus_scrapes_it_and_every_panel_answers() {
+    let _group = crate::common::group(module_path!());
     if !require(
         crate::common::is_root(),
         "root (to prove another process's copy)",
@@ -624,6 +626,7 @@ fn agent_config(exporter: u16, receiver: u16) -> String {
 /// node, and the copy count arrives intact through the whole path.
 #[test]
 fn fleet_of_two_agents_remote_writing_to_one_prometheus() {
+    let _group = crate::common::group(module_path!());
     if !require(
         crate::common::is_root(),
         "root (to prove another process's copy)",
@@ -728,6 +731,7 @@ fn fleet_of_two_agents_remote_writing_to_one_prometheus() {
 
 #[test]
 fn dashboards_pass_the_lint() {
+    let _group = crate::common::group(module_path!());
     let mut uids = std::collections::BTreeSet::new();
     let files = dashboards();
     assert_eq!(files.len(), 3, "fleet, node and file dashboards");
@@ -792,6 +796,7 @@ fn dashboards_pass_the_lint() {
 
 #[test]
 fn promtool_tests_the_rules() {
+    let _group = crate::common::group(module_path!());
     if !require(have("promtool"), "promtool") {
         return;
     }
@@ -846,6 +851,7 @@ fn well_formed(body: &str) -> bool {
 /// cadence is about the collector not waiting on the HTTP side.
 #[test]
 fn fifty_concurrent_scrapers_while_processes_churn() {
+    let _group = crate::common::group(module_path!());
     if !require(have("cc"), "cc (to build the churn helper)") {
         return;
     }
@@ -997,6 +1003,7 @@ fn fifty_concurrent_scrapers_while_processes_churn() {
 
 #[test]
 fn daemonset_is_unprivileged_with_host_pids_and_read_only_mounts() {
+    let _group = crate::common::group(module_path!());
     let text = std::fs::read_to_string(
         Path::new(env!("CARGO_MANIFEST_DIR")).join("deploy/k8s/daemonset.yaml"),
     )
@@ -1048,6 +1055,7 @@ fn daemonset_is_unprivileged_with_host_pids_and_read_only_mounts() {
 
 #[test]
 fn a_bad_listen_address_is_one_line_and_exit_2() {
+    let _group = crate::common::group(module_path!());
     // An address another socket holds: the bind fails, the same way.
     let taken = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     let in_use = taken.local_addr().unwrap().to_string();

@@ -39,6 +39,7 @@ fn file_row<'a>(screen: &'a str, name: &str) -> Option<&'a str> {
 
 #[test]
 fn top_in_tmux_shows_the_count_and_the_copy_and_quits_cleanly() {
+    let _group = crate::common::group(module_path!());
     if !require(have("tmux"), "tmux (scripts/test.sh installs it)")
         || !require(is_root(), "root (to search the copying reader's memory)")
     {
@@ -121,6 +122,7 @@ fn top_in_tmux_shows_the_count_and_the_copy_and_quits_cleanly() {
 
 #[test]
 fn top_replays_a_recording_made_by_scan() {
+    let _group = crate::common::group(module_path!());
     if !require(have("tmux"), "tmux (scripts/test.sh installs it)")
         || !require(is_root(), "root (to search the copying reader's memory)")
     {
@@ -172,6 +174,7 @@ fn top_replays_a_recording_made_by_scan() {
 
 #[test]
 fn p_proves_a_suspected_copy_in_the_background() {
+    let _group = crate::common::group(module_path!());
     if !require(have("tmux"), "tmux (scripts/test.sh installs it)")
         || !require(is_root(), "root (to search the copying reader's memory)")
     {
@@ -246,6 +249,7 @@ fn p_proves_a_suspected_copy_in_the_background() {
 
 #[test]
 fn esc_cancels_a_running_proof_and_the_copy_stays_suspected() {
+    let _group = crate::common::group(module_path!());
     if !require(have("tmux"), "tmux (scripts/test.sh installs it)")
         || !require(is_root(), "root (to search the copying reader's memory)")
     {
@@ -299,6 +303,7 @@ fn esc_cancels_a_running_proof_and_the_copy_stays_suspected() {
 
 #[test]
 fn t_turns_ebpf_tracing_on_and_the_file_page_shows_its_reads() {
+    let _group = crate::common::group(module_path!());
     if !require(have("tmux"), "tmux (scripts/test.sh installs it)")
         || !require(is_root(), "root (to attach the eBPF programs)")
     {

@@ -252,6 +252,7 @@ fn touch_cache(path: &Path) {
 
 #[test]
 fn closed_file_copy_in_c_counts_two_in_every_kind_of_scan() {
+    let _group = crate::common::group(module_path!());
     if !require(is_root(), "root (to search other processes' memory)")
         || !require(have("cc"), "a C compiler")
     {
@@ -295,6 +296,7 @@ fn closed_file_copy_in_c_counts_two_in_every_kind_of_scan() {
 
 #[test]
 fn numpy_load_copies_count_and_two_copiers_make_three() {
+    let _group = crate::common::group(module_path!());
     if !require(is_root(), "root") || !python_has("numpy") {
         return;
     }
@@ -332,6 +334,7 @@ fn numpy_load_copies_count_and_two_copiers_make_three() {
 
 #[test]
 fn private_mapping_written_in_place_is_cow_counted_once() {
+    let _group = crate::common::group(module_path!());
     if !require(is_root(), "root") {
         return;
     }
@@ -374,6 +377,7 @@ fn npy(path: &Path, floats: u64, seed: u64) {
 
 #[test]
 fn zero_copy_loaders_count_one_without_a_copy_finding() {
+    let _group = crate::common::group(module_path!());
     if !require(is_root(), "root") || !python_has("numpy") {
         return;
     }
@@ -416,6 +420,7 @@ fn zero_copy_loaders_count_one_without_a_copy_finding() {
 
 #[test]
 fn safetensors_numpy_loaders_copy_and_the_count_says_so() {
+    let _group = crate::common::group(module_path!());
     if !require(is_root(), "root") || !python_has("numpy") || !python_has("safetensors") {
         return;
     }
@@ -436,6 +441,7 @@ fn safetensors_numpy_loaders_copy_and_the_count_says_so() {
 
 #[test]
 fn a_process_that_cannot_be_searched_makes_the_count_a_lower_bound() {
+    let _group = crate::common::group(module_path!());
     let Some((dir, bin)) = nobody_setup() else {
         return;
     };
@@ -484,6 +490,7 @@ fn a_process_that_cannot_be_searched_makes_the_count_a_lower_bound() {
 
 #[test]
 fn onnxruntime_heap_copies_are_found_and_counted() {
+    let _group = crate::common::group(module_path!());
     if !require(is_root(), "root") || !python_has("onnx") || !python_has("onnxruntime") {
         return;
     }
@@ -533,6 +540,7 @@ onnx.save(m, sys.argv[1])
 
 #[test]
 fn a_long_lived_engine_reuses_a_proof_while_nothing_changed() {
+    let _group = crate::common::group(module_path!());
     if !require(is_root(), "root") {
         return;
     }

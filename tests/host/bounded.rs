@@ -15,6 +15,7 @@ use crate::common::*;
 /// differing.
 #[test]
 fn integrity_on_a_file_truncated_under_it() {
+    let _group = crate::common::group(module_path!());
     // Truncated while the first hash runs, and later, during the cycles.
     for delay_ms in [1000, 2500] {
         truncated_after(Duration::from_millis(delay_ms));
@@ -68,6 +69,7 @@ fn sparse_junk(dir: &std::path::Path, size: u64) -> std::path::PathBuf {
 /// aborted with `memory allocation of 3221225472 bytes failed`).
 #[test]
 fn dupes_of_a_huge_sparse_file_is_bounded() {
+    let _group = crate::common::group(module_path!());
     if !require(have("prlimit"), "prlimit") {
         return;
     }
@@ -93,6 +95,7 @@ fn dupes_of_a_huge_sparse_file_is_bounded() {
 /// cached pages (the 8 MiB the test read, and no more than readahead adds).
 #[test]
 fn residency_map_of_a_huge_sparse_file_skips_holes() {
+    let _group = crate::common::group(module_path!());
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("sparse.bin");
     let f = std::fs::File::create(&path).unwrap();
@@ -127,6 +130,7 @@ fn residency_map_of_a_huge_sparse_file_skips_holes() {
 /// its parent alone (`RUSAGE_CHILDREN` of a python parent with this one child).
 #[test]
 fn a_header_of_many_tensors_is_parsed_in_bounded_memory() {
+    let _group = crate::common::group(module_path!());
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("many.safetensors");
     let n = 200_000u64;
@@ -174,6 +178,7 @@ fn a_header_of_many_tensors_is_parsed_in_bounded_memory() {
 /// 15 TiB (over 60 s before), and still counts the cached pages.
 #[test]
 fn residency_map_of_a_cached_hole_is_bisected() {
+    let _group = crate::common::group(module_path!());
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("sparse15T.bin");
     let f = std::fs::File::create(&path).unwrap();
@@ -206,6 +211,7 @@ fn residency_map_of_a_cached_hole_is_bisected() {
 /// zeros for minutes before): the experiment needs a file that fits in memory.
 #[test]
 fn integrity_refuses_a_file_larger_than_memory() {
+    let _group = crate::common::group(module_path!());
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("sparse15T.safetensors");
     std::fs::File::create(&path)

@@ -71,6 +71,7 @@ fn root() -> bool {
 
 #[test]
 fn readers_copy_arm_ooms_and_mmap_arm_does_not() {
+    let _group = crate::common::group(module_path!());
     if !root() {
         return;
     }
@@ -138,6 +139,7 @@ fn readers_copy_arm_ooms_and_mmap_arm_does_not() {
 
 #[test]
 fn integrity_cycle_and_an_altered_copy() {
+    let _group = crate::common::group(module_path!());
     let dir = tempfile::tempdir().unwrap();
     let file = model_file(dir.path(), "m.safetensors", 16 * MIB);
     let before = std::fs::read(&file).unwrap();
@@ -189,6 +191,7 @@ fn run_json(args: &[&str]) -> RunSummary {
 
 #[test]
 fn run_peak_ratio_copy_twice_map_once() {
+    let _group = crate::common::group(module_path!());
     if !root() {
         return;
     }
@@ -229,6 +232,7 @@ fn run_peak_ratio_copy_twice_map_once() {
 
 #[test]
 fn memory_max_above_available_is_refused() {
+    let _group = crate::common::group(module_path!());
     let out = Command::new(exe())
         .args(["run", "--memory-max", "100T", "--", "true"])
         .output()
@@ -241,6 +245,7 @@ fn memory_max_above_available_is_refused() {
 
 #[test]
 fn cleanup_after_sigint_and_after_a_killed_child() {
+    let _group = crate::common::group(module_path!());
     if !root() {
         return;
     }
@@ -337,6 +342,7 @@ fn cleanup_after_sigint_and_after_a_killed_child() {
 
 #[test]
 fn competitor_pushes_the_mapped_file_out() {
+    let _group = crate::common::group(module_path!());
     if !root() {
         return;
     }
@@ -378,6 +384,7 @@ fn competitor_pushes_the_mapped_file_out() {
 
 #[test]
 fn compare_rotates_rounds_and_reports_intervals() {
+    let _group = crate::common::group(module_path!());
     if !root() {
         return;
     }
@@ -466,6 +473,7 @@ fn compare_rotates_rounds_and_reports_intervals() {
 
 #[test]
 fn run_proves_the_copy_a_long_running_command_holds() {
+    let _group = crate::common::group(module_path!());
     if !root() {
         return;
     }
@@ -504,6 +512,7 @@ fn run_proves_the_copy_a_long_running_command_holds() {
 
 #[test]
 fn run_starts_cold_unless_warm_or_the_model_is_mapped() {
+    let _group = crate::common::group(module_path!());
     if !root() {
         return;
     }
@@ -599,6 +608,7 @@ fn cgroups_of(owner: u32) -> Vec<String> {
 
 #[test]
 fn run_interrupted_exits_128_plus_the_signal_and_says_so() {
+    let _group = crate::common::group(module_path!());
     if !root() {
         return;
     }
@@ -653,6 +663,7 @@ fn run_interrupted_exits_128_plus_the_signal_and_says_so() {
 
 #[test]
 fn compare_interrupted_leaves_no_cgroup() {
+    let _group = crate::common::group(module_path!());
     if !root() {
         return;
     }
@@ -699,6 +710,7 @@ fn compare_interrupted_leaves_no_cgroup() {
 
 #[test]
 fn a_failing_competitor_fails_the_arm_and_the_command() {
+    let _group = crate::common::group(module_path!());
     if !root() {
         return;
     }
@@ -740,6 +752,7 @@ fn a_failing_competitor_fails_the_arm_and_the_command() {
 
 #[test]
 fn too_many_readers_are_refused_at_once() {
+    let _group = crate::common::group(module_path!());
     let dir = tempfile::tempdir().unwrap();
     let file = model_file(dir.path(), "m.bin", MIB);
     let start = Instant::now();

@@ -34,6 +34,7 @@ fn assert_bad_input(args: &[&str], needle: &str) {
 
 #[test]
 fn bad_input_is_one_line_and_exit_2() {
+    let _group = crate::common::group(module_path!());
     let dir = tempfile::tempdir().unwrap();
     let d = dir.path().to_str().unwrap();
     let missing = format!("{d}/nope.gguf");
@@ -62,6 +63,7 @@ fn bad_input_is_one_line_and_exit_2() {
 
 #[test]
 fn scan_json_parses_into_the_typed_report() {
+    let _group = crate::common::group(module_path!());
     let dir = tempfile::tempdir().unwrap();
     let file = model_file(dir.path(), "m.gguf", 8 * MIB);
     let m = reader("map", Some(&file), &[]);
@@ -93,6 +95,7 @@ fn scan_json_parses_into_the_typed_report() {
 
 #[test]
 fn residency_map_draws_the_resident_half() {
+    let _group = crate::common::group(module_path!());
     let dir = tempfile::tempdir().unwrap();
     let file = model_file(dir.path(), "m.bin", 8 * MIB);
     evict(&file);
@@ -124,6 +127,7 @@ fn residency_map_draws_the_resident_half() {
 
 #[test]
 fn man_page_and_completions_come_from_the_cli() {
+    let _group = crate::common::group(module_path!());
     let man = text(&twofold(&["man"]).stdout);
     assert!(man.contains(".TH twofold") && man.contains("scan"), "{man}");
     let bash = text(&twofold(&["completions", "bash"]).stdout);
@@ -151,6 +155,7 @@ fn is_empty_dir(d: &Path) -> bool {
 
 #[test]
 fn demo_diagnoses_and_leaves_nothing_behind() {
+    let _group = crate::common::group(module_path!());
     let dir = tempfile::tempdir().unwrap();
     let d = dir.path().to_str().unwrap();
     let out = twofold(&["demo", "--size", "32M", "--json", "--dir", d]);
@@ -188,6 +193,7 @@ fn demo_diagnoses_and_leaves_nothing_behind() {
 
 #[test]
 fn demo_interrupted_cleans_up() {
+    let _group = crate::common::group(module_path!());
     let dir = tempfile::tempdir().unwrap();
     let d = dir.path().to_str().unwrap().to_string();
     let mut child = Command::new(exe())
@@ -271,6 +277,7 @@ impl Drop for TestCgroup {
 
 #[test]
 fn scan_reports_a_real_cgroup() {
+    let _group = crate::common::group(module_path!());
     if !require(is_root(), "root (to create a memory cgroup)") {
         return;
     }
@@ -325,6 +332,7 @@ fn as_nobody(bin: &Path, args: &[&std::ffi::OsStr]) -> Output {
 
 #[test]
 fn unprivileged_scan_counts_the_processes_it_cannot_read() {
+    let _group = crate::common::group(module_path!());
     let Some((dir, bin)) = nobody_setup() else {
         return;
     };
@@ -394,6 +402,7 @@ fn unprivileged_scan_counts_the_processes_it_cannot_read() {
 
 #[test]
 fn unprivileged_residency_keeps_the_size_and_says_unknown() {
+    let _group = crate::common::group(module_path!());
     let Some((dir, bin)) = nobody_setup() else {
         return;
     };
@@ -456,6 +465,7 @@ fn unprivileged_residency_keeps_the_size_and_says_unknown() {
 
 #[test]
 fn unprivileged_scan_degrades_to_unknown() {
+    let _group = crate::common::group(module_path!());
     let Some((dir, bin)) = nobody_setup() else {
         return;
     };

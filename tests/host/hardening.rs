@@ -35,6 +35,7 @@ fn mkfifo(path: &Path) {
 
 #[test]
 fn files_that_are_not_regular_are_refused_without_blocking() {
+    let _group = crate::common::group(module_path!());
     let dir = tempfile::tempdir().unwrap();
     let d = dir.path().to_str().unwrap();
     let fifo = format!("{d}/fifo");
@@ -79,6 +80,7 @@ fn files_that_are_not_regular_are_refused_without_blocking() {
 
 #[test]
 fn generated_models_must_fit_on_disk_and_in_memory() {
+    let _group = crate::common::group(module_path!());
     let dir = tempfile::tempdir().unwrap();
     let d = dir.path().to_str().unwrap();
     for args in [
@@ -96,6 +98,7 @@ fn generated_models_must_fit_on_disk_and_in_memory() {
 
 #[test]
 fn one_memory_max_rule_for_every_campaign() {
+    let _group = crate::common::group(module_path!());
     let dir = tempfile::tempdir().unwrap();
     let model = dir.path().join("m.bin");
     std::fs::write(&model, vec![1u8; 8192]).unwrap();
@@ -128,6 +131,7 @@ fn one_memory_max_rule_for_every_campaign() {
 /// The whole battery of bad numbers and shapes: each one line, exit 2, no panic.
 #[test]
 fn bad_arguments_battery() {
+    let _group = crate::common::group(module_path!());
     let dir = tempfile::tempdir().unwrap();
     let model = dir.path().join("m.bin");
     std::fs::write(&model, vec![1u8; 8192]).unwrap();
@@ -200,6 +204,7 @@ fn bad_arguments_battery() {
 
 #[test]
 fn misleading_wording_is_fixed() {
+    let _group = crate::common::group(module_path!());
     let dir = tempfile::tempdir().unwrap();
     let d = dir.path();
     // A safetensors cut to 68 bytes: the header runs past the end of the file.
@@ -279,6 +284,7 @@ fn wait_for_file(path: &Path, timeout: Duration) -> Option<String> {
 
 #[test]
 fn top_refuses_bad_input_in_a_terminal_with_exit_2() {
+    let _group = crate::common::group(module_path!());
     if !require(have("tmux"), "tmux (scripts/test.sh installs it)") {
         return;
     }
@@ -316,6 +322,7 @@ fn top_refuses_bad_input_in_a_terminal_with_exit_2() {
 
 #[test]
 fn top_exits_at_once_when_its_terminal_hangs_up() {
+    let _group = crate::common::group(module_path!());
     if !require(have("tmux"), "tmux (scripts/test.sh installs it)") {
         return;
     }
@@ -362,6 +369,7 @@ fn top_exits_at_once_when_its_terminal_hangs_up() {
 
 #[test]
 fn record_validates_everything_before_it_prints_or_creates_the_store() {
+    let _group = crate::common::group(module_path!());
     let dir = tempfile::tempdir().unwrap();
     let d = dir.path().to_str().unwrap();
     let fifo = format!("{d}/fifo");
@@ -401,6 +409,7 @@ fn record_validates_everything_before_it_prints_or_creates_the_store() {
 
 #[test]
 fn one_size_parser_refuses_overflow_on_every_size_flag() {
+    let _group = crate::common::group(module_path!());
     let big = "18446744073709551616";
     let cases: &[&[&str]] = &[
         &["scan", "--min-size", big],
@@ -420,6 +429,7 @@ fn one_size_parser_refuses_overflow_on_every_size_flag() {
 
 #[test]
 fn kernel_interface_files_are_not_models() {
+    let _group = crate::common::group(module_path!());
     let mem = "/proc/self/mem";
     let cases: &[&[&str]] = &[
         &["inspect", mem],
@@ -445,6 +455,7 @@ fn kernel_interface_files_are_not_models() {
 
 #[test]
 fn a_named_pid_that_is_a_kernel_thread_or_gone_is_an_error() {
+    let _group = crate::common::group(module_path!());
     let kthreadd = std::fs::read_to_string("/proc/2/comm").unwrap_or_default();
     if kthreadd.trim() == "kthreadd" {
         for cmd in ["scan", "dupes"] {
@@ -498,6 +509,7 @@ fn run_raw(args: &[&std::ffi::OsStr]) -> (Option<i32>, Vec<u8>, String) {
 
 #[test]
 fn store_names_with_control_bytes_are_escaped_in_messages() {
+    let _group = crate::common::group(module_path!());
     let dir = tempfile::tempdir().unwrap();
     let model = model_file(dir.path(), "m.gguf", MIB);
     for name in [
@@ -533,6 +545,7 @@ fn store_names_with_control_bytes_are_escaped_in_messages() {
 
 #[test]
 fn dump_says_why_it_wrote_no_rows() {
+    let _group = crate::common::group(module_path!());
     let dir = tempfile::tempdir().unwrap();
     let model = model_file(dir.path(), "m.gguf", MIB);
     let store = dir.path().join("S");
@@ -583,6 +596,7 @@ fn dump_says_why_it_wrote_no_rows() {
 
 #[test]
 fn dump_csv_is_exact_to_a_pipe_and_escaped_to_a_terminal() {
+    let _group = crate::common::group(module_path!());
     if !require(have("tmux"), "tmux (scripts/test.sh installs it)") {
         return;
     }
@@ -647,6 +661,7 @@ fn dump_csv_is_exact_to_a_pipe_and_escaped_to_a_terminal() {
 
 #[test]
 fn pressure_checks_out_before_any_experiment() {
+    let _group = crate::common::group(module_path!());
     let dir = tempfile::tempdir().unwrap();
     let model = model_file(dir.path(), "m.bin", MIB);
     let plain = dir.path().join("plain");
@@ -707,6 +722,7 @@ impl Drop for TinyFs {
 
 #[test]
 fn a_full_disk_leaves_no_temp_file_behind() {
+    let _group = crate::common::group(module_path!());
     if !require(is_root(), "root (to mount a tiny tmpfs)") {
         return;
     }

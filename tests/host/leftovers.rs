@@ -172,6 +172,7 @@ fn leftover_pids(cgroup: &Path) -> Vec<i32> {
 
 #[test]
 fn run_killed_with_sigkill_leaves_nothing_behind() {
+    let _group = crate::common::group(module_path!());
     if !root() {
         return;
     }
@@ -197,6 +198,7 @@ fn run_killed_with_sigkill_leaves_nothing_behind() {
 
 #[test]
 fn pressure_killed_with_sigkill_leaves_nothing_behind() {
+    let _group = crate::common::group(module_path!());
     if !root() {
         return;
     }
@@ -222,6 +224,7 @@ fn pressure_killed_with_sigkill_leaves_nothing_behind() {
 
 #[test]
 fn demo_killed_with_sigkill_leaves_nothing_behind() {
+    let _group = crate::common::group(module_path!());
     if !root() {
         return;
     }
