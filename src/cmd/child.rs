@@ -7,7 +7,7 @@ use std::fs::File;
 use anyhow::Context;
 
 use crate::cli::{ChildArgs, ChildMode};
-use crate::dupes::index::CopyKind;
+use crate::dupes::index::{Convert, CopyKind};
 
 /// `START:LEN` ranges; none means the whole file.
 fn parse_ranges(ranges: &[String], file_len: u64) -> anyhow::Result<Vec<(u64, u64)>> {

@@ -59,17 +59,7 @@ pub fn expand_entries(
     }
 }
 
-/// What kind of memory a searched range is.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum RegionKind {
-    /// Private anonymous memory (heap, `mmap(MAP_ANONYMOUS)`, stacks).
-    Anon,
-    /// Shared anonymous memory or shmem/memfd/tmpfs mappings.
-    SharedAnon,
-    /// Anonymous (copy-on-write) pages inside a private writable file mapping.
-    PrivateFile,
-}
+pub use crate::model::dupes::RegionKind;
 
 /// A range of the target to search.
 #[derive(Debug, Clone)]

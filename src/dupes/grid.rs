@@ -34,7 +34,7 @@
 use serde::{Deserialize, Serialize};
 
 use super::filebytes::FileBytes;
-use super::index::{periodic, CopyKind, Unsearchable};
+use super::index::{periodic, Convert, CopyKind, Unsearchable};
 use crate::container::{Dtype, Format, Tensor};
 
 pub const WIN: usize = 16;

@@ -541,8 +541,7 @@ impl Engine {
     }
 }
 
-/// How the reason of a candidate checked in place between full searches begins.
-pub const CHANGED_SINCE_SEARCH: &str = "its memory changed since its last full search";
+pub use crate::sample::unsearched::CHANGED_SINCE_SEARCH;
 
 /// The proof of a process whose memory changed since its last full search `r`: the
 /// copies found then, checked again in place (no more often than
@@ -642,7 +641,6 @@ pub fn report(snap: &Snapshot, prev: Option<&Snapshot>) -> Report {
     }
     r
 }
-
 
 /// Hands the free pages of the heap back to the kernel (glibc's `malloc_trim(0)`, which
 /// releases free pages inside every arena, not only at the top). A long-running engine

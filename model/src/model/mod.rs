@@ -30,8 +30,10 @@ pub use findings::{Code, Finding, Severity};
 /// Version of the JSON document; bumped on any incompatible change.
 pub const SCHEMA_VERSION: u32 = 1;
 
-/// Private memory at least this fraction of a file's size could hold a copy of it.
-pub const SUSPECT_FRACTION: f64 = crate::collect::gather::COPY_FRACTION;
+/// Private memory at least this fraction of a file's size could hold a copy of it: the
+/// model suspects a copy only there, and the gatherer looks for one only there (its
+/// `COPY_FRACTION` is this).
+pub const SUSPECT_FRACTION: f64 = 0.8;
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Report {

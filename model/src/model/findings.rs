@@ -1,10 +1,13 @@
 //! Findings: small rules over the model. Each is a typed [`Code`] with the numbers it
-//! was found from; `render::findings` writes the sentence and the remedy.
+//! was found from; [`text`] writes the sentence and the remedy (they are part of the
+//! JSON document, so they live with the model).
 
 use serde::{Deserialize, Serialize};
 
 use super::{CgroupModel, CopyHow, FileModel, MapKind};
 use crate::sample::{FileKey, Privilege};
+
+pub mod text;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]

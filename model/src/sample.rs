@@ -5,6 +5,17 @@
 
 use serde::{Deserialize, Serialize};
 
+pub mod trace;
+pub mod unsearched;
+
+/// What `/proc/PID/maps` and `/proc/PID/fd` append to the name of an unlinked file.
+pub const DELETED: &str = " (deleted)";
+
+/// The path without the kernel's ` (deleted)` mark.
+pub fn strip_deleted(path: &str) -> &str {
+    path.strip_suffix(DELETED).unwrap_or(path)
+}
+
 /// Identity of a file: `(major, minor, inode)`, as `/proc/PID/maps` and `stat(2)` give it.
 #[derive(
     Debug, Clone, Copy, Default, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize,
@@ -16,10 +27,12 @@ pub struct FileKey {
 }
 
 impl FileKey {
+    /// From `st_dev` as `stat(2)` gives it (glibc's encoding of a 64-bit `dev_t`: the
+    /// major number in bits 8-19 and 32-63, the minor in bits 0-7 and 20-31).
     pub fn from_dev(dev: u64, inode: u64) -> Self {
         FileKey {
-            major: libc::major(dev),
-            minor: libc::minor(dev),
+            major: (((dev >> 8) & 0xfff) | ((dev >> 32) & 0xffff_f000)) as u32,
+            minor: ((dev & 0xff) | ((dev >> 12) & 0xffff_ff00)) as u32,
             inode,
         }
     }
@@ -315,7 +328,7 @@ pub struct SystemSample {
     pub page_size: u64,
 }
 
-/// The privilege of the process that read a sample (see [`crate::collect::access`]).
+/// The privilege of the process that read a sample (see `twofold::collect::access`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Privilege {
     /// Effective user id.
@@ -494,8 +507,6 @@ impl PhysicalSample {
     }
 }
 
-pub mod trace;
-
 /// GPUs and the device memory of each process on them (NVML), read each snapshot.
 /// `not_available` says why there is nothing (no libnvidia-ml, no NVIDIA GPU, NVML failed,
 /// or not collected: the default, for samples and recordings made without it): then every
@@ -619,5 +630,24 @@ pub mod entries {
         V: Deserialize<'de>,
     {
         Ok(Vec::<(K, V)>::deserialize(d)?.into_iter().collect())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::FileKey;
+
+    #[test]
+    fn file_key_splits_dev_as_glibc() {
+        // Values from glibc's makedev(major, minor).
+        for (dev, major, minor) in [
+            (0x803, 8, 3),
+            (0x6781_039a, 259, 0x6789a),
+            (0x1_2000_6783_459a, 0x12345, 0x6789a),
+            (0x7fff_f7ff_ffff_ffff, 0x7fff_ffff, 0x7fff_ffff),
+        ] {
+            let k = FileKey::from_dev(dev, 7);
+            assert_eq!((k.major, k.minor, k.inode), (major, minor, 7), "{dev:#x}");
+        }
     }
 }

@@ -20,7 +20,7 @@ use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
-use crate::container::{
+use twofold_formats::{
     gguf, numel, Container, Dtype, ExternalTensor, Format, Tensor, UnmappedTensor,
 };
 

@@ -1,0 +1,850 @@
+//! The words of findings: from a typed [`Code`] and its numbers, the subject, the
+//! sentence and the remedy people read (in `scan`, `replay`, `top`) and the JSON carries
+//! (`{"severity", "code", "subject", "message", "remedy"}`). The model decides; this writes.
+
+use serde::de::Deserializer;
+use serde::ser::{SerializeStruct, Serializer};
+use serde::{Deserialize, Serialize};
+
+use crate::model::findings::{Code, Finding, Severity};
+use crate::model::CopyHow;
+use crate::sample::{FileKey, Privilege};
+use crate::units::{count, iec, iec_opt};
+
+/// A finding as people read it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Text {
+    /// The file path, cgroup or process it concerns.
+    pub subject: String,
+    pub message: String,
+    pub remedy: Option<String>,
+}
+
+fn name(path: &str) -> &str {
+    path.rsplit('/').next().unwrap_or(path)
+}
+
+fn text(subject: impl Into<String>, message: String, remedy: Option<&str>) -> Text {
+    Text {
+        subject: subject.into(),
+        message,
+        remedy: remedy.map(str::to_string),
+    }
+}
+
+/// `[major:minor inode N]`: a file no process named.
+fn unnamed(k: FileKey) -> String {
+    format!("[{}:{} inode {}]", k.major, k.minor, k.inode)
+}
+
+/// "GPU 0 (NVIDIA H200, discrete)".
+pub fn gpu_label(gpu: Option<u32>, name: Option<&str>, integrated: Option<bool>) -> String {
+    let kind = match integrated {
+        Some(true) => "integrated",
+        Some(false) => "discrete",
+        None => "type unknown",
+    };
+    let name = name.map(|n| format!("{n}, ")).unwrap_or_default();
+    match gpu {
+        Some(g) => format!("GPU {g} ({name}{kind})"),
+        None => format!("a GPU NVML does not list ({name}{kind})"),
+    }
+}
+
+/// The subject, sentence and remedy of a finding.
+pub fn render(code: &Code) -> Text {
+    match code {
+        Code::ProvenPrivateCopy {
+            path,
+            size_bytes,
+            pid,
+            comm,
+            how,
+            fraction,
+            widened_bytes,
+            traced_read_bytes,
+            ..
+        } => {
+            let (kind, place) = if *how == CopyHow::SharedMemory {
+                ("copy", "shared memory")
+            } else {
+                ("private copy", "private memory")
+            };
+            let (how, remedy) = match how {
+                CopyHow::Read if *widened_bytes > 0 => (
+                    "copied with read()",
+                    "load it with mmap (llama.cpp's default, np.load(mmap_mode='r'), torch.load(mmap=True)) to share the page cache instead of copying it, and keep the stored dtype (or convert the file once on disk)",
+                ),
+                CopyHow::Read => (
+                    "copied with read()",
+                    "load it with mmap (llama.cpp's default, np.load(mmap_mode='r'), torch.load(mmap=True)) to share the page cache instead of copying it",
+                ),
+                CopyHow::CopiedFromMapping => (
+                    "copied out of its mapping of the file",
+                    "use the mapped tensors in place instead of copying them (no .clone()/.copy() of weights at load)",
+                ),
+                CopyHow::Converted => (
+                    "converted out of its mapping of the file (a dtype conversion, such as .float() or .astype(float32), not a read)",
+                    "keep the stored dtype (use the mapped tensors as they are), or convert the file once on disk to the dtype it runs in and load that",
+                ),
+                CopyHow::SharedMemory => (
+                    "copied into shared memory (a shmem, tmpfs or memfd file)",
+                    "map the model file itself (read-only, MAP_SHARED): its page cache is already shared between processes, a shared-memory copy is one more",
+                ),
+                CopyHow::Copied => (
+                    "copied",
+                    "load it with mmap to share the page cache instead of copying it",
+                ),
+            };
+            let traced = match (traced_read_bytes, size_bytes) {
+                (Some(r), Some(size)) if *size > 0 => format!(
+                    "; it read() {:.0}% of the file during the trace",
+                    *r as f64 * 100.0 / *size as f64
+                ),
+                _ => String::new(),
+            };
+            let widened = if *widened_bytes > 0 {
+                format!(" ({} of it widened to F32)", iec(*widened_bytes))
+            } else {
+                String::new()
+            };
+            text(
+                path,
+                format!(
+                    "pid {pid} ({comm}) holds a {kind} of '{}' {how}: {:.0}% of the file found byte by byte in its {place}{widened}{traced}",
+                    name(path),
+                    fraction * 100.0
+                ),
+                Some(remedy),
+            )
+        }
+        Code::SharedPrivateCopy {
+            path,
+            pids,
+            shmem,
+            fraction,
+            estimated,
+            ..
+        } => {
+            let list: Vec<String> = pids.iter().map(i32::to_string).collect();
+            text(
+                path,
+                format!(
+                    "{} processes (pids {}) share one private copy of '{}' ({:.0}% of the file{}), {}: it is counted once",
+                    pids.len(),
+                    list.join(", "),
+                    name(path),
+                    fraction * 100.0,
+                    if *estimated { ", estimated without page frame numbers" } else { "" },
+                    if *shmem { "mapped from shared memory" } else { "shared copy-on-write after fork()" }
+                ),
+                Some(if *shmem {
+                    "map the model file itself instead of a shared-memory copy of it: the page cache is already shared"
+                } else {
+                    "load it with mmap before forking, so that the workers share the page cache; a worker that writes to the copy unshares its pages"
+                }),
+            )
+        }
+        Code::SuspectedPrivateCopy {
+            path,
+            size_bytes,
+            pid,
+            comm,
+            anon_bytes,
+            unsearched,
+            reader,
+            ..
+        } => text(
+            path,
+            format!(
+                "pid {pid} ({comm}) could hold a copy of '{}' (private memory {}, {} file) but was not searched: {unsearched}",
+                name(path),
+                iec(*anon_bytes),
+                iec_opt(*size_bytes)
+            ),
+            Some(suspect_remedy(unsearched, *reader)),
+        ),
+        Code::CowInPrivateMapping {
+            path,
+            pid,
+            comm,
+            cow_bytes,
+            ..
+        } => text(
+            path,
+            format!(
+                "'{}' is mapped MAP_PRIVATE writable by pid {pid} ({comm}), then written in place: {} of it are copy-on-write private pages, a second copy of those bytes",
+                name(path),
+                iec(*cow_bytes)
+            ),
+            Some("map it read-only, or do not write tensors in place: each written page becomes a private copy"),
+        ),
+        Code::MappingBeyondEof {
+            path,
+            pid,
+            comm,
+            beyond_eof_bytes,
+            ..
+        } => text(
+            path,
+            format!(
+                "pid {pid} ({comm}) maps {} of '{}' past its end: the file shrank while mapped, touching those pages raises SIGBUS",
+                iec(*beyond_eof_bytes),
+                name(path)
+            ),
+            Some("never truncate or rewrite a model file in place while it is mapped; write a new file and rename it"),
+        ),
+        Code::FileThp {
+            path,
+            pid,
+            comm,
+            thp_bytes,
+            ..
+        } => text(
+            path,
+            format!(
+                "pid {pid} ({comm}) maps {} of '{}' with 2 MiB huge pages (FilePmdMapped)",
+                iec(*thp_bytes),
+                name(path)
+            ),
+            None,
+        ),
+        Code::SharedMapping {
+            path,
+            size_bytes,
+            sharers,
+            ..
+        } => text(
+            path,
+            format!(
+                "{} share one mapped copy of '{}' ({}): PSS splits it between them",
+                count(*sharers as u64, "process", "processes"),
+                name(path),
+                iec_opt(*size_bytes)
+            ),
+            None,
+        ),
+        Code::LowResidency {
+            path,
+            resident_fraction,
+            ..
+        } => text(
+            path,
+            format!(
+                "'{}' is {:.0}% resident in the page cache: reads will hit storage",
+                name(path),
+                resident_fraction * 100.0
+            ),
+            Some("leave room for the page cache (memory limit, competing processes) or prefetch it (vmtouch -t)"),
+        ),
+        Code::ReplacedFileHeld {
+            file,
+            path,
+            resident_bytes,
+            holders,
+            now_at_path,
+        } => {
+            let path = crate::sample::strip_deleted(path);
+            let pids: Vec<String> = holders.iter().map(|(p, _)| p.to_string()).collect();
+            let named: Vec<String> = holders
+                .iter()
+                .map(|(p, c)| format!("{p} ({c})"))
+                .collect();
+            let one = holders.len() == 1;
+            let cost = match resident_bytes {
+                Some(b) => format!("{} of page cache", iec(*b)),
+                None => "page cache of an unknown size".to_string(),
+            };
+            let now = match now_at_path {
+                Some(k) => format!(
+                    "; '{}' now names another file ({}:{} inode {})",
+                    name(path),
+                    k.major,
+                    k.minor,
+                    k.inode
+                ),
+                None => "; nothing is at that path now".to_string(),
+            };
+            text(
+                path,
+                format!(
+                    "the old '{}' ({}:{} inode {}) was replaced or deleted on disk, but pid {} still {} it: it still costs {cost} until {} restart{}{now}",
+                    name(path),
+                    file.major,
+                    file.minor,
+                    file.inode,
+                    named.join(", "),
+                    if one { "maps or holds" } else { "map or hold" },
+                    if one {
+                        format!("pid {}", pids[0])
+                    } else {
+                        format!("pids {}", pids.join(", "))
+                    },
+                    if one { "s" } else { "" },
+                ),
+                Some(&format!(
+                    "restart pid {} (or have {} reopen the model) to free the old one",
+                    pids.join(", "),
+                    if one { "it" } else { "them" }
+                )),
+            )
+        }
+        Code::ResidencyUnknown {
+            path,
+            reason,
+            reader,
+            ..
+        } => text(
+            path,
+            format!(
+                "page-cache residency of '{}' is unknown: {reason}",
+                name(path)
+            ),
+            residency_remedy(reason, *reader),
+        ),
+        Code::MultipleRepresentations {
+            path,
+            total,
+            page_cache,
+            cow,
+            private_copies,
+            private_fraction,
+            lower_bound,
+            ..
+        } => {
+            let mut parts = vec![format!("page cache {:.0}%", page_cache * 100.0)];
+            if let Some(cow) = cow.filter(|c| *c > 0.0) {
+                parts.push(format!("CoW {:.0}%", cow * 100.0));
+            }
+            if *private_copies > 0 {
+                parts.push(format!(
+                    "{private_copies} private cop{} ({:.0}%)",
+                    if *private_copies == 1 { "y" } else { "ies" },
+                    private_fraction * 100.0
+                ));
+            }
+            let at_least = if *lower_bound { "at least " } else { "" };
+            text(
+                path,
+                format!(
+                    "'{}' is in memory {at_least}{total:.2} times, proven: {}",
+                    name(path),
+                    parts.join(" + ")
+                ),
+                Some("on unified memory the GPU can read the page cache in place: the copies are waste; on a discrete GPU only the device copy is needed"),
+            )
+        }
+        Code::CountIsLowerBound {
+            path,
+            unsearched,
+            could_hold,
+            ..
+        } => text(
+            path,
+            format!(
+                "the count of '{}' is a lower bound: {unsearched} of {} that could hold a copy {} not searched",
+                name(path),
+                count(*could_hold as u64, "process", "processes"),
+                if *unsearched == 1 { "was" } else { "were" }
+            ),
+            None,
+        ),
+        Code::CgroupOomKills { cgroup, kills } => text(
+            cgroup,
+            format!("cgroup '{cgroup}' has had {kills} OOM kill(s)"),
+            Some("a private model copy counts against the limit twice with its page cache; map the model instead, or raise the limit"),
+        ),
+        Code::CgroupNearLimit {
+            cgroup,
+            usage_bytes,
+            limit_bytes,
+        } => text(
+            cgroup,
+            format!(
+                "cgroup '{cgroup}' uses {} of its {} limit ({:.0}%)",
+                iec(*usage_bytes),
+                iec(*limit_bytes),
+                *usage_bytes as f64 * 100.0 / *limit_bytes as f64
+            ),
+            Some("page cache of mapped weights is reclaimable, anonymous copies are not: prefer mapping"),
+        ),
+        Code::ReadCopy {
+            path,
+            pid,
+            comm,
+            read_bytes,
+            secs,
+            ..
+        } => text(
+            path,
+            format!(
+                "pid {pid} ({}) read {} of '{}' with read() in {secs:.1} s: a copying loader",
+                comm.as_deref().unwrap_or("?"),
+                iec(*read_bytes),
+                name(path)
+            ),
+            Some("map the file instead (mmap, np.load(mmap_mode='r'), torch.load(mmap=True)): read() copies it into anonymous memory beside the page cache"),
+        ),
+        Code::DirectReclaim {
+            pid,
+            comm,
+            reclaim_ns,
+            reclaims,
+            longest_ns,
+            secs,
+        } => text(
+            format!("pid {pid}"),
+            format!(
+                "pid {pid} ({}) stalled {:.0} ms in direct reclaim ({reclaims} reclaims, longest {:.1} ms) in {secs:.1} s",
+                comm.as_deref().unwrap_or("?"),
+                *reclaim_ns as f64 / 1e6,
+                *longest_ns as f64 / 1e6
+            ),
+            Some("memory (or its cgroup's limit) is short: a private copy of a model counts twice; map it, or raise the limit"),
+        ),
+        Code::Refaults {
+            file,
+            path,
+            pages,
+            secs,
+        } => {
+            let shown = path.clone().unwrap_or_else(|| unnamed(*file));
+            // Pages of the counters are 4 KiB pages (docs/trace.md).
+            let message = format!(
+                "'{}' had {} evicted and read back in {secs:.1} s: the page cache cannot hold it",
+                name(&shown),
+                iec(pages.saturating_mul(4096))
+            );
+            text(
+                shown,
+                message,
+                Some("leave room for the page cache (memory limit, competing copies) or keep it mapped and locked"),
+            )
+        }
+        Code::OomKill {
+            pid,
+            comm,
+            anon_rss_bytes,
+            file_rss_bytes,
+        } => text(
+            format!("pid {pid}"),
+            format!(
+                "pid {pid} ({comm}) was OOM-killed (anonymous {}, file {})",
+                iec(*anon_rss_bytes),
+                iec(*file_rss_bytes)
+            ),
+            Some("a private copy of a model counts against memory twice with its page cache; map it instead"),
+        ),
+        Code::DeviceCopy {
+            path,
+            pid,
+            comm,
+            gpu,
+            gpu_name,
+            integrated,
+            device_bytes,
+            proven,
+            via,
+            ..
+        } => {
+            let label = gpu_label(*gpu, gpu_name.as_deref(), *integrated);
+            let (verdict, remedy) = match integrated {
+                Some(false) => (
+                    "on a discrete GPU the device copy is the right one: host copies of it (page cache, private copies) are the waste once it is uploaded",
+                    "after upload, free host copies (drop read() buffers; load with mmap so the page cache stays reclaimable)",
+                ),
+                Some(true) => (
+                    "on an integrated GPU (unified memory) the device could read the page cache in place: this copy doubles the model in the same DRAM",
+                    "import the file's pages instead of copying them; `twofold probe` measures map, resident and per-use-copy on this machine",
+                ),
+                None => (
+                    "whether the GPU shares host memory is not known (no libcuda)",
+                    "`twofold probe --caps` says whether the GPU is integrated",
+                ),
+            };
+            let message = if *proven {
+                format!(
+                    "pid {pid} ({comm}) holds a device copy of '{}' on {label}: {} of device memory, read back identical to the file; {verdict}",
+                    name(path),
+                    iec(*device_bytes)
+                )
+            } else {
+                let did = match via.as_str() {
+                    "mapped" => "maps",
+                    "open" => "holds open",
+                    "copied" => "copied",
+                    "read" => "read()",
+                    _ => "names",
+                };
+                format!(
+                    "pid {pid} ({comm}) {did} '{}' and holds {} of device memory on {label}: a suspected device copy (NVML gives sizes, not contents); {verdict}",
+                    name(path),
+                    iec(*device_bytes)
+                )
+            };
+            text(path, message, Some(remedy))
+        }
+        Code::Text {
+            subject,
+            message,
+            remedy,
+            ..
+        } => Text {
+            subject: subject.clone(),
+            message: message.clone(),
+            remedy: remedy.clone(),
+        },
+    }
+}
+
+/// What to do about a candidate that was not searched: by why it was not, and for who is
+/// reading (never tell root to run as root).
+pub fn suspect_remedy(unsearched: &str, reader: Option<Privilege>) -> &'static str {
+    use crate::sample::unsearched as access;
+    if unsearched.contains(access::CHANGED_SINCE_SEARCH) {
+        return "a live view searches a process whose memory keeps changing on a cadence; `twofold scan` searches it now";
+    }
+    if unsearched.contains(access::POLICY) {
+        return "its memory is closed even to root by a security policy: it can only be searched from inside its sandbox, or with the policy relaxed";
+    }
+    if unsearched.contains(access::EXITED) {
+        return "nothing to do: a process that exited holds no memory; scan again";
+    }
+    if unsearched.contains("nothing in the file can be searched") {
+        return "none: nothing in this file can be searched for, so a copy can be neither proven nor ruled out";
+    }
+    if unsearched.contains("budget") {
+        return "raise --prove-budget to prove or rule it out";
+    }
+    if unsearched.contains("--no-prove") {
+        return "scan without --no-prove to prove or rule it out";
+    }
+    match reader {
+        Some(r) if r.reads_any() => {
+            "search it alone with `twofold dupes --pid PID FILE` (no budget), or raise --prove-budget, to prove or rule it out"
+        }
+        Some(r) if r.is_root() => {
+            "run with CAP_SYS_PTRACE (this root lacks it), or raise --prove-budget, to prove or rule it out"
+        }
+        _ => "run as root (or with CAP_SYS_PTRACE) and without --no-prove, or raise --prove-budget, to prove or rule it out",
+    }
+}
+
+/// What to do about a file whose residency is unknown, for who is reading.
+pub fn residency_remedy(reason: &str, reader: Option<Privilege>) -> Option<&'static str> {
+    let refused = ["Permission denied", "Operation not permitted", "denied"]
+        .iter()
+        .any(|w| reason.contains(w));
+    match reader {
+        Some(r) if r.is_root() => refused.then_some(
+            "refused even to root: a security policy, or a file system that refuses root (FUSE without allow_root, NFS root squash)",
+        ),
+        _ => Some("run as root, or as the file's owner"),
+    }
+}
+
+impl Finding {
+    /// What people read: subject, sentence, remedy.
+    pub fn text(&self) -> Text {
+        render(&self.code)
+    }
+
+    /// The file path, cgroup or process the finding concerns.
+    pub fn subject(&self) -> String {
+        self.text().subject
+    }
+
+    /// The sentence.
+    pub fn message(&self) -> String {
+        self.text().message
+    }
+
+    pub fn remedy(&self) -> Option<String> {
+        self.text().remedy
+    }
+}
+
+/// `{"severity", "code", "subject", "message", "remedy"}`, the text written here.
+impl Serialize for Finding {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        let t = self.text();
+        let mut st = s.serialize_struct("Finding", 5)?;
+        st.serialize_field("severity", &self.severity)?;
+        st.serialize_field("code", self.code.as_str())?;
+        st.serialize_field("subject", &t.subject)?;
+        st.serialize_field("message", &t.message)?;
+        st.serialize_field("remedy", &t.remedy)?;
+        st.end()
+    }
+}
+
+/// A finding read back from JSON keeps its code and text ([`Code::Text`]).
+impl<'de> Deserialize<'de> for Finding {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        #[derive(Deserialize)]
+        struct Written {
+            severity: Severity,
+            code: String,
+            subject: String,
+            message: String,
+            remedy: Option<String>,
+        }
+        let w = Written::deserialize(d)?;
+        Ok(Finding {
+            severity: w.severity,
+            code: Code::Text {
+                code: w.code,
+                subject: w.subject,
+                message: w.message,
+                remedy: w.remedy,
+            },
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const MIB: u64 = 1 << 20;
+
+    fn k() -> FileKey {
+        FileKey {
+            major: 8,
+            minor: 1,
+            inode: 7,
+        }
+    }
+
+    fn p() -> String {
+        "/m/model.gguf".into()
+    }
+
+    /// Every code's sentence, subject and remedy, as the model wrote them when it held
+    /// the prose (the JSON of scan and replay is unchanged by the move).
+    #[test]
+    fn every_code_reads_as_before() {
+        let cases: Vec<(Code, &str, &str, Option<&str>)> = vec![
+            (
+                Code::ProvenPrivateCopy { file: k(), path: p(), size_bytes: Some(1 << 30), pid: 7, comm: "py".into(), how: CopyHow::Read, fraction: 1.0, widened_bytes: 512 * MIB, traced_read_bytes: Some(1 << 30) },
+                "/m/model.gguf",
+                "pid 7 (py) holds a private copy of 'model.gguf' copied with read(): 100% of the file found byte by byte in its private memory (512.0 MiB of it widened to F32); it read() 100% of the file during the trace",
+                Some("load it with mmap (llama.cpp's default, np.load(mmap_mode='r'), torch.load(mmap=True)) to share the page cache instead of copying it, and keep the stored dtype (or convert the file once on disk)"),
+            ),
+            (
+                Code::ProvenPrivateCopy { file: k(), path: p(), size_bytes: None, pid: 7, comm: "py".into(), how: CopyHow::CopiedFromMapping, fraction: 0.5, widened_bytes: 0, traced_read_bytes: Some(1) },
+                "/m/model.gguf",
+                "pid 7 (py) holds a private copy of 'model.gguf' copied out of its mapping of the file: 50% of the file found byte by byte in its private memory",
+                Some("use the mapped tensors in place instead of copying them (no .clone()/.copy() of weights at load)"),
+            ),
+            (
+                Code::ProvenPrivateCopy { file: k(), path: p(), size_bytes: Some(1 << 30), pid: 7, comm: "py".into(), how: CopyHow::Converted, fraction: 0.5, widened_bytes: 512 * MIB, traced_read_bytes: None },
+                "/m/model.gguf",
+                "pid 7 (py) holds a private copy of 'model.gguf' converted out of its mapping of the file (a dtype conversion, such as .float() or .astype(float32), not a read): 50% of the file found byte by byte in its private memory (512.0 MiB of it widened to F32)",
+                Some("keep the stored dtype (use the mapped tensors as they are), or convert the file once on disk to the dtype it runs in and load that"),
+            ),
+            (
+                Code::SuspectedPrivateCopy { file: k(), path: p(), size_bytes: Some(256 * MIB), pid: 8, comm: "vllm".into(), anon_bytes: 260 * MIB, unsearched: "over the budget".into(), reader: None },
+                "/m/model.gguf",
+                "pid 8 (vllm) could hold a copy of 'model.gguf' (private memory 260.0 MiB, 256.0 MiB file) but was not searched: over the budget",
+                Some("raise --prove-budget to prove or rule it out"),
+            ),
+            (
+                Code::CowInPrivateMapping { file: k(), path: p(), pid: 9, comm: "w".into(), cow_bytes: 88 * MIB },
+                "/m/model.gguf",
+                "'model.gguf' is mapped MAP_PRIVATE writable by pid 9 (w), then written in place: 88.0 MiB of it are copy-on-write private pages, a second copy of those bytes",
+                Some("map it read-only, or do not write tensors in place: each written page becomes a private copy"),
+            ),
+            (
+                Code::MappingBeyondEof { file: k(), path: p(), pid: 9, comm: "w".into(), beyond_eof_bytes: 64 << 10 },
+                "/m/model.gguf",
+                "pid 9 (w) maps 64.0 KiB of 'model.gguf' past its end: the file shrank while mapped, touching those pages raises SIGBUS",
+                Some("never truncate or rewrite a model file in place while it is mapped; write a new file and rename it"),
+            ),
+            (
+                Code::FileThp { file: k(), path: p(), pid: 9, comm: "w".into(), thp_bytes: 2 * MIB },
+                "/m/model.gguf",
+                "pid 9 (w) maps 2.0 MiB of 'model.gguf' with 2 MiB huge pages (FilePmdMapped)",
+                None,
+            ),
+            (
+                Code::SharedMapping { file: k(), path: p(), size_bytes: Some(1 << 30), sharers: 3 },
+                "/m/model.gguf",
+                "3 processes share one mapped copy of 'model.gguf' (1.0 GiB): PSS splits it between them",
+                None,
+            ),
+            (
+                Code::LowResidency { file: k(), path: p(), resident_fraction: 0.44 },
+                "/m/model.gguf",
+                "'model.gguf' is 44% resident in the page cache: reads will hit storage",
+                Some("leave room for the page cache (memory limit, competing processes) or prefetch it (vmtouch -t)"),
+            ),
+            (
+                Code::ReplacedFileHeld { file: k(), path: "/m/model.gguf (deleted)".into(), resident_bytes: Some(64 * MIB), holders: vec![(9, "llama".into())], now_at_path: Some(FileKey { major: 8, minor: 1, inode: 8 }) },
+                "/m/model.gguf",
+                "the old 'model.gguf' (8:1 inode 7) was replaced or deleted on disk, but pid 9 (llama) still maps or holds it: it still costs 64.0 MiB of page cache until pid 9 restarts; 'model.gguf' now names another file (8:1 inode 8)",
+                Some("restart pid 9 (or have it reopen the model) to free the old one"),
+            ),
+            (
+                Code::ReplacedFileHeld { file: k(), path: p(), resident_bytes: None, holders: vec![(9, "a".into()), (10, "b".into())], now_at_path: None },
+                "/m/model.gguf",
+                "the old 'model.gguf' (8:1 inode 7) was replaced or deleted on disk, but pid 9 (a), 10 (b) still map or hold it: it still costs page cache of an unknown size until pids 9, 10 restart; nothing is at that path now",
+                Some("restart pid 9, 10 (or have them reopen the model) to free the old one"),
+            ),
+            (
+                Code::ResidencyUnknown { file: k(), path: p(), reason: "denied".into(), reader: None },
+                "/m/model.gguf",
+                "page-cache residency of 'model.gguf' is unknown: denied",
+                Some("run as root, or as the file's owner"),
+            ),
+            (
+                Code::MultipleRepresentations { file: k(), path: p(), total: 2.0, page_cache: 1.0, cow: Some(0.0), private_copies: 1, private_fraction: 1.0, lower_bound: true },
+                "/m/model.gguf",
+                "'model.gguf' is in memory at least 2.00 times, proven: page cache 100% + 1 private copy (100%)",
+                Some("on unified memory the GPU can read the page cache in place: the copies are waste; on a discrete GPU only the device copy is needed"),
+            ),
+            (
+                Code::MultipleRepresentations { file: k(), path: p(), total: 3.5, page_cache: 0.5, cow: Some(0.25), private_copies: 2, private_fraction: 2.0, lower_bound: false },
+                "/m/model.gguf",
+                "'model.gguf' is in memory 3.50 times, proven: page cache 50% + CoW 25% + 2 private copies (200%)",
+                Some("on unified memory the GPU can read the page cache in place: the copies are waste; on a discrete GPU only the device copy is needed"),
+            ),
+            (
+                Code::CountIsLowerBound { file: k(), path: p(), unsearched: 1, could_hold: 5 },
+                "/m/model.gguf",
+                "the count of 'model.gguf' is a lower bound: 1 of 5 processes that could hold a copy was not searched",
+                None,
+            ),
+            (
+                Code::CgroupOomKills { cgroup: "/a".into(), kills: 2 },
+                "/a",
+                "cgroup '/a' has had 2 OOM kill(s)",
+                Some("a private model copy counts against the limit twice with its page cache; map the model instead, or raise the limit"),
+            ),
+            (
+                Code::CgroupNearLimit { cgroup: "/a".into(), usage_bytes: 950 * MIB, limit_bytes: 1 << 30 },
+                "/a",
+                "cgroup '/a' uses 950.0 MiB of its 1.0 GiB limit (93%)",
+                Some("page cache of mapped weights is reclaimable, anonymous copies are not: prefer mapping"),
+            ),
+            (
+                Code::ReadCopy { file: k(), path: p(), pid: 42, comm: None, read_bytes: 900 * MIB, secs: 10.0 },
+                "/m/model.gguf",
+                "pid 42 (?) read 900.0 MiB of 'model.gguf' with read() in 10.0 s: a copying loader",
+                Some("map the file instead (mmap, np.load(mmap_mode='r'), torch.load(mmap=True)): read() copies it into anonymous memory beside the page cache"),
+            ),
+            (
+                Code::DirectReclaim { pid: 42, comm: Some("loader".into()), reclaim_ns: 200_000_000, reclaims: 10, longest_ns: 25_000_000, secs: 10.0 },
+                "pid 42",
+                "pid 42 (loader) stalled 200 ms in direct reclaim (10 reclaims, longest 25.0 ms) in 10.0 s",
+                Some("memory (or its cgroup's limit) is short: a private copy of a model counts twice; map it, or raise the limit"),
+            ),
+            (
+                Code::Refaults { file: k(), path: None, pages: 256, secs: 2.0 },
+                "[8:1 inode 7]",
+                "'[8:1 inode 7]' had 1.0 MiB evicted and read back in 2.0 s: the page cache cannot hold it",
+                Some("leave room for the page cache (memory limit, competing copies) or keep it mapped and locked"),
+            ),
+            (
+                Code::OomKill { pid: 99, comm: "hog".into(), anon_rss_bytes: 512 * MIB, file_rss_bytes: 0 },
+                "pid 99",
+                "pid 99 (hog) was OOM-killed (anonymous 512.0 MiB, file 0 B)",
+                Some("a private copy of a model counts against memory twice with its page cache; map it instead"),
+            ),
+        ];
+        for (code, subject, message, remedy) in cases {
+            let t = render(&code);
+            assert_eq!(t.subject, subject, "{code}");
+            assert_eq!(t.message, message, "{code}");
+            assert_eq!(t.remedy.as_deref(), remedy, "{code}");
+        }
+    }
+
+    const ROOT: Privilege = Privilege {
+        euid: 0,
+        cap_sys_ptrace: true,
+    };
+    const CAPLESS_ROOT: Privilege = Privilege {
+        euid: 0,
+        cap_sys_ptrace: false,
+    };
+    const USER: Privilege = Privilege {
+        euid: 1000,
+        cap_sys_ptrace: false,
+    };
+
+    /// The advice fits who is running: root is never told to run as root, and a reason
+    /// that no privilege fixes gets no privilege advice.
+    #[test]
+    fn advice_fits_the_reader() {
+        let ptrace = "failed to read '/proc/9/pagemap': reading the page map of pid 9 needs ptrace rights (root or CAP_SYS_PTRACE, or the same user with kernel.yama.ptrace_scope=0): Permission denied (os error 13)";
+        let policy = format!(
+            "failed to read '/proc/1/pagemap': reading the page map of pid 1 was {}: Permission denied (os error 13)",
+            crate::sample::unsearched::POLICY
+        );
+        for reader in [Some(ROOT), Some(CAPLESS_ROOT), Some(USER), None] {
+            let root = reader.is_some_and(|r| r.is_root());
+            for why in [
+                ptrace,
+                policy.as_str(),
+                "the process exited while it was searched",
+                "not searched: over the proof budget (5.0 s; raise --prove-budget)",
+            ] {
+                let r = suspect_remedy(why, reader);
+                assert_eq!(
+                    r.contains("run as root"),
+                    !root && why == ptrace,
+                    "{reader:?} {why}: {r}"
+                );
+                if why == policy {
+                    assert!(r.contains("security policy"), "{r}");
+                }
+                if why.contains("budget") {
+                    assert_eq!(r, "raise --prove-budget to prove or rule it out");
+                }
+                if why.contains("exited") {
+                    assert!(!r.contains("root") && !r.contains("CAP_"), "{r}");
+                }
+            }
+            let r = suspect_remedy(ptrace, reader);
+            if reader == Some(CAPLESS_ROOT) {
+                assert!(r.contains("CAP_SYS_PTRACE (this root lacks it)"), "{r}");
+            }
+            let denied = "cannot open '/m/x' read-only: Permission denied (os error 13)";
+            let gone = "cannot open '/m/x' read-only: No such file or directory (os error 2)";
+            let d = residency_remedy(denied, reader);
+            let g = residency_remedy(gone, reader);
+            if root {
+                assert!(d.unwrap().starts_with("refused even to root"));
+                assert_eq!(g, None, "nothing to advise root about a file that is gone");
+            } else {
+                assert_eq!(d, Some("run as root, or as the file's owner"));
+                assert_eq!(g, d);
+            }
+        }
+    }
+
+    /// The JSON of a finding: the same keys, in the same order, as when the model held
+    /// strings; read back, it writes the same bytes.
+    #[test]
+    fn json_is_written_from_the_code_and_reads_back_as_text() {
+        let f = Finding {
+            severity: Severity::Notice,
+            code: Code::ResidencyUnknown {
+                file: k(),
+                path: p(),
+                reason: "denied".into(),
+                reader: None,
+            },
+        };
+        let json = serde_json::to_string(&f).unwrap();
+        assert_eq!(
+            json,
+            r#"{"severity":"notice","code":"residency-unknown","subject":"/m/model.gguf","message":"page-cache residency of 'model.gguf' is unknown: denied","remedy":"run as root, or as the file's owner"}"#
+        );
+        let back: Finding = serde_json::from_str(&json).unwrap();
+        assert_eq!(back.code, "residency-unknown");
+        assert_eq!(back.message(), f.message());
+        assert_eq!(serde_json::to_string(&back).unwrap(), json);
+    }
+}
