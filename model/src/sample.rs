@@ -318,6 +318,10 @@ mod double_option {
     }
 }
 
+/// A 4 KiB page: the unit the byte-level search samples in, and the page size assumed
+/// where no sample gives the system's (see [`SystemSample::page_bytes`]).
+pub const PAGE_BYTES: u64 = 4096;
+
 /// System-wide counters.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct SystemSample {
@@ -326,6 +330,17 @@ pub struct SystemSample {
     /// `/proc/vmstat` (counts; `nr_*` in pages).
     pub vmstat: std::collections::BTreeMap<String, u64>,
     pub page_size: u64,
+}
+
+impl SystemSample {
+    /// The system's page size, [`PAGE_BYTES`] where the sample has none (0).
+    pub fn page_bytes(&self) -> u64 {
+        if self.page_size == 0 {
+            PAGE_BYTES
+        } else {
+            self.page_size
+        }
+    }
 }
 
 /// The privilege of the process that read a sample (see `twofold::collect::access`).

@@ -30,7 +30,8 @@ use super::error::{CollectError, Result};
 use super::maps;
 use crate::sample::MappingSample;
 
-pub const PAGE: u64 = 4096;
+/// The search's page (4 KiB whatever the system's page size).
+pub use crate::sample::PAGE_BYTES as PAGE;
 const PM_PRESENT: u64 = 1 << 63;
 const PM_FILE: u64 = 1 << 61;
 /// The page is mapped by this process only (pagemap bit 56, since Linux 4.2).

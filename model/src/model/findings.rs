@@ -179,6 +179,8 @@ pub enum Code {
         file: FileKey,
         path: Option<String>,
         pages: u64,
+        /// Bytes of one of those pages (the system's page size).
+        page_bytes: u64,
         secs: f64,
     },
     /// eBPF: an OOM kill.

@@ -467,6 +467,7 @@ pub fn trace_context(sample: &Sample, files: &[FileModel], t: &TraceSample) -> t
         pids: t.pinned_pids.clone(),
         files: Vec::new(),
         top: TRACE_TOP,
+        page_bytes: sample.system.page_bytes(),
     }
 }
 

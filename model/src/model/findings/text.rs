@@ -406,14 +406,14 @@ pub fn render(code: &Code) -> Text {
             file,
             path,
             pages,
+            page_bytes,
             secs,
         } => {
             let shown = path.clone().unwrap_or_else(|| unnamed(*file));
-            // Pages of the counters are 4 KiB pages (docs/trace.md).
             let message = format!(
                 "'{}' had {} evicted and read back in {secs:.1} s: the page cache cannot hold it",
                 name(&shown),
-                iec(pages.saturating_mul(4096))
+                iec(pages.saturating_mul(*page_bytes))
             );
             text(
                 shown,
@@ -740,7 +740,7 @@ mod tests {
                 Some("memory (or its cgroup's limit) is short: a private copy of a model counts twice; map it, or raise the limit"),
             ),
             (
-                Code::Refaults { file: k(), path: None, pages: 256, secs: 2.0 },
+                Code::Refaults { file: k(), path: None, pages: 256, page_bytes: 4096, secs: 2.0 },
                 "[8:1 inode 7]",
                 "'[8:1 inode 7]' had 1.0 MiB evicted and read back in 2.0 s: the page cache cannot hold it",
                 Some("leave room for the page cache (memory limit, competing copies) or keep it mapped and locked"),
