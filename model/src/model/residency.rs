@@ -132,16 +132,16 @@ pub fn build(
     match (sample, size) {
         (Ok(_), None) => r.unknown_reason = Some("its size is unknown".into()),
         (Ok(s), Some(size)) => {
-            let pages = pages.unwrap_or(0);
             // cachestat counts whole pages; the last, partial page is cached whole.
-            let resident_pages = s.cached_bytes / page_size.max(1);
+            let page = page_size.max(1);
+            let resident_pages = s.cached_bytes / page;
             r.resident_pages = Some(resident_pages);
             r.resident_bytes = Some((resident_pages * page_size).min(size));
-            r.resident_fraction = Some(if pages == 0 {
-                0.0
-            } else {
-                resident_pages as f64 / pages as f64
-            });
+            r.resident_fraction = Some(super::page_cache_fraction(
+                resident_pages * page,
+                size,
+                page,
+            ));
             r.dirty_bytes = s.dirty_bytes;
             r.writeback_bytes = s.writeback_bytes;
             r.evicted_bytes = s.evicted_bytes;
