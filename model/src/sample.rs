@@ -454,7 +454,7 @@ pub struct ProofSample {
     pub pid: i32,
     pub file: FileKey,
     /// Why the process was not (fully) searched; `None` when it was.
-    pub unsearched: Option<String>,
+    pub unsearched: Option<unsearched::Unsearched>,
     /// File bytes found copied in private memory (heap, anonymous mappings), identical.
     pub identical_file_bytes: u64,
     /// File bytes found widened (F16/BF16 → F32) in private memory.

@@ -66,7 +66,7 @@ pub enum Code {
         comm: String,
         anon_bytes: u64,
         /// Why it was not searched, as the proof said.
-        unsearched: String,
+        unsearched: crate::sample::unsearched::Unsearched,
         /// Who read the sample (the remedy fits them); `None`: not known.
         reader: Option<Privilege>,
     },

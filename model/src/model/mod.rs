@@ -243,7 +243,7 @@ pub struct SuspectedCopy {
     pub mapped: bool,
     pub why: crate::sample::CandidateWhy,
     /// Why it was not searched (or only in part).
-    pub unsearched: String,
+    pub unsearched: crate::sample::unsearched::Unsearched,
 }
 
 /// The candidate copy holders of a file and what became of them.

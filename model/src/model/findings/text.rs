@@ -8,6 +8,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::model::findings::{Code, Finding, Severity};
 use crate::model::CopyHow;
+use crate::sample::unsearched::Unsearched;
 use crate::sample::{FileKey, Privilege};
 use crate::units::{count, iec, iec_opt};
 
@@ -499,25 +500,25 @@ pub fn render(code: &Code) -> Text {
 
 /// What to do about a candidate that was not searched: by why it was not, and for who is
 /// reading (never tell root to run as root).
-pub fn suspect_remedy(unsearched: &str, reader: Option<Privilege>) -> &'static str {
-    use crate::sample::unsearched as access;
-    if unsearched.contains(access::CHANGED_SINCE_SEARCH) {
-        return "a live view searches a process whose memory keeps changing on a cadence; `twofold scan` searches it now";
-    }
-    if unsearched.contains(access::POLICY) {
-        return "its memory is closed even to root by a security policy: it can only be searched from inside its sandbox, or with the policy relaxed";
-    }
-    if unsearched.contains(access::EXITED) {
-        return "nothing to do: a process that exited holds no memory; scan again";
-    }
-    if unsearched.contains("nothing in the file can be searched") {
-        return "none: nothing in this file can be searched for, so a copy can be neither proven nor ruled out";
-    }
-    if unsearched.contains("budget") {
-        return "raise --prove-budget to prove or rule it out";
-    }
-    if unsearched.contains("--no-prove") {
-        return "scan without --no-prove to prove or rule it out";
+pub fn suspect_remedy(unsearched: &Unsearched, reader: Option<Privilege>) -> &'static str {
+    match unsearched {
+        Unsearched::ChangedSinceSearch(_) => {
+            return "a live view searches a process whose memory keeps changing on a cadence; `twofold scan` searches it now";
+        }
+        Unsearched::Policy(_) => {
+            return "its memory is closed even to root by a security policy: it can only be searched from inside its sandbox, or with the policy relaxed";
+        }
+        Unsearched::Exited(_) => {
+            return "nothing to do: a process that exited holds no memory; scan again";
+        }
+        Unsearched::NothingSearchable(_) => {
+            return "none: nothing in this file can be searched for, so a copy can be neither proven nor ruled out";
+        }
+        Unsearched::OverBudget(_) => {
+            return "raise --prove-budget to prove or rule it out";
+        }
+        Unsearched::NoProve(_) => return "scan without --no-prove to prove or rule it out",
+        Unsearched::NotIndexed(_) | Unsearched::NoPtrace(_) | Unsearched::Other(_) => {}
     }
     match reader {
         Some(r) if r.reads_any() => {
@@ -790,7 +791,7 @@ mod tests {
                 "the process exited while it was searched",
                 "not searched: over the proof budget (5.0 s; raise --prove-budget)",
             ] {
-                let r = suspect_remedy(why, reader);
+                let r = suspect_remedy(&Unsearched::parse(why), reader);
                 assert_eq!(
                     r.contains("run as root"),
                     !root && why == ptrace,
@@ -806,7 +807,7 @@ mod tests {
                     assert!(!r.contains("root") && !r.contains("CAP_"), "{r}");
                 }
             }
-            let r = suspect_remedy(ptrace, reader);
+            let r = suspect_remedy(&Unsearched::parse(ptrace), reader);
             if reader == Some(CAPLESS_ROOT) {
                 assert!(r.contains("CAP_SYS_PTRACE (this root lacks it)"), "{r}");
             }
