@@ -9,7 +9,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use super::filebytes::FileBytes;
@@ -289,57 +289,43 @@ fn prove_group(
         .map(|fi| searchable_fraction(&grid, fi))
         .collect();
 
-    let next = AtomicUsize::new(0);
-    let threads = std::thread::available_parallelism()
-        .map(|n| n.get())
-        .unwrap_or(1)
-        .clamp(1, 8)
-        .min(pids.len().max(1));
     let self_pid = std::process::id() as i32;
-    let searched: Vec<Searched> = std::thread::scope(|s| {
-        let workers: Vec<_> = (0..threads)
-            .map(|_| {
-                s.spawn(|| {
-                    let mut out = Vec::new();
-                    loop {
-                        let i = next.fetch_add(1, Ordering::Relaxed);
-                        let Some(&pid) = pids.get(i) else { break };
-                        if pid == self_pid {
-                            continue;
-                        }
-                        if deadline.is_some_and(|d| Instant::now() >= d) {
-                            out.push(Searched {
-                                pid,
-                                result: Err(Unsearched::over_budget(
-                                    opts.budget.unwrap_or_default().as_secs_f64(),
-                                )),
-                                took: Duration::ZERO,
-                            });
-                            continue;
-                        }
-                        let began = Instant::now();
-                        let mut result =
-                            search_one(roots, &grid, pid, stride, opts.exact, deadline, progress)
-                                .map_err(Unsearched::from_error);
-                        // A process that exited holds no memory: searched, nothing there.
-                        if result.is_err() && !roots.proc.join(pid.to_string()).exists() {
-                            result = Ok((Vec::new(), Vec::new(), SweepStats::default(), true));
-                        }
-                        out.push(Searched {
-                            pid,
-                            result,
-                            took: began.elapsed(),
-                        });
-                    }
-                    out
-                })
-            })
-            .collect();
-        workers
-            .into_iter()
-            .flat_map(|w| w.join().unwrap_or_default())
-            .collect()
-    });
+    let search = |&pid: &i32| {
+        if pid == self_pid {
+            return None;
+        }
+        if deadline.is_some_and(|d| Instant::now() >= d) {
+            return Some(Searched {
+                pid,
+                result: Err(Unsearched::over_budget(
+                    opts.budget.unwrap_or_default().as_secs_f64(),
+                )),
+                took: Duration::ZERO,
+            });
+        }
+        let began = Instant::now();
+        let mut result = search_one(roots, &grid, pid, stride, opts.exact, deadline, progress)
+            .map_err(Unsearched::from_error);
+        // A process that exited holds no memory: searched, nothing there.
+        if result.is_err() && !roots.proc.join(pid.to_string()).exists() {
+            result = Ok((Vec::new(), Vec::new(), SweepStats::default(), true));
+        }
+        Some(Searched {
+            pid,
+            result,
+            took: began.elapsed(),
+        })
+    };
+    // A search that panics loses that process's proof, not the others'.
+    let searched: Vec<Searched> =
+        crate::collect::par_map_on(crate::collect::cpu_threads(), pids, |pid| {
+            std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| search(pid)))
+                .ok()
+                .flatten()
+        })
+        .into_iter()
+        .flatten()
+        .collect();
 
     if std::env::var_os("TWOFOLD_PROFILE").is_some() {
         eprintln!(
