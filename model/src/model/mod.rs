@@ -260,8 +260,9 @@ pub struct CandidateCounts {
     pub compared_bytes: u64,
 }
 
-/// How many times the file's bytes are in memory, from proven parts only.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+/// How many times the file's bytes are in memory, from proven parts only. The default
+/// is nothing known and nothing counted.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct Representations {
     /// Page-cache resident fraction; `None` if residency is unknown.
     pub page_cache: Option<f64>,
@@ -515,17 +516,7 @@ pub fn build_with(sample: &Sample, trace: Option<TraceInput>) -> Report {
                 now_at_path: f.now_at_path,
                 seen_as: f.seen_as.clone(),
                 shmem_copy_of: None,
-                representations: Representations {
-                    page_cache: None,
-                    cow: None,
-                    private_copies: 0.0,
-                    device: None,
-                    proven: None,
-                    suspected: 0.0,
-                    suspected_device: 0.0,
-                    unsearched: 0,
-                    lower_bound: false,
-                },
+                representations: Representations::default(),
             }
         })
         .collect();
