@@ -7,6 +7,7 @@ use serde::{Deserialize, Serialize};
 use super::{CgroupModel, CopyHow, FileModel, MapKind};
 use crate::sample::{FileKey, Privilege};
 
+pub mod remedy;
 pub mod text;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
@@ -19,7 +20,7 @@ pub enum Severity {
 
 /// A finding: which rule fired, about what, with its numbers. The model holds no prose:
 /// the sentence, its subject and the remedy people read are written from the code by
-/// `render::findings` (which also writes and reads a finding's JSON).
+/// [`text`] (which also writes and reads a finding's JSON).
 #[derive(Debug, Clone, PartialEq)]
 pub struct Finding {
     pub severity: Severity,
