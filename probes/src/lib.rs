@@ -23,5 +23,7 @@ pub mod checksum;
 pub mod cuda;
 pub mod job;
 pub mod mapping;
-pub mod types;
+/// The report types, in a crate of their own (`twofold-probe-types`) so the model reads them
+/// without the GPU stacks; re-exported here at their old path.
+pub use twofold_probe_types as types;
 pub mod vulkan;

@@ -118,11 +118,8 @@ pub fn resident(path: &Path) -> (Option<u64>, Option<f64>) {
     let Ok(r) = residency::query(&f, path, size, residency::Method::Auto) else {
         return (None, None);
     };
-    let fraction = if size == 0 {
-        1.0
-    } else {
-        (r.cached_bytes.min(size) as f64 / size as f64).min(1.0)
-    };
+    let page = crate::collect::system::page_size();
+    let fraction = crate::model::page_cache_fraction(r.cached_bytes, size, page);
     (Some(r.cached_bytes), Some(fraction))
 }
 

@@ -173,12 +173,14 @@ pub fn run_arm(
     };
     // Reader stats are relative to each reader's own start; readers start within the
     // first moments of t0, so the windows are approximate by that much.
+    let page = crate::collect::system::page_size();
     let residency: Vec<(f64, f64)> = timeline
         .iter()
         .filter_map(|p| {
+            let cached = p.files_resident_bytes.first().copied().flatten()?;
             Some((
                 p.t_seconds,
-                p.files_resident_bytes.first().copied().flatten()? as f64 / size as f64,
+                crate::model::page_cache_fraction(cached, size, page),
             ))
         })
         .collect();

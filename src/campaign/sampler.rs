@@ -114,7 +114,10 @@ impl Target {
                 let (file, path, size) = f.as_ref()?;
                 residency::query(file, path, *size, residency::Method::Auto)
                     .ok()
-                    .map(|r| r.cached_bytes.min(size.next_multiple_of(4096)))
+                    .map(|r| {
+                        r.cached_bytes
+                            .min(size.next_multiple_of(crate::collect::system::page_size()))
+                    })
             })
             .collect();
         p

@@ -7,7 +7,10 @@ use std::fs::File;
 use anyhow::Context;
 
 use crate::cli::{ChildArgs, ChildMode};
-use crate::dupes::index::CopyKind;
+use crate::dupes::index::{Convert, CopyKind};
+
+/// One byte touched per 4 KiB touches every page whatever the system's page size.
+const PAGE: usize = crate::sample::PAGE_BYTES as usize;
 
 /// `START:LEN` ranges; none means the whole file.
 fn parse_ranges(ranges: &[String], file_len: u64) -> anyhow::Result<Vec<(u64, u64)>> {
@@ -38,7 +41,7 @@ fn die_with_parent() {
 
 fn touch_read(bytes: &[u8]) -> u64 {
     let mut sum = 0u64;
-    for chunk in bytes.chunks(4096) {
+    for chunk in bytes.chunks(PAGE) {
         sum = sum.wrapping_add(u64::from(chunk[0]));
     }
     std::hint::black_box(sum)
@@ -49,8 +52,9 @@ fn extra_anon(bytes: u64, random: bool) -> Vec<u8> {
     let mut v = vec![0u8; bytes as usize];
     // Base pages, whatever the host's transparent-huge-page setting: a test counts the
     // faults and pages of this memory (with THP "always", one fault maps 2 MiB).
-    let start = (v.as_mut_ptr() as usize).next_multiple_of(4096);
-    let end = (v.as_ptr() as usize + v.len()) / 4096 * 4096;
+    let sys = crate::collect::system::page_size() as usize;
+    let start = (v.as_mut_ptr() as usize).next_multiple_of(sys);
+    let end = (v.as_ptr() as usize + v.len()) / sys * sys;
     if end > start {
         // SAFETY: advice on whole pages inside our own allocation; it changes no contents.
         unsafe {
@@ -70,7 +74,7 @@ fn extra_anon(bytes: u64, random: bool) -> Vec<u8> {
             w.copy_from_slice(&s.to_le_bytes());
         }
     } else {
-        for i in (0..v.len()).step_by(4096) {
+        for i in (0..v.len()).step_by(PAGE) {
             v[i] = 1;
         }
     }
@@ -232,7 +236,7 @@ pub fn run(args: &ChildArgs) -> anyhow::Result<()> {
                 unsafe { memmap2::MmapOptions::new().map_copy(&f) }.context("mmap failed")?;
             touch_read(&map);
             let n = (args.bytes as usize).min(map.len());
-            for i in (0..n).step_by(4096) {
+            for i in (0..n).step_by(PAGE) {
                 map[i] = map[i].wrapping_add(1);
             }
             _keep_map = Some(map);
@@ -251,7 +255,7 @@ pub fn run(args: &ChildArgs) -> anyhow::Result<()> {
                 report_ready()?;
                 loop {
                     if let Some(v) = _keep_heap.as_mut() {
-                        for i in (0..v.len()).step_by(4096) {
+                        for i in (0..v.len()).step_by(PAGE) {
                             v[i] = v[i].wrapping_add(1);
                         }
                         std::hint::black_box(&v);

@@ -23,7 +23,7 @@ use crate::model::probe::{self as model, BackendReport, ImportReport, ProbeFile,
 use crate::render;
 
 /// Page granularity of imports and of the working set.
-const ALIGN: u64 = 4096;
+const ALIGN: u64 = crate::sample::PAGE_BYTES;
 
 fn caps(args: &ProbeArgs) -> Caps {
     let want = |b: ProbeBackendArg| args.backend == ProbeBackendArg::All || args.backend == b;

@@ -288,6 +288,27 @@ pub fn snapshot(args: &SnapshotArgs, out: &mut dyn Write) -> anyhow::Result<()> 
     Ok(())
 }
 
+impl From<DumpWhat> for render::dump::DumpWhat {
+    fn from(w: DumpWhat) -> Self {
+        match w {
+            DumpWhat::Files => Self::Files,
+            DumpWhat::Processes => Self::Processes,
+            DumpWhat::Cgroups => Self::Cgroups,
+            DumpWhat::Trace => Self::Trace,
+        }
+    }
+}
+
+impl From<DumpFormat> for render::dump::DumpFormat {
+    fn from(f: DumpFormat) -> Self {
+        match f {
+            DumpFormat::Json => Self::Json,
+            DumpFormat::Csv => Self::Csv,
+            DumpFormat::Openmetrics => Self::Openmetrics,
+        }
+    }
+}
+
 pub fn dump(args: &DumpArgs, out: &mut dyn Write) -> anyhow::Result<()> {
     let (from, to) = range_of(&args.from, &args.to)?;
     let store = open_read(&args.store)?;
@@ -301,7 +322,7 @@ pub fn dump(args: &DumpArgs, out: &mut dyn Write) -> anyhow::Result<()> {
     } else {
         out
     };
-    let mut rows = render::dump::Rows::new(args.what, args.format, args.top);
+    let mut rows = render::dump::Rows::new(args.what.into(), args.format.into(), args.top);
     let mut prev: Option<Snapshot> = None;
     let mut snapshots = 0u64;
     for frame in store.range(from, to) {

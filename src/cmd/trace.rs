@@ -88,6 +88,7 @@ impl Session {
             pids: self.pids.clone(),
             files: self.only_files.clone(),
             top: self.top,
+            page_bytes: crate::collect::system::page_size(),
         }
     }
 }

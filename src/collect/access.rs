@@ -37,12 +37,7 @@ fn parse_status(text: &str) -> Option<Privilege> {
     })
 }
 
-/// How a process that refused even a reader with `CAP_SYS_PTRACE` is described.
-pub const POLICY: &str = "denied even to root by a security policy (e.g. a sandbox's pid 1)";
-/// How a refusal for want of ptrace rights is described.
-pub const NO_PTRACE: &str = "needs ptrace rights";
-/// How a process that went away is described.
-pub const EXITED: &str = "the process exited";
+pub use crate::sample::unsearched::{EXITED, NO_PTRACE, POLICY};
 
 /// The reason `what` of `pid` was refused, for who is reading.
 pub fn denied(what: &str, pid: i32, privilege: Option<Privilege>) -> String {

@@ -905,8 +905,8 @@ fn seen_as(processes: &[ProcessSample], key: FileKey, shown: &str) -> Vec<String
 }
 
 /// A private copy is looked for only where it could be most of the file: private
-/// anonymous memory at least this fraction of the file's size.
-pub const COPY_FRACTION: f64 = 0.8;
+/// anonymous memory at least this fraction of the file's size (the model's policy).
+pub use crate::model::SUSPECT_FRACTION as COPY_FRACTION;
 
 fn big_enough(anon: u64, size: u64) -> bool {
     anon as f64 >= COPY_FRACTION * size as f64

@@ -30,7 +30,8 @@ use super::error::{CollectError, Result};
 use super::maps;
 use crate::sample::MappingSample;
 
-pub const PAGE: u64 = 4096;
+/// The search's page (4 KiB whatever the system's page size).
+pub use crate::sample::PAGE_BYTES as PAGE;
 const PM_PRESENT: u64 = 1 << 63;
 const PM_FILE: u64 = 1 << 61;
 /// The page is mapped by this process only (pagemap bit 56, since Linux 4.2).
@@ -59,17 +60,7 @@ pub fn expand_entries(
     }
 }
 
-/// What kind of memory a searched range is.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum RegionKind {
-    /// Private anonymous memory (heap, `mmap(MAP_ANONYMOUS)`, stacks).
-    Anon,
-    /// Shared anonymous memory or shmem/memfd/tmpfs mappings.
-    SharedAnon,
-    /// Anonymous (copy-on-write) pages inside a private writable file mapping.
-    PrivateFile,
-}
+pub use crate::model::dupes::RegionKind;
 
 /// A range of the target to search.
 #[derive(Debug, Clone)]

@@ -67,15 +67,33 @@ pub fn has_model_extension(path: &str) -> bool {
         .is_some_and(|e| MODEL_EXTENSIONS.iter().any(|m| m.eq_ignore_ascii_case(e)))
 }
 
-/// Maps `f` over `items` on up to one thread per CPU (procfs reads are mostly kernel
-/// time: page-table walks for `smaps`), keeping the order.
-pub fn par_map<T: Sync, R: Send>(items: &[T], f: impl Fn(&T) -> R + Sync) -> Vec<R> {
-    use std::sync::atomic::{AtomicUsize, Ordering};
-    let threads = std::thread::available_parallelism()
+/// Threads for work spread over the CPUs: one per CPU, at most 8.
+pub fn cpu_threads() -> usize {
+    std::thread::available_parallelism()
         .map(|n| n.get())
         .unwrap_or(1)
-        .min(8);
-    if threads <= 1 || items.len() < 32 {
+        .clamp(1, 8)
+}
+
+/// Maps `f` over `items` on up to one thread per CPU (procfs reads are mostly kernel
+/// time: page-table walks for `smaps`), keeping the order; few items are mapped here.
+pub fn par_map<T: Sync, R: Send>(items: &[T], f: impl Fn(&T) -> R + Sync) -> Vec<R> {
+    if items.len() < 32 {
+        return items.iter().map(f).collect();
+    }
+    par_map_on(cpu_threads(), items, f)
+}
+
+/// Maps `f` over `items` on up to `threads` scoped threads, each taking the next item
+/// when it is done with one, keeping the order. A panic in `f` is resumed here.
+pub fn par_map_on<T: Sync, R: Send>(
+    threads: usize,
+    items: &[T],
+    f: impl Fn(&T) -> R + Sync,
+) -> Vec<R> {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    let threads = threads.min(items.len());
+    if threads <= 1 {
         return items.iter().map(f).collect();
     }
     let next = AtomicUsize::new(0);

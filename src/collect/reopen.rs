@@ -24,13 +24,7 @@ use std::path::{Path, PathBuf};
 
 use crate::sample::{FileKey, ProcessSample};
 
-/// What `/proc/PID/maps` and `/proc/PID/fd` append to the name of an unlinked file.
-pub const DELETED: &str = " (deleted)";
-
-/// The path without the kernel's ` (deleted)` mark.
-pub fn strip_deleted(path: &str) -> &str {
-    path.strip_suffix(DELETED).unwrap_or(path)
-}
+pub use crate::sample::{strip_deleted, DELETED};
 
 /// `PROC/PID/root/PATH`: `path` as the process sees it (its mount namespace and root).
 pub fn in_root(proc_root: &Path, pid: i32, path: &str) -> PathBuf {

@@ -213,60 +213,7 @@ fn mincore_reveals(file: &File, path: &Path) -> bool {
     nix::unistd::access(path, nix::unistd::AccessFlags::W_OK).is_ok()
 }
 
-/// Per-page residency bitmap.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ResidencyMap {
-    pub page_size: u64,
-    pub pages: u64,
-    bits: Vec<u64>,
-}
-
-impl ResidencyMap {
-    pub fn is_resident(&self, page: u64) -> bool {
-        page < self.pages && self.bits[(page / 64) as usize] & (1 << (page % 64)) != 0
-    }
-
-    pub fn resident_pages(&self) -> u64 {
-        self.bits.iter().map(|w| u64::from(w.count_ones())).sum()
-    }
-
-    /// Resident pages in `[first, last)`.
-    pub fn resident_in(&self, first: u64, last: u64) -> u64 {
-        let last = last.min(self.pages);
-        if first >= last {
-            return 0;
-        }
-        // Whole words counted at once: a 1 TiB file is 2^28 pages.
-        let (w0, w1) = ((first / 64) as usize, ((last - 1) / 64) as usize);
-        let mut n = 0u64;
-        for (w, word) in self.bits[w0..=w1].iter().enumerate() {
-            let base = (w0 + w) as u64 * 64;
-            let lo = first.saturating_sub(base).min(64);
-            let hi = (last - base).min(64);
-            let mask = if hi - lo == 64 {
-                u64::MAX
-            } else {
-                ((1u64 << (hi - lo)) - 1) << lo
-            };
-            n += u64::from((word & mask).count_ones());
-        }
-        n
-    }
-
-    pub fn from_bools(page_size: u64, pages: &[bool]) -> Self {
-        let mut bits = vec![0u64; pages.len().div_ceil(64)];
-        for (i, r) in pages.iter().enumerate() {
-            if *r {
-                bits[i / 64] |= 1 << (i % 64);
-            }
-        }
-        ResidencyMap {
-            page_size,
-            pages: pages.len() as u64,
-            bits,
-        }
-    }
-}
+pub use crate::model::residency::ResidencyMap;
 
 /// Maps the file read-only in windows and asks `mincore` which pages are cached. Holes of
 /// a sparse file (`SEEK_DATA`/`SEEK_HOLE`) are skipped when `cachestat` says none of their
@@ -293,11 +240,7 @@ pub fn mincore_map(file: &File, path: &Path, size: u64) -> Result<ResidencyMap, 
         }
         at = hole.max(data);
     }
-    Ok(ResidencyMap {
-        page_size: ps,
-        pages,
-        bits,
-    })
+    Ok(ResidencyMap::from_bits(ps, pages, bits))
 }
 
 /// A hole below which `mincore` is asked directly rather than bisected further.

@@ -32,6 +32,6 @@ pub fn page_size() -> u64 {
     if v > 0 {
         v as u64
     } else {
-        4096
+        crate::sample::PAGE_BYTES
     }
 }

@@ -34,7 +34,7 @@
 use serde::{Deserialize, Serialize};
 
 use super::filebytes::FileBytes;
-use super::index::{periodic, CopyKind, Unsearchable};
+use super::index::{periodic, Convert, CopyKind, Unsearchable};
 use crate::container::{Dtype, Format, Tensor};
 
 pub const WIN: usize = 16;
@@ -42,7 +42,8 @@ pub const WIN: usize = 16;
 pub const HALF: u64 = 2048;
 /// Bytes read per sampled page: every window starting in its first half.
 pub const SAMPLE_LEN: usize = HALF as usize + WIN;
-pub const PAGE: u64 = 4096;
+/// The sampled page (4 KiB whatever the system's page size).
+pub use crate::sample::PAGE_BYTES as PAGE;
 /// Most points indexed over all files (the table takes 32 bytes per point).
 pub const MAX_POINTS: u64 = 1 << 20;
 /// Largest stride (pages).

@@ -1,30 +1,17 @@
 //! How a copy relates to the file's bytes (identical, or widened F16/BF16 → F32), and why
 //! a tensor cannot be searched for. The index itself is [`super::grid`].
 
-use serde::{Deserialize, Serialize};
+pub use crate::model::dupes::{CopyKind, Unsearchable};
 
-/// How a copy relates to the file's bytes.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum CopyKind {
-    Identical,
-    /// F16 widened to F32.
-    WidenedF16,
-    /// BF16 widened to F32.
-    WidenedBf16,
+/// The in-memory form of a [`CopyKind`] (the kind itself is the model's; the conversion
+/// needs `half`, which the model does not import).
+pub trait Convert {
+    /// Converts source bytes (a whole number of elements) into their in-memory form.
+    fn convert(self, src: &[u8], out: &mut Vec<u8>);
 }
 
-impl CopyKind {
-    /// Bytes in memory per byte of the file.
-    pub fn factor(self) -> u64 {
-        match self {
-            CopyKind::Identical => 1,
-            CopyKind::WidenedF16 | CopyKind::WidenedBf16 => 2,
-        }
-    }
-
-    /// Converts source bytes (a whole number of elements) into their in-memory form.
-    pub fn convert(self, src: &[u8], out: &mut Vec<u8>) {
+impl Convert for CopyKind {
+    fn convert(self, src: &[u8], out: &mut Vec<u8>) {
         out.clear();
         match self {
             CopyKind::Identical => out.extend_from_slice(src),
@@ -41,16 +28,6 @@ impl CopyKind {
             }
         }
     }
-}
-
-/// Why a tensor cannot be searched for.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum Unsearchable {
-    /// Shorter than `grid::SMALL_MIN` (256 bytes) in memory.
-    TooSmall,
-    /// Every indexed window of it is a constant run (all zeros, one repeated value).
-    LowEntropy,
 }
 
 /// A window whose bytes repeat with a period dividing 8: matches constant runs.

@@ -9,7 +9,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use super::filebytes::FileBytes;
@@ -18,6 +18,7 @@ use super::index::CopyKind;
 use super::sweep::{Buffers, Compare, Hit, PageMap, Placed, Span, Sweep, SweepStats};
 use crate::collect::memory::{Region, RegionKind, Target};
 use crate::collect::Roots;
+use crate::sample::unsearched::Unsearched;
 use crate::sample::{FileKey, ProofSample, Sample};
 
 /// How to prove.
@@ -95,7 +96,7 @@ fn open_path(sample: &Sample, key: FileKey, path: &str, proc_root: &Path) -> Pat
 /// Outcome of one process's search.
 struct Searched {
     pid: i32,
-    result: Result<(Vec<Hit>, Vec<Region>, SweepStats, bool), String>,
+    result: Result<(Vec<Hit>, Vec<Region>, SweepStats, bool), Unsearched>,
     took: Duration,
 }
 
@@ -238,16 +239,13 @@ fn prove_group(
 ) -> Vec<Proof> {
     let start = Instant::now();
     if deadline.is_some_and(|d| start >= d) {
-        let why = format!(
-            "not searched: over the proof budget ({:.1} s; raise --prove-budget)",
-            opts.budget.unwrap_or_default().as_secs_f64()
-        );
+        let why = Unsearched::over_budget(opts.budget.unwrap_or_default().as_secs_f64());
         return unsearched(sample, pids, &why);
     }
     // Open and parse each file once.
     let mut keys = Vec::new();
     let mut inputs = Vec::new();
-    let mut unopened: BTreeMap<FileKey, String> = BTreeMap::new();
+    let mut unopened: BTreeMap<FileKey, Unsearched> = BTreeMap::new();
     for f in sample.files.iter().filter(|f| wanted.contains(&f.key)) {
         let path = open_path(sample, f.key, &f.path, &roots.proc);
         let opened = FileBytes::open(&path)
@@ -270,7 +268,7 @@ fn prove_group(
                 inputs.push((b, c.tensors, c.format));
             }
             Err(e) => {
-                unopened.insert(f.key, e);
+                unopened.insert(f.key, Unsearched::from_error(e));
             }
         }
     }
@@ -282,11 +280,7 @@ fn prove_group(
         Ok(g) => g,
         Err(e) => {
             warnings.push(format!("cannot index the model files: {e}"));
-            return unsearched(
-                sample,
-                pids,
-                &format!("the model files could not be indexed: {e}"),
-            );
+            return unsearched(sample, pids, &Unsearched::not_indexed(&e.to_string()));
         }
     };
     let stride = grid.stride;
@@ -295,57 +289,43 @@ fn prove_group(
         .map(|fi| searchable_fraction(&grid, fi))
         .collect();
 
-    let next = AtomicUsize::new(0);
-    let threads = std::thread::available_parallelism()
-        .map(|n| n.get())
-        .unwrap_or(1)
-        .clamp(1, 8)
-        .min(pids.len().max(1));
     let self_pid = std::process::id() as i32;
-    let searched: Vec<Searched> = std::thread::scope(|s| {
-        let workers: Vec<_> = (0..threads)
-            .map(|_| {
-                s.spawn(|| {
-                    let mut out = Vec::new();
-                    loop {
-                        let i = next.fetch_add(1, Ordering::Relaxed);
-                        let Some(&pid) = pids.get(i) else { break };
-                        if pid == self_pid {
-                            continue;
-                        }
-                        if deadline.is_some_and(|d| Instant::now() >= d) {
-                            out.push(Searched {
-                                pid,
-                                result: Err(format!(
-                                    "not searched: over the proof budget ({:.1} s; raise --prove-budget)",
-                                    opts.budget.unwrap_or_default().as_secs_f64()
-                                )),
-                                took: Duration::ZERO,
-                            });
-                            continue;
-                        }
-                        let began = Instant::now();
-                        let mut result =
-                            search_one(roots, &grid, pid, stride, opts.exact, deadline, progress);
-                        // A process that exited holds no memory: searched, nothing there.
-                        if result.is_err() && !roots.proc.join(pid.to_string()).exists() {
-                            result = Ok((Vec::new(), Vec::new(), SweepStats::default(), true));
-                        }
-                        out.push(Searched {
-                            pid,
-                            result,
-                            took: began.elapsed(),
-                        });
-                    }
-                    out
-                })
-            })
-            .collect();
-        workers
-            .into_iter()
-            .flat_map(|w| w.join().unwrap_or_default())
-            .collect()
-    });
+    let search = |&pid: &i32| {
+        if pid == self_pid {
+            return None;
+        }
+        if deadline.is_some_and(|d| Instant::now() >= d) {
+            return Some(Searched {
+                pid,
+                result: Err(Unsearched::over_budget(
+                    opts.budget.unwrap_or_default().as_secs_f64(),
+                )),
+                took: Duration::ZERO,
+            });
+        }
+        let began = Instant::now();
+        let mut result = search_one(roots, &grid, pid, stride, opts.exact, deadline, progress)
+            .map_err(Unsearched::from_error);
+        // A process that exited holds no memory: searched, nothing there.
+        if result.is_err() && !roots.proc.join(pid.to_string()).exists() {
+            result = Ok((Vec::new(), Vec::new(), SweepStats::default(), true));
+        }
+        Some(Searched {
+            pid,
+            result,
+            took: began.elapsed(),
+        })
+    };
+    // A search that panics loses that process's proof, not the others'.
+    let searched: Vec<Searched> =
+        crate::collect::par_map_on(crate::collect::cpu_threads(), pids, |pid| {
+            std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| search(pid)))
+                .ok()
+                .flatten()
+        })
+        .into_iter()
+        .flatten()
+        .collect();
 
     if std::env::var_os("TWOFOLD_PROFILE").is_some() {
         eprintln!(
@@ -368,11 +348,11 @@ fn prove_group(
             .map(|c| c.file)
             .collect();
         let took = s.took;
-        let bare = |key: FileKey, why: &str| Proof {
+        let bare = |key: FileKey, why: &Unsearched| Proof {
             sample: ProofSample {
                 pid: s.pid,
                 file: key,
-                unsearched: Some(why.to_string()),
+                unsearched: Some(why.clone()),
                 ..ProofSample::default()
             },
             found: Vec::new(),
@@ -419,13 +399,11 @@ fn prove_group(
                     p.sampled_bytes = stats.sampled_pages * PAGE;
                     p.compared_bytes = stats.compared_bytes;
                     if let Some(e) = &grid.files[grid_index(&keys, p.file)].error {
-                        p.unsearched = Some(e.clone());
+                        p.unsearched = Some(Unsearched::from_error(e.clone()));
                     } else if !complete {
-                        p.unsearched = Some(
-                            "searched in part: over the proof budget (raise --prove-budget)".into(),
-                        );
+                        p.unsearched = Some(Unsearched::partly_over_budget());
                     } else if searchable[grid_index(&keys, p.file)] == 0.0 {
-                        p.unsearched = Some(NOTHING_SEARCHABLE.into());
+                        p.unsearched = Some(Unsearched::nothing_searchable());
                     }
                 }
                 // A file of the same bytes as an indexed one: searched as that one.
@@ -538,7 +516,7 @@ fn credit(p: &mut ProofSample, key: FileKey, kind: CopyKind, r: &Region, mem_byt
 }
 
 /// Every candidacy of `pids`, not searched, for the reason `why`.
-fn unsearched(sample: &Sample, pids: &[i32], why: &str) -> Vec<Proof> {
+fn unsearched(sample: &Sample, pids: &[i32], why: &Unsearched) -> Vec<Proof> {
     sample
         .candidates
         .iter()
@@ -547,7 +525,7 @@ fn unsearched(sample: &Sample, pids: &[i32], why: &str) -> Vec<Proof> {
             sample: ProofSample {
                 pid: c.pid,
                 file: c.file,
-                unsearched: Some(why.to_string()),
+                unsearched: Some(why.clone()),
                 ..ProofSample::default()
             },
             found: Vec::new(),
@@ -673,9 +651,6 @@ pub fn recheck(
     out.sample.compared_bytes = buf.compared_bytes;
     Ok(Rechecked::Still(Box::new(out)))
 }
-
-/// Why a file's copies are unknown when nothing in it can be searched for.
-pub const NOTHING_SEARCHABLE: &str = "nothing in the file can be searched for (no tensor, and no run of its bytes, of 256 bytes or more with information in it)";
 
 /// Fraction of file `fi`'s bytes the search looks for: the union of the file ranges of its
 /// identical pieces with information (tensors, small ones included, and runs of bytes no

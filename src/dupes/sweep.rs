@@ -12,11 +12,9 @@ use std::collections::{BTreeMap, HashSet};
 use std::io;
 use std::time::Instant;
 
-use serde::{Deserialize, Serialize};
-
 use super::filebytes::FileBytes;
 use super::grid::{hash, Grid, PAGE, WIN};
-use super::index::{periodic, CopyKind};
+use super::index::{periodic, Convert, CopyKind};
 use crate::collect::memory::{Region, Target, IOV_MAX};
 
 /// A confirmed copy of one piece.
@@ -32,21 +30,7 @@ pub struct Hit {
     pub whole: bool,
 }
 
-/// Work done, for reports and the benchmark.
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
-pub struct SweepStats {
-    pub regions: usize,
-    /// Address space of the searched regions.
-    pub mapped_bytes: u64,
-    /// Present, eligible bytes in them.
-    pub present_bytes: u64,
-    pub sampled_pages: u64,
-    pub candidates: u64,
-    pub rejected: u64,
-    /// Bytes compared with the file.
-    pub compared_bytes: u64,
-    pub stride_pages: u64,
-}
+pub use crate::model::dupes::SweepStats;
 
 pub struct Sweep<'a> {
     pub grid: &'a Grid,

@@ -541,8 +541,8 @@ impl Engine {
     }
 }
 
-/// How the reason of a candidate checked in place between full searches begins.
-pub const CHANGED_SINCE_SEARCH: &str = "its memory changed since its last full search";
+use crate::sample::unsearched::Unsearched;
+pub use crate::sample::unsearched::CHANGED_SINCE_SEARCH;
 
 /// The proof of a process whose memory changed since its last full search `r`: the
 /// copies found then, checked again in place (no more often than
@@ -592,8 +592,8 @@ fn stale(
     let before = r.proof.sample.unsearched.clone();
     let checked = &*r.checked.insert(checked);
     let ago = now.duration_since(checked.at).as_secs_f64();
-    let why = format!(
-        "{CHANGED_SINCE_SEARCH} {:.0} s ago (searched again every {:.0} s while it changes{})",
+    let when = format!(
+        " {:.0} s ago (searched again every {:.0} s while it changes{})",
         searched_ago.as_secs_f64(),
         cadence.as_secs_f64(),
         match (found, ago < 0.5) {
@@ -604,16 +604,13 @@ fn stale(
     );
     Some(match &checked.result {
         Ok(p) => ProofSample {
-            unsearched: Some(match before {
-                Some(before) => format!("{before}; {why}"),
-                None => why,
-            }),
+            unsearched: Some(Unsearched::changed_since_search(before.as_ref(), &when)),
             ..p.clone()
         },
         Err(e) => ProofSample {
             pid,
             file,
-            unsearched: Some(e.clone()),
+            unsearched: Some(Unsearched::from_error(e.clone())),
             ..ProofSample::default()
         },
     })

@@ -7,10 +7,27 @@ use std::io::Write;
 
 use serde::Serialize;
 
-use crate::cli::{DumpFormat, DumpWhat};
 use crate::model::trace::TraceModel;
 use crate::model::Report;
 use crate::sample::FileKey;
+
+/// The rows of a dump: one per file, process, cgroup, or traced file and process.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DumpWhat {
+    Files,
+    Processes,
+    Cgroups,
+    Trace,
+}
+
+/// How the rows are written.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DumpFormat {
+    /// JSON Lines, a `type`/`data` envelope per row.
+    Json,
+    Csv,
+    Openmetrics,
+}
 
 /// One row per file of a report.
 #[derive(Debug, Serialize)]

@@ -154,19 +154,7 @@ pub fn count_line(f: &FileModel) -> String {
     s
 }
 
-/// "GPU 0 (NVIDIA H200, discrete)".
-pub fn gpu_label(gpu: Option<u32>, name: Option<&str>, integrated: Option<bool>) -> String {
-    let kind = match integrated {
-        Some(true) => "integrated",
-        Some(false) => "discrete",
-        None => "type unknown",
-    };
-    let name = name.map(|n| format!("{n}, ")).unwrap_or_default();
-    match gpu {
-        Some(g) => format!("GPU {g} ({name}{kind})"),
-        None => format!("a GPU NVML does not list ({name}{kind})"),
-    }
-}
+pub use crate::model::findings::text::gpu_label;
 
 pub(crate) fn map_kind(k: MapKind) -> &'static str {
     match k {

@@ -76,17 +76,7 @@ fn file(path: &str, inode: u64, size: u64) -> FileModel {
         now_at_path: None,
         seen_as: Vec::new(),
         shmem_copy_of: None,
-        representations: Representations {
-            page_cache: None,
-            cow: None,
-            private_copies: 0.0,
-            device: None,
-            proven: None,
-            suspected: 0.0,
-            suspected_device: 0.0,
-            unsearched: 0,
-            lower_bound: false,
-        },
+        representations: Representations::default(),
     }
 }
 
@@ -140,12 +130,8 @@ pub fn report() -> Report {
         page_cache: Some(1.0),
         cow: Some(0.0),
         private_copies: 1.0,
-        device: None,
         proven: Some(2.0),
-        suspected: 0.0,
-        suspected_device: 0.0,
-        unsearched: 0,
-        lower_bound: false,
+        ..Representations::default()
     };
 
     let mut qwen = file("/models/qwen2-7b.safetensors", 12, 512 * MIB);

@@ -802,7 +802,8 @@ fn a_changing_copier_is_checked_in_place_between_full_searches() {
     assert_eq!(engine.last_rechecked, 1);
     let why = proof.unsearched.clone().unwrap();
     assert!(
-        why.contains("its memory changed since its last full search"),
+        why.to_string()
+            .contains("its memory changed since its last full search"),
         "{why}"
     );
     assert!(proof.compared_bytes > 0, "{proof:?}");

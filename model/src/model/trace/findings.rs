@@ -75,6 +75,7 @@ pub fn evaluate(m: &TraceModel, ctx: &TraceContext) -> Vec<Finding> {
                 file: f.key,
                 path: f.path.clone(),
                 pages,
+                page_bytes: ctx.page_bytes,
                 secs,
             },
         });

@@ -20,11 +20,11 @@ use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
-use crate::container::{
+use twofold_formats::{
     gguf, numel, Container, Dtype, ExternalTensor, Format, Tensor, UnmappedTensor,
 };
 
-pub const PAGE_BYTES: u64 = 4096;
+pub use crate::sample::PAGE_BYTES;
 pub const HUGE_PAGE_BYTES: u64 = 2 << 20;
 
 /// The JSON document of `twofold inspect --json`.

@@ -3,10 +3,66 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::collect::memory::RegionKind;
-use crate::container::{Format, Tensor};
-use crate::dupes::index::{CopyKind, Unsearchable};
-use crate::dupes::sweep::SweepStats;
+use twofold_formats::{Format, Tensor};
+
+/// What kind of memory a searched range is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum RegionKind {
+    /// Private anonymous memory (heap, `mmap(MAP_ANONYMOUS)`, stacks).
+    Anon,
+    /// Shared anonymous memory or shmem/memfd/tmpfs mappings.
+    SharedAnon,
+    /// Anonymous (copy-on-write) pages inside a private writable file mapping.
+    PrivateFile,
+}
+
+/// How a copy relates to the file's bytes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum CopyKind {
+    Identical,
+    /// F16 widened to F32.
+    WidenedF16,
+    /// BF16 widened to F32.
+    WidenedBf16,
+}
+
+impl CopyKind {
+    /// Bytes in memory per byte of the file.
+    pub fn factor(self) -> u64 {
+        match self {
+            CopyKind::Identical => 1,
+            CopyKind::WidenedF16 | CopyKind::WidenedBf16 => 2,
+        }
+    }
+}
+
+/// Why a tensor cannot be searched for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Unsearchable {
+    /// Shorter than `grid::SMALL_MIN` (256 bytes) in memory.
+    TooSmall,
+    /// Every indexed window of it is a constant run (all zeros, one repeated value).
+    LowEntropy,
+}
+
+/// Work done by one search of a process's memory, for reports and the benchmark.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct SweepStats {
+    pub regions: usize,
+    /// Address space of the searched regions.
+    pub mapped_bytes: u64,
+    /// Present, eligible bytes in them.
+    pub present_bytes: u64,
+    pub sampled_pages: u64,
+    pub candidates: u64,
+    pub rejected: u64,
+    /// Bytes compared with the file.
+    pub compared_bytes: u64,
+    pub stride_pages: u64,
+}
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct DupesReport {

@@ -30,8 +30,10 @@ pub use findings::{Code, Finding, Severity};
 /// Version of the JSON document; bumped on any incompatible change.
 pub const SCHEMA_VERSION: u32 = 1;
 
-/// Private memory at least this fraction of a file's size could hold a copy of it.
-pub const SUSPECT_FRACTION: f64 = crate::collect::gather::COPY_FRACTION;
+/// Private memory at least this fraction of a file's size could hold a copy of it: the
+/// model suspects a copy only there, and the gatherer looks for one only there (its
+/// `COPY_FRACTION` is this).
+pub const SUSPECT_FRACTION: f64 = 0.8;
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Report {
@@ -241,7 +243,7 @@ pub struct SuspectedCopy {
     pub mapped: bool,
     pub why: crate::sample::CandidateWhy,
     /// Why it was not searched (or only in part).
-    pub unsearched: String,
+    pub unsearched: crate::sample::unsearched::Unsearched,
 }
 
 /// The candidate copy holders of a file and what became of them.
@@ -258,8 +260,9 @@ pub struct CandidateCounts {
     pub compared_bytes: u64,
 }
 
-/// How many times the file's bytes are in memory, from proven parts only.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+/// How many times the file's bytes are in memory, from proven parts only. The default
+/// is nothing known and nothing counted.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct Representations {
     /// Page-cache resident fraction; `None` if residency is unknown.
     pub page_cache: Option<f64>,
@@ -465,6 +468,7 @@ pub fn trace_context(sample: &Sample, files: &[FileModel], t: &TraceSample) -> t
         pids: t.pinned_pids.clone(),
         files: Vec::new(),
         top: TRACE_TOP,
+        page_bytes: sample.system.page_bytes(),
     }
 }
 
@@ -512,17 +516,7 @@ pub fn build_with(sample: &Sample, trace: Option<TraceInput>) -> Report {
                 now_at_path: f.now_at_path,
                 seen_as: f.seen_as.clone(),
                 shmem_copy_of: None,
-                representations: Representations {
-                    page_cache: None,
-                    cow: None,
-                    private_copies: 0.0,
-                    device: None,
-                    proven: None,
-                    suspected: 0.0,
-                    suspected_device: 0.0,
-                    unsearched: 0,
-                    lower_bound: false,
-                },
+                representations: Representations::default(),
             }
         })
         .collect();

@@ -484,3 +484,34 @@ fn page_counts_follow_a_64k_page_size() {
     assert_eq!(r.resident_bytes, Some(64 * K));
     assert_eq!(r.resident_fraction, Some(0.5));
 }
+
+/// The eBPF counters count the system's pages: the trace context takes the page size from
+/// the sample (4 KiB where a stored sample has none), and a refault finding says bytes in it.
+#[test]
+fn trace_pages_follow_the_sample_page_size() {
+    let mut s = sample(vec![file(1, MIB, Some(0))], vec![]);
+    let t = TraceSample::default();
+    s.system.page_size = 0;
+    assert_eq!(
+        trace_context(&s, &[], &t).page_bytes,
+        crate::sample::PAGE_BYTES
+    );
+    s.system.page_size = 64 << 10;
+    let ctx = trace_context(&s, &[], &t);
+    assert_eq!(ctx.page_bytes, 64 << 10);
+    let f = Finding {
+        severity: Severity::Notice,
+        code: Code::Refaults {
+            file: key(1),
+            path: Some("/m/f1.gguf".into()),
+            pages: 16,
+            page_bytes: ctx.page_bytes,
+            secs: 1.0,
+        },
+    };
+    assert!(
+        f.message().contains("had 1.0 MiB evicted"),
+        "{}",
+        f.message()
+    );
+}

@@ -5,6 +5,20 @@
 
 use serde::{Deserialize, Serialize};
 
+mod gpu;
+pub mod trace;
+pub mod unsearched;
+
+pub use gpu::*;
+
+/// What `/proc/PID/maps` and `/proc/PID/fd` append to the name of an unlinked file.
+pub const DELETED: &str = " (deleted)";
+
+/// The path without the kernel's ` (deleted)` mark.
+pub fn strip_deleted(path: &str) -> &str {
+    path.strip_suffix(DELETED).unwrap_or(path)
+}
+
 /// Identity of a file: `(major, minor, inode)`, as `/proc/PID/maps` and `stat(2)` give it.
 #[derive(
     Debug, Clone, Copy, Default, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize,
@@ -16,10 +30,12 @@ pub struct FileKey {
 }
 
 impl FileKey {
+    /// From `st_dev` as `stat(2)` gives it (glibc's encoding of a 64-bit `dev_t`: the
+    /// major number in bits 8-19 and 32-63, the minor in bits 0-7 and 20-31).
     pub fn from_dev(dev: u64, inode: u64) -> Self {
         FileKey {
-            major: libc::major(dev),
-            minor: libc::minor(dev),
+            major: (((dev >> 8) & 0xfff) | ((dev >> 32) & 0xffff_f000)) as u32,
+            minor: ((dev & 0xff) | ((dev >> 12) & 0xffff_ff00)) as u32,
             inode,
         }
     }
@@ -305,6 +321,10 @@ mod double_option {
     }
 }
 
+/// A 4 KiB page: the unit the byte-level search samples in, and the page size assumed
+/// where no sample gives the system's (see [`SystemSample::page_bytes`]).
+pub const PAGE_BYTES: u64 = 4096;
+
 /// System-wide counters.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct SystemSample {
@@ -315,7 +335,18 @@ pub struct SystemSample {
     pub page_size: u64,
 }
 
-/// The privilege of the process that read a sample (see [`crate::collect::access`]).
+impl SystemSample {
+    /// The system's page size, [`PAGE_BYTES`] where the sample has none (0).
+    pub fn page_bytes(&self) -> u64 {
+        if self.page_size == 0 {
+            PAGE_BYTES
+        } else {
+            self.page_size
+        }
+    }
+}
+
+/// The privilege of the process that read a sample (see `twofold::collect::access`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Privilege {
     /// Effective user id.
@@ -426,7 +457,7 @@ pub struct ProofSample {
     pub pid: i32,
     pub file: FileKey,
     /// Why the process was not (fully) searched; `None` when it was.
-    pub unsearched: Option<String>,
+    pub unsearched: Option<unsearched::Unsearched>,
     /// File bytes found copied in private memory (heap, anonymous mappings), identical.
     pub identical_file_bytes: u64,
     /// File bytes found widened (F16/BF16 → F32) in private memory.
@@ -494,102 +525,6 @@ impl PhysicalSample {
     }
 }
 
-pub mod trace;
-
-/// GPUs and the device memory of each process on them (NVML), read each snapshot.
-/// `not_available` says why there is nothing (no libnvidia-ml, no NVIDIA GPU, NVML failed,
-/// or not collected: the default, for samples and recordings made without it): then every
-/// GPU field is unknown, never 0.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct GpuSample {
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub not_available: Option<String>,
-    #[serde(default)]
-    pub devices: Vec<GpuDeviceSample>,
-    /// Device copies of a model file that twofold's own loaders made and checked byte
-    /// for byte (`twofold __child cuda-load`): the only device copies that are proven,
-    /// since no other process's device memory can be read.
-    #[serde(default)]
-    pub device_proofs: Vec<DeviceProofSample>,
-}
-
-impl Default for GpuSample {
-    fn default() -> Self {
-        GpuSample {
-            not_available: Some("GPU memory was not collected".into()),
-            devices: Vec::new(),
-            device_proofs: Vec::new(),
-        }
-    }
-}
-
-/// What identifies a GPU and its memory, as NVML reports it (the sample and the report
-/// both carry it, flattened into their JSON).
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
-pub struct GpuInfo {
-    /// NVML index.
-    pub index: u32,
-    pub name: Option<String>,
-    pub uuid: Option<String>,
-    /// `0000:3b:00.0` (lower case, 4-digit domain, as sysfs names it).
-    pub pci_bus_id: Option<String>,
-    pub memory_total_bytes: Option<u64>,
-    pub memory_used_bytes: Option<u64>,
-    pub memory_free_bytes: Option<u64>,
-    /// Current PCIe link generation and width; `None` where NVML has none (integrated).
-    pub pcie_link_gen: Option<u32>,
-    pub pcie_link_width: Option<u32>,
-    /// The GPU shares the host's DRAM (CUDA's `CU_DEVICE_ATTRIBUTE_INTEGRATED`); `None`:
-    /// not known (libcuda absent).
-    pub integrated: Option<bool>,
-}
-
-/// One GPU as NVML reports it.
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
-pub struct GpuDeviceSample {
-    #[serde(flatten)]
-    pub info: GpuInfo,
-    /// Processes with memory on this GPU (compute and graphics).
-    pub processes: Vec<GpuProcessSample>,
-    /// Why the process list could not be read, when it could not.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub processes_unavailable: Option<String>,
-}
-
-/// How a process uses a GPU.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum GpuProcessKind {
-    Compute,
-    Graphics,
-}
-
-/// One process on one GPU.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct GpuProcessSample {
-    pub pid: i32,
-    pub kind: GpuProcessKind,
-    /// Device memory it holds; `None` where the driver does not say (WDDM, MIG without
-    /// privilege).
-    pub used_bytes: Option<u64>,
-}
-
-/// A device copy a twofold loader made of a model file and checked against it.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct DeviceProofSample {
-    pub pid: i32,
-    pub file: FileKey,
-    /// NVML UUID of the GPU holding the copy.
-    pub gpu_uuid: Option<String>,
-    /// File bytes copied to the device and read back identical (xxh3 of both).
-    pub file_bytes: u64,
-    /// Device memory the loader allocated for them (`cuMemGetInfo` before and after).
-    pub device_bytes: u64,
-    /// xxh3-64 of the file bytes and of the device bytes read back.
-    pub file_xxh3: String,
-    pub device_xxh3: String,
-}
-
 /// A map written as a sorted list of `[key, value]` entries: JSON objects only take string
 /// keys, and a file key or a (process, file) pair is not one.
 pub mod entries {
@@ -619,5 +554,24 @@ pub mod entries {
         V: Deserialize<'de>,
     {
         Ok(Vec::<(K, V)>::deserialize(d)?.into_iter().collect())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::FileKey;
+
+    #[test]
+    fn file_key_splits_dev_as_glibc() {
+        // Values from glibc's makedev(major, minor).
+        for (dev, major, minor) in [
+            (0x803, 8, 3),
+            (0x6781_039a, 259, 0x6789a),
+            (0x1_2000_6783_459a, 0x12345, 0x6789a),
+            (0x7fff_f7ff_ffff_ffff, 0x7fff_ffff, 0x7fff_ffff),
+        ] {
+            let k = FileKey::from_dev(dev, 7);
+            assert_eq!((k.major, k.minor, k.inode), (major, minor, 7), "{dev:#x}");
+        }
     }
 }

@@ -10,7 +10,7 @@
 //! the one evictable, file-backed representation.
 
 use serde::{Deserialize, Serialize};
-use twofold_probes::types::{Arm, ArmsReport, ImportStatus, Topology};
+use twofold_probe_types::{Arm, ArmsReport, ImportStatus, Topology};
 
 /// Fraction of the working set that must be in the page cache.
 pub const RESIDENT_THRESHOLD: f64 = 0.95;
@@ -450,14 +450,14 @@ pub struct ProbeFile {
 /// One import attempt at the working set, and the ceiling search that followed.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct ImportReport {
-    pub outcome: twofold_probes::types::ImportOutcome,
+    pub outcome: twofold_probe_types::ImportOutcome,
     pub ceiling: Option<Ceiling>,
 }
 
 /// Everything measured and decided for one backend.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct BackendReport {
-    pub backend: twofold_probes::types::BackendKind,
+    pub backend: twofold_probe_types::BackendKind,
     pub device: String,
     pub topology: Topology,
     pub imports: Vec<ImportReport>,
@@ -476,7 +476,7 @@ pub struct BackendReport {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct ProbeReport {
     pub schema_version: u32,
-    pub caps: twofold_probes::types::Caps,
+    pub caps: twofold_probe_types::Caps,
     pub file: Option<ProbeFile>,
     pub backends: Vec<BackendReport>,
 }
@@ -558,6 +558,8 @@ pub fn assess(
         verdict,
     }
 }
+
+mod text;
 
 #[cfg(test)]
 #[path = "probe_tests.rs"]

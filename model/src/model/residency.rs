@@ -2,8 +2,72 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::collect::residency::ResidencyMap;
 use crate::sample::ResidencySample;
+
+/// Per-page residency bitmap.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ResidencyMap {
+    pub page_size: u64,
+    pub pages: u64,
+    bits: Vec<u64>,
+}
+
+impl ResidencyMap {
+    pub fn is_resident(&self, page: u64) -> bool {
+        page < self.pages && self.bits[(page / 64) as usize] & (1 << (page % 64)) != 0
+    }
+
+    pub fn resident_pages(&self) -> u64 {
+        self.bits.iter().map(|w| u64::from(w.count_ones())).sum()
+    }
+
+    /// Resident pages in `[first, last)`.
+    pub fn resident_in(&self, first: u64, last: u64) -> u64 {
+        let last = last.min(self.pages);
+        if first >= last {
+            return 0;
+        }
+        // Whole words counted at once: a 1 TiB file is 2^28 pages.
+        let (w0, w1) = ((first / 64) as usize, ((last - 1) / 64) as usize);
+        let mut n = 0u64;
+        for (w, word) in self.bits[w0..=w1].iter().enumerate() {
+            let base = (w0 + w) as u64 * 64;
+            let lo = first.saturating_sub(base).min(64);
+            let hi = (last - base).min(64);
+            let mask = if hi - lo == 64 {
+                u64::MAX
+            } else {
+                ((1u64 << (hi - lo)) - 1) << lo
+            };
+            n += u64::from((word & mask).count_ones());
+        }
+        n
+    }
+
+    /// A map of `pages` pages from its words: bit `i % 64` of word `i / 64` is page `i`.
+    pub fn from_bits(page_size: u64, pages: u64, bits: Vec<u64>) -> Self {
+        debug_assert_eq!(bits.len() as u64, pages.div_ceil(64));
+        ResidencyMap {
+            page_size,
+            pages,
+            bits,
+        }
+    }
+
+    pub fn from_bools(page_size: u64, pages: &[bool]) -> Self {
+        let mut bits = vec![0u64; pages.len().div_ceil(64)];
+        for (i, r) in pages.iter().enumerate() {
+            if *r {
+                bits[i / 64] |= 1 << (i % 64);
+            }
+        }
+        ResidencyMap {
+            page_size,
+            pages: pages.len() as u64,
+            bits,
+        }
+    }
+}
 
 /// Most cells a residency map draws; a cell covers `pages_per_cell` pages.
 pub const MAX_CELLS: u64 = 256;
@@ -68,16 +132,16 @@ pub fn build(
     match (sample, size) {
         (Ok(_), None) => r.unknown_reason = Some("its size is unknown".into()),
         (Ok(s), Some(size)) => {
-            let pages = pages.unwrap_or(0);
             // cachestat counts whole pages; the last, partial page is cached whole.
-            let resident_pages = s.cached_bytes / page_size.max(1);
+            let page = page_size.max(1);
+            let resident_pages = s.cached_bytes / page;
             r.resident_pages = Some(resident_pages);
             r.resident_bytes = Some((resident_pages * page_size).min(size));
-            r.resident_fraction = Some(if pages == 0 {
-                0.0
-            } else {
-                resident_pages as f64 / pages as f64
-            });
+            r.resident_fraction = Some(super::page_cache_fraction(
+                resident_pages * page,
+                size,
+                page,
+            ));
             r.dirty_bytes = s.dirty_bytes;
             r.writeback_bytes = s.writeback_bytes;
             r.evicted_bytes = s.evicted_bytes;

@@ -219,27 +219,27 @@ fn invalid_endpoints_are_excluded() {
     assert_eq!(decide(&i).decision, Decision::Undecided);
 }
 
-fn run(arm: Arm, secs: &[f64], ok: bool) -> twofold_probes::types::ArmRun {
-    let mut r = twofold_probes::types::ArmRun::failed(arm, 1_000_000_000, "x");
+fn run(arm: Arm, secs: &[f64], ok: bool) -> twofold_probe_types::ArmRun {
+    let mut r = twofold_probe_types::ArmRun::failed(arm, 1_000_000_000, "x");
     r.error = None;
     r.checksums_ok = ok;
     r.pass_seconds = secs.to_vec();
     r
 }
 
-fn report(runs: Vec<twofold_probes::types::ArmRun>) -> ArmsReport {
+fn report(runs: Vec<twofold_probe_types::ArmRun>) -> ArmsReport {
     ArmsReport {
-        backend: twofold_probes::types::BackendKind::Fake,
+        backend: twofold_probe_types::BackendKind::Fake,
         device: "d".into(),
         topology: Topology::DiscretePcie,
         runs,
         references: vec![
-            twofold_probes::types::ReferenceRate {
+            twofold_probe_types::ReferenceRate {
                 what: "device-to-device copy (x)".into(),
                 bytes: 1,
                 gbps: 500.0,
             },
-            twofold_probes::types::ReferenceRate {
+            twofold_probe_types::ReferenceRate {
                 what: "pinned host-to-device copy (y)".into(),
                 bytes: 1,
                 gbps: 50.0,

@@ -101,7 +101,7 @@ pub fn attribute(sample: &Sample, reads: &BTreeMap<(i32, FileKey), u64>, files: 
                 .find(|p| p.pid == c.pid && p.file == key);
             let unsearched = match proof {
                 Some(p) => p.unsearched.clone(),
-                None => Some("not searched (--no-prove)".to_string()),
+                None => Some(crate::sample::unsearched::Unsearched::no_prove()),
             };
             if let Some(p) = proof {
                 f.candidates.sampled_bytes += p.sampled_bytes;

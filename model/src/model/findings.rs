@@ -1,10 +1,14 @@
 //! Findings: small rules over the model. Each is a typed [`Code`] with the numbers it
-//! was found from; `render::findings` writes the sentence and the remedy.
+//! was found from; [`text`] writes the sentence and the remedy (they are part of the
+//! JSON document, so they live with the model).
 
 use serde::{Deserialize, Serialize};
 
 use super::{CgroupModel, CopyHow, FileModel, MapKind};
 use crate::sample::{FileKey, Privilege};
+
+pub mod remedy;
+pub mod text;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
@@ -16,7 +20,7 @@ pub enum Severity {
 
 /// A finding: which rule fired, about what, with its numbers. The model holds no prose:
 /// the sentence, its subject and the remedy people read are written from the code by
-/// `render::findings` (which also writes and reads a finding's JSON).
+/// [`text`] (which also writes and reads a finding's JSON).
 #[derive(Debug, Clone, PartialEq)]
 pub struct Finding {
     pub severity: Severity,
@@ -63,7 +67,7 @@ pub enum Code {
         comm: String,
         anon_bytes: u64,
         /// Why it was not searched, as the proof said.
-        unsearched: String,
+        unsearched: crate::sample::unsearched::Unsearched,
         /// Who read the sample (the remedy fits them); `None`: not known.
         reader: Option<Privilege>,
     },
@@ -176,6 +180,8 @@ pub enum Code {
         file: FileKey,
         path: Option<String>,
         pages: u64,
+        /// Bytes of one of those pages (the system's page size).
+        page_bytes: u64,
         secs: f64,
     },
     /// eBPF: an OOM kill.

@@ -6,7 +6,8 @@
 //! two samples (or since attach, without a previous sample). A counter that went down
 //! (its LRU entry was evicted and started again) counts from zero. A counter whose
 //! tracepoint is unavailable is `None` (`null` in JSON, `n/a` for people), never 0.
-//! Pages are 4 KiB pages; a large folio counts `1 << order` pages. See `docs/trace.md`.
+//! Pages are the system's pages ([`TraceContext::page_bytes`], 4 KiB on x86-64); a large
+//! folio counts `1 << order` pages. See `docs/trace.md`.
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -16,7 +17,7 @@ use crate::sample::trace::{Counter, FileCounters, IoCounters, OomKill, PidCounte
 use crate::sample::FileKey;
 
 /// What the collectors know beside the counters: paths, comms and what was asked for.
-#[derive(Debug, Clone, Default)]
+#[derive(Debug, Clone)]
 pub struct TraceContext {
     /// Paths of files, by (dev, inode).
     pub paths: BTreeMap<FileKey, String>,
@@ -32,6 +33,23 @@ pub struct TraceContext {
     pub files: Vec<FileKey>,
     /// At most this many rows of other (not of interest) files and processes.
     pub top: usize,
+    /// Bytes of a page the counters count (the system's page size).
+    pub page_bytes: u64,
+}
+
+impl Default for TraceContext {
+    fn default() -> Self {
+        TraceContext {
+            paths: BTreeMap::new(),
+            interest: BTreeSet::new(),
+            sizes: BTreeMap::new(),
+            comms: BTreeMap::new(),
+            pids: Vec::new(),
+            files: Vec::new(),
+            top: 0,
+            page_bytes: crate::sample::PAGE_BYTES,
+        }
+    }
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -287,23 +305,23 @@ fn process_delta(cur: &ProcessTotals, prev: &ProcessTotals) -> ProcessTotals {
     }
 }
 
-/// Activity of a delta, to rank rows.
-fn file_activity(d: &FileTotals) -> u64 {
+/// Activity of a delta, to rank rows: events, and bytes read in pages.
+fn file_activity(d: &FileTotals, page: u64) -> u64 {
     [
         d.file_faults.unwrap_or(0),
         d.added_pages.unwrap_or(0),
         d.evicted_pages.unwrap_or(0),
         d.refault_pages.unwrap_or(0),
-        d.read_bytes.unwrap_or(0) / 4096,
+        d.read_bytes.unwrap_or(0) / page.max(1),
     ]
     .into_iter()
     .fold(0, u64::saturating_add)
 }
 
-fn process_activity(d: &ProcessTotals) -> u64 {
+fn process_activity(d: &ProcessTotals, page: u64) -> u64 {
     [
         d.faults.unwrap_or(0),
-        d.read_bytes.unwrap_or(0) / 4096,
+        d.read_bytes.unwrap_or(0) / page.max(1),
         d.reclaim_ns.unwrap_or(0) / 1000,
         d.direct_reclaims.unwrap_or(0),
         d.memcg_reclaims.unwrap_or(0),
@@ -415,7 +433,10 @@ fn files(cur: &TraceSample, p: &TraceSample, ctx: &TraceContext, secs: f64) -> V
     rows.sort_by(|a, b| {
         b.of_interest
             .cmp(&a.of_interest)
-            .then(file_activity(&b.delta).cmp(&file_activity(&a.delta)))
+            .then(
+                file_activity(&b.delta, ctx.page_bytes)
+                    .cmp(&file_activity(&a.delta, ctx.page_bytes)),
+            )
             .then(a.inode.cmp(&b.inode))
     });
     let mut others = 0;
@@ -424,7 +445,7 @@ fn files(cur: &TraceSample, p: &TraceSample, ctx: &TraceContext, secs: f64) -> V
             return true;
         }
         others += 1;
-        file_activity(&r.delta) > 0 && others <= ctx.top
+        file_activity(&r.delta, ctx.page_bytes) > 0 && others <= ctx.top
     });
     rows
 }
@@ -483,8 +504,8 @@ fn processes(
         })
         .collect();
     rows.sort_by(|a, b| {
-        process_activity(&b.delta)
-            .cmp(&process_activity(&a.delta))
+        process_activity(&b.delta, ctx.page_bytes)
+            .cmp(&process_activity(&a.delta, ctx.page_bytes))
             .then(a.pid.cmp(&b.pid))
     });
     if ctx.pids.is_empty() {
@@ -494,7 +515,7 @@ fn processes(
                 return true;
             }
             others += 1;
-            process_activity(&r.delta) > 0 && others <= ctx.top
+            process_activity(&r.delta, ctx.page_bytes) > 0 && others <= ctx.top
         });
     }
     rows

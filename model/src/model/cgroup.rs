@@ -1,4 +1,4 @@
-//! Per-cgroup memory model over v1 and v2 `memory.stat` (see [`crate::collect::cgroup`]).
+//! Per-cgroup memory model over v1 and v2 `memory.stat` (read by `twofold::collect::cgroup`).
 //!
 //! v2 keys: `anon`, `file`, `file_mapped`, `shmem` (bytes), `workingset_refault_file`
 //! (count). v1 uses the hierarchical `total_rss`, `total_cache`, `total_mapped_file`,
