@@ -216,10 +216,12 @@ fn integrity_refuses_a_file_larger_than_memory() {
         .unwrap();
     let start = Instant::now();
     let (status, out, err) = bounded(
-        Command::new(exe())
-            .arg("pressure")
-            .arg(&path)
-            .args(["--experiment", "integrity", "--cycles", "1"]),
+        Command::new(exe()).arg("pressure").arg(&path).args([
+            "--experiment",
+            "integrity",
+            "--cycles",
+            "1",
+        ]),
         Duration::from_secs(60),
     );
     assert_eq!(status.code(), Some(2), "stdout: {out}\nstderr: {err}");
@@ -228,6 +230,10 @@ fn integrity_refuses_a_file_larger_than_memory() {
         err.contains("sparse15T.safetensors") && err.contains("MemAvailable"),
         "{err}"
     );
-    assert!(start.elapsed() < Duration::from_secs(5), "{:?}", start.elapsed());
+    assert!(
+        start.elapsed() < Duration::from_secs(5),
+        "{:?}",
+        start.elapsed()
+    );
     evict(&path);
 }

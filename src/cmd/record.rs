@@ -14,7 +14,6 @@ use std::io::IsTerminal;
 use crate::cli::{DumpArgs, DumpFormat, DumpWhat, RecordArgs, ReplayArgs, SnapshotArgs};
 use crate::collect::cache;
 use crate::collect::gather::Request;
-use crate::dupes::prove::ProveOptions;
 use crate::engine::{self, Engine, Snapshot};
 use crate::model::Report;
 use crate::render;
@@ -139,7 +138,7 @@ fn new_warnings(now: &[String], before: &[String]) -> Vec<String> {
 
 pub fn record(args: &RecordArgs, out: &mut dyn Write) -> anyhow::Result<()> {
     // Every argument is checked before the store is touched or anything is printed.
-    crate::input::check_targets(&args.paths, &args.pids)?;
+    crate::input::check_targets(&args.selection.paths, &args.selection.pids)?;
     let dir = store_dir(&args.store);
     check_store_dir(&dir)?;
     std::fs::create_dir_all(&dir)
@@ -148,18 +147,10 @@ pub fn record(args: &RecordArgs, out: &mut dyn Write) -> anyhow::Result<()> {
         .with_context(|| format!("cannot open the store '{}'", dir.display()))?;
     warn_damage(&damage);
     let req = Request {
-        paths: args.paths.clone(),
-        pids: args.pids.clone(),
-        min_size: args.min_size,
-        stores: args.paths.is_empty(),
-        candidates: true,
-        ..Request::default()
+        min_size: args.collect.min_size,
+        ..Request::from(&args.selection)
     };
-    let prove = (!args.no_prove).then_some(ProveOptions {
-        budget: Some(args.prove_budget),
-        exact: false,
-    });
-    let mut engine = Engine::new(req, prove).incremental(cache::MAX_AGE);
+    let mut engine = Engine::new(req, args.collect.proof()).incremental(cache::MAX_AGE);
     if args.trace {
         if let Err(e) = engine.set_tracing(true) {
             super::warn_all(&[format!("--trace: {e}; the recording goes on without it")]);

@@ -9,19 +9,16 @@ use crate::engine::{self, Engine, Snapshot};
 use crate::model;
 
 pub fn request(args: &ScanArgs) -> Request {
+    let named = !args.selection.paths.is_empty();
     Request {
-        paths: args.paths.clone(),
-        pids: args.pids.clone(),
         cgroup: args.cgroup.clone(),
         min_size: args.min_size,
         all_processes: args.all,
         residency: args.method.into(),
-        // A bare scan (or one by pid) also looks for copies of stored models.
-        stores: args.paths.is_empty(),
-        candidates: true,
-        // `scan FILE...` is about those files; `--all` keeps the whole host.
-        only_paths: !args.paths.is_empty() && !args.all,
-        gpu_pids: Vec::new(),
+        // `scan FILE...` is about those files; `--all` keeps the whole host. A bare scan
+        // (or one by pid) also looks for copies of stored models (the selection's default).
+        only_paths: named && !args.all,
+        ..Request::from(&args.selection)
     }
 }
 

@@ -22,7 +22,6 @@ use anyhow::anyhow;
 use crate::cli::ServeArgs;
 use crate::collect::cache;
 use crate::collect::gather::Request;
-use crate::dupes::prove::ProveOptions;
 use crate::engine::{self, Engine, Snapshot};
 use crate::export::{self, Options, SelfStats};
 
@@ -78,7 +77,7 @@ fn request(args: &ServeArgs) -> Request {
     paths.dedup();
     Request {
         paths,
-        min_size: args.min_size,
+        min_size: args.collect.min_size,
         stores: args.model_globs.is_empty(),
         candidates: true,
         ..Request::default()
@@ -87,15 +86,11 @@ fn request(args: &ServeArgs) -> Request {
 
 /// The collector: one collection every `interval` until `stop`, each published in `latest`.
 fn collect_loop(args: &ServeArgs, latest: &Latest, stop: &AtomicBool) {
-    let prove = (!args.no_prove).then_some(ProveOptions {
-        budget: Some(args.prove_budget),
-        exact: false,
-    });
     let opts = Options {
         max_files: args.max_files,
         per_pid: args.per_pid,
     };
-    let mut engine = Engine::new(request(args), prove).incremental(cache::MAX_AGE);
+    let mut engine = Engine::new(request(args), args.collect.proof()).incremental(cache::MAX_AGE);
     if args.trace {
         if let Err(why) = engine.set_tracing(true) {
             super::warn_all(&[format!(
