@@ -13,7 +13,7 @@ pub fn run(args: &BenchArgs, out: &mut dyn Write) -> anyhow::Result<()> {
     match &args.what {
         BenchWhat::WriteModel { file, size } => {
             crate::input::ensure_room("size", *size, file, 1)?;
-            let n = super::demo::write_safetensors(file, *size)?;
+            let n = super::common::write_safetensors(file, *size)?;
             writeln!(out, "{n}")?;
         }
         BenchWhat::Readmem { pid } => readmem(*pid, out)?,

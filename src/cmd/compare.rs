@@ -90,8 +90,8 @@ fn arms(commands: &[String]) -> anyhow::Result<(&[String], &[String])> {
 
 pub fn run(args: &CompareArgs, out: &mut dyn Write) -> anyhow::Result<()> {
     let (a, b) = arms(&args.commands)?;
-    super::run::check_inputs(args.model.as_deref(), &[])?;
-    let memory_max = super::run::check_sandbox(&args.sandbox)?;
+    super::common::check_inputs(args.model.as_deref(), &[])?;
+    let memory_max = super::common::check_sandbox(&args.sandbox)?;
     let registry = Registry::install()?;
     let mut runs: Vec<(usize, RunSummary)> = Vec::new();
     for round in 0..args.rounds {

@@ -236,7 +236,7 @@ pub fn run(args: &PressureArgs, out: &mut dyn Write) -> anyhow::Result<()> {
         crate::input::check_regular(r, "--reference")?;
     }
     // One rule for every --memory-max, whichever experiments run.
-    super::run::check_sandbox(&args.sandbox)?;
+    super::common::check_sandbox(&args.sandbox)?;
     // --out is checked before the experiments (minutes of work), not after them.
     if let Some(dir) = &args.sandbox.out {
         check_out_dir(dir)?;
@@ -261,7 +261,7 @@ pub fn run(args: &PressureArgs, out: &mut dyn Write) -> anyhow::Result<()> {
         integrity: None,
     };
     if want(Experiment::Readers) {
-        let limit = super::run::memory_max(&args.sandbox)?;
+        let limit = super::common::memory_max(&args.sandbox)?;
         // Refuse up front, before any reader starts.
         let proc_root = std::path::Path::new("/proc");
         let (avail, total) = crate::campaign::sandbox::host_memory(proc_root)?;
@@ -285,7 +285,7 @@ pub fn run(args: &PressureArgs, out: &mut dyn Write) -> anyhow::Result<()> {
         bar.finish_and_clear();
     }
     if want(Experiment::Competitor) {
-        let limit = super::run::memory_max(&args.sandbox)?;
+        let limit = super::common::memory_max(&args.sandbox)?;
         let exe = std::env::current_exe().context("cannot find the twofold executable")?;
         let req = CompetitorRequest {
             readers: args.map_readers,

@@ -9,44 +9,11 @@ use anyhow::Context;
 use crate::campaign::plot::{line_chart, Series};
 use crate::campaign::run::{run as run_campaign, RunRequest, RunSummary};
 use crate::campaign::sampler::Point;
-use crate::campaign::sandbox::{check_limit, host_memory};
 use crate::cleanup::Registry;
-use crate::cli::{RunArgs, SandboxArgs};
+use crate::cli::RunArgs;
 use crate::units::{iec, iec_opt};
 
-/// The limit to use: the one given, else a quarter of MemAvailable; either way refused
-/// above MemAvailable minus the margin (one rule for every campaign).
-pub fn memory_max(args: &SandboxArgs) -> anyhow::Result<u64> {
-    let (avail, total) = host_memory(Path::new("/proc"))?;
-    let limit = args.memory_max.unwrap_or(avail / 4);
-    check_limit(limit, avail, total)?;
-    Ok(limit)
-}
-
-/// Checks the sandbox flags before anything starts: the memory limit, and that `--out`
-/// is a directory or can become one. Returns the limit.
-pub fn check_sandbox(args: &SandboxArgs) -> anyhow::Result<u64> {
-    if let Some(dir) = &args.out {
-        if let Ok(meta) = std::fs::metadata(dir) {
-            if !meta.is_dir() {
-                anyhow::bail!("--out '{}' exists and is not a directory", dir.display());
-            }
-        }
-    }
-    memory_max(args)
-}
-
-/// Checks `--model` and every `--watch` before anything starts: each must be a regular
-/// file (a FIFO would block the sampler, a directory has no residency).
-pub fn check_inputs(model: Option<&Path>, watch: &[std::path::PathBuf]) -> anyhow::Result<()> {
-    if let Some(m) = model {
-        crate::input::check_regular(m, "--model")?;
-    }
-    for w in watch {
-        crate::input::check_regular(w, "--watch")?;
-    }
-    Ok(())
-}
+use super::common::{check_inputs, check_sandbox};
 
 const MIB: f64 = 1048576.0;
 

@@ -40,14 +40,6 @@ pub struct Bodies {
 
 type Latest = Arc<RwLock<Arc<Bodies>>>;
 
-fn stop_flag() -> Arc<AtomicBool> {
-    let stop = Arc::new(AtomicBool::new(false));
-    for sig in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {
-        let _ = signal_hook::flag::register(sig, stop.clone());
-    }
-    stop
-}
-
 /// Paths matching `pattern` (glob(3)); none when nothing matches.
 fn glob(pattern: &str) -> Vec<PathBuf> {
     use std::os::unix::ffi::OsStrExt;
@@ -226,7 +218,7 @@ pub fn run(args: &ServeArgs, out: &mut dyn Write) -> anyhow::Result<()> {
         .map_err(|e| anyhow!("cannot listen on '{}': {e}", args.listen))?;
     let server = Arc::new(server);
     let latest: Latest = Arc::new(RwLock::new(Arc::new(Bodies::default())));
-    let stop = stop_flag();
+    let stop = super::common::stop_flag();
     writeln!(
         out,
         "twofold serve: http://{}/metrics, a collection every {:.1} s",

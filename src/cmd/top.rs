@@ -23,6 +23,8 @@ use crate::engine::{self, Engine};
 use crate::store::Store;
 use crate::tui::{self, Feed, Input, Key, State, Update, View};
 
+use super::common;
+
 /// Puts the terminal back as it was (idempotent: Drop and the panic hook both call it).
 fn restore() {
     let _ = terminal::disable_raw_mode();
@@ -171,7 +173,7 @@ fn damage_line(lines: &[String]) -> Option<String> {
 impl Replay {
     fn load(&mut self, at_ns: u64) -> Update {
         let mut damage = std::mem::take(&mut self.damage);
-        let loaded = super::record::replayed_quiet(&self.store, at_ns, &mut damage);
+        let loaded = common::replayed_quiet(&self.store, at_ns, &mut damage);
         let status = damage_line(&damage);
         match loaded {
             Ok(r) => {
@@ -265,7 +267,7 @@ pub fn run(args: &TopArgs, _out: &mut dyn Write) -> anyhow::Result<()> {
         Some(dir) => {
             let at =
                 crate::timespec::parse(&args.at, engine::now().0).map_err(anyhow::Error::msg)?;
-            let (store, damage) = super::record::open_read_quiet(&Some(dir.clone()))?;
+            let (store, damage) = common::open_read_quiet(&Some(dir.clone()))?;
             state.source = "replay".into();
             Box::new(Replay {
                 store,

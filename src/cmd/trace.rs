@@ -7,7 +7,6 @@ use std::io::Write;
 use std::os::unix::fs::MetadataExt;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context};
@@ -92,15 +91,6 @@ impl Session {
     }
 }
 
-/// Stops the loop on SIGINT/SIGTERM so the summary is still printed.
-fn stop_flag() -> Arc<AtomicBool> {
-    let stop = Arc::new(AtomicBool::new(false));
-    for sig in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {
-        let _ = signal_hook::flag::register(sig, stop.clone());
-    }
-    stop
-}
-
 /// Sleeps until `until` or until `stop` is set; false if stopped.
 fn sleep_until(until: Instant, stop: &AtomicBool) -> bool {
     loop {
@@ -169,7 +159,8 @@ pub fn run(args: &TraceArgs, out: &mut dyn Write) -> anyhow::Result<()> {
         files: paths.values().cloned().collect(),
         pids: args.pids.clone(),
     };
-    let stop = stop_flag();
+    // SIGINT/SIGTERM stop the loop, so the summary is still printed.
+    let stop = super::common::stop_flag();
     let start = Instant::now();
     let end = args.duration.map(|d| start + d);
     // Sampled before saying "attached", so nothing that follows is left out.
