@@ -9,7 +9,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use super::filebytes::FileBytes;
@@ -19,6 +19,9 @@ use super::sweep::{Buffers, Compare, Hit, PageMap, Placed, Span, Sweep, SweepSta
 use crate::collect::memory::{Region, RegionKind, Target};
 use crate::collect::Roots;
 use crate::sample::{FileKey, ProofSample, Sample};
+
+/// Where it was defined first (`top`'s collector and screen name it so).
+pub use super::Progress;
 
 /// How to prove.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -35,43 +38,6 @@ impl Default for ProveOptions {
             budget: Some(Duration::from_secs(5)),
             exact: false,
         }
-    }
-}
-
-/// How far a proof has come, and a flag that stops it: shared with the thread that shows
-/// it (`top`'s `p`). Only atomics: nothing waits on it.
-#[derive(Debug, Default)]
-pub struct Progress {
-    cancel: AtomicBool,
-    done_bytes: AtomicU64,
-    total_bytes: AtomicU64,
-}
-
-impl Progress {
-    /// Asks the proof to stop at its next check (between windows of memory).
-    pub fn cancel(&self) {
-        self.cancel.store(true, Ordering::Relaxed);
-    }
-
-    pub fn cancelled(&self) -> bool {
-        self.cancel.load(Ordering::Relaxed)
-    }
-
-    pub(crate) fn add_total(&self, bytes: u64) {
-        self.total_bytes.fetch_add(bytes, Ordering::Relaxed);
-    }
-
-    pub(crate) fn add_done(&self, bytes: u64) {
-        self.done_bytes.fetch_add(bytes, Ordering::Relaxed);
-    }
-
-    /// `(bytes of mapped memory searched, bytes to search)`; the total grows as each
-    /// process's memory map is read.
-    pub fn bytes(&self) -> (u64, u64) {
-        (
-            self.done_bytes.load(Ordering::Relaxed),
-            self.total_bytes.load(Ordering::Relaxed),
-        )
     }
 }
 

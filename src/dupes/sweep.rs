@@ -56,7 +56,7 @@ pub struct Sweep<'a> {
     pub exact: bool,
     pub deadline: Option<Instant>,
     /// Bytes swept and a cancel flag, watched by another thread (`top`'s `p`).
-    pub progress: Option<&'a super::prove::Progress>,
+    pub progress: Option<&'a super::Progress>,
 }
 
 struct State {
