@@ -69,7 +69,7 @@ fn walk(dir: &Path, out: &mut Vec<PathBuf>) -> anyhow::Result<()> {
 /// size still comes from `stat`, which needs no permission on the file itself).
 pub fn one(path: &Path, method: Method, with_map: bool, page: u64) -> FileResidency {
     let mut r = one_record(path, method, with_map, page);
-    r.path_bytes = crate::collect::gather::raw_if_lossy(path);
+    r.path_bytes = crate::collect::interest::raw_if_lossy(path);
     r
 }
 

@@ -5,15 +5,18 @@
 pub mod access;
 pub mod bpf;
 pub mod cache;
+pub mod candidates;
 pub mod cgroup;
 pub mod error;
 pub mod gather;
 pub mod gpu;
+pub mod interest;
 pub mod kv;
 pub mod maps;
 pub mod memory;
 pub mod mounts;
 pub mod names;
+mod phases;
 pub mod process;
 pub mod reopen;
 pub mod residency;

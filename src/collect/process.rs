@@ -8,6 +8,7 @@
 //! - `/proc/PID/maps`, `/proc/PID/smaps`: see [`super::maps`].
 //! - `/proc/PID/fd/*`: symlinks to open files; `stat` through them gives (dev, inode, size).
 //! - `/proc/PID/cgroup`: `hierarchy:controllers:path` lines.
+//! - `/proc/PID/stat`: field 22, the start time in clock ticks after boot ([`start_time`]).
 //!
 //! Kernel documentation: <https://www.kernel.org/doc/html/latest/filesystems/proc.html>.
 
@@ -277,6 +278,14 @@ pub fn parse_cgroup(path: &Path, text: &str) -> Result<Option<CgroupRef>> {
         }
     }
     Ok(v2)
+}
+
+/// Start time of `pid` (field 22 of `/proc/PID/stat`, clock ticks after boot).
+pub fn start_time(proc_root: &Path, pid: i32) -> Option<u64> {
+    let stat = std::fs::read_to_string(proc_root.join(pid.to_string()).join("stat")).ok()?;
+    // The command name (field 2) may hold spaces and parentheses: count after the last ')'.
+    let rest = &stat[stat.rfind(')')? + 1..];
+    rest.split_whitespace().nth(19)?.parse().ok()
 }
 
 #[cfg(test)]
