@@ -8,7 +8,7 @@ use anyhow::Context;
 
 use crate::campaign::plot::{line_chart, Series};
 use crate::campaign::run::{run as run_campaign, RunRequest, RunSummary};
-use crate::campaign::sampler::Point;
+use crate::campaign::sampler::TimelinePoint;
 use crate::cleanup::Registry;
 use crate::cli::RunArgs;
 use crate::units::{iec, iec_opt};
@@ -18,7 +18,12 @@ use super::common::{check_inputs, check_sandbox};
 const MIB: f64 = 1048576.0;
 
 /// Writes `timeline.jsonl` and `memory.{svg,png}` for samples.
-pub fn write_timeline(dir: &Path, stem: &str, points: &[Point], title: &str) -> anyhow::Result<()> {
+pub fn write_timeline(
+    dir: &Path,
+    stem: &str,
+    points: &[TimelinePoint],
+    title: &str,
+) -> anyhow::Result<()> {
     std::fs::create_dir_all(dir).with_context(|| format!("cannot create '{}'", dir.display()))?;
     let path = dir.join(format!("{stem}.jsonl"));
     let mut f = std::io::BufWriter::new(
@@ -30,7 +35,7 @@ pub fn write_timeline(dir: &Path, stem: &str, points: &[Point], title: &str) -> 
         writeln!(f)?;
     }
     f.flush()?;
-    let series = |name: &str, get: &dyn Fn(&Point) -> Option<u64>| Series {
+    let series = |name: &str, get: &dyn Fn(&TimelinePoint) -> Option<u64>| Series {
         name: name.to_string(),
         points: points
             .iter()

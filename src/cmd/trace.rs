@@ -46,7 +46,7 @@ fn explicit_files(paths: &[PathBuf]) -> anyhow::Result<BTreeMap<FileKey, String>
 }
 
 /// Names, files of interest and their sizes for the model.
-struct Session {
+struct TraceModeler {
     names: Names,
     interest: BTreeSet<FileKey>,
     sizes: BTreeMap<FileKey, u64>,
@@ -55,7 +55,7 @@ struct Session {
     top: usize,
 }
 
-impl Session {
+impl TraceModeler {
     /// The model of `cur` (over the time since `prev`), after naming its rows.
     fn model(&mut self, cur: &TraceSample, prev: Option<&TraceSample>) -> TraceModel {
         let m = TraceModel::new(cur, prev, &self.ctx());
@@ -145,7 +145,7 @@ pub fn run(args: &TraceArgs, out: &mut dyn Write) -> anyhow::Result<()> {
         .collect();
     let tracer = Tracer::attach(&options(&args.pids, &pinned))?;
     super::warn_all(tracer.warnings());
-    let mut cx = Session {
+    let mut modeler = TraceModeler {
         names: Names::new(&roots, paths.clone()),
         interest,
         sizes,
@@ -179,15 +179,15 @@ pub fn run(args: &TraceArgs, out: &mut dyn Write) -> anyhow::Result<()> {
         let finished = !sleep_until(until, &stop) || end.is_some_and(|e| Instant::now() >= e);
         let cur = tracer.sample();
         if !finished || end.is_none() {
-            let m = cx.model(&cur, Some(&prev));
+            let m = modeler.model(&cur, Some(&prev));
             emit(out, args.output.json, Record::Interval(m))?;
         } else if cur.at_secs - prev.at_secs > 0.01 {
             // The last, partial interval.
-            let m = cx.model(&cur, Some(&prev));
+            let m = modeler.model(&cur, Some(&prev));
             emit(out, args.output.json, Record::Interval(m))?;
         }
         if finished {
-            let m = cx.model(&cur, None);
+            let m = modeler.model(&cur, None);
             emit(out, args.output.json, Record::Summary(m))?;
             return Ok(());
         }

@@ -11,7 +11,7 @@ pub mod error;
 pub mod gather;
 pub mod gpu;
 pub mod interest;
-pub mod kv;
+pub mod keyvalue;
 pub mod maps;
 pub mod memory;
 pub mod mounts;

@@ -16,7 +16,7 @@ use super::filebytes::FileBytes;
 use super::grid::{Grid, PAGE};
 use super::index::CopyKind;
 use super::sweep::{Buffers, Compare, Hit, PageMap, Placed, Span, Sweep, SweepStats};
-use crate::collect::memory::{Region, RegionKind, Target};
+use crate::collect::memory::{ProcMemory, Region, RegionKind};
 use crate::collect::Roots;
 use crate::sample::{FileKey, ProofSample, Sample};
 
@@ -567,7 +567,7 @@ pub fn recheck(
     let Some(f) = sample.files.iter().find(|f| f.key == key) else {
         return Ok(Rechecked::Changed);
     };
-    let target = Target::open(&roots.proc, pid).map_err(|e| format!("{e:#}"))?;
+    let target = ProcMemory::open(&roots.proc, pid).map_err(|e| format!("{e:#}"))?;
     let path = open_path(sample, key, &f.path, &roots.proc);
     let bytes =
         FileBytes::open(&path).map_err(|e| format!("cannot open '{}': {e}", path.display()))?;
@@ -693,11 +693,11 @@ fn search_one(
 ) -> SearchResult {
     // The whole chain: the refusal's reason is in the source.
     let target =
-        Target::open(&roots.proc, pid).map_err(|e| format!("{:#}", anyhow::Error::from(e)))?;
+        ProcMemory::open(&roots.proc, pid).map_err(|e| format!("{:#}", anyhow::Error::from(e)))?;
     let maps_path = roots.proc.join(pid.to_string()).join("maps");
     let text = std::fs::read_to_string(&maps_path)
         .map_err(|e| format!("cannot read '{}': {e}", maps_path.display()))?;
-    let regions = Target::regions(&maps_path, &text).map_err(|e| format!("{e:#}"))?;
+    let regions = ProcMemory::regions(&maps_path, &text).map_err(|e| format!("{e:#}"))?;
     let sweep = Sweep {
         grid,
         target: &target,

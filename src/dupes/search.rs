@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 use anyhow::{bail, Context};
 
 use crate::collect::gather::{self, Request};
-use crate::collect::memory::{Region, RegionKind, Target};
+use crate::collect::memory::{ProcMemory, Region, RegionKind};
 use crate::collect::process::ProcReader;
 use crate::collect::residency;
 use crate::collect::Roots;
@@ -97,11 +97,11 @@ fn search_process(
     prepared: &[Prepared],
     chosen: &[usize],
 ) -> anyhow::Result<Vec<FileDupes>> {
-    let target = Target::open(&roots.proc, pid)?;
+    let target = ProcMemory::open(&roots.proc, pid)?;
     let maps_path = roots.proc.join(pid.to_string()).join("maps");
     let text = std::fs::read_to_string(&maps_path)
         .with_context(|| format!("failed to read '{}'", maps_path.display()))?;
-    let regions: Vec<Region> = Target::regions(&maps_path, &text)?;
+    let regions: Vec<Region> = ProcMemory::regions(&maps_path, &text)?;
     let sweep = Sweep {
         grid,
         target: &target,

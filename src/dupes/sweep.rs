@@ -17,7 +17,7 @@ use serde::{Deserialize, Serialize};
 use super::filebytes::FileBytes;
 use super::grid::{hash, Grid, PAGE, WIN};
 use super::index::{periodic, CopyKind};
-use crate::collect::memory::{Region, Target, IOV_MAX};
+use crate::collect::memory::{ProcMemory, Region, IOV_MAX};
 
 /// A confirmed copy of one piece.
 #[derive(Debug, Clone, PartialEq)]
@@ -50,7 +50,7 @@ pub struct SweepStats {
 
 pub struct Sweep<'a> {
     pub grid: &'a Grid,
-    pub target: &'a Target,
+    pub target: &'a ProcMemory,
     pub stride: u64,
     /// Compare every page of every copy (`dupes`), not only those on the stride.
     pub exact: bool,
@@ -118,7 +118,7 @@ impl PageMap {
             return false;
         }
         let i = ((addr - self.start) / PAGE) as usize;
-        i < self.entries.len() && Target::eligible(self.entries[i], r.kind)
+        i < self.entries.len() && ProcMemory::eligible(self.entries[i], r.kind)
     }
 }
 
@@ -206,7 +206,10 @@ impl Sweep<'_> {
                         self.target
                             .pagemap(a, a + PAGE, &mut one)
                             .map_err(|e| io::Error::other(format!("{e:#}")))?;
-                        if one.first().is_some_and(|e| Target::eligible(*e, r.kind)) {
+                        if one
+                            .first()
+                            .is_some_and(|e| ProcMemory::eligible(*e, r.kind))
+                        {
                             v.push(a);
                         }
                     }
@@ -220,7 +223,7 @@ impl Sweep<'_> {
                     st.stats.present_bytes += pm
                         .entries
                         .iter()
-                        .filter(|e| Target::eligible(**e, r.kind))
+                        .filter(|e| ProcMemory::eligible(**e, r.kind))
                         .count() as u64
                         * PAGE;
                     (first..w1)
@@ -436,7 +439,7 @@ impl<'a> Placed<'a> {
 /// Compares a process's memory with a file's bytes: how a candidate copy is confirmed by
 /// the search, and how the engine re-checks a copy it found before.
 pub struct Compare<'a> {
-    pub target: &'a Target,
+    pub target: &'a ProcMemory,
     pub stride: u64,
     pub exact: bool,
 }
