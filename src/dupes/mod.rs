@@ -11,6 +11,8 @@ pub mod grid;
 pub mod index;
 pub mod physical;
 pub mod prove;
+pub mod recheck;
+pub mod runs;
 pub mod search;
 pub mod sweep;
 

@@ -445,7 +445,7 @@ pub struct Compare<'a> {
 }
 
 /// Pages of the copies one search found that a check in place compares again, spread
-/// over the copies (see [`super::prove::recheck`]).
+/// over the copies (see [`super::recheck::recheck`]).
 pub const SPOT_PAGES: usize = 256;
 
 impl Compare<'_> {
