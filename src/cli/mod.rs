@@ -165,6 +165,14 @@ pub struct CollectArgs {
 }
 
 impl CollectArgs {
+    /// The request of each collection over `selection` (`record`, `top`).
+    pub fn request(&self, selection: &Selection) -> Request {
+        Request {
+            min_size: self.min_size,
+            ..Request::from(selection)
+        }
+    }
+
     /// The proof options of each collection: `None` with `--no-prove`.
     pub fn proof(&self) -> Option<ProveOptions> {
         (!self.no_prove).then_some(ProveOptions {
@@ -221,10 +229,7 @@ mod tests {
             panic!("not record")
         };
         assert_eq!(r.collect.prove_budget, Duration::from_secs(5));
-        let req = Request {
-            min_size: r.collect.min_size,
-            ..Request::from(&r.selection)
-        };
+        let req = r.collect.request(&r.selection);
         assert_eq!(
             (req.paths, req.pids),
             (vec![PathBuf::from("m.gguf")], vec![7])

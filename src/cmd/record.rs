@@ -12,7 +12,6 @@ use std::io::IsTerminal;
 
 use crate::cli::{DumpArgs, DumpFormat, DumpWhat, RecordArgs, ReplayArgs, SnapshotArgs};
 use crate::collect::cache;
-use crate::collect::gather::Request;
 use crate::engine::{self, Engine, Snapshot};
 use crate::render;
 use crate::store::Store;
@@ -71,10 +70,7 @@ pub fn record(args: &RecordArgs, out: &mut dyn Write) -> anyhow::Result<()> {
     let (mut store, damage) = Store::open_or_create(&dir)
         .with_context(|| format!("cannot open the store '{}'", dir.display()))?;
     warn_damage(&damage);
-    let req = Request {
-        min_size: args.collect.min_size,
-        ..Request::from(&args.selection)
-    };
+    let req = args.collect.request(&args.selection);
     let mut engine = Engine::new(req, args.collect.proof()).incremental(cache::MAX_AGE);
     if args.trace {
         if let Err(e) = engine.set_tracing(true) {

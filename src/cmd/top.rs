@@ -18,7 +18,6 @@ use ratatui::Terminal;
 
 use crate::cli::{TopArgs, TopView};
 use crate::collect::cache;
-use crate::collect::gather::Request;
 use crate::engine::{self, Engine};
 use crate::store::Store;
 use crate::tui::{self, Feed, Input, Key, State, Update, View};
@@ -277,10 +276,7 @@ pub fn run(args: &TopArgs, _out: &mut dyn Write) -> anyhow::Result<()> {
             })
         }
         None => {
-            let req = Request {
-                min_size: args.collect.min_size,
-                ..Request::from(&args.selection)
-            };
+            let req = args.collect.request(&args.selection);
             let engine = Engine::new(req, args.collect.proof()).incremental(cache::MAX_AGE);
             let (tx, rx) = std::sync::mpsc::channel();
             // Dropping the control sender (with the feed) stops the collector at its next
