@@ -15,7 +15,7 @@ use crate::cli::SandboxArgs;
 use crate::collect::gather::Request;
 use crate::dupes::prove::ProveOptions;
 use crate::engine::{self, Engine, Snapshot};
-use crate::model::{self, Report};
+use crate::model::Report;
 use crate::render;
 use crate::store::Store;
 
@@ -47,7 +47,7 @@ pub fn report(
     req: &Request,
     prove: Option<ProveOptions>,
     trace: Option<std::time::Duration>,
-) -> anyhow::Result<model::Report> {
+) -> anyhow::Result<Report> {
     let mut warnings = Vec::new();
     let snap = snapshot(req, prove, trace, &mut warnings)?;
     let report = engine::report(&snap, None);
@@ -56,7 +56,6 @@ pub fn report(
 }
 
 /// Renders a report as `scan` does.
-
 pub fn render_report(report: &Report, json: bool, out: &mut dyn Write) -> anyhow::Result<()> {
     if json {
         render::json(out, report)?;
