@@ -9,7 +9,7 @@ use std::time::Duration;
 use serde::{Deserialize, Serialize};
 
 use super::readers::evict;
-use super::sampler::{Point, Sampler};
+use super::sampler::{Sampler, TimelinePoint};
 use super::sandbox::Sandbox;
 use crate::cleanup::Registry;
 use crate::collect::Roots;
@@ -17,7 +17,7 @@ use crate::spawn::Reader;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
-pub enum MapArm {
+pub enum SharingArm {
     Shared,
     Private,
 }
@@ -35,7 +35,7 @@ pub struct CompetitorRequest {
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct CompetitorRun {
-    pub arm: MapArm,
+    pub arm: SharingArm,
     /// Anonymous bytes of the competitor steps that started (or were OOM-killed).
     pub competitor_bytes: u64,
     pub active: bool,
@@ -52,7 +52,7 @@ pub struct CompetitorRun {
     /// other than the OOM killer (a crash, a refused allocation); `None` if it is valid.
     #[serde(default)]
     pub failed: Option<String>,
-    pub timeline: Vec<Point>,
+    pub timeline: Vec<TimelinePoint>,
 }
 
 fn pass_times(dir: &Path, readers: usize) -> Vec<(f64, f64)> {
@@ -74,7 +74,7 @@ fn pass_times(dir: &Path, readers: usize) -> Vec<(f64, f64)> {
 pub fn run_arm(
     exe: &Path,
     file: &Path,
-    arm: MapArm,
+    arm: SharingArm,
     req: &CompetitorRequest,
     registry: &Registry,
 ) -> anyhow::Result<CompetitorRun> {
@@ -98,7 +98,7 @@ pub fn run_arm(
         let stats = scratch.path().join(format!("reader-{i}.stats"));
         let stats = stats.to_string_lossy().into_owned();
         let mut extra = vec!["--stats", stats.as_str()];
-        if arm == MapArm::Private {
+        if arm == SharingArm::Private {
             extra.push("--private");
         }
         let r = Reader::start_in(

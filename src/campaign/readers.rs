@@ -19,23 +19,23 @@ use crate::spawn::Barrier;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
-pub enum Arm {
+pub enum ReadArm {
     Copy,
     Mmap,
 }
 
-impl Arm {
+impl ReadArm {
     pub fn child_mode(self) -> &'static str {
         match self {
-            Arm::Copy => "copy",
-            Arm::Mmap => "map",
+            ReadArm::Copy => "copy",
+            ReadArm::Mmap => "map",
         }
     }
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct ReadersRow {
-    pub arm: Arm,
+    pub arm: ReadArm,
     pub readers: usize,
     /// The file's page cache when the readers were released: evicted first (whole-file
     /// `POSIX_FADV_DONTNEED`) unless a process maps it, then measured.
@@ -179,7 +179,7 @@ pub fn loads(released: &[Option<Instant>], ready: &[Option<Instant>], size: u64)
 pub fn run_config(
     exe: &Path,
     file: &Path,
-    arm: Arm,
+    arm: ReadArm,
     n: usize,
     limit: u64,
     registry: &Registry,

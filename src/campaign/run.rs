@@ -8,7 +8,7 @@ use anyhow::Context;
 use serde::{Deserialize, Serialize};
 
 use super::cache::{self, CacheMode, StartCache};
-use super::sampler::{Point, Sampler};
+use super::sampler::{Sampler, TimelinePoint};
 use super::sandbox::Sandbox;
 use crate::cleanup::Registry;
 use crate::collect::Roots;
@@ -60,7 +60,7 @@ pub struct ModelRatios {
 }
 
 /// Seconds until usage settles within `band` of its final value.
-pub fn settle_time(points: &[Point], band: f64) -> Option<f64> {
+pub fn settle_time(points: &[TimelinePoint], band: f64) -> Option<f64> {
     let usage: Vec<(f64, u64)> = points
         .iter()
         .filter_map(|p| p.usage_bytes.map(|u| (p.t_seconds, u)))
@@ -77,13 +77,13 @@ pub fn settle_time(points: &[Point], band: f64) -> Option<f64> {
     Some(settle)
 }
 
-fn max_of(points: &[Point], f: impl Fn(&Point) -> Option<u64>) -> Option<u64> {
+fn max_of(points: &[TimelinePoint], f: impl Fn(&TimelinePoint) -> Option<u64>) -> Option<u64> {
     points.iter().filter_map(f).max()
 }
 
 /// Pure summary of the samples.
 pub fn summarize(
-    points: &[Point],
+    points: &[TimelinePoint],
     cgroup_peak: Option<u64>,
     model: Option<(String, u64)>,
 ) -> (Option<u64>, Option<ModelRatios>) {
@@ -159,7 +159,10 @@ fn copies_in(sandbox: &Sandbox, model: &std::path::Path) -> Option<CopiesAtTimeo
 }
 
 /// Runs the command in a fresh sandbox; returns the summary and the samples.
-pub fn run(req: &RunRequest, registry: &Registry) -> anyhow::Result<(RunSummary, Vec<Point>)> {
+pub fn run(
+    req: &RunRequest,
+    registry: &Registry,
+) -> anyhow::Result<(RunSummary, Vec<TimelinePoint>)> {
     let roots = Roots::live();
     let (prog, args) = req
         .command
@@ -237,7 +240,7 @@ pub fn run(req: &RunRequest, registry: &Registry) -> anyhow::Result<(RunSummary,
     };
     let (peak, ratios) = summarize(&points, cgroup_peak, model);
     use std::os::unix::process::ExitStatusExt;
-    let running: Vec<&Point> = points.iter().filter(|p| p.processes > 0).collect();
+    let running: Vec<&TimelinePoint> = points.iter().filter(|p| p.processes > 0).collect();
     let end = running.last().copied();
     let summary = RunSummary {
         command: req.command.clone(),
@@ -268,12 +271,12 @@ pub fn run(req: &RunRequest, registry: &Registry) -> anyhow::Result<(RunSummary,
 mod tests {
     use super::*;
 
-    fn pt(t: f64, usage: u64, cached: u64) -> Point {
-        Point {
+    fn pt(t: f64, usage: u64, cached: u64) -> TimelinePoint {
+        TimelinePoint {
             t_seconds: t,
             usage_bytes: Some(usage),
             files_resident_bytes: vec![Some(cached)],
-            ..Point::default()
+            ..TimelinePoint::default()
         }
     }
 

@@ -20,7 +20,7 @@ use crate::sample::CgroupVersion;
 
 /// One sample (bytes unless named otherwise).
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
-pub struct Point {
+pub struct TimelinePoint {
     pub t_seconds: f64,
     pub usage_bytes: Option<u64>,
     pub anon_bytes: Option<u64>,
@@ -41,7 +41,7 @@ pub struct Point {
 
 pub struct Sampler {
     stop: Arc<AtomicBool>,
-    handle: JoinHandle<(Vec<Point>, f64)>,
+    handle: JoinHandle<(Vec<TimelinePoint>, f64)>,
 }
 
 /// CPU seconds (user + system) of the calling thread, from getrusage(RUSAGE_THREAD).
@@ -56,7 +56,7 @@ fn thread_cpu_seconds() -> f64 {
     t(ru.ru_utime) + t(ru.ru_stime)
 }
 
-struct Target {
+struct CgroupWatch {
     dir: PathBuf,
     version: CgroupVersion,
     procs: ProcReader,
@@ -75,11 +75,11 @@ fn statm(procs: &ProcReader, pid: i32) -> Option<(u64, u64)> {
     Some((resident.saturating_sub(shared) * page, shared * page))
 }
 
-impl Target {
-    fn sample(&self, t: f64, with_files: bool) -> Point {
-        let mut p = Point {
+impl CgroupWatch {
+    fn sample(&self, t: f64, with_files: bool) -> TimelinePoint {
+        let mut p = TimelinePoint {
             t_seconds: t,
-            ..Point::default()
+            ..TimelinePoint::default()
         };
         if let Ok(s) = cgroup::read_counters(&self.dir, self.version) {
             let m = cgroup_model(&s);
@@ -134,7 +134,7 @@ impl Sampler {
         interval: Duration,
         files_interval: Duration,
     ) -> Sampler {
-        let target = Target {
+        let target = CgroupWatch {
             dir: dir.to_path_buf(),
             version,
             procs: ProcReader::new(proc_root),
@@ -176,7 +176,7 @@ impl Sampler {
 
     /// Stops sampling (after one last sample) and returns every sample and the CPU
     /// seconds the sampler used.
-    pub fn finish(self) -> (Vec<Point>, f64) {
+    pub fn finish(self) -> (Vec<TimelinePoint>, f64) {
         self.stop.store(true, Ordering::Relaxed);
         self.handle.join().unwrap_or_default()
     }

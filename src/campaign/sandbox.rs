@@ -13,7 +13,7 @@ use std::process::Command;
 use anyhow::{bail, Context};
 
 use crate::cleanup::{leftovers, owner_tag, remove_cgroup, Registry};
-use crate::collect::{cgroup, kv, Roots};
+use crate::collect::{cgroup, keyvalue, Roots};
 use crate::sample::{CgroupSample, CgroupVersion};
 use crate::units::iec;
 
@@ -39,7 +39,7 @@ pub fn check_limit(limit: u64, mem_available: u64, mem_total: u64) -> anyhow::Re
 
 /// The host's `MemAvailable` and `MemTotal`.
 pub fn host_memory(proc_root: &Path) -> anyhow::Result<(u64, u64)> {
-    let mi = kv::read_map(&proc_root.join("meminfo"))?;
+    let mi = keyvalue::read_map(&proc_root.join("meminfo"))?;
     let avail = *mi
         .get("MemAvailable")
         .context("no MemAvailable in meminfo")?;

@@ -24,13 +24,8 @@ pub struct Owner {
     pub start: Option<u64>,
 }
 
-/// Start time of `pid` (field 22 of `/proc/PID/stat`, clock ticks after boot).
-pub fn start_time(proc_root: &Path, pid: i32) -> Option<u64> {
-    let stat = std::fs::read_to_string(proc_root.join(pid.to_string()).join("stat")).ok()?;
-    // The command name (field 2) may hold spaces and parentheses: count after the last ')'.
-    let rest = &stat[stat.rfind(')')? + 1..];
-    rest.split_whitespace().nth(19)?.parse().ok()
-}
+/// Start time of a process: it tells a live owner from a later process with its pid.
+pub use crate::collect::process::start_time;
 
 /// `PID-sSTART` of this process (just `PID` if /proc cannot say), for names of what it
 /// creates.

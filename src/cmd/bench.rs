@@ -6,14 +6,14 @@ use std::time::Instant;
 use anyhow::Context;
 
 use crate::cli::{BenchArgs, BenchWhat};
-use crate::collect::memory::{Target, PAGE};
+use crate::collect::memory::{ProcMemory, PAGE};
 use crate::collect::Roots;
 
 pub fn run(args: &BenchArgs, out: &mut dyn Write) -> anyhow::Result<()> {
     match &args.what {
         BenchWhat::WriteModel { file, size } => {
             crate::input::ensure_room("size", *size, file, 1)?;
-            let n = super::demo::write_safetensors(file, *size)?;
+            let n = super::common::write_safetensors(file, *size)?;
             writeln!(out, "{n}")?;
         }
         BenchWhat::Readmem { pid } => readmem(*pid, out)?,
@@ -24,11 +24,11 @@ pub fn run(args: &BenchArgs, out: &mut dyn Write) -> anyhow::Result<()> {
 /// The plain-copy baseline: every eligible page of every searchable region, read once.
 fn readmem(pid: i32, out: &mut dyn Write) -> anyhow::Result<()> {
     let roots = Roots::live();
-    let target = Target::open(&roots.proc, pid)?;
+    let target = ProcMemory::open(&roots.proc, pid)?;
     let maps_path = roots.proc.join(pid.to_string()).join("maps");
     let text = std::fs::read_to_string(&maps_path)
         .with_context(|| format!("failed to read '{}'", maps_path.display()))?;
-    let regions = Target::regions(&maps_path, &text)?;
+    let regions = ProcMemory::regions(&maps_path, &text)?;
     let mut buf = vec![0u8; 1 << 20];
     let mut pm = Vec::new();
     let mut bytes = 0u64;
@@ -38,12 +38,12 @@ fn readmem(pid: i32, out: &mut dyn Write) -> anyhow::Result<()> {
         let mut i = 0;
         while i < pm.len() {
             // A run of eligible pages, at most 1 MiB.
-            if !Target::eligible(pm[i], r.kind) {
+            if !ProcMemory::eligible(pm[i], r.kind) {
                 i += 1;
                 continue;
             }
             let mut j = i;
-            while j < pm.len() && Target::eligible(pm[j], r.kind) && (j - i) < 256 {
+            while j < pm.len() && ProcMemory::eligible(pm[j], r.kind) && (j - i) < 256 {
                 j += 1;
             }
             let len = (j - i) * PAGE as usize;

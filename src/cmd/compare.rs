@@ -13,7 +13,7 @@ use crate::cli::CompareArgs;
 use crate::units::iec;
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct Arm {
+pub struct CommandArm {
     pub command: Vec<String>,
     pub peak_bytes: Vec<Option<u64>>,
     pub wall_seconds: Vec<f64>,
@@ -36,8 +36,8 @@ pub struct Ratio {
 pub struct Comparison {
     pub schema_version: u32,
     pub rounds: usize,
-    pub a: Arm,
-    pub b: Arm,
+    pub a: CommandArm,
+    pub b: CommandArm,
     pub peak_ratio_b_over_a: Ratio,
     pub wall_ratio_b_over_a: Ratio,
     pub runs: Vec<RunSummary>,
@@ -52,11 +52,11 @@ fn ratio(per_round: Vec<f64>) -> Ratio {
     }
 }
 
-fn arm(command: &[String], runs: &[&RunSummary]) -> Arm {
+fn arm(command: &[String], runs: &[&RunSummary]) -> CommandArm {
     let peaks: Vec<Option<u64>> = runs.iter().map(|r| r.peak_bytes).collect();
     let walls: Vec<f64> = runs.iter().map(|r| r.wall_seconds).collect();
     let pk: Vec<f64> = peaks.iter().flatten().map(|v| *v as f64).collect();
-    Arm {
+    CommandArm {
         command: command.to_vec(),
         median_peak_bytes: median(&pk),
         median_wall_seconds: median(&walls),
@@ -90,8 +90,8 @@ fn arms(commands: &[String]) -> anyhow::Result<(&[String], &[String])> {
 
 pub fn run(args: &CompareArgs, out: &mut dyn Write) -> anyhow::Result<()> {
     let (a, b) = arms(&args.commands)?;
-    super::run::check_inputs(args.model.as_deref(), &[])?;
-    let memory_max = super::run::check_sandbox(&args.sandbox)?;
+    super::common::check_inputs(args.model.as_deref(), &[])?;
+    let memory_max = super::common::check_sandbox(&args.sandbox)?;
     let registry = Registry::install()?;
     let mut runs: Vec<(usize, RunSummary)> = Vec::new();
     for round in 0..args.rounds {

@@ -8,8 +8,7 @@
 //! removes the dir; the readers also die with their parent through `PR_SET_PDEATHSIG`).
 //! After a `kill -9` the dir (`twofold-PID-sSTART-demo-*`) is removed by the next campaign.
 
-use std::io::{BufWriter, Write};
-use std::path::Path;
+use std::io::Write;
 use std::time::Duration;
 
 use anyhow::Context;
@@ -21,55 +20,7 @@ use crate::spawn::Reader;
 use crate::units::iec;
 use crate::{model, render};
 
-/// Bytes per tensor in the synthetic model (F16 [2048, 2048]).
-const TENSOR_BYTES: u64 = 2048 * 2048 * 2;
-
-/// Writes a valid safetensors file of about `size` bytes: F16 tensors of pseudo-random
-/// data (so no page is all zeros), header padded to 8 bytes as the format requires.
-pub fn write_safetensors(path: &Path, size: u64) -> anyhow::Result<u64> {
-    let n = (size / TENSOR_BYTES).max(1);
-    let mut header = String::from(r#"{"__metadata__":{"format":"pt","generator":"twofold demo"}"#);
-    for i in 0..n {
-        let (a, b) = (i * TENSOR_BYTES, (i + 1) * TENSOR_BYTES);
-        header.push_str(&format!(
-            r#","layers.{i}.weight":{{"dtype":"F16","shape":[2048,2048],"data_offsets":[{a},{b}]}}"#
-        ));
-    }
-    header.push('}');
-    while (8 + header.len()) % 8 != 0 {
-        header.push(' ');
-    }
-    let file = std::fs::File::create_new(path)
-        .with_context(|| format!("cannot create '{}'", path.display()))?;
-    let write_err = || format!("cannot write '{}'", path.display());
-    let mut w = BufWriter::with_capacity(1 << 20, file);
-    w.write_all(&(header.len() as u64).to_le_bytes())
-        .with_context(write_err)?;
-    w.write_all(header.as_bytes()).with_context(write_err)?;
-    let mut state = 0x9E37_79B9_7F4A_7C15u64;
-    let mut block = vec![0u8; 1 << 20];
-    let mut left = n * TENSOR_BYTES;
-    while left > 0 {
-        for word in block.chunks_exact_mut(8) {
-            // xorshift64*: cheap, deterministic, never all-zero.
-            state ^= state >> 12;
-            state ^= state << 25;
-            state ^= state >> 27;
-            word.copy_from_slice(&state.wrapping_mul(0x2545_F491_4F6C_DD1D).to_le_bytes());
-        }
-        let take = left.min(block.len() as u64) as usize;
-        w.write_all(&block[..take]).with_context(write_err)?;
-        left -= take as u64;
-    }
-    // Write back now: a just-written file's pages are dirty page cache, which smaps shows
-    // as Private_Dirty of the mapping reader and would blur the clean/dirty split.
-    w.into_inner()
-        .map_err(|e| e.into_error())
-        .with_context(write_err)?
-        .sync_all()
-        .with_context(|| format!("cannot sync '{}'", path.display()))?;
-    Ok(8 + header.len() as u64 + n * TENSOR_BYTES)
-}
+use super::common::{self, write_safetensors};
 
 pub fn run(args: &DemoArgs, out: &mut dyn Write) -> anyhow::Result<()> {
     // Before anything is written: the file must fit on disk, and the copying reader's heap
@@ -96,7 +47,7 @@ pub fn run(args: &DemoArgs, out: &mut dyn Write) -> anyhow::Result<()> {
     };
     // The readers are our children: ptrace rights hold even under Yama's ptrace_scope 1,
     // so the suspected copy is proven byte by byte.
-    let report = super::scan::report(&req, Some(Default::default()), None)?;
+    let report = common::report(&req, Some(Default::default()), None)?;
     crate::cleanup::check_interrupted()?;
     if args.output.json {
         render::json(out, &report)?;

@@ -2,6 +2,7 @@
 
 pub mod bench;
 pub mod child;
+pub mod common;
 pub mod compare;
 pub mod demo;
 pub mod dupes;

@@ -6,10 +6,10 @@ use std::io::Write;
 use anyhow::{bail, Context};
 use serde::{Deserialize, Serialize};
 
-use crate::campaign::competitor::{run_arm, CompetitorRequest, CompetitorRun, MapArm};
+use crate::campaign::competitor::{run_arm, CompetitorRequest, CompetitorRun, SharingArm};
 use crate::campaign::integrity::{self, Integrity};
 use crate::campaign::plot::{line_chart, Series};
-use crate::campaign::readers::{run_config, Arm, ReadersRow};
+use crate::campaign::readers::{run_config, ReadArm, ReadersRow};
 use crate::cleanup::Registry;
 use crate::cli::{Experiment, PressureArgs};
 use crate::units::{iec, iec_opt};
@@ -190,7 +190,7 @@ fn plot_competitor(dir: &std::path::Path, report: &PressureReport) -> anyhow::Re
 }
 
 fn plot_readers(dir: &std::path::Path, rows: &[ReadersRow]) -> anyhow::Result<()> {
-    let series: Vec<Series> = [Arm::Copy, Arm::Mmap]
+    let series: Vec<Series> = [ReadArm::Copy, ReadArm::Mmap]
         .iter()
         .map(|arm| Series {
             name: format!("{} arm: peak", format!("{arm:?}").to_lowercase()),
@@ -236,7 +236,7 @@ pub fn run(args: &PressureArgs, out: &mut dyn Write) -> anyhow::Result<()> {
         crate::input::check_regular(r, "--reference")?;
     }
     // One rule for every --memory-max, whichever experiments run.
-    super::run::check_sandbox(&args.sandbox)?;
+    super::common::check_sandbox(&args.sandbox)?;
     // --out is checked before the experiments (minutes of work), not after them.
     if let Some(dir) = &args.sandbox.out {
         check_out_dir(dir)?;
@@ -261,7 +261,7 @@ pub fn run(args: &PressureArgs, out: &mut dyn Write) -> anyhow::Result<()> {
         integrity: None,
     };
     if want(Experiment::Readers) {
-        let limit = super::run::memory_max(&args.sandbox)?;
+        let limit = super::common::memory_max(&args.sandbox)?;
         // Refuse up front, before any reader starts.
         let proc_root = std::path::Path::new("/proc");
         let (avail, total) = crate::campaign::sandbox::host_memory(proc_root)?;
@@ -273,7 +273,7 @@ pub fn run(args: &PressureArgs, out: &mut dyn Write) -> anyhow::Result<()> {
         report.memory_max_bytes = Some(limit);
         let exe = std::env::current_exe().context("cannot find the twofold executable")?;
         let bar = crate::campaign::progress(2 * args.readers.len() as u64, args.output.json);
-        for arm in [Arm::Copy, Arm::Mmap] {
+        for arm in [ReadArm::Copy, ReadArm::Mmap] {
             for &n in &args.readers {
                 bar.set_message(format!("readers: {arm:?} arm, N = {n}").to_lowercase());
                 report
@@ -285,7 +285,7 @@ pub fn run(args: &PressureArgs, out: &mut dyn Write) -> anyhow::Result<()> {
         bar.finish_and_clear();
     }
     if want(Experiment::Competitor) {
-        let limit = super::run::memory_max(&args.sandbox)?;
+        let limit = super::common::memory_max(&args.sandbox)?;
         let exe = std::env::current_exe().context("cannot find the twofold executable")?;
         let req = CompetitorRequest {
             readers: args.map_readers,
@@ -298,7 +298,7 @@ pub fn run(args: &PressureArgs, out: &mut dyn Write) -> anyhow::Result<()> {
         };
         report.memory_max_bytes = Some(limit);
         let bar = crate::campaign::progress(2, args.output.json);
-        for arm in [MapArm::Shared, MapArm::Private] {
+        for arm in [SharingArm::Shared, SharingArm::Private] {
             bar.set_message(format!("competitor: {arm:?} arm").to_lowercase());
             report
                 .competitor

@@ -42,7 +42,7 @@ fn caps(args: &ProbeArgs) -> Caps {
 }
 
 /// A backend to probe: kind, device index, name, topology, import alignment.
-struct Target {
+struct ProbeDevice {
     kind: BackendKind,
     device: usize,
     name: String,
@@ -51,7 +51,7 @@ struct Target {
     fake: Option<Fake>,
 }
 
-fn targets(args: &ProbeArgs, caps: &Caps) -> anyhow::Result<Vec<Target>> {
+fn probe_devices(args: &ProbeArgs, caps: &Caps) -> anyhow::Result<Vec<ProbeDevice>> {
     let mut out = Vec::new();
     if args.backend == ProbeBackendArg::Fake {
         // Tests configure the stand-in through the environment (JSON of `Fake`).
@@ -59,7 +59,7 @@ fn targets(args: &ProbeArgs, caps: &Caps) -> anyhow::Result<Vec<Target>> {
             Ok(json) => serde_json::from_str(&json).context("cannot parse TWOFOLD_PROBE_FAKE")?,
             Err(_) => Fake::default(),
         };
-        out.push(Target {
+        out.push(ProbeDevice {
             kind: BackendKind::Fake,
             device: 0,
             name: "fake device".into(),
@@ -78,7 +78,7 @@ fn targets(args: &ProbeArgs, caps: &Caps) -> anyhow::Result<Vec<Target>> {
             .devices
             .get(i)
             .with_context(|| format!("no Vulkan device with index '{i}'"))?;
-        out.push(Target {
+        out.push(ProbeDevice {
             kind: BackendKind::Vulkan,
             device: i,
             name: d.name.clone(),
@@ -95,7 +95,7 @@ fn targets(args: &ProbeArgs, caps: &Caps) -> anyhow::Result<Vec<Target>> {
             .iter()
             .find(|d| d.ordinal as usize == i)
             .with_context(|| format!("no CUDA device with ordinal '{i}'"))?;
-        out.push(Target {
+        out.push(ProbeDevice {
             kind: BackendKind::Cuda,
             device: i,
             name: d.name.clone(),
@@ -148,13 +148,19 @@ struct Runner<'a> {
 }
 
 impl Runner<'_> {
-    fn import(&self, t: &Target, file: &Path, bytes: u64, method: ImportMethod) -> ImportOutcome {
+    fn import(
+        &self,
+        t: &ProbeDevice,
+        file: &Path,
+        bytes: u64,
+        method: ImportMethod,
+    ) -> ImportOutcome {
         self.import_as(t, file, bytes, method, MappingKind::SharedReadOnly)
     }
 
     fn import_as(
         &self,
-        t: &Target,
+        t: &ProbeDevice,
         file: &Path,
         bytes: u64,
         method: ImportMethod,
@@ -194,7 +200,7 @@ impl Runner<'_> {
 
     fn arms(
         &self,
-        t: &Target,
+        t: &ProbeDevice,
         file: &Path,
         bytes: u64,
         plan: ArmPlan,
@@ -224,7 +230,7 @@ impl Runner<'_> {
 fn imports(
     args: &ProbeArgs,
     r: &Runner<'_>,
-    t: &Target,
+    t: &ProbeDevice,
     file: &ProbeFile,
 ) -> (Vec<ImportReport>, Option<u64>) {
     let path = Path::new(&file.path);
@@ -293,7 +299,7 @@ fn imports(
 fn probe_backend(
     args: &ProbeArgs,
     r: &Runner<'_>,
-    t: &Target,
+    t: &ProbeDevice,
     file: &ProbeFile,
     expected: twofold_probes::types::Checksum,
 ) -> BackendReport {
@@ -378,8 +384,8 @@ pub fn run(args: &ProbeArgs, out: &mut dyn Write) -> anyhow::Result<()> {
         };
         return print(&doc, args.output.json, out);
     }
-    let targets = targets(args, &caps)?;
-    if targets.is_empty() {
+    let devices = probe_devices(args, &caps)?;
+    if devices.is_empty() {
         bail!(
             "no GPU backend is available (Vulkan: {}; CUDA: {})",
             caps.vulkan.not_available.as_deref().unwrap_or("no device"),
@@ -431,7 +437,7 @@ pub fn run(args: &ProbeArgs, out: &mut dyn Write) -> anyhow::Result<()> {
         rounds: args.warmup + args.passes,
         cleanup: &cleanup,
     };
-    let backends = targets
+    let backends = devices
         .iter()
         .map(|t| probe_backend(args, &runner, t, &file, expected))
         .collect();

@@ -2,9 +2,8 @@
 //! (docs/store.md), and the same report and renderer as `scan` over them.
 
 use std::io::Write;
-use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
+use std::path::Path;
+use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context};
@@ -13,90 +12,14 @@ use std::io::IsTerminal;
 
 use crate::cli::{DumpArgs, DumpFormat, DumpWhat, RecordArgs, ReplayArgs, SnapshotArgs};
 use crate::collect::cache;
-use crate::collect::gather::Request;
-use crate::dupes::prove::ProveOptions;
 use crate::engine::{self, Engine, Snapshot};
-use crate::model::Report;
 use crate::render;
 use crate::store::Store;
 use crate::timespec;
 
-/// Where recordings go unless `--store` says: `/var/lib/twofold/store` as root, else
-/// `$XDG_DATA_HOME/twofold/store` (`~/.local/share/twofold/store`).
-pub fn default_store() -> PathBuf {
-    if nix::unistd::geteuid().is_root() {
-        return PathBuf::from("/var/lib/twofold/store");
-    }
-    let data = std::env::var_os("XDG_DATA_HOME")
-        .map(PathBuf::from)
-        .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".local/share")))
-        .unwrap_or_else(|| PathBuf::from("."));
-    data.join("twofold/store")
-}
-
-fn store_dir(arg: &Option<PathBuf>) -> PathBuf {
-    arg.clone().unwrap_or_else(default_store)
-}
-
-fn warn_damage(lines: &[String]) {
-    super::warn_all(lines);
-}
-
-/// Opens a store for reading (never taking a recorder's lock, never changing it).
-pub(crate) fn open_read(arg: &Option<PathBuf>) -> anyhow::Result<Store> {
-    let (store, damage) = open_read_quiet(arg)?;
-    warn_damage(&damage);
-    Ok(store)
-}
-
-/// [`open_read`], handing back the damage found rather than printing it (`top` shows it
-/// in its status line: stderr would land over its screen).
-pub(crate) fn open_read_quiet(arg: &Option<PathBuf>) -> anyhow::Result<(Store, Vec<String>)> {
-    let dir = store_dir(arg);
-    if !dir.join("store.json").is_file() {
-        bail!("no recording store at '{}'", dir.display());
-    }
-    Store::open_read_only(&dir)
-        .with_context(|| format!("cannot open the store '{}'", dir.display()))
-}
-
-/// A recorded snapshot: any version up to this build's (a version-1 one has no trace).
-pub fn decode(payload: &[u8]) -> anyhow::Result<Snapshot> {
-    let snap: Snapshot =
-        serde_json::from_slice(payload).context("a recorded snapshot does not parse")?;
-    if snap.version > engine::SNAPSHOT_VERSION {
-        bail!(
-            "a snapshot of version {} was recorded by a newer twofold (this one reads up to {})",
-            snap.version,
-            engine::SNAPSHOT_VERSION
-        );
-    }
-    Ok(snap)
-}
-
-/// Appends one snapshot to an open store.
-pub fn append(store: &mut Store, snap: &Snapshot) -> anyhow::Result<()> {
-    let payload = serde_json::to_vec(snap)?;
-    store.append(snap.at_unix_ns, &payload)?;
-    store.flush()?;
-    Ok(())
-}
-
-/// `scan --record DIR`: appends the scan's snapshot.
-pub fn append_to(dir: &Path, snap: &Snapshot) -> anyhow::Result<()> {
-    let (mut store, damage) = Store::open_or_create(dir)
-        .with_context(|| format!("cannot open the store '{}'", dir.display()))?;
-    warn_damage(&damage);
-    append(&mut store, snap)
-}
-
-fn stop_flag() -> Arc<AtomicBool> {
-    let stop = Arc::new(AtomicBool::new(false));
-    for sig in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {
-        let _ = signal_hook::flag::register(sig, stop.clone());
-    }
-    stop
-}
+use super::common::{
+    append, decode, open_read, render_report, replayed, stop_flag, store_dir, warn_damage,
+};
 
 /// Checks a store directory before anything is created in it: if it exists it must be a
 /// directory, else its nearest existing ancestor must be one.
@@ -139,7 +62,7 @@ fn new_warnings(now: &[String], before: &[String]) -> Vec<String> {
 
 pub fn record(args: &RecordArgs, out: &mut dyn Write) -> anyhow::Result<()> {
     // Every argument is checked before the store is touched or anything is printed.
-    crate::input::check_targets(&args.paths, &args.pids)?;
+    crate::input::check_targets(&args.selection.paths, &args.selection.pids)?;
     let dir = store_dir(&args.store);
     check_store_dir(&dir)?;
     std::fs::create_dir_all(&dir)
@@ -147,19 +70,8 @@ pub fn record(args: &RecordArgs, out: &mut dyn Write) -> anyhow::Result<()> {
     let (mut store, damage) = Store::open_or_create(&dir)
         .with_context(|| format!("cannot open the store '{}'", dir.display()))?;
     warn_damage(&damage);
-    let req = Request {
-        paths: args.paths.clone(),
-        pids: args.pids.clone(),
-        min_size: args.min_size,
-        stores: args.paths.is_empty(),
-        candidates: true,
-        ..Request::default()
-    };
-    let prove = (!args.no_prove).then_some(ProveOptions {
-        budget: Some(args.prove_budget),
-        exact: false,
-    });
-    let mut engine = Engine::new(req, prove).incremental(cache::MAX_AGE);
+    let req = args.collect.request(&args.selection);
+    let mut engine = Engine::new(req, args.collect.proof()).incremental(cache::MAX_AGE);
     if args.trace {
         if let Err(e) = engine.set_tracing(true) {
             super::warn_all(&[format!("--trace: {e}; the recording goes on without it")]);
@@ -208,42 +120,6 @@ pub fn record(args: &RecordArgs, out: &mut dyn Write) -> anyhow::Result<()> {
         "twofold record: {} written",
         crate::units::count(n, "snapshot", "snapshots")
     )?;
-    Ok(())
-}
-
-/// The report of the recorded snapshot nearest `at`, with rates from the one before.
-pub fn replayed(store: &Store, at_ns: u64) -> anyhow::Result<Report> {
-    let mut damage = Vec::new();
-    let r = replayed_quiet(store, at_ns, &mut damage);
-    warn_damage(&damage);
-    r
-}
-
-/// [`replayed`], appending the damage the store found to `damage` rather than printing it.
-pub fn replayed_quiet(
-    store: &Store,
-    at_ns: u64,
-    damage: &mut Vec<String>,
-) -> anyhow::Result<Report> {
-    let Some(frame) = store.nearest(at_ns)? else {
-        bail!("the store '{}' holds no snapshot", store.dir().display());
-    };
-    let snap = decode(&frame.payload)?;
-    let prev = match store.before(frame.at_ns)? {
-        Some(f) => Some(decode(&f.payload)?),
-        None => None,
-    };
-    damage.extend(store.take_damage());
-    Ok(engine::report(&snap, prev.as_ref()))
-}
-
-/// Renders a report as `scan` does.
-pub fn render_report(report: &Report, json: bool, out: &mut dyn Write) -> anyhow::Result<()> {
-    if json {
-        render::json(out, report)?;
-    } else {
-        out.write_all(render::safe::terminal(&render::scan::human(report)).as_bytes())?;
-    }
     Ok(())
 }
 

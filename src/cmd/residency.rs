@@ -67,9 +67,9 @@ fn walk(dir: &Path, out: &mut Vec<PathBuf>) -> anyhow::Result<()> {
 
 /// Residency of one file; a file that cannot be opened is "unknown", not an error (its
 /// size still comes from `stat`, which needs no permission on the file itself).
-pub fn one(path: &Path, method: Method, with_map: bool, page: u64) -> FileResidency {
+pub fn file_residency(path: &Path, method: Method, with_map: bool, page: u64) -> FileResidency {
     let mut r = one_record(path, method, with_map, page);
-    r.path_bytes = crate::collect::gather::raw_if_lossy(path);
+    r.path_bytes = crate::collect::interest::raw_if_lossy(path);
     r
 }
 
@@ -139,7 +139,7 @@ pub fn run(args: &ResidencyArgs, out: &mut dyn Write) -> anyhow::Result<()> {
     } else {
         let files: Vec<FileResidency> = paths
             .iter()
-            .map(|p| one(p, method, args.map, page))
+            .map(|p| file_residency(p, method, args.map, page))
             .collect();
         reasons.extend(files.iter().filter_map(|f| {
             f.unknown_reason

@@ -8,50 +8,22 @@ use anyhow::Context;
 
 use crate::campaign::plot::{line_chart, Series};
 use crate::campaign::run::{run as run_campaign, RunRequest, RunSummary};
-use crate::campaign::sampler::Point;
-use crate::campaign::sandbox::{check_limit, host_memory};
+use crate::campaign::sampler::TimelinePoint;
 use crate::cleanup::Registry;
-use crate::cli::{RunArgs, SandboxArgs};
+use crate::cli::RunArgs;
 use crate::units::{iec, iec_opt};
 
-/// The limit to use: the one given, else a quarter of MemAvailable; either way refused
-/// above MemAvailable minus the margin (one rule for every campaign).
-pub fn memory_max(args: &SandboxArgs) -> anyhow::Result<u64> {
-    let (avail, total) = host_memory(Path::new("/proc"))?;
-    let limit = args.memory_max.unwrap_or(avail / 4);
-    check_limit(limit, avail, total)?;
-    Ok(limit)
-}
-
-/// Checks the sandbox flags before anything starts: the memory limit, and that `--out`
-/// is a directory or can become one. Returns the limit.
-pub fn check_sandbox(args: &SandboxArgs) -> anyhow::Result<u64> {
-    if let Some(dir) = &args.out {
-        if let Ok(meta) = std::fs::metadata(dir) {
-            if !meta.is_dir() {
-                anyhow::bail!("--out '{}' exists and is not a directory", dir.display());
-            }
-        }
-    }
-    memory_max(args)
-}
-
-/// Checks `--model` and every `--watch` before anything starts: each must be a regular
-/// file (a FIFO would block the sampler, a directory has no residency).
-pub fn check_inputs(model: Option<&Path>, watch: &[std::path::PathBuf]) -> anyhow::Result<()> {
-    if let Some(m) = model {
-        crate::input::check_regular(m, "--model")?;
-    }
-    for w in watch {
-        crate::input::check_regular(w, "--watch")?;
-    }
-    Ok(())
-}
+use super::common::{check_inputs, check_sandbox};
 
 const MIB: f64 = 1048576.0;
 
 /// Writes `timeline.jsonl` and `memory.{svg,png}` for samples.
-pub fn write_timeline(dir: &Path, stem: &str, points: &[Point], title: &str) -> anyhow::Result<()> {
+pub fn write_timeline(
+    dir: &Path,
+    stem: &str,
+    points: &[TimelinePoint],
+    title: &str,
+) -> anyhow::Result<()> {
     std::fs::create_dir_all(dir).with_context(|| format!("cannot create '{}'", dir.display()))?;
     let path = dir.join(format!("{stem}.jsonl"));
     let mut f = std::io::BufWriter::new(
@@ -63,7 +35,7 @@ pub fn write_timeline(dir: &Path, stem: &str, points: &[Point], title: &str) -> 
         writeln!(f)?;
     }
     f.flush()?;
-    let series = |name: &str, get: &dyn Fn(&Point) -> Option<u64>| Series {
+    let series = |name: &str, get: &dyn Fn(&TimelinePoint) -> Option<u64>| Series {
         name: name.to_string(),
         points: points
             .iter()

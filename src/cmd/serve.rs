@@ -22,7 +22,6 @@ use anyhow::anyhow;
 use crate::cli::ServeArgs;
 use crate::collect::cache;
 use crate::collect::gather::Request;
-use crate::dupes::prove::ProveOptions;
 use crate::engine::{self, Engine, Snapshot};
 use crate::export::{self, Options, SelfStats};
 
@@ -40,14 +39,6 @@ pub struct Bodies {
 }
 
 type Latest = Arc<RwLock<Arc<Bodies>>>;
-
-fn stop_flag() -> Arc<AtomicBool> {
-    let stop = Arc::new(AtomicBool::new(false));
-    for sig in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {
-        let _ = signal_hook::flag::register(sig, stop.clone());
-    }
-    stop
-}
 
 /// Paths matching `pattern` (glob(3)); none when nothing matches.
 fn glob(pattern: &str) -> Vec<PathBuf> {
@@ -78,7 +69,7 @@ fn request(args: &ServeArgs) -> Request {
     paths.dedup();
     Request {
         paths,
-        min_size: args.min_size,
+        min_size: args.collect.min_size,
         stores: args.model_globs.is_empty(),
         candidates: true,
         ..Request::default()
@@ -87,15 +78,11 @@ fn request(args: &ServeArgs) -> Request {
 
 /// The collector: one collection every `interval` until `stop`, each published in `latest`.
 fn collect_loop(args: &ServeArgs, latest: &Latest, stop: &AtomicBool) {
-    let prove = (!args.no_prove).then_some(ProveOptions {
-        budget: Some(args.prove_budget),
-        exact: false,
-    });
     let opts = Options {
         max_files: args.max_files,
         per_pid: args.per_pid,
     };
-    let mut engine = Engine::new(request(args), prove).incremental(cache::MAX_AGE);
+    let mut engine = Engine::new(request(args), args.collect.proof()).incremental(cache::MAX_AGE);
     if args.trace {
         if let Err(why) = engine.set_tracing(true) {
             super::warn_all(&[format!(
@@ -231,7 +218,7 @@ pub fn run(args: &ServeArgs, out: &mut dyn Write) -> anyhow::Result<()> {
         .map_err(|e| anyhow!("cannot listen on '{}': {e}", args.listen))?;
     let server = Arc::new(server);
     let latest: Latest = Arc::new(RwLock::new(Arc::new(Bodies::default())));
-    let stop = stop_flag();
+    let stop = super::common::stop_flag();
     writeln!(
         out,
         "twofold serve: http://{}/metrics, a collection every {:.1} s",

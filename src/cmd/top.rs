@@ -18,11 +18,11 @@ use ratatui::Terminal;
 
 use crate::cli::{TopArgs, TopView};
 use crate::collect::cache;
-use crate::collect::gather::Request;
-use crate::dupes::prove::ProveOptions;
 use crate::engine::{self, Engine};
 use crate::store::Store;
 use crate::tui::{self, Feed, Input, Key, State, Update, View};
+
+use super::common;
 
 /// Puts the terminal back as it was (idempotent: Drop and the panic hook both call it).
 fn restore() {
@@ -172,7 +172,7 @@ fn damage_line(lines: &[String]) -> Option<String> {
 impl Replay {
     fn load(&mut self, at_ns: u64) -> Update {
         let mut damage = std::mem::take(&mut self.damage);
-        let loaded = super::record::replayed_quiet(&self.store, at_ns, &mut damage);
+        let loaded = common::replayed_quiet(&self.store, at_ns, &mut damage);
         let status = damage_line(&damage);
         match loaded {
             Ok(r) => {
@@ -215,21 +215,10 @@ impl Feed for Replay {
     }
 }
 
-fn request(args: &TopArgs) -> Request {
-    Request {
-        paths: args.paths.clone(),
-        pids: args.pids.clone(),
-        min_size: args.min_size,
-        stores: args.paths.is_empty(),
-        candidates: true,
-        ..Request::default()
-    }
-}
-
 pub fn run(args: &TopArgs, _out: &mut dyn Write) -> anyhow::Result<()> {
     // Bad paths and pids end here with exit 2, as in `scan`, not on a screen that waits
     // for a first snapshot that never comes.
-    crate::input::check_targets(&args.paths, &args.pids)?;
+    crate::input::check_targets(&args.selection.paths, &args.selection.pids)?;
     if !std::io::stdout().is_terminal() {
         bail!("top needs a terminal on stdout (use 'twofold scan' or 'record' otherwise)");
     }
@@ -277,7 +266,7 @@ pub fn run(args: &TopArgs, _out: &mut dyn Write) -> anyhow::Result<()> {
         Some(dir) => {
             let at =
                 crate::timespec::parse(&args.at, engine::now().0).map_err(anyhow::Error::msg)?;
-            let (store, damage) = super::record::open_read_quiet(&Some(dir.clone()))?;
+            let (store, damage) = common::open_read_quiet(&Some(dir.clone()))?;
             state.source = "replay".into();
             Box::new(Replay {
                 store,
@@ -287,11 +276,8 @@ pub fn run(args: &TopArgs, _out: &mut dyn Write) -> anyhow::Result<()> {
             })
         }
         None => {
-            let prove = (!args.no_prove).then_some(ProveOptions {
-                budget: Some(args.prove_budget),
-                exact: false,
-            });
-            let engine = Engine::new(request(args), prove).incremental(cache::MAX_AGE);
+            let req = args.collect.request(&args.selection);
+            let engine = Engine::new(req, args.collect.proof()).incremental(cache::MAX_AGE);
             let (tx, rx) = std::sync::mpsc::channel();
             // Dropping the control sender (with the feed) stops the collector at its next
             // wait; it also stops when the screen hangs up its channel.

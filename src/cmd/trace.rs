@@ -7,7 +7,6 @@ use std::io::Write;
 use std::os::unix::fs::MetadataExt;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context};
@@ -47,7 +46,7 @@ fn explicit_files(paths: &[PathBuf]) -> anyhow::Result<BTreeMap<FileKey, String>
 }
 
 /// Names, files of interest and their sizes for the model.
-struct Session {
+struct TraceModeler {
     names: Names,
     interest: BTreeSet<FileKey>,
     sizes: BTreeMap<FileKey, u64>,
@@ -56,7 +55,7 @@ struct Session {
     top: usize,
 }
 
-impl Session {
+impl TraceModeler {
     /// The model of `cur` (over the time since `prev`), after naming its rows.
     fn model(&mut self, cur: &TraceSample, prev: Option<&TraceSample>) -> TraceModel {
         let m = TraceModel::new(cur, prev, &self.ctx());
@@ -91,15 +90,6 @@ impl Session {
             page_bytes: crate::collect::system::page_size(),
         }
     }
-}
-
-/// Stops the loop on SIGINT/SIGTERM so the summary is still printed.
-fn stop_flag() -> Arc<AtomicBool> {
-    let stop = Arc::new(AtomicBool::new(false));
-    for sig in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {
-        let _ = signal_hook::flag::register(sig, stop.clone());
-    }
-    stop
 }
 
 /// Sleeps until `until` or until `stop` is set; false if stopped.
@@ -156,7 +146,7 @@ pub fn run(args: &TraceArgs, out: &mut dyn Write) -> anyhow::Result<()> {
         .collect();
     let tracer = Tracer::attach(&options(&args.pids, &pinned))?;
     super::warn_all(tracer.warnings());
-    let mut cx = Session {
+    let mut modeler = TraceModeler {
         names: Names::new(&roots, paths.clone()),
         interest,
         sizes,
@@ -170,7 +160,8 @@ pub fn run(args: &TraceArgs, out: &mut dyn Write) -> anyhow::Result<()> {
         files: paths.values().cloned().collect(),
         pids: args.pids.clone(),
     };
-    let stop = stop_flag();
+    // SIGINT/SIGTERM stop the loop, so the summary is still printed.
+    let stop = super::common::stop_flag();
     let start = Instant::now();
     let end = args.duration.map(|d| start + d);
     // Sampled before saying "attached", so nothing that follows is left out.
@@ -189,15 +180,15 @@ pub fn run(args: &TraceArgs, out: &mut dyn Write) -> anyhow::Result<()> {
         let finished = !sleep_until(until, &stop) || end.is_some_and(|e| Instant::now() >= e);
         let cur = tracer.sample();
         if !finished || end.is_none() {
-            let m = cx.model(&cur, Some(&prev));
+            let m = modeler.model(&cur, Some(&prev));
             emit(out, args.output.json, Record::Interval(m))?;
         } else if cur.at_secs - prev.at_secs > 0.01 {
             // The last, partial interval.
-            let m = cx.model(&cur, Some(&prev));
+            let m = modeler.model(&cur, Some(&prev));
             emit(out, args.output.json, Record::Interval(m))?;
         }
         if finished {
-            let m = cx.model(&cur, None);
+            let m = modeler.model(&cur, None);
             emit(out, args.output.json, Record::Summary(m))?;
             return Ok(());
         }

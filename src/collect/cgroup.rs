@@ -16,7 +16,7 @@
 use std::path::{Path, PathBuf};
 
 use super::error::{CollectError, Result};
-use super::kv;
+use super::keyvalue;
 use crate::sample::{CgroupRef, CgroupSample, CgroupVersion};
 
 /// v1 reports "no limit" as PAGE_COUNTER_MAX pages; anything at or above 2^62 is that.
@@ -127,32 +127,36 @@ pub fn read_dir(dir: &Path, version: Option<CgroupVersion>) -> Result<CgroupSamp
     let mut s = CgroupSample {
         version: Some(version),
         path: dir.to_string_lossy().into_owned(),
-        stat: kv::read_map(&dir.join("memory.stat"))?,
+        stat: keyvalue::read_map(&dir.join("memory.stat"))?,
         ..CgroupSample::default()
     };
     match version {
         CgroupVersion::V2 => {
-            s.usage_bytes = optional(kv::read_limit(&dir.join("memory.current")))?.flatten();
+            s.usage_bytes = optional(keyvalue::read_limit(&dir.join("memory.current")))?.flatten();
             // The root cgroup has no memory.max: it is unlimited.
-            s.limit_bytes = Some(optional(kv::read_limit(&dir.join("memory.max")))?.flatten());
-            s.peak_bytes = optional(kv::read_limit(&dir.join("memory.peak")))?.flatten();
-            s.events = optional(kv::read_map(&dir.join("memory.events")))?.unwrap_or_default();
+            s.limit_bytes =
+                Some(optional(keyvalue::read_limit(&dir.join("memory.max")))?.flatten());
+            s.peak_bytes = optional(keyvalue::read_limit(&dir.join("memory.peak")))?.flatten();
+            s.events =
+                optional(keyvalue::read_map(&dir.join("memory.events")))?.unwrap_or_default();
             // The root cgroup has none of these: unknown, shown as n/a.
-            s.min_bytes = optional(kv::read_limit(&dir.join("memory.min")))?.flatten();
-            s.low_bytes = optional(kv::read_limit(&dir.join("memory.low")))?.flatten();
-            s.high_bytes = optional(kv::read_limit(&dir.join("memory.high")))?;
+            s.min_bytes = optional(keyvalue::read_limit(&dir.join("memory.min")))?.flatten();
+            s.low_bytes = optional(keyvalue::read_limit(&dir.join("memory.low")))?.flatten();
+            s.high_bytes = optional(keyvalue::read_limit(&dir.join("memory.high")))?;
             s.pressure = std::fs::read_to_string(dir.join("memory.pressure"))
                 .ok()
                 .and_then(|t| crate::sample::PressureSample::parse(&t));
         }
         CgroupVersion::V1 => {
-            s.usage_bytes = optional(kv::read_limit(&dir.join("memory.usage_in_bytes")))?.flatten();
-            s.limit_bytes = optional(kv::read_limit(&dir.join("memory.limit_in_bytes")))?
+            s.usage_bytes =
+                optional(keyvalue::read_limit(&dir.join("memory.usage_in_bytes")))?.flatten();
+            s.limit_bytes = optional(keyvalue::read_limit(&dir.join("memory.limit_in_bytes")))?
                 .map(|l| l.filter(|v| *v < V1_UNLIMITED));
             s.peak_bytes =
-                optional(kv::read_limit(&dir.join("memory.max_usage_in_bytes")))?.flatten();
-            s.events = optional(kv::read_map(&dir.join("memory.oom_control")))?.unwrap_or_default();
-            s.failcnt = optional(kv::read_limit(&dir.join("memory.failcnt")))?.flatten();
+                optional(keyvalue::read_limit(&dir.join("memory.max_usage_in_bytes")))?.flatten();
+            s.events =
+                optional(keyvalue::read_map(&dir.join("memory.oom_control")))?.unwrap_or_default();
+            s.failcnt = optional(keyvalue::read_limit(&dir.join("memory.failcnt")))?.flatten();
         }
     }
     Ok(s)
@@ -168,9 +172,9 @@ pub fn read_counters(dir: &Path, version: CgroupVersion) -> Result<CgroupSample>
     Ok(CgroupSample {
         version: Some(version),
         path: dir.to_string_lossy().into_owned(),
-        stat: kv::read_map(&dir.join("memory.stat"))?,
-        usage_bytes: kv::read_limit(&dir.join(usage))?,
-        events: optional(kv::read_map(&dir.join(events)))?.unwrap_or_default(),
+        stat: keyvalue::read_map(&dir.join("memory.stat"))?,
+        usage_bytes: keyvalue::read_limit(&dir.join(usage))?,
+        events: optional(keyvalue::read_map(&dir.join(events)))?.unwrap_or_default(),
         ..CgroupSample::default()
     })
 }

@@ -228,8 +228,7 @@ pub fn device_proofs(dir: &Path, proc_root: &Path) -> Vec<DeviceProofSample> {
         })
         .filter(|a| {
             a.proof.file_xxh3 == a.proof.device_xxh3
-                && crate::cleanup::leftovers::start_time(proc_root, a.proof.pid)
-                    == Some(a.start_ticks)
+                && super::process::start_time(proc_root, a.proof.pid) == Some(a.start_ticks)
         })
         .map(|a| a.proof)
         .collect();
@@ -264,7 +263,7 @@ mod tests {
     fn a_stale_or_mismatched_attestation_proves_nothing() {
         let dir = tempfile::tempdir().unwrap();
         let me = std::process::id() as i32;
-        let ticks = crate::cleanup::leftovers::start_time(Path::new("/proc"), me).unwrap();
+        let ticks = crate::collect::process::start_time(Path::new("/proc"), me).unwrap();
         let proof = |h: &str| DeviceProofSample {
             pid: me,
             file: Default::default(),

@@ -38,7 +38,7 @@ const PM_FILE: u64 = 1 << 61;
 pub const PM_EXCLUSIVE: u64 = 1 << 56;
 /// Page frame number (bits 0–54), zero without `CAP_SYS_ADMIN`.
 pub const PM_PFN: u64 = (1 << 55) - 1;
-/// Most addresses one [`Target::gather`] call takes.
+/// Most addresses one [`ProcMemory::gather`] call takes.
 pub const IOV_MAX: usize = 1024;
 
 /// One entry per 4 KiB unit of `[start, end)` from entries of `sys`-byte pages that begin
@@ -119,14 +119,14 @@ pub fn parse_smaps_sizes(text: &str) -> Vec<MappingSizes> {
 }
 
 /// Read-only access to one process's memory.
-pub struct Target {
+pub struct ProcMemory {
     pub pid: i32,
     pagemap: File,
     pagemap_path: PathBuf,
     /// `/proc/PID/mem`, opened read-only: the only way twofold reads another process's
     /// memory.
     mem: File,
-    /// Scratch space of [`Target::gather`] (runs of whole pages read at once).
+    /// Scratch space of [`ProcMemory::gather`] (runs of whole pages read at once).
     scratch: std::cell::RefCell<Vec<u8>>,
 }
 
@@ -140,8 +140,8 @@ fn denied_hint(e: io::Error, what: &str, pid: i32, proc_root: &Path) -> io::Erro
     }
 }
 
-impl Target {
-    pub fn open(proc_root: &Path, pid: i32) -> Result<Target> {
+impl ProcMemory {
+    pub fn open(proc_root: &Path, pid: i32) -> Result<ProcMemory> {
         let pagemap_path = proc_root.join(pid.to_string()).join("pagemap");
         let pagemap = File::open(&pagemap_path).map_err(|e| {
             CollectError::io(
@@ -155,7 +155,7 @@ impl Target {
         let mem = File::open(&mem_path).map_err(|e| {
             CollectError::io(&mem_path, denied_hint(e, "the memory", pid, proc_root))
         })?;
-        Ok(Target {
+        Ok(ProcMemory {
             pid,
             pagemap,
             pagemap_path,
@@ -369,7 +369,7 @@ mod page_size_tests {
         }
         let base = (mem.as_ptr() as u64).next_multiple_of(PAGE);
         let off = (base - mem.as_ptr() as u64) as usize;
-        let t = Target::open(Path::new("/proc"), std::process::id() as i32).unwrap();
+        let t = ProcMemory::open(Path::new("/proc"), std::process::id() as i32).unwrap();
         // Pages 0..6 back to back (a run), then 8, 11, 12 (a single and a run of two).
         let addrs: Vec<u64> = [0u64, 1, 2, 3, 4, 5, 8, 11, 12]
             .iter()

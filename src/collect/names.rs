@@ -81,7 +81,7 @@ impl Names {
     pub fn resolve_comms(&mut self, pids: &BTreeSet<i32>) {
         for pid in pids {
             let path = self.procs.root().join(pid.to_string()).join("comm");
-            if let Ok(c) = super::kv::read_to_string(&path) {
+            if let Ok(c) = super::keyvalue::read_to_string(&path) {
                 self.comms.insert(*pid, c.trim_end().to_string());
             }
         }

@@ -8,6 +8,7 @@
 //! - `/proc/PID/maps`, `/proc/PID/smaps`: see [`super::maps`].
 //! - `/proc/PID/fd/*`: symlinks to open files; `stat` through them gives (dev, inode, size).
 //! - `/proc/PID/cgroup`: `hierarchy:controllers:path` lines.
+//! - `/proc/PID/stat`: field 22, the start time in clock ticks after boot ([`start_time`]).
 //!
 //! Kernel documentation: <https://www.kernel.org/doc/html/latest/filesystems/proc.html>.
 
@@ -16,7 +17,7 @@ use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 
 use super::error::{from_procfs, CollectError, Result};
-use super::kv;
+use super::keyvalue;
 use super::maps;
 use crate::sample::{CgroupRef, CgroupVersion, FileKey, MappingSample, RollupSample, StatusSample};
 
@@ -73,20 +74,20 @@ impl ProcReader {
 
     pub fn status(&self, pid: i32) -> Result<StatusRead> {
         let path = self.file(pid, "status");
-        let text = kv::read_to_string(&path)?;
+        let text = keyvalue::read_to_string(&path)?;
         parse_status(&path, &text)
     }
 
     /// `None` for kernel threads (the kernel prints nothing for them).
     pub fn rollup(&self, pid: i32) -> Result<Option<RollupSample>> {
         let path = self.file(pid, "smaps_rollup");
-        let text = kv::read_to_string(&path)?;
+        let text = keyvalue::read_to_string(&path)?;
         parse_rollup(&path, &text)
     }
 
     pub fn maps(&self, pid: i32) -> Result<Vec<MappingSample>> {
         let path = self.file(pid, "maps");
-        let text = kv::read_to_string(&path)?;
+        let text = keyvalue::read_to_string(&path)?;
         maps::parse_maps(&path, &text)
     }
 
@@ -97,7 +98,7 @@ impl ProcReader {
         wanted: &HashSet<FileKey>,
     ) -> Result<(Vec<MappingSample>, RollupSample)> {
         let path = self.file(pid, "smaps");
-        let text = kv::read_to_string(&path)?;
+        let text = keyvalue::read_to_string(&path)?;
         maps::parse_smaps(&path, &text, wanted)
     }
 
@@ -117,7 +118,7 @@ impl ProcReader {
     /// life. Needs ptrace read access (same user, or root).
     pub fn rchar(&self, pid: i32) -> Result<Option<u64>> {
         let path = self.file(pid, "io");
-        let text = kv::read_to_string(&path)?;
+        let text = keyvalue::read_to_string(&path)?;
         Ok(text
             .lines()
             .find_map(|l| l.strip_prefix("rchar:"))
@@ -132,7 +133,7 @@ impl ProcReader {
     /// The memory cgroup: the v1 `memory` hierarchy line if present, else the v2 `0::` line.
     pub fn cgroup(&self, pid: i32) -> Result<Option<CgroupRef>> {
         let path = self.file(pid, "cgroup");
-        let text = kv::read_to_string(&path)?;
+        let text = keyvalue::read_to_string(&path)?;
         parse_cgroup(&path, &text)
     }
 
@@ -189,7 +190,7 @@ pub fn parse_status(path: &Path, text: &str) -> Result<StatusRead> {
         "VmRSS", "RssAnon", "RssFile", "RssShmem", "VmSwap", "VmSize",
     ];
     let mut saw_vm = false;
-    kv::for_each_field(path, text, &numeric, |k, v| match k {
+    keyvalue::for_each_field(path, text, &numeric, |k, v| match k {
         "VmSize" => saw_vm = true,
         "VmRSS" => s.vm_rss_bytes = Some(v),
         "RssAnon" => s.rss_anon_bytes = Some(v),
@@ -224,7 +225,7 @@ pub fn parse_rollup(path: &Path, text: &str) -> Result<Option<RollupSample>> {
     };
     let mut r = RollupSample::default();
     let (mut rss, mut pss) = (None, None);
-    kv::for_each_field(path, body, &["Rss", "Pss"], |k, v| match k {
+    keyvalue::for_each_field(path, body, &["Rss", "Pss"], |k, v| match k {
         "Rss" => rss = Some(v),
         "Pss" => pss = Some(v),
         "Pss_Anon" => r.pss_anon_bytes = Some(v),
@@ -277,6 +278,14 @@ pub fn parse_cgroup(path: &Path, text: &str) -> Result<Option<CgroupRef>> {
         }
     }
     Ok(v2)
+}
+
+/// Start time of `pid` (field 22 of `/proc/PID/stat`, clock ticks after boot).
+pub fn start_time(proc_root: &Path, pid: i32) -> Option<u64> {
+    let stat = std::fs::read_to_string(proc_root.join(pid.to_string()).join("stat")).ok()?;
+    // The command name (field 2) may hold spaces and parentheses: count after the last ')'.
+    let rest = &stat[stat.rfind(')')? + 1..];
+    rest.split_whitespace().nth(19)?.parse().ok()
 }
 
 #[cfg(test)]

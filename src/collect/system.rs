@@ -5,11 +5,11 @@
 use std::path::Path;
 
 use super::error::Result;
-use super::kv;
+use super::keyvalue;
 use crate::sample::SystemSample;
 
 /// `meminfo` and `vmstat` as maps of every key the kernel prints (a snapshot keeps them
-/// all), read by `kv` rather than procfs: procfs's `Meminfo` is a struct of the fields it
+/// all), read by `keyvalue` rather than procfs: procfs's `Meminfo` is a struct of the fields it
 /// knows (newer keys are dropped) that fails when one of a dozen is missing, and its
 /// `VmStat` fails on the first odd line without saying which.
 pub fn read(proc_root: &Path) -> Result<SystemSample> {
@@ -17,8 +17,8 @@ pub fn read(proc_root: &Path) -> Result<SystemSample> {
         page_size: page_size(),
         ..SystemSample::default()
     };
-    s.meminfo = kv::read_map(&proc_root.join("meminfo"))?;
-    s.vmstat = kv::read_map(&proc_root.join("vmstat"))?;
+    s.meminfo = keyvalue::read_map(&proc_root.join("meminfo"))?;
+    s.vmstat = keyvalue::read_map(&proc_root.join("vmstat"))?;
     Ok(s)
 }
 

@@ -13,6 +13,9 @@ use std::os::fd::AsRawFd;
 use std::os::unix::fs::{FileExt, OpenOptionsExt};
 use std::path::Path;
 
+use super::grid::PAGE;
+use crate::sample::FileKey;
+
 /// `O_DIRECT` transfers are done in blocks of this size and alignment.
 const BLOCK: u64 = 4096;
 /// Largest `O_DIRECT` read at once.
@@ -116,6 +119,61 @@ impl FileBytes {
         buf[..take].copy_from_slice(&aligned[skip..skip + take]);
         Ok(take)
     }
+}
+
+/// Blocks compared to tell two files of one size apart (and the last block).
+const SAME_BYTES_BLOCKS: u64 = 64;
+
+/// Removes from `keys`/`inputs` each file whose bytes are another's (same size, and the
+/// same bytes in [`SAME_BYTES_BLOCKS`] 4 KiB blocks spread over it, read without touching
+/// the page cache); keeps the one not in shared memory (device major 0: tmpfs, shmem).
+/// Returns (removed, kept) pairs.
+pub(super) fn same_bytes(
+    keys: &mut Vec<FileKey>,
+    inputs: &mut Vec<(
+        FileBytes,
+        Vec<crate::container::Tensor>,
+        crate::container::Format,
+    )>,
+) -> Vec<(FileKey, FileKey)> {
+    let block = |b: &FileBytes, off: u64, buf: &mut Vec<u8>| -> bool {
+        let n = PAGE.min(b.size - off) as usize;
+        buf.resize(n, 0);
+        b.read_exact_at(buf, off).is_ok()
+    };
+    let mut out = Vec::new();
+    let mut i = 0;
+    while i < keys.len() {
+        let mut removed = false;
+        for j in 0..keys.len() {
+            let (a, b) = (&inputs[i].0, &inputs[j].0);
+            if i == j || a.size != b.size || a.size == 0 {
+                continue;
+            }
+            let (mut x, mut y) = (Vec::new(), Vec::new());
+            let last = (a.size - 1) / PAGE * PAGE;
+            let equal = (0..=SAME_BYTES_BLOCKS).all(|k| {
+                let off = (last / SAME_BYTES_BLOCKS * k) / PAGE * PAGE;
+                let off = if k == SAME_BYTES_BLOCKS { last } else { off };
+                block(a, off, &mut x) && block(b, off, &mut y) && x == y
+            });
+            // Drop i for j: i in shared memory and j not, or both alike and i later.
+            let shm = |k: FileKey| k.major == 0;
+            let drop_i = shm(keys[i]) && !shm(keys[j]) || (shm(keys[i]) == shm(keys[j]) && i > j);
+            if equal && drop_i {
+                out.push((keys[i], keys[j]));
+                keys.remove(i);
+                inputs.remove(i);
+                removed = true;
+                break;
+            }
+        }
+        if !removed {
+            i += 1;
+        }
+    }
+    // A kept file's index moved when an earlier one was removed: resolve by key later.
+    out
 }
 
 #[cfg(test)]

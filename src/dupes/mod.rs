@@ -1,12 +1,56 @@
 //! Byte-level proof that a process holds a private (or widened) copy of a model file.
 //!
-//! [`index`] fingerprints the file's tensors; [`search`] samples the target's anonymous
+//! [`index`] fingerprints the file's tensors; [`sweep`] samples the target's anonymous
 //! memory once per page, looks the samples up, and confirms each candidate by comparing
 //! the whole tensor with the file. Only a confirmed match is reported as a copy.
+//! [`prove`] runs it for the candidates of a snapshot, [`search`] for `twofold dupes`;
+//! both report how far they came through one [`Progress`].
 
 pub mod filebytes;
 pub mod grid;
 pub mod index;
 pub mod physical;
 pub mod prove;
+pub mod recheck;
+pub mod runs;
+pub mod search;
 pub mod sweep;
+
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+
+/// How far a proof has come, and a flag that stops it: shared with the thread that shows
+/// it (`top`'s `p`). Only atomics: nothing waits on it.
+#[derive(Debug, Default)]
+pub struct Progress {
+    cancel: AtomicBool,
+    done_bytes: AtomicU64,
+    total_bytes: AtomicU64,
+}
+
+impl Progress {
+    /// Asks the proof to stop at its next check (between windows of memory).
+    pub fn cancel(&self) {
+        self.cancel.store(true, Ordering::Relaxed);
+    }
+
+    pub fn cancelled(&self) -> bool {
+        self.cancel.load(Ordering::Relaxed)
+    }
+
+    pub(crate) fn add_total(&self, bytes: u64) {
+        self.total_bytes.fetch_add(bytes, Ordering::Relaxed);
+    }
+
+    pub(crate) fn add_done(&self, bytes: u64) {
+        self.done_bytes.fetch_add(bytes, Ordering::Relaxed);
+    }
+
+    /// `(bytes of mapped memory searched, bytes to search)`; the total grows as each
+    /// process's memory map is read.
+    pub fn bytes(&self) -> (u64, u64) {
+        (
+            self.done_bytes.load(Ordering::Relaxed),
+            self.total_bytes.load(Ordering::Relaxed),
+        )
+    }
+}

@@ -18,7 +18,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
 
 use super::prove::Found;
-use crate::collect::memory::{MappingSizes, RegionKind, Target, PAGE, PM_EXCLUSIVE, PM_PFN};
+use crate::collect::memory::{MappingSizes, ProcMemory, RegionKind, PAGE, PM_EXCLUSIVE, PM_PFN};
 use crate::sample::{FileKey, PhysicalSample, ProofSample};
 
 /// The memory ranges of one proof's copies (`[lo, hi)`, with the kind of region): what
@@ -104,7 +104,7 @@ pub fn weigh(proc_root: &Path, proofs: &mut [ProofSample], ranges: &[CopyRanges]
 /// The present pages under `r` in `pid`, each 4 KiB page once: exclusive ones and, without
 /// frame numbers, estimated ones are counted; shared frames are returned.
 fn read_pages(proc_root: &Path, pid: i32, r: &CopyRanges) -> Option<Read> {
-    let target = Target::open(proc_root, pid).ok()?;
+    let target = ProcMemory::open(proc_root, pid).ok()?;
     // Page addresses, each once (two tensors' copies may share a boundary page).
     let mut spans: BTreeMap<u64, (u64, RegionKind)> = BTreeMap::new();
     for &(lo, hi, kind) in &r.ranges {
@@ -134,7 +134,7 @@ fn read_pages(proc_root: &Path, pid: i32, r: &CopyRanges) -> Option<Read> {
             let w1 = (w0 + WINDOW).min(b);
             target.pagemap(w0, w1, &mut entries).ok()?;
             for (k, &e) in entries.iter().enumerate() {
-                if !Target::eligible(e, kind) {
+                if !ProcMemory::eligible(e, kind) {
                     continue;
                 }
                 out.w.pages += 1;

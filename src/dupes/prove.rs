@@ -9,17 +9,21 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-use super::filebytes::FileBytes;
+use super::filebytes::{same_bytes, FileBytes};
 use super::grid::{Grid, PAGE};
 use super::index::CopyKind;
-use super::sweep::{Buffers, Compare, Hit, PageMap, Placed, Span, Sweep, SweepStats};
-use crate::collect::memory::{Region, RegionKind, Target};
+use super::sweep::{Hit, Sweep, SweepStats};
+use crate::collect::memory::{ProcMemory, Region, RegionKind};
 use crate::collect::Roots;
 use crate::sample::unsearched::Unsearched;
 use crate::sample::{FileKey, ProofSample, Sample};
+
+/// Where they were defined first (the engine names them so).
+pub use super::recheck::{recheck, Rechecked};
+/// Where it was defined first (`top`'s collector and screen name it so).
+pub use super::Progress;
 
 /// How to prove.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -39,43 +43,6 @@ impl Default for ProveOptions {
     }
 }
 
-/// How far a proof has come, and a flag that stops it: shared with the thread that shows
-/// it (`top`'s `p`). Only atomics: nothing waits on it.
-#[derive(Debug, Default)]
-pub struct Progress {
-    cancel: AtomicBool,
-    done_bytes: AtomicU64,
-    total_bytes: AtomicU64,
-}
-
-impl Progress {
-    /// Asks the proof to stop at its next check (between windows of memory).
-    pub fn cancel(&self) {
-        self.cancel.store(true, Ordering::Relaxed);
-    }
-
-    pub fn cancelled(&self) -> bool {
-        self.cancel.load(Ordering::Relaxed)
-    }
-
-    pub(crate) fn add_total(&self, bytes: u64) {
-        self.total_bytes.fetch_add(bytes, Ordering::Relaxed);
-    }
-
-    pub(crate) fn add_done(&self, bytes: u64) {
-        self.done_bytes.fetch_add(bytes, Ordering::Relaxed);
-    }
-
-    /// `(bytes of mapped memory searched, bytes to search)`; the total grows as each
-    /// process's memory map is read.
-    pub fn bytes(&self) -> (u64, u64) {
-        (
-            self.done_bytes.load(Ordering::Relaxed),
-            self.total_bytes.load(Ordering::Relaxed),
-        )
-    }
-}
-
 /// A file to search for, and how to open it.
 pub struct ProofFile {
     pub key: FileKey,
@@ -86,7 +53,7 @@ pub struct ProofFile {
 /// ([`crate::collect::reopen`]) that is still that inode: its path as shown (never with
 /// " (deleted)" appended), else a holder's fd, map_files or root, passing over holders
 /// that exited; the path as shown when none is (the caller's open then says why).
-fn open_path(sample: &Sample, key: FileKey, path: &str, proc_root: &Path) -> PathBuf {
+pub(super) fn open_path(sample: &Sample, key: FileKey, path: &str, proc_root: &Path) -> PathBuf {
     use crate::collect::reopen;
     let host = PathBuf::from(reopen::strip_deleted(path));
     let ways = reopen::ways(proc_root, &sample.processes, key, Some(&host));
@@ -434,64 +401,15 @@ fn prove_group(
     out
 }
 
-/// Blocks compared to tell two files of one size apart (and the last block).
-const SAME_BYTES_BLOCKS: u64 = 64;
-
-/// Removes from `keys`/`inputs` each file whose bytes are another's (same size, and the
-/// same bytes in [`SAME_BYTES_BLOCKS`] 4 KiB blocks spread over it, read without touching
-/// the page cache); keeps the one not in shared memory (device major 0: tmpfs, shmem).
-/// Returns (removed, kept) pairs.
-fn same_bytes(
-    keys: &mut Vec<FileKey>,
-    inputs: &mut Vec<(
-        FileBytes,
-        Vec<crate::container::Tensor>,
-        crate::container::Format,
-    )>,
-) -> Vec<(FileKey, FileKey)> {
-    let block = |b: &FileBytes, off: u64, buf: &mut Vec<u8>| -> bool {
-        let n = PAGE.min(b.size - off) as usize;
-        buf.resize(n, 0);
-        b.read_exact_at(buf, off).is_ok()
-    };
-    let mut out = Vec::new();
-    let mut i = 0;
-    while i < keys.len() {
-        let mut removed = false;
-        for j in 0..keys.len() {
-            let (a, b) = (&inputs[i].0, &inputs[j].0);
-            if i == j || a.size != b.size || a.size == 0 {
-                continue;
-            }
-            let (mut x, mut y) = (Vec::new(), Vec::new());
-            let last = (a.size - 1) / PAGE * PAGE;
-            let equal = (0..=SAME_BYTES_BLOCKS).all(|k| {
-                let off = (last / SAME_BYTES_BLOCKS * k) / PAGE * PAGE;
-                let off = if k == SAME_BYTES_BLOCKS { last } else { off };
-                block(a, off, &mut x) && block(b, off, &mut y) && x == y
-            });
-            // Drop i for j: i in shared memory and j not, or both alike and i later.
-            let shm = |k: FileKey| k.major == 0;
-            let drop_i = shm(keys[i]) && !shm(keys[j]) || (shm(keys[i]) == shm(keys[j]) && i > j);
-            if equal && drop_i {
-                out.push((keys[i], keys[j]));
-                keys.remove(i);
-                inputs.remove(i);
-                removed = true;
-                break;
-            }
-        }
-        if !removed {
-            i += 1;
-        }
-    }
-    // A kept file's index moved when an earlier one was removed: resolve by key later.
-    out
-}
-
 /// Credits `mem_bytes` of a copy of `key` found in region `r` to `p`: inside the
 /// process's own private mapping of the file, its copy-on-write pages; elsewhere a copy.
-fn credit(p: &mut ProofSample, key: FileKey, kind: CopyKind, r: &Region, mem_bytes: u64) {
+pub(super) fn credit(
+    p: &mut ProofSample,
+    key: FileKey,
+    kind: CopyKind,
+    r: &Region,
+    mem_bytes: u64,
+) {
     let file_bytes = mem_bytes / kind.factor();
     if r.kind == RegionKind::PrivateFile && r.key == Some(key) {
         p.cow_file_bytes += file_bytes;
@@ -532,124 +450,6 @@ fn unsearched(sample: &Sample, pids: &[i32], why: &Unsearched) -> Vec<Proof> {
             took: Duration::ZERO,
         })
         .collect()
-}
-
-/// What a check in place found.
-#[derive(Debug)]
-pub enum Rechecked {
-    /// Every copy the search found is still there, as far as the check looked.
-    Still(Box<Proof>),
-    /// A copy is gone or differs: the process must be searched again.
-    Changed,
-}
-
-/// Checks the copies an earlier search of `proof.sample.pid` found, in place, at a cost
-/// that grows little with their size: every page of every whole copy is still present
-/// (one page-map read per region) and [`super::sweep::SPOT_PAGES`] pages in all, spread
-/// over the copies and within each from its first page to its last, still equal the file
-/// ([`Compare::spot_check`]). Any page missing or different: [`Rechecked::Changed`].
-/// Partial copies are not kept (which of their pages matched is not known): the result
-/// can only undercount. Memory the process allocated since is not searched: the caller
-/// says so.
-pub fn recheck(
-    roots: &Roots,
-    sample: &Sample,
-    proof: &Proof,
-    exact: bool,
-) -> Result<Rechecked, String> {
-    let pid = proof.sample.pid;
-    let mut out = Proof {
-        sample: ProofSample {
-            pid,
-            file: proof.sample.file,
-            unsearched: proof.sample.unsearched.clone(),
-            searchable_fraction: proof.sample.searchable_fraction,
-            stride_pages: proof.sample.stride_pages,
-            ..ProofSample::default()
-        },
-        found: Vec::new(),
-        took: proof.took,
-    };
-    let mut whole: Vec<&Found> = proof.found.iter().filter(|f| f.whole).collect();
-    if whole.is_empty() {
-        return Ok(Rechecked::Still(Box::new(out)));
-    }
-    whole.sort_by_key(|f| (f.region.start, f.addr));
-    let key = proof.sample.file;
-    let Some(f) = sample.files.iter().find(|f| f.key == key) else {
-        return Ok(Rechecked::Changed);
-    };
-    let target = Target::open(&roots.proc, pid).map_err(|e| format!("{e:#}"))?;
-    let path = open_path(sample, key, &f.path, &roots.proc);
-    let bytes =
-        FileBytes::open(&path).map_err(|e| format!("cannot open '{}': {e}", path.display()))?;
-    let compare = Compare {
-        target: &target,
-        stride: proof.sample.stride_pages.max(1),
-        exact,
-    };
-    let part = |f: &Found| {
-        (
-            f.addr.max(f.region.start),
-            (f.addr + f.mem_len).min(f.region.end),
-        )
-    };
-    let failed = |e: std::io::Error| format!("cannot check pid {pid} again: {e}");
-    let spot = super::sweep::SPOT_PAGES;
-    let every = whole.len().div_ceil(spot);
-    let pages = (spot / whole.len().div_ceil(every)).max(1);
-    let mut buf = Buffers::default();
-    let mut pm = PageMap {
-        start: 0,
-        entries: Vec::new(),
-    };
-    let mut pm_region = None;
-    for (i, found) in whole.iter().enumerate() {
-        let r = &found.region;
-        if pm_region != Some(r.start) {
-            let same = whole[i..].iter().take_while(|f| f.region.start == r.start);
-            let (lo, hi) = same.fold((u64::MAX, 0), |(lo, hi), f| {
-                let (a, b) = part(f);
-                (lo.min(a), hi.max(b))
-            });
-            pm.start = lo / PAGE * PAGE;
-            target
-                .pagemap(pm.start, hi.next_multiple_of(PAGE), &mut pm.entries)
-                .map_err(|e| format!("cannot check pid {pid} again: {e:#}"))?;
-            pm_region = Some(r.start);
-        }
-        let span = Span {
-            bytes: &bytes,
-            kind: found.kind,
-            file_offset: found.file_offset,
-            mem_len: found.mem_len,
-        };
-        let (lo, hi) = part(found);
-        let check = if i % every == 0 { pages } else { 0 };
-        match compare
-            .spot_check(
-                &mut buf,
-                &pm,
-                &Placed {
-                    region: r,
-                    span,
-                    addr: found.addr,
-                    lo,
-                    hi,
-                },
-                check,
-            )
-            .map_err(failed)?
-        {
-            Some(mem_bytes) => {
-                credit(&mut out.sample, key, found.kind, r, mem_bytes);
-                out.found.push((*found).clone());
-            }
-            None => return Ok(Rechecked::Changed),
-        }
-    }
-    out.sample.compared_bytes = buf.compared_bytes;
-    Ok(Rechecked::Still(Box::new(out)))
 }
 
 /// Fraction of file `fi`'s bytes the search looks for: the union of the file ranges of its
@@ -702,11 +502,11 @@ fn search_one(
 ) -> SearchResult {
     // The whole chain: the refusal's reason is in the source.
     let target =
-        Target::open(&roots.proc, pid).map_err(|e| format!("{:#}", anyhow::Error::from(e)))?;
+        ProcMemory::open(&roots.proc, pid).map_err(|e| format!("{:#}", anyhow::Error::from(e)))?;
     let maps_path = roots.proc.join(pid.to_string()).join("maps");
     let text = std::fs::read_to_string(&maps_path)
         .map_err(|e| format!("cannot read '{}': {e}", maps_path.display()))?;
-    let regions = Target::regions(&maps_path, &text).map_err(|e| format!("{e:#}"))?;
+    let regions = ProcMemory::regions(&maps_path, &text).map_err(|e| format!("{e:#}"))?;
     let sweep = Sweep {
         grid,
         target: &target,

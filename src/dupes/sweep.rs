@@ -15,7 +15,7 @@ use std::time::Instant;
 use super::filebytes::FileBytes;
 use super::grid::{hash, Grid, PAGE, WIN};
 use super::index::{periodic, Convert, CopyKind};
-use crate::collect::memory::{Region, Target, IOV_MAX};
+use crate::collect::memory::{ProcMemory, Region, IOV_MAX};
 
 /// A confirmed copy of one piece.
 #[derive(Debug, Clone, PartialEq)]
@@ -34,13 +34,13 @@ pub use crate::model::dupes::SweepStats;
 
 pub struct Sweep<'a> {
     pub grid: &'a Grid,
-    pub target: &'a Target,
+    pub target: &'a ProcMemory,
     pub stride: u64,
     /// Compare every page of every copy (`dupes`), not only those on the stride.
     pub exact: bool,
     pub deadline: Option<Instant>,
     /// Bytes swept and a cancel flag, watched by another thread (`top`'s `p`).
-    pub progress: Option<&'a super::prove::Progress>,
+    pub progress: Option<&'a super::Progress>,
 }
 
 struct State {
@@ -102,7 +102,7 @@ impl PageMap {
             return false;
         }
         let i = ((addr - self.start) / PAGE) as usize;
-        i < self.entries.len() && Target::eligible(self.entries[i], r.kind)
+        i < self.entries.len() && ProcMemory::eligible(self.entries[i], r.kind)
     }
 }
 
@@ -190,7 +190,10 @@ impl Sweep<'_> {
                         self.target
                             .pagemap(a, a + PAGE, &mut one)
                             .map_err(|e| io::Error::other(format!("{e:#}")))?;
-                        if one.first().is_some_and(|e| Target::eligible(*e, r.kind)) {
+                        if one
+                            .first()
+                            .is_some_and(|e| ProcMemory::eligible(*e, r.kind))
+                        {
                             v.push(a);
                         }
                     }
@@ -204,7 +207,7 @@ impl Sweep<'_> {
                     st.stats.present_bytes += pm
                         .entries
                         .iter()
-                        .filter(|e| Target::eligible(**e, r.kind))
+                        .filter(|e| ProcMemory::eligible(**e, r.kind))
                         .count() as u64
                         * PAGE;
                     (first..w1)
@@ -420,13 +423,13 @@ impl<'a> Placed<'a> {
 /// Compares a process's memory with a file's bytes: how a candidate copy is confirmed by
 /// the search, and how the engine re-checks a copy it found before.
 pub struct Compare<'a> {
-    pub target: &'a Target,
+    pub target: &'a ProcMemory,
     pub stride: u64,
     pub exact: bool,
 }
 
 /// Pages of the copies one search found that a check in place compares again, spread
-/// over the copies (see [`super::prove::recheck`]).
+/// over the copies (see [`super::recheck::recheck`]).
 pub const SPOT_PAGES: usize = 256;
 
 impl Compare<'_> {

@@ -1,0 +1,81 @@
+//! `top` and `serve`: collections every interval, on a screen or for Prometheus.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use clap::{Args, ValueEnum};
+
+use super::parse::*;
+use super::{reword, CollectArgs, Selection};
+
+/// The view `top` opens on.
+#[derive(Debug, Clone, Copy, ValueEnum, PartialEq, Eq, Default)]
+pub enum TopView {
+    #[default]
+    Files,
+    Processes,
+    Cgroups,
+}
+
+#[derive(Debug, Args)]
+#[command(mut_args(reword(
+    "no_prove",
+    "Skip the byte-level proof (as `scan --no-prove`): copies are only suspected",
+    None
+)))]
+pub struct TopArgs {
+    #[command(flatten)]
+    pub selection: Selection,
+    /// Time between collections.
+    #[arg(long, value_name = "DURATION", default_value = "2s", value_parser = parse_positive_duration)]
+    pub interval: Duration,
+    /// Sort column to start with (count, size, cache, cow, private, suspected, resident,
+    /// holders, path; rss, anon, file, pss, growth, files, pid, comm; usage, limit, oom).
+    #[arg(long, value_name = "COLUMN")]
+    pub sort: Option<String>,
+    /// Filter to start with: a substring of names, or FIELD>VALUE (anon>1G, count>=2).
+    #[arg(long, value_name = "EXPR")]
+    pub filter: Option<String>,
+    /// The view to open on.
+    #[arg(long, value_enum, default_value_t)]
+    pub view: TopView,
+    #[command(flatten)]
+    pub collect: CollectArgs,
+    /// Show a recording instead of the live system: the store DIR (`record`, `scan
+    /// --record`); `[` and `]` step through its snapshots.
+    #[arg(long, value_name = "STORE")]
+    pub replay: Option<PathBuf>,
+    /// With --replay: the snapshot nearest TIME (as for `replay --at`).
+    #[arg(long, value_name = "TIME", default_value = "now", requires = "replay")]
+    pub at: String,
+}
+
+#[derive(Debug, Args)]
+pub struct ServeArgs {
+    /// Address to listen on (loopback by default; the exposition names the host's model
+    /// files and cgroups).
+    #[arg(long, value_name = "ADDR:PORT", default_value = "127.0.0.1:9464")]
+    pub listen: std::net::SocketAddr,
+    /// Time between collections; scrapes serve the latest one.
+    #[arg(long, value_name = "DURATION", default_value = "5s", value_parser = parse_positive_duration)]
+    pub interval: Duration,
+    /// Files matching this glob are of interest too, besides the model files processes
+    /// hold (repeatable; expanded at every collection).
+    #[arg(long = "model-glob", value_name = "GLOB")]
+    pub model_globs: Vec<String>,
+    /// Export at most N files one by one (those holding the most bytes); the rest are
+    /// summed into file_id="other".
+    #[arg(long, value_name = "N", default_value_t = 50)]
+    pub max_files: usize,
+    /// Attach the eBPF programs of `twofold trace` (root) and export per-file counters
+    /// since the exporter started: page faults, page-cache bytes added and evicted,
+    /// refaults, read() bytes.
+    #[arg(long)]
+    pub trace: bool,
+    /// Add a pid label to the per-workload series (one series per process: high
+    /// cardinality).
+    #[arg(long)]
+    pub per_pid: bool,
+    #[command(flatten)]
+    pub collect: CollectArgs,
+}

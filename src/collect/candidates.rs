@@ -1,0 +1,139 @@
+//! Candidate copy holders: processes whose private (or shared) memory could hold a copy
+//! of a file of interest, and a way they could have made it (they map or hold the file,
+//! name it on their command line, or read() enough bytes). The proof searches only these.
+
+use std::collections::HashSet;
+
+use super::gather::COPY_FRACTION;
+use super::process::ProcReader;
+use crate::sample::{CandidateSample, CandidateWhy, FileKey, ProcessSample, Sample, Unreadable};
+
+fn big_enough(anon: u64, size: u64) -> bool {
+    anon as f64 >= COPY_FRACTION * size as f64
+}
+
+/// Before the detail phase: could a process that holds nothing hold a copy of one of the
+/// files (by its `RssAnon` and `RssShmem`, its command line, and `rchar`)? Reads `rchar`
+/// when needed. Shared memory large enough holds a copy whoever filled it.
+pub(super) fn could_hold_any(
+    procs: &ProcReader,
+    p: &ProcessSample,
+    sizes: &[(FileKey, u64)],
+    named: &HashSet<(i32, FileKey)>,
+) -> bool {
+    let Some(anon) = p.status.rss_anon_bytes else {
+        return false;
+    };
+    let shmem = p.status.rss_shmem_bytes.unwrap_or(0);
+    let anon = anon + shmem;
+    if p.pid == std::process::id() as i32 || !sizes.iter().any(|(_, s)| big_enough(anon, *s)) {
+        return false;
+    }
+    if sizes.iter().any(|(_, s)| big_enough(shmem, *s)) {
+        return true;
+    }
+    if sizes
+        .iter()
+        .any(|(k, s)| named.contains(&(p.pid, *k)) && big_enough(anon, *s))
+    {
+        return true;
+    }
+    match procs.rchar(p.pid) {
+        Ok(Some(r)) => sizes
+            .iter()
+            .any(|(_, s)| big_enough(anon, *s) && big_enough(r, *s)),
+        _ => true,
+    }
+}
+
+/// The candidate copy holders of each file: private anonymous memory (`RssAnon` less the
+/// CoW pages of mapped files of interest) of at least [`COPY_FRACTION`] of the file, and a
+/// way to have made the copy: it maps or holds the file, names it on its command line,
+/// read() enough bytes (`rchar`), or its `rchar` is unknown.
+pub fn candidates(
+    processes: &[ProcessSample],
+    sizes: &[(FileKey, u64)],
+    named: &HashSet<(i32, FileKey)>,
+) -> Vec<CandidateSample> {
+    let me = std::process::id() as i32;
+    let mut out = Vec::new();
+    for p in processes.iter().filter(|p| !p.kernel_thread && p.pid != me) {
+        let Some(anon) = p.status.rss_anon_bytes else {
+            continue;
+        };
+        let cow: u64 = p.mappings.iter().filter_map(|m| m.anonymous_bytes).sum();
+        let private = anon.saturating_sub(cow);
+        // Shared memory (shmem, memfd, /dev/shm files) can hold a copy too.
+        let shmem = p.status.rss_shmem_bytes.unwrap_or(0);
+        for &(key, size) in sizes {
+            // A model file in shared memory that it maps is its own page cache there.
+            let own: u64 = p
+                .mappings
+                .iter()
+                .filter(|m| m.key() == key && m.major == 0)
+                .filter_map(|m| m.rss_bytes)
+                .sum();
+            let room = private + shmem.saturating_sub(own);
+            if !big_enough(room, size) {
+                continue;
+            }
+            let holder = p.mappings.iter().any(|m| m.key() == key)
+                || p.open_files.iter().any(|o| o.key == key);
+            let why = if holder {
+                CandidateWhy::Holder
+            } else if named.contains(&(p.pid, key)) {
+                CandidateWhy::Named
+            } else {
+                match p.rchar_bytes {
+                    Some(r) if big_enough(r, size) => CandidateWhy::Read,
+                    // Another process may have filled the shared memory it maps (`cp` to
+                    // /dev/shm, a loader's memfd).
+                    Some(_) if big_enough(shmem.saturating_sub(own), size) => {
+                        CandidateWhy::SharedMemory
+                    }
+                    Some(_) => continue,
+                    None => CandidateWhy::Unknown,
+                }
+            };
+            out.push(CandidateSample {
+                pid: p.pid,
+                file: key,
+                why,
+                private_anon_bytes: room,
+            });
+        }
+    }
+    out
+}
+
+/// The candidates of a gathered sample: `rchar` read where phase 1 did not, the
+/// candidates of each file of interest (`sizes`), and, under a policy that refuses even
+/// root, no candidate without evidence.
+pub(super) fn add_to(
+    procs: &ProcReader,
+    sample: &mut Sample,
+    sizes: &[(FileKey, u64)],
+    named: &HashSet<(i32, FileKey)>,
+    policy: bool,
+) {
+    for p in &mut sample.processes {
+        if p.rchar_bytes.is_none() && !p.kernel_thread {
+            p.rchar_bytes = procs.rchar(p.pid).ok().flatten();
+        }
+    }
+    sample.candidates = candidates(&sample.processes, sizes, named);
+    if policy {
+        // Refused even to root: what it maps, holds and read() is unknown, and its
+        // memory cannot be searched. Without evidence (it does not name the file)
+        // it is no candidate: it would make every small file's count a lower bound.
+        let refused: HashSet<i32> = sample
+            .processes
+            .iter()
+            .filter(|p| p.unreadable == Some(Unreadable::Denied))
+            .map(|p| p.pid)
+            .collect();
+        sample
+            .candidates
+            .retain(|c| !(refused.contains(&c.pid) && c.why == CandidateWhy::Unknown));
+    }
+}

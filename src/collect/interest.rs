@@ -1,0 +1,446 @@
+//! Which files are of interest: those named (and the model files of directories named),
+//! those a process maps or holds that have a model extension or are large enough (never
+//! code by size alone), those named on a command line and the stores' model files; and
+//! which processes a gather admits into its sample.
+
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::os::unix::fs::MetadataExt;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use anyhow::Context;
+
+use super::cache::{self, BasicParts};
+use super::gather::Request;
+use super::phases::Basic;
+use super::process::ProcReader;
+use super::reopen;
+use super::residency::{self, Method};
+use super::{has_model_extension, Roots};
+use crate::sample::{FileKey, FileSample, OpenFileSample, ProcessSample, Sample, Unreadable};
+
+/// A file of interest while gathering: how to open it and how to show it.
+#[derive(Debug, Clone)]
+struct Interest {
+    shown: String,
+    /// `shown`'s bytes when they are not UTF-8.
+    raw: Option<Vec<u8>>,
+    open_path: PathBuf,
+    size_bytes: Option<u64>,
+    explicit: bool,
+    store: bool,
+}
+
+/// A gather's state: the files decided so far, and what deciding them needs.
+pub(super) struct Gatherer<'a> {
+    pub(super) procs: ProcReader,
+    req: &'a Request,
+    /// Decided files: `Some` = of interest, `None` = looked at and not of interest.
+    decided: HashMap<FileKey, Option<Interest>>,
+    /// (pid, file) pairs where the file is named on the process's command line.
+    pub(super) named: HashSet<(i32, FileKey)>,
+    /// The executable this process runs, to know twofold's own processes by.
+    own_exe: Option<FileKey>,
+    /// twofold's own processes: left out (see [`Gatherer::is_observer`]).
+    pub(super) observers: Vec<i32>,
+    /// The absolute paths of the files named by the user.
+    explicit: HashSet<PathBuf>,
+    /// `PROC/self/mountinfo`, read when a path must be resolved to the host's.
+    own_mounts: Option<Option<String>>,
+    pub(super) warnings: &'a mut Vec<String>,
+}
+
+impl<'a> Gatherer<'a> {
+    pub(super) fn new(roots: &Roots, req: &'a Request, warnings: &'a mut Vec<String>) -> Self {
+        Gatherer {
+            procs: ProcReader::new(&roots.proc),
+            req,
+            decided: HashMap::new(),
+            named: HashSet::new(),
+            own_exe: own_exe(&roots.proc),
+            observers: Vec::new(),
+            explicit: HashSet::new(),
+            own_mounts: None,
+            warnings,
+        }
+    }
+
+    pub(super) fn add_explicit_paths(&mut self) -> anyhow::Result<()> {
+        for path in &self.req.paths {
+            let meta = std::fs::metadata(path)
+                .with_context(|| format!("cannot access '{}'", path.display()))?;
+            if meta.is_dir() {
+                crate::input::refuse_pseudo(path, "directory")?;
+                self.walk(path)?;
+            } else if meta.is_file() {
+                crate::input::refuse_pseudo(path, "file")?;
+                self.insert_explicit(path, &meta);
+            } else {
+                return Err(crate::input::not_file_or_dir(path, &meta));
+            }
+        }
+        Ok(())
+    }
+
+    fn walk(&mut self, dir: &Path) -> anyhow::Result<()> {
+        for (p, meta) in super::walk::files(dir, self.warnings)? {
+            if has_model_extension(&p.to_string_lossy()) || meta.len() >= self.req.min_size {
+                self.insert_explicit(&p, &meta);
+            }
+        }
+        Ok(())
+    }
+
+    fn insert_explicit(&mut self, path: &Path, meta: &std::fs::Metadata) {
+        let abs = std::path::absolute(path).unwrap_or_else(|_| path.to_path_buf());
+        self.explicit.insert(abs.clone());
+        self.decided.insert(
+            FileKey::from_dev(meta.dev(), meta.ino()),
+            Some(Interest {
+                shown: abs.display().to_string(),
+                raw: raw_if_lossy(&abs),
+                open_path: abs,
+                size_bytes: Some(meta.len()),
+                explicit: true,
+                store: false,
+            }),
+        );
+    }
+
+    /// Classifies a file a process maps or holds: of interest or not (once per file).
+    /// Code (a file some process maps executable: programs, shared libraries such as a
+    /// 1 GiB `libtorch_cuda.so`) is never a model by size alone.
+    fn classify(
+        &mut self,
+        pid: i32,
+        key: FileKey,
+        path: &str,
+        size: Option<u64>,
+        alt: Option<PathBuf>,
+        code: bool,
+    ) -> bool {
+        if let Some(d) = self.decided.get(&key) {
+            return d.is_some();
+        }
+        // Never through a path with " (deleted)" appended; the inode itself through `alt`
+        // (its map_files or fd) when the path is gone or names another one.
+        let open_path = reopen::in_root(self.procs.root(), pid, path);
+        let size = size.or_else(|| {
+            [Some(&open_path), alt.as_ref()]
+                .into_iter()
+                .flatten()
+                .filter_map(|p| std::fs::metadata(p).ok())
+                .find(|m| reopen::identity(m) == key)
+                .map(|m| m.len())
+        });
+        let mut interesting =
+            has_model_extension(path) || (!code && size.is_some_and(|s| s >= self.req.min_size));
+        // The host's name for it, when the process names it from another mount
+        // namespace (never for an unlinked one: it has no name left).
+        let host = (interesting && !path.ends_with(reopen::DELETED))
+            .then(|| self.host_path(pid, key, path))
+            .flatten();
+        let (shown, raw, open_path) = match host {
+            Some(h) => (h.display().to_string(), raw_if_lossy(&h), h),
+            None => (path.to_string(), None, open_path),
+        };
+        if self.req.only_paths {
+            // `scan FILE`: another inode is of interest only at one of the paths named.
+            interesting &= self
+                .explicit
+                .contains(Path::new(reopen::strip_deleted(&shown)));
+        }
+        let value = interesting.then_some(Interest {
+            shown,
+            raw,
+            open_path,
+            size_bytes: size,
+            explicit: false,
+            store: false,
+        });
+        self.decided.insert(key, value);
+        interesting
+    }
+
+    /// The host path of the file `key` that process `pid` names `path`: `path` itself
+    /// when it is that file here, else through the process's mounts
+    /// ([`super::mounts::host_candidates`]); `None` when the host has no name for it.
+    fn host_path(&mut self, pid: i32, key: FileKey, path: &str) -> Option<PathBuf> {
+        let p = Path::new(path);
+        let is_it = |p: &Path| std::fs::metadata(p).is_ok_and(|m| reopen::identity(&m) == key);
+        if !p.is_absolute() {
+            return None;
+        }
+        if is_it(p) {
+            return Some(p.to_path_buf());
+        }
+        let proc = self.procs.root().to_path_buf();
+        let ours = self
+            .own_mounts
+            .get_or_insert_with(|| std::fs::read_to_string(proc.join("self/mountinfo")).ok())
+            .as_deref()?;
+        let theirs = std::fs::read_to_string(proc.join(pid.to_string()).join("mountinfo")).ok()?;
+        super::mounts::host_candidates(&theirs, ours, p)
+            .into_iter()
+            .find(|c| is_it(c))
+    }
+
+    /// Admits one process into the sample (classifying the files it maps and holds): `Ok`
+    /// to report it, `Err(Some)` for a process that holds nothing (it may still hold a
+    /// copy), `Err(None)` to drop it.
+    #[allow(clippy::result_large_err)]
+    pub(super) fn admit(
+        &mut self,
+        pid: i32,
+        b: Basic,
+    ) -> std::result::Result<(ProcessSample, HashSet<FileKey>), Option<ProcessSample>> {
+        let asked = self.req.pids.contains(&pid);
+        let named = Arc::clone(&b.parts);
+        let named = &named.named;
+        let mut p = ProcessSample {
+            pid,
+            comm: b.status.comm,
+            kernel_thread: b.status.kernel_thread,
+            status: b.status.status,
+            unreadable: b.parts.denied.then_some(Unreadable::Denied),
+            cmdline: b.parts.cmdline.clone(),
+            ..ProcessSample::default()
+        };
+        if p.kernel_thread {
+            return if asked || self.req.all_processes {
+                Ok((p, HashSet::new()))
+            } else {
+                Err(None)
+            };
+        }
+        if self.is_observer(pid, &b.parts) {
+            self.observers.push(pid);
+            return Err(None);
+        }
+        let mut wanted = HashSet::new();
+        let code: HashSet<FileKey> = b
+            .parts
+            .maps
+            .iter()
+            .filter(|m| m.perms.exec)
+            .map(|m| m.key())
+            .collect();
+        for m in &b.parts.maps {
+            let alt = (!self.decided.contains_key(&m.key()))
+                .then(|| reopen::map_file(self.procs.root(), pid, m.start, m.end));
+            if self.classify(pid, m.key(), &m.path, None, alt, code.contains(&m.key())) {
+                wanted.insert(m.key());
+            }
+        }
+        for fd in &b.parts.fds {
+            if self.classify(
+                pid,
+                fd.key,
+                &fd.path,
+                Some(fd.size_bytes),
+                None,
+                code.contains(&fd.key),
+            ) {
+                p.open_files.push(OpenFileSample {
+                    fd: fd.fd,
+                    key: fd.key,
+                    path: fd.path.clone(),
+                });
+            }
+        }
+        if self.req.candidates {
+            self.add_named(pid, named);
+        }
+        let holds = !wanted.is_empty() || !p.open_files.is_empty();
+        if holds || asked || self.req.all_processes {
+            Ok((p, wanted))
+        } else {
+            Err(Some(p))
+        }
+    }
+
+    /// twofold's own processes: this one, and any other running the same executable (a
+    /// recorder, an exporter, another scan), except the reader children of `twofold
+    /// __child`, which are workloads. What they map or hold is there because they
+    /// observe it: they are never holders, mappers or candidates.
+    fn is_observer(&self, pid: i32, parts: &BasicParts) -> bool {
+        if pid == std::process::id() as i32 {
+            return true;
+        }
+        let Some(exe) = self.own_exe else {
+            return false;
+        };
+        parts.maps.iter().any(|m| m.perms.exec && m.key() == exe)
+            && parts.cmdline.get(1).map(String::as_str) != Some("__child")
+    }
+
+    /// Model files named on the command line ([`named_files`]) become files of interest,
+    /// and the process a candidate copy holder of them.
+    fn add_named(&mut self, pid: i32, named: &[cache::NamedFile]) {
+        for n in named {
+            if self.req.only_paths && !self.decided.contains_key(&n.key) {
+                // `scan FILE`: a file the user did not name is not of interest.
+                continue;
+            }
+            self.decided.entry(n.key).or_insert_with(|| {
+                Some(Interest {
+                    shown: n.shown.display().to_string(),
+                    raw: raw_if_lossy(&n.shown),
+                    open_path: n.open_path.clone(),
+                    size_bytes: Some(n.size_bytes),
+                    explicit: false,
+                    store: false,
+                })
+            });
+            if self.decided.get(&n.key).is_some_and(|d| d.is_some()) {
+                self.named.insert((pid, n.key));
+            }
+        }
+    }
+
+    /// Model files of the well-known stores (see [`super::stores`]).
+    pub(super) fn add_store_files(&mut self) {
+        let dirs = super::stores::dirs(|k| std::env::var_os(k));
+        for (path, key, size) in super::stores::model_files(&dirs) {
+            self.decided.entry(key).or_insert_with(|| {
+                Some(Interest {
+                    shown: path.display().to_string(),
+                    raw: raw_if_lossy(&path),
+                    open_path: path,
+                    size_bytes: Some(size),
+                    explicit: false,
+                    store: true,
+                })
+            });
+        }
+    }
+
+    /// Sizes of the files of interest known so far.
+    pub(super) fn interest_sizes(&self) -> Vec<(FileKey, u64)> {
+        let mut v: Vec<(FileKey, u64)> = self
+            .decided
+            .iter()
+            .filter_map(|(k, i)| Some((*k, i.as_ref()?.size_bytes?)))
+            .filter(|(_, s)| *s > 0)
+            .collect();
+        v.sort();
+        v
+    }
+
+    /// Files of interest with their residency, largest first. Store files are kept only
+    /// when a process holds them or could hold a copy of them.
+    pub(super) fn files(&mut self, sample: &Sample) -> Vec<FileSample> {
+        let mut by_key: BTreeMap<FileKey, Interest> = BTreeMap::new();
+        for (k, v) in self.decided.drain() {
+            if let Some(i) = v {
+                by_key.insert(k, i);
+            }
+        }
+        let referenced = |k: &FileKey| {
+            sample.candidates.iter().any(|c| c.file == *k)
+                || sample.processes.iter().any(|p| {
+                    p.mappings.iter().any(|m| m.key() == *k)
+                        || p.open_files.iter().any(|o| o.key == *k)
+                })
+        };
+        let mut out: Vec<FileSample> = by_key
+            .into_iter()
+            .filter(|(k, i)| !i.store || referenced(k))
+            .map(|(key, i)| {
+                let ways = reopen::ways(
+                    self.procs.root(),
+                    &sample.processes,
+                    key,
+                    Some(&i.open_path),
+                );
+                let mut f = file_sample(key, i, &ways, self.req.residency);
+                f.seen_as = seen_as(&sample.processes, key, &f.path);
+                f
+            })
+            .collect();
+        out.sort_by(|a, b| b.size_bytes.cmp(&a.size_bytes).then(a.path.cmp(&b.path)));
+        out
+    }
+}
+
+/// The (dev, inode) of the executable this process runs, through `PROC/self/exe` (the
+/// inode it runs, even when the path was replaced since); `None` under a procfs root that
+/// has no `self` (a fixture tree).
+fn own_exe(proc_root: &Path) -> Option<FileKey> {
+    let m = std::fs::metadata(proc_root.join("self").join("exe")).ok()?;
+    Some(FileKey::from_dev(m.dev(), m.ino()))
+}
+
+/// The names processes give the file `key` other than `shown` (sorted, once each).
+fn seen_as(processes: &[ProcessSample], key: FileKey, shown: &str) -> Vec<String> {
+    let shown = reopen::strip_deleted(shown);
+    let mut out: Vec<String> = processes
+        .iter()
+        .flat_map(|p| {
+            let maps = p
+                .mappings
+                .iter()
+                .filter(|m| m.key() == key)
+                .map(|m| &m.path);
+            let fds = p
+                .open_files
+                .iter()
+                .filter(|o| o.key == key)
+                .map(|o| &o.path);
+            maps.chain(fds)
+        })
+        .map(|p| reopen::strip_deleted(p).to_string())
+        .filter(|p| p != shown)
+        .collect();
+    out.sort();
+    out.dedup();
+    out
+}
+
+/// A path's bytes when they are not UTF-8 (its `display()` is lossy).
+pub fn raw_if_lossy(p: &Path) -> Option<Vec<u8>> {
+    use std::os::unix::ffi::OsStrExt;
+    p.to_str()
+        .is_none()
+        .then(|| p.as_os_str().as_bytes().to_vec())
+}
+
+fn file_sample(key: FileKey, i: Interest, ways: &[PathBuf], method: Method) -> FileSample {
+    // What the name it is shown by names now: this inode, another one, or nothing.
+    let now_at_path = std::fs::metadata(&i.open_path)
+        .ok()
+        .map(|m| reopen::identity(&m))
+        .filter(|k| *k != key);
+    let mut f = FileSample {
+        key,
+        deleted: i.shown.ends_with(reopen::DELETED) || now_at_path.is_some(),
+        now_at_path,
+        seen_as: Vec::new(),
+        path: i.shown,
+        path_bytes: i.raw,
+        size_bytes: i.size_bytes,
+        residency: None,
+        residency_error: None,
+        explicit: i.explicit,
+        store: i.store,
+    };
+    let opened = reopen::open_inode(ways, key, |p| {
+        let (file, size) = residency::open(p).map_err(|e| match e {
+            residency::ResidencyError::Open { source, .. } => source,
+            other => std::io::Error::other(other.to_string()),
+        })?;
+        let k = reopen::identity(&file.metadata()?);
+        Ok(((file, size), k))
+    });
+    match opened {
+        Ok(((file, size), path)) => {
+            f.size_bytes = Some(size);
+            match residency::query(&file, &path, size, method) {
+                Ok(r) => f.residency = Some(r),
+                Err(e) => f.residency_error = Some(format!("{:#}", anyhow::Error::from(e))),
+            }
+        }
+        Err(misses) => f.residency_error = Some(misses.describe()),
+    }
+    f
+}

@@ -1,0 +1,271 @@
+//! The per-process reads of a gather's phases: `status`, `maps`, `fd` and `cmdline`
+//! (phase 1, cached while `stat` says nothing changed), `smaps` or `smaps_rollup` (phase 3)
+//! and the cgroups of the processes kept.
+
+use std::collections::HashSet;
+use std::os::unix::fs::MetadataExt;
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use super::cache::{self, BasicParts, Detail, Hit, ProcCache, Read, StatStamp};
+use super::cgroup::CgroupReader;
+use super::error::Result as CResult;
+use super::has_model_extension;
+use super::process::{ProcReader, StatusRead};
+use crate::sample::{CgroupRef, FileKey, MappingSample, ProcessSample, Unreadable};
+
+/// What phase 1 reads of every process: `status` each time, the rest shared with the
+/// cache.
+pub(super) struct Basic {
+    pub(super) status: StatusRead,
+    pub(super) parts: Arc<BasicParts>,
+}
+
+/// A process sample completed with a cached phase 3, and whether it is newly refused.
+pub(super) fn reuse_detail(p: &ProcessSample, d: &Detail) -> (ProcessSample, bool) {
+    let mut p = p.clone();
+    let denied_before = p.unreadable == Some(Unreadable::Denied);
+    p.mappings = d.mappings.clone();
+    p.rollup = d.rollup.clone();
+    if p.cmdline.is_empty() {
+        p.cmdline = d.cmdline.clone();
+    }
+    p.cgroup = d.cgroup.clone();
+    if d.denied {
+        p.unreadable = Some(Unreadable::Denied);
+    }
+    (p, d.denied && !denied_before)
+}
+
+/// What the cache keeps of a phase 3 read.
+pub(super) fn detail_of(p: &ProcessSample, wanted: &HashSet<FileKey>) -> Detail {
+    Detail {
+        wanted: wanted.clone(),
+        mappings: p.mappings.clone(),
+        rollup: p.rollup.clone(),
+        cmdline: p.cmdline.clone(),
+        cgroup: p.cgroup.clone(),
+        denied: p.unreadable == Some(Unreadable::Denied),
+    }
+}
+
+fn in_cgroup(procs: &ProcReader, pid: i32, only: Option<&CgroupRef>) -> CResult<bool> {
+    let Some(only) = only else { return Ok(true) };
+    let Some(cg) = procs.cgroup(pid)? else {
+        return Ok(false);
+    };
+    let base = only.path.trim_end_matches('/');
+    Ok(cg.version == only.version
+        && (cg.path == only.path || base.is_empty() || cg.path.starts_with(&format!("{base}/"))))
+}
+
+/// Phase 1 of one process, and what to tell the cache when there is one.
+type BasicRead = (CResult<Option<Basic>>, Option<(StatStamp, Read)>);
+
+/// Phase 1: `status`, `maps` and `fd` (the last two need ptrace read access), or what
+/// `cache` holds of them while `stat` says they did not change.
+pub(super) fn read_basic(
+    procs: &ProcReader,
+    pid: i32,
+    only: Option<&CgroupRef>,
+    cache: Option<&ProcCache>,
+) -> BasicRead {
+    match in_cgroup(procs, pid, only) {
+        Ok(true) => {}
+        Ok(false) => return (Ok(None), None),
+        Err(e) => return (Err(e), None),
+    }
+    // The stamp is read before what it vouches for: a change in between is seen next time.
+    let cached = cache.and_then(|c| {
+        let stat = cache::read_stat(procs.root(), pid)?;
+        let hit = c.lookup(pid, &stat);
+        Some((stat, hit))
+    });
+    let (stat, parts) = match cached {
+        Some((stat, Hit::All(status, parts))) => {
+            return (
+                Ok(Some(Basic { status, parts })),
+                Some((stat, Read::Reused)),
+            )
+        }
+        Some((stat, Hit::Parts(parts))) => (Some(stat), Some(parts)),
+        Some((stat, Hit::Miss)) => (Some(stat), None),
+        None => (None, None),
+    };
+    let status = match procs.status(pid) {
+        Ok(s) => s,
+        Err(e) => return (Err(e), None),
+    };
+    let parts = match parts {
+        // Counters moved: `maps` again too (an unmap and a map of the same size leave
+        // `vsize` alone), the fds and command line kept.
+        Some(old) => read_maps(procs, pid, status.kernel_thread).map(|(maps, denied)| {
+            let parts = Arc::new(BasicParts {
+                maps,
+                fds: old.fds.clone(),
+                cmdline: old.cmdline.clone(),
+                named: old.named.clone(),
+                denied: denied || old.denied,
+            });
+            (parts, false)
+        }),
+        None => read_parts(procs, pid, status.kernel_thread).map(|p| (Arc::new(p), true)),
+    };
+    match parts {
+        Ok((parts, full)) => {
+            let read = stat.map(|s| {
+                let parts = Arc::clone(&parts);
+                let read = if full {
+                    Read::Full(status.clone(), parts)
+                } else {
+                    Read::Status(status.clone(), parts)
+                };
+                (s, read)
+            });
+            (Ok(Some(Basic { status, parts })), read)
+        }
+        Err(e) => (Err(e), None),
+    }
+}
+
+/// `maps` of a process, and whether it was refused (nothing for a kernel thread).
+fn read_maps(
+    procs: &ProcReader,
+    pid: i32,
+    kernel_thread: bool,
+) -> CResult<(Vec<MappingSample>, bool)> {
+    if kernel_thread {
+        return Ok((Vec::new(), false));
+    }
+    match procs.maps(pid) {
+        Ok(m) => Ok((m, false)),
+        Err(e) if e.is_denied() => Ok((Vec::new(), true)),
+        Err(e) => Err(e),
+    }
+}
+
+/// `maps`, `fd` and `cmdline` of a process (nothing for a kernel thread).
+/// Model files named on a command line (`llama-server -m /models/x.gguf`,
+/// `--model=x.onnx`) that exist as regular files, resolved through the process's root (and
+/// its working directory, read only for a relative name).
+fn named_files(procs: &ProcReader, pid: i32, cmdline: &[String]) -> Vec<cache::NamedFile> {
+    let args: Vec<&str> = cmdline
+        .iter()
+        .skip(1)
+        .map(|a| a.rsplit_once('=').map_or(a.as_str(), |(_, v)| v))
+        .filter(|a| has_model_extension(a))
+        .collect();
+    if args.is_empty() {
+        return Vec::new();
+    }
+    let root = procs.root().join(pid.to_string()).join("root");
+    let mut cwd: Option<Option<PathBuf>> = None;
+    let mut out = Vec::new();
+    for a in args {
+        let shown = if a.starts_with('/') {
+            PathBuf::from(a)
+        } else if let Some(cwd) = cwd.get_or_insert_with(|| procs.cwd(pid)) {
+            cwd.join(a)
+        } else {
+            continue;
+        };
+        let open_path = root.join(shown.to_string_lossy().trim_start_matches('/'));
+        let Ok(meta) = std::fs::metadata(&open_path) else {
+            continue;
+        };
+        if meta.is_file() {
+            out.push(cache::NamedFile {
+                shown,
+                key: FileKey::from_dev(meta.dev(), meta.ino()),
+                size_bytes: meta.len(),
+                open_path,
+            });
+        }
+    }
+    out
+}
+
+fn read_parts(procs: &ProcReader, pid: i32, kernel_thread: bool) -> CResult<BasicParts> {
+    let mut b = BasicParts::default();
+    if kernel_thread {
+        return Ok(b);
+    }
+    b.cmdline = procs.cmdline(pid).unwrap_or_default();
+    b.named = named_files(procs, pid, &b.cmdline);
+    match procs.maps(pid) {
+        Ok(m) => b.maps = m,
+        Err(e) if e.is_denied() => b.denied = true,
+        Err(e) => return Err(e),
+    }
+    match procs.open_files(pid) {
+        Ok(f) => b.fds = f,
+        Err(e) if e.is_denied() => b.denied = true,
+        Err(e) => return Err(e),
+    }
+    Ok(b)
+}
+
+/// Phase 3: one page-table walk per process: `smaps` when it maps a file of interest
+/// (per-VMA values and the totals), else `smaps_rollup`. The flag says it was refused
+/// here for the first time (phase 1 counted the others).
+pub(super) fn read_detail(
+    procs: &ProcReader,
+    (p, wanted): &(ProcessSample, HashSet<FileKey>),
+) -> CResult<(ProcessSample, bool)> {
+    let mut p = p.clone();
+    if p.kernel_thread {
+        return Ok((p, false));
+    }
+    let pid = p.pid;
+    let denied_before = p.unreadable == Some(Unreadable::Denied);
+    let mut denied = denied_before;
+    let rollup = if wanted.is_empty() {
+        procs.rollup(pid)
+    } else {
+        procs.smaps(pid, wanted).map(|(m, totals)| {
+            p.mappings = m;
+            Some(totals)
+        })
+    };
+    match rollup {
+        Ok(r) => p.rollup = r,
+        Err(e) if e.is_denied() => denied = true,
+        Err(e) => return Err(e),
+    }
+    if p.cmdline.is_empty() {
+        p.cmdline = procs.cmdline(pid).unwrap_or_default();
+    }
+    p.cgroup = procs.cgroup(pid).ok().flatten();
+    if denied {
+        p.unreadable = Some(Unreadable::Denied);
+    }
+    Ok((p, denied && !denied_before))
+}
+
+pub(super) fn read_cgroups(
+    reader: &CgroupReader,
+    procs: &[ProcessSample],
+    only: Option<CgroupRef>,
+    warnings: &mut Vec<String>,
+) -> Vec<crate::sample::CgroupSample> {
+    let mut refs: Vec<CgroupRef> = procs
+        .iter()
+        .filter(|p| !p.mappings.is_empty() || !p.open_files.is_empty())
+        .filter_map(|p| p.cgroup.clone())
+        .chain(only)
+        .collect();
+    refs.sort();
+    refs.dedup();
+    let mut out = Vec::new();
+    for cg in refs {
+        match reader.read(&cg) {
+            Ok(s) => out.push(s),
+            Err(e) => warnings.push(format!(
+                "cgroup '{}' unreadable: {:#}",
+                cg.path,
+                anyhow::Error::from(e)
+            )),
+        }
+    }
+    out
+}

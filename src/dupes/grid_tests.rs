@@ -1,0 +1,94 @@
+//! Tests of [`super`]: the stride plan and small tensors.
+
+use super::*;
+
+#[test]
+fn plan_guarantees_the_run_with_coprime_stride_and_spacing() {
+    for run in [2u64, 3, 8, 9, 24, 100, 505, 16384, 1 << 20] {
+        for min_every in [1u64, 2, 8] {
+            let (s, m) = plan(run, min_every);
+            assert!(m >= min_every && m.is_power_of_two(), "{run} {min_every}");
+            assert!((1..=MAX_STRIDE).contains(&s));
+            assert!(m == 1 || s % 2 == 1, "S must be odd when M > 1");
+            if run > min_every {
+                assert!(m * s < run, "run {run}: S {s} M {m}");
+            }
+        }
+    }
+    assert_eq!(plan(16384, 1), (63, 256));
+    assert_eq!(plan(8, 1), (7, 1));
+}
+
+fn t(offset: u64, len: u64) -> Tensor {
+    Tensor {
+        name: format!("t{offset}"),
+        dtype: Dtype::F32,
+        shape: vec![len / 4],
+        offset,
+        len,
+    }
+}
+
+#[test]
+fn a_file_of_small_tensors_is_sampled_at_every_page_over_whole_pages() {
+    assert!(small_heavy(&[300, 4000, 8192]));
+    assert!(!small_heavy(&[300, 1 << 20]));
+    assert_eq!(run_pages(vec![300, 4000]), 0);
+    assert_eq!(run_pages(vec![300, 64 << 10]), 16);
+}
+
+#[test]
+fn small_tensors_are_indexed_and_looked_up_over_whole_pages() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("m.bin");
+    let mut s = 0x2545_f491_4f6c_dd1du64;
+    let bytes: Vec<u8> = (0..8192)
+        .map(|_| {
+            s ^= s << 13;
+            s ^= s >> 7;
+            s ^= s << 17;
+            s as u8
+        })
+        .collect();
+    std::fs::write(&path, &bytes).unwrap();
+    let tensors = vec![t(0, 100), t(100, 300), t(400, 1000), t(1400, 6000)];
+    let fb = FileBytes::open(&path).unwrap();
+    let g = Grid::build(vec![(fb, tensors, Format::Safetensors)], 16, false, false).unwrap();
+    let lens: Vec<u64> = g.pieces.iter().map(|p| p.mem_len).collect();
+    assert_eq!(lens, [300, 1000, 6000], "under SMALL_MIN is too small");
+    assert_eq!(
+        g.files[0].unsearchable,
+        [(0, CopyKind::Identical, Unsearchable::TooSmall)]
+    );
+    assert!(g.small && g.dense_small && g.stride == 1);
+    let sampling = g.sampling(1);
+    assert_eq!(sampling.len, PAGE as usize);
+    // The second half is looked up at the alignment (16) only.
+    assert!(sampling.full.contains(&(PAGE as u16 - 16)));
+    assert!(!sampling.full.contains(&(HALF as u16 + 4)));
+    assert_eq!((g.prev[1], g.next[1]), (Some(0), Some(2)));
+}
+
+/// Sampled pages step through every page class of the point pairs: for any copy start,
+/// a copy of `M × S + 1` pages contains a sampled page whose first half holds a point.
+#[test]
+fn every_copy_of_the_guaranteed_run_is_hit() {
+    for (s, m) in [(1u64, 1u64), (7, 1), (5, 4), (3, 8), (7, 16)] {
+        let run = m * s + 1;
+        for start in (0..(2 * m * s * PAGE)).step_by(16 * 37) {
+            let end = start + run * PAGE;
+            let hit = (start / PAGE..end / PAGE + 1)
+                .filter(|p| p % s == 0)
+                .any(|p| {
+                    (0..HALF).step_by(16).any(|d| {
+                        let at = p * PAGE + d;
+                        at >= start
+                            && at + WIN as u64 <= end
+                            && (at - start) % HALF == 0
+                            && is_point((at - start) / HALF, m)
+                    })
+                });
+            assert!(hit, "S {s} M {m} start {start}");
+        }
+    }
+}
