@@ -21,11 +21,12 @@ pub mod cleanup;
 pub mod cli;
 pub mod cmd;
 pub mod collect;
+/// Files and pids a user names, checked before any work (in collect: they are read).
+pub use collect::input;
 pub use twofold_formats as container;
 pub mod dupes;
 pub mod engine;
 pub mod export;
-pub mod input;
 pub use twofold_model::{model, sample, units};
 pub mod render;
 pub mod spawn;

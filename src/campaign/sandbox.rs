@@ -13,7 +13,7 @@ use std::process::Command;
 use anyhow::{bail, Context};
 
 use crate::cleanup::{leftovers, owner_tag, remove_cgroup, Registry};
-use crate::collect::{cgroup, keyvalue, Roots};
+use crate::collect::{cgroup, Roots};
 use crate::sample::{CgroupSample, CgroupVersion};
 use crate::units::iec;
 
@@ -37,15 +37,7 @@ pub fn check_limit(limit: u64, mem_available: u64, mem_total: u64) -> anyhow::Re
     Ok(())
 }
 
-/// The host's `MemAvailable` and `MemTotal`.
-pub fn host_memory(proc_root: &Path) -> anyhow::Result<(u64, u64)> {
-    let mi = keyvalue::read_map(&proc_root.join("meminfo"))?;
-    let avail = *mi
-        .get("MemAvailable")
-        .context("no MemAvailable in meminfo")?;
-    let total = *mi.get("MemTotal").context("no MemTotal in meminfo")?;
-    Ok((avail, total))
-}
+pub use crate::collect::system::host_memory;
 
 pub struct Sandbox {
     pub dir: PathBuf,

@@ -9,7 +9,6 @@ pub mod dupes;
 pub mod inspect;
 pub mod pressure;
 pub mod probe;
-pub mod probe_job;
 pub mod record;
 pub mod residency;
 pub mod run;

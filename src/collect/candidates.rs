@@ -4,8 +4,8 @@
 
 use std::collections::HashSet;
 
-use super::gather::COPY_FRACTION;
 use super::process::ProcReader;
+use crate::model::SUSPECT_FRACTION as COPY_FRACTION;
 use crate::sample::{CandidateSample, CandidateWhy, FileKey, ProcessSample, Sample, Unreadable};
 
 fn big_enough(anon: u64, size: u64) -> bool {

@@ -11,10 +11,10 @@ use std::sync::Arc;
 use anyhow::Context;
 
 use super::cache::{self, BasicParts};
-use super::gather::Request;
 use super::phases::Basic;
 use super::process::ProcReader;
 use super::reopen;
+use super::request::Request;
 use super::residency::{self, Method};
 use super::{has_model_extension, Roots};
 use crate::sample::{FileKey, FileSample, OpenFileSample, ProcessSample, Sample, Unreadable};

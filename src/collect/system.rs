@@ -4,6 +4,8 @@
 
 use std::path::Path;
 
+use anyhow::Context as _;
+
 use super::error::Result;
 use super::keyvalue;
 use crate::sample::SystemSample;
@@ -34,4 +36,14 @@ pub fn page_size() -> u64 {
     } else {
         crate::sample::PAGE_BYTES
     }
+}
+
+/// The host's `MemAvailable` and `MemTotal`.
+pub fn host_memory(proc_root: &Path) -> anyhow::Result<(u64, u64)> {
+    let mi = keyvalue::read_map(&proc_root.join("meminfo"))?;
+    let avail = *mi
+        .get("MemAvailable")
+        .context("no MemAvailable in meminfo")?;
+    let total = *mi.get("MemTotal").context("no MemTotal in meminfo")?;
+    Ok((avail, total))
 }

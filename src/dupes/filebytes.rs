@@ -13,8 +13,8 @@ use std::os::fd::AsRawFd;
 use std::os::unix::fs::{FileExt, OpenOptionsExt};
 use std::path::Path;
 
-use super::grid::PAGE;
 use crate::sample::FileKey;
+use crate::sample::PAGE_BYTES as PAGE;
 
 /// `O_DIRECT` transfers are done in blocks of this size and alignment.
 const BLOCK: u64 = 4096;

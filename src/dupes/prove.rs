@@ -21,7 +21,6 @@ use crate::sample::unsearched::Unsearched;
 use crate::sample::{FileKey, ProofSample, Sample};
 
 /// Where they were defined first (the engine names them so).
-pub use super::recheck::{recheck, Rechecked};
 /// Where it was defined first (`top`'s collector and screen name it so).
 pub use super::Progress;
 

@@ -6,8 +6,8 @@
 //! alignment, as a file twofold cannot parse is. A file whose runs would need more than
 //! [`MAX_RUN_PIECES`] blocks is cut into larger blocks (a power of two times 32 KiB).
 
-use super::grid::PAGE;
 use crate::container::{Dtype, Format, Tensor};
+use crate::sample::PAGE_BYTES as PAGE;
 
 /// A file twofold cannot parse is searched as runs of this size, at any byte alignment, so
 /// that a copy of any 32 KiB run of it is found.

@@ -556,10 +556,10 @@ fn stale(
     now: Instant,
     exact: bool,
 ) -> Option<ProofSample> {
-    use crate::dupes::prove::Rechecked;
+    use crate::dupes::recheck::Rechecked;
     let fresh = |r: &Reused| {
         let began = Instant::now();
-        let result = match crate::dupes::prove::recheck(roots, sample, &r.proof, exact) {
+        let result = match crate::dupes::recheck::recheck(roots, sample, &r.proof, exact) {
             Ok(Rechecked::Still(p)) => Ok(p.sample),
             Ok(Rechecked::Changed) => return None,
             Err(e) => Err(e),

@@ -216,13 +216,13 @@ pub fn check_pid(proc: &Path, pid: i32) -> anyhow::Result<()> {
     if state == Some("Z") || state == Some("X") {
         bail!(
             "pid '{pid}' ('{}') has exited (a zombie maps nothing)",
-            crate::render::safe::safe(comm)
+            comm
         );
     }
     if flags & PF_KTHREAD != 0 {
         bail!(
             "pid '{pid}' is the kernel thread '{}': it maps no files",
-            crate::render::safe::safe(comm)
+            comm
         );
     }
     Ok(())
@@ -309,7 +309,7 @@ pub fn check_room(
 
 /// The host's `MemAvailable` (unknown if `/proc/meminfo` cannot be read).
 pub fn mem_available() -> Option<u64> {
-    crate::campaign::sandbox::host_memory(Path::new("/proc"))
+    super::system::host_memory(Path::new("/proc"))
         .ok()
         .map(|m| m.0)
 }

@@ -1,6 +1,6 @@
 //! `twofold probe`: device capabilities, import tests on a file mapping, endpoint rates
 //! and the placement verdict. Every import attempt and every set of arms runs in a child
-//! process (see [`super::probe_job`]); this module plans them and assembles the report.
+//! process (see [`job`]); this module plans them and assembles the report.
 
 use std::io::Write;
 use std::path::{Path, PathBuf};
@@ -16,11 +16,13 @@ use twofold_probes::types::{
 };
 use twofold_probes::{checksum, cuda, mapping, vulkan};
 
-use super::probe_job::{self, Failure};
+pub mod job;
+
 use crate::cleanup::Registry;
 use crate::cli::{ProbeArgs, ProbeBackendArg, ProbeJob};
 use crate::model::probe::{self as model, BackendReport, ImportReport, ProbeFile, ProbeReport};
 use crate::render;
+use job::Failure;
 
 /// Page granularity of imports and of the working set.
 const ALIGN: u64 = crate::sample::PAGE_BYTES;
@@ -185,7 +187,7 @@ impl Runner<'_> {
             anon_bytes_delta: None,
             file_bytes_delta: None,
         };
-        match probe_job::spawn(&self.exe, &job, self.timeout, self.cleanup) {
+        match job::spawn(&self.exe, &job, self.timeout, self.cleanup) {
             Ok(Ok(JobResult::Import(o))) => o,
             Ok(Ok(JobResult::Error(e))) => failed(ImportStatus::Failed, e),
             Ok(Ok(other)) => failed(
@@ -215,7 +217,7 @@ impl Runner<'_> {
         };
         // One timeout for the setup and one for every round of passes.
         let rounds = self.rounds + 1;
-        match probe_job::spawn(&self.exe, &job, self.timeout * rounds, self.cleanup) {
+        match job::spawn(&self.exe, &job, self.timeout * rounds, self.cleanup) {
             Ok(Ok(JobResult::Arms(r))) => Ok(r),
             Ok(Ok(JobResult::Error(e))) => Err(e),
             Ok(Ok(other)) => Err(format!("unexpected answer {other:?}")),
@@ -354,7 +356,7 @@ fn mem_available() -> Option<u64> {
 
 pub fn run(args: &ProbeArgs, out: &mut dyn Write) -> anyhow::Result<()> {
     if let Some(ProbeJob::Job { json }) = &args.job {
-        return probe_job::child(json, out);
+        return job::child(json, out);
     }
     if let Some(path) = &args.report {
         let text = crate::input::read_bounded(path, "--report", crate::input::MAX_JSON_BYTES)?;
@@ -415,7 +417,7 @@ pub fn run(args: &ProbeArgs, out: &mut dyn Write) -> anyhow::Result<()> {
         );
     }
     // The residency the verdict is about: before our own checksum pass reads the file.
-    let at_start = probe_job::resident_fraction(&path, w);
+    let at_start = job::resident_fraction(&path, w);
     // Reading it once for the checksum also brings it into the page cache.
     let map = mapping::map_shared_read_only(&path, w)
         .with_context(|| format!("cannot map '{}'", path.display()))?;
@@ -427,7 +429,7 @@ pub fn run(args: &ProbeArgs, out: &mut dyn Write) -> anyhow::Result<()> {
         working_set_bytes: w,
         generated,
         resident_fraction_at_start: at_start,
-        resident_fraction_after: probe_job::resident_fraction(&path, w),
+        resident_fraction_after: job::resident_fraction(&path, w),
         cpu_checksum: expected.to_string(),
         mem_available_bytes: mem_available(),
     };

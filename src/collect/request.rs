@@ -1,0 +1,51 @@
+//! What one collection reads: the [`Request`] every reader of a collection is given.
+
+use std::path::PathBuf;
+
+use super::residency::Method;
+
+/// What to scan.
+#[derive(Debug, Clone)]
+pub struct Request {
+    /// Files or directories named by the user (always of interest).
+    pub paths: Vec<PathBuf>,
+    /// Only these processes (all when empty).
+    pub pids: Vec<i32>,
+    /// Only processes in this cgroup (or below it); its counters are reported.
+    pub cgroup: Option<PathBuf>,
+    /// Files at least this large are of interest whatever their extension.
+    pub min_size: u64,
+    /// Report every process, not only the holders of files of interest.
+    pub all_processes: bool,
+    pub residency: Method,
+    /// Also look for copies of the model files in the well-known stores
+    /// ([`super::stores`]); `scan` without paths does.
+    pub stores: bool,
+    /// Find the processes whose private memory could hold a copy of a file of interest
+    /// (copy holders that closed the file), for the proof.
+    pub candidates: bool,
+    /// Only the files in `paths` (and an older inode still held at one of their paths),
+    /// with their holders and candidates: `scan FILE...` without `--all`.
+    pub only_paths: bool,
+    /// Processes holding device memory (NVML): kept in the sample even when they hold no
+    /// file, so that a device copy made by one that read or named the file and closed it
+    /// can be suspected (filled in by the engine each snapshot).
+    pub gpu_pids: Vec<i32>,
+}
+
+impl Default for Request {
+    fn default() -> Self {
+        Request {
+            paths: Vec::new(),
+            pids: Vec::new(),
+            cgroup: None,
+            min_size: 64 << 20,
+            all_processes: false,
+            residency: Method::Auto,
+            stores: false,
+            candidates: true,
+            only_paths: false,
+            gpu_pids: Vec::new(),
+        }
+    }
+}
