@@ -61,6 +61,7 @@ fn new_warnings(now: &[String], before: &[String]) -> Vec<String> {
 }
 
 pub fn record(args: &RecordArgs, out: &mut dyn Write) -> anyhow::Result<()> {
+    crate::engine::one_heap();
     // Every argument is checked before the store is touched or anything is printed.
     crate::input::check_targets(&args.selection.paths, &args.selection.pids)?;
     let dir = store_dir(&args.store);

@@ -214,6 +214,7 @@ fn respond(req: tiny_http::Request, latest: &Latest) {
 }
 
 pub fn run(args: &ServeArgs, out: &mut dyn Write) -> anyhow::Result<()> {
+    crate::engine::one_heap();
     let server = tiny_http::Server::http(args.listen)
         .map_err(|e| anyhow!("cannot listen on '{}': {e}", args.listen))?;
     let server = Arc::new(server);

@@ -216,6 +216,7 @@ impl Feed for Replay {
 }
 
 pub fn run(args: &TopArgs, _out: &mut dyn Write) -> anyhow::Result<()> {
+    crate::engine::one_heap();
     // Bad paths and pids end here with exit 2, as in `scan`, not on a screen that waits
     // for a first snapshot that never comes.
     crate::input::check_targets(&args.selection.paths, &args.selection.pids)?;

@@ -643,13 +643,27 @@ pub fn report(snap: &Snapshot, prev: Option<&Snapshot>) -> Report {
 /// Hands the free pages of the heap back to the kernel (glibc's `malloc_trim(0)`, which
 /// releases free pages inside every arena, not only at the top). A long-running engine
 /// (`serve`, `record`, `top`) builds and drops an index of the model files at every proof;
-/// without this, glibc keeps the freed pages of its arenas and RSS creeps up with
-/// fragmentation (serve: 123 -> 207 MB over 30 minutes, while its heap peaked at 82 MB).
+/// without this, glibc keeps the freed pages and RSS stays at the proof's peak.
 fn give_back_free_heap() {
     #[cfg(all(target_os = "linux", target_env = "gnu"))]
     // SAFETY: malloc_trim only takes the allocator's own locks and returns free pages.
     unsafe {
         libc::malloc_trim(0);
+    }
+}
+
+/// For a long-running command (`serve`, `record`, `top`), called before it starts any
+/// thread: one malloc arena for all threads (glibc's `M_ARENA_MAX`). With an arena per
+/// thread (the HTTP workers, the proof's search threads), the pages that each snapshot's
+/// proof frees are spread over arenas that `malloc_trim` cannot empty, and serve's RSS
+/// floor crept from 30 to 80 MB in 10 minutes beside a 200,000-tensor copy; with one arena
+/// it stayed at 12.5 MB (bench/RESULTS-soak.md). The search threads read into buffers
+/// they keep, so they rarely meet on the arena's lock.
+pub fn one_heap() {
+    #[cfg(all(target_os = "linux", target_env = "gnu"))]
+    // SAFETY: mallopt only sets an allocator parameter; called before other threads start.
+    unsafe {
+        libc::mallopt(libc::M_ARENA_MAX, 1);
     }
 }
 
