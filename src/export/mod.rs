@@ -94,19 +94,13 @@ pub const KINDS: [&str; 5] = [
 
 /// A file's bytes in memory by kind (`None`: unknown, not exported).
 pub fn held_bytes(f: &FileModel) -> [Option<f64>; 5] {
-    let size = f.size_bytes.map(|s| s as f64);
-    let r = &f.representations;
+    let n = |v: Option<u64>| v.map(|v| v as f64);
     [
-        f.resident_bytes.map(|b| b as f64),
-        Some(f.proven_copies.iter().map(|c| c.physical_bytes()).sum()),
-        Some(
-            f.suspected_copies
-                .iter()
-                .map(|s| s.attributed_bytes as f64)
-                .sum(),
-        ),
-        r.cow.zip(size).map(|(c, s)| (c * s).round()),
-        r.device.zip(size).map(|(d, s)| (d * s).round()),
+        n(f.resident_bytes),
+        Some(f.proven_copy_bytes()),
+        Some(f.suspected_copy_bytes() as f64),
+        n(f.counted_cow_bytes()),
+        n(f.counted_device_bytes()),
     ]
 }
 

@@ -9,6 +9,7 @@
 
 pub mod cgroup;
 pub mod copies;
+mod derived;
 pub mod device;
 pub mod dupes;
 pub mod findings;

@@ -161,10 +161,6 @@ pub fn file_id(f: &crate::model::FileModel) -> String {
     key_id(f.key)
 }
 
-fn frac_bytes(frac: Option<f64>, size: Option<u64>) -> Option<u64> {
-    Some((frac? * size? as f64).round() as u64)
-}
-
 /// Escapes an OpenMetrics label value.
 pub fn label(v: &str) -> String {
     v.replace('\\', "\\\\")
@@ -375,19 +371,10 @@ impl Rows {
                             copies: reps.proven,
                             lower_bound: reps.lower_bound,
                             page_cache_bytes: f.resident_bytes,
-                            cow_bytes: frac_bytes(reps.cow, f.size_bytes),
-                            private_copy_proven_bytes: f
-                                .proven_copies
-                                .iter()
-                                .map(|c| c.physical_bytes().round() as u64)
-                                .sum(),
-                            private_copy_suspected_bytes: f
-                                .suspected_copies
-                                .iter()
-                                .map(|s| s.attributed_bytes)
-                                .sum(),
-                            holders: f.mappers.len()
-                                + f.holders.iter().filter(|h| !h.mapped).count(),
+                            cow_bytes: f.counted_cow_bytes(),
+                            private_copy_proven_bytes: f.proven_copy_whole_bytes(),
+                            private_copy_suspected_bytes: f.suspected_copy_bytes(),
+                            holders: f.mapper_or_opener_count(),
                         }
                     })
                     .collect();
@@ -454,14 +441,6 @@ impl Rows {
             DumpWhat::Processes => {
                 let mut procs: Vec<&crate::model::ProcessModel> = r.processes.iter().collect();
                 procs.sort_by_key(|p| std::cmp::Reverse(p.rss_bytes.unwrap_or(0)));
-                let rate = |pid: i32| {
-                    r.rates.as_ref().and_then(|x| {
-                        x.processes
-                            .iter()
-                            .find(|p| p.pid == pid)
-                            .and_then(|p| p.anon_bytes_per_sec)
-                    })
-                };
                 let rows: Vec<ProcessRow> = procs
                     .iter()
                     .take(top)
@@ -473,7 +452,7 @@ impl Rows {
                         anon_bytes: p.anon_bytes,
                         file_bytes: p.file_bytes,
                         pss_bytes: p.pss_bytes,
-                        anon_bytes_per_sec: rate(p.pid),
+                        anon_bytes_per_sec: r.anon_growth(p.pid),
                     })
                     .collect();
                 if self.format == DumpFormat::Openmetrics {

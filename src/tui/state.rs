@@ -665,81 +665,20 @@ fn sort_rows<T: Copy>(rows: &mut Vec<T>, reverse: bool, key: impl Fn(&T) -> Sort
     rows.extend(keyed.into_iter().map(|(_, r)| r));
 }
 
-/// Bytes of the file's CoW pages over all its mappers (`None` if one is unknown).
-pub fn file_cow_bytes(f: &FileModel) -> Option<u64> {
-    f.mappers
-        .iter()
-        .map(|m| m.cow_anon_bytes)
-        .try_fold(0u64, |acc, v| Some(acc + v?))
-}
-
-/// Memory held by the proven private copies of the file (each physical page once: a
-/// copy shared after fork counts its share in each process).
-pub fn file_private_bytes(f: &FileModel) -> u64 {
-    f.proven_copies
-        .iter()
-        .map(|c| (c.memory_bytes as f64 * c.share).round() as u64)
-        .sum()
-}
-
-/// Private memory attributed to suspected (unsearched) copies.
-pub fn file_suspected_bytes(f: &FileModel) -> u64 {
-    f.suspected_copies.iter().map(|c| c.attributed_bytes).sum()
-}
-
-/// Distinct processes that map, hold open or hold a copy of the file.
-pub fn file_holders(f: &FileModel) -> usize {
-    let mut pids: Vec<i32> = f.mappers.iter().map(|m| m.pid).collect();
-    pids.extend(f.holders.iter().map(|h| h.pid));
-    pids.extend(f.proven_copies.iter().map(|c| c.pid));
-    pids.extend(f.suspected_copies.iter().map(|c| c.pid));
-    pids.sort_unstable();
-    pids.dedup();
-    pids.len()
-}
-
-/// Bytes held beyond one copy of the file: (count − 1) × size, when the count is at
-/// least one and both are known.
-pub fn file_excess_bytes(f: &FileModel) -> Option<u64> {
-    let count = f.representations.proven?;
-    let size = f.size_bytes?;
-    Some(((count - 1.0).max(0.0) * size as f64).round() as u64)
-}
-
-/// The machine-wide excess: Σ over files of [`file_excess_bytes`] (files whose count or
-/// size is unknown add nothing) and the model bytes (Σ sizes).
-pub fn totals(report: &Report) -> (u64, u64) {
-    let model: u64 = report.files.iter().filter_map(|f| f.size_bytes).sum();
-    let excess: u64 = report.files.iter().filter_map(file_excess_bytes).sum();
-    (model, excess)
-}
-
 pub(super) fn file_value(f: &FileModel, field: &str) -> Option<f64> {
     let b = |v: Option<u64>| v.map(|v| v as f64);
     match field {
         "count" => f.representations.proven,
         "size" => b(f.size_bytes),
         "cache" | "resident_bytes" => b(f.resident_bytes),
-        "cow" => b(file_cow_bytes(f)),
-        "private" => Some(file_private_bytes(f) as f64),
-        "suspected" => Some(file_suspected_bytes(f) as f64),
+        "cow" => b(f.cow_bytes()),
+        "private" => Some(f.private_copy_memory_bytes() as f64),
+        "suspected" => Some(f.suspected_copy_bytes() as f64),
         "resident" => f.resident_fraction.map(|v| v * 100.0),
-        "holders" => Some(file_holders(f) as f64),
-        "excess" => b(file_excess_bytes(f)),
+        "holders" => Some(f.holder_count() as f64),
+        "excess" => b(f.excess_bytes()),
         _ => None,
     }
-}
-
-/// CoW (anonymous) bytes inside the process's private mappings of model files; `None`
-/// when one of them is unknown.
-pub fn process_cow_bytes(report: &Report, pid: i32) -> Option<u64> {
-    report
-        .files
-        .iter()
-        .flat_map(|f| f.mappers.iter())
-        .filter(|m| m.pid == pid)
-        .map(|m| m.cow_anon_bytes)
-        .try_fold(0u64, |acc, v| Some(acc + v?))
 }
 
 /// How the process holds each model file: `map` (MAP_SHARED), `priv` (MAP_PRIVATE),
@@ -771,17 +710,6 @@ pub fn process_holds(report: &Report, pid: i32) -> String {
     out.join(", ")
 }
 
-/// `anon_bytes_per_sec` of the process from the report's rates.
-pub fn anon_growth(report: &Report, pid: i32) -> Option<f64> {
-    report
-        .rates
-        .as_ref()?
-        .processes
-        .iter()
-        .find(|r| r.pid == pid)?
-        .anon_bytes_per_sec
-}
-
 pub(super) fn process_value(report: &Report, p: &ProcessModel, field: &str) -> Option<f64> {
     let b = |v: Option<u64>| v.map(|v| v as f64);
     match field {
@@ -792,10 +720,10 @@ pub(super) fn process_value(report: &Report, p: &ProcessModel, field: &str) -> O
         "pss" => b(p.pss_bytes),
         "uss" => b(p.uss_bytes),
         "swap" => b(p.swap_bytes),
-        "growth" => anon_growth(report, p.pid),
+        "growth" => report.anon_growth(p.pid),
         "files" => p.holds_files.map(|n| n as f64),
         "shmem" => b(p.shmem_bytes),
-        "cow" => b(process_cow_bytes(report, p.pid)),
+        "cow" => b(report.process_cow_bytes(p.pid)),
         "dirty" => b(p.private_dirty_bytes),
         "gpu" => b(p.gpu_memory_bytes),
         _ => None,

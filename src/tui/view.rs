@@ -164,7 +164,7 @@ fn draw_header(frame: &mut Frame, area: Rect, st: &State, report: Option<&Report
     let (mem, model) = match report {
         Some(r) => {
             let s = &r.system;
-            let (model, excess) = state::totals(r);
+            let (model, excess) = (r.model_bytes(), r.excess_bytes());
             (
                 format!(
                     "mem {}  avail {}  cache {}  anon {}",
@@ -183,8 +183,8 @@ fn draw_header(frame: &mut Frame, area: Rect, st: &State, report: Option<&Report
         }
         None => ("mem n/a".into(), format!("models n/a  {psi}")),
     };
-    let excess_style = match report.map(state::totals) {
-        Some((_, e)) if e > 0 => t.fg(Color::Yellow).add_modifier(Modifier::BOLD),
+    let excess_style = match report.map(Report::excess_bytes) {
+        Some(e) if e > 0 => t.fg(Color::Yellow).add_modifier(Modifier::BOLD),
         _ => Style::default(),
     };
     let mut lines = vec![
@@ -459,11 +459,11 @@ fn draw_files(frame: &mut Frame, area: Rect, st: &State, r: &Report, t: &Theme, 
                 iec_opt(f.size_bytes),
                 count_cell(f),
                 iec_opt(f.resident_bytes),
-                iec_opt(state::file_cow_bytes(f)),
-                iec(state::file_private_bytes(f)),
-                iec(state::file_suspected_bytes(f)),
+                iec_opt(f.cow_bytes()),
+                iec(f.private_copy_memory_bytes()),
+                iec(f.suspected_copy_bytes()),
                 pct(f.resident_fraction),
-                state::file_holders(f).to_string(),
+                f.holder_count().to_string(),
             ];
             (name, cells, style)
         })
@@ -593,11 +593,11 @@ fn draw_processes(
                 iec_opt(p.anon_bytes),
                 iec_opt(p.file_bytes),
                 iec_opt(p.shmem_bytes),
-                iec_opt(state::process_cow_bytes(r, p.pid)),
+                iec_opt(r.process_cow_bytes(p.pid)),
                 iec_opt(p.pss_bytes),
                 iec_opt(p.uss_bytes),
                 iec_opt(p.private_dirty_bytes),
-                rate(state::anon_growth(r, p.pid)),
+                rate(r.anon_growth(p.pid)),
                 opt_num(p.holds_files),
                 iec_opt(p.gpu_memory_bytes),
                 tail_right(&safe(&state::process_holds(r, p.pid)), 24),

@@ -157,7 +157,7 @@ pub(super) fn draw_file(
             iec_opt(f.size_bytes),
             iec_opt(f.resident_bytes),
             pct(f.resident_fraction),
-            iec_opt(state::file_excess_bytes(f))
+            iec_opt(f.excess_bytes())
         )),
         Line::from(Span::styled(count_line(f), t.fg(Color::Yellow))),
     ];
