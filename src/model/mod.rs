@@ -12,6 +12,7 @@ pub mod copies;
 mod derived;
 pub mod device;
 pub mod dupes;
+pub mod fields;
 pub mod findings;
 pub mod inspect;
 pub mod probe;

@@ -10,6 +10,7 @@ use std::sync::Arc;
 use super::history::History;
 pub use super::mouse::Hits;
 use crate::dupes::prove::Progress;
+use crate::model::fields::{CgroupField, FileField, ProcessField, Unit, Value};
 use crate::model::residency::MapModel;
 use crate::model::{CgroupModel, FileModel, ProcessModel, Report};
 use crate::sample::FileKey;
@@ -41,30 +42,93 @@ impl View {
         }
     }
 
-    /// The sortable columns, in the order `s` cycles through them; the first is the default.
-    pub fn sort_columns(self) -> &'static [&'static str] {
+    /// The sortable fields, in the order `s` cycles through them; the first is the default.
+    pub fn sort_fields(self) -> &'static [Field] {
         match self {
-            View::Files => &[
-                "count",
-                "size",
-                "cache",
-                "cow",
-                "private",
-                "suspected",
-                "resident",
-                "holders",
-                "path",
-            ],
-            View::Processes => &[
-                "rss", "anon", "file", "pss", "growth", "files", "pid", "comm", "shmem", "cow",
-                "uss", "dirty", "swap", "gpu",
-            ],
-            View::Cgroups => &[
-                "usage", "limit", "anon", "file", "oom", "path", "peak", "high", "refaults", "psi",
-            ],
+            View::Files => &FILE_SORT,
+            View::Processes => &PROCESS_SORT,
+            View::Cgroups => &CGROUP_SORT,
+        }
+    }
+
+    /// The names of [`View::sort_fields`] (what `--sort` and a click on a header take).
+    pub fn sort_columns(self) -> Vec<&'static str> {
+        self.sort_fields().iter().map(|f| f.name()).collect()
+    }
+}
+
+/// A field of one of the views' rows, from the registry ([`crate::model::fields`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Field {
+    File(FileField),
+    Process(ProcessField),
+    Cgroup(CgroupField),
+}
+
+impl Field {
+    /// The name `top` sorts and filters by.
+    pub const fn name(self) -> &'static str {
+        match self {
+            Field::File(f) => match f.name() {
+                Some(n) => n,
+                None => "",
+            },
+            Field::Process(f) => f.name(),
+            Field::Cgroup(f) => f.name(),
         }
     }
 }
+
+const FILE_SORT: [Field; 9] = {
+    use FileField as F;
+    [
+        Field::File(F::Count),
+        Field::File(F::Size),
+        Field::File(F::Cache),
+        Field::File(F::Cow),
+        Field::File(F::Private),
+        Field::File(F::Suspected),
+        Field::File(F::Resident),
+        Field::File(F::Holders),
+        Field::File(F::Path),
+    ]
+};
+
+const PROCESS_SORT: [Field; 14] = {
+    use ProcessField as P;
+    [
+        Field::Process(P::Rss),
+        Field::Process(P::Anon),
+        Field::Process(P::File),
+        Field::Process(P::Pss),
+        Field::Process(P::Growth),
+        Field::Process(P::Files),
+        Field::Process(P::Pid),
+        Field::Process(P::Comm),
+        Field::Process(P::Shmem),
+        Field::Process(P::Cow),
+        Field::Process(P::Uss),
+        Field::Process(P::Dirty),
+        Field::Process(P::Swap),
+        Field::Process(P::Gpu),
+    ]
+};
+
+const CGROUP_SORT: [Field; 10] = {
+    use CgroupField as C;
+    [
+        Field::Cgroup(C::Usage),
+        Field::Cgroup(C::Limit),
+        Field::Cgroup(C::Anon),
+        Field::Cgroup(C::File),
+        Field::Cgroup(C::OomKills),
+        Field::Cgroup(C::Path),
+        Field::Cgroup(C::Peak),
+        Field::Cgroup(C::High),
+        Field::Cgroup(C::Refaults),
+        Field::Cgroup(C::Psi),
+    ]
+};
 
 /// A key, as the event loop hands it over (crossterm's keys mapped onto these).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -288,7 +352,7 @@ impl State {
     pub fn set_sort(&mut self, name: &str) -> bool {
         let order = std::iter::once(self.view).chain(View::ALL);
         for v in order {
-            if let Some(i) = v.sort_columns().iter().position(|c| *c == name) {
+            if let Some(i) = v.sort_fields().iter().position(|c| c.name() == name) {
                 self.sort[v.index()] = i;
                 return true;
             }
@@ -297,7 +361,11 @@ impl State {
     }
 
     pub fn sort_column(&self, view: View) -> &'static str {
-        view.sort_columns()[self.sort[view.index()]]
+        self.sort_field(view).name()
+    }
+
+    pub fn sort_field(&self, view: View) -> Field {
+        view.sort_fields()[self.sort[view.index()]]
     }
 
     pub fn is_reversed(&self, view: View) -> bool {
@@ -383,7 +451,7 @@ impl State {
             Key::Home | Key::Char('g') => self.move_by(i64::MIN / 2),
             Key::End | Key::Char('G') => self.move_by(i64::MAX / 2),
             Key::Char('s') => {
-                let n = self.view.sort_columns().len();
+                let n = self.view.sort_fields().len();
                 self.sort[v] = (self.sort[v] + 1) % n;
                 Action::Redraw
             }
@@ -495,19 +563,18 @@ impl State {
             .filter(|f| match &filter {
                 None => true,
                 Some(Filter::Substring(s)) => f.path.to_lowercase().contains(s.as_str()),
-                Some(Filter::Compare { field, cmp, value }) => {
-                    Filter::compare(*cmp, file_value(f, field), *value)
-                }
+                Some(Filter::Compare { field, cmp, value }) => Filter::compare(
+                    *cmp,
+                    FileField::named(field).and_then(|k| k.ordinal(f)),
+                    *value,
+                ),
             })
             .collect();
-        let col = self.sort_column(View::Files);
-        sort_rows(&mut rows, self.is_reversed(View::Files), |f| {
-            if col == "path" {
-                Sortable::Text(f.path.clone())
-            } else {
-                Sortable::Num(file_value(f, col))
-            }
-        });
+        if let Field::File(col) = self.sort_field(View::Files) {
+            sort_rows(&mut rows, self.is_reversed(View::Files), |f| {
+                Sortable::of(col.unit(), || col.value(f), || col.ordinal(f))
+            });
+        }
         rows
     }
 
@@ -523,19 +590,22 @@ impl State {
                         || p.cmdline.to_lowercase().contains(s.as_str())
                         || p.pid.to_string() == *s
                 }
-                Some(Filter::Compare { field, cmp, value }) => {
-                    Filter::compare(*cmp, process_value(report, p, field), *value)
-                }
+                Some(Filter::Compare { field, cmp, value }) => Filter::compare(
+                    *cmp,
+                    ProcessField::named(field).and_then(|k| k.ordinal(report, p)),
+                    *value,
+                ),
             })
             .collect();
-        let col = self.sort_column(View::Processes);
-        sort_rows(&mut rows, self.is_reversed(View::Processes), |p| {
-            if col == "comm" {
-                Sortable::Text(p.comm.clone())
-            } else {
-                Sortable::Num(process_value(report, p, col))
-            }
-        });
+        if let Field::Process(col) = self.sort_field(View::Processes) {
+            sort_rows(&mut rows, self.is_reversed(View::Processes), |p| {
+                Sortable::of(
+                    col.unit(),
+                    || col.value(report, p),
+                    || col.ordinal(report, p),
+                )
+            });
+        }
         rows
     }
 
@@ -552,16 +622,18 @@ impl State {
                 }
             })
             .collect();
-        let col = self.sort_column(View::Cgroups);
-        sort_rows(&mut rows, self.is_reversed(View::Cgroups), |c| {
-            if col == "path" {
-                Sortable::Text(c.path.clone())
-            } else {
-                Sortable::Num(cgroup_value(c, col))
-            }
-        });
+        if let Field::Cgroup(col) = self.sort_field(View::Cgroups) {
+            sort_rows(&mut rows, self.is_reversed(View::Cgroups), |c| {
+                Sortable::of(col.unit(), || col.value(c), || col.ordinal(c))
+            });
+        }
         rows
     }
+}
+
+/// The value of the cgroup field named `field`, as `top` compares it.
+pub(super) fn cgroup_value(c: &CgroupModel, field: &str) -> Option<f64> {
+    CgroupField::named(field).and_then(|k| k.ordinal(c))
 }
 
 /// A row of the open file's table: a mapper, a holder of an open fd that does not map
@@ -632,6 +704,20 @@ enum Sortable {
     Text(String),
 }
 
+impl Sortable {
+    /// Text sorts as text; anything else by its number as `top` compares it.
+    fn of<'a>(
+        unit: Unit,
+        value: impl FnOnce() -> Value<'a>,
+        ordinal: impl FnOnce() -> Option<f64>,
+    ) -> Sortable {
+        match unit {
+            Unit::Text => Sortable::Text(value().text().unwrap_or_default().to_string()),
+            _ => Sortable::Num(ordinal()),
+        }
+    }
+}
+
 /// Numbers largest first, text A→Z; unknown values last either way; stable, so equal
 /// rows keep the report's order. Each row's key is computed once (a key may scan the
 /// report: the growth rate, the CoW bytes).
@@ -665,22 +751,6 @@ fn sort_rows<T: Copy>(rows: &mut Vec<T>, reverse: bool, key: impl Fn(&T) -> Sort
     rows.extend(keyed.into_iter().map(|(_, r)| r));
 }
 
-pub(super) fn file_value(f: &FileModel, field: &str) -> Option<f64> {
-    let b = |v: Option<u64>| v.map(|v| v as f64);
-    match field {
-        "count" => f.representations.proven,
-        "size" => b(f.size_bytes),
-        "cache" | "resident_bytes" => b(f.resident_bytes),
-        "cow" => b(f.cow_bytes()),
-        "private" => Some(f.private_copy_memory_bytes() as f64),
-        "suspected" => Some(f.suspected_copy_bytes() as f64),
-        "resident" => f.resident_fraction.map(|v| v * 100.0),
-        "holders" => Some(f.holder_count() as f64),
-        "excess" => b(f.excess_bytes()),
-        _ => None,
-    }
-}
-
 /// How the process holds each model file: `map` (MAP_SHARED), `priv` (MAP_PRIVATE),
 /// `fd` (open, not mapped), `copy` (a proven private copy), `copy?` (suspected), with the
 /// file's name: `map llama.gguf, copy qwen.safetensors`.
@@ -708,46 +778,6 @@ pub fn process_holds(report: &Report, pid: i32) -> String {
         }
     }
     out.join(", ")
-}
-
-pub(super) fn process_value(report: &Report, p: &ProcessModel, field: &str) -> Option<f64> {
-    let b = |v: Option<u64>| v.map(|v| v as f64);
-    match field {
-        "pid" => Some(f64::from(p.pid)),
-        "rss" => b(p.rss_bytes),
-        "anon" => b(p.anon_bytes),
-        "file" => b(p.file_bytes),
-        "pss" => b(p.pss_bytes),
-        "uss" => b(p.uss_bytes),
-        "swap" => b(p.swap_bytes),
-        "growth" => report.anon_growth(p.pid),
-        "files" => p.holds_files.map(|n| n as f64),
-        "shmem" => b(p.shmem_bytes),
-        "cow" => b(report.process_cow_bytes(p.pid)),
-        "dirty" => b(p.private_dirty_bytes),
-        "gpu" => b(p.gpu_memory_bytes),
-        _ => None,
-    }
-}
-
-pub(super) fn cgroup_value(c: &CgroupModel, field: &str) -> Option<f64> {
-    let b = |v: Option<u64>| v.map(|v| v as f64);
-    match field {
-        "usage" => b(c.usage_bytes),
-        "limit" if c.unlimited => Some(f64::INFINITY),
-        "limit" => b(c.limit_bytes),
-        "anon" => b(c.anon_bytes),
-        "file" => b(c.file_bytes),
-        "oom" => b(c.oom_kills),
-        "peak" => b(c.peak_bytes),
-        "high" if c.high_unlimited => Some(f64::INFINITY),
-        "high" => b(c.high_bytes),
-        "min" => b(c.min_bytes),
-        "low" => b(c.low_bytes),
-        "refaults" => b(c.refaults_file),
-        "psi" => c.pressure.map(|p| p.some_avg10),
-        _ => None,
-    }
 }
 
 #[cfg(test)]

@@ -9,8 +9,9 @@ use ratatui::text::{Line, Span};
 use ratatui::widgets::{Block, Cell, Clear, Paragraph, Row, Table, TableState, Wrap};
 use ratatui::Frame;
 
-use super::state::{self, Hits, State, View, Workload};
-use crate::model::{Report, Severity};
+use super::state::{self, Field, Hits, State, View, Workload};
+use crate::model::fields::{CgroupField, FileField, ProcessField, Unit, Value};
+use crate::model::{FileModel, ProcessModel, Report, Severity};
 use crate::render::safe::{safe, shown, width};
 use crate::render::scan::count_cell;
 use crate::units::{iec, iec_opt};
@@ -270,13 +271,63 @@ fn draw_tabs(
 }
 
 /// A column: title, width, priority (lower is kept first when the screen is narrow),
-/// alignment, and the sort column a click on its title picks.
+/// alignment, the field it shows (if it is one) and whether a click on its title sorts
+/// by that field.
 pub(super) struct Col {
     pub title: &'static str,
     pub width: u16,
     pub prio: u8,
     pub left: bool,
-    pub sort: Option<&'static str>,
+    pub field: Option<Field>,
+    pub sorts: bool,
+}
+
+impl Col {
+    /// The column of `field` as the registry describes it, sorting by it.
+    const fn of(field: Field, title: &'static str, width: u16, unit: Unit, prio: u8) -> Col {
+        Col {
+            title,
+            width,
+            prio,
+            left: matches!(unit, Unit::Text),
+            field: Some(field),
+            sorts: true,
+        }
+    }
+
+    pub(super) const fn file(f: FileField, prio: u8) -> Col {
+        Col::of(Field::File(f), f.title(), f.width(), f.unit(), prio)
+    }
+
+    pub(super) const fn process(f: ProcessField, prio: u8) -> Col {
+        Col::of(Field::Process(f), f.title(), f.width(), f.unit(), prio)
+    }
+
+    pub(super) const fn cgroup(f: CgroupField, prio: u8) -> Col {
+        Col::of(Field::Cgroup(f), f.title(), f.width(), f.unit(), prio)
+    }
+
+    /// The same column, not sortable from its title.
+    pub(super) const fn unsorted(self) -> Col {
+        Col {
+            sorts: false,
+            ..self
+        }
+    }
+}
+
+/// A value as `top` shows it: bytes in IEC units, ratios in percent, unknown as `n/a`.
+pub(super) fn cell(v: Value, unit: Unit) -> String {
+    match (unit, v) {
+        (Unit::Ratio, v) => pct(v.number()),
+        (Unit::BytesPerSecond, v) => rate(v.number()),
+        (Unit::Bytes, Value::Uint(b)) => iec_opt(b),
+        (_, Value::Text(t)) => safe(&t).into_owned(),
+        (_, Value::Uint(n)) => opt_num(n),
+        (_, Value::Int(n)) => n.to_string(),
+        (_, Value::Real(x)) => opt_num(x),
+        (_, Value::Flag(b)) => b.to_string(),
+    }
 }
 
 fn align(line: Line<'_>, left: bool) -> Line<'_> {
@@ -311,7 +362,7 @@ fn fit(cols: &[Col], widths: &[u16], total: u16, flex_min: u16) -> Vec<usize> {
 pub(super) fn table(
     frame: &mut Frame,
     area: Rect,
-    (first, flex_min, first_sort): (&'static str, u16, Option<&'static str>),
+    (first, flex_min, first_sort): (&'static str, u16, Option<Field>),
     cols: &[Col],
     rows: Vec<(String, Vec<String>, Style)>,
     selected: Option<usize>,
@@ -362,12 +413,12 @@ pub(super) fn table(
     let mut x = area.x;
     let mut sortable = Vec::new();
     if let Some(s) = first_sort {
-        sortable.push((x, x + flex, s));
+        sortable.push((x, x + flex, s.name()));
     }
     x += flex + 1;
     for &i in &keep {
-        if let Some(s) = cols[i].sort {
-            sortable.push((x, x + col_w[i], s));
+        if let (Some(s), true) = (cols[i].field, cols[i].sorts) {
+            sortable.push((x, x + col_w[i], s.name()));
         }
         x += col_w[i] + 1;
     }
@@ -386,64 +437,28 @@ pub(super) fn table(
     }
 }
 
-const FILE_COLS: [Col; 8] = [
-    Col {
-        title: "size",
-        width: 9,
-        prio: 1,
-        left: false,
-        sort: Some("size"),
-    },
-    Col {
-        title: "count",
-        width: 7,
-        prio: 0,
-        left: false,
-        sort: Some("count"),
-    },
-    Col {
-        title: "cache",
-        width: 9,
-        prio: 2,
-        left: false,
-        sort: Some("cache"),
-    },
-    Col {
-        title: "cow",
-        width: 9,
-        prio: 6,
-        left: false,
-        sort: Some("cow"),
-    },
-    Col {
-        title: "private",
-        width: 9,
-        prio: 3,
-        left: false,
-        sort: Some("private"),
-    },
-    Col {
-        title: "suspected",
-        width: 9,
-        prio: 7,
-        left: false,
-        sort: Some("suspected"),
-    },
-    Col {
-        title: "res%",
-        width: 6,
-        prio: 4,
-        left: false,
-        sort: Some("resident"),
-    },
-    Col {
-        title: "holders",
-        width: 7,
-        prio: 5,
-        left: false,
-        sort: Some("holders"),
-    },
-];
+/// The files view's columns (after the path), each with its priority.
+const FILE_COLS: [Col; 8] = {
+    use FileField as F;
+    [
+        Col::file(F::Size, 1),
+        Col::file(F::Count, 0),
+        Col::file(F::Cache, 2),
+        Col::file(F::Cow, 6),
+        Col::file(F::Private, 3),
+        Col::file(F::Suspected, 7),
+        Col::file(F::Resident, 4),
+        Col::file(F::Holders, 5),
+    ]
+};
+
+fn file_cell(f: &FileModel, col: &Col) -> String {
+    match col.field {
+        Some(Field::File(FileField::Count)) => count_cell(f),
+        Some(Field::File(k)) => cell(k.value(f), k.unit()),
+        _ => String::new(),
+    }
+}
 
 fn draw_files(frame: &mut Frame, area: Rect, st: &State, r: &Report, t: &Theme, hits: &mut Hits) {
     let rows = st
@@ -455,23 +470,14 @@ fn draw_files(frame: &mut Frame, area: Rect, st: &State, r: &Report, t: &Theme, 
                 _ => Style::default(),
             };
             let name = shown(&f.path, f.path_bytes.as_deref());
-            let cells = vec![
-                iec_opt(f.size_bytes),
-                count_cell(f),
-                iec_opt(f.resident_bytes),
-                iec_opt(f.cow_bytes()),
-                iec(f.private_copy_memory_bytes()),
-                iec(f.suspected_copy_bytes()),
-                pct(f.resident_fraction),
-                f.holder_count().to_string(),
-            ];
+            let cells = FILE_COLS.iter().map(|c| file_cell(f, c)).collect();
             (name, cells, style)
         })
         .collect();
     table(
         frame,
         area,
-        ("file", 22, Some("path")),
+        ("file", 22, Some(Field::File(FileField::Path))),
         &FILE_COLS,
         rows,
         Some(st.selected(View::Files)),
@@ -480,99 +486,42 @@ fn draw_files(frame: &mut Frame, area: Rect, st: &State, r: &Report, t: &Theme, 
     );
 }
 
-const PROC_COLS: [Col; 13] = [
-    Col {
-        title: "comm",
-        width: 15,
-        prio: 0,
-        left: true,
-        sort: Some("comm"),
-    },
-    Col {
-        title: "rss",
-        width: 9,
-        prio: 1,
-        left: false,
-        sort: Some("rss"),
-    },
-    Col {
-        title: "anon",
-        width: 9,
-        prio: 2,
-        left: false,
-        sort: Some("anon"),
-    },
-    Col {
-        title: "file",
-        width: 9,
-        prio: 4,
-        left: false,
-        sort: Some("file"),
-    },
-    Col {
-        title: "shmem",
-        width: 9,
-        prio: 8,
-        left: false,
-        sort: Some("shmem"),
-    },
-    Col {
-        title: "cow",
-        width: 9,
-        prio: 7,
-        left: false,
-        sort: Some("cow"),
-    },
-    Col {
-        title: "pss",
-        width: 9,
-        prio: 5,
-        left: false,
-        sort: Some("pss"),
-    },
-    Col {
-        title: "uss",
-        width: 9,
-        prio: 9,
-        left: false,
-        sort: Some("uss"),
-    },
-    Col {
-        title: "priv dirty",
-        width: 10,
-        prio: 10,
-        left: false,
-        sort: Some("dirty"),
-    },
-    Col {
-        title: "anon/s",
-        width: 12,
-        prio: 3,
-        left: false,
-        sort: Some("growth"),
-    },
-    Col {
-        title: "files",
-        width: 5,
-        prio: 6,
-        left: false,
-        sort: Some("files"),
-    },
-    Col {
-        title: "gpu",
-        width: 9,
-        prio: 12,
-        left: false,
-        sort: Some("gpu"),
-    },
-    Col {
-        title: "holds (how)",
-        width: 24,
-        prio: 11,
-        left: true,
-        sort: None,
-    },
-];
+/// The processes view's columns (after the pid), each with its priority; the last one
+/// says how the process holds each model file.
+const PROC_COLS: [Col; 13] = {
+    use ProcessField as P;
+    [
+        Col::process(P::Comm, 0),
+        Col::process(P::Rss, 1),
+        Col::process(P::Anon, 2),
+        Col::process(P::File, 4),
+        Col::process(P::Shmem, 8),
+        Col::process(P::Cow, 7),
+        Col::process(P::Pss, 5),
+        Col::process(P::Uss, 9),
+        Col::process(P::Dirty, 10),
+        Col::process(P::Growth, 3),
+        Col::process(P::Files, 6),
+        Col::process(P::Gpu, 12),
+        Col {
+            title: "holds (how)",
+            width: 24,
+            prio: 11,
+            left: true,
+            field: None,
+            sorts: false,
+        },
+    ]
+};
+
+fn process_cell(r: &Report, p: &ProcessModel, col: &Col) -> String {
+    match col.field {
+        // The comm is the flexible column's neighbour: cut on the right.
+        Some(Field::Process(ProcessField::Comm)) => safe(&p.comm).chars().take(15).collect(),
+        Some(Field::Process(k)) => cell(k.value(r, p), k.unit()),
+        _ => tail_right(&safe(&state::process_holds(r, p.pid)), 24),
+    }
+}
 
 fn draw_processes(
     frame: &mut Frame,
@@ -586,29 +535,14 @@ fn draw_processes(
         .process_rows(r)
         .into_iter()
         .map(|p| {
-            let cells = vec![
-                // The comm is the flexible column's neighbour: cut on the right.
-                safe(&p.comm).chars().take(15).collect::<String>(),
-                iec_opt(p.rss_bytes),
-                iec_opt(p.anon_bytes),
-                iec_opt(p.file_bytes),
-                iec_opt(p.shmem_bytes),
-                iec_opt(r.process_cow_bytes(p.pid)),
-                iec_opt(p.pss_bytes),
-                iec_opt(p.uss_bytes),
-                iec_opt(p.private_dirty_bytes),
-                rate(r.anon_growth(p.pid)),
-                opt_num(p.holds_files),
-                iec_opt(p.gpu_memory_bytes),
-                tail_right(&safe(&state::process_holds(r, p.pid)), 24),
-            ];
+            let cells = PROC_COLS.iter().map(|c| process_cell(r, p, c)).collect();
             (p.pid.to_string(), cells, Style::default())
         })
         .collect();
     table(
         frame,
         area,
-        ("pid", 7, Some("pid")),
+        ("pid", 7, Some(Field::Process(ProcessField::Pid))),
         &PROC_COLS,
         rows,
         Some(st.selected(View::Processes)),
