@@ -643,7 +643,6 @@ pub fn report(snap: &Snapshot, prev: Option<&Snapshot>) -> Report {
     r
 }
 
-
 /// Hands the free pages of the heap back to the kernel (glibc's `malloc_trim(0)`, which
 /// releases free pages inside every arena, not only at the top). A long-running engine
 /// (`serve`, `record`, `top`) builds and drops an index of the model files at every proof;

@@ -631,6 +631,28 @@ impl CgroupField {
     }
 }
 
+/// A field of any of the three kinds of rows.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Field {
+    File(FileField),
+    Process(ProcessField),
+    Cgroup(CgroupField),
+}
+
+impl Field {
+    /// The name `top` sorts and filters by (empty for a file field without one).
+    pub const fn name(self) -> &'static str {
+        match self {
+            Field::File(f) => match f.name() {
+                Some(n) => n,
+                None => "",
+            },
+            Field::Process(f) => f.name(),
+            Field::Cgroup(f) => f.name(),
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

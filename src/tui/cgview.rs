@@ -7,10 +7,9 @@ use ratatui::style::Style;
 use ratatui::Frame;
 
 use super::groups::CgRow;
-use super::state::Field;
 use super::state::{Hits, State, View};
-use super::view::{table, Col, Theme};
-use crate::model::fields::CgroupField;
+use super::table::{cell, table, Col, Theme};
+use crate::model::fields::{CgroupField, Field};
 use crate::model::{CgroupModel, Report};
 use crate::render::safe::safe;
 use crate::units::{iec, iec_opt};
@@ -70,7 +69,7 @@ fn cgroup_cell(c: &CgroupModel, field: CgroupField) -> String {
             None if v2 => "n/a".into(),
             None => "n/a (v1)".into(),
         },
-        k => super::view::cell(k.value(c), k.unit()),
+        k => cell(k.value(c), k.unit()),
     }
 }
 

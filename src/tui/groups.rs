@@ -4,7 +4,7 @@
 
 use std::collections::BTreeMap;
 
-use super::state::{self, Filter, State, View, Workload};
+use super::state::{Filter, State, View, Workload};
 use crate::model::{CgroupModel, ProcessModel, Report};
 
 /// One row of the cgroup tree.
@@ -56,7 +56,7 @@ impl State {
             None => true,
             Some(Filter::Substring(s)) => c.path.to_lowercase().contains(s.as_str()),
             Some(Filter::Compare { field, cmp, value }) => {
-                Filter::compare(cmp, state::cgroup_value(c, &field), value)
+                Filter::compare(cmp, super::rows::cgroup_value(c, &field), value)
             }
         }
     }
@@ -244,7 +244,7 @@ fn workload_value(w: &WorkloadRow, field: &str) -> Option<f64> {
 mod tests {
     use super::*;
     use crate::tui::fixture;
-    use crate::tui::state::Key;
+    use crate::tui::state::{self, Key};
 
     fn names(rows: &[CgRow]) -> Vec<String> {
         rows.iter()

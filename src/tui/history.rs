@@ -78,7 +78,7 @@ pub fn refaults_per_sec(r: &Report, f: &FileModel) -> Option<f64> {
         .as_ref()?
         .files
         .iter()
-        .find(|t| t.inode == f.inode && t.device == f.device)?
+        .find(|t| t.key == f.key)?
         .refault_pages_per_sec
 }
 

@@ -12,12 +12,16 @@
 
 mod cgview;
 pub mod collector;
+pub mod filter;
 #[cfg(test)]
 mod fixture;
 pub mod groups;
 pub mod history;
+pub mod keys;
 mod mouse;
+pub mod rows;
 pub mod state;
+pub mod table;
 pub mod view;
 mod widgets;
 

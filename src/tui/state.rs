@@ -7,236 +7,18 @@
 use std::collections::BTreeSet;
 use std::sync::Arc;
 
+pub use super::filter::{Cmp, Filter};
 use super::history::History;
+pub use super::keys::{Action, Key, View};
+use super::mouse::Hit;
 pub use super::mouse::Hits;
+use super::rows::Query;
+pub use super::rows::{holder_rows, process_holds, HolderRow};
 use crate::dupes::prove::Progress;
-use crate::model::fields::{CgroupField, FileField, ProcessField, Unit, Value};
+use crate::model::fields::Field;
 use crate::model::residency::MapModel;
 use crate::model::{CgroupModel, FileModel, ProcessModel, Report};
 use crate::sample::FileKey;
-
-/// The three tables.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum View {
-    Files,
-    Processes,
-    Cgroups,
-}
-
-impl View {
-    pub const ALL: [View; 3] = [View::Files, View::Processes, View::Cgroups];
-
-    pub fn title(self) -> &'static str {
-        match self {
-            View::Files => "Files",
-            View::Processes => "Processes",
-            View::Cgroups => "Cgroups",
-        }
-    }
-
-    fn index(self) -> usize {
-        match self {
-            View::Files => 0,
-            View::Processes => 1,
-            View::Cgroups => 2,
-        }
-    }
-
-    /// The sortable fields, in the order `s` cycles through them; the first is the default.
-    pub fn sort_fields(self) -> &'static [Field] {
-        match self {
-            View::Files => &FILE_SORT,
-            View::Processes => &PROCESS_SORT,
-            View::Cgroups => &CGROUP_SORT,
-        }
-    }
-
-    /// The names of [`View::sort_fields`] (what `--sort` and a click on a header take).
-    pub fn sort_columns(self) -> Vec<&'static str> {
-        self.sort_fields().iter().map(|f| f.name()).collect()
-    }
-}
-
-/// A field of one of the views' rows, from the registry ([`crate::model::fields`]).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Field {
-    File(FileField),
-    Process(ProcessField),
-    Cgroup(CgroupField),
-}
-
-impl Field {
-    /// The name `top` sorts and filters by.
-    pub const fn name(self) -> &'static str {
-        match self {
-            Field::File(f) => match f.name() {
-                Some(n) => n,
-                None => "",
-            },
-            Field::Process(f) => f.name(),
-            Field::Cgroup(f) => f.name(),
-        }
-    }
-}
-
-const FILE_SORT: [Field; 9] = {
-    use FileField as F;
-    [
-        Field::File(F::Count),
-        Field::File(F::Size),
-        Field::File(F::Cache),
-        Field::File(F::Cow),
-        Field::File(F::Private),
-        Field::File(F::Suspected),
-        Field::File(F::Resident),
-        Field::File(F::Holders),
-        Field::File(F::Path),
-    ]
-};
-
-const PROCESS_SORT: [Field; 14] = {
-    use ProcessField as P;
-    [
-        Field::Process(P::Rss),
-        Field::Process(P::Anon),
-        Field::Process(P::File),
-        Field::Process(P::Pss),
-        Field::Process(P::Growth),
-        Field::Process(P::Files),
-        Field::Process(P::Pid),
-        Field::Process(P::Comm),
-        Field::Process(P::Shmem),
-        Field::Process(P::Cow),
-        Field::Process(P::Uss),
-        Field::Process(P::Dirty),
-        Field::Process(P::Swap),
-        Field::Process(P::Gpu),
-    ]
-};
-
-const CGROUP_SORT: [Field; 10] = {
-    use CgroupField as C;
-    [
-        Field::Cgroup(C::Usage),
-        Field::Cgroup(C::Limit),
-        Field::Cgroup(C::Anon),
-        Field::Cgroup(C::File),
-        Field::Cgroup(C::OomKills),
-        Field::Cgroup(C::Path),
-        Field::Cgroup(C::Peak),
-        Field::Cgroup(C::High),
-        Field::Cgroup(C::Refaults),
-        Field::Cgroup(C::Psi),
-    ]
-};
-
-/// A key, as the event loop hands it over (crossterm's keys mapped onto these).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Key {
-    Char(char),
-    Enter,
-    Esc,
-    Tab,
-    BackTab,
-    Up,
-    Down,
-    PageUp,
-    PageDown,
-    Home,
-    End,
-    Backspace,
-    /// The terminal was resized.
-    Resize,
-    /// Ctrl-C (raw mode delivers it as a key, not as SIGINT).
-    Interrupt,
-    Left,
-    Right,
-    /// A left click at a screen cell (column, row).
-    Click(u16, u16),
-    /// The mouse wheel, up or down.
-    WheelUp,
-    WheelDown,
-}
-
-/// What the event loop does after a key.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Action {
-    /// Nothing changed.
-    None,
-    /// The state changed: draw again.
-    Redraw,
-    Quit,
-    /// Open the selected file ([`State::open_selected`] with the current report).
-    Open,
-    /// Replay: show the snapshot before (-1) or after (+1) the current one.
-    Step(i32),
-    /// `p`: prove the process of the selected suspected copy ([`State::prove_target`]).
-    Prove,
-    /// Esc while a proof runs: cancel it.
-    CancelProve,
-    /// `t`: turn eBPF tracing on or off.
-    ToggleTrace,
-    /// ← on the cgroups view: fold the selected cgroup ([`State::fold_selected`]).
-    Fold,
-}
-
-/// One comparison of a `field>value` filter.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Cmp {
-    Gt,
-    Ge,
-    Lt,
-    Le,
-    Eq,
-}
-
-/// A parsed filter: a substring of names, or a comparison on a column.
-#[derive(Debug, Clone, PartialEq)]
-pub enum Filter {
-    Substring(String),
-    Compare { field: String, cmp: Cmp, value: f64 },
-}
-
-impl Filter {
-    /// `anon>1G`, `count>=2`, `resident<50` (percent), or any other text as a substring.
-    pub fn parse(text: &str) -> Filter {
-        let t = text.trim();
-        for (op, cmp) in [
-            (">=", Cmp::Ge),
-            ("<=", Cmp::Le),
-            (">", Cmp::Gt),
-            ("<", Cmp::Lt),
-            ("=", Cmp::Eq),
-        ] {
-            if let Some((field, value)) = t.split_once(op) {
-                let field = field.trim().to_ascii_lowercase();
-                let value = value.trim();
-                let num = value
-                    .trim_end_matches('%')
-                    .parse::<f64>()
-                    .ok()
-                    .filter(|_| !value.chars().any(|c| c.is_ascii_alphabetic()))
-                    .or_else(|| crate::units::parse_size(value).ok().map(|b| b as f64));
-                if let (false, Some(value)) = (field.is_empty(), num) {
-                    return Filter::Compare { field, cmp, value };
-                }
-            }
-        }
-        Filter::Substring(t.to_lowercase())
-    }
-
-    pub(super) fn compare(cmp: Cmp, have: Option<f64>, want: f64) -> bool {
-        // An unknown value never passes a comparison.
-        let Some(have) = have else { return false };
-        match cmp {
-            Cmp::Gt => have > want,
-            Cmp::Ge => have >= want,
-            Cmp::Lt => have < want,
-            Cmp::Le => have <= want,
-            Cmp::Eq => (have - want).abs() < 1e-9_f64.max(want.abs() * 1e-9),
-        }
-    }
-}
 
 /// The state of the screen.
 #[derive(Debug, Clone)]
@@ -516,6 +298,50 @@ impl State {
         view.index()
     }
 
+    /// A left click at (`x`, `y`), on what the last draw put there.
+    fn click(&mut self, x: u16, y: u16) -> Action {
+        let v = self.view.index();
+        match self.hits.at(x, y) {
+            None | Some(Hit::Nothing) => Action::None,
+            Some(Hit::Tab(view)) => {
+                self.view = view;
+                self.open = None;
+                Action::Redraw
+            }
+            Some(Hit::Header(name)) => {
+                if self.sort_column(self.view) == name {
+                    self.reverse[v] = !self.reverse[v];
+                } else if let Some(i) = self
+                    .view
+                    .sort_fields()
+                    .iter()
+                    .position(|c| c.name() == name)
+                {
+                    self.sort[v] = i;
+                    self.reverse[v] = false;
+                }
+                Action::Redraw
+            }
+            Some(Hit::Row(row)) if self.view == View::Files && self.open.is_some() => {
+                if row < self.file_rows_seen {
+                    self.file_row = row;
+                    return Action::Redraw;
+                }
+                Action::None
+            }
+            Some(Hit::Row(row)) if row >= self.rows_seen[v] => Action::None,
+            Some(Hit::Row(row))
+                if self.selected[v] == row && matches!(self.view, View::Files | View::Cgroups) =>
+            {
+                Action::Open
+            }
+            Some(Hit::Row(row)) => {
+                self.selected[v] = row;
+                Action::Redraw
+            }
+        }
+    }
+
     fn switch(&mut self, view: View) -> Action {
         self.view = view;
         self.open = None;
@@ -554,124 +380,28 @@ impl State {
         self.file_row = self.file_row.min(self.file_rows_seen.saturating_sub(1));
     }
 
+    /// What picks the rows of `view` now.
+    fn query(&self, view: View) -> Query {
+        Query {
+            filter: self.parsed_filter(),
+            sort: self.sort_field(view),
+            reverse: self.is_reversed(view),
+        }
+    }
+
     /// The files view's rows: filtered, then sorted.
     pub fn file_rows<'r>(&self, report: &'r Report) -> Vec<&'r FileModel> {
-        let filter = self.parsed_filter();
-        let mut rows: Vec<&FileModel> = report
-            .files
-            .iter()
-            .filter(|f| match &filter {
-                None => true,
-                Some(Filter::Substring(s)) => f.path.to_lowercase().contains(s.as_str()),
-                Some(Filter::Compare { field, cmp, value }) => Filter::compare(
-                    *cmp,
-                    FileField::named(field).and_then(|k| k.ordinal(f)),
-                    *value,
-                ),
-            })
-            .collect();
-        if let Field::File(col) = self.sort_field(View::Files) {
-            sort_rows(&mut rows, self.is_reversed(View::Files), |f| {
-                Sortable::of(col.unit(), || col.value(f), || col.ordinal(f))
-            });
-        }
-        rows
+        super::rows::files(report, &self.query(View::Files))
     }
 
     pub fn process_rows<'r>(&self, report: &'r Report) -> Vec<&'r ProcessModel> {
-        let filter = self.parsed_filter();
-        let mut rows: Vec<&ProcessModel> = report
-            .processes
-            .iter()
-            .filter(|p| match &filter {
-                None => true,
-                Some(Filter::Substring(s)) => {
-                    p.comm.to_lowercase().contains(s.as_str())
-                        || p.cmdline.to_lowercase().contains(s.as_str())
-                        || p.pid.to_string() == *s
-                }
-                Some(Filter::Compare { field, cmp, value }) => Filter::compare(
-                    *cmp,
-                    ProcessField::named(field).and_then(|k| k.ordinal(report, p)),
-                    *value,
-                ),
-            })
-            .collect();
-        if let Field::Process(col) = self.sort_field(View::Processes) {
-            sort_rows(&mut rows, self.is_reversed(View::Processes), |p| {
-                Sortable::of(
-                    col.unit(),
-                    || col.value(report, p),
-                    || col.ordinal(report, p),
-                )
-            });
-        }
-        rows
+        super::rows::processes(report, &self.query(View::Processes))
     }
 
     pub fn cgroup_rows<'r>(&self, report: &'r Report) -> Vec<&'r CgroupModel> {
-        let filter = self.parsed_filter();
-        let mut rows: Vec<&CgroupModel> = report
-            .cgroups
-            .iter()
-            .filter(|c| match &filter {
-                None => true,
-                Some(Filter::Substring(s)) => c.path.to_lowercase().contains(s.as_str()),
-                Some(Filter::Compare { field, cmp, value }) => {
-                    Filter::compare(*cmp, cgroup_value(c, field), *value)
-                }
-            })
-            .collect();
-        if let Field::Cgroup(col) = self.sort_field(View::Cgroups) {
-            sort_rows(&mut rows, self.is_reversed(View::Cgroups), |c| {
-                Sortable::of(col.unit(), || col.value(c), || col.ordinal(c))
-            });
-        }
-        rows
+        super::rows::cgroups(report, &self.query(View::Cgroups))
     }
-}
 
-/// The value of the cgroup field named `field`, as `top` compares it.
-pub(super) fn cgroup_value(c: &CgroupModel, field: &str) -> Option<f64> {
-    CgroupField::named(field).and_then(|k| k.ordinal(c))
-}
-
-/// A row of the open file's table: a mapper, a holder of an open fd that does not map
-/// it, or a copy holder that neither maps nor holds it.
-#[derive(Debug, Clone, Copy)]
-pub enum HolderRow<'r> {
-    Mapper(&'r crate::model::Mapper),
-    OpenFd(i32, &'r str),
-    NotOpen(i32, &'r str),
-}
-
-impl HolderRow<'_> {
-    pub fn pid(&self) -> i32 {
-        match self {
-            HolderRow::Mapper(m) => m.pid,
-            HolderRow::OpenFd(p, _) | HolderRow::NotOpen(p, _) => *p,
-        }
-    }
-}
-
-/// The open file's table, in the order it is drawn.
-pub fn holder_rows(f: &FileModel) -> Vec<HolderRow<'_>> {
-    let mut rows: Vec<HolderRow> = f.mappers.iter().map(HolderRow::Mapper).collect();
-    rows.extend(
-        f.holders
-            .iter()
-            .filter(|h| !h.mapped)
-            .map(|h| HolderRow::OpenFd(h.pid, &h.comm)),
-    );
-    rows.extend(
-        crate::render::scan::unlisted_copy_holders(f)
-            .into_iter()
-            .map(|(pid, comm)| HolderRow::NotOpen(pid, comm)),
-    );
-    rows
-}
-
-impl State {
     /// What `p` proves: in the open file, the selected row's process when it holds a
     /// suspected copy, else the file's first suspected copy; on the files view, the
     /// selected file's first suspected copy. `(pid, comm)`, or why there is none.
@@ -697,87 +427,6 @@ impl State {
             None => Err("no suspected copy of this file to prove".into()),
         }
     }
-}
-
-enum Sortable {
-    Num(Option<f64>),
-    Text(String),
-}
-
-impl Sortable {
-    /// Text sorts as text; anything else by its number as `top` compares it.
-    fn of<'a>(
-        unit: Unit,
-        value: impl FnOnce() -> Value<'a>,
-        ordinal: impl FnOnce() -> Option<f64>,
-    ) -> Sortable {
-        match unit {
-            Unit::Text => Sortable::Text(value().text().unwrap_or_default().to_string()),
-            _ => Sortable::Num(ordinal()),
-        }
-    }
-}
-
-/// Numbers largest first, text A→Z; unknown values last either way; stable, so equal
-/// rows keep the report's order. Each row's key is computed once (a key may scan the
-/// report: the growth rate, the CoW bytes).
-fn sort_rows<T: Copy>(rows: &mut Vec<T>, reverse: bool, key: impl Fn(&T) -> Sortable) {
-    use std::cmp::Ordering;
-    let mut keyed: Vec<(Sortable, T)> = rows.drain(..).map(|r| (key(&r), r)).collect();
-    keyed.sort_by(|(a, _), (b, _)| match (a, b) {
-        (Sortable::Num(x), Sortable::Num(y)) => match (x, y) {
-            (Some(x), Some(y)) => {
-                let o = y.total_cmp(x);
-                if reverse {
-                    o.reverse()
-                } else {
-                    o
-                }
-            }
-            (Some(_), None) => Ordering::Less,
-            (None, Some(_)) => Ordering::Greater,
-            (None, None) => Ordering::Equal,
-        },
-        (Sortable::Text(x), Sortable::Text(y)) => {
-            let o = x.cmp(y);
-            if reverse {
-                o.reverse()
-            } else {
-                o
-            }
-        }
-        _ => Ordering::Equal,
-    });
-    rows.extend(keyed.into_iter().map(|(_, r)| r));
-}
-
-/// How the process holds each model file: `map` (MAP_SHARED), `priv` (MAP_PRIVATE),
-/// `fd` (open, not mapped), `copy` (a proven private copy), `copy?` (suspected), with the
-/// file's name: `map llama.gguf, copy qwen.safetensors`.
-pub fn process_holds(report: &Report, pid: i32) -> String {
-    let mut out: Vec<String> = Vec::new();
-    for f in &report.files {
-        let name = f.path.rsplit('/').next().unwrap_or(&f.path);
-        let mut how: Vec<&str> = Vec::new();
-        if let Some(m) = f.mappers.iter().find(|m| m.pid == pid) {
-            how.push(match m.kind {
-                crate::model::MapKind::Shared => "map",
-                crate::model::MapKind::Private => "priv",
-                _ => "map+priv",
-            });
-        } else if f.holders.iter().any(|h| h.pid == pid) {
-            how.push("fd");
-        }
-        if f.proven_copies.iter().any(|c| c.pid == pid) {
-            how.push("copy");
-        } else if f.suspected_copies.iter().any(|c| c.pid == pid) {
-            how.push("copy?");
-        }
-        if !how.is_empty() {
-            out.push(format!("{} {name}", how.join("+")));
-        }
-    }
-    out.join(", ")
 }
 
 #[cfg(test)]

@@ -11,7 +11,7 @@ use ratatui::Frame;
 
 use super::history::{FileHistory, Ring};
 use super::state::{self, HolderRow, Proving, State};
-use super::view::{pct, tail, Theme};
+use super::table::{pct, tail, Theme};
 use crate::model::{FileModel, Report};
 use crate::render::safe::{safe, shown};
 use crate::render::scan::{copy_note, count_line, map_kind};
