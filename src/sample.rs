@@ -313,6 +313,9 @@ pub struct SystemSample {
     /// `/proc/vmstat` (counts; `nr_*` in pages).
     pub vmstat: std::collections::BTreeMap<String, u64>,
     pub page_size: u64,
+    /// `/proc/pressure/memory` `some`/`full` `avg10` (percent), where PSI is on.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pressure: Option<PressureSample>,
 }
 
 /// The privilege of the process that read a sample (see [`crate::collect::access`]).

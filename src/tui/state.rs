@@ -14,7 +14,7 @@ use super::mouse::Hit;
 pub use super::mouse::Hits;
 use super::rows::Query;
 pub use super::rows::{holder_rows, process_holds, HolderRow};
-use crate::dupes::prove::Progress;
+use crate::engine::Progress;
 use crate::model::fields::Field;
 use crate::model::residency::MapModel;
 use crate::model::{CgroupModel, FileModel, ProcessModel, Report};
@@ -41,7 +41,8 @@ pub struct State {
     pub color: bool,
     /// Collection interval, shown in the header.
     pub interval_secs: f64,
-    /// Memory pressure (`/proc/pressure/memory` some/full avg10), when known.
+    /// Memory pressure (`/proc/pressure/memory` some/full avg10) of the report shown, when
+    /// known.
     pub psi: Option<Psi>,
     /// twofold's own CPU (percent of one core) and RSS, when known.
     pub own_cpu_percent: Option<f64>,
@@ -89,12 +90,9 @@ pub struct Proving {
     pub progress: Arc<Progress>,
 }
 
-/// `some` and `full` avg10 of `/proc/pressure/memory`, percent.
-#[derive(Debug, Clone, Copy, PartialEq)]
-pub struct Psi {
-    pub some_avg10: f64,
-    pub full_avg10: Option<f64>,
-}
+/// `some` and `full` avg10 of `/proc/pressure/memory`, percent, as the system sample
+/// carries it.
+pub use crate::sample::PressureSample as Psi;
 
 impl State {
     pub fn new(view: View) -> State {
