@@ -92,7 +92,9 @@ pub const KINDS: [&str; 5] = [
     "device",
 ];
 
-/// A file's bytes in memory by kind (`None`: unknown, not exported).
+/// A file's bytes in memory by kind (`None`: unknown, not exported), as the model
+/// derives them; the private copies' are their physical shares unrounded (`dump` writes
+/// whole bytes per copy: [`FileField::ProvenCopy`]).
 pub fn held_bytes(f: &FileModel) -> [Option<f64>; 5] {
     let n = |v: Option<u64>| v.map(|v| v as f64);
     [

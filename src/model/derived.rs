@@ -68,6 +68,25 @@ impl FileModel {
         pids.len()
     }
 
+    /// Whether a process `of` picks maps the file, holds it open or holds a copy (proven
+    /// or suspected) of it.
+    pub fn is_held_by(&self, of: impl Fn(&i32) -> bool) -> bool {
+        self.mappers.iter().any(|m| of(&m.pid))
+            || self.holders.iter().any(|h| of(&h.pid))
+            || self.proven_copies.iter().any(|c| of(&c.pid))
+            || self.suspected_copies.iter().any(|c| of(&c.pid))
+    }
+
+    /// Memory of the proven private copies held by the processes `of` picks (whole
+    /// copies, not their physical shares).
+    pub fn proven_copy_memory_of(&self, of: impl Fn(&i32) -> bool) -> u64 {
+        self.proven_copies
+            .iter()
+            .filter(|c| of(&c.pid))
+            .map(|c| c.memory_bytes)
+            .sum()
+    }
+
     /// Processes that map the file or hold it open without mapping it.
     pub fn mapper_or_opener_count(&self) -> usize {
         self.mappers.len() + self.holders.iter().filter(|h| !h.mapped).count()

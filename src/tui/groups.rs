@@ -135,17 +135,9 @@ impl State {
                 let mut files = 0;
                 let mut copies_bytes = 0;
                 for f in &report.files {
-                    let holds = f.mappers.iter().any(|m| pids.contains(&m.pid))
-                        || f.holders.iter().any(|h| pids.contains(&h.pid))
-                        || f.proven_copies.iter().any(|c| pids.contains(&c.pid))
-                        || f.suspected_copies.iter().any(|c| pids.contains(&c.pid));
-                    files += usize::from(holds);
-                    copies_bytes += f
-                        .proven_copies
-                        .iter()
-                        .filter(|c| pids.contains(&c.pid))
-                        .map(|c| c.memory_bytes)
-                        .sum::<u64>();
+                    let of = |pid: &i32| pids.contains(pid);
+                    files += usize::from(f.is_held_by(of));
+                    copies_bytes += f.proven_copy_memory_of(of);
                 }
                 WorkloadRow {
                     name,
