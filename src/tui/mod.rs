@@ -1,7 +1,11 @@
 //! `twofold top`: the live terminal view of model memory.
 //!
-//! - [`state`]: pure state (views, selection, sort, filter, pause) and `handle(key) -> Action`.
-//! - [`view`]: widgets that draw a `&State` and a `&Report` into a ratatui `Frame`.
+//! - [`state`]: pure state (views, selection, sort, filter, pause) and `handle(key) -> Action`,
+//!   in the words of [`keys`] (views, keys, actions); [`filter`] parses the filter line and
+//!   [`rows`] picks each view's rows; sort keys, filters and columns are fields of the
+//!   registry ([`crate::model::fields`]).
+//! - [`view`]: widgets that draw a `&State` and a `&Report` into a ratatui `Frame`, with the
+//!   tables of [`table`].
 //! - here: the event loop, generic over a ratatui [`Backend`] (tests drive it with
 //!   `TestBackend`), and the collector thread: it calls the [`Engine`] every interval and
 //!   sends each boxed [`Update`] over a channel, so drawing never waits for a collection.
