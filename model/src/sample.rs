@@ -333,6 +333,9 @@ pub struct SystemSample {
     /// `/proc/vmstat` (counts; `nr_*` in pages).
     pub vmstat: std::collections::BTreeMap<String, u64>,
     pub page_size: u64,
+    /// `/proc/pressure/memory` `some`/`full` `avg10` (percent), where PSI is on.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pressure: Option<PressureSample>,
 }
 
 impl SystemSample {

@@ -286,7 +286,7 @@ pub fn run(args: &TopArgs, _out: &mut dyn Write) -> anyhow::Result<()> {
             let interval = args.interval;
             std::thread::Builder::new()
                 .name("twofold-collect".into())
-                .spawn(move || tui::collect_loop(engine, interval, "/proc".into(), tx, control_rx))
+                .spawn(move || tui::collect_loop(engine, interval, tx, control_rx))
                 .context("cannot start the collector thread")?;
             Box::new(tui::Live {
                 updates: rx,

@@ -1,6 +1,8 @@
-//! System-wide counters: `/proc/meminfo` (kB → bytes) and `/proc/vmstat` (event counts and
-//! `nr_*` page counts, kept as read). See
-//! <https://www.kernel.org/doc/html/latest/filesystems/proc.html> (§1.2, "meminfo").
+//! System-wide counters: `/proc/meminfo` (kB → bytes), `/proc/vmstat` (event counts and
+//! `nr_*` page counts, kept as read) and `/proc/pressure/memory` (PSI `some`/`full`
+//! `avg10`, percent). See
+//! <https://www.kernel.org/doc/html/latest/filesystems/proc.html> (§1.2, "meminfo") and
+//! <https://docs.kernel.org/accounting/psi.html>.
 
 use std::path::Path;
 
@@ -8,7 +10,7 @@ use anyhow::Context as _;
 
 use super::error::Result;
 use super::keyvalue;
-use crate::sample::SystemSample;
+use crate::sample::{PressureSample, SystemSample};
 
 /// `meminfo` and `vmstat` as maps of every key the kernel prints (a snapshot keeps them
 /// all), read by `keyvalue` rather than procfs: procfs's `Meminfo` is a struct of the fields it
@@ -21,6 +23,10 @@ pub fn read(proc_root: &Path) -> Result<SystemSample> {
     };
     s.meminfo = keyvalue::read_map(&proc_root.join("meminfo"))?;
     s.vmstat = keyvalue::read_map(&proc_root.join("vmstat"))?;
+    // Kernels without PSI (or with it off) have no such file: unknown.
+    s.pressure = std::fs::read_to_string(proc_root.join("pressure/memory"))
+        .ok()
+        .and_then(|t| PressureSample::parse(&t));
     Ok(s)
 }
 
@@ -46,4 +52,30 @@ pub fn host_memory(proc_root: &Path) -> anyhow::Result<(u64, u64)> {
         .context("no MemAvailable in meminfo")?;
     let total = *mi.get("MemTotal").context("no MemTotal in meminfo")?;
     Ok((avail, total))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn memory_pressure_is_read_where_the_kernel_has_it() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join("meminfo"), "MemTotal: 1024 kB\n").unwrap();
+        std::fs::write(dir.path().join("vmstat"), "pgmajfault 3\n").unwrap();
+        assert_eq!(read(dir.path()).unwrap().pressure, None, "no PSI: unknown");
+        std::fs::create_dir(dir.path().join("pressure")).unwrap();
+        std::fs::write(
+            dir.path().join("pressure/memory"),
+            "some avg10=1.25 avg60=0.50 avg300=0.10 total=123\nfull avg10=0.75 avg60=0.00 avg300=0.00 total=45\n",
+        )
+        .unwrap();
+        assert_eq!(
+            read(dir.path()).unwrap().pressure,
+            Some(PressureSample {
+                some_avg10: 1.25,
+                full_avg10: Some(0.75)
+            })
+        );
+    }
 }

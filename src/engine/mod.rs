@@ -15,6 +15,9 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use serde::{Deserialize, Serialize};
 
+mod manual;
+pub use manual::{Progress, ProveJob, Proved};
+
 use crate::collect::bpf::{TraceOptions, Tracer};
 use crate::collect::cache::{CacheStats, ProcCache};
 use crate::collect::gather::{self, Request};
@@ -74,6 +77,8 @@ pub struct Engine {
     cache: Option<ProcCache>,
     /// The eBPF tracer, while tracing is on.
     tracing: Option<Tracing>,
+    /// Proofs asked for by hand ([`Engine::prove_now`]), merged into later snapshots.
+    manual: BTreeMap<(i32, FileKey), manual::Manual>,
 }
 
 /// What the engine keeps while tracing: the tracer, what it pinned, names it resolved and
@@ -136,6 +141,10 @@ impl Reused {
     }
 }
 
+/// What a proof of a (process, file) depends on: the process's `RssAnon` and `rchar`, the
+/// file's size.
+type Fingerprint = (Option<u64>, Option<u64>, Option<u64>);
+
 fn fingerprint(
     sample: &Sample,
     pid: i32,
@@ -165,6 +174,7 @@ impl Engine {
             gpu: crate::collect::gpu::source(),
             cache: None,
             tracing: None,
+            manual: BTreeMap::new(),
         }
     }
 
@@ -268,6 +278,7 @@ impl Engine {
         if let Some(opts) = self.prove {
             sample.proofs = self.prove(&sample, opts, warnings);
         }
+        self.merge_manual(&mut sample);
         if let Some(t) = self.tracing.as_mut() {
             // Continuous tracing reads the counters after the collection and the proof:
             // a copy the proof found was read before, so the ledger holds its reads.

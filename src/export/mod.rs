@@ -14,8 +14,8 @@ pub mod kube;
 
 use std::collections::BTreeMap;
 
+use crate::model::fields::{file_id, CgroupField, FileField, FILE_HELD_BYTES};
 use crate::model::{FileModel, Report};
-use crate::render::dump::file_id;
 
 pub use encode::{openmetrics, prometheus_text};
 
@@ -92,21 +92,17 @@ pub const KINDS: [&str; 5] = [
     "device",
 ];
 
-/// A file's bytes in memory by kind (`None`: unknown, not exported).
+/// A file's bytes in memory by kind (`None`: unknown, not exported), as the model
+/// derives them; the private copies' are their physical shares unrounded (`dump` writes
+/// whole bytes per copy: [`FileField::ProvenCopy`]).
 pub fn held_bytes(f: &FileModel) -> [Option<f64>; 5] {
-    let size = f.size_bytes.map(|s| s as f64);
-    let r = &f.representations;
+    let n = |v: Option<u64>| v.map(|v| v as f64);
     [
-        f.resident_bytes.map(|b| b as f64),
-        Some(f.proven_copies.iter().map(|c| c.physical_bytes()).sum()),
-        Some(
-            f.suspected_copies
-                .iter()
-                .map(|s| s.attributed_bytes as f64)
-                .sum(),
-        ),
-        r.cow.zip(size).map(|(c, s)| (c * s).round()),
-        r.device.zip(size).map(|(d, s)| (d * s).round()),
+        n(f.resident_bytes),
+        Some(f.proven_copy_bytes()),
+        Some(f.suspected_copy_bytes() as f64),
+        n(f.counted_cow_bytes()),
+        n(f.counted_device_bytes()),
     ]
 }
 
@@ -208,54 +204,32 @@ fn file_series(acc: &mut Acc, f: &FileModel, id: &str) {
         info,
         1.0,
     );
-    if let Some(s) = f.size_bytes {
-        acc.gauge(
-            "twofold_file_size_bytes",
-            "Size of the file",
-            idl(),
-            s as f64,
-        );
-    }
+    gauge(acc, FileField::Size, f, idl());
     for (kind, v) in KINDS.iter().zip(held_bytes(f)) {
         if let Some(v) = v {
             acc.gauge(
-                "twofold_file_held_bytes",
-                "Bytes of the file held in memory, by kind (page_cache, private_copy_proven, private_copy_suspected, cow, device)",
+                FILE_HELD_BYTES,
+                HELD_HELP,
                 l(&[("file_id", id), ("kind", kind)]),
                 v,
             );
         }
     }
-    let r = &f.representations;
-    if let Some(c) = r.proven {
-        acc.gauge(
-            "twofold_file_copies",
-            "How many times the file's bytes are in memory, proven parts only",
-            idl(),
-            c,
-        );
-        if let Some(s) = f.size_bytes {
-            acc.gauge(
-                "twofold_file_excess_bytes",
-                "Bytes of the file held beyond one copy: max(0, copies - 1) x size",
-                idl(),
-                ((c - 1.0).max(0.0) * s as f64).round(),
-            );
-        }
+    if f.representations.proven.is_some() {
+        gauge(acc, FileField::Count, f, idl());
+        gauge(acc, FileField::Excess, f, idl());
     }
-    acc.gauge(
-        "twofold_file_copies_lower_bound",
-        "1 when twofold_file_copies is a lower bound (something that could hold a copy was not searched)",
-        idl(),
-        if r.lower_bound { 1.0 } else { 0.0 },
-    );
-    if let Some(x) = f.resident_fraction {
-        acc.gauge(
-            "twofold_file_resident_ratio",
-            "Page-cache resident fraction of the file (0-1)",
-            idl(),
-            x,
-        );
+    gauge(acc, FileField::LowerBound, f, idl());
+    gauge(acc, FileField::Resident, f, idl());
+}
+
+/// The help of [`FILE_HELD_BYTES`].
+const HELD_HELP: &str = "Bytes of the file held in memory, by kind (page_cache, private_copy_proven, private_copy_suspected, cow, device)";
+
+/// The field's family (a gauge), when the file has a value for it.
+fn gauge(acc: &mut Acc, k: FileField, f: &FileModel, labels: Labels) {
+    if let (Some(m), Some(v)) = (k.metric(), k.value(f).number()) {
+        acc.gauge(m.name, m.help, labels, v);
     }
 }
 
@@ -272,27 +246,13 @@ fn other_series(acc: &mut Acc, folded: &[&FileModel]) {
         1.0,
     );
     for f in folded {
-        if let Some(s) = f.size_bytes {
-            acc.gauge(
-                "twofold_file_size_bytes",
-                "Size of the file",
-                id(),
-                s as f64,
-            );
-            if let Some(c) = f.representations.proven {
-                acc.gauge(
-                    "twofold_file_excess_bytes",
-                    "Bytes of the file held beyond one copy: max(0, copies - 1) x size",
-                    id(),
-                    ((c - 1.0).max(0.0) * s as f64).round(),
-                );
-            }
-        }
+        gauge(acc, FileField::Size, f, id());
+        gauge(acc, FileField::Excess, f, id());
         for (kind, v) in KINDS.iter().zip(held_bytes(f)) {
             if let Some(v) = v {
                 acc.gauge(
-                    "twofold_file_held_bytes",
-                    "Bytes of the file held in memory, by kind (page_cache, private_copy_proven, private_copy_suspected, cow, device)",
+                    FILE_HELD_BYTES,
+                    HELD_HELP,
                     l(&[("file_id", OTHER), ("kind", kind)]),
                     v,
                 );
@@ -362,36 +322,14 @@ fn cgroup_series(acc: &mut Acc, r: &Report) {
     for c in &r.cgroups {
         let mut lab = l(&[("cgroup", &c.path)]);
         lab.extend(kube::labels(&c.path));
-        let g = [
-            (
-                "twofold_cgroup_memory_usage_bytes",
-                "Memory charged to the cgroup (memory.current / memory.usage_in_bytes)",
-                c.usage_bytes,
-            ),
-            (
-                "twofold_cgroup_memory_limit_bytes",
-                "Memory limit of the cgroup (memory.max / memory.limit_in_bytes); absent when unlimited",
-                c.limit_bytes,
-            ),
-            (
-                "twofold_cgroup_memory_peak_bytes",
-                "Peak memory of the cgroup (memory.peak / memory.max_usage_in_bytes)",
-                c.peak_bytes,
-            ),
-        ];
-        for (name, help, v) in g {
-            if let Some(v) = v {
-                acc.gauge(name, help, lab.clone(), v as f64);
+        for k in [CgroupField::Usage, CgroupField::Limit, CgroupField::Peak] {
+            if let (Some(m), Some(v)) = (k.metric(), k.value(c).number()) {
+                acc.gauge(m.name, m.help, lab.clone(), v);
             }
         }
-        if let Some(k) = c.oom_kills {
-            acc.add(
-                "twofold_cgroup_oom_kills",
-                "Processes of the cgroup killed by the OOM killer (memory.events oom_kill)",
-                Kind::Counter,
-                lab,
-                k as f64,
-            );
+        let oom = CgroupField::OomKills;
+        if let (Some(m), Some(k)) = (oom.metric(), oom.value(c).number()) {
+            acc.add(m.name, m.help, Kind::Counter, lab, k);
         }
     }
 }

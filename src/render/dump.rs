@@ -7,8 +7,9 @@ use std::io::Write;
 
 use serde::Serialize;
 
+use crate::model::fields::{CgroupField, FileField, ProcessField, Value, FILE_HELD_BYTES};
 use crate::model::trace::TraceModel;
-use crate::model::Report;
+use crate::model::{CgroupModel, FileModel, ProcessModel, Report};
 use crate::sample::FileKey;
 
 /// The rows of a dump: one per file, process, cgroup, or traced file and process.
@@ -29,44 +30,62 @@ pub enum DumpFormat {
     Openmetrics,
 }
 
-/// One row per file of a report.
-#[derive(Debug, Serialize)]
-struct FileRow<'a> {
-    at: String,
-    file_id: String,
-    path: &'a str,
-    size_bytes: Option<u64>,
-    resident_fraction: Option<f64>,
-    copies: Option<f64>,
-    lower_bound: bool,
-    page_cache_bytes: Option<u64>,
-    cow_bytes: Option<u64>,
-    private_copy_proven_bytes: u64,
-    private_copy_suspected_bytes: u64,
-    holders: usize,
-}
+/// The columns of `dump --what files`, `processes` and `cgroups`, from the registry
+/// (besides `at`, when the report was taken); JSON keys and CSV columns come out in name
+/// order.
+const FILE_COLUMNS: [FileField; 11] = {
+    use FileField as F;
+    [
+        F::FileId,
+        F::Path,
+        F::Size,
+        F::Resident,
+        F::Count,
+        F::LowerBound,
+        F::Cache,
+        F::CountedCow,
+        F::ProvenCopy,
+        F::Suspected,
+        F::MappersOrOpeners,
+    ]
+};
 
-#[derive(Debug, Serialize)]
-struct ProcessRow<'a> {
-    at: String,
-    pid: i32,
-    comm: &'a str,
-    rss_bytes: Option<u64>,
-    anon_bytes: Option<u64>,
-    file_bytes: Option<u64>,
-    pss_bytes: Option<u64>,
-    anon_bytes_per_sec: Option<f64>,
-}
+const PROCESS_COLUMNS: [ProcessField; 7] = {
+    use ProcessField as P;
+    [P::Pid, P::Comm, P::Rss, P::Anon, P::File, P::Pss, P::Growth]
+};
 
-#[derive(Debug, Serialize)]
-struct CgroupRow<'a> {
-    at: String,
-    cgroup: &'a str,
-    usage_bytes: Option<u64>,
-    limit_bytes: Option<u64>,
-    anon_bytes: Option<u64>,
-    file_bytes: Option<u64>,
-    oom_kills: Option<u64>,
+const CGROUP_COLUMNS: [CgroupField; 6] = {
+    use CgroupField as C;
+    [C::Path, C::Usage, C::Limit, C::Anon, C::File, C::OomKills]
+};
+
+/// The file gauges of `dump --format openmetrics` (beside the info and the held bytes).
+const FILE_GAUGES: [FileField; 3] = [FileField::Count, FileField::Size, FileField::Resident];
+
+/// The kinds of `twofold_file_held_bytes` in dump's OpenMetrics, in their order.
+const FILE_HELD: [FileField; 4] = [
+    FileField::Cache,
+    FileField::CountedCow,
+    FileField::ProvenCopy,
+    FileField::Suspected,
+];
+
+/// One row: `at` and the named values.
+type Row = serde_json::Map<String, serde_json::Value>;
+
+fn row<'v>(
+    at: &str,
+    cells: impl Iterator<Item = (Option<&'static str>, Value<'v>)>,
+) -> anyhow::Result<Row> {
+    let mut row = Row::new();
+    row.insert("at".into(), at.into());
+    for (name, v) in cells {
+        if let Some(name) = name {
+            row.insert(name.into(), serde_json::to_value(v)?);
+        }
+    }
+    Ok(row)
 }
 
 /// One row of eBPF counters: a file, a process, or the page cache as a whole
@@ -173,14 +192,7 @@ fn key_id(k: FileKey) -> String {
     format!("{}:{}:{}", k.major, k.minor, k.inode)
 }
 
-/// `major:minor:inode`: stable for a file, the `file_id` label of the exporter too.
-pub fn file_id(f: &crate::model::FileModel) -> String {
-    key_id(f.key)
-}
-
-fn frac_bytes(frac: Option<f64>, size: Option<u64>) -> Option<u64> {
-    Some((frac? * size? as f64).round() as u64)
-}
+pub use crate::model::fields::file_id;
 
 /// Escapes an OpenMetrics label value.
 pub fn label(v: &str) -> String {
@@ -321,6 +333,35 @@ impl Rows {
         }
     }
 
+    /// OpenMetrics of one file: its info (the path), its gauges and its held bytes.
+    fn file_metrics(&mut self, f: &FileModel, secs: f64) {
+        let id = format!("file_id=\"{}\"", label(&file_id(f)));
+        self.metric(
+            "twofold_file_info",
+            "A model file: its path (1 while it is seen).",
+            &format!("{id},path=\"{}\"", label(&f.path)),
+            1.0,
+            secs,
+        );
+        for k in FILE_GAUGES {
+            if let (Some(m), Some(help), Some(v)) = (k.metric(), k.dump_help(), k.value(f).number())
+            {
+                self.metric(m.name, help, &id, v, secs);
+            }
+        }
+        for k in FILE_HELD {
+            if let (Some(kind), Some(v)) = (k.held_kind(), k.value(f).number()) {
+                self.metric(
+                    FILE_HELD_BYTES,
+                    "Bytes of the file held in memory, by kind.",
+                    &format!("{id},kind=\"{kind}\""),
+                    v,
+                    secs,
+                );
+            }
+        }
+    }
+
     fn emit<T: Serialize>(
         &mut self,
         kind: &str,
@@ -376,174 +417,60 @@ impl Rows {
         let top = self.top.unwrap_or(usize::MAX);
         match self.what {
             DumpWhat::Files => {
-                let mut files: Vec<&crate::model::FileModel> = r.files.iter().collect();
+                let mut files: Vec<&FileModel> = r.files.iter().collect();
                 files.sort_by_key(|f| std::cmp::Reverse(f.size_bytes.unwrap_or(0)));
-                let rows: Vec<FileRow> = files
+                files.truncate(top);
+                let rows = files
                     .iter()
-                    .take(top)
-                    .map(|f| {
-                        let reps = &f.representations;
-                        FileRow {
-                            at: at.clone(),
-                            file_id: file_id(f),
-                            path: &f.path,
-                            size_bytes: f.size_bytes,
-                            resident_fraction: f.resident_fraction,
-                            copies: reps.proven,
-                            lower_bound: reps.lower_bound,
-                            page_cache_bytes: f.resident_bytes,
-                            cow_bytes: frac_bytes(reps.cow, f.size_bytes),
-                            private_copy_proven_bytes: f
-                                .proven_copies
-                                .iter()
-                                .map(|c| c.physical_bytes().round() as u64)
-                                .sum(),
-                            private_copy_suspected_bytes: f
-                                .suspected_copies
-                                .iter()
-                                .map(|s| s.attributed_bytes)
-                                .sum(),
-                            holders: f.mappers.len()
-                                + f.holders.iter().filter(|h| !h.mapped).count(),
-                        }
-                    })
-                    .collect();
+                    .map(|f| row(&at, FILE_COLUMNS.iter().map(|k| (k.column(), k.value(f)))))
+                    .collect::<anyhow::Result<Vec<Row>>>()?;
                 if self.format == DumpFormat::Openmetrics {
-                    for f in &rows {
-                        let id = format!("file_id=\"{}\"", label(&f.file_id));
-                        self.metric(
-                            "twofold_file_info",
-                            "A model file: its path (1 while it is seen).",
-                            &format!("{id},path=\"{}\"", label(f.path)),
-                            1.0,
-                            secs,
-                        );
-                        if let Some(c) = f.copies {
-                            self.metric(
-                                "twofold_file_copies",
-                                "How many times the file's bytes are in memory, proven parts only.",
-                                &id,
-                                c,
-                                secs,
-                            );
-                        }
-                        if let Some(s) = f.size_bytes {
-                            self.metric(
-                                "twofold_file_size_bytes",
-                                "Size of the file.",
-                                &id,
-                                s as f64,
-                                secs,
-                            );
-                        }
-                        if let Some(r) = f.resident_fraction {
-                            self.metric(
-                                "twofold_file_resident_ratio",
-                                "Page-cache resident fraction of the file.",
-                                &id,
-                                r,
-                                secs,
-                            );
-                        }
-                        for (kind, v) in [
-                            ("page_cache", f.page_cache_bytes),
-                            ("cow", f.cow_bytes),
-                            ("private_copy_proven", Some(f.private_copy_proven_bytes)),
-                            (
-                                "private_copy_suspected",
-                                Some(f.private_copy_suspected_bytes),
-                            ),
-                        ] {
-                            if let Some(v) = v {
-                                self.metric(
-                                    "twofold_file_held_bytes",
-                                    "Bytes of the file held in memory, by kind.",
-                                    &format!("{id},kind=\"{kind}\""),
-                                    v as f64,
-                                    secs,
-                                );
-                            }
-                        }
+                    for f in &files {
+                        self.file_metrics(f, secs);
                     }
                 }
                 self.emit("file", &rows, out)
             }
             DumpWhat::Processes => {
-                let mut procs: Vec<&crate::model::ProcessModel> = r.processes.iter().collect();
+                let mut procs: Vec<&ProcessModel> = r.processes.iter().collect();
                 procs.sort_by_key(|p| std::cmp::Reverse(p.rss_bytes.unwrap_or(0)));
-                let rate = |pid: i32| {
-                    r.rates.as_ref().and_then(|x| {
-                        x.processes
-                            .iter()
-                            .find(|p| p.pid == pid)
-                            .and_then(|p| p.anon_bytes_per_sec)
-                    })
-                };
-                let rows: Vec<ProcessRow> = procs
+                procs.truncate(top);
+                let rows = procs
                     .iter()
-                    .take(top)
-                    .map(|p| ProcessRow {
-                        at: at.clone(),
-                        pid: p.pid,
-                        comm: &p.comm,
-                        rss_bytes: p.rss_bytes,
-                        anon_bytes: p.anon_bytes,
-                        file_bytes: p.file_bytes,
-                        pss_bytes: p.pss_bytes,
-                        anon_bytes_per_sec: rate(p.pid),
+                    .map(|p| {
+                        let cells = PROCESS_COLUMNS.iter().map(|k| (k.column(), k.value(r, p)));
+                        row(&at, cells)
                     })
-                    .collect();
+                    .collect::<anyhow::Result<Vec<Row>>>()?;
                 if self.format == DumpFormat::Openmetrics {
-                    for p in &rows {
-                        let l = format!("pid=\"{}\",comm=\"{}\"", p.pid, label(p.comm));
-                        if let Some(v) = p.anon_bytes {
-                            self.metric(
-                                "twofold_process_anon_bytes",
-                                "RssAnon of a process.",
-                                &l,
-                                v as f64,
-                                secs,
-                            );
-                        }
-                        if let Some(v) = p.file_bytes {
-                            self.metric(
-                                "twofold_process_file_bytes",
-                                "RssFile of a process.",
-                                &l,
-                                v as f64,
-                                secs,
-                            );
+                    for p in &procs {
+                        let l = format!("pid=\"{}\",comm=\"{}\"", p.pid, label(&p.comm));
+                        for k in ProcessField::ALL {
+                            if let (Some((name, help)), Some(v)) =
+                                (k.dump_metric(), k.value(r, p).number())
+                            {
+                                self.metric(name, help, &l, v, secs);
+                            }
                         }
                     }
                 }
                 self.emit("process", &rows, out)
             }
             DumpWhat::Cgroups => {
-                let rows: Vec<CgroupRow> = r
-                    .cgroups
+                let cgroups: Vec<&CgroupModel> = r.cgroups.iter().take(top).collect();
+                let rows = cgroups
                     .iter()
-                    .take(top)
-                    .map(|c| CgroupRow {
-                        at: at.clone(),
-                        cgroup: &c.path,
-                        usage_bytes: c.usage_bytes,
-                        limit_bytes: c.limit_bytes,
-                        anon_bytes: c.anon_bytes,
-                        file_bytes: c.file_bytes,
-                        oom_kills: c.oom_kills,
-                    })
-                    .collect();
+                    .map(|c| row(&at, CGROUP_COLUMNS.iter().map(|k| (k.column(), k.value(c)))))
+                    .collect::<anyhow::Result<Vec<Row>>>()?;
                 if self.format == DumpFormat::Openmetrics {
-                    for c in &rows {
-                        let l = format!("cgroup=\"{}\"", label(c.cgroup));
-                        if let Some(v) = c.usage_bytes {
-                            self.metric(
-                                "twofold_cgroup_memory_usage_bytes",
-                                "Memory usage of a cgroup.",
-                                &l,
-                                v as f64,
-                                secs,
-                            );
+                    for c in &cgroups {
+                        let l = format!("cgroup=\"{}\"", label(&c.path));
+                        for k in CgroupField::ALL {
+                            if let (Some(m), Some(help), Some(v)) =
+                                (k.metric(), k.dump_help(), k.value(c).number())
+                            {
+                                self.metric(m.name, help, &l, v, secs);
+                            }
                         }
                     }
                 }

@@ -8,32 +8,39 @@ use ratatui::Frame;
 
 use super::groups::CgRow;
 use super::state::{Hits, State, View};
-use super::view::{table, Col, Theme};
+use super::table::{cell, table, Col, Theme};
+use crate::model::fields::{CgroupField, Field};
 use crate::model::{CgroupModel, Report};
 use crate::render::safe::safe;
 use crate::units::{iec, iec_opt};
 
-const fn col(title: &'static str, width: u16, prio: u8, sort: Option<&'static str>) -> Col {
+const fn col(title: &'static str, width: u16, prio: u8) -> Col {
     Col {
         title,
         width,
         prio,
         left: false,
-        sort,
+        field: None,
+        sorts: false,
     }
 }
 
-const CGROUP_COLS: [Col; 9] = [
-    col("usage / max", 21, 0, Some("usage")),
-    col("high", 9, 5, Some("high")),
-    col("min / low", 19, 7, None),
-    col("peak", 9, 4, Some("peak")),
-    col("anon", 9, 1, Some("anon")),
-    col("file", 9, 2, Some("file")),
-    col("refaults", 9, 6, Some("refaults")),
-    col("oom kills", 9, 3, Some("oom")),
-    col("psi some/full", 13, 8, Some("psi")),
-];
+/// The cgroups view's columns (after the cgroup), each with its priority: usage is
+/// shown against the limit, min beside low.
+const CGROUP_COLS: [Col; 9] = {
+    use CgroupField as C;
+    [
+        Col::cgroup(C::Usage, 0),
+        Col::cgroup(C::High, 5),
+        Col::cgroup(C::Min, 7).unsorted(),
+        Col::cgroup(C::Peak, 4),
+        Col::cgroup(C::Anon, 1),
+        Col::cgroup(C::File, 2),
+        Col::cgroup(C::Refaults, 6),
+        Col::cgroup(C::OomKills, 3),
+        Col::cgroup(C::Psi, 8),
+    ]
+};
 
 fn limit(v: Option<u64>, unlimited: bool) -> String {
     if unlimited {
@@ -43,22 +50,17 @@ fn limit(v: Option<u64>, unlimited: bool) -> String {
     }
 }
 
-fn cgroup_cells(c: &CgroupModel) -> Vec<String> {
+fn cgroup_cell(c: &CgroupModel, field: CgroupField) -> String {
     let v2 = c.version == Some(crate::sample::CgroupVersion::V2);
-    vec![
-        format!(
+    match field {
+        CgroupField::Usage => format!(
             "{} / {}",
             iec_opt(c.usage_bytes),
             limit(c.limit_bytes, c.unlimited)
         ),
-        limit(c.high_bytes, c.high_unlimited),
-        format!("{} / {}", iec_opt(c.min_bytes), iec_opt(c.low_bytes)),
-        iec_opt(c.peak_bytes),
-        iec_opt(c.anon_bytes),
-        iec_opt(c.file_bytes),
-        super::view::opt_num(c.refaults_file),
-        super::view::opt_num(c.oom_kills),
-        match c.pressure {
+        CgroupField::High => limit(c.high_bytes, c.high_unlimited),
+        CgroupField::Min => format!("{} / {}", iec_opt(c.min_bytes), iec_opt(c.low_bytes)),
+        CgroupField::Psi => match c.pressure {
             Some(p) => format!(
                 "{:.2}/{}",
                 p.some_avg10,
@@ -67,7 +69,35 @@ fn cgroup_cells(c: &CgroupModel) -> Vec<String> {
             None if v2 => "n/a".into(),
             None => "n/a (v1)".into(),
         },
-    ]
+        k => cell(k.value(c), k.unit()),
+    }
+}
+
+fn field_of(col: &Col) -> Option<CgroupField> {
+    match col.field {
+        Some(Field::Cgroup(k)) => Some(k),
+        _ => None,
+    }
+}
+
+fn cgroup_cells(c: &CgroupModel) -> Vec<String> {
+    CGROUP_COLS
+        .iter()
+        .map(|col| field_of(col).map_or_else(String::new, |k| cgroup_cell(c, k)))
+        .collect()
+}
+
+/// A process under its expanded cgroup: its RSS under the usage, its anon and file.
+fn process_cells(p: &crate::model::ProcessModel) -> Vec<String> {
+    CGROUP_COLS
+        .iter()
+        .map(|col| match field_of(col) {
+            Some(CgroupField::Usage) => format!("rss {}", iec_opt(p.rss_bytes)),
+            Some(CgroupField::Anon) => iec_opt(p.anon_bytes),
+            Some(CgroupField::File) => iec_opt(p.file_bytes),
+            _ => String::new(),
+        })
+        .collect()
 }
 
 /// A cgroup's name in the tree: its path below its parent's, indented.
@@ -119,10 +149,7 @@ pub(super) fn draw_cgroups(
                 Style::default(),
             ),
             CgRow::Process { p, depth } => {
-                let mut cells = vec![String::new(); CGROUP_COLS.len()];
-                cells[0] = format!("rss {}", iec_opt(p.rss_bytes));
-                cells[4] = iec_opt(p.anon_bytes);
-                cells[5] = iec_opt(p.file_bytes);
+                let cells = process_cells(p);
                 (
                     format!("{}{} {}", "  ".repeat(*depth), p.pid, safe(&p.comm)),
                     cells,
@@ -134,7 +161,11 @@ pub(super) fn draw_cgroups(
     table(
         frame,
         area,
-        ("cgroup (Enter: processes)", 20, Some("path")),
+        (
+            "cgroup (Enter: processes)",
+            CgroupField::Path.width(),
+            Some(Field::Cgroup(CgroupField::Path)),
+        ),
         &CGROUP_COLS,
         rows,
         Some(st.selected(View::Cgroups)),
@@ -144,13 +175,13 @@ pub(super) fn draw_cgroups(
 }
 
 const WORKLOAD_COLS: [Col; 7] = [
-    col("procs", 5, 0, None),
-    col("pss", 9, 1, None),
-    col("uss", 9, 3, None),
-    col("anon", 9, 2, None),
-    col("swap", 9, 5, None),
-    col("copies", 9, 4, None),
-    col("files", 5, 6, None),
+    col("procs", 5, 0),
+    col("pss", 9, 1),
+    col("uss", 9, 3),
+    col("anon", 9, 2),
+    col("swap", 9, 5),
+    col("copies", 9, 4),
+    col("files", 5, 6),
 ];
 
 pub(super) fn draw_workloads(

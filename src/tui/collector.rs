@@ -1,27 +1,19 @@
 //! The collector thread of `twofold top`: an [`Engine`] snapshot every interval, boxed
 //! and sent to the screen, and the requests the screen sends back over a [`Control`]
-//! channel: the page-cache map of the file drilled into (`mincore`, see
-//! [`crate::collect::residency`]) and the byte-level proof of one process (`p`), run on a
-//! thread of its own with a [`Progress`] the screen draws as a gauge and can cancel.
-//!
-//! A proof asked for with `p` is kept (and merged into every later snapshot, so the row
-//! stays proven under `--no-prove`) while the process's `RssAnon` and `rchar` and the
-//! file's size are unchanged, as the engine keeps its own proofs.
+//! channel, which the engine serves: the page-cache map of the file drilled into
+//! ([`Engine::residency_map`]) and the byte-level proof of one process (`p`,
+//! [`Engine::prove_now`]), run on a thread of its own with a [`Progress`] the screen draws
+//! as a gauge and can cancel. The engine keeps a proof asked for with `p` and merges it
+//! into later snapshots ([`Engine::keep_proved`]); nothing is collected or proved here.
 
-use std::collections::BTreeMap;
-use std::os::unix::fs::MetadataExt;
-use std::path::{Path, PathBuf};
 use std::sync::mpsc::{self, Receiver, RecvTimeoutError, Sender};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use super::{read_psi, Update};
-use crate::collect::residency;
-use crate::dupes::physical::{self, CopyRanges};
-use crate::dupes::prove::{self, Progress, ProveOptions};
-use crate::engine::{self, Engine, Snapshot};
+use super::Update;
+use crate::engine::{self, Engine, Progress, Proved, Snapshot};
 use crate::model::residency::MapModel;
-use crate::sample::{FileKey, ProofSample, Sample};
+use crate::sample::FileKey;
 
 /// What the screen asks of the collector.
 #[derive(Debug)]
@@ -35,54 +27,17 @@ pub enum Control {
 }
 
 /// A proof's end, from its thread to the collector.
-struct Proved {
-    pid: i32,
+struct Done {
     progress: Arc<Progress>,
-    proofs: Vec<(ProofSample, CopyRanges)>,
-    warnings: Vec<String>,
-    secs: f64,
-}
-
-type Fingerprint = (Option<u64>, Option<u64>, Option<u64>);
-
-fn fingerprint(sample: &Sample, pid: i32, file: FileKey) -> Fingerprint {
-    let p = sample.processes.iter().find(|p| p.pid == pid);
-    (
-        p.and_then(|p| p.status.rss_anon_bytes),
-        p.and_then(|p| p.rchar_bytes),
-        sample
-            .files
-            .iter()
-            .find(|f| f.key == file)
-            .and_then(|f| f.size_bytes),
-    )
-}
-
-/// The page-cache map of `path` (which must still be the file `key`), drawn as `scan
-/// --map` draws it.
-pub fn residency_map(path: &str, key: FileKey) -> Result<MapModel, String> {
-    let p = Path::new(path.strip_suffix(" (deleted)").unwrap_or(path));
-    let (file, size) = residency::open(p).map_err(|e| e.to_string())?;
-    let same = file
-        .metadata()
-        .is_ok_and(|m| FileKey::from_dev(m.dev(), m.ino()) == key);
-    if !same {
-        return Err(format!("'{}' now names another file", p.display()));
-    }
-    residency::mincore_map(&file, p, size)
-        .map(|m| crate::model::residency::draw(&m))
-        .map_err(|e| e.to_string())
+    proved: Proved,
 }
 
 struct Collector {
     engine: Engine,
-    proc_root: PathBuf,
     tx: Sender<Box<Update>>,
     prev: Option<Snapshot>,
     open: Option<(FileKey, String)>,
-    /// Proofs asked for with `p`, with what they depend on.
-    manual: BTreeMap<(i32, FileKey), (Fingerprint, ProofSample, CopyRanges)>,
-    done_tx: Sender<Proved>,
+    done_tx: Sender<Done>,
 }
 
 impl Collector {
@@ -92,50 +47,13 @@ impl Collector {
 
     fn map_update(&self) -> Option<(FileKey, Result<MapModel, String>)> {
         let (key, path) = self.open.as_ref()?;
-        Some((*key, residency_map(path, *key)))
-    }
-
-    /// Adds the kept `p` proofs to a fresh sample (where the engine has no complete one).
-    fn merge_manual(&mut self, sample: &mut Sample) {
-        self.manual.retain(|(pid, file), (fp, _, _)| {
-            sample
-                .candidates
-                .iter()
-                .any(|c| c.pid == *pid && c.file == *file)
-                && fingerprint(sample, *pid, *file) == *fp
-        });
-        let mut merged = false;
-        for ((pid, file), (_, proof, _)) in &self.manual {
-            let have = sample
-                .proofs
-                .iter()
-                .position(|p| p.pid == *pid && p.file == *file);
-            match have {
-                Some(i) if sample.proofs[i].unsearched.is_none() => continue,
-                Some(i) => sample.proofs[i] = proof.clone(),
-                None => sample.proofs.push(proof.clone()),
-            }
-            merged = true;
-        }
-        // One physical copy once, the merged proofs included: weighed again together.
-        if merged {
-            let ranges: Vec<CopyRanges> = sample
-                .proofs
-                .iter()
-                .map(|p| match self.manual.get(&(p.pid, p.file)) {
-                    Some((_, m, r)) if m == p => r.clone(),
-                    _ => self.engine.copy_ranges(p.pid, p.file),
-                })
-                .collect();
-            physical::weigh(&self.engine.roots.proc, &mut sample.proofs, &ranges);
-        }
+        Some((*key, self.engine.residency_map(path, *key)))
     }
 
     fn collect(&mut self) -> bool {
         let mut warnings = Vec::new();
         let report = match self.engine.snapshot(&mut warnings) {
-            Ok(mut snap) => {
-                self.merge_manual(&mut snap.sample);
+            Ok(snap) => {
                 let r = engine::report(&snap, self.prev.as_ref());
                 self.prev = Some(snap);
                 Some(Box::new(r))
@@ -148,7 +66,6 @@ impl Collector {
         self.send(Update {
             report,
             warnings: Some(warnings),
-            psi: read_psi(&self.proc_root),
             map: self.map_update(),
             ..Update::default()
         })
@@ -162,52 +79,23 @@ impl Collector {
                 ..Update::default()
             });
         };
-        let pending = Sample {
-            candidates: snap
-                .sample
-                .candidates
-                .iter()
-                .filter(|c| c.pid == pid)
-                .cloned()
-                .collect(),
-            ..snap.sample.clone()
+        let job = match self.engine.prove_now(pid, snap) {
+            Ok(job) => job,
+            Err(why) => {
+                progress.cancel();
+                return self.send(Update {
+                    status: Some(why),
+                    proof_done: Some(pid),
+                    ..Update::default()
+                });
+            }
         };
-        if pending.candidates.is_empty() {
-            progress.cancel();
-            return self.send(Update {
-                status: Some(format!(
-                    "pid {pid} is not a candidate for a copy: nothing to prove"
-                )),
-                proof_done: Some(pid),
-                ..Update::default()
-            });
-        }
-        let roots = self.engine.roots.clone();
         let done = self.done_tx.clone();
         let spawned = std::thread::Builder::new()
             .name("twofold-prove".into())
             .spawn(move || {
-                let started = Instant::now();
-                let mut warnings = Vec::new();
-                let opts = ProveOptions {
-                    budget: None,
-                    exact: false,
-                };
-                let proofs =
-                    prove::prove_found(&roots, &pending, opts, Some(&progress), &mut warnings)
-                        .into_iter()
-                        .map(|p| {
-                            let r = CopyRanges::of(p.sample.file, &p.found);
-                            (p.sample, r)
-                        })
-                        .collect();
-                let _ = done.send(Proved {
-                    pid,
-                    progress,
-                    proofs,
-                    warnings,
-                    secs: started.elapsed().as_secs_f64(),
-                });
+                let proved = job.run(&progress);
+                let _ = done.send(Done { progress, proved });
             });
         match spawned {
             Ok(_) => true,
@@ -219,27 +107,22 @@ impl Collector {
         }
     }
 
-    fn finish_proof(&mut self, p: Proved) -> bool {
-        if p.progress.cancelled() {
+    fn finish_proof(&mut self, d: Done) -> bool {
+        let p = d.proved;
+        if d.progress.cancelled() {
             return self.send(Update {
                 status: Some(format!("proof of pid {} cancelled", p.pid)),
                 proof_done: Some(p.pid),
                 ..Update::default()
             });
         }
-        let complete = p.proofs.iter().filter(|q| q.0.unsearched.is_none()).count();
         if let Some(snap) = &self.prev {
-            for (q, r) in p.proofs.iter().filter(|q| q.0.unsearched.is_none()) {
-                let fp = fingerprint(&snap.sample, q.pid, q.file);
-                self.manual
-                    .insert((q.pid, q.file), (fp, q.clone(), r.clone()));
-            }
+            self.engine.keep_proved(&p, snap);
         }
+        let (complete, files) = p.complete();
         let mut status = format!(
-            "proof of pid {} done in {:.1} s: {complete} of {} file(s) searched",
-            p.pid,
-            p.secs,
-            p.proofs.len()
+            "proof of pid {} done in {:.1} s: {complete} of {files} file(s) searched",
+            p.pid, p.secs,
         );
         if let Some(w) = p.warnings.first() {
             status.push_str(&format!(" ({w})"));
@@ -260,18 +143,15 @@ impl Collector {
 pub fn collect_loop(
     engine: Engine,
     interval: Duration,
-    proc_root: PathBuf,
     tx: Sender<Box<Update>>,
     control: Receiver<Control>,
 ) {
     let (done_tx, done_rx) = mpsc::channel();
     let mut c = Collector {
         engine,
-        proc_root,
         tx,
         prev: None,
         open: None,
-        manual: BTreeMap::new(),
         done_tx,
     };
     // A finished proof is noticed within this long.

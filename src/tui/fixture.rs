@@ -161,6 +161,7 @@ pub fn report() -> Report {
             dirty_bytes: Some(0),
             refaults_file: Some(0),
             major_faults: Some(0),
+            pressure: None,
         },
         processes: vec![
             process(

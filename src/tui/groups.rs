@@ -4,7 +4,7 @@
 
 use std::collections::BTreeMap;
 
-use super::state::{self, Filter, State, View, Workload};
+use super::state::{Filter, State, View, Workload};
 use crate::model::{CgroupModel, ProcessModel, Report};
 
 /// One row of the cgroup tree.
@@ -56,7 +56,7 @@ impl State {
             None => true,
             Some(Filter::Substring(s)) => c.path.to_lowercase().contains(s.as_str()),
             Some(Filter::Compare { field, cmp, value }) => {
-                Filter::compare(cmp, state::cgroup_value(c, &field), value)
+                Filter::compare(cmp, super::rows::cgroup_value(c, &field), value)
             }
         }
     }
@@ -135,17 +135,9 @@ impl State {
                 let mut files = 0;
                 let mut copies_bytes = 0;
                 for f in &report.files {
-                    let holds = f.mappers.iter().any(|m| pids.contains(&m.pid))
-                        || f.holders.iter().any(|h| pids.contains(&h.pid))
-                        || f.proven_copies.iter().any(|c| pids.contains(&c.pid))
-                        || f.suspected_copies.iter().any(|c| pids.contains(&c.pid));
-                    files += usize::from(holds);
-                    copies_bytes += f
-                        .proven_copies
-                        .iter()
-                        .filter(|c| pids.contains(&c.pid))
-                        .map(|c| c.memory_bytes)
-                        .sum::<u64>();
+                    let of = |pid: &i32| pids.contains(pid);
+                    files += usize::from(f.is_held_by(of));
+                    copies_bytes += f.proven_copy_memory_of(of);
                 }
                 WorkloadRow {
                     name,
@@ -244,7 +236,7 @@ fn workload_value(w: &WorkloadRow, field: &str) -> Option<f64> {
 mod tests {
     use super::*;
     use crate::tui::fixture;
-    use crate::tui::state::Key;
+    use crate::tui::state::{self, Key};
 
     fn names(rows: &[CgRow]) -> Vec<String> {
         rows.iter()

@@ -72,18 +72,13 @@ pub struct History {
     last_at: Option<u64>,
 }
 
-/// Page cache + CoW + proven private copies; `None` when the page cache or CoW is unknown.
-pub fn held_bytes(f: &FileModel) -> Option<u64> {
-    Some(f.resident_bytes? + super::state::file_cow_bytes(f)? + super::state::file_private_bytes(f))
-}
-
 /// Refaulted pages per second of the file, from the report's trace.
 pub fn refaults_per_sec(r: &Report, f: &FileModel) -> Option<f64> {
     r.trace
         .as_ref()?
         .files
         .iter()
-        .find(|t| t.inode == f.inode && t.device == f.device)?
+        .find(|t| t.key == f.key)?
         .refault_pages_per_sec
 }
 
@@ -102,7 +97,7 @@ impl History {
                 .push(f.resident_fraction.map(|v| (v * 1000.0).round() as u64));
             h.refaults_per_sec
                 .push(refaults_per_sec(r, f).map(|v| v.round().max(0.0) as u64));
-            h.held_bytes.push(held_bytes(f));
+            h.held_bytes.push(f.held_bytes());
         }
     }
 

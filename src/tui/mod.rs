@@ -1,23 +1,31 @@
 //! `twofold top`: the live terminal view of model memory.
 //!
-//! - [`state`]: pure state (views, selection, sort, filter, pause) and `handle(key) -> Action`.
-//! - [`view`]: widgets that draw a `&State` and a `&Report` into a ratatui `Frame`.
+//! - [`state`]: pure state (views, selection, sort, filter, pause) and `handle(key) -> Action`,
+//!   in the words of [`keys`] (views, keys, actions); [`filter`] parses the filter line and
+//!   [`rows`] picks each view's rows; sort keys, filters and columns are fields of the
+//!   registry ([`crate::model::fields`]).
+//! - [`view`]: widgets that draw a `&State` and a `&Report` into a ratatui `Frame`, with the
+//!   tables of [`table`].
 //! - here: the event loop, generic over a ratatui [`Backend`] (tests drive it with
 //!   `TestBackend`), and the collector thread: it calls the [`Engine`] every interval and
 //!   sends each boxed [`Update`] over a channel, so drawing never waits for a collection.
 //!
-//! Outside inputs: `/proc/pressure/memory` (PSI, `some`/`full` `avg10`, percent; see
-//! <https://docs.kernel.org/accounting/psi.html>), `getrusage(RUSAGE_SELF)` and
-//! `/proc/self/status` `VmRSS` for twofold's own CPU and RSS.
+//! Everything on screen comes from the engine's snapshots (memory pressure too: the system
+//! sample's PSI). Outside inputs: `getrusage(RUSAGE_SELF)` and `/proc/self/status` `VmRSS`
+//! for twofold's own CPU and RSS.
 
 mod cgview;
 pub mod collector;
+pub mod filter;
 #[cfg(test)]
 mod fixture;
 pub mod groups;
 pub mod history;
+pub mod keys;
 mod mouse;
+pub mod rows;
 pub mod state;
+pub mod table;
 pub mod view;
 mod widgets;
 
@@ -43,7 +51,6 @@ pub struct Update {
     pub report: Option<Box<Report>>,
     /// The warnings of the collection; `None` keeps the last ones.
     pub warnings: Option<Vec<String>>,
-    pub psi: Option<Psi>,
     /// Replaces [`State::source`] when set (the replay position).
     pub source: Option<String>,
     /// The page-cache map of the open file (`Err`: why it is unknown).
@@ -59,15 +66,9 @@ pub struct Update {
 impl Update {
     /// `self` then `newer`: what `newer` carries wins, what it lacks is kept.
     pub fn merge(self, newer: Update) -> Update {
-        let replaced = newer.report.is_some();
         Update {
             report: newer.report.or(self.report),
             warnings: newer.warnings.or(self.warnings),
-            psi: if replaced {
-                newer.psi
-            } else {
-                newer.psi.or(self.psi)
-            },
             source: newer.source.or(self.source),
             map: newer.map.or(self.map),
             status: newer.status.or(self.status),
@@ -123,7 +124,7 @@ impl Feed for Live {
 fn apply(state: &mut State, report: &mut Option<Box<Report>>, u: Update) {
     if let Some(r) = u.report {
         state.history.record(&r);
-        state.psi = u.psi;
+        state.psi = r.system.pressure;
         *report = Some(r);
     }
     if let Some(w) = u.warnings {
@@ -204,27 +205,6 @@ impl Default for SelfUsage {
     fn default() -> Self {
         Self::new()
     }
-}
-
-/// Parses `/proc/pressure/memory`: `some avg10=0.00 ...` and `full avg10=...`.
-pub fn parse_psi(text: &str) -> Option<Psi> {
-    let avg10 = |kind: &str| {
-        text.lines()
-            .find(|l| l.starts_with(kind))?
-            .split_whitespace()
-            .find_map(|w| w.strip_prefix("avg10="))?
-            .parse::<f64>()
-            .ok()
-    };
-    Some(Psi {
-        some_avg10: avg10("some ")?,
-        full_avg10: avg10("full "),
-    })
-}
-
-/// Reads the memory PSI under `proc_root`; `None` where the kernel lacks it.
-pub fn read_psi(proc_root: &Path) -> Option<Psi> {
-    parse_psi(&std::fs::read_to_string(proc_root.join("pressure/memory")).ok()?)
 }
 
 /// The event loop: draws when something changed, takes keys, swaps in new reports (unless
@@ -344,7 +324,7 @@ fn start_proof(state: &mut State, report: Option<&Report>, feed: &mut dyn Feed) 
     match state.prove_target(r) {
         Err(why) => state.status = Some(why),
         Ok((pid, comm)) => {
-            let progress = std::sync::Arc::new(crate::dupes::prove::Progress::default());
+            let progress = std::sync::Arc::new(crate::engine::Progress::default());
             let sent = feed.control(Control::Prove {
                 pid,
                 progress: progress.clone(),
@@ -360,30 +340,5 @@ fn start_proof(state: &mut State, report: Option<&Report>, feed: &mut dyn Feed) 
                 state.status = Some("p proves live memory: not in a replay".into());
             }
         }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn psi_parses_some_and_full() {
-        let text = "some avg10=1.25 avg60=0.50 avg300=0.10 total=123\nfull avg10=0.75 avg60=0.00 avg300=0.00 total=45\n";
-        assert_eq!(
-            parse_psi(text),
-            Some(Psi {
-                some_avg10: 1.25,
-                full_avg10: Some(0.75)
-            })
-        );
-        assert_eq!(
-            parse_psi("some avg10=2.00 avg60=0 avg300=0 total=1\n"),
-            Some(Psi {
-                some_avg10: 2.0,
-                full_avg10: None
-            })
-        );
-        assert_eq!(parse_psi(""), None);
     }
 }

@@ -1,9 +1,11 @@
-//! The mouse: a click on a tab switches view, on a column header sorts by that column (a
-//! second click reverses it), on a row selects it (a click on the selected row opens it,
-//! as Enter); the wheel moves the selection. Where things are comes from the last draw
-//! ([`Hits`], filled by the view), so this stays pure and is tested without a terminal.
+//! The mouse: where the last draw put the clickable parts of the screen ([`Hits`], filled
+//! by the view) and what a click at a cell hits ([`Hits::at`]): a tab, a column header
+//! (its sort field's name) or a table row. What a hit does is the state's
+//! ([`super::state::State::handle`]): a tab switches view, a header sorts by its column
+//! (a second click reverses it), a row is selected (a click on the selected row opens
+//! it, as Enter); the wheel moves the selection. Pure, tested without a terminal.
 
-use super::state::{Action, State, View};
+use super::keys::View;
 
 /// A clickable span of one screen row: `[x0, x1)` and what it stands for.
 pub type Span<T> = (u16, u16, T);
@@ -19,60 +21,38 @@ pub struct Hits {
     pub body: Option<(u16, u16, usize)>,
 }
 
-impl State {
-    pub(super) fn click(&mut self, x: u16, y: u16) -> Action {
-        if let Some((ty, tabs)) = &self.hits.tabs {
+/// What a click hit.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Hit {
+    /// A tab.
+    Tab(View),
+    /// The tabs row or the header row, but nothing there.
+    Nothing,
+    /// A sortable column header, by its sort name.
+    Header(&'static str),
+    /// A row of the table body (an index into its rows).
+    Row(usize),
+}
+
+/// The span of `spans` that holds column `x`.
+fn find<T>(spans: &[Span<T>], x: u16) -> Option<usize> {
+    spans.iter().position(|(a, b, _)| (*a..*b).contains(&x))
+}
+
+impl Hits {
+    /// What the cell (`x`, `y`) is; `None` outside the tabs, the header and the body.
+    pub fn at(&self, x: u16, y: u16) -> Option<Hit> {
+        if let Some((ty, tabs)) = &self.tabs {
             if *ty == y {
-                return match tabs.iter().find(|(a, b, _)| (*a..*b).contains(&x)) {
-                    Some((_, _, v)) => {
-                        self.view = *v;
-                        self.open = None;
-                        Action::Redraw
-                    }
-                    None => Action::None,
-                };
+                return Some(find(tabs, x).map_or(Hit::Nothing, |i| Hit::Tab(tabs[i].2)));
             }
         }
-        if let Some((hy, cols)) = &self.hits.header {
+        if let Some((hy, cols)) = &self.header {
             if *hy == y {
-                let Some(name) = cols
-                    .iter()
-                    .find(|(a, b, _)| (*a..*b).contains(&x))
-                    .map(|c| c.2)
-                else {
-                    return Action::None;
-                };
-                let v = State::index_of(self.view);
-                if self.sort_column(self.view) == name {
-                    self.reverse[v] = !self.reverse[v];
-                } else if let Some(i) = self.view.sort_columns().iter().position(|c| *c == name) {
-                    self.sort[v] = i;
-                    self.reverse[v] = false;
-                }
-                return Action::Redraw;
+                return Some(find(cols, x).map_or(Hit::Nothing, |i| Hit::Header(cols[i].2)));
             }
         }
-        if let Some((by, n, offset)) = self.hits.body {
-            if y >= by && y < by + n {
-                let row = offset + usize::from(y - by);
-                if self.view == View::Files && self.open.is_some() {
-                    if row < self.file_rows_seen {
-                        self.file_row = row;
-                        return Action::Redraw;
-                    }
-                    return Action::None;
-                }
-                let v = State::index_of(self.view);
-                if row >= self.rows_seen[v] {
-                    return Action::None;
-                }
-                if self.selected[v] == row && matches!(self.view, View::Files | View::Cgroups) {
-                    return Action::Open;
-                }
-                self.selected[v] = row;
-                return Action::Redraw;
-            }
-        }
-        Action::None
+        let (by, n, offset) = self.body?;
+        (y >= by && y < by + n).then(|| Hit::Row(offset + usize::from(y - by)))
     }
 }

@@ -7,172 +7,18 @@
 use std::collections::BTreeSet;
 use std::sync::Arc;
 
+pub use super::filter::{Cmp, Filter};
 use super::history::History;
+pub use super::keys::{Action, Key, View};
+use super::mouse::Hit;
 pub use super::mouse::Hits;
-use crate::dupes::prove::Progress;
+use super::rows::Query;
+pub use super::rows::{holder_rows, process_holds, HolderRow};
+use crate::engine::Progress;
+use crate::model::fields::Field;
 use crate::model::residency::MapModel;
 use crate::model::{CgroupModel, FileModel, ProcessModel, Report};
 use crate::sample::FileKey;
-
-/// The three tables.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum View {
-    Files,
-    Processes,
-    Cgroups,
-}
-
-impl View {
-    pub const ALL: [View; 3] = [View::Files, View::Processes, View::Cgroups];
-
-    pub fn title(self) -> &'static str {
-        match self {
-            View::Files => "Files",
-            View::Processes => "Processes",
-            View::Cgroups => "Cgroups",
-        }
-    }
-
-    fn index(self) -> usize {
-        match self {
-            View::Files => 0,
-            View::Processes => 1,
-            View::Cgroups => 2,
-        }
-    }
-
-    /// The sortable columns, in the order `s` cycles through them; the first is the default.
-    pub fn sort_columns(self) -> &'static [&'static str] {
-        match self {
-            View::Files => &[
-                "count",
-                "size",
-                "cache",
-                "cow",
-                "private",
-                "suspected",
-                "resident",
-                "holders",
-                "path",
-            ],
-            View::Processes => &[
-                "rss", "anon", "file", "pss", "growth", "files", "pid", "comm", "shmem", "cow",
-                "uss", "dirty", "swap", "gpu",
-            ],
-            View::Cgroups => &[
-                "usage", "limit", "anon", "file", "oom", "path", "peak", "high", "refaults", "psi",
-            ],
-        }
-    }
-}
-
-/// A key, as the event loop hands it over (crossterm's keys mapped onto these).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Key {
-    Char(char),
-    Enter,
-    Esc,
-    Tab,
-    BackTab,
-    Up,
-    Down,
-    PageUp,
-    PageDown,
-    Home,
-    End,
-    Backspace,
-    /// The terminal was resized.
-    Resize,
-    /// Ctrl-C (raw mode delivers it as a key, not as SIGINT).
-    Interrupt,
-    Left,
-    Right,
-    /// A left click at a screen cell (column, row).
-    Click(u16, u16),
-    /// The mouse wheel, up or down.
-    WheelUp,
-    WheelDown,
-}
-
-/// What the event loop does after a key.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Action {
-    /// Nothing changed.
-    None,
-    /// The state changed: draw again.
-    Redraw,
-    Quit,
-    /// Open the selected file ([`State::open_selected`] with the current report).
-    Open,
-    /// Replay: show the snapshot before (-1) or after (+1) the current one.
-    Step(i32),
-    /// `p`: prove the process of the selected suspected copy ([`State::prove_target`]).
-    Prove,
-    /// Esc while a proof runs: cancel it.
-    CancelProve,
-    /// `t`: turn eBPF tracing on or off.
-    ToggleTrace,
-    /// ← on the cgroups view: fold the selected cgroup ([`State::fold_selected`]).
-    Fold,
-}
-
-/// One comparison of a `field>value` filter.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Cmp {
-    Gt,
-    Ge,
-    Lt,
-    Le,
-    Eq,
-}
-
-/// A parsed filter: a substring of names, or a comparison on a column.
-#[derive(Debug, Clone, PartialEq)]
-pub enum Filter {
-    Substring(String),
-    Compare { field: String, cmp: Cmp, value: f64 },
-}
-
-impl Filter {
-    /// `anon>1G`, `count>=2`, `resident<50` (percent), or any other text as a substring.
-    pub fn parse(text: &str) -> Filter {
-        let t = text.trim();
-        for (op, cmp) in [
-            (">=", Cmp::Ge),
-            ("<=", Cmp::Le),
-            (">", Cmp::Gt),
-            ("<", Cmp::Lt),
-            ("=", Cmp::Eq),
-        ] {
-            if let Some((field, value)) = t.split_once(op) {
-                let field = field.trim().to_ascii_lowercase();
-                let value = value.trim();
-                let num = value
-                    .trim_end_matches('%')
-                    .parse::<f64>()
-                    .ok()
-                    .filter(|_| !value.chars().any(|c| c.is_ascii_alphabetic()))
-                    .or_else(|| crate::units::parse_size(value).ok().map(|b| b as f64));
-                if let (false, Some(value)) = (field.is_empty(), num) {
-                    return Filter::Compare { field, cmp, value };
-                }
-            }
-        }
-        Filter::Substring(t.to_lowercase())
-    }
-
-    pub(super) fn compare(cmp: Cmp, have: Option<f64>, want: f64) -> bool {
-        // An unknown value never passes a comparison.
-        let Some(have) = have else { return false };
-        match cmp {
-            Cmp::Gt => have > want,
-            Cmp::Ge => have >= want,
-            Cmp::Lt => have < want,
-            Cmp::Le => have <= want,
-            Cmp::Eq => (have - want).abs() < 1e-9_f64.max(want.abs() * 1e-9),
-        }
-    }
-}
 
 /// The state of the screen.
 #[derive(Debug, Clone)]
@@ -195,7 +41,8 @@ pub struct State {
     pub color: bool,
     /// Collection interval, shown in the header.
     pub interval_secs: f64,
-    /// Memory pressure (`/proc/pressure/memory` some/full avg10), when known.
+    /// Memory pressure (`/proc/pressure/memory` some/full avg10) of the report shown, when
+    /// known.
     pub psi: Option<Psi>,
     /// twofold's own CPU (percent of one core) and RSS, when known.
     pub own_cpu_percent: Option<f64>,
@@ -243,12 +90,9 @@ pub struct Proving {
     pub progress: Arc<Progress>,
 }
 
-/// `some` and `full` avg10 of `/proc/pressure/memory`, percent.
-#[derive(Debug, Clone, Copy, PartialEq)]
-pub struct Psi {
-    pub some_avg10: f64,
-    pub full_avg10: Option<f64>,
-}
+/// `some` and `full` avg10 of `/proc/pressure/memory`, percent, as the system sample
+/// carries it.
+pub use crate::sample::PressureSample as Psi;
 
 impl State {
     pub fn new(view: View) -> State {
@@ -288,7 +132,7 @@ impl State {
     pub fn set_sort(&mut self, name: &str) -> bool {
         let order = std::iter::once(self.view).chain(View::ALL);
         for v in order {
-            if let Some(i) = v.sort_columns().iter().position(|c| *c == name) {
+            if let Some(i) = v.sort_fields().iter().position(|c| c.name() == name) {
                 self.sort[v.index()] = i;
                 return true;
             }
@@ -297,7 +141,11 @@ impl State {
     }
 
     pub fn sort_column(&self, view: View) -> &'static str {
-        view.sort_columns()[self.sort[view.index()]]
+        self.sort_field(view).name()
+    }
+
+    pub fn sort_field(&self, view: View) -> Field {
+        view.sort_fields()[self.sort[view.index()]]
     }
 
     pub fn is_reversed(&self, view: View) -> bool {
@@ -383,7 +231,7 @@ impl State {
             Key::Home | Key::Char('g') => self.move_by(i64::MIN / 2),
             Key::End | Key::Char('G') => self.move_by(i64::MAX / 2),
             Key::Char('s') => {
-                let n = self.view.sort_columns().len();
+                let n = self.view.sort_fields().len();
                 self.sort[v] = (self.sort[v] + 1) % n;
                 Action::Redraw
             }
@@ -448,6 +296,50 @@ impl State {
         view.index()
     }
 
+    /// A left click at (`x`, `y`), on what the last draw put there.
+    fn click(&mut self, x: u16, y: u16) -> Action {
+        let v = self.view.index();
+        match self.hits.at(x, y) {
+            None | Some(Hit::Nothing) => Action::None,
+            Some(Hit::Tab(view)) => {
+                self.view = view;
+                self.open = None;
+                Action::Redraw
+            }
+            Some(Hit::Header(name)) => {
+                if self.sort_column(self.view) == name {
+                    self.reverse[v] = !self.reverse[v];
+                } else if let Some(i) = self
+                    .view
+                    .sort_fields()
+                    .iter()
+                    .position(|c| c.name() == name)
+                {
+                    self.sort[v] = i;
+                    self.reverse[v] = false;
+                }
+                Action::Redraw
+            }
+            Some(Hit::Row(row)) if self.view == View::Files && self.open.is_some() => {
+                if row < self.file_rows_seen {
+                    self.file_row = row;
+                    return Action::Redraw;
+                }
+                Action::None
+            }
+            Some(Hit::Row(row)) if row >= self.rows_seen[v] => Action::None,
+            Some(Hit::Row(row))
+                if self.selected[v] == row && matches!(self.view, View::Files | View::Cgroups) =>
+            {
+                Action::Open
+            }
+            Some(Hit::Row(row)) => {
+                self.selected[v] = row;
+                Action::Redraw
+            }
+        }
+    }
+
     fn switch(&mut self, view: View) -> Action {
         self.view = view;
         self.open = None;
@@ -486,120 +378,28 @@ impl State {
         self.file_row = self.file_row.min(self.file_rows_seen.saturating_sub(1));
     }
 
+    /// What picks the rows of `view` now.
+    fn query(&self, view: View) -> Query {
+        Query {
+            filter: self.parsed_filter(),
+            sort: self.sort_field(view),
+            reverse: self.is_reversed(view),
+        }
+    }
+
     /// The files view's rows: filtered, then sorted.
     pub fn file_rows<'r>(&self, report: &'r Report) -> Vec<&'r FileModel> {
-        let filter = self.parsed_filter();
-        let mut rows: Vec<&FileModel> = report
-            .files
-            .iter()
-            .filter(|f| match &filter {
-                None => true,
-                Some(Filter::Substring(s)) => f.path.to_lowercase().contains(s.as_str()),
-                Some(Filter::Compare { field, cmp, value }) => {
-                    Filter::compare(*cmp, file_value(f, field), *value)
-                }
-            })
-            .collect();
-        let col = self.sort_column(View::Files);
-        sort_rows(&mut rows, self.is_reversed(View::Files), |f| {
-            if col == "path" {
-                Sortable::Text(f.path.clone())
-            } else {
-                Sortable::Num(file_value(f, col))
-            }
-        });
-        rows
+        super::rows::files(report, &self.query(View::Files))
     }
 
     pub fn process_rows<'r>(&self, report: &'r Report) -> Vec<&'r ProcessModel> {
-        let filter = self.parsed_filter();
-        let mut rows: Vec<&ProcessModel> = report
-            .processes
-            .iter()
-            .filter(|p| match &filter {
-                None => true,
-                Some(Filter::Substring(s)) => {
-                    p.comm.to_lowercase().contains(s.as_str())
-                        || p.cmdline.to_lowercase().contains(s.as_str())
-                        || p.pid.to_string() == *s
-                }
-                Some(Filter::Compare { field, cmp, value }) => {
-                    Filter::compare(*cmp, process_value(report, p, field), *value)
-                }
-            })
-            .collect();
-        let col = self.sort_column(View::Processes);
-        sort_rows(&mut rows, self.is_reversed(View::Processes), |p| {
-            if col == "comm" {
-                Sortable::Text(p.comm.clone())
-            } else {
-                Sortable::Num(process_value(report, p, col))
-            }
-        });
-        rows
+        super::rows::processes(report, &self.query(View::Processes))
     }
 
     pub fn cgroup_rows<'r>(&self, report: &'r Report) -> Vec<&'r CgroupModel> {
-        let filter = self.parsed_filter();
-        let mut rows: Vec<&CgroupModel> = report
-            .cgroups
-            .iter()
-            .filter(|c| match &filter {
-                None => true,
-                Some(Filter::Substring(s)) => c.path.to_lowercase().contains(s.as_str()),
-                Some(Filter::Compare { field, cmp, value }) => {
-                    Filter::compare(*cmp, cgroup_value(c, field), *value)
-                }
-            })
-            .collect();
-        let col = self.sort_column(View::Cgroups);
-        sort_rows(&mut rows, self.is_reversed(View::Cgroups), |c| {
-            if col == "path" {
-                Sortable::Text(c.path.clone())
-            } else {
-                Sortable::Num(cgroup_value(c, col))
-            }
-        });
-        rows
+        super::rows::cgroups(report, &self.query(View::Cgroups))
     }
-}
 
-/// A row of the open file's table: a mapper, a holder of an open fd that does not map
-/// it, or a copy holder that neither maps nor holds it.
-#[derive(Debug, Clone, Copy)]
-pub enum HolderRow<'r> {
-    Mapper(&'r crate::model::Mapper),
-    OpenFd(i32, &'r str),
-    NotOpen(i32, &'r str),
-}
-
-impl HolderRow<'_> {
-    pub fn pid(&self) -> i32 {
-        match self {
-            HolderRow::Mapper(m) => m.pid,
-            HolderRow::OpenFd(p, _) | HolderRow::NotOpen(p, _) => *p,
-        }
-    }
-}
-
-/// The open file's table, in the order it is drawn.
-pub fn holder_rows(f: &FileModel) -> Vec<HolderRow<'_>> {
-    let mut rows: Vec<HolderRow> = f.mappers.iter().map(HolderRow::Mapper).collect();
-    rows.extend(
-        f.holders
-            .iter()
-            .filter(|h| !h.mapped)
-            .map(|h| HolderRow::OpenFd(h.pid, &h.comm)),
-    );
-    rows.extend(
-        crate::render::scan::unlisted_copy_holders(f)
-            .into_iter()
-            .map(|(pid, comm)| HolderRow::NotOpen(pid, comm)),
-    );
-    rows
-}
-
-impl State {
     /// What `p` proves: in the open file, the selected row's process when it holds a
     /// suspected copy, else the file's first suspected copy; on the files view, the
     /// selected file's first suspected copy. `(pid, comm)`, or why there is none.
@@ -624,201 +424,6 @@ impl State {
             Some(c) => Ok((c.pid, c.comm.clone())),
             None => Err("no suspected copy of this file to prove".into()),
         }
-    }
-}
-
-enum Sortable {
-    Num(Option<f64>),
-    Text(String),
-}
-
-/// Numbers largest first, text A→Z; unknown values last either way; stable, so equal
-/// rows keep the report's order. Each row's key is computed once (a key may scan the
-/// report: the growth rate, the CoW bytes).
-fn sort_rows<T: Copy>(rows: &mut Vec<T>, reverse: bool, key: impl Fn(&T) -> Sortable) {
-    use std::cmp::Ordering;
-    let mut keyed: Vec<(Sortable, T)> = rows.drain(..).map(|r| (key(&r), r)).collect();
-    keyed.sort_by(|(a, _), (b, _)| match (a, b) {
-        (Sortable::Num(x), Sortable::Num(y)) => match (x, y) {
-            (Some(x), Some(y)) => {
-                let o = y.total_cmp(x);
-                if reverse {
-                    o.reverse()
-                } else {
-                    o
-                }
-            }
-            (Some(_), None) => Ordering::Less,
-            (None, Some(_)) => Ordering::Greater,
-            (None, None) => Ordering::Equal,
-        },
-        (Sortable::Text(x), Sortable::Text(y)) => {
-            let o = x.cmp(y);
-            if reverse {
-                o.reverse()
-            } else {
-                o
-            }
-        }
-        _ => Ordering::Equal,
-    });
-    rows.extend(keyed.into_iter().map(|(_, r)| r));
-}
-
-/// Bytes of the file's CoW pages over all its mappers (`None` if one is unknown).
-pub fn file_cow_bytes(f: &FileModel) -> Option<u64> {
-    f.mappers
-        .iter()
-        .map(|m| m.cow_anon_bytes)
-        .try_fold(0u64, |acc, v| Some(acc + v?))
-}
-
-/// Memory held by the proven private copies of the file (each physical page once: a
-/// copy shared after fork counts its share in each process).
-pub fn file_private_bytes(f: &FileModel) -> u64 {
-    f.proven_copies
-        .iter()
-        .map(|c| (c.memory_bytes as f64 * c.share).round() as u64)
-        .sum()
-}
-
-/// Private memory attributed to suspected (unsearched) copies.
-pub fn file_suspected_bytes(f: &FileModel) -> u64 {
-    f.suspected_copies.iter().map(|c| c.attributed_bytes).sum()
-}
-
-/// Distinct processes that map, hold open or hold a copy of the file.
-pub fn file_holders(f: &FileModel) -> usize {
-    let mut pids: Vec<i32> = f.mappers.iter().map(|m| m.pid).collect();
-    pids.extend(f.holders.iter().map(|h| h.pid));
-    pids.extend(f.proven_copies.iter().map(|c| c.pid));
-    pids.extend(f.suspected_copies.iter().map(|c| c.pid));
-    pids.sort_unstable();
-    pids.dedup();
-    pids.len()
-}
-
-/// Bytes held beyond one copy of the file: (count − 1) × size, when the count is at
-/// least one and both are known.
-pub fn file_excess_bytes(f: &FileModel) -> Option<u64> {
-    let count = f.representations.proven?;
-    let size = f.size_bytes?;
-    Some(((count - 1.0).max(0.0) * size as f64).round() as u64)
-}
-
-/// The machine-wide excess: Σ over files of [`file_excess_bytes`] (files whose count or
-/// size is unknown add nothing) and the model bytes (Σ sizes).
-pub fn totals(report: &Report) -> (u64, u64) {
-    let model: u64 = report.files.iter().filter_map(|f| f.size_bytes).sum();
-    let excess: u64 = report.files.iter().filter_map(file_excess_bytes).sum();
-    (model, excess)
-}
-
-pub(super) fn file_value(f: &FileModel, field: &str) -> Option<f64> {
-    let b = |v: Option<u64>| v.map(|v| v as f64);
-    match field {
-        "count" => f.representations.proven,
-        "size" => b(f.size_bytes),
-        "cache" | "resident_bytes" => b(f.resident_bytes),
-        "cow" => b(file_cow_bytes(f)),
-        "private" => Some(file_private_bytes(f) as f64),
-        "suspected" => Some(file_suspected_bytes(f) as f64),
-        "resident" => f.resident_fraction.map(|v| v * 100.0),
-        "holders" => Some(file_holders(f) as f64),
-        "excess" => b(file_excess_bytes(f)),
-        _ => None,
-    }
-}
-
-/// CoW (anonymous) bytes inside the process's private mappings of model files; `None`
-/// when one of them is unknown.
-pub fn process_cow_bytes(report: &Report, pid: i32) -> Option<u64> {
-    report
-        .files
-        .iter()
-        .flat_map(|f| f.mappers.iter())
-        .filter(|m| m.pid == pid)
-        .map(|m| m.cow_anon_bytes)
-        .try_fold(0u64, |acc, v| Some(acc + v?))
-}
-
-/// How the process holds each model file: `map` (MAP_SHARED), `priv` (MAP_PRIVATE),
-/// `fd` (open, not mapped), `copy` (a proven private copy), `copy?` (suspected), with the
-/// file's name: `map llama.gguf, copy qwen.safetensors`.
-pub fn process_holds(report: &Report, pid: i32) -> String {
-    let mut out: Vec<String> = Vec::new();
-    for f in &report.files {
-        let name = f.path.rsplit('/').next().unwrap_or(&f.path);
-        let mut how: Vec<&str> = Vec::new();
-        if let Some(m) = f.mappers.iter().find(|m| m.pid == pid) {
-            how.push(match m.kind {
-                crate::model::MapKind::Shared => "map",
-                crate::model::MapKind::Private => "priv",
-                _ => "map+priv",
-            });
-        } else if f.holders.iter().any(|h| h.pid == pid) {
-            how.push("fd");
-        }
-        if f.proven_copies.iter().any(|c| c.pid == pid) {
-            how.push("copy");
-        } else if f.suspected_copies.iter().any(|c| c.pid == pid) {
-            how.push("copy?");
-        }
-        if !how.is_empty() {
-            out.push(format!("{} {name}", how.join("+")));
-        }
-    }
-    out.join(", ")
-}
-
-/// `anon_bytes_per_sec` of the process from the report's rates.
-pub fn anon_growth(report: &Report, pid: i32) -> Option<f64> {
-    report
-        .rates
-        .as_ref()?
-        .processes
-        .iter()
-        .find(|r| r.pid == pid)?
-        .anon_bytes_per_sec
-}
-
-pub(super) fn process_value(report: &Report, p: &ProcessModel, field: &str) -> Option<f64> {
-    let b = |v: Option<u64>| v.map(|v| v as f64);
-    match field {
-        "pid" => Some(f64::from(p.pid)),
-        "rss" => b(p.rss_bytes),
-        "anon" => b(p.anon_bytes),
-        "file" => b(p.file_bytes),
-        "pss" => b(p.pss_bytes),
-        "uss" => b(p.uss_bytes),
-        "swap" => b(p.swap_bytes),
-        "growth" => anon_growth(report, p.pid),
-        "files" => p.holds_files.map(|n| n as f64),
-        "shmem" => b(p.shmem_bytes),
-        "cow" => b(process_cow_bytes(report, p.pid)),
-        "dirty" => b(p.private_dirty_bytes),
-        "gpu" => b(p.gpu_memory_bytes),
-        _ => None,
-    }
-}
-
-pub(super) fn cgroup_value(c: &CgroupModel, field: &str) -> Option<f64> {
-    let b = |v: Option<u64>| v.map(|v| v as f64);
-    match field {
-        "usage" => b(c.usage_bytes),
-        "limit" if c.unlimited => Some(f64::INFINITY),
-        "limit" => b(c.limit_bytes),
-        "anon" => b(c.anon_bytes),
-        "file" => b(c.file_bytes),
-        "oom" => b(c.oom_kills),
-        "peak" => b(c.peak_bytes),
-        "high" if c.high_unlimited => Some(f64::INFINITY),
-        "high" => b(c.high_bytes),
-        "min" => b(c.min_bytes),
-        "low" => b(c.low_bytes),
-        "refaults" => b(c.refaults_file),
-        "psi" => c.pressure.map(|p| p.some_avg10),
-        _ => None,
     }
 }
 

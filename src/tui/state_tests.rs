@@ -204,7 +204,7 @@ fn set_sort_finds_the_view_with_the_column() {
 #[test]
 fn excess_is_held_beyond_one_copy() {
     let r = fixture::report();
-    let (model, excess) = totals(&r);
+    let (model, excess) = (r.model_bytes(), r.excess_bytes());
     assert_eq!(model, 4 * (1 << 30) + 512 * (1 << 20));
     // llama: (2.00 - 1) x 4 GiB; qwen: count unknown, adds nothing.
     assert_eq!(excess, 4 * (1 << 30));

@@ -6,76 +6,16 @@
 use ratatui::layout::{Constraint, Layout, Rect};
 use ratatui::style::{Color, Modifier, Style};
 use ratatui::text::{Line, Span};
-use ratatui::widgets::{Block, Cell, Clear, Paragraph, Row, Table, TableState, Wrap};
+use ratatui::widgets::{Block, Clear, Paragraph, Wrap};
 use ratatui::Frame;
 
 use super::state::{self, Hits, State, View, Workload};
-use crate::model::{Report, Severity};
+use super::table::{cell, table, tail_right, Col, Theme};
+use crate::model::fields::{Field, FileField, ProcessField};
+use crate::model::{FileModel, ProcessModel, Report, Severity};
 use crate::render::safe::{safe, shown, width};
 use crate::render::scan::count_cell;
 use crate::units::{iec, iec_opt};
-
-/// Styles, or none of them under `NO_COLOR` (bold and reverse still show).
-pub(super) struct Theme {
-    pub color: bool,
-}
-
-impl Theme {
-    pub(super) fn fg(&self, c: Color) -> Style {
-        if self.color {
-            Style::default().fg(c)
-        } else {
-            Style::default()
-        }
-    }
-    pub(super) fn bold(&self) -> Style {
-        Style::default().add_modifier(Modifier::BOLD)
-    }
-    pub(super) fn selected(&self) -> Style {
-        Style::default().add_modifier(Modifier::REVERSED)
-    }
-}
-
-pub(super) fn pct(f: Option<f64>) -> String {
-    f.map(|v| format!("{:.1}%", v * 100.0))
-        .unwrap_or_else(|| "n/a".into())
-}
-
-pub(super) fn opt_num<T: ToString>(v: Option<T>) -> String {
-    v.map(|v| v.to_string()).unwrap_or_else(|| "n/a".into())
-}
-
-/// `+1.0 MiB/s`, `-4.0 KiB/s`, `0 B/s`, `n/a`.
-pub(super) fn rate(v: Option<f64>) -> String {
-    match v {
-        None => "n/a".into(),
-        Some(v) if v.abs() < 0.5 => "0 B/s".into(),
-        Some(v) => format!(
-            "{}{}/s",
-            if v < 0.0 { "-" } else { "+" },
-            iec(v.abs().round() as u64)
-        ),
-    }
-}
-
-/// At most `max` columns of `s`, cut at the start (`…/models/m.gguf`).
-pub(super) fn tail(s: &str, max: usize) -> String {
-    if width(s) <= max {
-        return s.to_string();
-    }
-    let mut out: Vec<char> = Vec::new();
-    let mut w = 1;
-    for c in s.chars().rev() {
-        let cw = width(c.encode_utf8(&mut [0; 4]));
-        if w + cw > max {
-            break;
-        }
-        w += cw;
-        out.push(c);
-    }
-    out.push('…');
-    out.iter().rev().collect()
-}
 
 /// Draws the whole screen; returns where its clickable parts went.
 pub fn draw(frame: &mut Frame, st: &State, report: Option<&Report>) -> Hits {
@@ -164,7 +104,7 @@ fn draw_header(frame: &mut Frame, area: Rect, st: &State, report: Option<&Report
     let (mem, model) = match report {
         Some(r) => {
             let s = &r.system;
-            let (model, excess) = state::totals(r);
+            let (model, excess) = (r.model_bytes(), r.excess_bytes());
             (
                 format!(
                     "mem {}  avail {}  cache {}  anon {}",
@@ -183,8 +123,8 @@ fn draw_header(frame: &mut Frame, area: Rect, st: &State, report: Option<&Report
         }
         None => ("mem n/a".into(), format!("models n/a  {psi}")),
     };
-    let excess_style = match report.map(state::totals) {
-        Some((_, e)) if e > 0 => t.fg(Color::Yellow).add_modifier(Modifier::BOLD),
+    let excess_style = match report.map(Report::excess_bytes) {
+        Some(e) if e > 0 => t.fg(Color::Yellow).add_modifier(Modifier::BOLD),
         _ => Style::default(),
     };
     let mut lines = vec![
@@ -269,181 +209,28 @@ fn draw_tabs(
     (area.y, tabs)
 }
 
-/// A column: title, width, priority (lower is kept first when the screen is narrow),
-/// alignment, and the sort column a click on its title picks.
-pub(super) struct Col {
-    pub title: &'static str,
-    pub width: u16,
-    pub prio: u8,
-    pub left: bool,
-    pub sort: Option<&'static str>,
-}
+/// The files view's columns (after the path), each with its priority.
+const FILE_COLS: [Col; 8] = {
+    use FileField as F;
+    [
+        Col::file(F::Size, 1),
+        Col::file(F::Count, 0),
+        Col::file(F::Cache, 2),
+        Col::file(F::Cow, 6),
+        Col::file(F::Private, 3),
+        Col::file(F::Suspected, 7),
+        Col::file(F::Resident, 4),
+        Col::file(F::Holders, 5),
+    ]
+};
 
-fn align(line: Line<'_>, left: bool) -> Line<'_> {
-    if left {
-        line
-    } else {
-        line.right_aligned()
-    }
-}
-
-/// The columns (of widths `widths`) that fit next to a flexible first column of at least
-/// `flex_min`, in their original order.
-fn fit(cols: &[Col], widths: &[u16], total: u16, flex_min: u16) -> Vec<usize> {
-    let mut order: Vec<usize> = (0..cols.len()).collect();
-    order.sort_by_key(|&i| cols[i].prio);
-    let mut used = flex_min;
-    let mut keep = Vec::new();
-    for i in order {
-        let w = widths[i] + 1;
-        if used + w <= total {
-            used += w;
-            keep.push(i);
-        }
-    }
-    keep.sort_unstable();
-    keep
-}
-
-/// `first`: the flexible first column's title, its least width and its sort column.
-/// Fills `hits` with the header's sortable columns and the body's rows.
-#[allow(clippy::too_many_arguments)]
-pub(super) fn table(
-    frame: &mut Frame,
-    area: Rect,
-    (first, flex_min, first_sort): (&'static str, u16, Option<&'static str>),
-    cols: &[Col],
-    rows: Vec<(String, Vec<String>, Style)>,
-    selected: Option<usize>,
-    t: &Theme,
-    hits: &mut Hits,
-) {
-    // A column is as wide as its widest cell (a value is never cut: `1016.7 MiB` in a
-    // column planned for 9 characters widens it).
-    let col_w: Vec<u16> = cols
-        .iter()
-        .enumerate()
-        .map(|(i, c)| {
-            rows.iter()
-                .filter_map(|r| r.1.get(i))
-                .map(|v| width(v) as u16)
-                .fold(c.width, u16::max)
-        })
-        .collect();
-    let keep = fit(cols, &col_w, area.width, flex_min);
-    let flex = area
-        .width
-        .saturating_sub(keep.iter().map(|&i| col_w[i] + 1).sum::<u16>());
-    let mut widths = vec![Constraint::Length(flex)];
-    widths.extend(keep.iter().map(|&i| Constraint::Length(col_w[i])));
-    let mut header = vec![Cell::from(first)];
-    header.extend(
-        keep.iter()
-            .map(|&i| Cell::from(align(Line::from(cols[i].title), cols[i].left))),
-    );
-    let body: Vec<Row> = rows
-        .into_iter()
-        .map(|(name, cells, style)| {
-            let mut row = vec![Cell::from(tail(&name, flex as usize))];
-            row.extend(
-                keep.iter()
-                    .map(|&i| Cell::from(align(Line::from(cells[i].clone()), cols[i].left))),
-            );
-            Row::new(row).style(style)
-        })
-        .collect();
-    let empty = body.is_empty();
-    let table = Table::new(body, widths)
-        .header(Row::new(header).style(t.bold().add_modifier(Modifier::UNDERLINED)))
-        .column_spacing(1)
-        .row_highlight_style(t.selected());
-    let mut ts = TableState::default().with_selected(selected.filter(|_| !empty));
-    frame.render_stateful_widget(table, area, &mut ts);
-    let mut x = area.x;
-    let mut sortable = Vec::new();
-    if let Some(s) = first_sort {
-        sortable.push((x, x + flex, s));
-    }
-    x += flex + 1;
-    for &i in &keep {
-        if let Some(s) = cols[i].sort {
-            sortable.push((x, x + col_w[i], s));
-        }
-        x += col_w[i] + 1;
-    }
-    hits.header = Some((area.y, sortable));
-    hits.body = Some((area.y + 1, area.height.saturating_sub(1), ts.offset()));
-    if empty {
-        let msg = Rect {
-            y: area.y + 1,
-            height: 1,
-            ..area
-        };
-        frame.render_widget(
-            Paragraph::new("  no rows (none in the report, or the filter hides them)"),
-            msg,
-        );
+fn file_cell(f: &FileModel, col: &Col) -> String {
+    match col.field {
+        Some(Field::File(FileField::Count)) => count_cell(f),
+        Some(Field::File(k)) => cell(k.value(f), k.unit()),
+        _ => String::new(),
     }
 }
-
-const FILE_COLS: [Col; 8] = [
-    Col {
-        title: "size",
-        width: 9,
-        prio: 1,
-        left: false,
-        sort: Some("size"),
-    },
-    Col {
-        title: "count",
-        width: 7,
-        prio: 0,
-        left: false,
-        sort: Some("count"),
-    },
-    Col {
-        title: "cache",
-        width: 9,
-        prio: 2,
-        left: false,
-        sort: Some("cache"),
-    },
-    Col {
-        title: "cow",
-        width: 9,
-        prio: 6,
-        left: false,
-        sort: Some("cow"),
-    },
-    Col {
-        title: "private",
-        width: 9,
-        prio: 3,
-        left: false,
-        sort: Some("private"),
-    },
-    Col {
-        title: "suspected",
-        width: 9,
-        prio: 7,
-        left: false,
-        sort: Some("suspected"),
-    },
-    Col {
-        title: "res%",
-        width: 6,
-        prio: 4,
-        left: false,
-        sort: Some("resident"),
-    },
-    Col {
-        title: "holders",
-        width: 7,
-        prio: 5,
-        left: false,
-        sort: Some("holders"),
-    },
-];
 
 fn draw_files(frame: &mut Frame, area: Rect, st: &State, r: &Report, t: &Theme, hits: &mut Hits) {
     let rows = st
@@ -455,23 +242,14 @@ fn draw_files(frame: &mut Frame, area: Rect, st: &State, r: &Report, t: &Theme, 
                 _ => Style::default(),
             };
             let name = shown(&f.path, f.path_bytes.as_deref());
-            let cells = vec![
-                iec_opt(f.size_bytes),
-                count_cell(f),
-                iec_opt(f.resident_bytes),
-                iec_opt(state::file_cow_bytes(f)),
-                iec(state::file_private_bytes(f)),
-                iec(state::file_suspected_bytes(f)),
-                pct(f.resident_fraction),
-                state::file_holders(f).to_string(),
-            ];
+            let cells = FILE_COLS.iter().map(|c| file_cell(f, c)).collect();
             (name, cells, style)
         })
         .collect();
     table(
         frame,
         area,
-        ("file", 22, Some("path")),
+        ("file", 22, Some(Field::File(FileField::Path))),
         &FILE_COLS,
         rows,
         Some(st.selected(View::Files)),
@@ -480,99 +258,42 @@ fn draw_files(frame: &mut Frame, area: Rect, st: &State, r: &Report, t: &Theme, 
     );
 }
 
-const PROC_COLS: [Col; 13] = [
-    Col {
-        title: "comm",
-        width: 15,
-        prio: 0,
-        left: true,
-        sort: Some("comm"),
-    },
-    Col {
-        title: "rss",
-        width: 9,
-        prio: 1,
-        left: false,
-        sort: Some("rss"),
-    },
-    Col {
-        title: "anon",
-        width: 9,
-        prio: 2,
-        left: false,
-        sort: Some("anon"),
-    },
-    Col {
-        title: "file",
-        width: 9,
-        prio: 4,
-        left: false,
-        sort: Some("file"),
-    },
-    Col {
-        title: "shmem",
-        width: 9,
-        prio: 8,
-        left: false,
-        sort: Some("shmem"),
-    },
-    Col {
-        title: "cow",
-        width: 9,
-        prio: 7,
-        left: false,
-        sort: Some("cow"),
-    },
-    Col {
-        title: "pss",
-        width: 9,
-        prio: 5,
-        left: false,
-        sort: Some("pss"),
-    },
-    Col {
-        title: "uss",
-        width: 9,
-        prio: 9,
-        left: false,
-        sort: Some("uss"),
-    },
-    Col {
-        title: "priv dirty",
-        width: 10,
-        prio: 10,
-        left: false,
-        sort: Some("dirty"),
-    },
-    Col {
-        title: "anon/s",
-        width: 12,
-        prio: 3,
-        left: false,
-        sort: Some("growth"),
-    },
-    Col {
-        title: "files",
-        width: 5,
-        prio: 6,
-        left: false,
-        sort: Some("files"),
-    },
-    Col {
-        title: "gpu",
-        width: 9,
-        prio: 12,
-        left: false,
-        sort: Some("gpu"),
-    },
-    Col {
-        title: "holds (how)",
-        width: 24,
-        prio: 11,
-        left: true,
-        sort: None,
-    },
-];
+/// The processes view's columns (after the pid), each with its priority; the last one
+/// says how the process holds each model file.
+const PROC_COLS: [Col; 13] = {
+    use ProcessField as P;
+    [
+        Col::process(P::Comm, 0),
+        Col::process(P::Rss, 1),
+        Col::process(P::Anon, 2),
+        Col::process(P::File, 4),
+        Col::process(P::Shmem, 8),
+        Col::process(P::Cow, 7),
+        Col::process(P::Pss, 5),
+        Col::process(P::Uss, 9),
+        Col::process(P::Dirty, 10),
+        Col::process(P::Growth, 3),
+        Col::process(P::Files, 6),
+        Col::process(P::Gpu, 12),
+        Col {
+            title: "holds (how)",
+            width: 24,
+            prio: 11,
+            left: true,
+            field: None,
+            sorts: false,
+        },
+    ]
+};
+
+fn process_cell(r: &Report, p: &ProcessModel, col: &Col) -> String {
+    match col.field {
+        // The comm is the flexible column's neighbour: cut on the right.
+        Some(Field::Process(ProcessField::Comm)) => safe(&p.comm).chars().take(15).collect(),
+        Some(Field::Process(k)) => cell(k.value(r, p), k.unit()),
+        _ => tail_right(&safe(&state::process_holds(r, p.pid)), 24),
+    }
+}
 
 fn draw_processes(
     frame: &mut Frame,
@@ -586,54 +307,20 @@ fn draw_processes(
         .process_rows(r)
         .into_iter()
         .map(|p| {
-            let cells = vec![
-                // The comm is the flexible column's neighbour: cut on the right.
-                safe(&p.comm).chars().take(15).collect::<String>(),
-                iec_opt(p.rss_bytes),
-                iec_opt(p.anon_bytes),
-                iec_opt(p.file_bytes),
-                iec_opt(p.shmem_bytes),
-                iec_opt(state::process_cow_bytes(r, p.pid)),
-                iec_opt(p.pss_bytes),
-                iec_opt(p.uss_bytes),
-                iec_opt(p.private_dirty_bytes),
-                rate(state::anon_growth(r, p.pid)),
-                opt_num(p.holds_files),
-                iec_opt(p.gpu_memory_bytes),
-                tail_right(&safe(&state::process_holds(r, p.pid)), 24),
-            ];
+            let cells = PROC_COLS.iter().map(|c| process_cell(r, p, c)).collect();
             (p.pid.to_string(), cells, Style::default())
         })
         .collect();
     table(
         frame,
         area,
-        ("pid", 7, Some("pid")),
+        ("pid", 7, Some(Field::Process(ProcessField::Pid))),
         &PROC_COLS,
         rows,
         Some(st.selected(View::Processes)),
         t,
         hits,
     );
-}
-
-/// At most `max` columns of `s`, cut at the end (`map llama.gguf, co…`).
-pub(super) fn tail_right(s: &str, max: usize) -> String {
-    if width(s) <= max {
-        return s.to_string();
-    }
-    let mut out = String::new();
-    let mut w = 1;
-    for c in s.chars() {
-        let cw = width(c.encode_utf8(&mut [0; 4]));
-        if w + cw > max {
-            break;
-        }
-        w += cw;
-        out.push(c);
-    }
-    out.push('…');
-    out
 }
 
 fn draw_findings(frame: &mut Frame, area: Rect, report: Option<&Report>, t: &Theme) {

@@ -89,7 +89,7 @@ fn screens() {
         // p on it: the gauge of the proof running in the background.
         st.clamp_to(&r);
         assert_eq!(st.handle(Key::Char('p')), Action::Prove);
-        let progress = std::sync::Arc::new(crate::dupes::prove::Progress::default());
+        let progress = std::sync::Arc::new(crate::engine::Progress::default());
         progress.add_total(600 << 20);
         progress.add_done(150 << 20);
         st.proving = Some(state::Proving {

@@ -11,7 +11,7 @@ use ratatui::Frame;
 
 use super::history::{FileHistory, Ring};
 use super::state::{self, HolderRow, Proving, State};
-use super::view::{pct, tail, Theme};
+use super::table::{pct, tail, Theme};
 use crate::model::{FileModel, Report};
 use crate::render::safe::{safe, shown};
 use crate::render::scan::{copy_note, count_line, map_kind};
@@ -157,7 +157,7 @@ pub(super) fn draw_file(
             iec_opt(f.size_bytes),
             iec_opt(f.resident_bytes),
             pct(f.resident_fraction),
-            iec_opt(state::file_excess_bytes(f))
+            iec_opt(f.excess_bytes())
         )),
         Line::from(Span::styled(count_line(f), t.fg(Color::Yellow))),
     ];

@@ -12,4 +12,5 @@ mod fixture_trees;
 mod fuzz_seeds;
 mod gpu;
 mod inspect;
+mod layers;
 mod probe;

@@ -160,12 +160,7 @@ pub fn shmem_copies(sample: &Sample, files: &mut [FileModel]) {
 /// The count of one file from its parts.
 pub fn representations(f: &FileModel) -> Representations {
     let size = f.size_bytes.unwrap_or(0);
-    let cow = f
-        .mappers
-        .iter()
-        .map(|m| m.cow_anon_bytes)
-        .try_fold(0u64, |acc, v| Some(acc + v?))
-        .map(|b| fraction(b, size));
+    let cow = f.cow_bytes().map(|b| fraction(b, size));
     let private_copies = f.proven_copies.iter().fold(0.0, |a, c| a + c.fraction);
     let suspected = f.suspected_copies.iter().fold(0.0, |a, s| a + s.fraction);
     let proven = f

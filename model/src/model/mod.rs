@@ -9,8 +9,10 @@
 
 pub mod cgroup;
 pub mod copies;
+mod derived;
 pub mod device;
 pub mod dupes;
+pub mod fields;
 pub mod findings;
 pub mod inspect;
 pub mod probe;
@@ -77,6 +79,9 @@ pub struct SystemModel {
     /// `workingset_refault_file`: file pages read again soon after eviction (count).
     pub refaults_file: Option<u64>,
     pub major_faults: Option<u64>,
+    /// `/proc/pressure/memory` `some`/`full` `avg10` (percent); absent where unknown.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pressure: Option<crate::sample::PressureSample>,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -666,6 +671,7 @@ fn system_model(sample: &Sample) -> SystemModel {
             .or_else(|| vm.get("workingset_refault"))
             .copied(),
         major_faults: vm.get("pgmajfault").copied(),
+        pressure: sample.system.pressure,
     }
 }
 
