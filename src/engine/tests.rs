@@ -5,8 +5,8 @@
 use super::*;
 use crate::sample::trace::{Counter, FileCounters, IoCounters, OomKill, PidCounters};
 use crate::sample::{
-    CandidateSample, CandidateWhy, FileSample, ProcessSample, ReadSample, ResidencySample,
-    StatusSample,
+    CandidateSample, CandidateWhy, FileSample, ProcessSample, ProofSample, ReadSample,
+    ResidencySample, StatusSample,
 };
 
 /// xorshift64*: deterministic generated snapshots without a dependency.

@@ -1,0 +1,226 @@
+//! Proofs kept between snapshots: a (process, file) searched in full is reused while its
+//! fingerprint holds, checked in place when its memory changed within its cadence, and
+//! searched again after it (see [`Engine::prove`](super::Engine)).
+
+use std::time::{Duration, Instant};
+
+use super::Engine;
+use crate::collect::Roots;
+use crate::dupes::prove::{Proof, ProveOptions};
+use crate::sample::unsearched::Unsearched;
+use crate::sample::{FileKey, ProofSample, Sample};
+
+/// The last full search of a (process, file), with what it depends on.
+pub(super) struct Reused {
+    fingerprint: (Option<u64>, Option<u64>, Option<u64>),
+    at: Instant,
+    pub(super) proof: Proof,
+    /// The last check in place since (memory changed): when, how long it took, and what
+    /// it found.
+    checked: Option<Checked>,
+}
+
+pub(super) struct Checked {
+    at: Instant,
+    took: Duration,
+    result: Result<ProofSample, String>,
+}
+
+/// A search is reused while the process's `RssAnon` and `rchar` and the file's size are
+/// unchanged for this long, or for its cadence if that is longer (`top`, `serve` and
+/// `record` take a snapshot every few seconds; re-searching unchanged memory every time
+/// would cost a core).
+pub const REPROVE_AFTER: Duration = Duration::from_secs(60);
+
+/// A process whose memory changes is searched again at most this often...
+pub const RESEARCH_MIN: Duration = Duration::from_secs(5);
+/// ...and no sooner than this many times as long as its last search took, so searching a
+/// process costs at most about 1% of a core...
+pub const RESEARCH_COST_FACTOR: u32 = 100;
+/// ...and at least this often (a search of 10 s or more: a process of hundreds of GiB).
+pub const RESEARCH_MAX: Duration = Duration::from_secs(20 * 60);
+
+impl Reused {
+    /// How long after this search a changed process is searched again.
+    fn cadence(&self) -> Duration {
+        (self.proof.took * RESEARCH_COST_FACTOR).clamp(RESEARCH_MIN, RESEARCH_MAX)
+    }
+}
+
+/// What a proof of a (process, file) depends on: the process's `RssAnon` and `rchar`, the
+/// file's size.
+pub(crate) type Fingerprint = (Option<u64>, Option<u64>, Option<u64>);
+
+pub(crate) fn fingerprint(
+    sample: &Sample,
+    pid: i32,
+    file: FileKey,
+) -> (Option<u64>, Option<u64>, Option<u64>) {
+    let p = sample.processes.iter().find(|p| p.pid == pid);
+    (
+        p.and_then(|p| p.status.rss_anon_bytes),
+        p.and_then(|p| p.rchar_bytes),
+        sample
+            .files
+            .iter()
+            .find(|f| f.key == file)
+            .and_then(|f| f.size_bytes),
+    )
+}
+
+impl Engine {
+    /// Proves the sample's candidates: each (process, file) is searched in full when it
+    /// never was, when its memory changed and the last search is older than its cadence
+    /// ([`RESEARCH_COST_FACTOR`] times the search's time, from [`RESEARCH_MIN`] to
+    /// [`RESEARCH_MAX`]), or when the last search is older than [`REPROVE_AFTER`] and the
+    /// cadence. Unchanged, the last search is reused. Changed but within the cadence, the
+    /// copies the last search found are checked again in place ([`stale`]), and the rest
+    /// of the process's memory counts as not searched: a suspicion beside the count, which
+    /// then says it is a lower bound, until the next full search.
+    pub(super) fn prove(
+        &mut self,
+        sample: &Sample,
+        opts: ProveOptions,
+        warnings: &mut Vec<String>,
+    ) -> Vec<ProofSample> {
+        use crate::dupes::physical::{self, CopyRanges};
+        let now = Instant::now();
+        // Each proof with the memory ranges of its copies (to weigh their pages).
+        let mut kept: Vec<(ProofSample, CopyRanges)> = Vec::new();
+        let mut todo = Vec::new();
+        self.last_reused = 0;
+        self.last_rechecked = 0;
+        for c in &sample.candidates {
+            let fp = fingerprint(sample, c.pid, c.file);
+            let Some(r) = self.reuse.get_mut(&(c.pid, c.file)) else {
+                todo.push(c.clone());
+                continue;
+            };
+            let age = now.duration_since(r.at);
+            if age >= REPROVE_AFTER.max(r.cadence()) || (r.fingerprint != fp && age >= r.cadence())
+            {
+                todo.push(c.clone());
+            } else if r.fingerprint == fp {
+                self.last_reused += 1;
+                let ranges = CopyRanges::of(c.file, &r.proof.found);
+                kept.push((r.proof.sample.clone(), ranges));
+            } else {
+                match stale(&self.roots, sample, r, now, opts.exact) {
+                    Some(p) => {
+                        self.last_rechecked += 1;
+                        // A check in place keeps the whole copies only.
+                        let ranges =
+                            CopyRanges::of(c.file, r.proof.found.iter().filter(|f| f.whole));
+                        kept.push((p, ranges));
+                    }
+                    // A copy found before is gone or changed: search it again now.
+                    None => todo.push(c.clone()),
+                }
+            }
+        }
+        let mut fresh = Vec::new();
+        if !todo.is_empty() {
+            let pending = Sample {
+                candidates: todo,
+                ..sample.clone()
+            };
+            fresh = crate::dupes::prove::prove_found(&self.roots, &pending, opts, None, warnings);
+        }
+        // Keep the searches of processes that are still candidates.
+        self.reuse
+            .retain(|k, _| sample.candidates.iter().any(|c| (c.pid, c.file) == *k));
+        for p in fresh {
+            kept.push((p.sample.clone(), CopyRanges::of(p.sample.file, &p.found)));
+            // A process that could not be read at all is tried again next time.
+            if p.took.is_zero() {
+                continue;
+            }
+            self.reuse.insert(
+                (p.sample.pid, p.sample.file),
+                Reused {
+                    fingerprint: fingerprint(sample, p.sample.pid, p.sample.file),
+                    at: now,
+                    proof: p,
+                    checked: None,
+                },
+            );
+        }
+        kept.sort_by(|a, b| a.0.file.cmp(&b.0.file).then(a.0.pid.cmp(&b.0.pid)));
+        let (mut proofs, ranges): (Vec<ProofSample>, Vec<CopyRanges>) = kept.into_iter().unzip();
+        // One physical copy counts once: shared pages (fork, shared memory) are shared out.
+        physical::weigh(&self.roots.proc, &mut proofs, &ranges);
+        proofs
+    }
+}
+
+/// The proof of a process whose memory changed since its last full search `r`: the
+/// copies found then, checked again in place (no more often than
+/// [`RESEARCH_COST_FACTOR`] times as long as the last check took, so that checking costs
+/// at most about 1% of a core too); the rest not searched, with the reason. `None` when
+/// the check found a copy gone or changed: the process is searched in full now.
+fn stale(
+    roots: &Roots,
+    sample: &Sample,
+    r: &mut Reused,
+    now: Instant,
+    exact: bool,
+) -> Option<ProofSample> {
+    use crate::dupes::recheck::Rechecked;
+    let fresh = |r: &Reused| {
+        let began = Instant::now();
+        let result = match crate::dupes::recheck::recheck(roots, sample, &r.proof, exact) {
+            Ok(Rechecked::Still(p)) => Ok(p.sample),
+            Ok(Rechecked::Changed) => return None,
+            Err(e) => Err(e),
+        };
+        let took = began.elapsed();
+        if std::env::var_os("TWOFOLD_PROFILE").is_some() {
+            eprintln!(
+                "twofold: proof: pid {} checked in place in {:.3} s ({} copies)",
+                r.proof.sample.pid,
+                took.as_secs_f64(),
+                r.proof.found.len()
+            );
+        }
+        Some(Checked {
+            at: now,
+            took,
+            result,
+        })
+    };
+    let checked = match r.checked.take() {
+        Some(c) if now.duration_since(c.at) < c.took * RESEARCH_COST_FACTOR => c,
+        _ => fresh(r)?,
+    };
+    let (searched_ago, cadence) = (now.duration_since(r.at), r.cadence());
+    let (pid, file, found) = (
+        r.proof.sample.pid,
+        r.proof.sample.file,
+        !r.proof.found.is_empty(),
+    );
+    let before = r.proof.sample.unsearched.clone();
+    let checked = &*r.checked.insert(checked);
+    let ago = now.duration_since(checked.at).as_secs_f64();
+    let when = format!(
+        " {:.0} s ago (searched again every {:.0} s while it changes{})",
+        searched_ago.as_secs_f64(),
+        cadence.as_secs_f64(),
+        match (found, ago < 0.5) {
+            (false, _) => String::new(),
+            (true, true) => "; the copies found then were checked again now".to_string(),
+            (true, false) => format!("; the copies found then were checked again {ago:.0} s ago"),
+        }
+    );
+    Some(match &checked.result {
+        Ok(p) => ProofSample {
+            unsearched: Some(Unsearched::changed_since_search(before.as_ref(), &when)),
+            ..p.clone()
+        },
+        Err(e) => ProofSample {
+            pid,
+            file,
+            unsearched: Some(Unsearched::from_error(e.clone())),
+            ..ProofSample::default()
+        },
+    })
+}
