@@ -229,7 +229,8 @@ fn demo_killed_with_sigkill_leaves_nothing_behind() {
         return;
     }
     kill_nine_rounds(
-        &["demo", "--size", "16M"],
+        // 256 MiB: a demo of 16 MiB can finish (0.2 s) between two looks of the test.
+        &["demo", "--size", "256M"],
         // The readers' command lines name the model in the temp dir.
         &|pid| vec![format!("twofold-{pid}-")],
         &|pid| {
