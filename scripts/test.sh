@@ -9,17 +9,17 @@ cd "$(dirname "$0")/.."
 need=()
 command -v fincore >/dev/null 2>&1 || need+=(util-linux)
 command -v smem >/dev/null 2>&1 || need+=(smem)
-# eBPF tests (tests/trace.rs): bpftrace as the independent counter; clang, llvm-strip
+# eBPF tests (tests/trace/main.rs): bpftrace as the independent counter; clang, llvm-strip
 # and libbpf's headers to rebuild ebpf/*.bpf.o and compare them with the committed ones.
 command -v bpftrace >/dev/null 2>&1 || need+=(bpftrace)
 command -v clang >/dev/null 2>&1 || need+=(clang)
 command -v llvm-strip >/dev/null 2>&1 || need+=(llvm)
 [ -e /usr/include/bpf/bpf_helpers.h ] || need+=(libbpf-dev)
-# Recordings (tests/record.rs): promtool checks and backfills `dump --format openmetrics`,
+# Recordings (tests/exact/record.rs): promtool checks and backfills `dump --format openmetrics`,
 # and a real Prometheus serves the backfilled blocks (queried with curl).
 command -v promtool >/dev/null 2>&1 || need+=(prometheus)
 command -v curl >/dev/null 2>&1 || need+=(curl)
-# `twofold top` end to end (tests/top.rs): a detached tmux session, driven with send-keys.
+# `twofold top` end to end (tests/exact/top.rs): a detached tmux session, driven with send-keys.
 command -v tmux >/dev/null 2>&1 || need+=(tmux)
 ls /usr/share/vulkan/icd.d/lvp_icd.*.json >/dev/null 2>&1 || need+=(mesa-vulkan-drivers)
 ldconfig -p 2>/dev/null | grep 'libvulkan.so.1 ' >/dev/null || need+=(libvulkan1)
@@ -33,9 +33,9 @@ if [ ${#need[@]} -gt 0 ]; then
   fi
 fi
 
-# Real runtimes for tests/runtimes.rs: NumPy and safetensors from PyPI; onnx for the
-# cross-check of the ONNX parser (tests/container.rs); prometheus-client, the official
-# Python client, whose OpenMetrics parser reads `twofold serve`'s body (tests/serve.rs).
+# Real runtimes for tests/exact/runtimes.rs: NumPy and safetensors from PyPI; onnx for the
+# cross-check of the ONNX parser (tests/it/container.rs); prometheus-client, the official
+# Python client, whose OpenMetrics parser reads `twofold serve`'s body (tests/exact/serve.rs).
 if ! python3 -c "import numpy, safetensors, onnx, onnxruntime, prometheus_client" >/dev/null 2>&1; then
   echo "test.sh: installing numpy, safetensors, onnx, onnxruntime and prometheus-client (pip)"
   python3 -m pip install -q numpy safetensors onnx onnxruntime prometheus-client
