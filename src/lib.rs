@@ -9,7 +9,7 @@
 //! use twofold::collect::{gather, Roots};
 //! let mut warnings = Vec::new();
 //! let sample = gather::gather(&Roots::live(), &gather::Request::default(), &mut warnings)?;
-//! let report = twofold::model::build(&sample);
+//! let report = twofold::model::from_sample(&sample);
 //! for f in &report.files {
 //!     println!("{}: {:?} representations", f.path, f.representations.proven);
 //! }

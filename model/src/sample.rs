@@ -6,6 +6,7 @@
 use serde::{Deserialize, Serialize};
 
 mod gpu;
+pub mod snapshot;
 pub mod trace;
 pub mod unsearched;
 

@@ -13,8 +13,6 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::os::unix::fs::MetadataExt;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use serde::{Deserialize, Serialize};
-
 mod manual;
 mod reuse;
 pub use crate::sample::unsearched::CHANGED_SINCE_SEARCH;
@@ -29,28 +27,12 @@ use crate::collect::gather::{self, Request};
 use crate::collect::names::Names;
 use crate::collect::Roots;
 use crate::dupes::prove::ProveOptions;
+use crate::model;
 use crate::model::trace::{TraceContext, TraceModel};
-use crate::model::{self, Report};
 use crate::sample::trace::{TraceNames, TraceSample};
 use crate::sample::{FileKey, Sample};
 
-/// Version of the snapshot document (recordings); bumped on any incompatible change.
-/// 2: `trace` (the eBPF counters). Version-1 snapshots read back with no trace.
-pub const SNAPSHOT_VERSION: u32 = 2;
-
-/// Everything one collection read, stamped with when.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct Snapshot {
-    pub version: u32,
-    /// Wall clock, nanoseconds since the Unix epoch.
-    pub at_unix_ns: u64,
-    /// `CLOCK_MONOTONIC`, nanoseconds: rates between snapshots use this.
-    pub at_mono_ns: u64,
-    pub sample: Sample,
-    /// The eBPF counters, cumulative since the tracer attached, when tracing was on.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub trace: Option<TraceSample>,
-}
+pub use crate::sample::snapshot::{Snapshot, SNAPSHOT_VERSION};
 
 /// The clocks, read once.
 pub fn now() -> (u64, u64) {
@@ -376,7 +358,10 @@ impl Tracing {
         for (k, p) in self.names.paths() {
             ctx.paths.entry(*k).or_insert_with(|| p.clone());
         }
-        let prev = self.prev.as_ref().filter(|p| same_attachment(p, cur));
+        let prev = self
+            .prev
+            .as_ref()
+            .filter(|p| crate::sample::trace::same_attachment(p, cur));
         let mut keys = BTreeSet::new();
         let mut pids = BTreeSet::new();
         for m in [
@@ -409,34 +394,8 @@ impl Tracing {
     }
 }
 
-/// Whether `prev` and `cur` come from one attachment, in order: their counters subtract.
-fn same_attachment(prev: &TraceSample, cur: &TraceSample) -> bool {
-    prev.attached_mono_ns == cur.attached_mono_ns && prev.at_secs <= cur.at_secs
-}
-
-/// The report of a snapshot: the one pure entry every view uses. With the snapshot
-/// before it, the report also carries rates over the interval between the two.
-pub fn report(snap: &Snapshot, prev: Option<&Snapshot>) -> Report {
-    let trace = snap.trace.as_ref().map(|cur| model::TraceInput {
-        cur,
-        prev: prev
-            .and_then(|p| p.trace.as_ref())
-            .filter(|p| same_attachment(p, cur)),
-    });
-    let mut r = model::build_with(&snap.sample, trace);
-    r.at_unix_ns = Some(snap.at_unix_ns);
-    if let Some(p) = prev {
-        let secs = Duration::from_nanos(snap.at_mono_ns.saturating_sub(p.at_mono_ns)).as_secs_f64();
-        // A previous snapshot from another boot (monotonic clock went back): wall clock.
-        let secs = if secs > 0.0 {
-            secs
-        } else {
-            Duration::from_nanos(snap.at_unix_ns.saturating_sub(p.at_unix_ns)).as_secs_f64()
-        };
-        r.rates = model::rates::between(&p.sample, &snap.sample, secs);
-    }
-    r
-}
+/// The report of a snapshot: the one pure entry every view uses ([`model::build`]).
+pub use crate::model::build as report;
 
 /// Hands the free pages of the heap back to the kernel (glibc's `malloc_trim(0)`, which
 /// releases free pages inside every arena, not only at the top). A long-running engine

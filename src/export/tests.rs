@@ -24,7 +24,7 @@ fn report_with(files: usize) -> Report {
         }],
         ..Default::default()
     };
-    let mut r: Report = crate::model::build(&sample);
+    let mut r: Report = crate::model::from_sample(&sample);
     let base = r.files[0].clone();
     r.files.clear();
     for i in 0..files {

@@ -290,7 +290,7 @@ fn a_holder_that_exits_mid_scan_leaves_no_lower_bound() {
         exact: false,
     };
     sample.proofs = prove(&roots, &sample, opts, &mut warnings);
-    let r = twofold::model::build(&sample);
+    let r = twofold::model::from_sample(&sample);
     let f = r.files.iter().find(|f| f.key == key).unwrap();
     assert!(f.deleted);
     assert!(
@@ -313,7 +313,7 @@ fn a_holder_that_exits_mid_scan_leaves_no_lower_bound() {
     sample.proofs = prove(&roots, &sample, opts, &mut warnings);
     let p = sample.proofs.iter().find(|p| p.pid == gone).unwrap();
     assert_eq!(p.unsearched, None, "{p:?}");
-    let r = twofold::model::build(&sample);
+    let r = twofold::model::from_sample(&sample);
     let f = r.files.iter().find(|f| f.key == key).unwrap();
     assert!(!f.representations.lower_bound, "{:?}", f.representations);
     assert!(f.proven_copies.is_empty() && f.suspected_copies.is_empty());

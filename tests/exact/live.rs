@@ -13,7 +13,7 @@ use twofold::model::{self, MapKind, Report};
 fn scan(req: &Request) -> Report {
     let mut warnings = Vec::new();
     let sample = gather(&Roots::live(), req, &mut warnings).unwrap();
-    model::build(&sample)
+    model::from_sample(&sample)
 }
 
 fn proc_of(r: &Report, pid: i32) -> &model::ProcessModel {

@@ -35,7 +35,7 @@ fn fixture(name: &str) -> Roots {
 fn run(roots: &Roots, req: &Request) -> (model::Report, Vec<String>) {
     let mut warnings = Vec::new();
     let sample = gather(roots, req, &mut warnings).unwrap();
-    (model::build(&sample), warnings)
+    (model::from_sample(&sample), warnings)
 }
 
 #[test]

@@ -26,6 +26,7 @@ use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
+use crate::sample::snapshot::Snapshot;
 use crate::sample::trace::TraceSample;
 use crate::sample::{FileKey, ProcessSample, Sample, Skipped, Unreadable};
 pub use cgroup::CgroupModel;
@@ -355,9 +356,37 @@ fn sum_opt(mut values: impl Iterator<Item = Option<u64>>) -> Option<u64> {
     values.try_fold(0u64, |acc, v| Some(acc + v?))
 }
 
-/// Builds the report of a sample without eBPF counters. Pure: the same sample always
-/// gives the same report.
-pub fn build(sample: &Sample) -> Report {
+/// The report of a snapshot: one snapshot in, one report out, the one entry every view
+/// uses (scan, top, serve, record, replay, dump, campaigns). With the snapshot before it,
+/// the report carries rates over the interval between the two, and the trace model's
+/// rates when both come from one attachment of the tracer. Pure: the same snapshots always
+/// give the same report.
+pub fn build(snap: &Snapshot, prev: Option<&Snapshot>) -> Report {
+    let trace = snap.trace.as_ref().map(|cur| TraceInput {
+        cur,
+        prev: prev
+            .and_then(|p| p.trace.as_ref())
+            .filter(|p| crate::sample::trace::same_attachment(p, cur)),
+    });
+    let mut r = build_with(&snap.sample, trace);
+    r.at_unix_ns = Some(snap.at_unix_ns);
+    if let Some(p) = prev {
+        use std::time::Duration;
+        let secs = Duration::from_nanos(snap.at_mono_ns.saturating_sub(p.at_mono_ns)).as_secs_f64();
+        // A previous snapshot from another boot (monotonic clock went back): wall clock.
+        let secs = if secs > 0.0 {
+            secs
+        } else {
+            Duration::from_nanos(snap.at_unix_ns.saturating_sub(p.at_unix_ns)).as_secs_f64()
+        };
+        r.rates = rates::between(&p.sample, &snap.sample, secs);
+    }
+    r
+}
+
+/// The report of a bare sample (no timestamps, no counters, no snapshot before it): what
+/// [`build`] gives for a snapshot holding only `sample`, less `at_unix_ns`.
+pub fn from_sample(sample: &Sample) -> Report {
     build_with(sample, None)
 }
 
@@ -368,9 +397,9 @@ pub const TRACE_TOP: usize = 10;
 /// The eBPF counters of a snapshot, and those of the snapshot before it when both come
 /// from one attachment (rates are then over the interval between them, else since attach).
 #[derive(Debug, Clone, Copy)]
-pub struct TraceInput<'a> {
-    pub cur: &'a TraceSample,
-    pub prev: Option<&'a TraceSample>,
+struct TraceInput<'a> {
+    cur: &'a TraceSample,
+    prev: Option<&'a TraceSample>,
 }
 
 /// The context of a report's trace model: the report's files are the files of interest;
@@ -401,7 +430,7 @@ pub fn trace_context(sample: &Sample, files: &[FileModel], t: &TraceSample) -> t
 
 /// Builds the report of a sample and, when traced, of its eBPF counters: findings of both
 /// are computed here, once. Pure.
-pub fn build_with(sample: &Sample, trace: Option<TraceInput>) -> Report {
+fn build_with(sample: &Sample, trace: Option<TraceInput>) -> Report {
     let page = sample.system.page_size.max(1);
     let mut files: Vec<FileModel> = sample
         .files

@@ -121,7 +121,7 @@ fn unsearched_copy_is_suspected_beside_the_count_never_in_it() {
         vec![copier, mapper],
     );
     s.candidates = vec![candidate(10, 1, 260 * MIB, CandidateWhy::Holder)];
-    let r = build(&s);
+    let r = from_sample(&s);
     let f = &r.files[0];
     assert_eq!(f.suspected_copies.len(), 1);
     assert_eq!(f.suspected_copies[0].pid, 10);
@@ -150,7 +150,7 @@ fn proven_copy_counts_and_closed_file_copier_is_listed() {
     let mut s = sample(vec![file(1, 256 * MIB, Some(256 * MIB))], vec![copier]);
     s.candidates = vec![candidate(10, 1, 260 * MIB, CandidateWhy::Read)];
     s.proofs = vec![found(10, 1, 256 * MIB)];
-    let r = build(&s);
+    let r = from_sample(&s);
     let f = &r.files[0];
     assert_eq!(f.representations.proven, Some(2.0));
     assert!(!f.representations.lower_bound);
@@ -171,7 +171,7 @@ fn searched_and_nothing_found_is_one_exactly() {
     let mut s = sample(vec![file(1, 256 * MIB, Some(256 * MIB))], vec![p]);
     s.candidates = vec![candidate(10, 1, 400 * MIB, CandidateWhy::Holder)];
     s.proofs = vec![found(10, 1, 0)];
-    let r = build(&s);
+    let r = from_sample(&s);
     let f = &r.files[0];
     assert_eq!(f.representations.proven, Some(1.0));
     assert!(!f.representations.lower_bound);
@@ -194,7 +194,7 @@ fn one_heap_is_not_suspected_of_two_files() {
         candidate(10, 1, 300 * MIB, CandidateWhy::Holder),
         candidate(10, 2, 300 * MIB, CandidateWhy::Holder),
     ];
-    let r = build(&s);
+    let r = from_sample(&s);
     let suspected: Vec<_> = r
         .files
         .iter()
@@ -217,7 +217,7 @@ fn cow_is_counted_once_and_not_as_a_copy() {
         cow_file_bytes: 88 * MIB,
         ..found(10, 1, 0)
     }];
-    let r = build(&s);
+    let r = from_sample(&s);
     let f = &r.files[0];
     assert!(f.suspected_copies.is_empty() && f.proven_copies.is_empty());
     assert!((f.representations.cow.unwrap() - 0.88).abs() < 1e-9);
@@ -236,7 +236,7 @@ fn shared_low_residency_and_beyond_eof() {
     b.mappings.push(map(1, 64 * MIB, true, false, 10 * MIB, 0));
     // The file is 32 MiB now: c maps 64 MiB of it.
     c.mappings.push(map(1, 64 * MIB, false, false, 0, 0));
-    let r = build(&sample(
+    let r = from_sample(&sample(
         vec![file(1, 32 * MIB, Some(14 * MIB))],
         vec![a, b, c],
     ));
@@ -255,7 +255,7 @@ fn shared_low_residency_and_beyond_eof() {
 fn unknown_residency_is_unknown_not_zero() {
     let mut p = proc_(10, 300 * MIB);
     p.open_files.push(open(1));
-    let r = build(&sample(vec![file(1, 256 * MIB, None)], vec![p]));
+    let r = from_sample(&sample(vec![file(1, 256 * MIB, None)], vec![p]));
     let f = &r.files[0];
     assert_eq!(f.resident_bytes, None);
     assert_eq!(f.representations.page_cache, None);
@@ -285,7 +285,7 @@ fn cgroup_near_limit_and_oom() {
     };
     let mut s = sample(vec![], vec![]);
     s.cgroups.push(cg);
-    let r = build(&s);
+    let r = from_sample(&s);
     assert_eq!(r.cgroups[0].anon_bytes, Some(900 * MIB));
     let codes: Vec<_> = r.findings.iter().map(|x| x.code.as_str()).collect();
     assert_eq!(codes, ["cgroup-oom-kills", "cgroup-near-limit"]);
@@ -295,7 +295,7 @@ fn cgroup_near_limit_and_oom() {
 fn report_round_trips_through_json() {
     let mut p = proc_(10, 260 * MIB);
     p.open_files.push(open(1));
-    let r = build(&sample(vec![file(1, 256 * MIB, Some(MIB))], vec![p]));
+    let r = from_sample(&sample(vec![file(1, 256 * MIB, Some(MIB))], vec![p]));
     let text = serde_json::to_string(&r).unwrap();
     let back: Report = serde_json::from_str(&text).unwrap();
     assert_eq!(back, r);
@@ -342,7 +342,7 @@ fn gpu_scene(integrated: Option<bool>) -> Sample {
 
 #[test]
 fn device_memory_of_a_mapper_is_a_suspected_device_copy_beside_the_count() {
-    let r = build(&gpu_scene(Some(false)));
+    let r = from_sample(&gpu_scene(Some(false)));
     let f = &r.files[0];
     assert_eq!(f.device_copies.len(), 1, "{:?}", f.device_copies);
     let d = &f.device_copies[0];
@@ -382,7 +382,7 @@ fn device_memory_of_a_mapper_is_a_suspected_device_copy_beside_the_count() {
 
 #[test]
 fn on_an_integrated_gpu_the_finding_says_the_page_cache_could_be_read_in_place() {
-    let r = build(&gpu_scene(Some(true)));
+    let r = from_sample(&gpu_scene(Some(true)));
     let found = r
         .findings
         .iter()
@@ -402,7 +402,7 @@ fn on_an_integrated_gpu_the_finding_says_the_page_cache_could_be_read_in_place()
 fn too_little_device_memory_is_no_suspicion() {
     let mut s = gpu_scene(Some(false));
     s.gpu.devices[0].processes[0].used_bytes = Some(100 * MIB);
-    let r = build(&s);
+    let r = from_sample(&s);
     assert!(r.files[0].device_copies.is_empty());
     assert_eq!(r.files[0].representations.suspected_device, 0.0);
 }
@@ -412,7 +412,7 @@ fn without_nvml_every_gpu_value_is_unknown_not_zero() {
     let mut s = gpu_scene(Some(false));
     s.gpu.devices.clear();
     s.gpu.not_available = Some("libnvidia-ml.so.1 not found (no NVIDIA driver)".into());
-    let r = build(&s);
+    let r = from_sample(&s);
     assert_eq!(r.files[0].representations.device, None);
     assert!(r.processes.iter().all(|p| p.gpu_memory_bytes.is_none()));
     assert_eq!(
@@ -433,7 +433,7 @@ fn a_proven_device_copy_is_in_the_count_and_not_suspected_again() {
         file_xxh3: "1".into(),
         device_xxh3: "1".into(),
     }];
-    let r = build(&s);
+    let r = from_sample(&s);
     let f = &r.files[0];
     assert_eq!(f.device_copies.len(), 1, "{:?}", f.device_copies);
     assert!(f.device_copies[0].proven);
@@ -458,7 +458,7 @@ fn page_counts_follow_a_64k_page_size() {
         .push(map(1, 192 * K, true, false, 64 * K, 0));
     let mut s = sample(vec![file(1, size, Some(64 * K))], vec![mapper]);
     let at = |s: &Sample| {
-        let r = build(s);
+        let r = from_sample(s);
         let f = r.files.iter().find(|f| f.key == key(1)).unwrap().clone();
         (f.resident_fraction.unwrap(), f.mappers[0].beyond_eof_bytes)
     };
@@ -472,7 +472,7 @@ fn page_counts_follow_a_64k_page_size() {
     assert_eq!(at(&s), (4.0 / 7.0, 80 * K), "16 KiB pages: 4 of 7 pages");
     s.system.page_size = 4 * K;
     assert_eq!(at(&s), (16.0 / 25.0, 92 * K), "4 KiB pages: 16 of 25 pages");
-    assert_eq!(build(&s).system.page_size_bytes, 4 * K);
+    assert_eq!(from_sample(&s).system.page_size_bytes, 4 * K);
 
     // `twofold residency`'s record: 64 KiB pages counted as such.
     let cached = ResidencySample {

@@ -209,3 +209,9 @@ pub struct TraceNames {
     #[serde(default, with = "super::entries")]
     pub comms: BTreeMap<i32, String>,
 }
+
+/// Whether `prev` and `cur` come from one attachment, in order: their counters subtract
+/// (rates are then over the interval between them, else since `cur`'s attach).
+pub fn same_attachment(prev: &TraceSample, cur: &TraceSample) -> bool {
+    prev.attached_mono_ns == cur.attached_mono_ns && prev.at_secs <= cur.at_secs
+}
