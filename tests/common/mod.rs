@@ -312,9 +312,28 @@ static GROUPS: std::sync::Mutex<Groups> = std::sync::Mutex::new(Groups {
 });
 static GROUP_FREE: std::sync::Condvar = std::sync::Condvar::new();
 
+/// The test process must not look like a copy holder of the files its tests write: a
+/// buffer it wrote a model from and freed must go back to the kernel, not stay resident in
+/// its heap, where a proof would find the model's bytes (and its `RssAnon` would make it a
+/// candidate for every file). glibc raises its mmap threshold after each large free, so in
+/// a binary that runs many tests, later buffers of 8 or 16 MiB came from the heap and
+/// stayed there; a fixed threshold keeps every large buffer mapped, and freed ones
+/// unmapped.
+fn quiet_heap() {
+    static ONCE: std::sync::Once = std::sync::Once::new();
+    ONCE.call_once(|| {
+        // SAFETY: mallopt only sets allocator parameters.
+        unsafe {
+            libc::mallopt(libc::M_MMAP_THRESHOLD, 128 << 10);
+            libc::mallopt(libc::M_TRIM_THRESHOLD, 128 << 10);
+        }
+    });
+}
+
 /// Waits until no test of another module runs, then runs as one of `module`'s (pass
 /// `module_path!()`).
 pub fn group(module: &'static str) -> GroupGuard {
+    quiet_heap();
     let mut g = GROUPS.lock().unwrap_or_else(|e| e.into_inner());
     while g.current.is_some_and(|m| m != module) {
         g = GROUP_FREE.wait(g).unwrap_or_else(|e| e.into_inner());
@@ -329,6 +348,11 @@ impl Drop for GroupGuard {
         let mut g = GROUPS.lock().unwrap_or_else(|e| e.into_inner());
         g.running -= 1;
         if g.running == 0 {
+            // What this file's tests freed goes back before the next file's run.
+            // SAFETY: malloc_trim only takes the allocator's own locks.
+            unsafe {
+                libc::malloc_trim(0);
+            }
             g.current = None;
             GROUP_FREE.notify_all();
         }

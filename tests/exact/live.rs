@@ -478,17 +478,30 @@ fn residency_summary_of_a_directory_matches_fincore() {
     for f in files.iter().step_by(2) {
         evict(f);
     }
-    let want: u64 = files.iter().map(|f| fincore_bytes(f)).sum();
-    let v: serde_json::Value = twofold_json(&[
-        "residency".as_ref(),
-        "-r".as_ref(),
-        "--summary".as_ref(),
-        "--json".as_ref(),
-        dir.path().as_os_str(),
-    ]);
-    assert_eq!(v["total_resident_bytes"].as_u64(), Some(want));
-    assert_eq!(v["total_size_bytes"].as_u64(), Some(20 * (256 << 10)));
-    assert_eq!(want, 10 * (256 << 10));
+    // fincore before and after twofold: the host may reclaim a cold file between (DAMON
+    // runs here); the count must be exact whenever the files stayed put, so a round in
+    // which fincore saw them move is measured again (and one never moves twice in a row).
+    for round in 0.. {
+        let want: u64 = files.iter().map(|f| fincore_bytes(f)).sum();
+        let v: serde_json::Value = twofold_json(&[
+            "residency".as_ref(),
+            "-r".as_ref(),
+            "--summary".as_ref(),
+            "--json".as_ref(),
+            dir.path().as_os_str(),
+        ]);
+        let after: u64 = files.iter().map(|f| fincore_bytes(f)).sum();
+        if after != want && round < 3 {
+            eprintln!("round {round}: the files moved under the test ({want} -> {after}), again");
+            continue;
+        }
+        assert_eq!(v["total_resident_bytes"].as_u64(), Some(want));
+        assert_eq!(v["total_size_bytes"].as_u64(), Some(20 * (256 << 10)));
+        if round == 0 {
+            assert_eq!(want, 10 * (256 << 10));
+        }
+        break;
+    }
 }
 
 /// Human output holds no raw control character: no C0 byte but the line feed, no DEL,
