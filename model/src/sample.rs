@@ -9,6 +9,9 @@ mod gpu;
 pub mod snapshot;
 pub mod trace;
 pub mod unsearched;
+pub mod warning;
+
+pub use warning::{Warning, WarningKind};
 
 pub use gpu::*;
 

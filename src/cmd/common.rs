@@ -3,6 +3,7 @@
 //! the stop flag of the long-running ones, the sandbox checks of the campaigns and the
 //! synthetic model of `demo` and `__bench`.
 
+use crate::sample::{Warning, WarningKind};
 use std::io::{BufWriter, Write};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::AtomicBool;
@@ -25,7 +26,7 @@ pub fn snapshot(
     req: &Request,
     prove: Option<ProveOptions>,
     trace: Option<std::time::Duration>,
-    warnings: &mut Vec<String>,
+    warnings: &mut Vec<Warning>,
 ) -> anyhow::Result<Snapshot> {
     let mut engine = Engine::new(req.clone(), prove);
     if let Some(d) = trace {
@@ -35,7 +36,10 @@ pub fn snapshot(
                 eprintln!("twofold: tracing for {:.1} s", d.as_secs_f64());
                 std::thread::sleep(d);
             }
-            Err(e) => warnings.push(format!("--trace: {e}; the scan goes on without it")),
+            Err(e) => warnings.push(Warning::host(
+                WarningKind::Trace,
+                format!("--trace: {e}; the scan goes on without it"),
+            )),
         }
     }
     engine.snapshot(warnings)

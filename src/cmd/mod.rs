@@ -19,11 +19,28 @@ pub mod trace;
 
 use std::io::Write;
 
+/// Prints the warnings of `now` that `said` has not said yet, or said otherwise: a
+/// condition that holds for a whole run is said once, then again only when it changes
+/// (and a minute after it was last said at the earliest).
+pub fn warn_fresh(said: &mut crate::sample::warning::Said, now: &[crate::sample::Warning]) {
+    static START: std::sync::OnceLock<std::time::Instant> = std::sync::OnceLock::new();
+    let at = START
+        .get_or_init(std::time::Instant::now)
+        .elapsed()
+        .as_secs_f64();
+    let fresh: Vec<&crate::sample::Warning> = said.fresh(now, at);
+    warn_all(&fresh);
+}
+
 /// Prints warnings to stderr, one line each, never to stdout. A warning quotes paths
 /// and kernel messages: its control characters are escaped (newlines too: one line each).
-pub fn warn_all(warnings: &[String]) {
+pub fn warn_all<W: std::fmt::Display>(warnings: &[W]) {
     let mut err = std::io::stderr().lock();
     for w in warnings {
-        let _ = writeln!(err, "twofold: warning: {}", crate::render::safe::safe(w));
+        let _ = writeln!(
+            err,
+            "twofold: warning: {}",
+            crate::render::safe::safe(&w.to_string())
+        );
     }
 }

@@ -14,6 +14,7 @@ use crate::cli::{DumpArgs, DumpFormat, DumpWhat, RecordArgs, ReplayArgs, Snapsho
 use crate::collect::cache;
 use crate::engine::{self, Engine, Snapshot};
 use crate::render;
+use crate::sample::warning::Said;
 use crate::store::Store;
 use crate::timespec;
 
@@ -51,15 +52,6 @@ fn check_store_dir(dir: &Path) -> anyhow::Result<()> {
     }
 }
 
-/// The warnings of this snapshot that the one before did not give: a condition that holds
-/// for the whole recording is said once, then only what changes.
-fn new_warnings(now: &[String], before: &[String]) -> Vec<String> {
-    now.iter()
-        .filter(|w| !before.contains(w))
-        .cloned()
-        .collect()
-}
-
 pub fn record(args: &RecordArgs, out: &mut dyn Write) -> anyhow::Result<()> {
     crate::engine::one_heap();
     // Every argument is checked before the store is touched or anything is printed.
@@ -88,12 +80,11 @@ pub fn record(args: &RecordArgs, out: &mut dyn Write) -> anyhow::Result<()> {
         render::safe::safe_path(&dir)
     )?;
     out.flush()?;
-    let mut said: Vec<String> = Vec::new();
+    let mut said = Said::default();
     while !stop.load(Ordering::Relaxed) {
         let mut warnings = Vec::new();
         let snap = engine.snapshot(&mut warnings)?;
-        super::warn_all(&new_warnings(&warnings, &said));
-        said = warnings;
+        super::warn_fresh(&mut said, &warnings);
         append(&mut store, &snap)?;
         n += 1;
         if n % 60 == 1 {
@@ -254,27 +245,6 @@ fn no_rows_reason(store: &Store, args: &DumpArgs, from: u64, to: u64, snapshots:
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn a_standing_warning_is_said_once_then_only_changes() {
-        let w = |v: &[&str]| v.iter().map(|s| s.to_string()).collect::<Vec<_>>();
-        let denied = "1 process could not be read fully";
-        // 56 snapshots with the same warning: said at the first only.
-        let mut said = Vec::new();
-        let mut printed = Vec::new();
-        for i in 0..56 {
-            let now = if i == 30 {
-                w(&[denied, "pid '7' exited mid-scan"])
-            } else {
-                w(&[denied])
-            };
-            printed.extend(new_warnings(&now, &said));
-            said = now;
-        }
-        assert_eq!(printed, w(&[denied, "pid '7' exited mid-scan"]));
-        // Gone, then back: said again.
-        assert_eq!(new_warnings(&w(&[denied]), &[]), w(&[denied]));
-    }
 
     #[test]
     fn a_store_path_under_a_file_is_refused() {

@@ -24,6 +24,8 @@ use crate::collect::cache;
 use crate::collect::gather::Request;
 use crate::engine::{self, Engine, Snapshot};
 use crate::export::{self, Options, SelfStats};
+use crate::sample::warning::Said;
+use crate::sample::{Warning, WarningKind};
 
 const OPENMETRICS: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
 const TEXT_004: &str = "text/plain; version=0.0.4; charset=utf-8";
@@ -93,7 +95,7 @@ fn collect_loop(args: &ServeArgs, latest: &Latest, stop: &AtomicBool) {
     let mut stats = SelfStats::default();
     let mut prev: Option<Snapshot> = None;
     let mut next = Instant::now();
-    let mut last_warnings: Vec<String> = Vec::new();
+    let mut said = Said::default();
     while !stop.load(Ordering::Relaxed) {
         let t0 = Instant::now();
         // Globs are expanded again each time: models appear and go.
@@ -122,17 +124,14 @@ fn collect_loop(args: &ServeArgs, latest: &Latest, stop: &AtomicBool) {
             }
             Err(e) => {
                 stats.collect_errors_total += 1;
-                warnings.push(format!("collection failed: {e:#}"));
+                warnings.push(Warning::host(
+                    WarningKind::CollectionFailed,
+                    format!("collection failed: {e:#}"),
+                ));
             }
         }
-        // The same warning every few seconds is noise: only new ones are printed.
-        let fresh: Vec<String> = warnings
-            .iter()
-            .filter(|w| !last_warnings.contains(w))
-            .cloned()
-            .collect();
-        super::warn_all(&fresh);
-        last_warnings = warnings;
+        // The same warning every few seconds is noise: only new or changed ones are printed.
+        super::warn_fresh(&mut said, &warnings);
         next += args.interval;
         let now = Instant::now();
         if next < now {

@@ -19,6 +19,7 @@ use ratatui::Terminal;
 use crate::cli::{TopArgs, TopView};
 use crate::collect::cache;
 use crate::engine::{self, Engine};
+use crate::sample::{Warning, WarningKind};
 use crate::store::Store;
 use crate::tui::{self, Feed, Input, Key, State, Update, View};
 
@@ -169,6 +170,11 @@ fn damage_line(lines: &[String]) -> Option<String> {
     ))
 }
 
+/// What the store said of itself, as a warning of its own (each sentence its own subject).
+fn store_warning(text: String) -> Warning {
+    Warning::new(WarningKind::StoreDamaged, text.clone(), text)
+}
+
 impl Replay {
     fn load(&mut self, at_ns: u64) -> Update {
         let mut damage = std::mem::take(&mut self.damage);
@@ -179,14 +185,14 @@ impl Replay {
                 self.at_ns = r.at_unix_ns.unwrap_or(at_ns);
                 Update {
                     report: Some(Box::new(r)),
-                    warnings: Some(damage),
+                    warnings: Some(damage.into_iter().map(store_warning).collect()),
                     source: Some(format!("replay {}", crate::timespec::format(self.at_ns))),
                     status,
                     ..Update::default()
                 }
             }
             Err(e) => Update {
-                warnings: Some(vec![format!("{e:#}")]),
+                warnings: Some(vec![store_warning(format!("{e:#}"))]),
                 status: Some(format!("{e:#}")),
                 ..Update::default()
             },

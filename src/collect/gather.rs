@@ -9,6 +9,7 @@
 //! The per-process reads of each phase are in [`super::phases`], which files are of
 //! interest in [`super::interest`], the candidate copy holders in [`super::candidates`].
 
+use crate::sample::{Warning, WarningKind};
 use std::collections::HashSet;
 use std::time::Instant;
 
@@ -26,7 +27,7 @@ pub use super::request::Request;
 
 /// Reads everything a scan needs. Errors are for bad input (a missing path, an unknown
 /// pid, an unreadable procfs root); a process's trouble is counted, never fatal.
-pub fn gather(roots: &Roots, req: &Request, warnings: &mut Vec<String>) -> anyhow::Result<Sample> {
+pub fn gather(roots: &Roots, req: &Request, warnings: &mut Vec<Warning>) -> anyhow::Result<Sample> {
     gather_cached(roots, req, warnings, None)
 }
 
@@ -35,7 +36,7 @@ pub fn gather(roots: &Roots, req: &Request, warnings: &mut Vec<String>) -> anyho
 pub fn gather_cached(
     roots: &Roots,
     req: &Request,
-    warnings: &mut Vec<String>,
+    warnings: &mut Vec<Warning>,
     mut cache: Option<&mut ProcCache>,
 ) -> anyhow::Result<Sample> {
     let profile = std::env::var_os("TWOFOLD_PROFILE").is_some();
@@ -123,7 +124,7 @@ pub fn gather_cached(
             Ok(None) => {}
             Err(e) if e.is_gone() => sample.skipped.gone += 1,
             Err(e) if e.is_denied() => sample.skipped.denied += 1,
-            Err(e) => g.warnings.push(format!("{:#}", anyhow::Error::from(e))),
+            Err(e) => g.warnings.push(unreadable(e)),
         }
     }
     // Processes holding nothing that could still hold a copy (read, then closed).
@@ -179,20 +180,20 @@ pub fn gather_cached(
             }
             Err(e) if e.is_gone() => sample.skipped.gone += 1,
             Err(e) if e.is_denied() => sample.skipped.denied += 1,
-            Err(e) => g.warnings.push(format!("{:#}", anyhow::Error::from(e))),
+            Err(e) => g.warnings.push(unreadable(e)),
         }
     }
     if sample.skipped.denied > 0 && policy {
-        g.warnings.push(format!(
+        g.warnings.push(Warning::host(WarningKind::ProcessesDenied, format!(
             "{} could not be read fully: their smaps, maps or fds were {}; whether they map or hold the files is unknown",
             crate::units::count(sample.skipped.denied as u64, "process", "processes"),
             super::access::POLICY
-        ));
+        )));
     } else if sample.skipped.denied > 0 {
-        g.warnings.push(format!(
+        g.warnings.push(Warning::host(WarningKind::ProcessesDenied, format!(
             "{} could not be read fully (their smaps, maps or fds need root or CAP_SYS_PTRACE): whether they map or hold the files, and their PSS, are unknown",
             crate::units::count(sample.skipped.denied as u64, "process", "processes")
-        ));
+        )));
     }
 
     let sizes = g.interest_sizes();
@@ -214,3 +215,11 @@ pub fn gather_cached(
 /// A private copy is looked for only where it could be most of the file: private
 /// anonymous memory at least this fraction of the file's size (the model's policy).
 pub use crate::model::SUSPECT_FRACTION as COPY_FRACTION;
+
+/// A process that could not be read for a reason other than denial or exit. Its sentence
+/// (which names the pid and the file) is its subject too: two such processes are two
+/// warnings.
+fn unreadable(e: super::error::CollectError) -> Warning {
+    let text = format!("{:#}", anyhow::Error::from(e));
+    Warning::new(WarningKind::ProcessUnreadable, text.clone(), text)
+}

@@ -3,6 +3,7 @@
 //! code by size alone), those named on a command line and the stores' model files; and
 //! which processes a gather admits into its sample.
 
+use crate::sample::Warning;
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
@@ -47,11 +48,11 @@ pub(super) struct Gatherer<'a> {
     explicit: HashSet<PathBuf>,
     /// `PROC/self/mountinfo`, read when a path must be resolved to the host's.
     own_mounts: Option<Option<String>>,
-    pub(super) warnings: &'a mut Vec<String>,
+    pub(super) warnings: &'a mut Vec<Warning>,
 }
 
 impl<'a> Gatherer<'a> {
-    pub(super) fn new(roots: &Roots, req: &'a Request, warnings: &'a mut Vec<String>) -> Self {
+    pub(super) fn new(roots: &Roots, req: &'a Request, warnings: &'a mut Vec<Warning>) -> Self {
         Gatherer {
             procs: ProcReader::new(&roots.proc),
             req,

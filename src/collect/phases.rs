@@ -2,6 +2,7 @@
 //! (phase 1, cached while `stat` says nothing changed), `smaps` or `smaps_rollup` (phase 3)
 //! and the cgroups of the processes kept.
 
+use crate::sample::{Warning, WarningKind};
 use std::collections::HashSet;
 use std::os::unix::fs::MetadataExt;
 use std::path::PathBuf;
@@ -246,7 +247,7 @@ pub(super) fn read_cgroups(
     reader: &CgroupReader,
     procs: &[ProcessSample],
     only: Option<CgroupRef>,
-    warnings: &mut Vec<String>,
+    warnings: &mut Vec<Warning>,
 ) -> Vec<crate::sample::CgroupSample> {
     let mut refs: Vec<CgroupRef> = procs
         .iter()
@@ -260,10 +261,14 @@ pub(super) fn read_cgroups(
     for cg in refs {
         match reader.read(&cg) {
             Ok(s) => out.push(s),
-            Err(e) => warnings.push(format!(
-                "cgroup '{}' unreadable: {:#}",
-                cg.path,
-                anyhow::Error::from(e)
+            Err(e) => warnings.push(Warning::new(
+                WarningKind::CgroupUnreadable,
+                cg.path.clone(),
+                format!(
+                    "cgroup '{}' unreadable: {:#}",
+                    cg.path,
+                    anyhow::Error::from(e)
+                ),
             )),
         }
     }

@@ -3,6 +3,7 @@
 //! for errors: the directory itself must be readable (else an error), anything below that
 //! cannot be read is a warning and the walk goes on.
 
+use crate::sample::{Warning, WarningKind};
 use std::path::{Path, PathBuf};
 
 use anyhow::Context;
@@ -10,7 +11,7 @@ use anyhow::Context;
 /// Regular files below `dir`, with their metadata; warnings for what could not be read.
 pub fn files(
     dir: &Path,
-    warnings: &mut Vec<String>,
+    warnings: &mut Vec<Warning>,
 ) -> anyhow::Result<Vec<(PathBuf, std::fs::Metadata)>> {
     std::fs::read_dir(dir).with_context(|| format!("cannot read directory '{}'", dir.display()))?;
     let mut out = Vec::new();
@@ -21,18 +22,26 @@ pub fn files(
         match entry {
             Ok(e) if e.file_type().is_file() => match e.metadata() {
                 Ok(m) => out.push((e.into_path(), m)),
-                Err(err) => warnings.push(format!("skipping '{}': {err}", e.path().display())),
+                Err(err) => warnings.push(skipped(e.path(), err.to_string())),
             },
             Ok(_) => {}
-            Err(err) => warnings.push(format!(
-                "skipping '{}': {}",
-                err.path().unwrap_or(dir).display(),
+            Err(err) => warnings.push(skipped(
+                err.path().unwrap_or(dir),
                 err.io_error()
-                    .map_or_else(|| err.to_string(), |io| io.to_string())
+                    .map_or_else(|| err.to_string(), |io| io.to_string()),
             )),
         }
     }
     Ok(out)
+}
+
+/// A file below the directory that was skipped, and why.
+fn skipped(path: &Path, why: String) -> Warning {
+    Warning::new(
+        WarningKind::FileSkipped,
+        path.display().to_string(),
+        format!("skipping '{}': {why}", path.display()),
+    )
 }
 
 #[cfg(test)]

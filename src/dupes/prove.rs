@@ -7,6 +7,7 @@
 //! searched (no permission, gone, over the budget, nothing searchable in the file) is
 //! reported with the reason, so the count can say it is a lower bound.
 
+use crate::sample::{Warning, WarningKind};
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
@@ -100,7 +101,7 @@ pub fn prove(
     roots: &Roots,
     sample: &Sample,
     opts: ProveOptions,
-    warnings: &mut Vec<String>,
+    warnings: &mut Vec<Warning>,
 ) -> Vec<ProofSample> {
     prove_with(roots, sample, opts, None, warnings)
 }
@@ -111,7 +112,7 @@ pub fn prove_with(
     sample: &Sample,
     opts: ProveOptions,
     progress: Option<&Progress>,
-    warnings: &mut Vec<String>,
+    warnings: &mut Vec<Warning>,
 ) -> Vec<ProofSample> {
     prove_found(roots, sample, opts, progress, warnings)
         .into_iter()
@@ -125,7 +126,7 @@ pub fn prove_found(
     sample: &Sample,
     opts: ProveOptions,
     progress: Option<&Progress>,
-    warnings: &mut Vec<String>,
+    warnings: &mut Vec<Warning>,
 ) -> Vec<Proof> {
     let start = Instant::now();
     let deadline = opts.budget.map(|b| start + b);
@@ -201,7 +202,7 @@ fn prove_group(
     opts: ProveOptions,
     deadline: Option<Instant>,
     progress: Option<&Progress>,
-    warnings: &mut Vec<String>,
+    warnings: &mut Vec<Warning>,
 ) -> Vec<Proof> {
     let start = Instant::now();
     if deadline.is_some_and(|d| start >= d) {
@@ -245,7 +246,10 @@ fn prove_group(
     let grid = match Grid::build(inputs, 16, true, opts.exact) {
         Ok(g) => g,
         Err(e) => {
-            warnings.push(format!("cannot index the model files: {e}"));
+            warnings.push(Warning::host(
+                WarningKind::IndexFailed,
+                format!("cannot index the model files: {e}"),
+            ));
             return unsearched(sample, pids, &Unsearched::not_indexed(&e.to_string()));
         }
     };

@@ -2,6 +2,7 @@
 //! read), one [`Grid`] over all of them, each process swept with it, and the copies
 //! found weighed by who maps their pages ([`super::physical`]).
 
+use crate::sample::{Warning, WarningKind};
 use std::path::{Path, PathBuf};
 
 use anyhow::{bail, Context};
@@ -67,7 +68,7 @@ fn prepare(shown: &str, open_path: &Path) -> anyhow::Result<(Prepared, FileBytes
 fn files_of(
     roots: &Roots,
     pid: i32,
-    out_warnings: &mut Vec<String>,
+    out_warnings: &mut Vec<Warning>,
 ) -> anyhow::Result<Vec<(String, PathBuf)>> {
     let req = Request {
         pids: vec![pid],
@@ -234,7 +235,7 @@ pub struct SearchRequest {
 pub fn search(
     args: &SearchRequest,
     roots: &Roots,
-    warnings: &mut Vec<String>,
+    warnings: &mut Vec<Warning>,
 ) -> anyhow::Result<DupesReport> {
     let procs = ProcReader::new(&roots.proc);
     for pid in &args.pids {
@@ -266,7 +267,11 @@ pub fn search(
                             prepared.len() - 1
                         }
                         Err(e) => {
-                            warnings.push(format!("skipping '{shown}': {e:#}"));
+                            warnings.push(Warning::new(
+                                WarningKind::FileSkipped,
+                                shown.clone(),
+                                format!("skipping '{shown}': {e:#}"),
+                            ));
                             continue;
                         }
                     },

@@ -44,7 +44,7 @@ pub struct Proved {
     /// One per file the process was a candidate for (or found to hold a copy of).
     proofs: Vec<(ProofSample, CopyRanges)>,
     /// Why part of it could not be searched (a process that exited, a denied read).
-    pub warnings: Vec<String>,
+    pub warnings: Vec<crate::sample::Warning>,
     /// How long it took.
     pub secs: f64,
 }

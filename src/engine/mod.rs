@@ -9,6 +9,7 @@
 //! [`report`] turns them into the report's trace section (totals, and rates from the
 //! snapshot before).
 
+use crate::sample::{Warning, WarningKind};
 use std::collections::{BTreeMap, BTreeSet};
 use std::os::unix::fs::MetadataExt;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
@@ -79,7 +80,7 @@ struct Tracing {
     names: Names,
     prev: Option<TraceSample>,
     /// Non-fatal attach problems, reported with the next snapshot.
-    warnings: Vec<String>,
+    warnings: Vec<Warning>,
     /// The per-process counters of the last sample, as read (see [`fold_exited`]).
     before: Option<PerProcess>,
     /// Bytes read per file by processes folded away since the attach.
@@ -183,7 +184,7 @@ impl Engine {
 
     /// One snapshot (with the eBPF counters when tracing is on). Warnings (a process that
     /// could not be read, a file that vanished) are appended.
-    pub fn snapshot(&mut self, warnings: &mut Vec<String>) -> anyhow::Result<Snapshot> {
+    pub fn snapshot(&mut self, warnings: &mut Vec<Warning>) -> anyhow::Result<Snapshot> {
         let (at_unix_ns, at_mono_ns) = now();
         if let Some(t) = self.tracing.as_mut() {
             warnings.append(&mut t.warnings);
@@ -327,7 +328,7 @@ impl Tracing {
         req: &Request,
         sample: &Sample,
         cur: &mut TraceSample,
-        warnings: &mut Vec<String>,
+        warnings: &mut Vec<Warning>,
     ) {
         let new: Vec<FileKey> = sample
             .files
@@ -338,7 +339,10 @@ impl Tracing {
         if let (false, Some(tracer)) = (new.is_empty(), self.tracer.as_mut()) {
             match tracer.pin_files(&new) {
                 Ok(()) => self.pinned.extend(new),
-                Err(e) => warnings.push(format!("--trace: {:#}", anyhow::Error::from(e))),
+                Err(e) => warnings.push(Warning::host(
+                    WarningKind::Trace,
+                    format!("--trace: {:#}", anyhow::Error::from(e)),
+                )),
             }
         }
         cur.pinned_pids = req.pids.clone();

@@ -2,6 +2,7 @@
 //! fingerprint holds, checked in place when its memory changed within its cadence, and
 //! searched again after it (see [`Engine::prove`](super::Engine)).
 
+use crate::sample::Warning;
 use std::time::{Duration, Instant};
 
 use super::Engine;
@@ -81,7 +82,7 @@ impl Engine {
         &mut self,
         sample: &Sample,
         opts: ProveOptions,
-        warnings: &mut Vec<String>,
+        warnings: &mut Vec<Warning>,
     ) -> Vec<ProofSample> {
         use crate::dupes::physical::{self, CopyRanges};
         let now = Instant::now();

@@ -59,7 +59,13 @@ impl Collector {
                 Some(Box::new(r))
             }
             Err(e) => {
-                warnings.insert(0, format!("collection failed: {e:#}"));
+                warnings.insert(
+                    0,
+                    crate::sample::Warning::host(
+                        crate::sample::WarningKind::CollectionFailed,
+                        format!("collection failed: {e:#}"),
+                    ),
+                );
                 None
             }
         };

@@ -50,7 +50,7 @@ pub struct Update {
     /// the update only carries a map or a proof's end); the last report stays.
     pub report: Option<Box<Report>>,
     /// The warnings of the collection; `None` keeps the last ones.
-    pub warnings: Option<Vec<String>>,
+    pub warnings: Option<Vec<crate::sample::Warning>>,
     /// Replaces [`State::source`] when set (the replay position).
     pub source: Option<String>,
     /// The page-cache map of the open file (`Err`: why it is unknown).

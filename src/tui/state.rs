@@ -50,7 +50,7 @@ pub struct State {
     /// Where the report comes from: `live`, or the replay position.
     pub source: String,
     /// Warnings of the last collection (shown as a count and the first line).
-    pub warnings: Vec<String>,
+    pub warnings: Vec<crate::sample::Warning>,
     /// Row counts seen at the last draw, to clamp the selection.
     pub rows_seen: [usize; 3],
     /// Each file's residency, refaults and held bytes over the session (sparklines).

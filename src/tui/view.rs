@@ -389,7 +389,7 @@ fn draw_footer(frame: &mut Frame, area: Rect, st: &State, t: &Theme) {
         Line::from(Span::styled(safe(s).into_owned(), t.fg(Color::Cyan)))
     } else if let Some(w) = st.warnings.first() {
         Line::from(Span::styled(
-            format!("{} warning(s): {}", st.warnings.len(), safe(w)),
+            format!("{} warning(s): {}", st.warnings.len(), safe(&w.text)),
             t.fg(Color::Yellow),
         ))
     } else {

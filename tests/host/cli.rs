@@ -499,3 +499,51 @@ fn unprivileged_scan_degrades_to_unknown() {
     assert!(f.residency_unknown_reason.is_some());
     assert!(f.mappers.is_empty(), "cannot see another user's mappings");
 }
+
+/// `record` as 'nobody' beside root processes that come and go, so that the number of
+/// processes it cannot read moves with every snapshot: the warning is said once, not once
+/// a snapshot (it repeats when it changes, a minute after it was said at the earliest).
+#[test]
+fn a_warning_whose_count_moves_is_not_said_every_snapshot() {
+    let _group = crate::common::group(module_path!());
+    let Some((dir, bin)) = nobody_setup() else {
+        return;
+    };
+    use std::os::unix::fs::PermissionsExt;
+    let store = dir.path().join("store");
+    std::fs::create_dir(&store).unwrap();
+    std::fs::set_permissions(&store, std::fs::Permissions::from_mode(0o777)).unwrap();
+    let mut rec = Command::new("setpriv")
+        .args(["--reuid=65534", "--regid=65534", "--clear-groups"])
+        .arg(&bin)
+        .args(["record", "--interval", "0.5s", "--store"])
+        .arg(&store)
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    // Root's processes, unreadable to 'nobody': 0, then 4, then 0, ... for 6 s.
+    let t0 = Instant::now();
+    let mut flips = 0;
+    while t0.elapsed() < Duration::from_secs(6) {
+        let mut kids: Vec<_> = (0..4)
+            .map(|_| Command::new("sleep").arg("0.7").spawn().unwrap())
+            .collect();
+        for k in &mut kids {
+            k.wait().unwrap();
+        }
+        std::thread::sleep(Duration::from_millis(700));
+        flips += 1;
+    }
+    let _ = Command::new("kill")
+        .args(["-INT", &rec.id().to_string()])
+        .status();
+    let out = rec.wait_with_output().unwrap();
+    let err = text(&out.stderr);
+    let said = err
+        .lines()
+        .filter(|l| l.contains("could not be read fully"))
+        .count();
+    assert!(flips >= 3, "{flips}");
+    assert_eq!(said, 1, "said {said} times in 6 s:\n{err}");
+}

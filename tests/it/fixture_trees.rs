@@ -32,7 +32,7 @@ fn fixture(name: &str) -> Roots {
     }
 }
 
-fn run(roots: &Roots, req: &Request) -> (model::Report, Vec<String>) {
+fn run(roots: &Roots, req: &Request) -> (model::Report, Vec<twofold::sample::Warning>) {
     let mut warnings = Vec::new();
     let sample = gather(roots, req, &mut warnings).unwrap();
     (model::from_sample(&sample), warnings)
@@ -171,10 +171,15 @@ fn malformed_line_is_a_warning_naming_file_and_line() {
     let (report, warnings) = run(&roots, &Request::default());
     assert!(report.processes.is_empty());
     assert_eq!(warnings.len(), 1, "{warnings:?}");
+    let w = &warnings[0];
+    assert_eq!(
+        w.kind,
+        twofold::sample::WarningKind::ProcessUnreadable,
+        "{w:?}"
+    );
     assert!(
-        warnings[0].contains("malformed line 12 of '") && warnings[0].contains("100/status'"),
-        "{}",
-        warnings[0]
+        w.text.contains("malformed line 12 of '") && w.text.contains("100/status'"),
+        "{w}"
     );
 }
 

@@ -232,7 +232,7 @@ struct Loaded {
 pub struct Tracer {
     loaded: Vec<Loaded>,
     unavailable: BTreeMap<Counter, String>,
-    warnings: Vec<String>,
+    warnings: Vec<crate::sample::Warning>,
     started: Instant,
     /// CLOCK_MONOTONIC at `started`, the clock of `bpf_ktime_get_ns`.
     started_ns: u64,
@@ -305,7 +305,11 @@ impl Tracer {
                         if prog.required {
                             tracer.unavailable.entry(prog.counter).or_insert(why);
                         } else {
-                            tracer.warnings.push(why);
+                            tracer.warnings.push(crate::sample::Warning::new(
+                                crate::sample::WarningKind::Trace,
+                                format!("{}:{event}", prog.category),
+                                why,
+                            ));
                         }
                     }
                 }
@@ -332,7 +336,7 @@ impl Tracer {
     }
 
     /// Non-fatal problems (optional tracepoints that could not be attached).
-    pub fn warnings(&self) -> &[String] {
+    pub fn warnings(&self) -> &[crate::sample::Warning] {
         &self.warnings
     }
 
