@@ -2,7 +2,7 @@
 //! sample their maps every interval, name what they count (scan collectors for files of
 //! interest, `/proc` for the rest) and print rates.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeMap;
 use std::io::Write;
 use std::os::unix::fs::MetadataExt;
 use std::path::PathBuf;
@@ -12,18 +12,13 @@ use std::time::{Duration, Instant};
 use anyhow::{bail, Context};
 
 use crate::cli::TraceArgs;
-use crate::collect::bpf::{TraceOptions, Tracer};
-use crate::collect::gather::{self, Request};
-use crate::collect::names::Names;
+use crate::collect::gather::Request;
 use crate::collect::Roots;
+use crate::engine::Engine;
 use crate::model::trace::{TraceContext, TraceModel};
 use crate::render::trace::{self as out_trace, Attached, Record};
 use crate::sample::trace::TraceSample;
 use crate::sample::FileKey;
-
-fn options(pids: &[i32], files: &[FileKey]) -> TraceOptions {
-    TraceOptions::pinning(pids, files)
-}
 
 /// (dev, inode) of each path (files, or the model files of directories).
 fn explicit_files(paths: &[PathBuf]) -> anyhow::Result<BTreeMap<FileKey, String>> {
@@ -45,50 +40,36 @@ fn explicit_files(paths: &[PathBuf]) -> anyhow::Result<BTreeMap<FileKey, String>
     Ok(out)
 }
 
-/// Names, files of interest and their sizes for the model.
-struct TraceModeler {
-    names: Names,
-    interest: BTreeSet<FileKey>,
+/// What `trace`'s models show beside the counters: the files of interest, their paths
+/// and sizes, and the rows asked for.
+struct TraceView {
+    paths: BTreeMap<FileKey, String>,
     sizes: BTreeMap<FileKey, u64>,
     pids: Vec<i32>,
     only_files: Vec<FileKey>,
     top: usize,
+    page_bytes: u64,
 }
 
-impl TraceModeler {
-    /// The model of `cur` (over the time since `prev`), after naming its rows.
-    fn model(&mut self, cur: &TraceSample, prev: Option<&TraceSample>) -> TraceModel {
-        let m = TraceModel::new(cur, prev, &self.ctx());
-        let mut keys: BTreeSet<FileKey> = m
-            .files
-            .iter()
-            .filter(|f| f.path.is_none())
-            .map(|f| f.key)
-            .collect();
-        keys.extend(
-            m.processes
-                .iter()
-                .flat_map(|p| &p.files)
-                .filter(|f| f.path.is_none())
-                .map(|f| f.key),
-        );
-        let pids: BTreeSet<i32> = m.processes.iter().map(|p| p.pid).collect();
-        self.names.resolve_paths(&keys);
-        self.names.resolve_comms(&pids);
-        TraceModel::new(cur, prev, &self.ctx())
-    }
-
-    fn ctx(&self) -> TraceContext {
-        TraceContext {
-            paths: self.names.paths().clone(),
-            interest: self.interest.clone(),
+impl TraceView {
+    /// The model of `cur` (over the time since `prev`, or since the attach), with the
+    /// names the engine looked up when it read the counters.
+    fn model(&self, cur: &TraceSample, prev: Option<&TraceSample>) -> TraceModel {
+        let mut paths = self.paths.clone();
+        for (k, p) in &cur.names.paths {
+            paths.entry(*k).or_insert_with(|| p.clone());
+        }
+        let ctx = TraceContext {
+            paths,
+            interest: self.paths.keys().copied().collect(),
             sizes: self.sizes.clone(),
-            comms: self.names.comms().clone(),
+            comms: cur.names.comms.clone(),
             pids: self.pids.clone(),
             files: self.only_files.clone(),
             top: self.top,
-            page_bytes: crate::collect::system::page_size(),
-        }
+            page_bytes: self.page_bytes,
+        };
+        TraceModel::new(cur, prev, &ctx)
     }
 }
 
@@ -113,19 +94,22 @@ pub fn run(args: &TraceArgs, out: &mut dyn Write) -> anyhow::Result<()> {
         bail!("--interval must be longer than '0s'");
     }
     let explicit = explicit_files(&args.files)?;
-    // Files of interest now: the named ones, and model files the processes hold.
-    let mut warnings = Vec::new();
-    let sample = gather::gather(
-        &roots,
-        &Request {
+    // Files of interest now: the named ones, and model files the processes hold. The
+    // engine collects them once, attaches (pinning them and the named processes), and
+    // then reads only the counters, naming what the rows show.
+    let mut engine = Engine::new(
+        Request {
             paths: args.files.clone(),
             pids: args.pids.clone(),
             min_size: args.min_size,
             ..Request::default()
         },
-        &mut warnings,
-    )?;
+        None,
+    );
+    let mut warnings = Vec::new();
+    let snap = engine.snapshot(&mut warnings)?;
     super::warn_all(&warnings);
+    let sample = &snap.sample;
     let mut paths = explicit.clone();
     let mut sizes = BTreeMap::new();
     for f in &sample.files {
@@ -134,8 +118,6 @@ pub fn run(args: &TraceArgs, out: &mut dyn Write) -> anyhow::Result<()> {
             sizes.insert(f.key, s);
         }
     }
-    let interest: BTreeSet<FileKey> = paths.keys().copied().collect();
-    let pinned: Vec<FileKey> = interest.iter().copied().collect();
     // --file: only the named files (and the model files of named directories).
     let only_files: Vec<FileKey> = sample
         .files
@@ -144,28 +126,36 @@ pub fn run(args: &TraceArgs, out: &mut dyn Write) -> anyhow::Result<()> {
         .map(|f| f.key)
         .chain(explicit.keys().copied())
         .collect();
-    let tracer = Tracer::attach(&options(&args.pids, &pinned))?;
-    super::warn_all(tracer.warnings());
-    let mut modeler = TraceModeler {
-        names: Names::new(&roots, paths.clone()),
-        interest,
+    engine.set_tracing(true).map_err(|e| anyhow::anyhow!(e))?;
+    engine.trace_rows(args.top);
+    let view = TraceView {
+        paths: paths.clone(),
         sizes,
         pids: args.pids.clone(),
         only_files,
         top: args.top,
+        page_bytes: sample.system.page_bytes(),
     };
     let attached = Attached {
-        attach_ms: tracer.attach_time().as_secs_f64() * 1e3,
-        unavailable: tracer.unavailable().clone(),
+        attach_ms: engine.trace_attach_time().unwrap_or_default().as_secs_f64() * 1e3,
+        unavailable: engine.trace_unavailable(),
         files: paths.values().cloned().collect(),
         pids: args.pids.clone(),
+    };
+    let mut sample_now = || -> anyhow::Result<TraceSample> {
+        let mut warnings = Vec::new();
+        let s = engine
+            .trace_sample(&mut warnings)
+            .ok_or_else(|| anyhow::anyhow!("the eBPF programs were detached"));
+        super::warn_all(&warnings);
+        s
     };
     // SIGINT/SIGTERM stop the loop, so the summary is still printed.
     let stop = super::common::stop_flag();
     let start = Instant::now();
     let end = args.duration.map(|d| start + d);
     // Sampled before saying "attached", so nothing that follows is left out.
-    let mut prev = tracer.sample();
+    let mut prev = sample_now()?;
     if args.output.json {
         out_trace::json_line(out, Record::Attached(attached))?;
     } else {
@@ -178,17 +168,17 @@ pub fn run(args: &TraceArgs, out: &mut dyn Write) -> anyhow::Result<()> {
     loop {
         let until = end.map_or(next, |e| e.min(next));
         let finished = !sleep_until(until, &stop) || end.is_some_and(|e| Instant::now() >= e);
-        let cur = tracer.sample();
+        let cur = sample_now()?;
         if !finished || end.is_none() {
-            let m = modeler.model(&cur, Some(&prev));
+            let m = view.model(&cur, Some(&prev));
             emit(out, args.output.json, Record::Interval(m))?;
         } else if cur.at_secs - prev.at_secs > 0.01 {
             // The last, partial interval.
-            let m = modeler.model(&cur, Some(&prev));
+            let m = view.model(&cur, Some(&prev));
             emit(out, args.output.json, Record::Interval(m))?;
         }
         if finished {
-            let m = modeler.model(&cur, None);
+            let m = view.model(&cur, None);
             emit(out, args.output.json, Record::Summary(m))?;
             return Ok(());
         }

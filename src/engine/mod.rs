@@ -9,29 +9,24 @@
 //! [`report`] turns them into the report's trace section (totals, and rates from the
 //! snapshot before).
 
-use crate::sample::{Warning, WarningKind};
-use std::collections::{BTreeMap, BTreeSet};
-use std::os::unix::fs::MetadataExt;
+use crate::sample::Warning;
+use std::collections::BTreeMap;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 mod manual;
 mod reuse;
+mod tracing;
 pub use crate::sample::unsearched::CHANGED_SINCE_SEARCH;
 pub use manual::{Progress, ProveJob, Proved};
 use reuse::Reused;
 pub(crate) use reuse::{fingerprint, Fingerprint};
 pub use reuse::{REPROVE_AFTER, RESEARCH_COST_FACTOR, RESEARCH_MAX, RESEARCH_MIN};
 
-use crate::collect::bpf::{TraceOptions, Tracer};
 use crate::collect::cache::{CacheStats, ProcCache};
 use crate::collect::gather::{self, Request};
-use crate::collect::names::Names;
 use crate::collect::Roots;
 use crate::dupes::prove::ProveOptions;
-use crate::model;
-use crate::model::trace::{TraceContext, TraceModel};
-use crate::sample::trace::{TraceNames, TraceSample};
-use crate::sample::{FileKey, Sample};
+use crate::sample::FileKey;
 
 pub use crate::sample::snapshot::{Snapshot, SNAPSHOT_VERSION};
 
@@ -64,33 +59,12 @@ pub struct Engine {
     /// `None` reads everything every snapshot (`scan`).
     cache: Option<ProcCache>,
     /// The eBPF tracer, while tracing is on.
-    tracing: Option<Tracing>,
+    tracing: Option<tracing::Tracing>,
+    /// The files of interest of the last snapshot (key, path): what tracing pins and names.
+    interest: Vec<(FileKey, String)>,
     /// Proofs asked for by hand ([`Engine::prove_now`]), merged into later snapshots.
     manual: BTreeMap<(i32, FileKey), manual::Manual>,
 }
-
-/// What the engine keeps while tracing: the tracer, what it pinned, names it resolved and
-/// the sample before.
-struct Tracing {
-    /// `None` once a one-shot window ([`Engine::trace_once`]) has been read.
-    tracer: Option<Tracer>,
-    /// Detach right after the next sample.
-    once: bool,
-    pinned: BTreeSet<FileKey>,
-    names: Names,
-    prev: Option<TraceSample>,
-    /// Non-fatal attach problems, reported with the next snapshot.
-    warnings: Vec<Warning>,
-    /// The per-process counters of the last sample, as read (see [`fold_exited`]).
-    before: Option<PerProcess>,
-    /// Bytes read per file by processes folded away since the attach.
-    exited_read: BTreeMap<FileKey, u64>,
-}
-
-type PerProcess = (
-    BTreeMap<i32, crate::sample::trace::PidCounters>,
-    BTreeMap<(i32, FileKey), crate::sample::trace::IoCounters>,
-);
 
 impl Engine {
     pub fn new(req: Request, prove: Option<ProveOptions>) -> Engine {
@@ -104,6 +78,7 @@ impl Engine {
             gpu: crate::collect::gpu::source(),
             cache: None,
             tracing: None,
+            interest: Vec::new(),
             manual: BTreeMap::new(),
         }
     }
@@ -129,65 +104,12 @@ impl Engine {
             .unwrap_or_default()
     }
 
-    /// Whether tracing is on.
-    pub fn tracing(&self) -> bool {
-        self.tracing.is_some()
-    }
-
-    /// Turns eBPF tracing on (attaching the programs, pinning the request's files and
-    /// processes) or off (detaching them). Snapshots carry the counters while it is on;
-    /// counters start from zero at each attach. `Err` says why it cannot be turned on (no
-    /// privilege, no tracepoint), in words for people; the engine goes on without it.
-    pub fn set_tracing(&mut self, on: bool) -> Result<(), String> {
-        if !on {
-            self.tracing = None;
-            return Ok(());
-        }
-        if self.tracing.is_some() {
-            return Ok(());
-        }
-        let files = explicit_keys(&self.req.paths);
-        let tracer = Tracer::attach(&TraceOptions::pinning(&self.req.pids, &files))
-            .map_err(|e| format!("{:#}", anyhow::Error::from(e)))?;
-        self.tracing = Some(Tracing {
-            warnings: tracer.warnings().to_vec(),
-            tracer: Some(tracer),
-            once: false,
-            pinned: files.into_iter().collect(),
-            names: Names::new(&self.roots, BTreeMap::new()),
-            prev: None,
-            before: None,
-            exited_read: BTreeMap::new(),
-        });
-        Ok(())
-    }
-
-    /// Turns tracing on for one window: the next snapshot carries the counters since now
-    /// and detaches the programs as soon as it has read them, before collecting (so a
-    /// one-shot scan's own collection and proof run untraced, as fast as without it).
-    pub fn trace_once(&mut self) -> Result<(), String> {
-        self.set_tracing(true)?;
-        if let Some(t) = self.tracing.as_mut() {
-            t.once = true;
-        }
-        Ok(())
-    }
-
-    /// Counters the tracer could not attach, with the reason (empty when tracing is off).
-    pub fn trace_unavailable(&self) -> BTreeMap<crate::sample::trace::Counter, String> {
-        self.tracing
-            .as_ref()
-            .and_then(|t| t.tracer.as_ref())
-            .map(|t| t.unavailable().clone())
-            .unwrap_or_default()
-    }
-
     /// One snapshot (with the eBPF counters when tracing is on). Warnings (a process that
     /// could not be read, a file that vanished) are appended.
     pub fn snapshot(&mut self, warnings: &mut Vec<Warning>) -> anyhow::Result<Snapshot> {
         let (at_unix_ns, at_mono_ns) = now();
         if let Some(t) = self.tracing.as_mut() {
-            warnings.append(&mut t.warnings);
+            t.take_warnings(warnings);
         }
         // A one-shot window (`trace_once`) is read first and detached, so the collection
         // and the proof run untraced.
@@ -209,29 +131,27 @@ impl Engine {
             sample.proofs = self.prove(&sample, opts, warnings);
         }
         self.merge_manual(&mut sample);
-        if let Some(t) = self.tracing.as_mut() {
-            // Continuous tracing reads the counters after the collection and the proof:
-            // a copy the proof found was read before, so the ledger holds its reads.
-            if let Some(tracer) = t.tracer.as_mut() {
-                let mut cur = tracer.sample();
-                fold_exited(
-                    &self.roots.proc,
-                    tracer,
-                    &mut t.before,
-                    &mut t.exited_read,
-                    &mut cur,
-                );
-                trace = Some(cur);
+        self.interest = sample
+            .files
+            .iter()
+            .map(|f| (f.key, f.path.clone()))
+            .collect();
+        // Continuous tracing reads the counters after the collection and the proof: a copy
+        // the proof found was read before, so the ledger holds its reads. The read()
+        // ledger is the counters' `io` (cumulative since attach: a process that read a file
+        // an hour ago and closed it is still known to have ingested it); `sample.reads`
+        // stays empty rather than hold it twice.
+        if let Some(cur) = self.trace_for_snapshot(warnings) {
+            trace = Some(cur);
+        }
+        if let (Some(t), Some(cur)) = (self.tracing.as_mut(), trace.as_mut()) {
+            if t.once {
+                // A one-shot window, read before the collection: named now.
+                t.annotate(&self.req, &self.interest, cur, warnings);
             }
-            // The read() ledger is the counters' `io` (cumulative since attach: a process
-            // that read a file an hour ago and closed it is still known to have ingested
-            // it); `sample.reads` stays empty rather than hold it twice.
-            if let Some(cur) = trace.as_mut() {
-                t.annotate(&self.req, &sample, cur, warnings);
-            }
-            if t.tracer.is_none() {
-                self.tracing = None;
-            }
+        }
+        if self.tracing.as_ref().is_some_and(|t| t.tracer.is_none()) {
+            self.tracing = None;
         }
         if self.cache.is_some() {
             give_back_free_heap();
@@ -243,158 +163,6 @@ impl Engine {
             sample,
             trace,
         })
-    }
-}
-
-/// Forgets the processes that exited before the last sample and did nothing since: their
-/// counters leave the sample and the kernel's maps ([`Tracer::forget`]), and what they read
-/// of each file is kept in `exited` (the sample's `exited_read_bytes`), so that per-file
-/// totals and rates stay whole. A process that exits shows in the one sample after its
-/// last event, then only in the per-file totals: a recording's frames hold the living and
-/// the recently exited, not every process since the attach.
-fn fold_exited(
-    proc_root: &std::path::Path,
-    tracer: &mut Tracer,
-    before: &mut Option<PerProcess>,
-    exited: &mut BTreeMap<FileKey, u64>,
-    cur: &mut TraceSample,
-) {
-    if let Some((pids, io)) = before.as_ref() {
-        let idle_pids: Vec<i32> = cur
-            .pids
-            .iter()
-            .filter(|(p, c)| pids.get(p) == Some(c))
-            .map(|(p, _)| *p)
-            .collect();
-        let idle_io: Vec<(i32, FileKey)> = cur
-            .io
-            .iter()
-            .filter(|(k, c)| io.get(k) == Some(c))
-            .map(|(k, _)| *k)
-            .collect();
-        if !idle_pids.is_empty() || !idle_io.is_empty() {
-            // Processes (counters are kept per thread-group id, as /proc lists them);
-            // when /proc cannot be listed, nobody is taken for gone.
-            let alive: std::collections::HashSet<i32> =
-                match crate::collect::process::ProcReader::new(proc_root).pids() {
-                    Ok(pids) => pids.into_iter().collect(),
-                    Err(_) => cur
-                        .pids
-                        .keys()
-                        .chain(cur.io.keys().map(|k| &k.0))
-                        .copied()
-                        .collect(),
-                };
-            let gone_pids: Vec<i32> = idle_pids
-                .into_iter()
-                .filter(|p| !alive.contains(p))
-                .collect();
-            let gone_io: Vec<(i32, FileKey)> = idle_io
-                .into_iter()
-                .filter(|(p, _)| !alive.contains(p))
-                .collect();
-            for p in &gone_pids {
-                cur.pids.remove(p);
-            }
-            for k in &gone_io {
-                if let Some(c) = cur.io.remove(k) {
-                    let e = exited.entry(k.1).or_default();
-                    *e = e.saturating_add(c.read_bytes);
-                }
-            }
-            tracer.forget(&gone_pids, &gone_io);
-        }
-    }
-    *before = Some((cur.pids.clone(), cur.io.clone()));
-    cur.exited_read_bytes = exited.clone();
-}
-
-/// (dev, inode) of the request's paths that are files (directories' model files are
-/// pinned once collection finds them).
-fn explicit_keys(paths: &[std::path::PathBuf]) -> Vec<FileKey> {
-    paths
-        .iter()
-        .filter_map(|p| std::fs::metadata(p).ok())
-        .filter(|m| m.is_file())
-        .map(|m| FileKey::from_dev(m.dev(), m.ino()))
-        .collect()
-}
-
-impl Tracing {
-    /// Pins the files of interest collection found, and names what a report of `cur`
-    /// (with the sample before it, or without) would show that the sample does not name.
-    fn annotate(
-        &mut self,
-        req: &Request,
-        sample: &Sample,
-        cur: &mut TraceSample,
-        warnings: &mut Vec<Warning>,
-    ) {
-        let new: Vec<FileKey> = sample
-            .files
-            .iter()
-            .map(|f| f.key)
-            .filter(|k| !self.pinned.contains(k))
-            .collect();
-        if let (false, Some(tracer)) = (new.is_empty(), self.tracer.as_mut()) {
-            match tracer.pin_files(&new) {
-                Ok(()) => self.pinned.extend(new),
-                Err(e) => warnings.push(Warning::host(
-                    WarningKind::Trace,
-                    format!("--trace: {:#}", anyhow::Error::from(e)),
-                )),
-            }
-        }
-        cur.pinned_pids = req.pids.clone();
-        // The widest context a report can have: every file of the sample is of interest
-        // (a report keeps a subset), so every row a report shows is a row here too.
-        let mut ctx = TraceContext {
-            paths: sample
-                .files
-                .iter()
-                .map(|f| (f.key, f.path.clone()))
-                .collect(),
-            interest: sample.files.iter().map(|f| f.key).collect(),
-            pids: req.pids.clone(),
-            top: model::TRACE_TOP,
-            ..TraceContext::default()
-        };
-        for (k, p) in self.names.paths() {
-            ctx.paths.entry(*k).or_insert_with(|| p.clone());
-        }
-        let prev = self
-            .prev
-            .as_ref()
-            .filter(|p| crate::sample::trace::same_attachment(p, cur));
-        let mut keys = BTreeSet::new();
-        let mut pids = BTreeSet::new();
-        for m in [
-            TraceModel::new(cur, prev, &ctx),
-            TraceModel::new(cur, None, &ctx),
-        ] {
-            keys.extend(m.files.iter().map(|f| f.key));
-            keys.extend(
-                m.processes
-                    .iter()
-                    .flat_map(|p| p.files.iter().map(|f| f.key)),
-            );
-            pids.extend(m.processes.iter().map(|p| p.pid));
-        }
-        let named: BTreeSet<FileKey> = sample.files.iter().map(|f| f.key).collect();
-        keys.retain(|k| !named.contains(k));
-        self.names.resolve_paths(&keys);
-        self.names.resolve_comms(&pids);
-        cur.names = TraceNames {
-            paths: keys
-                .iter()
-                .filter_map(|k| Some((*k, self.names.paths().get(k)?.clone())))
-                .collect(),
-            comms: pids
-                .iter()
-                .filter_map(|p| Some((*p, self.names.comms().get(p)?.clone())))
-                .collect(),
-        };
-        self.prev = Some(cur.clone());
     }
 }
 

@@ -3,7 +3,8 @@
 //! and rates from the snapshot before when it comes from the same attachment.
 
 use super::*;
-use crate::sample::trace::{Counter, FileCounters, IoCounters, OomKill, PidCounters};
+use crate::sample::trace::{Counter, FileCounters, IoCounters, OomKill, PidCounters, TraceSample};
+use crate::sample::Sample;
 use crate::sample::{
     CandidateSample, CandidateWhy, FileSample, ProcessSample, ProofSample, ReadSample,
     ResidencySample, StatusSample,

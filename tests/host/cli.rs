@@ -513,7 +513,7 @@ fn a_warning_whose_count_moves_is_not_said_every_snapshot() {
     let store = dir.path().join("store");
     std::fs::create_dir(&store).unwrap();
     std::fs::set_permissions(&store, std::fs::Permissions::from_mode(0o777)).unwrap();
-    let mut rec = Command::new("setpriv")
+    let rec = Command::new("setpriv")
         .args(["--reuid=65534", "--regid=65534", "--clear-groups"])
         .arg(&bin)
         .args(["record", "--interval", "0.5s", "--store"])

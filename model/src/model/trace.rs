@@ -397,7 +397,12 @@ impl TraceModel {
     }
 }
 
-fn files(cur: &TraceSample, p: &TraceSample, ctx: &TraceContext, secs: f64) -> Vec<FileTrace> {
+/// The files that get a row, ranked and cut as the model shows them: (key, totals, delta).
+fn ranked_files(
+    cur: &TraceSample,
+    p: &TraceSample,
+    ctx: &TraceContext,
+) -> Vec<(FileKey, FileTotals, FileTotals)> {
     let (rc, rp) = (reads_by_file(cur), reads_by_file(p));
     let mut keys: BTreeSet<FileKey> = cur.files.keys().copied().collect();
     keys.extend(rc.keys().copied());
@@ -406,56 +411,62 @@ fn files(cur: &TraceSample, p: &TraceSample, ctx: &TraceContext, secs: f64) -> V
         keys.retain(|k| ctx.files.contains(k));
     }
     let zero = FileCounters::default();
-    let mut rows: Vec<FileTrace> = keys
+    let mut rows: Vec<(FileKey, FileTotals, FileTotals)> = keys
         .into_iter()
         .map(|k| {
             let read = |m: &BTreeMap<FileKey, u64>| m.get(&k).copied().unwrap_or(0);
             let total = file_totals(cur, cur.files.get(&k).unwrap_or(&zero), read(&rc));
             let before = file_totals(p, p.files.get(&k).unwrap_or(&zero), read(&rp));
             let d = file_delta(&total, &before);
-            FileTrace {
-                path: ctx.paths.get(&k).cloned(),
-                key: k,
-                device: device(k),
-                inode: k.inode,
-                of_interest: ctx.interest.contains(&k),
-                file_faults_per_sec: rate(d.file_faults, secs),
-                fault_around_pages_per_sec: rate(d.fault_around_pages, secs),
-                added_pages_per_sec: rate(d.added_pages, secs),
-                evicted_pages_per_sec: rate(d.evicted_pages, secs),
-                refault_pages_per_sec: rate(d.refault_pages, secs),
-                read_bytes_per_sec: rate(d.read_bytes, secs),
-                delta: d,
-                total,
-            }
+            (k, total, d)
         })
         .collect();
+    let interest = |k: &FileKey| ctx.interest.contains(k);
     rows.sort_by(|a, b| {
-        b.of_interest
-            .cmp(&a.of_interest)
-            .then(
-                file_activity(&b.delta, ctx.page_bytes)
-                    .cmp(&file_activity(&a.delta, ctx.page_bytes)),
-            )
-            .then(a.inode.cmp(&b.inode))
+        interest(&b.0)
+            .cmp(&interest(&a.0))
+            .then(file_activity(&b.2, ctx.page_bytes).cmp(&file_activity(&a.2, ctx.page_bytes)))
+            .then(a.0.inode.cmp(&b.0.inode))
     });
     let mut others = 0;
     rows.retain(|r| {
-        if r.of_interest || !ctx.files.is_empty() {
+        if interest(&r.0) || !ctx.files.is_empty() {
             return true;
         }
         others += 1;
-        file_activity(&r.delta, ctx.page_bytes) > 0 && others <= ctx.top
+        file_activity(&r.2, ctx.page_bytes) > 0 && others <= ctx.top
     });
     rows
 }
 
-fn processes(
+fn files(cur: &TraceSample, p: &TraceSample, ctx: &TraceContext, secs: f64) -> Vec<FileTrace> {
+    ranked_files(cur, p, ctx)
+        .into_iter()
+        .map(|(k, total, d)| FileTrace {
+            path: ctx.paths.get(&k).cloned(),
+            key: k,
+            device: device(k),
+            inode: k.inode,
+            of_interest: ctx.interest.contains(&k),
+            file_faults_per_sec: rate(d.file_faults, secs),
+            fault_around_pages_per_sec: rate(d.fault_around_pages, secs),
+            added_pages_per_sec: rate(d.added_pages, secs),
+            evicted_pages_per_sec: rate(d.evicted_pages, secs),
+            refault_pages_per_sec: rate(d.refault_pages, secs),
+            read_bytes_per_sec: rate(d.read_bytes, secs),
+            delta: d,
+            total,
+        })
+        .collect()
+}
+
+/// The processes that get a row, ranked and cut as the model shows them: (pid, totals,
+/// delta).
+fn ranked_processes(
     cur: &TraceSample,
     p: &TraceSample,
     ctx: &TraceContext,
-    secs: f64,
-) -> Vec<ProcessTrace> {
+) -> Vec<(i32, ProcessTotals, ProcessTotals)> {
     let (rc, rp) = (reads_by_pid(cur), reads_by_pid(p));
     let mut pids: BTreeSet<i32> = cur.pids.keys().copied().collect();
     pids.extend(rc.keys().copied());
@@ -471,13 +482,43 @@ fn processes(
         .map(|(pid, _)| *pid)
         .collect();
     let zero = PidCounters::default();
-    let mut rows: Vec<ProcessTrace> = pids
+    let mut rows: Vec<(i32, ProcessTotals, ProcessTotals)> = pids
         .into_iter()
         .map(|pid| {
             let read = |m: &BTreeMap<i32, u64>| m.get(&pid).copied().unwrap_or(0);
             let total = process_totals(cur, cur.pids.get(&pid).unwrap_or(&zero), read(&rc));
             let before = process_totals(p, p.pids.get(&pid).unwrap_or(&zero), read(&rp));
             let d = process_delta(&total, &before);
+            (pid, total, d)
+        })
+        .collect();
+    rows.sort_by(|a, b| {
+        process_activity(&b.2, ctx.page_bytes)
+            .cmp(&process_activity(&a.2, ctx.page_bytes))
+            .then(a.0.cmp(&b.0))
+    });
+    if ctx.pids.is_empty() {
+        let mut others = 0;
+        rows.retain(|r| {
+            if keep.contains(&r.0) {
+                return true;
+            }
+            others += 1;
+            process_activity(&r.2, ctx.page_bytes) > 0 && others <= ctx.top
+        });
+    }
+    rows
+}
+
+fn processes(
+    cur: &TraceSample,
+    p: &TraceSample,
+    ctx: &TraceContext,
+    secs: f64,
+) -> Vec<ProcessTrace> {
+    ranked_processes(cur, p, ctx)
+        .into_iter()
+        .map(|(pid, total, d)| {
             let writes = d
                 .faults_by_code
                 .as_ref()
@@ -502,23 +543,34 @@ fn processes(
                 total,
             }
         })
-        .collect();
-    rows.sort_by(|a, b| {
-        process_activity(&b.delta, ctx.page_bytes)
-            .cmp(&process_activity(&a.delta, ctx.page_bytes))
-            .then(a.pid.cmp(&b.pid))
-    });
-    if ctx.pids.is_empty() {
-        let mut others = 0;
-        rows.retain(|r| {
-            if keep.contains(&r.pid) {
-                return true;
-            }
-            others += 1;
-            process_activity(&r.delta, ctx.page_bytes) > 0 && others <= ctx.top
-        });
+        .collect()
+}
+
+/// What a collector must name for the rows a trace model of `cur` can show, over the
+/// window since `prev` and since the attach: their files (of the file rows and of the
+/// process rows) and their processes. Ranks and cuts as [`TraceModel::new`] does, without
+/// building rows.
+pub fn shown(
+    cur: &TraceSample,
+    prev: Option<&TraceSample>,
+    ctx: &TraceContext,
+) -> (BTreeSet<FileKey>, BTreeSet<i32>) {
+    let empty = TraceSample::default();
+    let mut keys = BTreeSet::new();
+    let mut pids = BTreeSet::new();
+    for p in [prev.unwrap_or(&empty), &empty] {
+        keys.extend(ranked_files(cur, p, ctx).into_iter().map(|r| r.0));
+        for (pid, _, _) in ranked_processes(cur, p, ctx) {
+            keys.extend(
+                cur.io
+                    .range((pid, FileKey::from_dev(0, 0))..)
+                    .take_while(|((q, _), _)| *q == pid)
+                    .map(|((_, k), _)| *k),
+            );
+            pids.insert(pid);
+        }
     }
-    rows
+    (keys, pids)
 }
 
 pub mod findings;

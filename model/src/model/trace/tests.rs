@@ -218,3 +218,62 @@ fn reads_of_exited_processes_stay_in_the_file_total() {
     assert!(m.processes.iter().all(|p| p.pid != 42));
     assert!(m.processes.iter().any(|p| p.pid == 43));
 }
+
+/// What a collector names ([`shown`]) is exactly what the two models it used to build (the
+/// window since the last sample, and since the attach) show, the top cut included.
+#[test]
+fn shown_names_every_row_of_both_windows_and_no_other() {
+    let prev = sample(1.0, 10, 10, 100);
+    let mut cur = sample(2.0, 20, 20, 200);
+    // 30 other files: 5 active in the window, 20 active only before it, 5 idle.
+    for i in 0..30u64 {
+        let before = if (5..25).contains(&i) { 4 } else { 0 };
+        let now = if i < 5 { 1 + i } else { before };
+        let c = |added| FileCounters {
+            added_pages: added,
+            ..FileCounters::default()
+        };
+        cur.files.insert(key(100 + i), c(now));
+    }
+    let mut p = prev.clone();
+    for i in 5..25u64 {
+        p.files.insert(
+            key(100 + i),
+            FileCounters {
+                added_pages: 4,
+                ..FileCounters::default()
+            },
+        );
+    }
+    // A second process reading another file.
+    cur.pids.insert(43, PidCounters::default());
+    cur.io.insert(
+        (43, key(200)),
+        IoCounters {
+            read_bytes: 1 << 20,
+            read_calls: 1,
+            ..IoCounters::default()
+        },
+    );
+    let ctx = TraceContext { top: 8, ..ctx() };
+    let (keys, pids) = shown(&cur, Some(&p), &ctx);
+    let mut want_keys = BTreeSet::new();
+    let mut want_pids = BTreeSet::new();
+    for m in [
+        TraceModel::new(&cur, Some(&p), &ctx),
+        TraceModel::new(&cur, None, &ctx),
+    ] {
+        want_keys.extend(m.files.iter().map(|f| f.key));
+        want_keys.extend(
+            m.processes
+                .iter()
+                .flat_map(|p| p.files.iter().map(|f| f.key)),
+        );
+        want_pids.extend(m.processes.iter().map(|p| p.pid));
+    }
+    assert_eq!(keys, want_keys);
+    assert_eq!(pids, want_pids);
+    // The cut holds: not all 32 files are named.
+    assert!(keys.len() < 20, "{}", keys.len());
+    assert!(keys.contains(&key(200)) && pids.contains(&43));
+}
