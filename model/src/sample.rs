@@ -5,6 +5,7 @@
 
 use serde::{Deserialize, Serialize};
 
+pub mod campaign;
 mod gpu;
 pub mod snapshot;
 pub mod trace;

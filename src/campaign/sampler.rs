@@ -1,8 +1,9 @@
 //! The campaign sampler: every interval, the sandbox cgroup's counters and the summed
 //! `RssAnon`/`RssFile` of its processes; at most once a second (and in the first and last
 //! sample), the page-cache residency (cachestat) of the files of interest, whose cost grows
-//! with the number of cached folios. Runs on its own thread; the samples come back when it
-//! is stopped.
+//! with the number of cached folios. Each sample is a raw [`CampaignTick`]; its
+//! [`TimelinePoint`] is the model's view of it ([`timeline::point`]). Runs on its own
+//! thread; the points come back when it is stopped.
 
 use std::fs::File;
 use std::path::{Path, PathBuf};
@@ -11,33 +12,13 @@ use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use serde::{Deserialize, Serialize};
-
 use crate::collect::process::ProcReader;
 use crate::collect::{cgroup, residency};
-use crate::model::cgroup::build as cgroup_model;
+use crate::model::timeline;
+use crate::sample::campaign::{CampaignTick, FileTick, Statm};
 use crate::sample::CgroupVersion;
 
-/// One sample (bytes unless named otherwise).
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
-pub struct TimelinePoint {
-    pub t_seconds: f64,
-    pub usage_bytes: Option<u64>,
-    pub anon_bytes: Option<u64>,
-    pub file_bytes: Option<u64>,
-    pub shmem_bytes: Option<u64>,
-    pub file_mapped_bytes: Option<u64>,
-    pub oom_kills: Option<u64>,
-    /// Cumulative `workingset_refault_file` of the cgroup (pages).
-    pub refaults_file: Option<u64>,
-    pub processes: usize,
-    /// Summed over the processes, from `/proc/PID/statm` (cheaper than `status`):
-    /// `resident − shared` (= RssAnon) and `shared` (= RssFile + RssShmem).
-    pub rss_anon_bytes: u64,
-    pub rss_file_bytes: u64,
-    /// Resident bytes of each file of interest, in the order given.
-    pub files_resident_bytes: Vec<Option<u64>>,
-}
+pub use crate::model::timeline::TimelinePoint;
 
 pub struct Sampler {
     stop: Arc<AtomicBool>,
@@ -63,64 +44,46 @@ struct CgroupWatch {
     files: Vec<Option<(File, PathBuf, u64)>>,
 }
 
-/// (RssAnon, RssFile + RssShmem) in bytes from `/proc/PID/statm` (pages).
-fn statm(procs: &ProcReader, pid: i32) -> Option<(u64, u64)> {
+/// `/proc/PID/statm`'s resident and shared sizes (pages).
+fn statm(procs: &ProcReader, pid: i32) -> Option<Statm> {
     let text = std::fs::read_to_string(procs.root().join(pid.to_string()).join("statm")).ok()?;
     let mut it = text
         .split_whitespace()
         .skip(1)
         .map(|v| v.parse::<u64>().ok());
-    let (resident, shared) = (it.next()??, it.next()??);
-    let page = crate::collect::system::page_size();
-    Some((resident.saturating_sub(shared) * page, shared * page))
+    Some(Statm {
+        resident_pages: it.next()??,
+        shared_pages: it.next()??,
+    })
 }
 
 impl CgroupWatch {
-    fn sample(&self, t: f64, with_files: bool) -> TimelinePoint {
-        let mut p = TimelinePoint {
-            t_seconds: t,
-            ..TimelinePoint::default()
-        };
-        if let Ok(s) = cgroup::read_counters(&self.dir, self.version) {
-            let m = cgroup_model(&s);
-            p.usage_bytes = m.usage_bytes;
-            p.anon_bytes = m.anon_bytes;
-            p.file_bytes = m.file_bytes;
-            p.shmem_bytes = m.shmem_bytes;
-            p.file_mapped_bytes = m.file_mapped_bytes;
-            p.oom_kills = m.oom_kills;
-            p.refaults_file = m.refaults_file;
-        }
+    /// The raw tick at `t`; the residency of the files only `with_files`.
+    fn sample(&self, t: f64, with_files: bool) -> CampaignTick {
         let pids: Vec<i32> = std::fs::read_to_string(self.dir.join("cgroup.procs"))
             .unwrap_or_default()
             .lines()
             .filter_map(|l| l.trim().parse().ok())
             .collect();
-        p.processes = pids.len();
-        for pid in pids {
-            if let Some((anon, shared)) = statm(&self.procs, pid) {
-                p.rss_anon_bytes += anon;
-                p.rss_file_bytes += shared;
-            }
-        }
-        if !with_files {
-            p.files_resident_bytes = vec![None; self.files.len()];
-            return p;
-        }
-        p.files_resident_bytes = self
-            .files
-            .iter()
-            .map(|f| {
-                let (file, path, size) = f.as_ref()?;
-                residency::query(file, path, *size, residency::Method::Auto)
-                    .ok()
-                    .map(|r| {
-                        r.cached_bytes
-                            .min(size.next_multiple_of(crate::collect::system::page_size()))
+        CampaignTick {
+            t_seconds: t,
+            page_bytes: crate::collect::system::page_size(),
+            cgroup: cgroup::read_counters(&self.dir, self.version).ok(),
+            processes: pids.len(),
+            statm: pids.iter().filter_map(|p| statm(&self.procs, *p)).collect(),
+            files: self
+                .files
+                .iter()
+                .map(|f| {
+                    let (file, path, size) = f.as_ref().filter(|_| with_files)?;
+                    let r = residency::query(file, path, *size, residency::Method::Auto).ok()?;
+                    Some(FileTick {
+                        cached_bytes: r.cached_bytes,
+                        size_bytes: *size,
                     })
-            })
-            .collect();
-        p
+                })
+                .collect(),
+        }
     }
 }
 
@@ -154,7 +117,8 @@ impl Sampler {
             loop {
                 let stopping = flag.load(Ordering::Relaxed);
                 let with_files = points.len() % files_every == 0 || stopping;
-                points.push(target.sample(start.elapsed().as_secs_f64(), with_files));
+                let tick = target.sample(start.elapsed().as_secs_f64(), with_files);
+                points.push(timeline::point(&tick));
                 if stopping {
                     return (points, thread_cpu_seconds());
                 }

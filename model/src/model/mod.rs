@@ -20,6 +20,7 @@ pub mod inspect;
 pub mod probe;
 pub mod rates;
 pub mod residency;
+pub mod timeline;
 pub mod trace;
 
 use std::collections::BTreeMap;
