@@ -490,7 +490,7 @@ fn page_counts_follow_a_64k_page_size() {
 #[test]
 fn trace_pages_follow_the_sample_page_size() {
     let mut s = sample(vec![file(1, MIB, Some(0))], vec![]);
-    let t = TraceSample::default();
+    let t = crate::sample::trace::TraceSample::default();
     s.system.page_size = 0;
     assert_eq!(
         trace_context(&s, &[], &t).page_bytes,
