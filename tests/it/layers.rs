@@ -278,3 +278,28 @@ fn the_checker_sees_imports_and_circles() {
     g.entry("d".into()).or_default().insert("a".into());
     assert_eq!(circles(&g), vec![vec!["a", "b", "c", "a"]]);
 }
+
+/// No production source file (of the main crate, the model crate, the parsers and the
+/// probes) is over 600 lines; tests are not production files.
+#[test]
+fn no_production_file_is_over_600_lines() {
+    let base = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let mut files = Vec::new();
+    for dir in ["src", "model/src", "formats/src", "probes/src", "probes/types/src"] {
+        sources(&base.join(dir), &mut files);
+    }
+    assert!(files.len() > 100, "{} files", files.len());
+    let mut over: Vec<String> = files
+        .iter()
+        .filter(|p| {
+            let name = p.file_name().unwrap().to_string_lossy();
+            !name.contains("tests") && !p.components().any(|c| c.as_os_str() == "tests")
+        })
+        .filter_map(|p| {
+            let n = std::fs::read_to_string(p).unwrap().lines().count();
+            (n > 600).then(|| format!("{}: {n} lines", p.strip_prefix(base).unwrap().display()))
+        })
+        .collect();
+    over.sort();
+    assert!(over.is_empty(), "{}", over.join("\n"));
+}
