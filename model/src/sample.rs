@@ -9,6 +9,7 @@ mod gpu;
 pub mod snapshot;
 pub mod trace;
 pub mod unsearched;
+pub mod uploads;
 
 pub use gpu::*;
 

@@ -15,6 +15,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 mod manual;
 mod reuse;
+mod uploads;
 pub use crate::sample::unsearched::CHANGED_SINCE_SEARCH;
 pub use manual::{Progress, ProveJob, Proved};
 use reuse::Reused;
@@ -80,6 +81,8 @@ struct Tracing {
     prev: Option<TraceSample>,
     /// Non-fatal attach problems, reported with the next snapshot.
     warnings: Vec<String>,
+    /// The upload probes on the CUDA driver library, when they could be attached.
+    uploads: Option<uploads::Uploads>,
     /// The per-process counters of the last sample, as read (see [`fold_exited`]).
     before: Option<PerProcess>,
     /// Bytes read per file by processes folded away since the attach.
@@ -148,8 +151,28 @@ impl Engine {
         let files = explicit_keys(&self.req.paths);
         let tracer = Tracer::attach(&TraceOptions::pinning(&self.req.pids, &files))
             .map_err(|e| format!("{:#}", anyhow::Error::from(e)))?;
+        let mut warnings = tracer.warnings().to_vec();
+        let named: Vec<(std::path::PathBuf, FileKey)> = self
+            .req
+            .paths
+            .iter()
+            .filter(|p| p.is_file())
+            .zip(files.iter())
+            .map(|(p, k)| (p.clone(), *k))
+            .collect();
+        let uploads = match uploads::Uploads::start(&self.roots, &named) {
+            Ok((u, w)) => {
+                warnings.extend(w);
+                Some(u)
+            }
+            Err(e) => {
+                warnings.push(format!("uploads to GPUs are not traced: {e}"));
+                None
+            }
+        };
         self.tracing = Some(Tracing {
-            warnings: tracer.warnings().to_vec(),
+            uploads,
+            warnings,
             tracer: Some(tracer),
             once: false,
             pinned: files.into_iter().collect(),
@@ -227,6 +250,10 @@ impl Engine {
             // it); `sample.reads` stays empty rather than hold it twice.
             if let Some(cur) = trace.as_mut() {
                 t.annotate(&self.req, &sample, cur, warnings);
+            }
+            if let Some(u) = t.uploads.as_mut() {
+                let s = u.sample(&sample, warnings);
+                sample.gpu.uploads = Some(s);
             }
             if t.tracer.is_none() {
                 self.tracing = None;

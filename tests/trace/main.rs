@@ -562,7 +562,7 @@ fn committed_bpf_objects_match_their_sources_and_rebuilt_ones_load() {
         String::from_utf8(o.stdout).unwrap().trim().to_string()
     };
     let sources =
-        sh("cat build.sh twofold.h kernel.h common.h *.bpf.c | sha256sum | cut -d' ' -f1");
+        sh("cat build.sh twofold.h kernel.h common.h uargs.h *.bpf.c | sha256sum | cut -d' ' -f1");
     assert_eq!(
         sources,
         field("sources:"),
