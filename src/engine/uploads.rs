@@ -122,8 +122,7 @@ impl Ledger {
     fn copy(&mut self, pid: i32, at: u64, c: CopyRecord) {
         let p = self.proc(pid);
         if c.unified
-            && p
-                .allocs
+            && p.allocs
                 .range(..=c.dst)
                 .next_back()
                 .is_none_or(|(s, n)| c.dst >= s + n)

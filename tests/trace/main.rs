@@ -9,6 +9,7 @@
 #[path = "../common/mod.rs"]
 mod common;
 mod serve_trace;
+mod uploads;
 
 /// The tests here count events exactly, or disturb the whole host (OOM, direct reclaim,
 /// LRU churn): they run one at a time, never beside each other.

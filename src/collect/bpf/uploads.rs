@@ -254,9 +254,24 @@ fn is_libcuda(path: &str) -> bool {
         .is_some_and(|b| b.starts_with("libcuda.so"))
 }
 
-/// Paths of the driver library `/etc/ld.so.cache` names, and `TWOFOLD_LIBCUDA`'s.
+/// Where drivers install the library (the container toolkit's mount included).
+const KNOWN: &[&str] = &[
+    "/usr/lib/x86_64-linux-gnu/libcuda.so.1",
+    "/usr/lib/aarch64-linux-gnu/libcuda.so.1",
+    "/usr/lib64/libcuda.so.1",
+    "/usr/local/nvidia/lib64/libcuda.so.1",
+    "/usr/local/nvidia/lib/libcuda.so.1",
+    "/usr/lib/wsl/lib/libcuda.so.1",
+];
+
+/// Paths of the driver library `TWOFOLD_LIBCUDA` and `/etc/ld.so.cache` name, and the
+/// usual install paths.
 fn configured_libraries() -> Vec<PathBuf> {
-    let mut out = Vec::new();
+    let mut out: Vec<PathBuf> = KNOWN
+        .iter()
+        .map(PathBuf::from)
+        .filter(|p| p.is_file())
+        .collect();
     if let Some(v) = std::env::var_os("TWOFOLD_LIBCUDA") {
         out.extend(std::env::split_paths(&v).filter(|p| p.is_file()));
     }
