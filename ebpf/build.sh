@@ -28,7 +28,7 @@ if [ "$out" = . ]; then
   {
     echo "# Written by ebpf/build.sh; checked by tests/trace.rs."
     echo "clang: $("$CLANG" --version | head -1)"
-    echo "sources: $(cat build.sh twofold.h kernel.h common.h *.bpf.c | sha256sum | cut -d' ' -f1)"
+    echo "sources: $(cat build.sh twofold.h kernel.h common.h uargs.h *.bpf.c | sha256sum | cut -d' ' -f1)"
     for o in *.bpf.o; do echo "object $o: $(sha256sum "$o" | cut -d' ' -f1)"; done
   } > objects.lock
 fi

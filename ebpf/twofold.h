@@ -167,4 +167,59 @@ struct io_start {
 #define CONFIG_PINNED_FILES 1
 #define CONFIG_COUNT 4
 
+/* Uploads to a GPU (uploads.bpf.c): one ring-buffer record per driver call.
+ * `kind` says which record; copies carry content samples of the source range
+ * read at the moment of the call (present pages only). */
+#define UP_COPY 1         /* host -> device copy; dst, src, bytes */
+#define UP_REGISTER 2     /* cuMemHostRegister: src, bytes */
+#define UP_UNREGISTER 3   /* cuMemHostUnregister: src */
+#define UP_ALLOC 4        /* device allocation: dst, bytes */
+#define UP_FREE 5         /* device free: dst */
+#define UP_HOST_ALLOC 6   /* pinned host allocation: src, bytes */
+#define UP_HOST_FREE 7    /* pinned host free: src */
+
+#define UPF_UNIFIED 1     /* cuMemcpy*, batch: the destination is device memory
+			   * only if it lies in a traced device allocation */
+#define UPF_STRIDED 2     /* a 2D/3D copy whose rows are not contiguous: only
+			   * its first row was sampled */
+
+/* Bytes read at the start of the source (a grid window at every residue). */
+#define UP_ANCHOR 2064
+#define UP_SAMPLES 16
+#define UP_SAMPLE 32
+/* Batched copies (cuMemcpyBatchAsync) sampled per call. */
+#define UP_BATCH_MAX 8
+
+struct upload_head {
+	__u64 ts_ns;     /* bpf_ktime_get_ns */
+	__u32 tgid;
+	__u32 tid;
+	__u32 entry;     /* entry point (the attach cookie) */
+	__u32 kind;      /* UP_* */
+	__u64 dst;
+	__u64 src;
+	__u64 bytes;
+	__u32 flags;     /* UPF_* */
+	__u32 index;     /* position in a batch */
+};
+
+/* An UP_COPY record. Sample i lies at ((bytes - 32) * i) / 15 when bytes >= 32;
+ * bit i of `sampled` says it was read (its pages were present). */
+struct upload_copy {
+	struct upload_head h;
+	__u32 anchor_len;
+	__u32 sampled;
+	__u8 anchor[UP_ANCHOR];
+	__u8 samples[UP_SAMPLES][UP_SAMPLE];
+};
+
+/* An allocation in progress, per thread (entry to return). */
+struct upload_pending {
+	__u64 out;       /* where the driver writes the pointer */
+	__u64 bytes;
+	__u64 pitch_out; /* cuMemAllocPitch: where it writes the pitch */
+	__u32 entry;
+	__u32 kind;
+};
+
 #endif

@@ -10,6 +10,7 @@ mod gpu;
 pub mod snapshot;
 pub mod trace;
 pub mod unsearched;
+pub mod uploads;
 pub mod warning;
 
 pub use warning::{Warning, WarningKind};

@@ -246,6 +246,7 @@ pub fn sample(src: &mut dyn GpuSource, proc_root: &Path) -> GpuSample {
         not_available,
         devices,
         device_proofs: device_proofs(&attest_dir(), proc_root),
+        uploads: None,
     }
 }
 

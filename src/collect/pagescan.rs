@@ -141,8 +141,7 @@ mod tests {
             buf[off + i * page] = 1;
         }
         let (s, e) = (base as u64, (base + n * page) as u64);
-        let Some(ranges) = present(&pagemap, s, e, false).unwrap_or_else(|e| panic!("{e}"))
-        else {
+        let Some(ranges) = present(&pagemap, s, e, false).unwrap_or_else(|e| panic!("{e}")) else {
             println!("SKIPPED: PAGEMAP_SCAN needs Linux 6.7 (this kernel has none)");
             return;
         };
@@ -164,7 +163,8 @@ mod tests {
     fn anon_only_keeps_the_written_pages_of_a_private_file_mapping() {
         use std::io::Write;
         let mut f = tempfile::tempfile().unwrap_or_else(|e| panic!("{e}"));
-        f.write_all(&vec![7u8; 16 * 4096]).unwrap_or_else(|e| panic!("{e}"));
+        f.write_all(&vec![7u8; 16 * 4096])
+            .unwrap_or_else(|e| panic!("{e}"));
         // SAFETY: a private mapping of a temp file this test owns; unmapped below.
         let p = unsafe {
             libc::mmap(

@@ -16,6 +16,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 mod manual;
 mod reuse;
 mod tracing;
+mod uploads;
 pub use crate::sample::unsearched::CHANGED_SINCE_SEARCH;
 pub use manual::{Progress, ProveJob, Proved};
 use reuse::Reused;
@@ -143,6 +144,11 @@ impl Engine {
         // stays empty rather than hold it twice.
         if let Some(cur) = self.trace_for_snapshot(warnings) {
             trace = Some(cur);
+        }
+        if let Some(u) = self.tracing.as_mut().and_then(|t| t.uploads.as_mut()) {
+            let mut said = Vec::new();
+            sample.gpu.uploads = Some(u.sample(&sample, &mut said));
+            warnings.extend(said.into_iter().map(tracing::upload_warning));
         }
         if let (Some(t), Some(cur)) = (self.tracing.as_mut(), trace.as_mut()) {
             if t.once {

@@ -28,6 +28,8 @@ pub(super) struct Tracing {
     prev: Option<TraceSample>,
     /// Non-fatal attach problems, reported with the next snapshot.
     warnings: Vec<Warning>,
+    /// The upload probes on the CUDA driver library, when they could be attached.
+    pub(super) uploads: Option<super::uploads::Uploads>,
     /// The per-process counters of the last sample, as read (see [`fold_exited`]).
     before: Option<PerProcess>,
     /// Bytes read per file by processes folded away since the attach.
@@ -70,8 +72,32 @@ impl Engine {
         files.dedup();
         let tracer = Tracer::attach(&TraceOptions::pinning(&self.req.pids, &files))
             .map_err(|e| format!("{:#}", anyhow::Error::from(e)))?;
+        let mut warnings = tracer.warnings().to_vec();
+        let named: Vec<(std::path::PathBuf, FileKey)> = self
+            .req
+            .paths
+            .iter()
+            .filter(|p| p.is_file())
+            .filter_map(|p| {
+                let m = std::fs::metadata(p).ok()?;
+                Some((p.clone(), FileKey::from_dev(m.dev(), m.ino())))
+            })
+            .collect();
+        let uploads = match super::uploads::Uploads::start(&self.roots, &named) {
+            Ok((u, w)) => {
+                warnings.extend(w.into_iter().map(upload_warning));
+                Some(u)
+            }
+            Err(e) => {
+                warnings.push(upload_warning(format!(
+                    "uploads to GPUs are not traced: {e}"
+                )));
+                None
+            }
+        };
         self.tracing = Some(Tracing {
-            warnings: tracer.warnings().to_vec(),
+            uploads,
+            warnings,
             tracer: Some(tracer),
             once: false,
             pinned: files.into_iter().collect(),
@@ -138,6 +164,11 @@ impl Engine {
         let t = self.tracing.as_mut()?;
         t.read(&self.roots.proc, &self.req, &self.interest, warnings)
     }
+}
+
+/// A problem of the upload probes, as a warning of its own (its sentence its subject).
+pub(super) fn upload_warning(text: String) -> Warning {
+    Warning::new(WarningKind::Trace, text.clone(), text)
 }
 
 impl Tracing {

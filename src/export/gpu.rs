@@ -70,6 +70,18 @@ pub(super) fn series(acc: &mut Acc, r: &Report, opts: Options) {
 /// Device copies of one file: suspected bytes (the proven ones are `kind="device"` of
 /// `twofold_file_held_bytes`).
 pub(super) fn file_series(acc: &mut Acc, f: &FileModel, id: &str, known: bool) {
+    // Traced uploads (serve --trace): device bytes written from the file, per GPU (the
+    // GPU where NVML shows the process, `unknown` without NVML or with several).
+    for u in &f.uploads {
+        let gpu = u.gpu.map_or("unknown".to_string(), |g| g.to_string());
+        acc.add(
+            "twofold_file_device_uploaded_bytes",
+            "Device bytes processes uploaded from the file since tracing started (uprobes on the CUDA driver, matched by content)",
+            super::Kind::Counter,
+            l(&[("file_id", id), ("gpu", &gpu)]),
+            u.device_bytes as f64,
+        );
+    }
     if !known {
         return;
     }

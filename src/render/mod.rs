@@ -11,6 +11,7 @@ pub mod safe;
 pub mod scan;
 pub mod table;
 pub mod trace;
+pub mod uploads;
 
 use serde::Serialize;
 

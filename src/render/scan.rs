@@ -271,13 +271,24 @@ fn file_section(f: &FileModel, out: &mut String) {
             d.comm,
             gpu_label(d.gpu, d.gpu_name.as_deref(), d.integrated),
             iec(d.device_bytes),
-            if d.proven {
+            if d.via == "upload" {
+                format!(
+                    ", proven at upload, {}",
+                    crate::model::device::clock(d.proven_at_unix_ns.unwrap_or(0))
+                )
+            } else if d.proven {
                 ", read back identical to the file".to_string()
+            } else if let Some(note) = &d.note {
+                format!(
+                    " ({} the file; NVML gives sizes, not contents; {note})",
+                    d.via
+                )
             } else {
                 format!(" ({} the file; NVML gives sizes, not contents)", d.via)
             }
         );
     }
+    super::uploads::file_lines(f, out);
     if let Some(reason) = &f.residency_unknown_reason {
         let _ = writeln!(out, "    residency unknown: {reason}");
     }
@@ -471,6 +482,11 @@ pub fn human(report: &Report) -> String {
 }
 
 fn gpu_section(report: &Report, out: &mut String) {
+    gpus(report, out);
+    super::uploads::section(report, out);
+}
+
+fn gpus(report: &Report, out: &mut String) {
     let g = &report.gpus;
     if let Some(why) = &g.not_available {
         let _ = writeln!(out, "\nGPUS: n/a ({why})");

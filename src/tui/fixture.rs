@@ -70,6 +70,8 @@ fn file(path: &str, inode: u64, size: u64) -> FileModel {
         proven_copies: Vec::new(),
         suspected_copies: Vec::new(),
         device_copies: Vec::new(),
+        uploads: Vec::new(),
+        in_place: Vec::new(),
         candidates: CandidateCounts::default(),
         store: false,
         deleted: false,
@@ -280,6 +282,7 @@ pub fn report() -> Report {
         skipped: Skipped::default(),
         gpus: crate::model::device::GpusModel {
             not_available: None,
+            uploads: None,
             devices: vec![crate::model::device::GpuModel {
                 info: crate::sample::GpuInfo {
                     index: 0,

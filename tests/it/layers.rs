@@ -285,7 +285,13 @@ fn the_checker_sees_imports_and_circles() {
 fn no_production_file_is_over_600_lines() {
     let base = Path::new(env!("CARGO_MANIFEST_DIR"));
     let mut files = Vec::new();
-    for dir in ["src", "model/src", "formats/src", "probes/src", "probes/types/src"] {
+    for dir in [
+        "src",
+        "model/src",
+        "formats/src",
+        "probes/src",
+        "probes/types/src",
+    ] {
         sources(&base.join(dir), &mut files);
     }
     assert!(files.len() > 100, "{} files", files.len());

@@ -9,6 +9,7 @@
 #[path = "../common/mod.rs"]
 mod common;
 mod serve_trace;
+mod uploads;
 
 /// The tests here count events exactly, or disturb the whole host (OOM, direct reclaim,
 /// LRU churn): they run one at a time, never beside each other.
@@ -562,7 +563,7 @@ fn committed_bpf_objects_match_their_sources_and_rebuilt_ones_load() {
         String::from_utf8(o.stdout).unwrap().trim().to_string()
     };
     let sources =
-        sh("cat build.sh twofold.h kernel.h common.h *.bpf.c | sha256sum | cut -d' ' -f1");
+        sh("cat build.sh twofold.h kernel.h common.h uargs.h *.bpf.c | sha256sum | cut -d' ' -f1");
     assert_eq!(
         sources,
         field("sources:"),

@@ -117,6 +117,8 @@ fn build_with(sample: &Sample, trace: Option<TraceInput>) -> Report {
                 proven_copies: Vec::new(),
                 suspected_copies: Vec::new(),
                 device_copies: Vec::new(),
+                uploads: Vec::new(),
+                in_place: Vec::new(),
                 candidates: CandidateCounts::default(),
                 store: f.store,
                 deleted: f.deleted,

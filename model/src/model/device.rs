@@ -33,6 +33,9 @@ pub struct GpusModel {
     /// value in the report is unknown (`null`), not 0.
     pub not_available: Option<String>,
     pub devices: Vec<GpuModel>,
+    /// Uploads traced (`--trace` with a CUDA driver library); `None`: not traced.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub uploads: Option<UploadTraceModel>,
 }
 
 /// One process's memory on one GPU.
@@ -61,8 +64,78 @@ pub struct DeviceCopy {
     /// `attributed_bytes / size`.
     pub fraction: f64,
     pub proven: bool,
-    /// How the process came to the file: `mapped`, `open`, `read`, `copied`, `named`, `loader`.
+    /// How the process came to the file: `mapped`, `open`, `read`, `copied`, `named`,
+    /// `loader` (a twofold loader's attestation), `upload` (its traced uploads matched).
     pub via: String,
+    /// Wall clock (Unix ns) of the last matched upload (`via: upload`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub proven_at_unix_ns: Option<u64>,
+    /// What else is known (`tracing started after its load`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub note: Option<String>,
+}
+
+/// Bytes of a model file a process uploaded (traced), and what that proves.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct UploadModel {
+    pub pid: i32,
+    pub comm: String,
+    /// The GPU it holds device memory on (NVML), when it is one.
+    pub gpu: Option<u32>,
+    pub widened: bool,
+    /// `[start, end)` byte ranges of the file.
+    pub ranges: Vec<(u64, u64)>,
+    pub file_bytes: u64,
+    /// Device bytes these file bytes take (twice them widened).
+    pub device_bytes: u64,
+    pub copies: u64,
+    pub first_unix_ns: u64,
+    pub last_unix_ns: u64,
+    pub entry: String,
+    /// Counted as a proven device copy.
+    pub proven: bool,
+    /// Why not, when not.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub not_proven: Option<String>,
+}
+
+/// A process registered its mapping of the file for device access: read in place.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct InPlaceModel {
+    pub pid: i32,
+    pub comm: String,
+    pub file_offset: u64,
+    pub bytes: u64,
+    pub at_unix_ns: u64,
+}
+
+/// A process on a GPU whose uploads are traced, with what they were.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct TracedProcessModel {
+    #[serde(flatten)]
+    pub seen: crate::sample::uploads::UploadProcess,
+    /// Its device memory (NVML, all GPUs); `None`: unknown.
+    pub gpu_memory_bytes: Option<u64>,
+    /// `model bytes`, `not model bytes` (traced from its start, no model bytes
+    /// uploaded) or `traced after its load`.
+    pub verdict: String,
+}
+
+/// The upload tracer's view, when uploads were traced.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct UploadTraceModel {
+    pub since_unix_ns: u64,
+    pub libraries: Vec<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub unavailable: Option<String>,
+    pub lost_events: u64,
+    pub processes: Vec<TracedProcessModel>,
+}
+
+/// `HH:MM:SS` (UTC) of a Unix time in nanoseconds.
+pub fn clock(unix_ns: u64) -> String {
+    let s = unix_ns / 1_000_000_000;
+    format!("{:02}:{:02}:{:02} UTC", s / 3600 % 24, s / 60 % 60, s % 60)
 }
 
 fn gpu_model(d: &GpuDeviceSample) -> GpuModel {
@@ -86,7 +159,61 @@ pub fn gpus(sample: &Sample) -> GpusModel {
     GpusModel {
         not_available: sample.gpu.not_available.clone(),
         devices: sample.gpu.devices.iter().map(gpu_model).collect(),
+        uploads: sample.gpu.uploads.as_ref().map(|u| UploadTraceModel {
+            since_unix_ns: u.since_unix_ns,
+            libraries: u.libraries.iter().map(|l| l.path.clone()).collect(),
+            unavailable: u.unavailable.clone(),
+            lost_events: u.lost_events,
+            processes: u
+                .processes
+                .iter()
+                .filter(|p| alive(sample, p.pid))
+                .map(|p| {
+                    let gpu_memory_bytes = gpu_memory(sample, p.pid);
+                    TracedProcessModel {
+                        verdict: verdict(p).into(),
+                        seen: p.clone(),
+                        gpu_memory_bytes,
+                    }
+                })
+                .collect(),
+        }),
     }
+}
+
+fn alive(sample: &Sample, pid: i32) -> bool {
+    sample.processes.iter().any(|p| p.pid == pid)
+}
+
+/// Device memory of `pid` on every GPU together; `None` when NVML is not available.
+fn gpu_memory(sample: &Sample, pid: i32) -> Option<u64> {
+    process_uses(sample, pid).map(|u| u.iter().filter_map(|g| g.bytes).sum())
+}
+
+fn verdict(p: &crate::sample::uploads::UploadProcess) -> &'static str {
+    if p.model_bytes > 0 {
+        "model bytes"
+    } else if p.traced_from_start {
+        "not model bytes"
+    } else {
+        "traced after its load"
+    }
+}
+
+/// The one GPU `pid` holds memory on, if one.
+fn only_gpu(sample: &Sample, pid: i32) -> Option<u32> {
+    let gpus: std::collections::BTreeSet<u32> = sample
+        .gpu
+        .devices
+        .iter()
+        .filter(|d| {
+            d.processes
+                .iter()
+                .any(|p| p.pid == pid && p.used_bytes.unwrap_or(0) > 0)
+        })
+        .map(|d| d.info.index)
+        .collect();
+    (gpus.len() == 1).then(|| *gpus.iter().next().unwrap_or(&0))
 }
 
 /// The device memory of `pid` on every GPU; `None` when NVML is not available or a GPU's
@@ -202,8 +329,12 @@ pub fn attribute(sample: &Sample, files: &mut [FileModel]) {
                 fraction: fraction(pr.file_bytes.min(size), size),
                 proven: true,
                 via: "loader".into(),
+                proven_at_unix_ns: None,
+                note: None,
             });
         }
+        uploads_of(sample, f, &mut left);
+        let uploaders: std::collections::BTreeSet<i32> = f.uploads.iter().map(|u| u.pid).collect();
         if size > 0 {
             for d in &sample.gpu.devices {
                 let pids: std::collections::BTreeSet<i32> =
@@ -218,6 +349,12 @@ pub fn attribute(sample: &Sample, files: &mut [FileModel]) {
                     let Some(how) = via(sample, f, pid) else {
                         continue;
                     };
+                    let traced = traced_process(sample, pid);
+                    if uploaders.contains(&pid) || traced.is_some_and(|p| p.traced_from_start) {
+                        // Its uploads are known: what it uploaded of the file is above,
+                        // and nothing else of its device memory is this file's.
+                        continue;
+                    }
                     let attributed = (*avail).min(size);
                     let device_bytes = *avail;
                     *avail -= attributed;
@@ -232,6 +369,13 @@ pub fn attribute(sample: &Sample, files: &mut [FileModel]) {
                         fraction: fraction(attributed, size),
                         proven: false,
                         via: how.into(),
+                        proven_at_unix_ns: None,
+                        note: traced.map(|p| {
+                            format!(
+                                "upload tracing started after its load ({})",
+                                clock(p.traced_since_unix_ns)
+                            )
+                        }),
                     });
                 }
             }
@@ -248,5 +392,107 @@ pub fn attribute(sample: &Sample, files: &mut [FileModel]) {
             .iter()
             .filter(|c| !c.proven)
             .fold(0.0, |a, c| a + c.fraction);
+    }
+}
+
+/// What the upload tracer saw of `pid`, if anything.
+fn traced_process(sample: &Sample, pid: i32) -> Option<&crate::sample::uploads::UploadProcess> {
+    sample
+        .gpu
+        .uploads
+        .as_ref()
+        .and_then(|u| u.processes.iter().find(|p| p.pid == pid))
+}
+
+/// The traced uploads of `f` and registrations of its mappings; an upload of a live
+/// process that holds at least its bytes of device memory (NVML) is a proven device copy.
+fn uploads_of(sample: &Sample, f: &mut FileModel, left: &mut BTreeMap<(i32, u32), u64>) {
+    let Some(u) = sample.gpu.uploads.as_ref() else {
+        return;
+    };
+    let size = f.size_bytes.unwrap_or(0);
+    let comm = |pid: i32| {
+        sample
+            .processes
+            .iter()
+            .find(|p| p.pid == pid)
+            .map(|p| p.comm.clone())
+            .or_else(|| {
+                u.processes
+                    .iter()
+                    .find(|p| p.pid == pid)
+                    .map(|p| p.comm.clone())
+            })
+            .unwrap_or_default()
+    };
+    for r in u.registrations.iter().filter(|r| r.file == f.key) {
+        if alive(sample, r.pid) {
+            f.in_place.push(InPlaceModel {
+                pid: r.pid,
+                comm: comm(r.pid),
+                file_offset: r.file_offset,
+                bytes: r.bytes,
+                at_unix_ns: r.at_unix_ns,
+            });
+        }
+    }
+    for up in u.uploads.iter().filter(|x| x.file == f.key) {
+        let gpu = only_gpu(sample, up.pid);
+        let device_bytes = up.file_bytes * if up.widened { 2 } else { 1 };
+        let held = gpu.and_then(|g| left.get(&(up.pid, g)).copied());
+        let not_proven = if !alive(sample, up.pid) {
+            Some("the process exited".to_string())
+        } else if sample.gpu.not_available.is_some() {
+            Some("its device memory is unknown (no NVML)".to_string())
+        } else if gpu.is_none() {
+            Some(
+                "it holds device memory on no GPU, or on several (the GPU is not known)"
+                    .to_string(),
+            )
+        } else if held.unwrap_or(0) < device_bytes {
+            Some(format!(
+                "it holds {} B of device memory left to attribute, less than the {device_bytes} B uploaded (freed since)",
+                held.unwrap_or(0)
+            ))
+        } else {
+            None
+        };
+        let proven = not_proven.is_none();
+        if let (true, Some(g)) = (proven, gpu) {
+            if let Some(l) = left.get_mut(&(up.pid, g)) {
+                *l = l.saturating_sub(device_bytes);
+            }
+            let d = sample.gpu.devices.iter().find(|d| d.info.index == g);
+            let attributed = up.file_bytes.min(size);
+            f.device_copies.push(DeviceCopy {
+                pid: up.pid,
+                comm: comm(up.pid),
+                gpu: Some(g),
+                gpu_name: d.and_then(|d| d.info.name.clone()),
+                integrated: d.and_then(|d| d.info.integrated),
+                device_bytes,
+                attributed_bytes: attributed,
+                fraction: fraction(attributed, size),
+                proven: true,
+                via: "upload".into(),
+                proven_at_unix_ns: Some(up.last_unix_ns),
+                note: up.widened.then(|| "widened F16/BF16 to F32".to_string()),
+            });
+        }
+        f.uploads.push(UploadModel {
+            pid: up.pid,
+            comm: comm(up.pid),
+            gpu,
+            widened: up.widened,
+            ranges: up.ranges.clone(),
+            file_bytes: up.file_bytes,
+            device_bytes,
+            copies: up.copies,
+            first_unix_ns: up.first_unix_ns,
+            last_unix_ns: up.last_unix_ns,
+            entry: up.entry.clone(),
+            proven,
+            not_proven,
+        });
     }
 }

@@ -326,6 +326,12 @@ pub struct FileModel {
     /// Device copies, proven (twofold's own loaders) or suspected (NVML sizes).
     #[serde(default)]
     pub device_copies: Vec<device::DeviceCopy>,
+    /// Bytes of it processes uploaded to a GPU (traced, matched by content).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub uploads: Vec<device::UploadModel>,
+    /// Processes that registered their mapping of it for device access (read in place).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub in_place: Vec<device::InPlaceModel>,
     pub candidates: CandidateCounts,
     /// Found only in a model store (no process maps or holds it).
     pub store: bool,

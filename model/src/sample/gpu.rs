@@ -20,6 +20,10 @@ pub struct GpuSample {
     /// since no other process's device memory can be read.
     #[serde(default)]
     pub device_proofs: Vec<DeviceProofSample>,
+    /// What the upload tracer saw (`--trace` with a CUDA driver library): uploads of
+    /// model bytes matched by content. `None`: not traced.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub uploads: Option<super::uploads::UploadsSample>,
 }
 
 impl Default for GpuSample {
@@ -28,6 +32,7 @@ impl Default for GpuSample {
             not_available: Some("GPU memory was not collected".into()),
             devices: Vec::new(),
             device_proofs: Vec::new(),
+            uploads: None,
         }
     }
 }

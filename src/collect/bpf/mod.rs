@@ -15,6 +15,7 @@
 pub mod layout;
 mod read;
 mod setup;
+pub mod uploads;
 
 pub use setup::check_privilege;
 use setup::{ensure_tracefs, monotonic_ns, raise_memlock};

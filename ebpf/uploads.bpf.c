@@ -1,0 +1,298 @@
+/* SPDX-License-Identifier: GPL-2.0 OR MIT */
+/*
+ * Uploads to a GPU: uprobes on the CUDA driver library's copy, registration and
+ * allocation entry points (libcuda.so.1; twofold attaches each exported symbol
+ * it knows, with the entry point's number as the attach cookie).
+ *
+ * A host-to-device copy sends its destination, source and size with content
+ * samples of the source taken at the moment of the call: the first UP_ANCHOR
+ * bytes and UP_SAMPLES windows of UP_SAMPLE bytes spread over the range, at
+ * most 2,576 bytes whatever the copy's size. bpf_probe_read_user reads only
+ * present pages (a uprobe program cannot fault), so nothing is paged in for
+ * twofold; a window that is not present is marked missing. Which bytes of a
+ * model file were uploaded is decided in user space by matching the samples
+ * (provenance comes from the bytes, not the source address: runtimes upload
+ * through reused pinned staging buffers).
+ *
+ * Arguments come from registers through uargs.h (one table per architecture).
+ */
+#include "common.h"
+#include "uargs.h"
+
+struct {
+	__uint(type, BPF_MAP_TYPE_RINGBUF);
+	__uint(max_entries, 16 << 20);
+} uploads SEC(".maps");
+
+/* Allocations between entry and return, per thread id. */
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, 16384);
+	__type(key, __u32);
+	__type(value, struct upload_pending);
+} pending SEC(".maps");
+
+static __always_inline void head(struct upload_head *h, __u32 kind, __u32 entry)
+{
+	__u64 id = bpf_get_current_pid_tgid();
+	h->ts_ns = bpf_ktime_get_ns();
+	h->tgid = id >> 32;
+	h->tid = (__u32)id;
+	h->entry = entry;
+	h->kind = kind;
+	h->dst = 0;
+	h->src = 0;
+	h->bytes = 0;
+	h->flags = 0;
+	h->index = 0;
+}
+
+/* Sends a small record (no content). */
+static __always_inline int small(__u32 kind, __u64 dst, __u64 src, __u64 bytes, __u32 entry)
+{
+	struct upload_head *h = bpf_ringbuf_reserve(&uploads, sizeof(*h), 0);
+	if (!h) {
+		total_add(TOTAL_MAP_FULL, 1);
+		return 0;
+	}
+	head(h, kind, entry);
+	h->dst = dst;
+	h->src = src;
+	h->bytes = bytes;
+	bpf_ringbuf_submit(h, 0);
+	return 0;
+}
+
+/* Sends a copy of `bytes` from `src` (`first`: bytes contiguous from src that may be
+ * sampled; less than `bytes` for a strided copy). */
+static __always_inline int copy(__u32 entry, __u64 dst, __u64 src, __u64 bytes, __u64 first,
+				__u32 flags, __u32 index)
+{
+	if (!bytes)
+		return 0;
+	struct upload_copy *e = bpf_ringbuf_reserve(&uploads, sizeof(*e), 0);
+	if (!e) {
+		total_add(TOTAL_MAP_FULL, 1);
+		return 0;
+	}
+	head(&e->h, UP_COPY, entry);
+	e->h.dst = dst;
+	e->h.src = src;
+	e->h.bytes = bytes;
+	e->h.flags = flags;
+	e->h.index = index;
+	e->anchor_len = 0;
+	e->sampled = 0;
+	__u64 n = first;
+	if (n > UP_ANCHOR)
+		n = UP_ANCHOR;
+	/* Keep clang from copying n before the check the verifier must see. */
+	asm volatile("" : "+r"(n));
+	if (n > 0 && n <= UP_ANCHOR &&
+	    bpf_probe_read_user(e->anchor, n, (const void *)src) == 0)
+		e->anchor_len = n;
+	if (first >= UP_SAMPLE && !(flags & UPF_STRIDED)) {
+		__u64 span = first - UP_SAMPLE;
+#pragma unroll
+		for (int i = 0; i < UP_SAMPLES; i++) {
+			__u64 off = span * i / (UP_SAMPLES - 1);
+			if (bpf_probe_read_user(e->samples[i], UP_SAMPLE, (const void *)(src + off)) == 0)
+				e->sampled |= 1u << i;
+		}
+	}
+	bpf_ringbuf_submit(e, 0);
+	return 0;
+}
+
+/* cuMemcpyHtoD*(dst, src, n, ...) and cuMemcpy*(dst, src, n, ...). */
+SEC("uprobe")
+int up_copy(struct uregs *ctx)
+{
+	__u32 entry = (__u32)bpf_get_attach_cookie(ctx);
+	/* Entry points 100 and up are the unified ones (cuMemcpy, cuMemcpyAsync). */
+	__u32 flags = entry >= 100 ? UPF_UNIFIED : 0;
+	__u64 n = UARG3(ctx);
+	return copy(entry, UARG1(ctx), UARG2(ctx), n, n, flags, 0);
+}
+
+#define MT_HOST 1
+#define MT_DEVICE 2
+#define MT_ARRAY 3
+#define MT_UNIFIED 4
+
+/* CUDA_MEMCPY2D and CUDA_MEMCPY3D, as the driver API lays them out (64-bit). */
+struct memcpy2d {
+	__u64 src_x, src_y;
+	__u32 src_type, pad0;
+	__u64 src_host, src_device, src_array, src_pitch;
+	__u64 dst_x, dst_y;
+	__u32 dst_type, pad1;
+	__u64 dst_host, dst_device, dst_array, dst_pitch;
+	__u64 width, height;
+};
+
+struct memcpy3d {
+	__u64 src_x, src_y, src_z, src_lod;
+	__u32 src_type, pad0;
+	__u64 src_host, src_device, src_array, reserved0, src_pitch, src_height;
+	__u64 dst_x, dst_y, dst_z, dst_lod;
+	__u32 dst_type, pad1;
+	__u64 dst_host, dst_device, dst_array, reserved1, dst_pitch, dst_height;
+	__u64 width, height, depth;
+};
+
+static __always_inline int planar(__u32 entry, __u32 src_type, __u64 src_host, __u64 src_device,
+				  __u32 dst_type, __u64 dst_device, __u64 dst_array,
+				  __u64 start, __u64 width, __u64 rows, int contiguous)
+{
+	__u64 src;
+	__u32 flags = 0;
+	if (src_type == MT_HOST)
+		src = src_host;
+	else if (src_type == MT_UNIFIED)
+		src = src_device, flags |= UPF_UNIFIED;
+	else
+		return 0;
+	if (dst_type == MT_HOST)
+		return 0;
+	if (dst_type == MT_UNIFIED)
+		flags |= UPF_UNIFIED;
+	__u64 dst = dst_type == MT_ARRAY ? dst_array : dst_device;
+	__u64 bytes = width * rows;
+	if (!contiguous)
+		flags |= UPF_STRIDED;
+	return copy(entry, dst, src + start, bytes, contiguous ? bytes : width, flags, 0);
+}
+
+/* cuMemcpy2D*(const CUDA_MEMCPY2D *p, ...) */
+SEC("uprobe")
+int up_copy2d(struct uregs *ctx)
+{
+	struct memcpy2d p;
+	if (bpf_probe_read_user(&p, sizeof(p), (const void *)UARG1(ctx)))
+		return 0;
+	int contiguous = p.height <= 1 || p.src_pitch == p.width;
+	return planar((__u32)bpf_get_attach_cookie(ctx), p.src_type, p.src_host, p.src_device, p.dst_type, p.dst_device,
+		      p.dst_array, p.src_y * p.src_pitch + p.src_x, p.width, p.height,
+		      contiguous);
+}
+
+/* cuMemcpy3D*(const CUDA_MEMCPY3D *p, ...) */
+SEC("uprobe")
+int up_copy3d(struct uregs *ctx)
+{
+	struct memcpy3d p;
+	if (bpf_probe_read_user(&p, sizeof(p), (const void *)UARG1(ctx)))
+		return 0;
+	__u64 depth = p.depth ? p.depth : 1;
+	int rows_ok = p.height <= 1 || p.src_pitch == p.width;
+	int slices_ok = depth <= 1 || p.src_height * p.src_pitch == p.width * p.height;
+	__u64 start = (p.src_z * p.src_height + p.src_y) * p.src_pitch + p.src_x;
+	return planar((__u32)bpf_get_attach_cookie(ctx), p.src_type, p.src_host, p.src_device, p.dst_type, p.dst_device,
+		      p.dst_array, start, p.width, p.height * depth, rows_ok && slices_ok);
+}
+
+/* cuMemcpyBatchAsync*(CUdeviceptr *dsts, CUdeviceptr *srcs, size_t *sizes, size_t count, ...):
+ * the first UP_BATCH_MAX copies of the batch. */
+SEC("uprobe")
+int up_batch(struct uregs *ctx)
+{
+	__u32 entry = (__u32)bpf_get_attach_cookie(ctx);
+	__u64 dsts = UARG1(ctx), srcs = UARG2(ctx), sizes = UARG3(ctx), count = UARG4(ctx);
+	for (__u32 i = 0; i < UP_BATCH_MAX; i++) {
+		if (i >= count)
+			break;
+		__u64 d = 0, s = 0, n = 0;
+		if (bpf_probe_read_user(&d, 8, (const void *)(dsts + i * 8)) ||
+		    bpf_probe_read_user(&s, 8, (const void *)(srcs + i * 8)) ||
+		    bpf_probe_read_user(&n, 8, (const void *)(sizes + i * 8)))
+			break;
+		copy(entry, d, s, n, n, UPF_UNIFIED, i);
+	}
+	return 0;
+}
+
+/* cuMemHostRegister*(void *p, size_t bytes, unsigned flags) */
+SEC("uprobe")
+int up_register(struct uregs *ctx)
+{
+	return small(UP_REGISTER, 0, UARG1(ctx), UARG2(ctx), (__u32)bpf_get_attach_cookie(ctx));
+}
+
+/* cuMemHostUnregister(void *p) */
+SEC("uprobe")
+int up_unregister(struct uregs *ctx)
+{
+	return small(UP_UNREGISTER, 0, UARG1(ctx), 0, (__u32)bpf_get_attach_cookie(ctx));
+}
+
+/* cuMemFree*(CUdeviceptr, ...) */
+SEC("uprobe")
+int up_free(struct uregs *ctx)
+{
+	return small(UP_FREE, UARG1(ctx), 0, 0, (__u32)bpf_get_attach_cookie(ctx));
+}
+
+/* cuMemFreeHost(void *) */
+SEC("uprobe")
+int up_free_host(struct uregs *ctx)
+{
+	return small(UP_HOST_FREE, 0, UARG1(ctx), 0, (__u32)bpf_get_attach_cookie(ctx));
+}
+
+static __always_inline int alloc_enter(__u32 entry, __u64 out, __u64 bytes, __u64 pitch_out, __u32 kind)
+{
+	__u32 tid = (__u32)bpf_get_current_pid_tgid();
+	struct upload_pending p = { .out = out, .bytes = bytes, .pitch_out = pitch_out,
+				    .entry = entry, .kind = kind };
+	bpf_map_update_elem(&pending, &tid, &p, BPF_ANY);
+	return 0;
+}
+
+/* cuMemAlloc_v2 / cuMemAllocAsync / cuMemAllocFromPoolAsync / cuMemAllocManaged
+ * (CUdeviceptr *out, size_t bytes, ...) */
+SEC("uprobe")
+int up_alloc(struct uregs *ctx)
+{
+	return alloc_enter((__u32)bpf_get_attach_cookie(ctx), UARG1(ctx), UARG2(ctx), 0, UP_ALLOC);
+}
+
+/* cuMemAllocPitch_v2(CUdeviceptr *out, size_t *pitch, size_t width, size_t height, ...) */
+SEC("uprobe")
+int up_alloc_pitch(struct uregs *ctx)
+{
+	return alloc_enter((__u32)bpf_get_attach_cookie(ctx), UARG1(ctx), UARG4(ctx), UARG2(ctx), UP_ALLOC);
+}
+
+/* cuMemAllocHost_v2 / cuMemHostAlloc(void **out, size_t bytes, ...) */
+SEC("uprobe")
+int up_alloc_host(struct uregs *ctx)
+{
+	return alloc_enter((__u32)bpf_get_attach_cookie(ctx), UARG1(ctx), UARG2(ctx), 0, UP_HOST_ALLOC);
+}
+
+/* The return of any allocation above: CUDA_SUCCESS (0) sends it. */
+SEC("uretprobe")
+int ret_alloc(struct uregs *ctx)
+{
+	__u32 tid = (__u32)bpf_get_current_pid_tgid();
+	struct upload_pending *p = bpf_map_lookup_elem(&pending, &tid);
+	if (!p)
+		return 0;
+	struct upload_pending st = *p;
+	bpf_map_delete_elem(&pending, &tid);
+	if (URET(ctx) != 0)
+		return 0;
+	__u64 ptr = 0;
+	if (bpf_probe_read_user(&ptr, 8, (const void *)st.out))
+		return 0;
+	__u64 bytes = st.bytes;
+	if (st.pitch_out) {
+		__u64 pitch = 0;
+		if (bpf_probe_read_user(&pitch, 8, (const void *)st.pitch_out) == 0)
+			bytes *= pitch; /* height x pitch */
+	}
+	if (st.kind == UP_ALLOC)
+		return small(UP_ALLOC, ptr, 0, bytes, st.entry);
+	return small(UP_HOST_ALLOC, 0, ptr, bytes, st.entry);
+}

@@ -1,0 +1,108 @@
+//! Uploads to a GPU as the upload tracer saw them (uprobes on the CUDA driver library,
+//! `ebpf/uploads.bpf.c`): which byte ranges of which model file each process copied to a
+//! device, matched by content at the moment of the copy, and which processes the tracer
+//! has seen from before their first allocation. Raw evidence: the model
+//! (`model::device`) decides what it proves.
+
+use serde::{Deserialize, Serialize};
+
+use super::FileKey;
+
+/// What the upload tracer saw since it attached. Part of a snapshot's GPU sample.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct UploadsSample {
+    /// Wall clock (Unix ns) when the first driver library was attached.
+    pub since_unix_ns: u64,
+    /// The driver libraries attached, each with when and who had it loaded already.
+    pub libraries: Vec<TracedLibrary>,
+    /// Why nothing is traced (no driver library found, no uprobe support), if so.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub unavailable: Option<String>,
+    pub processes: Vec<UploadProcess>,
+    /// Model-file bytes uploaded, per (process, file, form).
+    pub uploads: Vec<FileUpload>,
+    /// `cuMemHostRegister` of a range inside a mapping of a model file.
+    pub registrations: Vec<HostRegistration>,
+    /// Records the ring buffer had no room for (calls not seen).
+    pub lost_events: u64,
+    /// How many content samples were matched and how (for the docs' bound).
+    pub samples_per_copy: u32,
+}
+
+/// One driver library with probes on it.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct TracedLibrary {
+    pub path: String,
+    pub attached_unix_ns: u64,
+    /// Entry points attached (of those twofold knows).
+    pub entry_points: u32,
+    /// Processes that had it loaded when it was attached: what they did before is not
+    /// known.
+    pub preloaded_pids: Vec<i32>,
+}
+
+/// One process that called a traced entry point (or had a traced library loaded).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct UploadProcess {
+    pub pid: i32,
+    pub comm: String,
+    /// It loaded the traced library after the probes were attached: every allocation and
+    /// upload it made was seen.
+    pub traced_from_start: bool,
+    /// Wall clock (Unix ns) since when its calls are traced.
+    pub traced_since_unix_ns: u64,
+    /// Host-to-device copies seen, and their bytes.
+    pub copies: u64,
+    pub copy_bytes: u64,
+    /// Of them, bytes matched to a model file (device bytes: widened counts twice).
+    pub model_bytes: u64,
+    /// Bytes whose samples matched no model file.
+    pub other_bytes: u64,
+    /// Bytes that could not be examined (source pages not present, strided copies, a
+    /// unified copy whose destination is not a traced device allocation).
+    pub unexamined_bytes: u64,
+    /// Device memory it allocated through traced calls and has not freed.
+    pub device_alloc_bytes: u64,
+    /// Pinned host memory it allocated (staging buffers).
+    pub pinned_host_bytes: u64,
+    /// Wall clock (Unix ns) of its first and last copy; 0 when none.
+    pub first_copy_unix_ns: u64,
+    pub last_copy_unix_ns: u64,
+}
+
+/// Bytes of one model file one process uploaded, merged into file ranges.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct FileUpload {
+    pub pid: i32,
+    pub file: FileKey,
+    /// The device holds the F16/BF16 → F32 widening of these bytes.
+    pub widened: bool,
+    /// `[start, end)` byte ranges of the file, merged, sorted.
+    pub ranges: Vec<(u64, u64)>,
+    /// File bytes in `ranges`.
+    pub file_bytes: u64,
+    /// Device bytes written (file bytes, or twice them widened), summed over copies.
+    pub device_bytes: u64,
+    pub copies: u64,
+    pub first_unix_ns: u64,
+    pub last_unix_ns: u64,
+    /// The entry point of the last copy (`cuMemcpyHtoDAsync_v2`).
+    pub entry: String,
+}
+
+/// A process registered host memory that a mapping of a model file backs.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct HostRegistration {
+    pub pid: i32,
+    pub file: FileKey,
+    /// The file range the registered range maps.
+    pub file_offset: u64,
+    pub bytes: u64,
+    pub at_unix_ns: u64,
+    pub entry: String,
+}

@@ -1,0 +1,296 @@
+//! The engine's side of upload tracing: the [`UploadTracer`]'s records are matched, as
+//! they come, against the model files' grid ([`Matcher`]) and kept as a ledger per
+//! process and file; each snapshot carries the ledger as an [`UploadsSample`].
+//!
+//! Copies that matched no file are kept (at most [`PENDING_BYTES`] of samples) and
+//! matched again when collection finds new model files: a loader may upload before its
+//! file is known to be a model file.
+
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+
+use crate::collect::bpf::uploads::{entry_name, Call, CopyRecord, Note, UploadTracer, SAMPLES};
+use crate::collect::Roots;
+use crate::dupes::uploads::{add_range, Matcher};
+use crate::sample::uploads::{FileUpload, HostRegistration, UploadProcess, UploadsSample};
+use crate::sample::{FileKey, Sample};
+
+/// Samples of unmatched copies kept for a later match.
+pub const PENDING_BYTES: usize = 16 << 20;
+
+#[derive(Default)]
+struct Proc {
+    row: UploadProcess,
+    /// Live device allocations: start → bytes.
+    allocs: BTreeMap<u64, u64>,
+    host: BTreeMap<u64, u64>,
+}
+
+#[derive(Default)]
+struct Ledger {
+    matcher: Option<Arc<Matcher>>,
+    proc_root: PathBuf,
+    sample: UploadsSample,
+    procs: BTreeMap<i32, Proc>,
+    uploads: BTreeMap<(i32, FileKey, bool), FileUpload>,
+    pending: VecDeque<(i32, u64, CopyRecord)>,
+    pending_bytes: usize,
+    /// Processes that mapped an attached library since before it was attached.
+    preloaded: BTreeSet<i32>,
+}
+
+impl Ledger {
+    fn proc(&mut self, pid: i32) -> &mut Proc {
+        let root = self.proc_root.clone();
+        let since = self.sample.since_unix_ns;
+        let preloaded = self.preloaded.contains(&pid);
+        self.procs.entry(pid).or_insert_with(|| Proc {
+            row: UploadProcess {
+                pid,
+                comm: std::fs::read_to_string(root.join(pid.to_string()).join("comm"))
+                    .map(|s| s.trim_end().to_string())
+                    .unwrap_or_default(),
+                traced_from_start: !preloaded,
+                traced_since_unix_ns: since,
+                ..UploadProcess::default()
+            },
+            ..Proc::default()
+        })
+    }
+
+    fn note(&mut self, n: Note) {
+        match n {
+            Note::Library(l) => {
+                if self.sample.since_unix_ns == 0 {
+                    self.sample.since_unix_ns = l.attached_unix_ns;
+                }
+                self.preloaded.extend(l.preloaded_pids.iter().copied());
+                for pid in &l.preloaded_pids {
+                    if let Some(p) = self.procs.get_mut(pid) {
+                        p.row.traced_from_start = false;
+                    }
+                }
+                self.sample.libraries.push(l);
+            }
+            Note::Mapped { pid, preloaded } => {
+                if preloaded {
+                    self.preloaded.insert(pid);
+                }
+                let p = self.proc(pid);
+                if preloaded {
+                    p.row.traced_from_start = false;
+                }
+            }
+            Note::Lost(n) => self.sample.lost_events += n,
+            Note::Record(r) => self.record(r.pid, r.at_unix_ns, r.call),
+        }
+    }
+
+    fn record(&mut self, pid: i32, at: u64, call: Call) {
+        match call {
+            Call::Copy(c) => self.copy(pid, at, c),
+            Call::Alloc { dst, bytes } => {
+                self.proc(pid).allocs.insert(dst, bytes);
+            }
+            Call::Free { dst } => {
+                self.proc(pid).allocs.remove(&dst);
+            }
+            Call::HostAlloc { addr, bytes } => {
+                self.proc(pid).host.insert(addr, bytes);
+            }
+            Call::HostFree { addr } => {
+                self.proc(pid).host.remove(&addr);
+            }
+            Call::Register { entry, addr, bytes } => {
+                if let Some((file, off)) = mapped_file(&self.proc_root, pid, addr, bytes) {
+                    self.proc(pid);
+                    self.sample.registrations.push(HostRegistration {
+                        pid,
+                        file,
+                        file_offset: off,
+                        bytes,
+                        at_unix_ns: at,
+                        entry: entry_name(entry).into(),
+                    });
+                }
+            }
+            Call::Unregister { .. } => {}
+        }
+    }
+
+    fn copy(&mut self, pid: i32, at: u64, c: CopyRecord) {
+        let p = self.proc(pid);
+        if c.unified
+            && p.allocs
+                .range(..=c.dst)
+                .next_back()
+                .is_none_or(|(s, n)| c.dst >= s + n)
+        {
+            // A unified copy whose destination is no traced device allocation: it may
+            // be host to host (or the allocation predates tracing).
+            p.row.unexamined_bytes += c.bytes;
+            return;
+        }
+        p.row.copies += 1;
+        p.row.copy_bytes += c.bytes;
+        if p.row.first_copy_unix_ns == 0 {
+            p.row.first_copy_unix_ns = at;
+        }
+        p.row.last_copy_unix_ns = at;
+        if c.anchor.len() < 16 || c.strided {
+            p.row.unexamined_bytes += c.bytes;
+            return;
+        }
+        if self.try_match(pid, at, &c) {
+            return;
+        }
+        self.proc(pid).row.other_bytes += c.bytes;
+        let size = c.anchor.len() + c.samples.len() * 40;
+        if self.pending_bytes + size <= PENDING_BYTES {
+            self.pending_bytes += size;
+            self.pending.push_back((pid, at, c));
+        }
+    }
+
+    /// Matches `c` and books it; false when it matched no file.
+    fn try_match(&mut self, pid: i32, at: u64, c: &CopyRecord) -> bool {
+        let Some(m) = self.matcher.as_ref().and_then(|m| m.match_copy(c)) else {
+            return false;
+        };
+        self.proc(pid).row.model_bytes += c.bytes;
+        let u = self
+            .uploads
+            .entry((pid, m.file, m.widened))
+            .or_insert_with(|| FileUpload {
+                pid,
+                file: m.file,
+                widened: m.widened,
+                first_unix_ns: at,
+                ..FileUpload::default()
+            });
+        add_range(&mut u.ranges, m.start, m.end);
+        u.file_bytes = u.ranges.iter().map(|(a, b)| b - a).sum();
+        u.device_bytes += c.bytes;
+        u.copies += 1;
+        u.first_unix_ns = u.first_unix_ns.min(at);
+        u.last_unix_ns = u.last_unix_ns.max(at);
+        u.entry = entry_name(c.entry).into();
+        true
+    }
+
+    /// A new index: copies kept unmatched are matched again.
+    fn set_matcher(&mut self, m: Arc<Matcher>) {
+        self.matcher = Some(m);
+        let pending = std::mem::take(&mut self.pending);
+        self.pending_bytes = 0;
+        for (pid, at, c) in pending {
+            if self.try_match(pid, at, &c) {
+                let p = self.proc(pid);
+                p.row.other_bytes = p.row.other_bytes.saturating_sub(c.bytes);
+            } else {
+                self.pending_bytes += c.anchor.len() + c.samples.len() * 40;
+                self.pending.push_back((pid, at, c));
+            }
+        }
+    }
+
+    fn snapshot(&self) -> UploadsSample {
+        let mut s = self.sample.clone();
+        s.samples_per_copy = SAMPLES as u32;
+        s.processes = self
+            .procs
+            .values()
+            .map(|p| UploadProcess {
+                device_alloc_bytes: p.allocs.values().sum(),
+                pinned_host_bytes: p.host.values().sum(),
+                ..p.row.clone()
+            })
+            .collect();
+        s.uploads = self.uploads.values().cloned().collect();
+        s
+    }
+}
+
+/// The model file (and offset in it) a mapping of `pid` backs `[addr, addr + bytes)` with.
+fn mapped_file(proc_root: &Path, pid: i32, addr: u64, bytes: u64) -> Option<(FileKey, u64)> {
+    let text = std::fs::read_to_string(proc_root.join(pid.to_string()).join("maps")).ok()?;
+    text.lines()
+        .filter_map(crate::collect::maps::parse_header)
+        .find(|m| m.inode != 0 && m.start <= addr && addr + bytes.max(1) <= m.end)
+        .map(|m| (m.key(), m.offset_bytes + (addr - m.start)))
+}
+
+/// Upload tracing while the engine traces.
+pub(crate) struct Uploads {
+    _tracer: UploadTracer,
+    ledger: Arc<Mutex<Ledger>>,
+    indexed: BTreeSet<FileKey>,
+}
+
+impl Uploads {
+    /// Attaches the upload probes; `files` (path, key) are indexed at once so that
+    /// uploads during the window are matched as they come.
+    pub(crate) fn start(
+        roots: &Roots,
+        files: &[(PathBuf, FileKey)],
+    ) -> Result<(Uploads, Vec<String>), String> {
+        let ledger = Arc::new(Mutex::new(Ledger {
+            proc_root: roots.proc.clone(),
+            ..Ledger::default()
+        }));
+        let (matcher, mut warnings) = Matcher::build(files);
+        let indexed: BTreeSet<FileKey> = files.iter().map(|f| f.1).collect();
+        if let Some(m) = matcher {
+            lock(&ledger).set_matcher(Arc::new(m));
+        }
+        let sink_ledger = ledger.clone();
+        let sink = Box::new(move |n: Note| lock(&sink_ledger).note(n));
+        let objects = std::env::var_os(crate::collect::bpf::OBJECTS_ENV).map(PathBuf::from);
+        let tracer = UploadTracer::attach(objects.as_deref(), &roots.proc, sink)
+            .map_err(|e| format!("{:#}", anyhow::Error::from(e)))?;
+        warnings.extend(tracer.warnings().iter().cloned());
+        if tracer.libraries() == 0 {
+            lock(&ledger).sample.unavailable = Some(
+                "no CUDA driver library (libcuda.so*) loaded or installed yet; processes that load one later are traced"
+                    .into(),
+            );
+        }
+        Ok((
+            Uploads {
+                _tracer: tracer,
+                ledger,
+                indexed,
+            },
+            warnings,
+        ))
+    }
+
+    /// Indexes model files of `sample` not indexed yet, and returns the ledger.
+    pub(crate) fn sample(&mut self, sample: &Sample, warnings: &mut Vec<String>) -> UploadsSample {
+        let files: Vec<(PathBuf, FileKey)> = sample
+            .files
+            .iter()
+            .filter(|f| f.size_bytes.is_some())
+            .map(|f| (PathBuf::from(&f.path), f.key))
+            .collect();
+        if files.iter().any(|f| !self.indexed.contains(&f.1)) {
+            // Every file again: one grid holds them all (indexing reads only its points).
+            let (m, w) = Matcher::build(&files);
+            warnings.extend(w);
+            self.indexed = files.iter().map(|f| f.1).collect();
+            if let Some(m) = m {
+                lock(&self.ledger).set_matcher(Arc::new(m));
+            }
+        }
+        let mut s = lock(&self.ledger).snapshot();
+        if !s.libraries.is_empty() {
+            s.unavailable = None;
+        }
+        s
+    }
+}
+
+fn lock(l: &Mutex<Ledger>) -> std::sync::MutexGuard<'_, Ledger> {
+    l.lock().unwrap_or_else(|e| e.into_inner())
+}
