@@ -259,6 +259,17 @@ impl ProcMemory {
         Ok(())
     }
 
+    /// The present ranges of `[start, end)` (anonymous ones only with `anon_only`) from
+    /// `PAGEMAP_SCAN`; `Ok(None)` when the kernel has none ([`super::pagescan::present`]).
+    pub fn present_ranges(
+        &self,
+        start: u64,
+        end: u64,
+        anon_only: bool,
+    ) -> io::Result<Option<Vec<(u64, u64)>>> {
+        super::pagescan::present(&self.pagemap, start, end, anon_only)
+    }
+
     /// Whether a page may be read for `kind`: present, and anonymous inside file mappings.
     pub fn eligible(entry: u64, kind: RegionKind) -> bool {
         entry & PM_PRESENT != 0 && (kind != RegionKind::PrivateFile || entry & PM_FILE == 0)

@@ -74,10 +74,7 @@ pub fn recheck(
     let every = whole.len().div_ceil(spot);
     let pages = (spot / whole.len().div_ceil(every)).max(1);
     let mut buf = Buffers::default();
-    let mut pm = PageMap {
-        start: 0,
-        entries: Vec::new(),
-    };
+    let mut pm = PageMap::default();
     let mut pm_region = None;
     for (i, found) in whole.iter().enumerate() {
         let r = &found.region;
@@ -87,9 +84,7 @@ pub fn recheck(
                 let (a, b) = part(f);
                 (lo.min(a), hi.max(b))
             });
-            pm.start = lo / PAGE * PAGE;
-            target
-                .pagemap(pm.start, hi.next_multiple_of(PAGE), &mut pm.entries)
+            pm = PageMap::read_entries(&target, lo / PAGE * PAGE, hi)
                 .map_err(|e| format!("cannot check pid {pid} again: {e:#}"))?;
             pm_region = Some(r.start);
         }

@@ -89,22 +89,7 @@ impl State {
     }
 }
 
-/// Pagemap entries of the pages from `start` on (a whole region, or only a candidate
-/// copy's pages when the region was sampled sparsely).
-pub struct PageMap {
-    pub start: u64,
-    pub entries: Vec<u64>,
-}
-
-impl PageMap {
-    fn eligible(&self, r: &Region, addr: u64) -> bool {
-        if addr < self.start {
-            return false;
-        }
-        let i = ((addr - self.start) / PAGE) as usize;
-        i < self.entries.len() && ProcMemory::eligible(self.entries[i], r.kind)
-    }
-}
+pub use super::pagemap::PageMap;
 
 /// Regions are read a window of this many bytes at a time (2 MiB of pagemap entries).
 const WINDOW: u64 = 1 << 30;
@@ -138,10 +123,7 @@ impl Sweep<'_> {
             extended: HashSet::new(),
             buf: Buffers::default(),
         };
-        let mut pm = PageMap {
-            start: 0,
-            entries: Vec::new(),
-        };
+        let mut pm;
         let mut one = Vec::new();
         let sampling = self.grid.sampling(self.stride);
         let sample_len = sampling.len;
@@ -180,11 +162,16 @@ impl Sweep<'_> {
                     return Ok(st.finish(false));
                 }
                 let first = (w0 / PAGE).next_multiple_of(stride) * PAGE;
-                let pages: Vec<u64> = if stride >= SPARSE_PAGEMAP_STRIDE {
-                    pm = PageMap {
-                        start: 0,
-                        entries: Vec::new(),
-                    };
+                let scanned = PageMap::scan(self.target, w0, w1, r.kind)
+                    .map_err(|e| io::Error::other(format!("{e:#}")))?;
+                let pages: Vec<u64> = if let Some(p) = scanned {
+                    // Present ranges from the kernel's page-table walk: a few calls per
+                    // window, and only the pages inside them are visited.
+                    pm = p;
+                    st.stats.present_bytes += pm.eligible_bytes(r);
+                    pm.sampled(r, first, w1, stride * PAGE)
+                } else if stride >= SPARSE_PAGEMAP_STRIDE {
+                    pm = PageMap::default();
                     let mut v = Vec::new();
                     for a in (first..w1).step_by((stride * PAGE) as usize) {
                         self.target
@@ -200,20 +187,9 @@ impl Sweep<'_> {
                     st.stats.present_bytes += v.len() as u64 * stride * PAGE;
                     v
                 } else {
-                    pm.start = w0;
-                    self.target
-                        .pagemap(w0, w1, &mut pm.entries)
-                        .map_err(|e| io::Error::other(format!("{e:#}")))?;
-                    st.stats.present_bytes += pm
-                        .entries
-                        .iter()
-                        .filter(|e| ProcMemory::eligible(**e, r.kind))
-                        .count() as u64
-                        * PAGE;
-                    (first..w1)
-                        .step_by((stride * PAGE) as usize)
-                        .filter(|a| pm.eligible(r, *a))
-                        .collect()
+                    pm = PageMap::read_entries(self.target, w0, w1)?;
+                    st.stats.present_bytes += pm.eligible_bytes(r);
+                    pm.sampled(r, first, w1, stride * PAGE)
                 };
                 for batch in pages.chunks(IOV_MAX) {
                     if self.stopped() {
@@ -505,16 +481,8 @@ impl Compare<'_> {
         let (r, span, a, lo, hi) = at.parts();
         // A sparsely sampled region: the copy's own pages' entries.
         let local;
-        let covered = !pm.entries.is_empty()
-            && lo >= pm.start
-            && hi <= pm.start + pm.entries.len() as u64 * PAGE;
-        let pm = if !covered {
-            let start = lo / PAGE * PAGE;
-            let mut entries = Vec::new();
-            self.target
-                .pagemap(start, hi.next_multiple_of(PAGE), &mut entries)
-                .map_err(|e| io::Error::other(format!("{e:#}")))?;
-            local = PageMap { start, entries };
+        let pm = if !pm.covers(lo, hi) {
+            local = PageMap::read_entries(self.target, lo / PAGE * PAGE, hi)?;
             &local
         } else {
             pm
