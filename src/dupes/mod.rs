@@ -9,6 +9,7 @@
 pub mod filebytes;
 pub mod grid;
 pub mod index;
+pub mod indexcache;
 pub mod pagemap;
 pub mod physical;
 pub mod prove;

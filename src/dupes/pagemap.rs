@@ -107,7 +107,10 @@ impl PageMap {
     pub fn eligible_bytes(&self, r: &Region) -> u64 {
         match &self.how {
             How::Entries(e) => {
-                e.iter().filter(|x| ProcMemory::eligible(**x, r.kind)).count() as u64 * PAGE
+                e.iter()
+                    .filter(|x| ProcMemory::eligible(**x, r.kind))
+                    .count() as u64
+                    * PAGE
             }
             How::Ranges(v) => pagescan::bytes(v),
         }

@@ -15,6 +15,7 @@ use std::time::{Duration, Instant};
 use super::filebytes::{same_bytes, FileBytes};
 use super::grid::{Grid, PAGE};
 use super::index::CopyKind;
+use super::indexcache::{self, IndexCache};
 use super::sweep::{Hit, Sweep, SweepStats};
 use crate::collect::memory::{ProcMemory, Region, RegionKind};
 use crate::collect::Roots;
@@ -128,6 +129,19 @@ pub fn prove_found(
     progress: Option<&Progress>,
     warnings: &mut Vec<Warning>,
 ) -> Vec<Proof> {
+    prove_cached(roots, sample, opts, progress, warnings, None)
+}
+
+/// [`prove_found`], taking the files' index from `cache` when it holds one of these
+/// versions of them (and keeping the one it builds there).
+pub fn prove_cached(
+    roots: &Roots,
+    sample: &Sample,
+    opts: ProveOptions,
+    progress: Option<&Progress>,
+    warnings: &mut Vec<Warning>,
+    mut cache: Option<&mut IndexCache>,
+) -> Vec<Proof> {
     let start = Instant::now();
     let deadline = opts.budget.map(|b| start + b);
     let order = search_order(sample);
@@ -147,7 +161,15 @@ pub fn prove_found(
     let mut out = Vec::new();
     for (files, pids) in groups {
         out.extend(prove_group(
-            roots, sample, &files, &pids, opts, deadline, progress, warnings,
+            roots,
+            sample,
+            &files,
+            &pids,
+            opts,
+            deadline,
+            progress,
+            warnings,
+            cache.as_deref_mut(),
         ));
     }
     if std::env::var_os("TWOFOLD_PROFILE").is_some() {
@@ -203,56 +225,86 @@ fn prove_group(
     deadline: Option<Instant>,
     progress: Option<&Progress>,
     warnings: &mut Vec<Warning>,
+    mut cache: Option<&mut IndexCache>,
 ) -> Vec<Proof> {
     let start = Instant::now();
     if deadline.is_some_and(|d| start >= d) {
         let why = Unsearched::over_budget(opts.budget.unwrap_or_default().as_secs_f64());
         return unsearched(sample, pids, &why);
     }
-    // Open and parse each file once.
-    let mut keys = Vec::new();
-    let mut inputs = Vec::new();
+    // Open each file (and check it is still that inode), then parse and index them once
+    // per version of them: a long-running engine keeps the index ([`IndexCache`]).
+    let mut opened = Vec::new();
     let mut unopened: BTreeMap<FileKey, Unsearched> = BTreeMap::new();
     for f in sample.files.iter().filter(|f| wanted.contains(&f.key)) {
         let path = open_path(sample, f.key, &f.path, &roots.proc);
-        let opened = FileBytes::open(&path)
+        let o = FileBytes::open(&path)
             .map_err(|e| format!("cannot open '{}': {e}", path.display()))
             .and_then(|b| {
-                let same = b.file().metadata().is_ok_and(|m| {
+                let m = b.file().metadata().ok().filter(|m| {
                     use std::os::unix::fs::MetadataExt;
                     FileKey::from_dev(m.dev(), m.ino()) == f.key
                 });
-                if !same {
-                    return Err(format!("'{}' now names another file", path.display()));
+                match m {
+                    Some(m) => Ok((indexcache::version(f.key, &m), b, path.clone())),
+                    None => Err(format!("'{}' now names another file", path.display())),
                 }
-                crate::container::open(&path)
-                    .map(|c| (b, c))
-                    .map_err(|e| format!("cannot parse '{}': {e}", path.display()))
             });
-        match opened {
-            Ok((b, c)) => {
-                keys.push(f.key);
-                inputs.push((b, c.tensors, c.format));
-            }
+        match o {
+            Ok(o) => opened.push(o),
             Err(e) => {
                 unopened.insert(f.key, Unsearched::from_error(e));
             }
         }
     }
-    // Files of the same bytes (a /dev/shm copy of a model beside it): one is indexed,
-    // the one not in shared memory, so a copy found is the original's; the other is
-    // searched as it (its candidates' copies are counted under the original).
-    let aliases = same_bytes(&mut keys, &mut inputs);
-    let grid = match Grid::build(inputs, 16, true, opts.exact) {
-        Ok(g) => g,
-        Err(e) => {
-            warnings.push(Warning::host(
-                WarningKind::IndexFailed,
-                format!("cannot index the model files: {e}"),
-            ));
-            return unsearched(sample, pids, &Unsearched::not_indexed(&e.to_string()));
+    let versions: Vec<indexcache::Version> = opened.iter().map(|o| o.0).collect();
+    let kept = cache
+        .as_deref_mut()
+        .and_then(|c| c.get(&versions, opts.exact));
+    let indexed = match kept {
+        Some(ix) => ix,
+        None => {
+            let mut keys = Vec::new();
+            let mut inputs = Vec::new();
+            for (v, b, path) in opened {
+                match crate::container::open(&path) {
+                    Ok(c) => {
+                        keys.push(v.0);
+                        inputs.push((b, c.tensors, c.format));
+                    }
+                    Err(e) => {
+                        let e = format!("cannot parse '{}': {e}", path.display());
+                        unopened.insert(v.0, Unsearched::from_error(e));
+                    }
+                }
+            }
+            // Files of the same bytes (a /dev/shm copy of a model beside it): one is
+            // indexed, the one not in shared memory, so a copy found is the original's;
+            // the other is searched as it (its candidates' copies count under the original).
+            let aliases = same_bytes(&mut keys, &mut inputs);
+            let grid = match Grid::build(inputs, 16, true, opts.exact) {
+                Ok(g) => g,
+                Err(e) => {
+                    warnings.push(Warning::host(
+                        WarningKind::IndexFailed,
+                        format!("cannot index the model files: {e}"),
+                    ));
+                    return unsearched(sample, pids, &Unsearched::not_indexed(&e.to_string()));
+                }
+            };
+            let ix = std::sync::Arc::new(indexcache::Indexed {
+                grid,
+                keys,
+                aliases,
+            });
+            // Kept only when every file parsed: a hit must give the same outcome.
+            if let (Some(c), true) = (cache.as_deref_mut(), unopened.is_empty()) {
+                c.put(versions, opts.exact, ix.clone());
+            }
+            ix
         }
     };
+    let (grid, keys, aliases) = (&indexed.grid, &indexed.keys, &indexed.aliases);
     let stride = grid.stride;
     let indexed = start.elapsed();
     let searchable: Vec<f64> = (0..grid.files.len())
@@ -377,7 +429,7 @@ fn prove_group(
                     }
                 }
                 // A file of the same bytes as an indexed one: searched as that one.
-                for (alias, of) in &aliases {
+                for (alias, of) in aliases {
                     if files_of_pid.contains(alias) {
                         let fi = grid_index(&keys, *of);
                         out.push(Proof {

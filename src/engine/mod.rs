@@ -61,6 +61,8 @@ pub struct Engine {
     cache: Option<ProcCache>,
     /// The eBPF tracer, while tracing is on.
     tracing: Option<tracing::Tracing>,
+    /// The content index of the model files, kept across proofs while they do not change.
+    index: crate::dupes::indexcache::IndexCache,
     /// The files of interest of the last snapshot (key, path): what tracing pins and names.
     interest: Vec<(FileKey, String)>,
     /// Proofs asked for by hand ([`Engine::prove_now`]), merged into later snapshots.
@@ -80,6 +82,7 @@ impl Engine {
             cache: None,
             tracing: None,
             interest: Vec::new(),
+            index: Default::default(),
             manual: BTreeMap::new(),
         }
     }
@@ -89,6 +92,12 @@ impl Engine {
     pub fn incremental(mut self, max_age: Duration) -> Engine {
         self.cache = Some(ProcCache::new(max_age));
         self
+    }
+
+    /// How many content indexes were built and reused since the start, and how many are
+    /// kept now.
+    pub fn index_stats(&self) -> (u64, u64, usize) {
+        (self.index.built, self.index.reused, self.index.len())
     }
 
     /// What the last snapshot reused and read (`None` without [`Engine::incremental`]).
@@ -132,6 +141,10 @@ impl Engine {
             sample.proofs = self.prove(&sample, opts, warnings);
         }
         self.merge_manual(&mut sample);
+        // An index of files that left, or were deleted, is let go now (its open files
+        // would keep them alive).
+        self.index
+            .keep_only(&sample.files.iter().map(|f| f.key).collect());
         self.interest = sample
             .files
             .iter()

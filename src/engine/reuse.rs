@@ -125,7 +125,14 @@ impl Engine {
                 candidates: todo,
                 ..sample.clone()
             };
-            fresh = crate::dupes::prove::prove_found(&self.roots, &pending, opts, None, warnings);
+            fresh = crate::dupes::prove::prove_cached(
+                &self.roots,
+                &pending,
+                opts,
+                None,
+                warnings,
+                Some(&mut self.index),
+            );
         }
         // Keep the searches of processes that are still candidates.
         self.reuse

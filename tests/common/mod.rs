@@ -358,3 +358,10 @@ impl Drop for GroupGuard {
         }
     }
 }
+
+/// The (device, inode) key of a path, as twofold keys files.
+pub fn file_key(path: &Path) -> twofold::sample::FileKey {
+    use std::os::unix::fs::MetadataExt;
+    let m = std::fs::metadata(path).unwrap();
+    twofold::sample::FileKey::from_dev(m.dev(), m.ino())
+}

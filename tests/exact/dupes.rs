@@ -222,3 +222,74 @@ fn unparseable_file_runs_are_found_and_nothing_searchable_is_unknown() {
     let t = String::from_utf8_lossy(&out.stdout);
     assert!(t.contains("private copies of the file: unknown"), "{t}");
 }
+
+/// The content index is built once per version of the files and kept: a second proof of
+/// the same file reuses it and finds the same copy; a file rewritten (new mtime) is
+/// indexed anew; a deleted file's index is let go, so twofold holds no descriptor of it.
+#[test]
+fn the_index_is_built_once_per_version_and_let_go_when_the_file_is_deleted() {
+    let _group = crate::common::group(module_path!());
+    use twofold::collect::gather::{gather, Request};
+    use twofold::collect::Roots;
+    use twofold::dupes::indexcache::IndexCache;
+    use twofold::dupes::prove::{prove_cached, ProveOptions};
+    if !require(is_root(), "root (to search the copying reader's memory)") {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let (file, _) = model(dir.path());
+    let copy = reader("copy", Some(&file), &["--close"]);
+    let key = file_key(&file);
+    // Only the copy is a candidate: other processes of a busy host come and go.
+    let req = Request {
+        paths: vec![file.clone()],
+        pids: vec![copy.pid()],
+        ..Request::default()
+    };
+    let roots = Roots::live();
+    let opts = ProveOptions {
+        budget: Some(std::time::Duration::from_secs(60)),
+        exact: false,
+    };
+    let mut cache = IndexCache::default();
+    let mut w = Vec::new();
+    let proven = |cache: &mut IndexCache| {
+        let mut w = Vec::new();
+        let sample = gather(&roots, &req, &mut w).unwrap();
+        let p = prove_cached(&roots, &sample, opts, None, &mut w, Some(cache));
+        p.iter()
+            .filter(|p| p.sample.pid == copy.pid() && p.sample.file == key)
+            .map(|p| p.sample.identical_file_bytes)
+            .sum::<u64>()
+    };
+    let first = proven(&mut cache);
+    assert!(first > 0, "the copy is found");
+    assert_eq!((cache.built, cache.reused, cache.len()), (1, 0, 1));
+    assert_eq!(
+        proven(&mut cache),
+        first,
+        "the same copy from the kept index"
+    );
+    assert_eq!((cache.built, cache.reused), (1, 1), "nothing indexed again");
+    // A new mtime is a new version (the bytes are the same: the copy still is one).
+    let t = std::time::SystemTime::now() + std::time::Duration::from_secs(5);
+    std::fs::File::options()
+        .write(true)
+        .open(&file)
+        .unwrap()
+        .set_modified(t)
+        .unwrap();
+    assert_eq!(proven(&mut cache), first);
+    assert_eq!(cache.built, 2, "the new version is indexed anew");
+    // Deleted: the index goes at the next snapshot's keep, with its descriptors.
+    let sample = gather(&roots, &req, &mut w).unwrap();
+    std::fs::remove_file(&file).unwrap();
+    cache.keep_only(&sample.files.iter().map(|f| f.key).collect());
+    assert!(cache.is_empty(), "{} kept", cache.len());
+    let held = std::fs::read_dir("/proc/self/fd")
+        .unwrap()
+        .filter_map(|e| std::fs::read_link(e.unwrap().path()).ok())
+        .filter(|l| l.to_string_lossy().contains("model.safetensors"))
+        .count();
+    assert_eq!(held, 0, "no descriptor of the deleted model is left open");
+}

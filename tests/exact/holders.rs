@@ -129,12 +129,6 @@ fn map_files_of(pid: i32, ino: u64) -> std::path::PathBuf {
     Path::new(&format!("/proc/{pid}/map_files")).join(range)
 }
 
-fn file_key(path: &Path) -> twofold::sample::FileKey {
-    use std::os::unix::fs::MetadataExt;
-    let m = std::fs::metadata(path).unwrap();
-    twofold::sample::FileKey::from_dev(m.dev(), m.ino())
-}
-
 #[test]
 fn a_replaced_model_still_mapped_is_counted_through_its_holder() {
     let _group = crate::common::group(module_path!());
