@@ -89,6 +89,15 @@ fn main() -> ExitCode {
     match result {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) if is_broken_pipe(&e) => ExitCode::SUCCESS,
+        Err(e) if e.downcast_ref::<cmd::ConditionMet>().is_some() => {
+            drop(out);
+            if let Some(met) = e.downcast_ref::<cmd::ConditionMet>() {
+                for line in &met.0 {
+                    eprintln!("twofold: {}", twofold::render::safe::safe(line));
+                }
+            }
+            ExitCode::from(1)
+        }
         Err(e) => {
             drop(out);
             twofold::cleanup::wait_if_interrupted();

@@ -55,8 +55,33 @@ pub struct ScanArgs {
     /// a warning and the plain scan).
     #[arg(long, value_name = "DURATION", value_parser = parse_positive_duration)]
     pub trace: Option<Duration>,
+    /// Exit 1 when a condition holds, naming it and each file on stderr (a CI gate;
+    /// comma list): copies (a proven private, copy-on-write or device copy beside the page
+    /// cache), suspected (a suspected copy), lower-bound (a count that is only a lower
+    /// bound). Exit status: 0 none holds, 1 one holds, 2 bad input or an error.
+    #[arg(long, value_enum, value_delimiter = ',', value_name = "CONDITION")]
+    pub fail_on: Vec<FailOn>,
     #[command(flatten)]
     pub output: OutputArgs,
+}
+
+/// A condition of `scan --fail-on`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum FailOn {
+    Copies,
+    Suspected,
+    LowerBound,
+}
+
+impl From<FailOn> for crate::model::gate::Condition {
+    fn from(f: FailOn) -> Self {
+        use crate::model::gate::Condition;
+        match f {
+            FailOn::Copies => Condition::Copies,
+            FailOn::Suspected => Condition::Suspected,
+            FailOn::LowerBound => Condition::LowerBound,
+        }
+    }
 }
 
 #[derive(Debug, Args)]

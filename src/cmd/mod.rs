@@ -27,3 +27,9 @@ pub fn warn_all(warnings: &[String]) {
         let _ = writeln!(err, "twofold: warning: {}", crate::render::safe::safe(w));
     }
 }
+
+/// A condition the user asked to fail on held (`scan --fail-on`): exit status 1 (not 2,
+/// which is bad input), each line on stderr. The command's output was written first.
+#[derive(Debug, thiserror::Error)]
+#[error("{}", .0.join("; "))]
+pub struct ConditionMet(pub Vec<String>);

@@ -9,6 +9,7 @@
 mod common;
 
 mod dupes;
+mod gate;
 mod holders;
 mod live;
 mod readonly;

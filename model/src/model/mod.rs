@@ -16,6 +16,7 @@ pub mod fields;
 mod holders;
 use holders::{holders, mapper, process_model};
 pub mod findings;
+pub mod gate;
 pub mod inspect;
 pub mod probe;
 pub mod rates;
