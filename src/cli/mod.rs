@@ -19,7 +19,7 @@ pub use campaign::{CompareArgs, DemoArgs, Experiment, PressureArgs, RunArgs, San
 pub use internal::{BenchArgs, BenchWhat, ChildArgs, ChildMode};
 pub use live::{ServeArgs, TopArgs, TopView};
 pub use parse::{MAX_COUNT, MAX_SECONDS, MIN_MEMORY_MAX};
-pub use scan::{DupesArgs, FailOn, InspectArgs, ResidencyArgs, ScanArgs};
+pub use scan::{DupesArgs, FailOn, FincoreColumn, InspectArgs, ResidencyArgs, ScanArgs};
 pub use store::{DumpArgs, DumpFormat, DumpWhat, RecordArgs, ReplayArgs, SnapshotArgs};
 pub use trace::{ProbeArgs, ProbeBackendArg, ProbeJob, TraceArgs};
 

@@ -101,8 +101,44 @@ pub struct ResidencyArgs {
     /// How to read page-cache residency.
     #[arg(long, value_enum, default_value_t)]
     pub method: MethodArg,
+    /// As fincore: print sizes in bytes (a fincore-compatible table).
+    #[arg(short, long, conflicts_with_all = ["map", "summary", "json"])]
+    pub bytes: bool,
+    /// As fincore: no header line (a fincore-compatible table).
+    #[arg(short, long, conflicts_with_all = ["map", "summary", "json"])]
+    pub noheadings: bool,
+    /// As fincore: these columns, in this order (comma list; default RES,PAGES,SIZE,FILE),
+    /// in a fincore-compatible table.
+    #[arg(short, long, value_name = "LIST", value_enum, value_delimiter = ',', ignore_case = true,
+          conflicts_with_all = ["map", "summary", "json"])]
+    pub output: Vec<FincoreColumn>,
     #[command(flatten)]
-    pub output: OutputArgs,
+    pub format: OutputArgs,
+}
+
+/// A column of `residency --output`, as fincore names it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+#[value(rename_all = "UPPER")]
+pub enum FincoreColumn {
+    /// File data resident in memory in bytes.
+    Res,
+    /// File data resident in memory in pages.
+    Pages,
+    /// Size of the file.
+    Size,
+    /// File name.
+    File,
+}
+
+impl ResidencyArgs {
+    /// The fincore-compatible table's columns, when a fincore flag asks for one.
+    pub fn fincore_columns(&self) -> Option<Vec<FincoreColumn>> {
+        use FincoreColumn::*;
+        if !self.output.is_empty() {
+            return Some(self.output.clone());
+        }
+        (self.bytes || self.noheadings).then(|| vec![Res, Pages, Size, File])
+    }
 }
 
 #[derive(Debug, Args)]

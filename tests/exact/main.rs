@@ -9,6 +9,7 @@
 mod common;
 
 mod dupes;
+mod fincore;
 mod gate;
 mod holders;
 mod live;
