@@ -29,10 +29,7 @@ fn run(cli: Cli, out: &mut dyn Write) -> anyhow::Result<()> {
             clap_complete::generate(shell, &mut Cli::command(), "twofold", out);
             Ok(())
         }
-        Command::Man => {
-            clap_mangen::Man::new(Cli::command()).render(out)?;
-            Ok(())
-        }
+        Command::Man(a) => cmd::man::run(&a, out),
     }
 }
 

@@ -7,6 +7,7 @@ pub mod compare;
 pub mod demo;
 pub mod dupes;
 pub mod inspect;
+pub mod man;
 pub mod pressure;
 pub mod probe;
 pub mod record;
