@@ -58,5 +58,24 @@ fn fail_on_exits_1_naming_each_condition_and_0_when_none_holds() {
     let (rc, _, err) = scan(&[f, "--fail-on", "bogus"]);
     assert_eq!(rc, Some(2), "{err}");
     assert!(err.contains("'bogus'"), "{err}");
+    // One meaning of holders: the mapper and the copier that closed the file (it holds
+    // the bytes) are both holders, in dump as in top and scan.
+    let store = dir.path().join("store");
+    let st = store.to_str().unwrap();
+    let (rc, _, err) = scan(&[f, "--record", st]);
+    assert_eq!(rc, Some(0), "{err}");
+    let out = Command::new(exe())
+        .args(["dump", "--store", st, "--from", "1h ago"])
+        .output()
+        .unwrap();
+    let line: serde_json::Value =
+        serde_json::from_slice(out.stdout.split(|b| *b == b'\n').next().unwrap()).unwrap();
+    assert_eq!(line["data"]["holders"], 2, "{line}");
+    let r: twofold::model::Report = serde_json::from_str(&scan(&[f, "--json"]).1).unwrap();
+    let fm = r.files.iter().find(|x| x.path == f).unwrap();
+    let top = twofold::model::fields::FileField::Holders
+        .value(fm)
+        .number();
+    assert_eq!(top, Some(2.0));
     drop((map, copy));
 }
