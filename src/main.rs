@@ -29,10 +29,7 @@ fn run(cli: Cli, out: &mut dyn Write) -> anyhow::Result<()> {
             clap_complete::generate(shell, &mut Cli::command(), "twofold", out);
             Ok(())
         }
-        Command::Man => {
-            clap_mangen::Man::new(Cli::command()).render(out)?;
-            Ok(())
-        }
+        Command::Man(a) => cmd::man::run(&a, out),
     }
 }
 
@@ -89,6 +86,15 @@ fn main() -> ExitCode {
     match result {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) if is_broken_pipe(&e) => ExitCode::SUCCESS,
+        Err(e) if e.downcast_ref::<cmd::ConditionMet>().is_some() => {
+            drop(out);
+            if let Some(met) = e.downcast_ref::<cmd::ConditionMet>() {
+                for line in &met.0 {
+                    eprintln!("twofold: {}", twofold::render::safe::safe(line));
+                }
+            }
+            ExitCode::from(1)
+        }
         Err(e) => {
             drop(out);
             twofold::cleanup::wait_if_interrupted();

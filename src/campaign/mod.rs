@@ -4,6 +4,7 @@
 pub mod cache;
 pub mod competitor;
 pub mod integrity;
+pub mod out;
 pub mod plot;
 pub mod readers;
 pub mod run;

@@ -6,7 +6,7 @@ use std::time::Duration;
 use clap::{Args, ValueEnum};
 
 use super::parse::*;
-use super::OutputArgs;
+use super::{reword, OutputArgs};
 
 /// Sandbox settings shared by the campaigns.
 #[derive(Debug, Args, Clone)]
@@ -19,13 +19,19 @@ pub struct SandboxArgs {
     #[arg(long, value_name = "MS", default_value_t = 100,
           value_parser = clap::value_parser!(u64).range(1..=60_000))]
     pub interval_ms: u64,
-    /// Write the timeline (JSON Lines), the summary (JSON, Markdown) and plots (SVG, PNG)
-    /// into this directory (created if missing).
+    /// Write the results into this directory (created if missing); each command's help
+    /// lists the files.
     #[arg(long, value_name = "DIR")]
     pub out: Option<PathBuf>,
 }
 
 #[derive(Debug, Args)]
+#[command(mut_args(reword(
+    "out",
+    "Write into this directory (created if missing): timeline.jsonl (the samples, JSON \
+     Lines), summary.json, summary.md, and the memory plot timeline.svg and timeline.png",
+    None
+)))]
 pub struct RunArgs {
     /// The model file the command loads (for ratios and residency).
     #[arg(long, value_name = "FILE")]
@@ -51,6 +57,13 @@ pub struct RunArgs {
 }
 
 #[derive(Debug, Args)]
+#[command(mut_args(reword(
+    "out",
+    "Write into this directory (created if missing): comparison.json, comparison.md, \
+     timeline.jsonl (every round's samples with its round and arm, JSON Lines), and the \
+     plot of the peaks per round peaks.svg and peaks.png",
+    None
+)))]
 pub struct CompareArgs {
     /// Rounds (each runs both commands, order alternating).
     #[arg(long, default_value_t = 5, value_parser = parse_count)]
@@ -86,6 +99,13 @@ pub enum Experiment {
 }
 
 #[derive(Debug, Args)]
+#[command(mut_args(reword(
+    "out",
+    "Write into this directory (created if missing): pressure.json, pressure.md, \
+     pressure.jsonl (the experiments' records and samples as they ran, JSON Lines), and \
+     the plots readers.svg/.png and competitor.svg/.png of the experiments that ran",
+    None
+)))]
 pub struct PressureArgs {
     /// The model file (opened read-only, never written).
     pub file: PathBuf,

@@ -29,9 +29,8 @@ pub struct TopArgs {
     /// Time between collections.
     #[arg(long, value_name = "DURATION", default_value = "2s", value_parser = parse_positive_duration)]
     pub interval: Duration,
-    /// Sort column to start with (count, size, cache, cow, private, suspected, resident,
-    /// holders, path; rss, anon, file, pss, growth, files, pid, comm; usage, limit, oom).
-    #[arg(long, value_name = "COLUMN")]
+    // The help lists every view's sort columns from the field registry.
+    #[arg(long, value_name = "COLUMN", help = crate::model::fields::sort::help())]
     pub sort: Option<String>,
     /// Filter to start with: a substring of names, or FIELD>VALUE (anon>1G, count>=2).
     #[arg(long, value_name = "EXPR")]

@@ -19,7 +19,7 @@ pub use campaign::{CompareArgs, DemoArgs, Experiment, PressureArgs, RunArgs, San
 pub use internal::{BenchArgs, BenchWhat, ChildArgs, ChildMode};
 pub use live::{ServeArgs, TopArgs, TopView};
 pub use parse::{MAX_COUNT, MAX_SECONDS, MIN_MEMORY_MAX};
-pub use scan::{DupesArgs, InspectArgs, ResidencyArgs, ScanArgs};
+pub use scan::{DupesArgs, FailOn, FincoreColumn, InspectArgs, ResidencyArgs, ScanArgs};
 pub use store::{DumpArgs, DumpFormat, DumpWhat, RecordArgs, ReplayArgs, SnapshotArgs};
 pub use trace::{ProbeArgs, ProbeBackendArg, ProbeJob, TraceArgs};
 
@@ -59,7 +59,8 @@ pub enum Command {
     /// Writes a small safetensors model, starts a copying and a mapping reader, and
     /// diagnoses them with the scan code; removes everything afterwards.
     Demo(DemoArgs),
-    /// Tensors, dtypes and alignment of model containers (safetensors, GGUF, NumPy, PyTorch).
+    /// Tensors, dtypes and alignment of model containers (safetensors, GGUF, NumPy .npy and
+    /// .npz, PyTorch, ONNX).
     Inspect(InspectArgs),
     /// Live eBPF tracing: page faults, page-cache adds, evictions and refaults, read()
     /// ingestion, direct reclaim and OOM kills, per file and per process (needs root or
@@ -93,8 +94,9 @@ pub enum Command {
         #[arg(value_enum)]
         shell: clap_complete::Shell,
     },
-    /// Prints the man page (roff) to stdout.
-    Man,
+    /// Prints the man page (roff) of twofold or of one command to stdout, or writes them
+    /// all into a directory.
+    Man(ManArgs),
     /// A test reader process (used by the demo and the tests).
     #[command(name = "__child", hide = true)]
     Child(ChildArgs),
@@ -102,6 +104,16 @@ pub enum Command {
     /// with plain `pread` of /proc/PID/mem (the bandwidth baseline for `dupes`).
     #[command(name = "__bench", hide = true)]
     Bench(BenchArgs),
+}
+
+/// `twofold man [COMMAND] [--dir DIR]`.
+#[derive(Debug, Args)]
+pub struct ManArgs {
+    /// The command whose page to print (for scan, twofold-scan(1)); none: twofold(1).
+    pub command: Option<String>,
+    /// Write every page (twofold.1, twofold-scan.1, ...) into this directory instead.
+    #[arg(long, value_name = "DIR", conflicts_with = "command")]
+    pub dir: Option<PathBuf>,
 }
 
 /// Output format shared by the commands.

@@ -55,8 +55,33 @@ pub struct ScanArgs {
     /// a warning and the plain scan).
     #[arg(long, value_name = "DURATION", value_parser = parse_positive_duration)]
     pub trace: Option<Duration>,
+    /// Exit 1 when a condition holds, naming it and each file on stderr (a CI gate;
+    /// comma list): copies (a proven private, copy-on-write or device copy beside the page
+    /// cache), suspected (a suspected copy), lower-bound (a count that is only a lower
+    /// bound). Exit status: 0 none holds, 1 one holds, 2 bad input or an error.
+    #[arg(long, value_enum, value_delimiter = ',', value_name = "CONDITION")]
+    pub fail_on: Vec<FailOn>,
     #[command(flatten)]
     pub output: OutputArgs,
+}
+
+/// A condition of `scan --fail-on`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum FailOn {
+    Copies,
+    Suspected,
+    LowerBound,
+}
+
+impl From<FailOn> for crate::model::gate::Condition {
+    fn from(f: FailOn) -> Self {
+        use crate::model::gate::Condition;
+        match f {
+            FailOn::Copies => Condition::Copies,
+            FailOn::Suspected => Condition::Suspected,
+            FailOn::LowerBound => Condition::LowerBound,
+        }
+    }
 }
 
 #[derive(Debug, Args)]
@@ -76,8 +101,44 @@ pub struct ResidencyArgs {
     /// How to read page-cache residency.
     #[arg(long, value_enum, default_value_t)]
     pub method: MethodArg,
+    /// As fincore: print sizes in bytes (a fincore-compatible table).
+    #[arg(short, long, conflicts_with_all = ["map", "summary", "json"])]
+    pub bytes: bool,
+    /// As fincore: no header line (a fincore-compatible table).
+    #[arg(short, long, conflicts_with_all = ["map", "summary", "json"])]
+    pub noheadings: bool,
+    /// As fincore: these columns, in this order (comma list; default RES,PAGES,SIZE,FILE),
+    /// in a fincore-compatible table.
+    #[arg(short, long, value_name = "LIST", value_enum, value_delimiter = ',', ignore_case = true,
+          conflicts_with_all = ["map", "summary", "json"])]
+    pub output: Vec<FincoreColumn>,
     #[command(flatten)]
-    pub output: OutputArgs,
+    pub format: OutputArgs,
+}
+
+/// A column of `residency --output`, as fincore names it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+#[value(rename_all = "UPPER")]
+pub enum FincoreColumn {
+    /// File data resident in memory in bytes.
+    Res,
+    /// File data resident in memory in pages.
+    Pages,
+    /// Size of the file.
+    Size,
+    /// File name.
+    File,
+}
+
+impl ResidencyArgs {
+    /// The fincore-compatible table's columns, when a fincore flag asks for one.
+    pub fn fincore_columns(&self) -> Option<Vec<FincoreColumn>> {
+        use FincoreColumn::*;
+        if !self.output.is_empty() {
+            return Some(self.output.clone());
+        }
+        (self.bytes || self.noheadings).then(|| vec![Res, Pages, Size, File])
+    }
 }
 
 #[derive(Debug, Args)]

@@ -6,9 +6,15 @@ use std::time::Duration;
 use clap::{Args, Subcommand, ValueEnum};
 
 use super::parse::*;
-use super::OutputArgs;
+use super::{reword, OutputArgs};
 
 #[derive(Debug, Args)]
+#[command(mut_args(reword(
+    "json",
+    "Print JSON Lines: one {\"schema_version\", \"type\", \"data\"} object per record \
+     (attached, each interval, the summary); warnings go to stderr",
+    None
+)))]
 pub struct TraceArgs {
     /// Only this process (repeatable); its counters are kept however many others run.
     #[arg(long = "pid", value_name = "PID")]
@@ -29,7 +35,6 @@ pub struct TraceArgs {
     /// Files at least this large are of interest whatever their extension.
     #[arg(long, value_name = "SIZE", default_value = "64M", value_parser = parse_size)]
     pub min_size: u64,
-    // With --json: JSON Lines, one `{"schema_version", "type", "data"}` object per report.
     #[command(flatten)]
     pub output: OutputArgs,
 }

@@ -6,6 +6,8 @@ use std::time::Duration;
 use anyhow::bail;
 use serde::{Deserialize, Serialize};
 
+use crate::campaign::out;
+use crate::campaign::plot::{write_chart, Chart, Limit, Series, XTicks};
 use crate::campaign::run::{run as run_campaign, RunRequest, RunSummary};
 use crate::campaign::stats::{bootstrap_ci, median, quartiles};
 use crate::cleanup::Registry;
@@ -88,12 +90,16 @@ fn arms(commands: &[String]) -> anyhow::Result<(&[String], &[String])> {
     Ok((a, b))
 }
 
-pub fn run(args: &CompareArgs, out: &mut dyn Write) -> anyhow::Result<()> {
+pub fn run(args: &CompareArgs, w: &mut dyn Write) -> anyhow::Result<()> {
     let (a, b) = arms(&args.commands)?;
     super::common::check_inputs(args.model.as_deref(), &[])?;
     let memory_max = super::common::check_sandbox(&args.sandbox)?;
+    if let Some(dir) = &args.sandbox.out {
+        out::check(dir)?;
+    }
     let registry = Registry::install()?;
     let mut runs: Vec<(usize, RunSummary)> = Vec::new();
+    let mut samples: Vec<(&'static str, serde_json::Value)> = Vec::new();
     for round in 0..args.rounds {
         // Alternate which arm goes first, so order effects (a warm page cache) cancel.
         let order: [usize; 2] = if round % 2 == 0 { [0, 1] } else { [1, 0] };
@@ -109,7 +115,12 @@ pub fn run(args: &CompareArgs, out: &mut dyn Write) -> anyhow::Result<()> {
                 timeout: args.timeout,
                 warm: args.warm,
             };
-            let (summary, _) = run_campaign(&req, &registry)?;
+            let (summary, points) = run_campaign(&req, &registry)?;
+            let name = if which == 0 { "A" } else { "B" };
+            for p in &points {
+                let extra = serde_json::json!({"round": round + 1, "arm": name});
+                samples.push(("sample", out::sample(p, extra)));
+            }
             runs.push((which, summary));
         }
     }
@@ -136,12 +147,59 @@ pub fn run(args: &CompareArgs, out: &mut dyn Write) -> anyhow::Result<()> {
         wall_ratio_b_over_a: ratio(wall_ratios),
         runs: runs.into_iter().map(|r| r.1).collect(),
     };
-    if args.output.json {
-        crate::render::json(out, &c)?;
-        return Ok(());
+    let text = human(&c)?;
+    if let Some(dir) = &args.sandbox.out {
+        out::write(dir, "comparison.json", &serde_json::to_vec_pretty(&c)?)?;
+        out::write(dir, "comparison.md", out::markdown(&text).as_bytes())?;
+        out::write_jsonl(dir, "timeline.jsonl", samples)?;
+        plot_peaks(dir, &c, memory_max)?;
     }
-    // Commands and file names from the outside are escaped on their way to a terminal.
-    let out = &mut crate::render::safe::Terminal(out);
+    if args.output.json {
+        crate::render::json(w, &c)?;
+    } else {
+        w.write_all(text.as_bytes())?;
+    }
+    Ok(())
+}
+
+/// `peaks.{svg,png}`: each arm's peak per round, with the sandbox's limit.
+fn plot_peaks(dir: &std::path::Path, c: &Comparison, memory_max: u64) -> anyhow::Result<()> {
+    let mib = |b: u64| b as f64 / 1048576.0;
+    let series: Vec<Series> = [("A", &c.a), ("B", &c.b)]
+        .iter()
+        .map(|(name, arm)| Series {
+            name: format!("{name}: peak"),
+            points: arm
+                .peak_bytes
+                .iter()
+                .enumerate()
+                .filter_map(|(i, p)| Some(((i + 1) as f64, mib((*p)?))))
+                .collect(),
+            markers: true,
+        })
+        .collect();
+    let limit = Limit {
+        name: format!("memory limit ({})", iec(memory_max)),
+        y: mib(memory_max),
+    };
+    write_chart(
+        dir,
+        "peaks",
+        &Chart {
+            title: "twofold compare: peak cgroup usage per round",
+            x_label: "round",
+            y_label: "MiB",
+            series: &series,
+            limit: Some(&limit),
+            x_ticks: XTicks::Integer,
+        },
+    )
+}
+
+/// The text report (commands and file names from the outside escaped for a terminal).
+fn human(c: &Comparison) -> anyhow::Result<String> {
+    let mut buf = Vec::new();
+    let out = &mut crate::render::safe::Terminal(&mut buf);
     let f = |v: Option<f64>| v.map(|v| format!("{v:.3}")).unwrap_or_else(|| "n/a".into());
     let pair = |v: Option<(f64, f64)>| {
         v.map(|(l, h)| format!("[{l:.3}, {h:.3}]"))
@@ -185,5 +243,5 @@ pub fn run(args: &CompareArgs, out: &mut dyn Write) -> anyhow::Result<()> {
             pair(r.ci95)
         )?;
     }
-    Ok(())
+    Ok(String::from_utf8_lossy(&buf).into_owned())
 }

@@ -7,6 +7,7 @@ pub mod compare;
 pub mod demo;
 pub mod dupes;
 pub mod inspect;
+pub mod man;
 pub mod pressure;
 pub mod probe;
 pub mod record;
@@ -44,3 +45,9 @@ pub fn warn_all<W: std::fmt::Display>(warnings: &[W]) {
         );
     }
 }
+
+/// A condition the user asked to fail on held (`scan --fail-on`): exit status 1 (not 2,
+/// which is bad input), each line on stderr. The command's output was written first.
+#[derive(Debug, thiserror::Error)]
+#[error("{}", .0.join("; "))]
+pub struct ConditionMet(pub Vec<String>);

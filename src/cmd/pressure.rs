@@ -8,7 +8,8 @@ use serde::{Deserialize, Serialize};
 
 use crate::campaign::competitor::{run_arm, CompetitorRequest, CompetitorRun, SharingArm};
 use crate::campaign::integrity::{self, Integrity};
-use crate::campaign::plot::{line_chart, Series};
+use crate::campaign::out;
+use crate::campaign::plot::{line_chart, write_chart, Chart, Limit, Series, XTicks};
 use crate::campaign::readers::{run_config, ReadArm, ReadersRow};
 use crate::cleanup::Registry;
 use crate::cli::{Experiment, PressureArgs};
@@ -177,6 +178,7 @@ fn plot_competitor(dir: &std::path::Path, report: &PressureReport) -> anyhow::Re
                     Some((p.t_seconds, (b as f64 / size * 100.0).min(100.0)))
                 })
                 .collect(),
+            markers: false,
         })
         .collect();
     line_chart(
@@ -186,10 +188,15 @@ fn plot_competitor(dir: &std::path::Path, report: &PressureReport) -> anyhow::Re
         "seconds",
         "% resident",
         &series,
+        None,
     )
 }
 
-fn plot_readers(dir: &std::path::Path, rows: &[ReadersRow]) -> anyhow::Result<()> {
+fn plot_readers(
+    dir: &std::path::Path,
+    rows: &[ReadersRow],
+    memory_max: Option<u64>,
+) -> anyhow::Result<()> {
     let series: Vec<Series> = [ReadArm::Copy, ReadArm::Mmap]
         .iter()
         .map(|arm| Series {
@@ -199,33 +206,60 @@ fn plot_readers(dir: &std::path::Path, rows: &[ReadersRow]) -> anyhow::Result<()
                 .filter(|r| r.arm == *arm)
                 .filter_map(|r| Some((r.readers as f64, r.peak_bytes? as f64 / 1048576.0)))
                 .collect(),
+            markers: true,
         })
         .collect();
-    line_chart(
+    let limit = memory_max.map(|m| Limit {
+        name: format!("memory limit ({})", iec(m)),
+        y: m as f64 / 1048576.0,
+    });
+    write_chart(
         dir,
         "readers",
-        "N concurrent readers: peak cgroup usage",
-        "readers",
-        "MiB",
-        &series,
+        &Chart {
+            title: "N concurrent readers: peak cgroup usage",
+            x_label: "readers",
+            y_label: "MiB",
+            series: &series,
+            limit: limit.as_ref(),
+            x_ticks: XTicks::Integer,
+        },
     )
 }
 
-/// `--out DIR` can take files: created if missing, and a file written and removed in it
-/// (a read-only or full file system fails here, naming the directory).
-fn check_out_dir(dir: &std::path::Path) -> anyhow::Result<()> {
-    std::fs::create_dir_all(dir)
-        .with_context(|| format!("cannot create --out '{}'", dir.display()))?;
-    let probe = tempfile::Builder::new()
-        .prefix(".twofold-out-check")
-        .tempfile_in(dir)
-        .with_context(|| format!("cannot write in --out '{}'", dir.display()))?;
-    probe
-        .as_file()
-        .write_all(&[0u8; 4096])
-        .and_then(|()| probe.as_file().sync_all())
-        .with_context(|| format!("cannot write in --out '{}'", dir.display()))?;
-    Ok(())
+/// The experiments in the order they ran, as JSON Lines records: a `readers` record per
+/// configuration; per competitor arm its `sample`s (with `experiment` and `arm`) then a
+/// `competitor` record (without the samples); an `integrity_cycle` record per cycle.
+pub fn timeline(report: &PressureReport) -> Vec<(&'static str, serde_json::Value)> {
+    fn json<T: Serialize>(v: &T) -> serde_json::Value {
+        serde_json::to_value(v).unwrap_or(serde_json::Value::Null)
+    }
+    let mut lines = Vec::new();
+    for r in &report.readers {
+        lines.push(("readers", json(r)));
+    }
+    for r in &report.competitor {
+        let arm = format!("{:?}", r.arm).to_lowercase();
+        for p in &r.timeline {
+            let extra = serde_json::json!({"experiment": "competitor", "arm": arm});
+            lines.push(("sample", out::sample(p, extra)));
+        }
+        let mut v = json(r);
+        if let Some(o) = v.as_object_mut() {
+            o.remove("timeline");
+        }
+        lines.push(("competitor", v));
+    }
+    if let Some(i) = &report.integrity {
+        for (n, c) in i.cycles.iter().enumerate() {
+            let mut v = json(c);
+            if let Some(o) = v.as_object_mut() {
+                o.insert("cycle".into(), (n + 1).into());
+            }
+            lines.push(("integrity_cycle", v));
+        }
+    }
+    lines
 }
 
 pub fn run(args: &PressureArgs, out: &mut dyn Write) -> anyhow::Result<()> {
@@ -239,7 +273,7 @@ pub fn run(args: &PressureArgs, out: &mut dyn Write) -> anyhow::Result<()> {
     super::common::check_sandbox(&args.sandbox)?;
     // --out is checked before the experiments (minutes of work), not after them.
     if let Some(dir) = &args.sandbox.out {
-        check_out_dir(dir)?;
+        out::check(dir)?;
     }
     let all = args.experiments.is_empty();
     let want = |e: Experiment| all || args.experiments.contains(&e);
@@ -348,18 +382,11 @@ pub fn run(args: &PressureArgs, out: &mut dyn Write) -> anyhow::Result<()> {
         );
     }
     if let Some(dir) = &args.sandbox.out {
-        std::fs::create_dir_all(dir)
-            .with_context(|| format!("cannot create '{}'", dir.display()))?;
-        for (name, bytes) in [
-            ("pressure.json", serde_json::to_vec_pretty(&report)?),
-            ("pressure.md", md.clone().into_bytes()),
-        ] {
-            let path = dir.join(name);
-            std::fs::write(&path, bytes)
-                .with_context(|| format!("cannot write '{}'", path.display()))?;
-        }
+        out::write(dir, "pressure.json", &serde_json::to_vec_pretty(&report)?)?;
+        out::write(dir, "pressure.md", md.as_bytes())?;
+        out::write_jsonl(dir, "pressure.jsonl", timeline(&report))?;
         if !report.readers.is_empty() {
-            plot_readers(dir, &report.readers)?;
+            plot_readers(dir, &report.readers, report.memory_max_bytes)?;
         }
         if !report.competitor.is_empty() {
             plot_competitor(dir, &report)?;

@@ -118,12 +118,62 @@ pub fn record(args: &RecordArgs, out: &mut dyn Write) -> anyhow::Result<()> {
 pub fn replay(args: &ReplayArgs, out: &mut dyn Write) -> anyhow::Result<()> {
     let at = timespec::parse(&args.at, engine::now().0).map_err(anyhow::Error::msg)?;
     let store = open_read(&args.store)?;
-    let mut report = replayed(&store, at)?;
-    if !args.output.json {
-        // The human view has no rates: it is what scan printed then.
-        report.rates = None;
+    let held = store
+        .stats()
+        .with_context(|| format!("cannot read the store '{}'", store.dir().display()))?;
+    // 'now' (the default) is the latest snapshot, however old; any other moment must lie
+    // within the recording, give or take one interval.
+    if args.at.trim() != "now" {
+        check_within(at, &held).map_err(|range| {
+            anyhow::anyhow!(
+                "--at '{}' ({}) is outside the store '{}': it holds {range}",
+                args.at,
+                timespec::format(at),
+                store.dir().display()
+            )
+        })?;
     }
-    render_report(&report, args.output.json, out)
+    let mut report = replayed(&store, at)?;
+    if args.output.json {
+        return render_report(&report, true, out);
+    }
+    // The human view has no rates: it is what scan printed then, under the moment shown.
+    report.rates = None;
+    writeln!(
+        out,
+        "twofold replay: the snapshot of {} (nearest to --at '{}'; the store holds {})",
+        report
+            .at_unix_ns
+            .map(timespec::format)
+            .unwrap_or_else(|| "an unknown time".into()),
+        render::safe::terminal(&args.at),
+        holding(&held)
+    )?;
+    render_report(&report, false, out)
+}
+
+/// "N snapshots from 'A' to 'B'": what a store holds.
+fn holding(st: &crate::store::Stats) -> String {
+    format!(
+        "{} from '{}' to '{}'",
+        crate::units::count(st.frames, "snapshot", "snapshots"),
+        st.first_ns.map(timespec::format).unwrap_or_default(),
+        st.last_ns.map(timespec::format).unwrap_or_default()
+    )
+}
+
+/// `Ok` when `at` lies within the recording, widened by one mean interval between its
+/// snapshots (at least a second) on either side; else what the store holds, for the error.
+fn check_within(at: u64, st: &crate::store::Stats) -> Result<(), String> {
+    let (Some(first), Some(last)) = (st.first_ns, st.last_ns) else {
+        return Ok(());
+    };
+    let interval = (last - first) / st.frames.saturating_sub(1).max(1);
+    let slack = interval.max(1_000_000_000);
+    if at.saturating_add(slack) < first || at > last.saturating_add(slack) {
+        return Err(holding(st));
+    }
+    Ok(())
 }
 
 fn range_of(from: &str, to: &str) -> anyhow::Result<(u64, u64)> {
@@ -192,9 +242,10 @@ pub fn dump(args: &DumpArgs, out: &mut dyn Write) -> anyhow::Result<()> {
     };
     let mut rows = render::dump::Rows::new(args.what.into(), args.format.into(), args.top);
     let mut prev: Option<Snapshot> = None;
-    let mut snapshots = 0u64;
+    let (mut snapshots, mut traced) = (0u64, 0u64);
     for frame in store.range(from, to) {
         let snap = decode(&frame?.payload)?;
+        traced += u64::from(snap.trace.is_some());
         let report = engine::report(&snap, prev.as_ref());
         rows.add(&report, out)?;
         prev = Some(snap);
@@ -202,10 +253,13 @@ pub fn dump(args: &DumpArgs, out: &mut dyn Write) -> anyhow::Result<()> {
     }
     warn_damage(&store.take_damage());
     if rows.count() == 0 {
-        eprintln!(
-            "twofold: {}",
-            no_rows_reason(&store, args, from, to, snapshots)
-        );
+        let why = no_rows_reason(&store, args, from, to, snapshots, traced);
+        // Asking for the trace of a recording that has none is an error, not an empty
+        // result; an empty kind or range of a recording is an answer.
+        if args.what == DumpWhat::Trace && snapshots > 0 && traced == 0 {
+            bail!("{why}");
+        }
+        eprintln!("twofold: {why}");
     }
     rows.finish(out)?;
     Ok(())
@@ -213,7 +267,14 @@ pub fn dump(args: &DumpArgs, out: &mut dyn Write) -> anyhow::Result<()> {
 
 /// Why `dump` wrote no row: no snapshot in the range (and what the store holds), or
 /// snapshots that have nothing of the kind asked for.
-fn no_rows_reason(store: &Store, args: &DumpArgs, from: u64, to: u64, snapshots: u64) -> String {
+fn no_rows_reason(
+    store: &Store,
+    args: &DumpArgs,
+    from: u64,
+    to: u64,
+    snapshots: u64,
+    traced: u64,
+) -> String {
     let range = format!(
         "between '{}' and '{}'",
         timespec::format(from),
@@ -222,7 +283,8 @@ fn no_rows_reason(store: &Store, args: &DumpArgs, from: u64, to: u64, snapshots:
     let what = format!("{:?}", args.what).to_lowercase();
     if snapshots > 0 {
         let why = match args.what {
-            DumpWhat::Trace => "they were recorded without 'record --trace'",
+            DumpWhat::Trace if traced == 0 => "they were recorded without 'record --trace'",
+            DumpWhat::Trace => "the traced snapshots counted no file or process of interest",
             DumpWhat::Cgroups => "no memory cgroup held a file of interest",
             _ => "no process held or mapped a model file then",
         };
@@ -233,10 +295,8 @@ fn no_rows_reason(store: &Store, args: &DumpArgs, from: u64, to: u64, snapshots:
     }
     match store.stats() {
         Ok(st) if st.frames > 0 => format!(
-            "no {what} rows: no snapshot {range}; the store holds {} from '{}' to '{}'",
-            crate::units::count(st.frames, "snapshot", "snapshots"),
-            st.first_ns.map(timespec::format).unwrap_or_default(),
-            st.last_ns.map(timespec::format).unwrap_or_default()
+            "no {what} rows: no snapshot {range}; the store holds {}",
+            holding(&st)
         ),
         _ => format!("no {what} rows: no snapshot {range}; the store holds none"),
     }
@@ -245,6 +305,34 @@ fn no_rows_reason(store: &Store, args: &DumpArgs, from: u64, to: u64, snapshots:
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn replay_moments_outside_the_recording_are_refused() {
+        let s = |n: u64, first: u64, last: u64| crate::store::Stats {
+            frames: n,
+            bytes: 0,
+            shards: 1,
+            first_ns: Some(first),
+            last_ns: Some(last),
+        };
+        const S: u64 = 1_000_000_000;
+        // Ten snapshots 5 s apart: one interval of slack on either side.
+        let st = s(10, 100 * S, 145 * S);
+        assert!(check_within(100 * S, &st).is_ok());
+        assert!(check_within(96 * S, &st).is_ok());
+        assert!(check_within(150 * S, &st).is_ok());
+        let e = check_within(94 * S, &st).unwrap_err();
+        assert!(
+            e.starts_with("10 snapshots from '1970-01-01T00:01:40.000Z' to "),
+            "{e}"
+        );
+        assert!(check_within(151 * S, &st).is_err());
+        assert!(check_within(0, &st).is_err());
+        // One snapshot: a second either side.
+        let one = s(1, 100 * S, 100 * S);
+        assert!(check_within(100 * S + S / 2, &one).is_ok());
+        assert!(check_within(102 * S, &one).is_err());
+    }
 
     #[test]
     fn a_store_path_under_a_file_is_refused() {

@@ -159,7 +159,7 @@ pub fn run(args: &ResidencyArgs, out: &mut dyn Write) -> anyhow::Result<()> {
         w.extend(reasons.iter().take(5).cloned());
         super::warn_all(&w);
     }
-    if args.output.json {
+    if args.format.json {
         render::json(
             out,
             &Doc {
@@ -173,10 +173,27 @@ pub fn run(args: &ResidencyArgs, out: &mut dyn Write) -> anyhow::Result<()> {
                 unknown_size_bytes: totals.unknown_size_bytes,
             },
         )?;
+    } else if let Some(columns) = args.fincore_columns() {
+        let columns: Vec<render::residency::Column> = columns.iter().map(|&c| c.into()).collect();
+        let text = render::residency::fincore(&files, &columns, args.bytes, !args.noheadings);
+        out.write_all(text.as_bytes())?;
     } else if args.summary {
         writeln!(out, "{}", render::residency::summary_line(&totals))?; // numbers only
     } else {
         out.write_all(crate::render::safe::terminal(&render::residency::human(&files)).as_bytes())?;
     }
     Ok(())
+}
+
+impl From<crate::cli::FincoreColumn> for render::residency::Column {
+    fn from(c: crate::cli::FincoreColumn) -> Self {
+        use crate::cli::FincoreColumn as F;
+        use render::residency::Column;
+        match c {
+            F::Res => Column::Res,
+            F::Pages => Column::Pages,
+            F::Size => Column::Size,
+            F::File => Column::File,
+        }
+    }
 }

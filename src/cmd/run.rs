@@ -1,62 +1,15 @@
 //! `twofold run`.
 
 use std::io::Write;
-use std::path::Path;
 use std::time::Duration;
 
-use anyhow::Context;
-
-use crate::campaign::plot::{line_chart, Series};
+use crate::campaign::out;
 use crate::campaign::run::{run as run_campaign, RunRequest, RunSummary};
-use crate::campaign::sampler::TimelinePoint;
 use crate::cleanup::Registry;
 use crate::cli::RunArgs;
 use crate::units::{iec, iec_opt};
 
 use super::common::{check_inputs, check_sandbox};
-
-const MIB: f64 = 1048576.0;
-
-/// Writes `timeline.jsonl` and `memory.{svg,png}` for samples.
-pub fn write_timeline(
-    dir: &Path,
-    stem: &str,
-    points: &[TimelinePoint],
-    title: &str,
-) -> anyhow::Result<()> {
-    std::fs::create_dir_all(dir).with_context(|| format!("cannot create '{}'", dir.display()))?;
-    let path = dir.join(format!("{stem}.jsonl"));
-    let mut f = std::io::BufWriter::new(
-        std::fs::File::create(&path)
-            .with_context(|| format!("cannot create '{}'", path.display()))?,
-    );
-    for p in points {
-        serde_json::to_writer(&mut f, &serde_json::json!({"type": "sample", "data": p}))?;
-        writeln!(f)?;
-    }
-    f.flush()?;
-    let series = |name: &str, get: &dyn Fn(&TimelinePoint) -> Option<u64>| Series {
-        name: name.to_string(),
-        points: points
-            .iter()
-            .filter_map(|p| get(p).map(|v| (p.t_seconds, v as f64 / MIB)))
-            .collect(),
-    };
-    let mut lines = vec![
-        series("cgroup usage", &|p| p.usage_bytes),
-        series("anon", &|p| p.anon_bytes),
-        series("file (page cache)", &|p| p.file_bytes),
-    ];
-    if points
-        .iter()
-        .any(|p| p.files_resident_bytes.first().copied().flatten().is_some())
-    {
-        lines.push(series("model resident", &|p| {
-            p.files_resident_bytes.first().copied().flatten()
-        }));
-    }
-    line_chart(dir, stem, title, "seconds", "MiB", &lines)
-}
 
 fn human(s: &RunSummary) -> String {
     let mut out = format!(
@@ -136,9 +89,12 @@ fn human(s: &RunSummary) -> String {
     out
 }
 
-pub fn run(args: &RunArgs, out: &mut dyn Write) -> anyhow::Result<()> {
+pub fn run(args: &RunArgs, w: &mut dyn Write) -> anyhow::Result<()> {
     check_inputs(args.model.as_deref(), &args.watch)?;
     let memory_max = check_sandbox(&args.sandbox)?;
+    if let Some(dir) = &args.sandbox.out {
+        out::check(dir)?;
+    }
     let registry = Registry::install()?;
     let req = RunRequest {
         command: args.command.clone(),
@@ -153,22 +109,22 @@ pub fn run(args: &RunArgs, out: &mut dyn Write) -> anyhow::Result<()> {
     };
     let (summary, points) = run_campaign(&req, &registry)?;
     crate::cleanup::check_interrupted()?;
+    let text = crate::render::safe::terminal(&human(&summary)).into_owned();
     if let Some(dir) = &args.sandbox.out {
-        write_timeline(
+        out::write_timeline(
             dir,
             "timeline",
             &points,
-            &format!("twofold run: {}", summary.command.join(" ")),
+            &crate::render::safe::terminal(&format!("twofold run: {}", summary.command.join(" "))),
+            Some(summary.memory_max_bytes),
         )?;
-        std::fs::write(
-            dir.join("summary.json"),
-            serde_json::to_vec_pretty(&summary)?,
-        )?;
+        out::write(dir, "summary.json", &serde_json::to_vec_pretty(&summary)?)?;
+        out::write(dir, "summary.md", out::markdown(&text).as_bytes())?;
     }
     if args.output.json {
-        crate::render::json(out, &summary)?;
+        crate::render::json(w, &summary)?;
     } else {
-        out.write_all(crate::render::safe::terminal(&human(&summary)).as_bytes())?;
+        w.write_all(text.as_bytes())?;
     }
     Ok(())
 }

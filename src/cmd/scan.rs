@@ -6,6 +6,7 @@ use crate::cli::ScanArgs;
 use crate::collect::gather::Request;
 use crate::dupes::prove::ProveOptions;
 use crate::engine;
+use crate::model::gate::{self, Condition};
 
 use super::common;
 
@@ -40,5 +41,17 @@ pub fn run(args: &ScanArgs, out: &mut dyn Write) -> anyhow::Result<()> {
     }
     let report = engine::report(&snap, None);
     super::warn_all(&warnings);
-    common::render_report(&report, args.output.json, out)
+    common::render_report(&report, args.output.json, out)?;
+    let conditions: Vec<Condition> = args.fail_on.iter().map(|&c| c.into()).collect();
+    let met = gate::check(&report, &conditions);
+    if met.is_empty() {
+        return Ok(());
+    }
+    out.flush()?;
+    Err(super::ConditionMet(
+        met.iter()
+            .map(|m| format!("--fail-on {}: '{}': {}", m.condition.name(), m.path, m.why))
+            .collect(),
+    )
+    .into())
 }

@@ -298,7 +298,7 @@ fn prove_group(
                 aliases,
             });
             // Kept only when every file parsed: a hit must give the same outcome.
-            if let (Some(c), true) = (cache.as_deref_mut(), unopened.is_empty()) {
+            if let (Some(c), true) = (cache, unopened.is_empty()) {
                 c.put(versions, opts.exact, ix.clone());
             }
             ix
@@ -308,7 +308,7 @@ fn prove_group(
     let stride = grid.stride;
     let indexed = start.elapsed();
     let searchable: Vec<f64> = (0..grid.files.len())
-        .map(|fi| searchable_fraction(&grid, fi))
+        .map(|fi| searchable_fraction(grid, fi))
         .collect();
 
     let self_pid = std::process::id() as i32;
@@ -326,7 +326,7 @@ fn prove_group(
             });
         }
         let began = Instant::now();
-        let mut result = search_one(roots, &grid, pid, stride, opts.exact, deadline, progress)
+        let mut result = search_one(roots, grid, pid, stride, opts.exact, deadline, progress)
             .map_err(Unsearched::from_error);
         // A process that exited holds no memory: searched, nothing there.
         if result.is_err() && !roots.proc.join(pid.to_string()).exists() {
@@ -420,18 +420,18 @@ fn prove_group(
                     p.stride_pages = stats.stride_pages;
                     p.sampled_bytes = stats.sampled_pages * PAGE;
                     p.compared_bytes = stats.compared_bytes;
-                    if let Some(e) = &grid.files[grid_index(&keys, p.file)].error {
+                    if let Some(e) = &grid.files[grid_index(keys, p.file)].error {
                         p.unsearched = Some(Unsearched::from_error(e.clone()));
                     } else if !complete {
                         p.unsearched = Some(Unsearched::partly_over_budget());
-                    } else if searchable[grid_index(&keys, p.file)] == 0.0 {
+                    } else if searchable[grid_index(keys, p.file)] == 0.0 {
                         p.unsearched = Some(Unsearched::nothing_searchable());
                     }
                 }
                 // A file of the same bytes as an indexed one: searched as that one.
                 for (alias, of) in aliases {
                     if files_of_pid.contains(alias) {
-                        let fi = grid_index(&keys, *of);
+                        let fi = grid_index(keys, *of);
                         out.push(Proof {
                             sample: proof_for(s.pid, *alias, fi, &searchable),
                             found: Vec::new(),

@@ -46,7 +46,7 @@ const FILE_COLUMNS: [FileField; 11] = {
         F::CountedCow,
         F::ProvenCopy,
         F::Suspected,
-        F::MappersOrOpeners,
+        F::Holders,
     ]
 };
 
@@ -199,6 +199,28 @@ pub fn label(v: &str) -> String {
     v.replace('\\', "\\\\")
         .replace('"', "\\\"")
         .replace('\n', "\\n")
+}
+
+/// Decimal places of the fractions, counts and rates `dump` writes (1 ppm: a page of a
+/// 4 GiB file), the same in JSON Lines and CSV; integers (bytes, pages) stay exact.
+pub const DECIMALS: i32 = 6;
+
+/// `v` with every non-integer number rounded to [`DECIMALS`] places (no float noise such
+/// as `4.999998092652277`).
+pub fn rounded(v: serde_json::Value) -> serde_json::Value {
+    use serde_json::Value;
+    match v {
+        Value::Number(n) if !(n.is_u64() || n.is_i64()) => {
+            let scale = 10f64.powi(DECIMALS);
+            match n.as_f64().map(|f| (f * scale).round() / scale) {
+                Some(f) => serde_json::Number::from_f64(f).map_or(Value::Null, Value::Number),
+                None => Value::Number(n),
+            }
+        }
+        Value::Object(o) => Value::Object(o.into_iter().map(|(k, v)| (k, rounded(v))).collect()),
+        Value::Array(a) => Value::Array(a.into_iter().map(rounded).collect()),
+        other => other,
+    }
 }
 
 fn csv_field(v: &str) -> String {
@@ -374,16 +396,17 @@ impl Rows {
         match self.format {
             DumpFormat::Json => {
                 for r in rows {
+                    let data = rounded(serde_json::to_value(r)?);
                     serde_json::to_writer(
                         &mut *out,
-                        &serde_json::json!({"type": kind, "data": r}),
+                        &serde_json::json!({"type": kind, "data": data}),
                     )?;
                     writeln!(out)?;
                 }
             }
             DumpFormat::Csv => {
                 for r in rows {
-                    let v = serde_json::to_value(r)?;
+                    let v = rounded(serde_json::to_value(r)?);
                     let obj = v
                         .as_object()
                         .map(|o| o.iter().collect::<Vec<_>>())
@@ -517,5 +540,38 @@ impl Rows {
         }
         writeln!(out, "# EOF")?;
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod rounding_tests {
+    use super::*;
+
+    #[test]
+    fn fractions_are_rounded_and_integers_kept() {
+        let v = serde_json::json!({"copies": 4.999998092652277, "bytes": 33554432u64,
+            "neg": -1i64, "whole": 1.0, "none": null});
+        let r = rounded(v);
+        assert_eq!(r["copies"].to_string(), "4.999998");
+        assert_eq!(r["bytes"].to_string(), "33554432");
+        assert_eq!(r["neg"].to_string(), "-1");
+        assert_eq!(r["whole"].to_string(), "1.0");
+        assert!(r["none"].is_null());
+    }
+
+    #[test]
+    fn csv_and_json_rows_carry_the_same_rounded_numbers() {
+        let mut row = Row::new();
+        row.insert("copies".into(), serde_json::json!(4.999998092652277));
+        let mut rows = Rows::new(DumpWhat::Files, DumpFormat::Csv, None);
+        let mut csv = Vec::new();
+        rows.emit("file", std::slice::from_ref(&row), &mut csv)
+            .unwrap();
+        assert_eq!(String::from_utf8(csv).unwrap(), "copies\n4.999998\n");
+        let mut rows = Rows::new(DumpWhat::Files, DumpFormat::Json, None);
+        let mut json = Vec::new();
+        rows.emit("file", &[row], &mut json).unwrap();
+        let json = String::from_utf8(json).unwrap();
+        assert!(json.contains("\"copies\":4.999998}"), "{json}");
     }
 }

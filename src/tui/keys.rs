@@ -2,7 +2,7 @@
 //! sorts by, in the order `s` cycles through them), the keys the loop hands over and the
 //! actions it gets back. Plain values, no dependencies on the rest of the TUI.
 
-use crate::model::fields::{CgroupField, Field, FileField, ProcessField};
+use crate::model::fields::{sort, Field};
 
 /// The three tables.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -34,9 +34,9 @@ impl View {
     /// The sortable fields, in the order `s` cycles through them; the first is the default.
     pub fn sort_fields(self) -> &'static [Field] {
         match self {
-            View::Files => &FILE_SORT,
-            View::Processes => &PROCESS_SORT,
-            View::Cgroups => &CGROUP_SORT,
+            View::Files => &sort::FILES,
+            View::Processes => &sort::PROCESSES,
+            View::Cgroups => &sort::CGROUPS,
         }
     }
 
@@ -45,57 +45,6 @@ impl View {
         self.sort_fields().iter().map(|f| f.name()).collect()
     }
 }
-
-const FILE_SORT: [Field; 9] = {
-    use FileField as F;
-    [
-        Field::File(F::Count),
-        Field::File(F::Size),
-        Field::File(F::Cache),
-        Field::File(F::Cow),
-        Field::File(F::Private),
-        Field::File(F::Suspected),
-        Field::File(F::Resident),
-        Field::File(F::Holders),
-        Field::File(F::Path),
-    ]
-};
-
-const PROCESS_SORT: [Field; 14] = {
-    use ProcessField as P;
-    [
-        Field::Process(P::Rss),
-        Field::Process(P::Anon),
-        Field::Process(P::File),
-        Field::Process(P::Pss),
-        Field::Process(P::Growth),
-        Field::Process(P::Files),
-        Field::Process(P::Pid),
-        Field::Process(P::Comm),
-        Field::Process(P::Shmem),
-        Field::Process(P::Cow),
-        Field::Process(P::Uss),
-        Field::Process(P::Dirty),
-        Field::Process(P::Swap),
-        Field::Process(P::Gpu),
-    ]
-};
-
-const CGROUP_SORT: [Field; 10] = {
-    use CgroupField as C;
-    [
-        Field::Cgroup(C::Usage),
-        Field::Cgroup(C::Limit),
-        Field::Cgroup(C::Anon),
-        Field::Cgroup(C::File),
-        Field::Cgroup(C::OomKills),
-        Field::Cgroup(C::Path),
-        Field::Cgroup(C::Peak),
-        Field::Cgroup(C::High),
-        Field::Cgroup(C::Refaults),
-        Field::Cgroup(C::Psi),
-    ]
-};
 
 /// A key, as the event loop hands it over (crossterm's keys mapped onto these).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

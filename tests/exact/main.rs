@@ -9,6 +9,8 @@
 mod common;
 
 mod dupes;
+mod fincore;
+mod gate;
 mod holders;
 mod live;
 mod readonly;

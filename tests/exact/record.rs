@@ -48,13 +48,80 @@ fn replay_prints_exactly_what_scan_printed() {
             args.push("--json");
         }
         let replayed = ok(&args);
-        assert_eq!(live, replayed, "json {json}");
+        if json {
+            assert_eq!(live, replayed);
+        } else {
+            // The text names the moment shown, then prints what scan printed.
+            let (head, rest) = replayed.split_once('\n').unwrap();
+            assert_eq!(live, rest);
+            let st = twofold::store::Store::open_read_only(&store)
+                .unwrap()
+                .0
+                .stats()
+                .unwrap();
+            let at = twofold::timespec::format(st.last_ns.unwrap());
+            assert_eq!(
+                head,
+                format!(
+                    "twofold replay: the snapshot of {at} (nearest to --at 'now'; the store \
+                     holds 1 snapshot from '{at}' to '{at}')"
+                )
+            );
+        }
         if json {
             let r: twofold::model::Report = serde_json::from_str(&live).unwrap();
             let fm = r.files.iter().find(|x| Path::new(&x.path) == file).unwrap();
             assert!((fm.representations.proven.unwrap() - 2.0).abs() < 0.01);
         }
     }
+}
+
+/// `replay --at` outside the recording and `dump --what trace` of an untraced one are
+/// errors that say what the store holds (exit 2), not an empty or a wrong answer.
+#[test]
+fn replay_outside_the_store_and_an_untraced_dump_are_errors() {
+    let _group = crate::common::group(module_path!());
+    let dir = tempfile::tempdir().unwrap();
+    let file = model_file(dir.path(), "m.gguf", 4 * MIB);
+    let store = dir.path().join("store");
+    let s = store.to_str().unwrap();
+    let f = file.to_str().unwrap();
+    ok(&["scan", "--no-prove", "--record", s, f]);
+    let st = twofold::store::Store::open_read_only(&store)
+        .unwrap()
+        .0
+        .stats()
+        .unwrap();
+    let at = twofold::timespec::format(st.first_ns.unwrap());
+    for when in ["2020-01-01T00:00:00Z", "2100-01-01T00:00:00Z"] {
+        let out = twofold(&["replay", "--store", s, "--at", when]);
+        assert_eq!(out.status.code(), Some(2), "{when}");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            err.contains(&format!("--at '{when}'"))
+                && err.contains(&format!("holds 1 snapshot from '{at}' to '{at}'")),
+            "{err}"
+        );
+        assert!(out.stdout.is_empty());
+    }
+    // Within the recording: the snapshot, under the moment it was taken.
+    let text = ok(&["replay", "--store", s, "--at", &at]);
+    assert!(
+        text.starts_with(&format!(
+            "twofold replay: the snapshot of {at} (nearest to --at '{at}'"
+        )),
+        "{text}"
+    );
+    let out = twofold(&["dump", "--store", s, "--what", "trace", "--from", "1h ago"]);
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("no trace rows") && err.contains("recorded without 'record --trace'"),
+        "{err}"
+    );
+    // An untraced store still dumps its files (rc 0).
+    let files = ok(&["dump", "--store", s, "--what", "files", "--from", "1h ago"]);
+    assert!(files.contains("m.gguf"), "{files}");
 }
 
 #[test]

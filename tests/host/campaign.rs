@@ -143,6 +143,7 @@ fn integrity_cycle_and_an_altered_copy() {
     let dir = tempfile::tempdir().unwrap();
     let file = model_file(dir.path(), "m.safetensors", 16 * MIB);
     let before = std::fs::read(&file).unwrap();
+    let out = dir.path().join("out");
     let r: PressureReport = twofold_json(&[
         "pressure".as_ref(),
         file.as_os_str(),
@@ -150,8 +151,27 @@ fn integrity_cycle_and_an_altered_copy() {
         "integrity".as_ref(),
         "--cycles".as_ref(),
         "2".as_ref(),
+        "--out".as_ref(),
+        out.as_os_str(),
         "--json".as_ref(),
     ]);
+    // `--out` writes the report, its Markdown and the JSON Lines timeline: one record
+    // per cycle, as the report has them.
+    let written: PressureReport =
+        serde_json::from_slice(&std::fs::read(out.join("pressure.json")).unwrap()).unwrap();
+    assert_eq!(written, r);
+    assert!(std::fs::read_to_string(out.join("pressure.md"))
+        .unwrap()
+        .starts_with("## integrity: '"));
+    let lines = std::fs::read_to_string(out.join("pressure.jsonl")).unwrap();
+    let cycles = &r.integrity.as_ref().unwrap().cycles;
+    assert_eq!(lines.lines().count(), cycles.len());
+    for (n, l) in lines.lines().enumerate() {
+        let v: serde_json::Value = serde_json::from_str(l).unwrap();
+        assert_eq!(v["type"], "integrity_cycle");
+        assert_eq!(v["data"]["cycle"], n + 1);
+        assert_eq!(v["data"]["whole_matches"], cycles[n].whole_matches);
+    }
     let i = r.integrity.unwrap();
     assert_eq!(i.chunks, 8);
     for c in &i.cycles {
@@ -348,9 +368,12 @@ fn competitor_pushes_the_mapped_file_out() {
     }
     let dir = tempfile::tempdir().unwrap();
     let file = model_file(dir.path(), "m.bin", 64 * MIB);
+    let out = dir.path().join("out");
     let r: PressureReport = twofold_json(&[
         "pressure".as_ref(),
         file.as_os_str(),
+        "--out".as_ref(),
+        out.as_os_str(),
         "--experiment".as_ref(),
         "competitor".as_ref(),
         "--memory-max".as_ref(),
@@ -364,6 +387,27 @@ fn competitor_pushes_the_mapped_file_out() {
         "--json".as_ref(),
     ]);
     assert_eq!(r.competitor.len(), 2);
+    // pressure.jsonl: each arm's samples, then its record without them.
+    let lines = std::fs::read_to_string(out.join("pressure.jsonl")).unwrap();
+    let v: Vec<serde_json::Value> = lines
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    let mut at = 0;
+    for c in &r.competitor {
+        let arm = format!("{:?}", c.arm).to_lowercase();
+        for p in &c.timeline {
+            assert_eq!(v[at]["type"], "sample");
+            assert_eq!(v[at]["data"]["arm"], arm.as_str());
+            assert_eq!(v[at]["data"]["t_seconds"], p.t_seconds);
+            at += 1;
+        }
+        assert_eq!(v[at]["type"], "competitor");
+        assert_eq!(v[at]["data"]["arm"], serde_json::to_value(c.arm).unwrap());
+        assert!(v[at]["data"].get("timeline").is_none());
+        at += 1;
+    }
+    assert_eq!(at, v.len());
     for c in &r.competitor {
         // Warm: the readers had the whole file resident; the competitor took most of it
         // (the limit leaves 16 MiB for 64 MiB of file), and reading it back refaulted.
@@ -394,8 +438,11 @@ fn compare_rotates_rounds_and_reports_intervals() {
     let bin = exe();
     let bin = bin.to_str().unwrap();
     let out = dir.path().join("out");
+    let out_c = dir.path().join("out-compare");
     let c: twofold::cmd::compare::Comparison = twofold_json(&[
         "compare".as_ref(),
+        "--out".as_ref(),
+        out_c.as_os_str(),
         "--rounds".as_ref(),
         "3".as_ref(),
         "--model".as_ref(),
@@ -440,6 +487,35 @@ fn compare_rotates_rounds_and_reports_intervals() {
     assert!(r.median.unwrap() < 0.8, "{r:?}");
     let (lo, hi) = r.ci95.unwrap();
     assert!(lo <= r.median.unwrap() && r.median.unwrap() <= hi);
+    // `compare --out` writes what its help lists: the comparison as printed, every
+    // round's samples with their round and arm, and the plot of the peaks.
+    let written: twofold::cmd::compare::Comparison =
+        serde_json::from_slice(&std::fs::read(out_c.join("comparison.json")).unwrap()).unwrap();
+    assert_eq!(written, c);
+    let md = std::fs::read_to_string(out_c.join("comparison.md")).unwrap();
+    assert!(md.starts_with("# twofold compare: 3 rounds"), "{md}");
+    assert!(md.contains("- peak B/A: median"), "{md}");
+    let lines = std::fs::read_to_string(out_c.join("timeline.jsonl")).unwrap();
+    let total: usize = c.runs.iter().map(|r| r.samples).sum();
+    assert_eq!(lines.lines().count(), total);
+    let mut seen = std::collections::BTreeMap::new();
+    for l in lines.lines() {
+        let v: serde_json::Value = serde_json::from_str(l).unwrap();
+        assert_eq!(v["type"], "sample");
+        let key = (
+            v["data"]["round"].as_u64().unwrap(),
+            v["data"]["arm"].as_str().unwrap().to_string(),
+        );
+        *seen.entry(key).or_insert(0usize) += 1;
+        assert!(v["data"]["t_seconds"].is_number());
+    }
+    assert_eq!(seen.len(), 6, "{seen:?}");
+    assert!(std::fs::read_to_string(out_c.join("peaks.svg"))
+        .unwrap()
+        .contains("memory limit (512.0 MiB)"));
+    assert!(std::fs::read(out_c.join("peaks.png"))
+        .unwrap()
+        .starts_with(b"\x89PNG"));
     // `run --out` writes the timeline and the plots.
     let s: RunSummary = twofold_json(&[
         "run".as_ref(),
@@ -458,6 +534,14 @@ fn compare_rotates_rounds_and_reports_intervals() {
     ]);
     let lines = std::fs::read_to_string(out.join("timeline.jsonl")).unwrap();
     assert_eq!(lines.lines().count(), s.samples);
+    // ...and the summary, as JSON and as Markdown.
+    let written: RunSummary =
+        serde_json::from_slice(&std::fs::read(out.join("summary.json")).unwrap()).unwrap();
+    assert_eq!(written, s);
+    let md = std::fs::read_to_string(out.join("summary.md")).unwrap();
+    assert!(md.starts_with("# twofold run: '"), "{md}");
+    assert!(md.contains("- exit code 0 after"), "{md}");
+    assert!(md.contains(&format!("samples {}", s.samples)), "{md}");
     for l in lines.lines() {
         let v: serde_json::Value = serde_json::from_str(l).unwrap();
         assert_eq!(v["type"], "sample");

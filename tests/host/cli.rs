@@ -189,6 +189,43 @@ fn demo_diagnoses_and_leaves_nothing_behind() {
         "{t}"
     );
     assert!(is_empty_dir(dir.path()));
+    // The README's sample is this output: the same lines, sections and table headers
+    // (the numbers, pids and paths of another run aside), so it cannot drift.
+    let readme =
+        std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("README.md")).unwrap();
+    let at = readme.find("## `twofold demo`").unwrap();
+    let block = &readme[at..];
+    let block = &block[block.find("```text\n").unwrap() + 8..];
+    let block = &block[..block.find("```").unwrap()];
+    assert_same_shape(block, &t);
+}
+
+/// `sample` (a README block) and `real` (the binary's output) have the same lines in the
+/// same sections: each line's first word where it starts a section, and every table
+/// header token for token.
+fn assert_same_shape(sample: &str, real: &str) {
+    let lines = |s: &str| -> Vec<String> { s.lines().map(str::to_string).collect() };
+    let (a, b) = (lines(sample), lines(real));
+    assert_eq!(
+        a.len(),
+        b.len(),
+        "README sample:\n{sample}\nbinary:\n{real}"
+    );
+    let header = |l: &str| {
+        let t: Vec<&str> = l.split_whitespace().collect();
+        t.starts_with(&["pid", "comm"]) || t.starts_with(&["cgroup", "ver"])
+    };
+    for (x, y) in a.iter().zip(&b) {
+        let (tx, ty): (Vec<&str>, Vec<&str>) = (
+            x.split_whitespace().collect(),
+            y.split_whitespace().collect(),
+        );
+        if header(x) || header(y) {
+            assert_eq!(tx, ty, "README table header differs");
+        } else if !x.starts_with(' ') || !y.starts_with(' ') {
+            assert_eq!(tx.first(), ty.first(), "README: '{x}'\nbinary: '{y}'");
+        }
+    }
 }
 
 #[test]

@@ -87,11 +87,6 @@ impl FileModel {
             .sum()
     }
 
-    /// Processes that map the file or hold it open without mapping it.
-    pub fn mapper_or_opener_count(&self) -> usize {
-        self.mappers.len() + self.holders.iter().filter(|h| !h.mapped).count()
-    }
-
     /// Bytes held beyond one copy of the file: (count − 1) × size, when both are known.
     pub fn excess_bytes(&self) -> Option<u64> {
         let count = self.representations.proven?;

@@ -17,6 +17,7 @@ mod holders;
 use holders::{holders, mapper, process_model};
 mod build;
 pub mod findings;
+pub mod gate;
 pub mod inspect;
 pub mod probe;
 pub mod rates;

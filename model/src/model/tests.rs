@@ -515,3 +515,33 @@ fn trace_pages_follow_the_sample_page_size() {
         f.message()
     );
 }
+
+#[test]
+fn the_gate_names_each_condition_a_file_meets() {
+    use super::gate::{check, Condition};
+    let all = [
+        Condition::Copies,
+        Condition::Suspected,
+        Condition::LowerBound,
+    ];
+    // A suspected, unsearched copy: suspected and lower-bound, not copies.
+    let mut copier = proc_(10, 260 * MIB);
+    copier.open_files.push(open(1));
+    let mut s = sample(vec![file(1, 256 * MIB, Some(256 * MIB))], vec![copier]);
+    s.candidates = vec![candidate(10, 1, 260 * MIB, CandidateWhy::Holder)];
+    let met = check(&from_sample(&s), &all);
+    let names: Vec<_> = met.iter().map(|m| m.condition.name()).collect();
+    assert_eq!(names, ["suspected", "lower-bound"]);
+    assert_eq!(met[1].why, "the count is a lower bound (1 unsearched)");
+    // The same copy proven: copies only.
+    s.proofs = vec![found(10, 1, 256 * MIB)];
+    let met = check(&from_sample(&s), &all);
+    assert_eq!(met.len(), 1, "{met:?}");
+    assert_eq!(met[0].condition, Condition::Copies);
+    assert_eq!(met[0].why, "proven 1.00 private copies");
+    // Only the conditions asked for.
+    assert!(check(&from_sample(&s), &[Condition::Suspected]).is_empty());
+    // A file only in the page cache meets none.
+    let s = sample(vec![file(1, 256 * MIB, Some(256 * MIB))], vec![]);
+    assert!(check(&from_sample(&s), &all).is_empty());
+}

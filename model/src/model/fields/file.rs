@@ -33,16 +33,15 @@ pub enum FileField {
     ProvenCopy,
     /// Private memory attributed to suspected copies.
     Suspected,
-    /// Processes that map, hold open or hold a copy of it ([`FileModel::holder_count`]).
+    /// Holders: distinct processes that map it, hold it open or hold a copy of it
+    /// ([`FileModel::holder_count`]); one meaning in `top`, `dump` and the docs.
     Holders,
-    /// Processes that map it or hold it open ([`FileModel::mapper_or_opener_count`]).
-    MappersOrOpeners,
     /// Bytes held beyond one copy.
     Excess,
 }
 
 impl FileField {
-    pub const ALL: [FileField; 16] = [
+    pub const ALL: [FileField; 15] = [
         FileField::Path,
         FileField::FileId,
         FileField::Size,
@@ -57,7 +56,6 @@ impl FileField {
         FileField::ProvenCopy,
         FileField::Suspected,
         FileField::Holders,
-        FileField::MappersOrOpeners,
         FileField::Excess,
     ];
 
@@ -78,8 +76,7 @@ impl FileField {
             | FileField::LowerBound
             | FileField::CountedCow
             | FileField::CountedDevice
-            | FileField::ProvenCopy
-            | FileField::MappersOrOpeners => return None,
+            | FileField::ProvenCopy => return None,
         })
     }
 
@@ -104,12 +101,10 @@ impl FileField {
             FileField::CountedCow => "cow_bytes",
             FileField::ProvenCopy => "private_copy_proven_bytes",
             FileField::Suspected => "private_copy_suspected_bytes",
-            FileField::MappersOrOpeners => "holders",
-            FileField::Cow
-            | FileField::CountedDevice
-            | FileField::Private
-            | FileField::Holders
-            | FileField::Excess => return None,
+            FileField::Holders => "holders",
+            FileField::Cow | FileField::CountedDevice | FileField::Private | FileField::Excess => {
+                return None
+            }
         })
     }
 
@@ -141,7 +136,7 @@ impl FileField {
     pub const fn unit(self) -> Unit {
         match self {
             FileField::Path | FileField::FileId => Unit::Text,
-            FileField::Count | FileField::Holders | FileField::MappersOrOpeners => Unit::Count,
+            FileField::Count | FileField::Holders => Unit::Count,
             FileField::LowerBound => Unit::Flag,
             FileField::Resident => Unit::Ratio,
             _ => Unit::Bytes,
@@ -214,7 +209,6 @@ impl FileField {
             FileField::ProvenCopy => Value::Uint(Some(f.proven_copy_whole_bytes())),
             FileField::Suspected => Value::Uint(Some(f.suspected_copy_bytes())),
             FileField::Holders => Value::Uint(Some(f.holder_count() as u64)),
-            FileField::MappersOrOpeners => Value::Uint(Some(f.mapper_or_opener_count() as u64)),
             FileField::Excess => Value::Uint(f.excess_bytes()),
         }
     }

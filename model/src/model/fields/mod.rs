@@ -17,6 +17,7 @@ use serde::{Serialize, Serializer};
 mod cgroup;
 mod file;
 mod process;
+pub mod sort;
 
 pub use cgroup::CgroupField;
 pub use file::{file_id, FileField};

@@ -1,0 +1,191 @@
+//! `twofold man`: the man pages, one per command (clap_mangen), each with EXIT STATUS and
+//! ENVIRONMENT sections. `twofold man` prints twofold(1), `twofold man scan` prints
+//! twofold-scan(1), `twofold man --dir DIR` writes every page, so each page that
+//! twofold(1) names exists.
+
+use std::io::Write;
+use std::path::Path;
+
+use anyhow::Context;
+use clap::CommandFactory;
+
+use crate::cli::{Cli, ManArgs};
+
+/// The exit statuses, for every page.
+const EXIT_STATUS: &[(&str, &str)] = &[
+    ("0", "Success (a closed pipe on stdout is success too)."),
+    (
+        "1",
+        "A condition asked for with scan \\-\\-fail\\-on holds; each is named on stderr.",
+    ),
+    (
+        "2",
+        "Bad input (a usage error, a missing or wrong path, an unknown pid or cgroup, a \
+         value out of range) or an error: one line on stderr naming the thing.",
+    ),
+    (
+        "128+N",
+        "Interrupted by signal N (130 for SIGINT, 143 for SIGTERM) during a campaign, after \
+         removing what it created.",
+    ),
+];
+
+/// The environment variables twofold reads, for every page.
+const ENVIRONMENT: &[(&str, &str)] = &[
+    ("NO_COLOR", "Set and not empty: top draws without colours."),
+    (
+        "HF_HUB_CACHE, HF_HOME, OLLAMA_MODELS, TORCH_HOME",
+        "Model stores scan looks in (without paths) for files a process could hold a copy \
+         of: the Hugging Face hub cache, ollama's blobs, the torch hub checkpoints.",
+    ),
+    (
+        "TWOFOLD_MODEL_PATH",
+        "More model store directories, separated by colons.",
+    ),
+    (
+        "HOME, XDG_DATA_HOME",
+        "The default store of record, replay and dump when not root \
+         ($XDG_DATA_HOME/twofold/store, else ~/.local/share/twofold/store); HOME also \
+         locates the default model stores.",
+    ),
+    (
+        "XDG_RUNTIME_DIR, TWOFOLD_ATTEST_DIR",
+        "Where device-copy attestations of twofold's own loaders are kept (default \
+         /run/twofold/device as root, else $XDG_RUNTIME_DIR/twofold/device).",
+    ),
+    (
+        "TWOFOLD_BPF_OBJECTS",
+        "A directory of BPF objects to load instead of the built-in ones.",
+    ),
+    (
+        "TWOFOLD_PROFILE",
+        "Set: print the time of each collection phase on stderr.",
+    ),
+    (
+        "LD_LIBRARY_PATH",
+        "Where probe's GPU jobs find the Vulkan and CUDA drivers.",
+    ),
+];
+
+/// Escapes text for roff: backslashes and hyphens, and a leading control character.
+fn roff(s: &str) -> String {
+    let s = s.replace('\\', "\\\\").replace('-', "\\-");
+    // Already-escaped `\-` in the tables above came in as `\\-`: undo the doubling.
+    let s = s.replace("\\\\\\-", "\\-");
+    match s.chars().next() {
+        Some('.') | Some('\'') => format!("\\&{s}"),
+        _ => s,
+    }
+}
+
+fn section(w: &mut dyn Write, title: &str, items: &[(&str, &str)]) -> std::io::Result<()> {
+    writeln!(w, ".SH \"{title}\"")?;
+    for (k, v) in items {
+        writeln!(w, ".TP")?;
+        writeln!(w, "\\fB{}\\fR", roff(k))?;
+        writeln!(w, "{}", roff(v))?;
+    }
+    Ok(())
+}
+
+/// One page: clap_mangen's sections, then EXIT STATUS, ENVIRONMENT and SEE ALSO.
+pub fn render(cmd: clap::Command, w: &mut dyn Write) -> std::io::Result<()> {
+    let top = cmd.get_name() == "twofold";
+    let has_subcommands = cmd.get_subcommands().any(|s| !s.is_hide_set());
+    let extra = cmd.get_after_help().is_some() || cmd.get_after_long_help().is_some();
+    let man = clap_mangen::Man::new(cmd);
+    man.render_title(w)?;
+    man.render_name_section(w)?;
+    man.render_synopsis_section(w)?;
+    man.render_description_section(w)?;
+    man.render_options_section(w)?;
+    if has_subcommands {
+        man.render_subcommands_section(w)?;
+    }
+    if extra {
+        man.render_extra_section(w)?;
+    }
+    section(w, "EXIT STATUS", EXIT_STATUS)?;
+    section(w, "ENVIRONMENT", ENVIRONMENT)?;
+    writeln!(w, ".SH \"SEE ALSO\"")?;
+    if top {
+        writeln!(
+            w,
+            "The page of each command above, and https://github.com/twofold/twofold"
+        )?;
+    } else {
+        writeln!(w, "twofold(1)")?;
+    }
+    man.render_version_section(w)?;
+    Ok(())
+}
+
+/// `cmd` and every command under it without clap's `help` subcommand (it has no page).
+fn without_help(cmd: clap::Command) -> clap::Command {
+    let names: Vec<String> = cmd
+        .get_subcommands()
+        .map(|s| s.get_name().to_string())
+        .collect();
+    names
+        .iter()
+        .fold(cmd.disable_help_subcommand(true), |c, n| {
+            c.mut_subcommand(n, without_help)
+        })
+}
+
+/// The commands that get a page of their own: every one twofold(1) lists.
+pub fn commands() -> Vec<clap::Command> {
+    top()
+        .get_subcommands()
+        .filter(|s| !s.is_hide_set())
+        .map(|s| s.clone().version(env!("CARGO_PKG_VERSION")))
+        .collect()
+}
+
+/// The built top-level command, without clap's `help` subcommands.
+fn top() -> clap::Command {
+    let mut cli = without_help(Cli::command());
+    cli.build();
+    cli
+}
+
+fn write_page(dir: &Path, cmd: clap::Command) -> anyhow::Result<()> {
+    let name = cmd.get_display_name().unwrap_or(cmd.get_name()).to_string();
+    let path = dir.join(format!("{name}.1"));
+    let mut buf = Vec::new();
+    render(cmd, &mut buf)?;
+    std::fs::write(&path, buf).with_context(|| format!("cannot write '{}'", path.display()))
+}
+
+pub fn run(args: &ManArgs, out: &mut dyn Write) -> anyhow::Result<()> {
+    if let Some(dir) = &args.dir {
+        std::fs::create_dir_all(dir)
+            .with_context(|| format!("cannot create '{}'", dir.display()))?;
+        write_page(dir, top())?;
+        let mut n = 1;
+        for c in commands() {
+            write_page(dir, c)?;
+            n += 1;
+        }
+        writeln!(
+            out,
+            "twofold man: {n} pages in '{}'",
+            crate::render::safe::safe_path(dir)
+        )?;
+        return Ok(());
+    }
+    match &args.command {
+        None => render(top(), out)?,
+        Some(name) => {
+            let Some(c) = commands().into_iter().find(|c| c.get_name() == name) else {
+                let names: Vec<String> = commands()
+                    .iter()
+                    .map(|c| c.get_name().to_string())
+                    .collect();
+                anyhow::bail!("no command '{name}' (one of: {})", names.join(", "));
+            };
+            render(c, out)?;
+        }
+    }
+    Ok(())
+}
