@@ -103,7 +103,7 @@ file_ = dashboard("twofold-file", "twofold / file", [
     ("Holders by workload", f'sum by (workload, kind) (twofold_workload_file_held_bytes{{{NF}}})',
      "bytes", "timeseries", "{{workload}} {{kind}}"),
     ("Paths", f'twofold_file_info{{{NF}}}', "none", "table"),
-])
+], with_file=True)
 
 for name, d in [("fleet", fleet), ("node", node), ("file", file_)]:
     with open(f"twofold-{name}.json", "w") as f:
