@@ -9,6 +9,11 @@
 //!
 //! Read-only: GET (and HEAD) of `/metrics` and `/healthz`; anything else is 404 (or 405
 //! for another method). Nothing from the request is used beyond its path and `Accept`.
+//!
+//! Honest about itself: `/healthz` answers 503 once the last good collection is older than
+//! [`STALE_INTERVALS`] intervals (or none came that long after the start), and each scrape
+//! appends, at the time it is answered, the age of the last good collection and the
+//! process's CPU time and RSS ([`export::scrape_time`]).
 
 use std::ffi::{CStr, CString};
 use std::io::Write;
@@ -28,6 +33,8 @@ use crate::export::{self, Options, SelfStats};
 const OPENMETRICS: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
 const TEXT_004: &str = "text/plain; version=0.0.4; charset=utf-8";
 const WORKERS: usize = 4;
+/// `/healthz` fails when the last good collection is older than this many intervals.
+pub const STALE_INTERVALS: u32 = 3;
 
 /// The encoded expositions of one collection.
 #[derive(Debug, Default)]
@@ -36,9 +43,26 @@ pub struct Bodies {
     pub text: Arc<[u8]>,
     /// False until the first collection has finished.
     pub ready: bool,
+    /// When the last good collection finished.
+    pub at: Option<Instant>,
 }
 
 type Latest = Arc<RwLock<Arc<Bodies>>>;
+
+/// What the HTTP side knows besides the bodies: when the exporter started, its interval.
+#[derive(Debug, Clone, Copy)]
+struct Clock {
+    started: Instant,
+    interval: Duration,
+}
+
+impl Clock {
+    /// Healthy while the last good collection (or, before the first, the start) is at
+    /// most [`STALE_INTERVALS`] intervals old.
+    fn healthy(&self, b: &Bodies, now: Instant) -> bool {
+        now.duration_since(b.at.unwrap_or(self.started)) <= self.interval * STALE_INTERVALS
+    }
+}
 
 /// Paths matching `pattern` (glob(3)); none when nothing matches.
 fn glob(pattern: &str) -> Vec<PathBuf> {
@@ -83,15 +107,21 @@ fn collect_loop(args: &ServeArgs, latest: &Latest, stop: &AtomicBool) {
         per_pid: args.per_pid,
     };
     let mut engine = Engine::new(request(args), args.collect.proof()).incremental(cache::MAX_AGE);
+    let mut trace_failed = false;
     if args.trace {
         if let Err(why) = engine.set_tracing(true) {
+            trace_failed = true;
             super::warn_all(&[format!(
                 "--trace: tracing unavailable, no trace counters: {why}"
             )]);
         }
     }
     let mut stats = SelfStats::default();
+    if trace_failed {
+        stats.error("trace", 1);
+    }
     let mut prev: Option<Snapshot> = None;
+    let mut last: Option<crate::model::Report> = None;
     let mut next = Instant::now();
     let mut last_warnings: Vec<String> = Vec::new();
     while !stop.load(Ordering::Relaxed) {
@@ -104,25 +134,30 @@ fn collect_loop(args: &ServeArgs, latest: &Latest, stop: &AtomicBool) {
         match engine.snapshot(&mut warnings) {
             Ok(snap) => {
                 let report = engine::report(&snap, prev.as_ref());
-                stats.collect_duration_seconds = t0.elapsed().as_secs_f64();
+                count_errors(&mut stats, &report);
+                if let Some(p) = engine.last_proof_seconds {
+                    stats.proof_durations.observe(p);
+                }
+                let took = t0.elapsed().as_secs_f64();
+                stats.collect_duration_seconds = took;
+                stats.collect_durations.observe(took);
                 stats.last_success_unix_seconds = Some(snap.at_unix_ns as f64 / 1e9);
                 let exp = export::families(&report, opts, &stats);
                 stats.series_dropped_total += exp.dropped_series;
-                let om = export::openmetrics(&exp.families);
-                let text = export::prometheus_text(&om);
-                let bodies = Arc::new(Bodies {
-                    openmetrics: Arc::from(om.into_bytes()),
-                    text: Arc::from(text.into_bytes()),
-                    ready: true,
-                });
-                if let Ok(mut l) = latest.write() {
-                    *l = bodies;
-                }
+                publish(latest, &exp.families, Some(Instant::now()));
+                last = Some(report);
                 prev = Some(snap);
             }
             Err(e) => {
-                stats.collect_errors_total += 1;
+                stats.error("collection", 1);
+                stats.collect_durations.observe(t0.elapsed().as_secs_f64());
                 warnings.push(format!("collection failed: {e:#}"));
+                // The last good numbers stay, with the exporter's own series brought up
+                // to date (the error, the duration); their age keeps growing.
+                if let Some(r) = last.as_ref() {
+                    let at = latest.read().ok().and_then(|l| l.at);
+                    publish(latest, &export::families(r, opts, &stats).families, at);
+                }
             }
         }
         // The same warning every few seconds is noise: only new ones are printed.
@@ -144,6 +179,40 @@ fn collect_loop(args: &ServeArgs, latest: &Latest, stop: &AtomicBool) {
     }
 }
 
+/// Encodes `families` once and hands them to the HTTP workers; `at`: when the good
+/// collection they come from finished.
+fn publish(latest: &Latest, families: &[export::Family], at: Option<Instant>) {
+    let om = export::openmetrics(families);
+    let text = export::prometheus_text(&om);
+    let om = om.strip_suffix("# EOF\n").unwrap_or(&om).to_string();
+    let bodies = Arc::new(Bodies {
+        openmetrics: Arc::from(om.into_bytes()),
+        text: Arc::from(text.into_bytes()),
+        ready: true,
+        at,
+    });
+    if let Ok(mut l) = latest.write() {
+        *l = bodies;
+    }
+}
+
+/// Errors a good collection still had: files whose residency could not be read, processes
+/// not read fully.
+fn count_errors(stats: &mut SelfStats, r: &crate::model::Report) {
+    let residency = r
+        .files
+        .iter()
+        .filter(|f| f.residency_unknown_reason.is_some())
+        .count();
+    let unreadable = r
+        .processes
+        .iter()
+        .filter(|p| p.unreadable.is_some())
+        .count();
+    stats.error("residency", residency as u64);
+    stats.error("process_unreadable", unreadable as u64);
+}
+
 /// OpenMetrics unless the Accept header asks for the 0.0.4 text format and not for
 /// OpenMetrics.
 pub fn wants_text_004(accept: Option<&str>) -> bool {
@@ -160,7 +229,24 @@ fn header(name: &str, value: &str) -> Vec<tiny_http::Header> {
         .collect()
 }
 
-fn respond(req: tiny_http::Request, latest: &Latest) {
+/// The body of one scrape: the last collection's, then what is known only now (the age of
+/// that collection, the process's CPU and RSS), then `# EOF` for OpenMetrics.
+fn scrape_body(bodies: &Bodies, text_004: bool, now: Instant) -> Vec<u8> {
+    let age = bodies.at.map(|at| now.duration_since(at).as_secs_f64());
+    let own = crate::collect::own::read(std::path::Path::new("/proc"));
+    let tail = export::openmetrics(&export::scrape_time(age, own));
+    let (main, tail) = if text_004 {
+        (&bodies.text, export::prometheus_text(&tail))
+    } else {
+        (&bodies.openmetrics, tail)
+    };
+    let mut out = Vec::with_capacity(main.len() + tail.len());
+    out.extend_from_slice(main);
+    out.extend_from_slice(tail.as_bytes());
+    out
+}
+
+fn respond(req: tiny_http::Request, latest: &Latest, clock: Clock) {
     use tiny_http::{Method, Response, StatusCode};
     let path = req.url().split('?').next().unwrap_or("").to_string();
     let method = req.method().clone();
@@ -189,11 +275,9 @@ fn respond(req: tiny_http::Request, latest: &Latest) {
                 .iter()
                 .find(|h| h.field.equiv("Accept"))
                 .map(|h| h.value.as_str().to_string());
-            let (body, ctype) = if wants_text_004(accept.as_deref()) {
-                (Arc::clone(&bodies.text), TEXT_004)
-            } else {
-                (Arc::clone(&bodies.openmetrics), OPENMETRICS)
-            };
+            let text = wants_text_004(accept.as_deref());
+            let body = scrape_body(&bodies, text, Instant::now());
+            let ctype = if text { TEXT_004 } else { OPENMETRICS };
             let len = body.len();
             let resp = Response::new(
                 StatusCode(200),
@@ -204,8 +288,23 @@ fn respond(req: tiny_http::Request, latest: &Latest) {
             );
             let _ = req.respond(resp);
         }
-        "/healthz" => {
+        "/healthz" if clock.healthy(&bodies, Instant::now()) => {
             let _ = req.respond(plain(200, "ok\n"));
+        }
+        "/healthz" => {
+            let why = match bodies.at {
+                Some(at) => format!(
+                    "stale: the last good collection finished {:.0} s ago (more than {STALE_INTERVALS} intervals of {:.1} s)\n",
+                    at.elapsed().as_secs_f64(),
+                    clock.interval.as_secs_f64()
+                ),
+                None => format!(
+                    "no good collection in the {:.0} s since the start (more than {STALE_INTERVALS} intervals of {:.1} s)\n",
+                    clock.started.elapsed().as_secs_f64(),
+                    clock.interval.as_secs_f64()
+                ),
+            };
+            let _ = req.respond(plain(503, &why));
         }
         _ => {
             let _ = req.respond(plain(404, "not found: try /metrics\n"));
@@ -220,6 +319,10 @@ pub fn run(args: &ServeArgs, out: &mut dyn Write) -> anyhow::Result<()> {
     let server = Arc::new(server);
     let latest: Latest = Arc::new(RwLock::new(Arc::new(Bodies::default())));
     let stop = super::common::stop_flag();
+    let clock = Clock {
+        started: Instant::now(),
+        interval: args.interval,
+    };
     writeln!(
         out,
         "twofold serve: http://{}/metrics, a collection every {:.1} s",
@@ -233,7 +336,7 @@ pub fn run(args: &ServeArgs, out: &mut dyn Write) -> anyhow::Result<()> {
             s.spawn(|| {
                 while !stop.load(Ordering::Relaxed) {
                     match server.recv_timeout(Duration::from_millis(200)) {
-                        Ok(Some(req)) => respond(req, &latest),
+                        Ok(Some(req)) => respond(req, &latest, clock),
                         Ok(None) => {}
                         Err(e) => {
                             eprintln!("twofold: warning: http: {e}");

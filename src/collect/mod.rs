@@ -17,6 +17,7 @@ pub mod maps;
 pub mod memory;
 pub mod mounts;
 pub mod names;
+pub mod own;
 mod phases;
 pub mod process;
 pub mod reopen;

@@ -352,6 +352,20 @@ fn check_openmetrics_with_promtool(body: &str) {
         problems, limitation,
         "promtool check metrics (OpenMetrics)\n{body}"
     );
+    // docs/serve.md lists these lines: every one promtool printed is there.
+    let docs = std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("docs/serve.md"))
+        .unwrap();
+    let block = docs
+        .split("```text\n")
+        .find(|b| b.contains("no help text"))
+        .and_then(|b| b.split("```").next())
+        .unwrap();
+    for p in &problems {
+        assert!(
+            block.lines().any(|l| l == p),
+            "docs/serve.md does not list '{p}'"
+        );
+    }
 
     let dir = tempfile::tempdir().unwrap();
     let now = std::time::SystemTime::now()
@@ -982,7 +996,8 @@ fn fifty_concurrent_scrapers_while_processes_churn() {
                                     "twofold_collect_last_success_timestamp_seconds",
                                     &[],
                                 );
-                                let took = value(&body, "twofold_collect_duration_seconds", &[]);
+                                let took =
+                                    value(&body, "twofold_collect_last_duration_seconds", &[]);
                                 stamps.extend(at.zip(took));
                             }
                             Ok((code, body)) => bad.push(format!("{code}: {body}")),
@@ -1133,4 +1148,104 @@ fn a_bad_listen_address_is_one_line_and_exit_2() {
         assert_eq!(err.lines().count(), 1, "{bad}: {err}");
         assert!(err.contains(bad), "{err}");
     }
+}
+
+/// `/healthz` is 200 while collections succeed, 503 once the last good one is older than 3
+/// intervals (a FIFO among the files named makes every collection fail), and 200 again
+/// after the next good one; the exposition says the same meanwhile (errors by kind, the
+/// last good collection's age), and the process series match the exporter's
+/// `/proc/PID/status` and `/proc/PID/stat`.
+#[test]
+fn healthz_fails_when_the_last_good_collection_is_older_than_3_intervals() {
+    let _group = crate::common::group(module_path!());
+    let _live = live();
+    let dir = tempfile::tempdir().unwrap();
+    model_file(dir.path(), "model.safetensors", MIB);
+    let glob = dir.path().join("*.safetensors").display().to_string();
+    let port = free_port();
+    let serve = Proc(
+        Command::new(exe())
+            .args(["serve", "--listen", &format!("127.0.0.1:{port}")])
+            .args(["--interval", "1s", "--no-prove", "--model-glob", &glob])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap(),
+    );
+    let body = poll_metrics(port, 60, |b| {
+        value(b, "twofold_collect_last_success_age_seconds", &[]).is_some()
+    });
+    assert_eq!(get(port, "/healthz", None).unwrap().0, 200);
+    let age = value(&body, "twofold_collect_last_success_age_seconds", &[]).unwrap();
+    assert!((0.0..3.0).contains(&age), "age {age}");
+    // The process series, against the kernel's.
+    let pid = serve.0.id() as i32;
+    let rss = value(&body, "process_resident_memory_bytes", &[]).unwrap();
+    let status_rss = crate::common::status_bytes(pid, "VmRSS") as f64;
+    assert!(
+        (rss - status_rss).abs() <= 8.0 * MIB as f64,
+        "rss {rss} vs VmRSS {status_rss}"
+    );
+    let cpu = value(&body, "process_cpu_seconds_total", &[]).unwrap();
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap();
+    let f: Vec<&str> = stat
+        .rsplit_once(')')
+        .unwrap()
+        .1
+        .split_whitespace()
+        .collect();
+    let ticks = (f[11].parse::<f64>().unwrap() + f[12].parse::<f64>().unwrap()) / 100.0;
+    assert!(
+        cpu <= ticks + 0.01 && cpu > 0.0,
+        "cpu {cpu} vs stat {ticks}"
+    );
+    let count = |b: &str| value(b, "twofold_collect_duration_seconds_count", &[]).unwrap();
+    assert!(count(&body) >= 1.0);
+
+    // Every collection fails from now on: a FIFO is neither a file nor a directory.
+    let fifo = dir.path().join("pipe.safetensors");
+    let c = std::ffi::CString::new(fifo.as_os_str().as_encoded_bytes()).unwrap();
+    // SAFETY: a valid C string; mkfifo only creates the node.
+    assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0);
+    let broke = Instant::now();
+    let errors = |b: &str| value(b, "twofold_collect_errors_total", &[("kind", "collection")]);
+    let until = Instant::now() + Duration::from_secs(30);
+    let mut seen_200_late = None;
+    loop {
+        let (code, why) = get(port, "/healthz", None).unwrap();
+        if code == 503 {
+            assert!(why.contains("stale"), "{why}");
+            break;
+        }
+        assert_eq!(code, 200);
+        seen_200_late = Some(broke.elapsed());
+        assert!(Instant::now() < until, "/healthz never failed");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let took = broke.elapsed();
+    // Not before 3 intervals after the last good collection (at most one interval before
+    // the FIFO appeared), and soon after.
+    assert!(
+        took >= Duration::from_secs(2) && took <= Duration::from_secs(10),
+        "503 after {took:?} (last 200 at {seen_200_late:?})"
+    );
+    let (code, b) = get(port, "/metrics", None).unwrap();
+    assert_eq!(code, 200, "the last good numbers are still served");
+    assert!(errors(&b).unwrap() >= 2.0, "{b}");
+    assert!(value(&b, "twofold_collect_last_success_age_seconds", &[]).unwrap() > 3.0);
+    assert!(
+        count(&b) > count(&body),
+        "failed collections are observed too"
+    );
+
+    std::fs::remove_file(&fifo).unwrap();
+    let until = Instant::now() + Duration::from_secs(30);
+    while get(port, "/healthz", None).unwrap().0 != 200 {
+        assert!(Instant::now() < until, "/healthz never recovered");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let b = poll_metrics(port, 10, |b| {
+        value(b, "twofold_collect_last_success_age_seconds", &[]).is_some_and(|a| a < 3.0)
+    });
+    assert!(errors(&b).unwrap() >= 2.0);
 }
