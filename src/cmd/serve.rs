@@ -122,6 +122,7 @@ fn collect_loop(args: &ServeArgs, latest: &Latest, stop: &AtomicBool) {
     }
     let mut prev: Option<Snapshot> = None;
     let mut last: Option<crate::model::Report> = None;
+    let mut names = export::names::Canonical::default();
     let mut next = Instant::now();
     let mut last_warnings: Vec<String> = Vec::new();
     while !stop.load(Ordering::Relaxed) {
@@ -133,7 +134,8 @@ fn collect_loop(args: &ServeArgs, latest: &Latest, stop: &AtomicBool) {
         let mut warnings = Vec::new();
         match engine.snapshot(&mut warnings) {
             Ok(snap) => {
-                let report = engine::report(&snap, prev.as_ref());
+                let mut report = engine::report(&snap, prev.as_ref());
+                names.apply(&mut report, resolve);
                 count_errors(&mut stats, &report);
                 if let Some(p) = engine.last_proof_seconds {
                     stats.proof_durations.observe(p);
@@ -177,6 +179,13 @@ fn collect_loop(args: &ServeArgs, latest: &Latest, stop: &AtomicBool) {
             std::thread::sleep(Duration::from_millis(50).min(next - Instant::now()));
         }
     }
+}
+
+/// `name` resolved (`realpath`) when it names the inode `key` now.
+fn resolve(name: &str, key: crate::sample::FileKey) -> Option<String> {
+    let real = std::fs::canonicalize(name).ok()?;
+    let m = std::fs::metadata(&real).ok()?;
+    (crate::collect::reopen::identity(&m) == key).then(|| real.to_str().map(str::to_string))?
 }
 
 /// Encodes `families` once and hands them to the HTTP workers; `at`: when the good

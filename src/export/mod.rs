@@ -215,6 +215,14 @@ fn file_series(acc: &mut Acc, f: &FileModel, id: &str) {
         info,
         1.0,
     );
+    for alias in &f.seen_as {
+        acc.gauge(
+            "twofold_file_alias_info",
+            "Another name of a model file (a hard link, a symlink, another mount namespace's name); twofold_file_info has its one path",
+            l(&[("file_id", id), ("path", alias)]),
+            1.0,
+        );
+    }
     gauge(acc, FileField::Size, f, idl());
     for (kind, v) in KINDS.iter().zip(held_bytes(f)) {
         if let Some(v) = v {
@@ -397,6 +405,7 @@ pub fn families(r: &Report, opts: Options, stats: &SelfStats) -> Exposition {
 }
 
 mod gpu;
+pub mod names;
 pub mod selfm;
 #[cfg(test)]
 mod tests;

@@ -13,6 +13,11 @@ use std::time::{Duration, Instant};
 
 use crate::common::{exe, have, model_file, reader, require, MIB};
 
+mod names;
+
+/// The group of this file's tests (and of its submodules').
+const GROUP: &str = module_path!();
+
 /// A process the test started, killed (by its pid) and reaped when dropped.
 struct Proc(Child);
 
