@@ -21,6 +21,11 @@ command -v promtool >/dev/null 2>&1 || need+=(prometheus)
 command -v curl >/dev/null 2>&1 || need+=(curl)
 # `twofold top` end to end (tests/exact/top.rs): a detached tmux session, driven with send-keys.
 command -v tmux >/dev/null 2>&1 || need+=(tmux)
+# The container image (tests/host/image.rs): buildah assembles it from a local root file
+# system, podman runs it with runc (crun refuses hybrid cgroup layouts).
+command -v buildah >/dev/null 2>&1 || need+=(buildah)
+command -v podman >/dev/null 2>&1 || need+=(podman)
+command -v runc >/dev/null 2>&1 || need+=(runc)
 ls /usr/share/vulkan/icd.d/lvp_icd.*.json >/dev/null 2>&1 || need+=(mesa-vulkan-drivers)
 ldconfig -p 2>/dev/null | grep 'libvulkan.so.1 ' >/dev/null || need+=(libvulkan1)
 if [ ${#need[@]} -gt 0 ]; then

@@ -12,4 +12,5 @@ mod bounded;
 mod campaign;
 mod cli;
 mod hardening;
+mod image;
 mod leftovers;
