@@ -41,10 +41,13 @@ fi
 # Real runtimes for tests/exact/runtimes.rs: NumPy and safetensors from PyPI; onnx for the
 # cross-check of the ONNX parser (tests/it/container.rs); prometheus-client, the official
 # Python client, whose OpenMetrics parser reads `twofold serve`'s body (tests/exact/serve.rs).
-if ! python3 -c "import numpy, safetensors, onnx, onnxruntime, prometheus_client" >/dev/null 2>&1; then
-  echo "test.sh: installing numpy, safetensors, onnx, onnxruntime and prometheus-client (pip)"
-  python3 -m pip install -q numpy safetensors onnx onnxruntime prometheus-client
+# kubernetes-validate: the Kubernetes OpenAPI schemas, offline, for deploy/k8s
+# (tests/it/deploy.rs; the kustomize base is rendered with `kubectl kustomize`).
+if ! python3 -c "import numpy, safetensors, onnx, onnxruntime, prometheus_client, kubernetes_validate" >/dev/null 2>&1; then
+  echo "test.sh: installing numpy, safetensors, onnx, onnxruntime, prometheus-client and kubernetes-validate (pip)"
+  python3 -m pip install -q numpy safetensors onnx onnxruntime prometheus-client kubernetes-validate
 fi
+command -v kubectl >/dev/null 2>&1 || echo "test.sh: kubectl is missing (tests/it/deploy.rs renders the kustomize base with it)" >&2
 
 status=0
 cargo fmt --all -- --check || status=1

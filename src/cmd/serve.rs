@@ -188,10 +188,19 @@ fn resolve(name: &str, key: crate::sample::FileKey) -> Option<String> {
     (crate::collect::reopen::identity(&m) == key).then(|| real.to_str().map(str::to_string))?
 }
 
+/// `node="$NODE_NAME"` on every series when `NODE_NAME` is set and not empty (the
+/// DaemonSet sets it from `spec.nodeName`); nothing otherwise.
+fn node_label() -> Vec<(String, String)> {
+    match std::env::var("NODE_NAME") {
+        Ok(n) if !n.trim().is_empty() => vec![("node".to_string(), n)],
+        _ => Vec::new(),
+    }
+}
+
 /// Encodes `families` once and hands them to the HTTP workers; `at`: when the good
 /// collection they come from finished.
 fn publish(latest: &Latest, families: &[export::Family], at: Option<Instant>) {
-    let om = export::openmetrics(families);
+    let om = export::openmetrics_with(families, &node_label());
     let text = export::prometheus_text(&om);
     let om = om.strip_suffix("# EOF\n").unwrap_or(&om).to_string();
     let bodies = Arc::new(Bodies {
@@ -243,7 +252,7 @@ fn header(name: &str, value: &str) -> Vec<tiny_http::Header> {
 fn scrape_body(bodies: &Bodies, text_004: bool, now: Instant) -> Vec<u8> {
     let age = bodies.at.map(|at| now.duration_since(at).as_secs_f64());
     let own = crate::collect::own::read(std::path::Path::new("/proc"));
-    let tail = export::openmetrics(&export::scrape_time(age, own));
+    let tail = export::openmetrics_with(&export::scrape_time(age, own), &node_label());
     let (main, tail) = if text_004 {
         (&bodies.text, export::prometheus_text(&tail))
     } else {

@@ -32,7 +32,17 @@ impl EncodeMetric for Observed {
 
 /// The OpenMetrics text of `families`, ending in `# EOF`.
 pub fn openmetrics(families: &[Family]) -> String {
-    let mut registry = Registry::default();
+    openmetrics_with(families, &[])
+}
+
+/// The same, every sample carrying the constant labels `labels` too (the exporter's
+/// `node` when `NODE_NAME` is set).
+pub fn openmetrics_with(families: &[Family], labels: &[(String, String)]) -> String {
+    let mut registry = Registry::with_labels(
+        labels
+            .iter()
+            .map(|(k, v)| (k.clone().into(), v.clone().into())),
+    );
     for f in families
         .iter()
         .filter(|f| !f.samples.is_empty() || f.histogram.is_some())

@@ -17,7 +17,7 @@ use std::collections::BTreeMap;
 use crate::model::fields::{file_id, CgroupField, FileField, FILE_HELD_BYTES};
 use crate::model::{FileModel, Report};
 
-pub use encode::{openmetrics, prometheus_text};
+pub use encode::{openmetrics, openmetrics_with, prometheus_text};
 pub use selfm::{scrape_time, Histogram, SelfStats, ERROR_KINDS};
 
 /// The `file_id` of the files folded together past `max_files`.

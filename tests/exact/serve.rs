@@ -1089,7 +1089,7 @@ fn fifty_concurrent_scrapers_while_processes_churn() {
 fn daemonset_is_unprivileged_with_host_pids_and_read_only_mounts() {
     let _group = crate::common::group(module_path!());
     let text = std::fs::read_to_string(
-        Path::new(env!("CARGO_MANIFEST_DIR")).join("deploy/k8s/daemonset.yaml"),
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("deploy/k8s/base/daemonset.yaml"),
     )
     .unwrap();
     let lines: Vec<&str> = text
@@ -1253,4 +1253,41 @@ fn healthz_fails_when_the_last_good_collection_is_older_than_3_intervals() {
         value(b, "twofold_collect_last_success_age_seconds", &[]).is_some_and(|a| a < 3.0)
     });
     assert!(errors(&b).unwrap() >= 2.0);
+}
+
+/// With `NODE_NAME` set, every sample carries `node="$NODE_NAME"` (the DaemonSet sets it
+/// from `spec.nodeName`), the scrape-time series too; without it, none does.
+#[test]
+fn node_name_labels_every_series() {
+    let _group = crate::common::group(module_path!());
+    let _live = live();
+    let dir = tempfile::tempdir().unwrap();
+    model_file(dir.path(), "model.safetensors", MIB);
+    let glob = dir.path().join("*.safetensors").display().to_string();
+    let port = free_port();
+    let _serve = Proc(
+        Command::new(exe())
+            .args(["serve", "--listen", &format!("127.0.0.1:{port}")])
+            .args(["--interval", "1s", "--no-prove", "--model-glob", &glob])
+            .env("NODE_NAME", "node-7")
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap(),
+    );
+    let body = poll_metrics(port, 60, |b| b.contains("twofold_file_info{"));
+    let samples: Vec<&str> = body.lines().filter(|l| !l.starts_with('#')).collect();
+    assert!(samples.len() > 10, "{body}");
+    for l in &samples {
+        assert!(l.contains("node=\"node-7\""), "no node label: {l}");
+    }
+    assert!(samples
+        .iter()
+        .any(|l| l.starts_with("process_resident_memory_bytes{")));
+    check_openmetrics_with_python(&body);
+    let (_, text) = get(port, "/metrics", Some("text/plain; version=0.0.4")).unwrap();
+    if require(have("promtool"), "promtool") {
+        let (ok, problems) = promtool_lint(&text);
+        assert!(ok && problems.is_empty(), "0.0.4: {problems:?}\n{text}");
+    }
 }

@@ -8,6 +8,7 @@ mod common;
 mod writers;
 
 mod container;
+mod deploy;
 mod fixture_trees;
 mod fuzz_seeds;
 mod gpu;
