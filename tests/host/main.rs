@@ -14,3 +14,4 @@ mod cli;
 mod hardening;
 mod image;
 mod leftovers;
+mod units;
