@@ -3,7 +3,7 @@
 # are opened at run time when the node has them). Build:
 #   docker build -t ghcr.io/twofold/twofold:0.1.0 .
 # Run it as deploy/k8s/ does: host PID namespace, read-only root, capabilities dropped but
-# SYS_PTRACE, DAC_READ_SEARCH, BPF and PERFMON, /sys mounted read-only.
+# SYS_PTRACE, DAC_READ_SEARCH, FOWNER, BPF and PERFMON, /sys mounted read-only.
 #
 # tests/host/image.rs builds the final stage below as it is, from a local root file system
 # with buildah (no base image can be pulled there), runs it with podman with the

@@ -1133,7 +1133,7 @@ fn daemonset_is_unprivileged_with_host_pids_and_read_only_mounts() {
     assert_eq!(caps("drop:"), ["ALL"]);
     assert_eq!(
         caps("add:"),
-        ["SYS_PTRACE", "DAC_READ_SEARCH", "BPF", "PERFMON"]
+        ["SYS_PTRACE", "DAC_READ_SEARCH", "FOWNER", "BPF", "PERFMON"]
     );
 }
 

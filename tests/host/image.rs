@@ -5,7 +5,7 @@
 //! what `gcr.io/distroless/cc-debian12` provides), builds the Dockerfile's final stage on
 //! it as written (only its `COPY --from=build` takes the binary cargo built for this test),
 //! inspects the image, then runs it with podman with the DaemonSet's flags (host PID
-//! namespace, read-only root, every capability dropped but the four it adds, no new
+//! namespace, read-only root, every capability dropped but the five it adds, no new
 //! privileges, `/sys` read-only) and scrapes `/metrics`: the copy count of a model two
 //! readers hold (a private copy and a mapping) must be 2 from inside the container.
 //!
@@ -228,6 +228,10 @@ fn the_image_builds_and_counts_from_inside_a_container() {
     // Two readers of a model on the host: a private copy and a mapping.
     let dir = tempfile::tempdir().unwrap();
     let file = model_file(dir.path(), "model.safetensors", 16 * MIB);
+    // Another user's file, mode 0600: uid 0 in the container reads it and its page cache
+    // only through the capabilities the DaemonSet adds (DAC_READ_SEARCH, FOWNER).
+    std::os::unix::fs::chown(&file, Some(65534), Some(65534)).unwrap();
+    std::fs::set_permissions(&file, std::os::unix::fs::PermissionsExt::from_mode(0o600)).unwrap();
     let _copy = reader("copy", Some(&file), &["--close"]);
     let _map = reader("map", Some(&file), &[]);
     let id = {
@@ -264,7 +268,7 @@ fn the_image_builds_and_counts_from_inside_a_container() {
         ])
         .args([
             "--cap-drop=ALL",
-            "--cap-add=SYS_PTRACE,DAC_READ_SEARCH,BPF,PERFMON",
+            "--cap-add=SYS_PTRACE,DAC_READ_SEARCH,FOWNER,BPF,PERFMON",
         ])
         .args(["-v", "/sys:/sys:ro"])
         // The pod network is not what is tested: the host's, to reach it on loopback.
