@@ -14,6 +14,7 @@ use std::time::{Duration, Instant};
 use crate::common::{exe, have, model_file, reader, require, MIB};
 
 mod names;
+mod web;
 
 /// The group of this file's tests (and of its submodules').
 const GROUP: &str = module_path!();

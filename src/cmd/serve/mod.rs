@@ -30,8 +30,6 @@ use crate::collect::gather::Request;
 use crate::engine::{self, Engine, Snapshot};
 use crate::export::{self, Options, SelfStats};
 
-const OPENMETRICS: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
-const TEXT_004: &str = "text/plain; version=0.0.4; charset=utf-8";
 const WORKERS: usize = 4;
 /// `/healthz` fails when the last good collection is older than this many intervals.
 pub const STALE_INTERVALS: u32 = 3;
@@ -47,11 +45,11 @@ pub struct Bodies {
     pub at: Option<Instant>,
 }
 
-type Latest = Arc<RwLock<Arc<Bodies>>>;
+pub type Latest = Arc<RwLock<Arc<Bodies>>>;
 
 /// What the HTTP side knows besides the bodies: when the exporter started, its interval.
 #[derive(Debug, Clone, Copy)]
-struct Clock {
+pub struct Clock {
     started: Instant,
     interval: Duration,
 }
@@ -240,16 +238,9 @@ pub fn wants_text_004(accept: Option<&str>) -> bool {
     })
 }
 
-/// A header of this module's ASCII constants (never refused; if it were, it is left out).
-fn header(name: &str, value: &str) -> Vec<tiny_http::Header> {
-    tiny_http::Header::from_bytes(name.as_bytes(), value.as_bytes())
-        .into_iter()
-        .collect()
-}
-
 /// The body of one scrape: the last collection's, then what is known only now (the age of
 /// that collection, the process's CPU and RSS), then `# EOF` for OpenMetrics.
-fn scrape_body(bodies: &Bodies, text_004: bool, now: Instant) -> Vec<u8> {
+pub fn scrape_body(bodies: &Bodies, text_004: bool, now: Instant) -> Vec<u8> {
     let age = bodies.at.map(|at| now.duration_since(at).as_secs_f64());
     let own = crate::collect::own::read(std::path::Path::new("/proc"));
     let tail = export::openmetrics_with(&export::scrape_time(age, own), &node_label());
@@ -264,77 +255,24 @@ fn scrape_body(bodies: &Bodies, text_004: bool, now: Instant) -> Vec<u8> {
     out
 }
 
-fn respond(req: tiny_http::Request, latest: &Latest, clock: Clock) {
-    use tiny_http::{Method, Response, StatusCode};
-    let path = req.url().split('?').next().unwrap_or("").to_string();
-    let method = req.method().clone();
-    let plain = |code: u16, body: &str| {
-        let mut r = Response::from_string(body).with_status_code(StatusCode(code));
-        for h in header("Content-Type", "text/plain; charset=utf-8") {
-            r.add_header(h);
-        }
-        r
-    };
-    if !matches!(method, Method::Get | Method::Head) {
-        let _ = req.respond(plain(405, "method not allowed\n"));
-        return;
-    }
-    let bodies = match latest.read() {
-        Ok(l) => Arc::clone(&l),
-        Err(_) => Arc::new(Bodies::default()),
-    };
-    match path.as_str() {
-        "/metrics" if !bodies.ready => {
-            let _ = req.respond(plain(503, "the first collection is still running\n"));
-        }
-        "/metrics" => {
-            let accept = req
-                .headers()
-                .iter()
-                .find(|h| h.field.equiv("Accept"))
-                .map(|h| h.value.as_str().to_string());
-            let text = wants_text_004(accept.as_deref());
-            let body = scrape_body(&bodies, text, Instant::now());
-            let ctype = if text { TEXT_004 } else { OPENMETRICS };
-            let len = body.len();
-            let resp = Response::new(
-                StatusCode(200),
-                header("Content-Type", ctype),
-                std::io::Cursor::new(body),
-                Some(len),
-                None,
-            );
-            let _ = req.respond(resp);
-        }
-        "/healthz" if clock.healthy(&bodies, Instant::now()) => {
-            let _ = req.respond(plain(200, "ok\n"));
-        }
-        "/healthz" => {
-            let why = match bodies.at {
-                Some(at) => format!(
-                    "stale: the last good collection finished {:.0} s ago (more than {STALE_INTERVALS} intervals of {:.1} s)\n",
-                    at.elapsed().as_secs_f64(),
-                    clock.interval.as_secs_f64()
-                ),
-                None => format!(
-                    "no good collection in the {:.0} s since the start (more than {STALE_INTERVALS} intervals of {:.1} s)\n",
-                    clock.started.elapsed().as_secs_f64(),
-                    clock.interval.as_secs_f64()
-                ),
-            };
-            let _ = req.respond(plain(503, &why));
-        }
-        _ => {
-            let _ = req.respond(plain(404, "not found: try /metrics\n"));
-        }
-    }
-}
-
 pub fn run(args: &ServeArgs, out: &mut dyn Write) -> anyhow::Result<()> {
     crate::engine::one_heap();
-    let server = tiny_http::Server::http(args.listen)
-        .map_err(|e| anyhow!("cannot listen on '{}': {e}", args.listen))?;
-    let server = Arc::new(server);
+    let web = match &args.web_config {
+        Some(p) => web::load(p)?,
+        None => web::WebConfig::default(),
+    };
+    let auth = web::Auth::new(web.users);
+    let listen_err = |e: &dyn std::fmt::Display| anyhow!("cannot listen on '{}': {e}", args.listen);
+    let (plain, tls) = match web.tls {
+        Some(cfg) => {
+            let l = std::net::TcpListener::bind(args.listen).map_err(|e| listen_err(&e))?;
+            (None, Some((l, cfg)))
+        }
+        None => {
+            let server = tiny_http::Server::http(args.listen).map_err(|e| listen_err(&e))?;
+            (Some(server), None)
+        }
+    };
     let latest: Latest = Arc::new(RwLock::new(Arc::new(Bodies::default())));
     let stop = super::common::stop_flag();
     let clock = Clock {
@@ -343,28 +281,39 @@ pub fn run(args: &ServeArgs, out: &mut dyn Write) -> anyhow::Result<()> {
     };
     writeln!(
         out,
-        "twofold serve: http://{}/metrics, a collection every {:.1} s",
+        "twofold serve: {}://{}/metrics{}, a collection every {:.1} s",
+        if tls.is_some() { "https" } else { "http" },
         args.listen,
+        if auth.is_open() { "" } else { " (basic auth)" },
         args.interval.as_secs_f64()
     )?;
     out.flush()?;
     std::thread::scope(|s| {
         s.spawn(|| collect_loop(args, &latest, &stop));
-        for _ in 0..WORKERS {
-            s.spawn(|| {
-                while !stop.load(Ordering::Relaxed) {
-                    match server.recv_timeout(Duration::from_millis(200)) {
-                        Ok(Some(req)) => respond(req, &latest, clock),
-                        Ok(None) => {}
-                        Err(e) => {
-                            eprintln!("twofold: warning: http: {e}");
-                            std::thread::sleep(Duration::from_millis(50));
+        if let Some((listener, cfg)) = tls {
+            let (latest, auth, stop) = (&latest, &auth, &stop);
+            s.spawn(move || http::serve_tls(s, listener, cfg, latest, clock, auth, stop));
+        }
+        if let Some(server) = plain.as_ref() {
+            for _ in 0..WORKERS {
+                s.spawn(|| {
+                    while !stop.load(Ordering::Relaxed) {
+                        match server.recv_timeout(Duration::from_millis(200)) {
+                            Ok(Some(req)) => http::respond(req, &latest, clock, &auth),
+                            Ok(None) => {}
+                            Err(e) => {
+                                eprintln!("twofold: warning: http: {e}");
+                                std::thread::sleep(Duration::from_millis(50));
+                            }
                         }
                     }
-                }
-            });
+                });
+            }
         }
     });
     writeln!(out, "twofold serve: stopped")?;
     Ok(())
 }
+
+mod http;
+mod web;
