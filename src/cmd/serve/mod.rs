@@ -3,7 +3,7 @@
 //! One collector thread runs the engine every `--interval` (snapshot → report →
 //! [`crate::export`] families → encoded bodies, once per collection) and publishes the
 //! bodies; a few HTTP worker threads answer scrapes with the latest bodies, so a scrape
-//! never walks `/proc` and N concurrent scrapes cost a copy-free write each. The bodies are
+//! never walks `/proc` (it reads only this process's own stat) and N concurrent scrapes cost a copy-free write each. The bodies are
 //! handed over through one `RwLock<Arc<Bodies>>` (held for a pointer clone): the workers
 //! need the *latest* value at any time, not a stream of them, which a channel would give.
 //!
