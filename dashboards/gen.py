@@ -60,10 +60,15 @@ fleet = dashboard("twofold-fleet", "twofold / fleet overview", [
     ("Top files by excess bytes",
      f'topk(10, twofold_file_excess_bytes{{{N}}}' + JOIN % N + ')', "bytes", "table"),
     ("Exporters", f'sum by (version) (twofold_build_info{{{N}}})', "none", "stat", "{{version}}"),
-    ("Collection duration", f'max by (node) (twofold_collect_duration_seconds{{{N}}})', "s",
-     "timeseries", "{{node}}"),
-    ("Collection errors", f'sum by (node) (rate(twofold_collect_errors_total{{{N}}}[$__rate_interval]))',
-     "ops", "timeseries", "{{node}}"),
+    ("Collection duration (p90)",
+     f'histogram_quantile(0.9, sum by (node, le) (rate(twofold_collect_duration_seconds_bucket{{{N}}}[$__rate_interval])))',
+     "s", "timeseries", "{{node}}"),
+    ("Last good collection age", f'max by (node) (twofold_collect_last_success_age_seconds{{{N}}})',
+     "s", "timeseries", "{{node}}", 12, "The exporter's /healthz fails above 3 intervals."),
+    ("Errors by kind", f'sum by (node, kind) (rate(twofold_collect_errors_total{{{N}}}[$__rate_interval]))',
+     "ops", "timeseries", "{{node}} {{kind}}"),
+    ("Exporter RSS", f'max by (node) (process_resident_memory_bytes{{{N}}} and on (node, instance) twofold_build_info{{{N}}})',
+     "bytes", "timeseries", "{{node}}"),
 ])
 
 node = dashboard("twofold-node", "twofold / node", [
@@ -103,7 +108,7 @@ file_ = dashboard("twofold-file", "twofold / file", [
     ("Holders by workload", f'sum by (workload, kind) (twofold_workload_file_held_bytes{{{NF}}})',
      "bytes", "timeseries", "{{workload}} {{kind}}"),
     ("Paths", f'twofold_file_info{{{NF}}}', "none", "table"),
-])
+], with_file=True)
 
 for name, d in [("fleet", fleet), ("node", node), ("file", file_)]:
     with open(f"twofold-{name}.json", "w") as f:

@@ -19,8 +19,15 @@ command -v llvm-strip >/dev/null 2>&1 || need+=(llvm)
 # and a real Prometheus serves the backfilled blocks (queried with curl).
 command -v promtool >/dev/null 2>&1 || need+=(prometheus)
 command -v curl >/dev/null 2>&1 || need+=(curl)
+# serve's TLS test makes a self-signed certificate.
+command -v openssl >/dev/null 2>&1 || need+=(openssl)
 # `twofold top` end to end (tests/exact/top.rs): a detached tmux session, driven with send-keys.
 command -v tmux >/dev/null 2>&1 || need+=(tmux)
+# The container image (tests/host/image.rs): buildah assembles it from a local root file
+# system, podman runs it with runc (crun refuses hybrid cgroup layouts).
+command -v buildah >/dev/null 2>&1 || need+=(buildah)
+command -v podman >/dev/null 2>&1 || need+=(podman)
+command -v runc >/dev/null 2>&1 || need+=(runc)
 ls /usr/share/vulkan/icd.d/lvp_icd.*.json >/dev/null 2>&1 || need+=(mesa-vulkan-drivers)
 ldconfig -p 2>/dev/null | grep 'libvulkan.so.1 ' >/dev/null || need+=(libvulkan1)
 if [ ${#need[@]} -gt 0 ]; then
@@ -36,10 +43,14 @@ fi
 # Real runtimes for tests/exact/runtimes.rs: NumPy and safetensors from PyPI; onnx for the
 # cross-check of the ONNX parser (tests/it/container.rs); prometheus-client, the official
 # Python client, whose OpenMetrics parser reads `twofold serve`'s body (tests/exact/serve.rs).
-if ! python3 -c "import numpy, safetensors, onnx, onnxruntime, prometheus_client" >/dev/null 2>&1; then
-  echo "test.sh: installing numpy, safetensors, onnx, onnxruntime and prometheus-client (pip)"
-  python3 -m pip install -q numpy safetensors onnx onnxruntime prometheus-client
+# kubernetes-validate: the Kubernetes OpenAPI schemas, offline, for deploy/k8s
+# (tests/it/deploy.rs; the kustomize base is rendered with `kubectl kustomize`).
+# bcrypt: the hashes of serve's --web.config.file test (tests/exact/serve/web.rs).
+if ! python3 -c "import numpy, safetensors, onnx, onnxruntime, prometheus_client, kubernetes_validate, bcrypt" >/dev/null 2>&1; then
+  echo "test.sh: installing numpy, safetensors, onnx, onnxruntime, prometheus-client, kubernetes-validate and bcrypt (pip)"
+  python3 -m pip install -q numpy safetensors onnx onnxruntime prometheus-client kubernetes-validate bcrypt
 fi
+command -v kubectl >/dev/null 2>&1 || echo "test.sh: kubectl is missing (tests/it/deploy.rs renders the kustomize base with it)" >&2
 
 status=0
 cargo fmt --all -- --check || status=1

@@ -75,6 +75,11 @@ pub struct ServeArgs {
     /// cardinality).
     #[arg(long)]
     pub per_pid: bool,
+    /// TLS and basic authentication, from a node_exporter-compatible web config file
+    /// (YAML: tls_server_config with cert_file and key_file; basic_auth_users, user to
+    /// bcrypt hash). See docs/serve.md.
+    #[arg(long = "web.config.file", value_name = "FILE")]
+    pub web_config: Option<PathBuf>,
     #[command(flatten)]
     pub collect: CollectArgs,
 }

@@ -17,6 +17,7 @@ pub mod maps;
 pub mod memory;
 pub mod mounts;
 pub mod names;
+pub mod own;
 pub mod pagescan;
 mod phases;
 pub mod process;

@@ -54,6 +54,8 @@ pub struct Engine {
     pub last_reused: usize,
     /// How many it checked again in place (memory changed within the search cadence).
     pub last_rechecked: usize,
+    /// Wall time of the last snapshot's proof, seconds (`None`: it did not prove).
+    pub last_proof_seconds: Option<f64>,
     /// NVML (or a test's fixture), opened once.
     gpu: Box<dyn crate::collect::gpu::GpuSource>,
     /// What unchanged processes need not be read again for (`top`, `serve`, `record`);
@@ -78,6 +80,7 @@ impl Engine {
             reuse: BTreeMap::new(),
             last_reused: 0,
             last_rechecked: 0,
+            last_proof_seconds: None,
             gpu: crate::collect::gpu::source(),
             cache: None,
             tracing: None,
@@ -137,8 +140,11 @@ impl Engine {
         let mut sample =
             gather::gather_cached(&self.roots, &self.req, warnings, self.cache.as_mut())?;
         sample.gpu = gpu;
+        self.last_proof_seconds = None;
         if let Some(opts) = self.prove {
+            let began = std::time::Instant::now();
             sample.proofs = self.prove(&sample, opts, warnings);
+            self.last_proof_seconds = Some(began.elapsed().as_secs_f64());
         }
         self.merge_manual(&mut sample);
         // An index of files that left, or were deleted, is let go now (its open files

@@ -17,7 +17,8 @@ use std::collections::BTreeMap;
 use crate::model::fields::{file_id, CgroupField, FileField, FILE_HELD_BYTES};
 use crate::model::{FileModel, Report};
 
-pub use encode::{openmetrics, prometheus_text};
+pub use encode::{openmetrics, openmetrics_with, prometheus_text};
+pub use selfm::{scrape_time, Histogram, SelfStats, ERROR_KINDS};
 
 /// The `file_id` of the files folded together past `max_files`.
 pub const OTHER: &str = "other";
@@ -27,6 +28,8 @@ pub enum Kind {
     Gauge,
     /// A cumulative count; registered without `_total`, which the encoder appends.
     Counter,
+    /// Classic buckets, `_sum` and `_count`: the family's [`Family::histogram`].
+    Histogram,
 }
 
 /// One labelled value.
@@ -44,6 +47,8 @@ pub struct Family {
     pub help: &'static str,
     pub kind: Kind,
     pub samples: Vec<Sample>,
+    /// The value of a [`Kind::Histogram`] family (unlabelled); `None` for the others.
+    pub histogram: Option<Histogram>,
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -61,19 +66,6 @@ impl Default for Options {
             per_pid: false,
         }
     }
-}
-
-/// The exporter's own state, carried from one collection to the next.
-#[derive(Debug, Clone, Copy, Default, PartialEq)]
-pub struct SelfStats {
-    /// Wall time of the last collection (snapshot + report + encoding).
-    pub collect_duration_seconds: f64,
-    /// Collections that failed, since start.
-    pub collect_errors_total: u64,
-    /// Series not exported because their file was folded into `other`, since start.
-    pub series_dropped_total: u64,
-    /// When the last successful collection finished (seconds since the Unix epoch).
-    pub last_success_unix_seconds: Option<f64>,
 }
 
 /// The families of one report, and how many series folding saved in it.
@@ -138,6 +130,7 @@ struct Acc {
     /// name → (help, kind, labels → value), families in first-use order.
     order: Vec<&'static str>,
     fams: BTreeMap<&'static str, FamilyAcc>,
+    hists: BTreeMap<&'static str, (&'static str, Histogram)>,
 }
 
 impl Acc {
@@ -172,10 +165,27 @@ impl Acc {
         self.add(name, help, Kind::Gauge, labels, v);
     }
 
+    fn histogram(&mut self, name: &'static str, help: &'static str, h: Histogram) {
+        debug_assert!(!help.contains(['"', '\\', '\n']), "{name}: help text");
+        if !self.hists.contains_key(name) && !self.fams.contains_key(name) {
+            self.order.push(name);
+        }
+        self.hists.insert(name, (help, h));
+    }
+
     fn finish(mut self) -> Vec<Family> {
         self.order
             .iter()
             .filter_map(|name| {
+                if let Some((help, h)) = self.hists.remove(name) {
+                    return Some(Family {
+                        name,
+                        help,
+                        kind: Kind::Histogram,
+                        samples: Vec::new(),
+                        histogram: Some(h),
+                    });
+                }
                 let (help, kind, samples) = self.fams.remove(name)?;
                 Some(Family {
                     name,
@@ -185,6 +195,7 @@ impl Acc {
                         .into_iter()
                         .map(|(labels, value)| Sample { labels, value })
                         .collect(),
+                    histogram: None,
                 })
             })
             .collect()
@@ -204,6 +215,14 @@ fn file_series(acc: &mut Acc, f: &FileModel, id: &str) {
         info,
         1.0,
     );
+    for alias in &f.seen_as {
+        acc.gauge(
+            "twofold_file_alias_info",
+            "Another name of a model file (a hard link, a symlink, another mount namespace's name); twofold_file_info has its one path",
+            l(&[("file_id", id), ("path", alias)]),
+            1.0,
+        );
+    }
     gauge(acc, FileField::Size, f, idl());
     for (kind, v) in KINDS.iter().zip(held_bytes(f)) {
         if let Some(v) = v {
@@ -378,34 +397,7 @@ pub fn families(r: &Report, opts: Options, stats: &SelfStats) -> Exposition {
     cgroup_series(&mut acc, r);
     gpu::series(&mut acc, r, opts);
 
-    acc.gauge(
-        "twofold_collect_duration_seconds",
-        "Wall time of the last collection (snapshot, proof, report and encoding)",
-        Vec::new(),
-        stats.collect_duration_seconds,
-    );
-    if let Some(t) = stats.last_success_unix_seconds {
-        acc.gauge(
-            "twofold_collect_last_success_timestamp_seconds",
-            "When the last successful collection finished (Unix time)",
-            Vec::new(),
-            t,
-        );
-    }
-    acc.add(
-        "twofold_collect_errors",
-        "Collections that failed since the exporter started",
-        Kind::Counter,
-        Vec::new(),
-        stats.collect_errors_total as f64,
-    );
-    acc.add(
-        "twofold_series_dropped",
-        "Series not exported because their file was folded into file_id other (--max-files), summed over collections",
-        Kind::Counter,
-        Vec::new(),
-        (stats.series_dropped_total + dropped_series) as f64,
-    );
+    selfm::series(&mut acc, stats, dropped_series);
     Exposition {
         families: acc.finish(),
         dropped_series,
@@ -413,6 +405,8 @@ pub fn families(r: &Report, opts: Options, stats: &SelfStats) -> Exposition {
 }
 
 mod gpu;
+pub mod names;
+pub mod selfm;
 #[cfg(test)]
 mod tests;
 mod trace;

@@ -176,19 +176,49 @@ fn files_past_max_files_fold_into_other() {
 #[test]
 fn encodings_are_openmetrics_and_text_0_0_4() {
     let r = report_with(1);
-    let stats = SelfStats {
-        collect_errors_total: 3,
-        ..SelfStats::default()
-    };
+    let mut stats = SelfStats::default();
+    stats.error("collection", 3);
+    stats.collect_durations.observe(0.3);
     let om = openmetrics(&families(&r, Options::default(), &stats).families);
     assert!(om.ends_with("# EOF\n"), "{om}");
     assert!(om.contains("# TYPE twofold_collect_errors counter\n"));
-    assert!(om.contains("twofold_collect_errors_total 3\n"));
+    assert!(om.contains("twofold_collect_errors_total{kind=\"collection\"} 3\n"));
+    assert!(om.contains("twofold_collect_errors_total{kind=\"residency\"} 0\n"));
+    assert!(om.contains("# TYPE twofold_collect_duration_seconds histogram\n"));
+    assert!(om.contains("twofold_collect_duration_seconds_bucket{le=\"0.25\"} 0\n"));
+    assert!(om.contains("twofold_collect_duration_seconds_bucket{le=\"0.5\"} 1\n"));
+    assert!(om.contains("twofold_collect_duration_seconds_bucket{le=\"+Inf\"} 1\n"));
+    assert!(om.contains("twofold_collect_duration_seconds_count 1\n"));
     let text = prometheus_text(&om);
     assert!(!text.contains("# EOF"));
     assert!(text.contains("# TYPE twofold_collect_errors_total counter\n"));
-    assert!(text.contains("# HELP twofold_collect_errors_total Collections"));
+    assert!(text.contains("# HELP twofold_collect_errors_total Errors"));
+    assert!(text.contains("# TYPE twofold_collect_duration_seconds histogram\n"));
     assert!(text.contains("twofold_file_info{"));
+}
+
+#[test]
+fn scrape_time_series_are_the_client_libraries_names() {
+    let own = crate::collect::own::OwnProcess {
+        cpu_seconds: 1.25,
+        resident_bytes: 4096,
+        start_time_seconds: Some(1e9),
+    };
+    let om = openmetrics(&scrape_time(Some(2.5), Some(own)));
+    assert!(
+        om.contains("twofold_collect_last_success_age_seconds 2.5\n"),
+        "{om}"
+    );
+    assert!(om.contains("# TYPE process_cpu_seconds counter\n"), "{om}");
+    assert!(om.contains("process_cpu_seconds_total 1.25\n"), "{om}");
+    assert!(om.contains("process_resident_memory_bytes 4096"), "{om}");
+    let text = prometheus_text(&om);
+    assert!(
+        text.contains("# TYPE process_cpu_seconds_total counter\n"),
+        "{text}"
+    );
+    // Before the first good collection there is no age (not 0).
+    assert!(!openmetrics(&scrape_time(None, None)).contains("age"));
 }
 
 #[test]

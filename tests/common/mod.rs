@@ -17,7 +17,7 @@ pub fn exe() -> PathBuf {
     PathBuf::from(env!("CARGO_BIN_EXE_twofold"))
 }
 
-fn in_ci() -> bool {
+pub fn in_ci() -> bool {
     std::env::var_os("CI").is_some()
 }
 

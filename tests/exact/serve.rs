@@ -13,6 +13,12 @@ use std::time::{Duration, Instant};
 
 use crate::common::{exe, have, model_file, reader, require, MIB};
 
+mod names;
+mod web;
+
+/// The group of this file's tests (and of its submodules').
+const GROUP: &str = module_path!();
+
 /// A process the test started, killed (by its pid) and reaped when dropped.
 struct Proc(Child);
 
@@ -352,6 +358,20 @@ fn check_openmetrics_with_promtool(body: &str) {
         problems, limitation,
         "promtool check metrics (OpenMetrics)\n{body}"
     );
+    // docs/serve.md lists these lines: every one promtool printed is there.
+    let docs = std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("docs/serve.md"))
+        .unwrap();
+    let block = docs
+        .split("```text\n")
+        .find(|b| b.contains("no help text"))
+        .and_then(|b| b.split("```").next())
+        .unwrap();
+    for p in &problems {
+        assert!(
+            block.lines().any(|l| l == p),
+            "docs/serve.md does not list '{p}'"
+        );
+    }
 
     let dir = tempfile::tempdir().unwrap();
     let now = std::time::SystemTime::now()
@@ -458,6 +478,27 @@ fn panel_exprs() -> Vec<(String, String, String)> {
                     expanded,
                 ));
             }
+        }
+        // Query variables: `label_values(EXPR, LABEL)` has values when
+        // `count by (LABEL) (EXPR)` has a result.
+        for v in d["templating"]["list"].as_array().unwrap() {
+            let Some(def) = v["definition"].as_str() else {
+                continue;
+            };
+            let inner = def
+                .strip_prefix("label_values(")
+                .and_then(|r| r.strip_suffix(')'))
+                .unwrap();
+            let (expr, label) = inner.rsplit_once(',').unwrap();
+            out.push((
+                d["uid"].as_str().unwrap().to_string(),
+                format!("variable {}", v["name"].as_str().unwrap()),
+                format!(
+                    "count by ({}) ({})",
+                    label.trim(),
+                    expr.replace("$node", ".*")
+                ),
+            ));
         }
     }
     out
@@ -704,17 +745,24 @@ fn fleet_of_two_agents_remote_writing_to_one_prometheus() {
         assert_eq!(r["value"][1], "2", "{r}");
         assert_eq!(r["metric"]["job"], "twofold", "{r}");
     }
-    // Every fleet panel answers for each node on its own.
+    // Every panel of every dashboard (and every query variable) answers for each node
+    // on its own, but those that need a condition this test does not create.
     let fleet: Vec<_> = panel_exprs()
         .into_iter()
-        .filter(|e| e.0 == "twofold-fleet")
+        .filter(|e| !CONDITIONAL.iter().any(|(m, _)| e.2.contains(m)))
         .collect();
-    assert!(fleet.len() >= 5, "fleet panels: {fleet:?}");
+    assert!(
+        fleet.iter().filter(|e| e.0 == "twofold-fleet").count() >= 5,
+        "fleet panels: {fleet:?}"
+    );
     let mut missing = Vec::new();
     for node in nodes {
-        for (_, title, expr) in &fleet {
+        for (uid, title, expr) in &fleet {
+            let title = format!("{uid} / {title}");
             let e = expr.replace("node=~\".*\"", &format!("node=~\"{node}\""));
-            assert_ne!(&e, expr, "{title}: no node filter");
+            if !title.ends_with("variable node") {
+                assert_ne!(&e, expr, "{title}: no node filter");
+            }
             if answers(&e).is_empty() {
                 missing.push(format!("{node} / {title}: {e}"));
             }
@@ -748,6 +796,25 @@ fn dashboards_pass_the_lint() {
         assert_eq!(var("datasource").unwrap()["type"], "datasource", "{name}");
         assert_eq!(var("datasource").unwrap()["query"], "prometheus", "{name}");
         assert!(var("node").is_some(), "{name}: $node");
+        // Every `$var` (or `${var}`) a query or a variable uses is defined here (Grafana's
+        // own `$__…` variables aside): an undefined one matches nothing.
+        let mut exprs: Vec<String> = vars
+            .iter()
+            .filter_map(|v| v["definition"].as_str().map(str::to_string))
+            .collect();
+        for p in d["panels"].as_array().unwrap() {
+            for t in p["targets"].as_array().unwrap() {
+                exprs.push(t["expr"].as_str().unwrap().to_string());
+            }
+        }
+        for e in &exprs {
+            for used in variables_used(e) {
+                assert!(
+                    var(&used).is_some(),
+                    "{name}: ${used} is used in {e} but not defined in templating"
+                );
+            }
+        }
         for v in vars.iter().filter(|v| v["type"] == "query") {
             assert_eq!(
                 v["datasource"]["uid"], "${datasource}",
@@ -792,6 +859,23 @@ fn dashboards_pass_the_lint() {
             }
         }
     }
+}
+
+/// The dashboard variables an expression uses (`$name`, `${name}`), Grafana's built-in
+/// `$__…` ones left out.
+fn variables_used(expr: &str) -> Vec<String> {
+    let mut out = Vec::new();
+    for (i, _) in expr.match_indices('$') {
+        let rest = expr[i + 1..].trim_start_matches('{');
+        let name: String = rest
+            .chars()
+            .take_while(|c| c.is_ascii_alphanumeric() || *c == '_')
+            .collect();
+        if !name.is_empty() && !name.starts_with("__") {
+            out.push(name);
+        }
+    }
+    out
 }
 
 #[test]
@@ -918,7 +1002,8 @@ fn fifty_concurrent_scrapers_while_processes_churn() {
                                     "twofold_collect_last_success_timestamp_seconds",
                                     &[],
                                 );
-                                let took = value(&body, "twofold_collect_duration_seconds", &[]);
+                                let took =
+                                    value(&body, "twofold_collect_last_duration_seconds", &[]);
                                 stamps.extend(at.zip(took));
                             }
                             Ok((code, body)) => bad.push(format!("{code}: {body}")),
@@ -1005,7 +1090,7 @@ fn fifty_concurrent_scrapers_while_processes_churn() {
 fn daemonset_is_unprivileged_with_host_pids_and_read_only_mounts() {
     let _group = crate::common::group(module_path!());
     let text = std::fs::read_to_string(
-        Path::new(env!("CARGO_MANIFEST_DIR")).join("deploy/k8s/daemonset.yaml"),
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("deploy/k8s/base/daemonset.yaml"),
     )
     .unwrap();
     let lines: Vec<&str> = text
@@ -1049,7 +1134,7 @@ fn daemonset_is_unprivileged_with_host_pids_and_read_only_mounts() {
     assert_eq!(caps("drop:"), ["ALL"]);
     assert_eq!(
         caps("add:"),
-        ["SYS_PTRACE", "DAC_READ_SEARCH", "BPF", "PERFMON"]
+        ["SYS_PTRACE", "DAC_READ_SEARCH", "FOWNER", "BPF", "PERFMON"]
     );
 }
 
@@ -1068,5 +1153,142 @@ fn a_bad_listen_address_is_one_line_and_exit_2() {
         let err = String::from_utf8_lossy(&out.stderr);
         assert_eq!(err.lines().count(), 1, "{bad}: {err}");
         assert!(err.contains(bad), "{err}");
+    }
+}
+
+/// `/healthz` is 200 while collections succeed, 503 once the last good one is older than 3
+/// intervals (a FIFO among the files named makes every collection fail), and 200 again
+/// after the next good one; the exposition says the same meanwhile (errors by kind, the
+/// last good collection's age), and the process series match the exporter's
+/// `/proc/PID/status` and `/proc/PID/stat`.
+#[test]
+fn healthz_fails_when_the_last_good_collection_is_older_than_3_intervals() {
+    let _group = crate::common::group(module_path!());
+    let _live = live();
+    let dir = tempfile::tempdir().unwrap();
+    model_file(dir.path(), "model.safetensors", MIB);
+    let glob = dir.path().join("*.safetensors").display().to_string();
+    let port = free_port();
+    let serve = Proc(
+        Command::new(exe())
+            .args(["serve", "--listen", &format!("127.0.0.1:{port}")])
+            .args(["--interval", "1s", "--no-prove", "--model-glob", &glob])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap(),
+    );
+    let body = poll_metrics(port, 60, |b| {
+        value(b, "twofold_collect_last_success_age_seconds", &[]).is_some()
+    });
+    assert_eq!(get(port, "/healthz", None).unwrap().0, 200);
+    let age = value(&body, "twofold_collect_last_success_age_seconds", &[]).unwrap();
+    assert!((0.0..3.0).contains(&age), "age {age}");
+    // The process series, against the kernel's.
+    let pid = serve.0.id() as i32;
+    let rss = value(&body, "process_resident_memory_bytes", &[]).unwrap();
+    let status_rss = crate::common::status_bytes(pid, "VmRSS") as f64;
+    assert!(
+        (rss - status_rss).abs() <= 8.0 * MIB as f64,
+        "rss {rss} vs VmRSS {status_rss}"
+    );
+    let cpu = value(&body, "process_cpu_seconds_total", &[]).unwrap();
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap();
+    let f: Vec<&str> = stat
+        .rsplit_once(')')
+        .unwrap()
+        .1
+        .split_whitespace()
+        .collect();
+    let ticks = (f[11].parse::<f64>().unwrap() + f[12].parse::<f64>().unwrap()) / 100.0;
+    assert!(
+        cpu <= ticks + 0.01 && cpu > 0.0,
+        "cpu {cpu} vs stat {ticks}"
+    );
+    let count = |b: &str| value(b, "twofold_collect_duration_seconds_count", &[]).unwrap();
+    assert!(count(&body) >= 1.0);
+
+    // Every collection fails from now on: a FIFO is neither a file nor a directory.
+    let fifo = dir.path().join("pipe.safetensors");
+    let c = std::ffi::CString::new(fifo.as_os_str().as_encoded_bytes()).unwrap();
+    // SAFETY: a valid C string; mkfifo only creates the node.
+    assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0);
+    let broke = Instant::now();
+    let errors = |b: &str| value(b, "twofold_collect_errors_total", &[("kind", "collection")]);
+    let until = Instant::now() + Duration::from_secs(30);
+    let mut seen_200_late = None;
+    loop {
+        let (code, why) = get(port, "/healthz", None).unwrap();
+        if code == 503 {
+            assert!(why.contains("stale"), "{why}");
+            break;
+        }
+        assert_eq!(code, 200);
+        seen_200_late = Some(broke.elapsed());
+        assert!(Instant::now() < until, "/healthz never failed");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let took = broke.elapsed();
+    // Not before 3 intervals after the last good collection (at most one interval before
+    // the FIFO appeared), and soon after.
+    assert!(
+        took >= Duration::from_secs(2) && took <= Duration::from_secs(10),
+        "503 after {took:?} (last 200 at {seen_200_late:?})"
+    );
+    let (code, b) = get(port, "/metrics", None).unwrap();
+    assert_eq!(code, 200, "the last good numbers are still served");
+    assert!(errors(&b).unwrap() >= 2.0, "{b}");
+    assert!(value(&b, "twofold_collect_last_success_age_seconds", &[]).unwrap() > 3.0);
+    assert!(
+        count(&b) > count(&body),
+        "failed collections are observed too"
+    );
+
+    std::fs::remove_file(&fifo).unwrap();
+    let until = Instant::now() + Duration::from_secs(30);
+    while get(port, "/healthz", None).unwrap().0 != 200 {
+        assert!(Instant::now() < until, "/healthz never recovered");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let b = poll_metrics(port, 10, |b| {
+        value(b, "twofold_collect_last_success_age_seconds", &[]).is_some_and(|a| a < 3.0)
+    });
+    assert!(errors(&b).unwrap() >= 2.0);
+}
+
+/// With `NODE_NAME` set, every sample carries `node="$NODE_NAME"` (the DaemonSet sets it
+/// from `spec.nodeName`), the scrape-time series too; without it, none does.
+#[test]
+fn node_name_labels_every_series() {
+    let _group = crate::common::group(module_path!());
+    let _live = live();
+    let dir = tempfile::tempdir().unwrap();
+    model_file(dir.path(), "model.safetensors", MIB);
+    let glob = dir.path().join("*.safetensors").display().to_string();
+    let port = free_port();
+    let _serve = Proc(
+        Command::new(exe())
+            .args(["serve", "--listen", &format!("127.0.0.1:{port}")])
+            .args(["--interval", "1s", "--no-prove", "--model-glob", &glob])
+            .env("NODE_NAME", "node-7")
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap(),
+    );
+    let body = poll_metrics(port, 60, |b| b.contains("twofold_file_info{"));
+    let samples: Vec<&str> = body.lines().filter(|l| !l.starts_with('#')).collect();
+    assert!(samples.len() > 10, "{body}");
+    for l in &samples {
+        assert!(l.contains("node=\"node-7\""), "no node label: {l}");
+    }
+    assert!(samples
+        .iter()
+        .any(|l| l.starts_with("process_resident_memory_bytes{")));
+    check_openmetrics_with_python(&body);
+    let (_, text) = get(port, "/metrics", Some("text/plain; version=0.0.4")).unwrap();
+    if require(have("promtool"), "promtool") {
+        let (ok, problems) = promtool_lint(&text);
+        assert!(ok && problems.is_empty(), "0.0.4: {problems:?}\n{text}");
     }
 }

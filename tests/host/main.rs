@@ -12,4 +12,6 @@ mod bounded;
 mod campaign;
 mod cli;
 mod hardening;
+mod image;
 mod leftovers;
+mod units;

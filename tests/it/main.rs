@@ -8,6 +8,7 @@ mod common;
 mod writers;
 
 mod container;
+mod deploy;
 mod docs;
 mod fixture_trees;
 mod fuzz_seeds;
