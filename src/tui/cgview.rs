@@ -8,7 +8,7 @@ use ratatui::Frame;
 
 use super::groups::CgRow;
 use super::state::{Hits, State, View};
-use super::table::{cell, table, Col, Theme};
+use super::table::{cell, table, Col, Flex, Theme};
 use crate::model::fields::{CgroupField, Field};
 use crate::model::{CgroupModel, Report};
 use crate::render::safe::safe;
@@ -161,7 +161,7 @@ pub(super) fn draw_cgroups(
     table(
         frame,
         area,
-        (
+        Flex::first(
             "cgroup (Enter: processes)",
             CgroupField::Path.width(),
             Some(Field::Cgroup(CgroupField::Path)),
@@ -218,7 +218,7 @@ pub(super) fn draw_workloads(
     table(
         frame,
         area,
-        (first, 16, None),
+        Flex::first(first, 16, None),
         &WORKLOAD_COLS,
         rows,
         Some(st.selected(View::Cgroups)),

@@ -3,7 +3,8 @@
 
 use super::filter::Filter;
 use crate::model::fields::{CgroupField, Field, FileField, ProcessField, Unit, Value};
-use crate::model::{CgroupModel, FileModel, ProcessModel, Report};
+use crate::model::{CgroupModel, Code, FileModel, Finding, ProcessModel, Report};
+use crate::sample::FileKey;
 
 /// What picks a view's rows: the filter, the sort field and its direction.
 #[derive(Debug, Clone)]
@@ -84,6 +85,91 @@ pub fn cgroups<'r>(report: &'r Report, q: &Query) -> Vec<&'r CgroupModel> {
         });
     }
     rows
+}
+
+/// The findings the filter keeps: text that their subject or sentence contains; a
+/// comparison that a file, process or cgroup they name passes (`count>=2` keeps the
+/// findings about files held twice). Findings name nothing a comparison could pass
+/// are hidden by it.
+pub fn findings<'r>(report: &'r Report, filter: Option<&Filter>) -> Vec<&'r Finding> {
+    report
+        .findings
+        .iter()
+        .filter(|f| match filter {
+            None => true,
+            Some(Filter::Substring(s)) => {
+                let t = f.text();
+                t.subject.to_lowercase().contains(s.as_str())
+                    || t.message.to_lowercase().contains(s.as_str())
+            }
+            Some(Filter::Compare { field, cmp, value }) => {
+                let (file, pids, cgroup) = named(report, f);
+                let file = FileField::named(field).zip(file).map(|(k, key)| {
+                    report
+                        .files
+                        .iter()
+                        .filter(|f| f.key == key)
+                        .any(|f| Filter::compare(*cmp, k.ordinal(f), *value))
+                });
+                let process = ProcessField::named(field).map(|k| {
+                    report
+                        .processes
+                        .iter()
+                        .filter(|p| pids.contains(&p.pid))
+                        .any(|p| Filter::compare(*cmp, k.ordinal(report, p), *value))
+                });
+                let cg = cgroup.map(|path| {
+                    report
+                        .cgroups
+                        .iter()
+                        .filter(|c| c.path == path)
+                        .any(|c| Filter::compare(*cmp, cgroup_value(c, field), *value))
+                });
+                [file, process, cg].into_iter().flatten().any(|b| b)
+            }
+        })
+        .collect()
+}
+
+/// The file, the processes and the cgroup a finding is about (a finding read back as
+/// text: the file at its subject).
+fn named<'r>(report: &'r Report, f: &'r Finding) -> (Option<FileKey>, Vec<i32>, Option<&'r str>) {
+    match &f.code {
+        Code::ProvenPrivateCopy { file, pid, .. }
+        | Code::SuspectedPrivateCopy { file, pid, .. }
+        | Code::CowInPrivateMapping { file, pid, .. }
+        | Code::MappingBeyondEof { file, pid, .. }
+        | Code::FileThp { file, pid, .. }
+        | Code::ReadCopy { file, pid, .. }
+        | Code::DeviceCopy { file, pid, .. } => (Some(*file), vec![*pid], None),
+        Code::SharedPrivateCopy { file, pids, .. } => (Some(*file), pids.clone(), None),
+        Code::ReplacedFileHeld { file, holders, .. } => {
+            (Some(*file), holders.iter().map(|h| h.0).collect(), None)
+        }
+        Code::SharedMapping { file, .. }
+        | Code::LowResidency { file, .. }
+        | Code::ResidencyUnknown { file, .. }
+        | Code::MultipleRepresentations { file, .. }
+        | Code::CountIsLowerBound { file, .. }
+        | Code::Refaults { file, .. } => (Some(*file), Vec::new(), None),
+        Code::DirectReclaim { pid, .. } | Code::OomKill { pid, .. } => (None, vec![*pid], None),
+        Code::CgroupOomKills { cgroup, .. } | Code::CgroupNearLimit { cgroup, .. } => {
+            (None, Vec::new(), Some(cgroup.as_str()))
+        }
+        Code::Text { subject, .. } => (
+            report
+                .files
+                .iter()
+                .find(|f| f.path == *subject)
+                .map(|f| f.key),
+            Vec::new(),
+            report
+                .cgroups
+                .iter()
+                .find(|c| c.path == *subject)
+                .map(|c| c.path.as_str()),
+        ),
+    }
 }
 
 /// The value of the cgroup field named `field`, as `top` compares it.

@@ -156,9 +156,19 @@ impl State {
         self.selected[view.index()]
     }
 
-    /// The parsed filter; `None` when there is none.
+    /// The parsed filter; `None` when there is none, or it is not valid (then
+    /// [`State::filter_error`] says why, and nothing is filtered).
     pub fn parsed_filter(&self) -> Option<Filter> {
-        (!self.filter.trim().is_empty()).then(|| Filter::parse(&self.filter))
+        (!self.filter.trim().is_empty())
+            .then(|| Filter::parse(&self.filter).ok())
+            .flatten()
+    }
+
+    /// Why the filter is not applied, when it is not valid.
+    pub fn filter_error(&self) -> Option<String> {
+        (!self.filter.trim().is_empty())
+            .then(|| Filter::parse(&self.filter).err())
+            .flatten()
     }
 
     /// Handles one key.
@@ -394,6 +404,11 @@ impl State {
 
     pub fn process_rows<'r>(&self, report: &'r Report) -> Vec<&'r ProcessModel> {
         super::rows::processes(report, &self.query(View::Processes))
+    }
+
+    /// The findings pane's findings: those the filter keeps.
+    pub fn findings<'r>(&self, report: &'r Report) -> Vec<&'r crate::model::Finding> {
+        super::rows::findings(report, self.parsed_filter().as_ref())
     }
 
     pub fn cgroup_rows<'r>(&self, report: &'r Report) -> Vec<&'r CgroupModel> {

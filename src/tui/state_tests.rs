@@ -122,8 +122,9 @@ fn filter_by_substring_and_by_field() {
     assert_eq!(pids, [5151]);
     press(&mut st, &r, &[Key::Backspace, Key::Backspace, Key::Enter]);
     assert_eq!(st.filter, "anon>");
-    // Not a comparison any more: a substring nothing contains.
-    assert!(st.process_rows(&r).is_empty());
+    // A comparison without its value: not applied, and the state says why.
+    assert_eq!(st.process_rows(&r).len(), 3);
+    assert_eq!(st.filter_error().as_deref(), Some("'anon>' needs a value"));
     // q while editing is text, not quit.
     let mut st = State::new(View::Files);
     assert_eq!(
@@ -152,22 +153,61 @@ fn an_unknown_value_never_passes_a_comparison() {
 fn filter_parses_sizes_numbers_and_text() {
     assert_eq!(
         Filter::parse("anon>1G"),
-        Filter::Compare {
+        Ok(Filter::Compare {
             field: "anon".into(),
             cmp: Cmp::Gt,
             value: (1u64 << 30) as f64
-        }
+        })
     );
     assert_eq!(
         Filter::parse(" count >= 2 "),
-        Filter::Compare {
+        Ok(Filter::Compare {
             field: "count".into(),
             cmp: Cmp::Ge,
             value: 2.0
-        }
+        })
     );
-    assert_eq!(Filter::parse("Llama"), Filter::Substring("llama".into()));
-    assert_eq!(Filter::parse("a>b"), Filter::Substring("a>b".into()));
+    assert_eq!(
+        Filter::parse("procs>1"),
+        Ok(Filter::Compare {
+            field: "procs".into(),
+            cmp: Cmp::Gt,
+            value: 1.0
+        }),
+        "a field of the workload rollup"
+    );
+    assert_eq!(
+        Filter::parse("Llama"),
+        Ok(Filter::Substring("llama".into()))
+    );
+    // A path with an operator in it is text to find.
+    assert_eq!(
+        Filter::parse("/models/a=b"),
+        Ok(Filter::Substring("/models/a=b".into()))
+    );
+}
+
+/// A comparison on no field, or with no number, is an error naming it; the filter is
+/// then not applied (every row shows), never taken as text silently.
+#[test]
+fn a_bad_filter_is_an_error_and_filters_nothing() {
+    let r = fixture::report();
+    let bogus = Filter::parse("bogus>1x").unwrap_err();
+    assert!(bogus.contains("no field 'bogus'"), "{bogus}");
+    let value = Filter::parse("anon>1x").unwrap_err();
+    assert!(value.contains("'1x' is not a number or a size"), "{value}");
+    let mut st = State::new(View::Files);
+    let mut keys = vec![Key::Char('/')];
+    keys.extend(chars("bogus>1x"));
+    keys.push(Key::Enter);
+    press(&mut st, &r, &keys);
+    assert_eq!(st.filter, "bogus>1x");
+    assert_eq!(st.filter_error(), Some(bogus));
+    assert_eq!(st.parsed_filter(), None);
+    assert_eq!(st.file_rows(&r).len(), r.files.len());
+    assert_eq!(st.findings(&r).len(), r.findings.len());
+    st.filter = "count>=2".into();
+    assert_eq!(st.filter_error(), None);
 }
 
 #[test]

@@ -163,13 +163,48 @@ fn fit(cols: &[Col], widths: &[u16], total: u16, flex_min: u16) -> Vec<usize> {
     keep
 }
 
-/// `first`: the flexible first column's title, its least width and its sort column.
-/// Fills `hits` with the header's sortable columns and the body's rows.
+/// The flexible column: its title, its least width, its sort field and where it is.
+/// It is never dropped: it takes what the kept columns leave.
+#[derive(Debug, Clone, Copy)]
+pub struct Flex {
+    pub title: &'static str,
+    pub min: u16,
+    pub sort: Option<Field>,
+    /// After the other columns (cut at the end), rather than before them (cut at the
+    /// start, as a path is).
+    pub last: bool,
+}
+
+impl Flex {
+    /// A first column (a path: cut at its start).
+    pub const fn first(title: &'static str, min: u16, sort: Option<Field>) -> Flex {
+        Flex {
+            title,
+            min,
+            sort,
+            last: false,
+        }
+    }
+
+    /// A last column (a list: cut at its end).
+    pub const fn last(title: &'static str, min: u16, sort: Option<Field>) -> Flex {
+        Flex {
+            title,
+            min,
+            sort,
+            last: true,
+        }
+    }
+}
+
+/// The flexible column `flex` and the columns `cols` that fit beside it, by priority.
+/// Each row is (the flexible column's text, the cells of `cols`, its style). Fills `hits`
+/// with the header's sortable columns and the body's rows.
 #[allow(clippy::too_many_arguments)]
 pub fn table(
     frame: &mut Frame,
     area: Rect,
-    (first, flex_min, first_sort): (&'static str, u16, Option<Field>),
+    flex_col: Flex,
     cols: &[Col],
     rows: Vec<(String, Vec<String>, Style)>,
     selected: Option<usize>,
@@ -188,25 +223,41 @@ pub fn table(
                 .fold(c.width, u16::max)
         })
         .collect();
-    let keep = fit(cols, &col_w, area.width, flex_min);
+    let keep = fit(cols, &col_w, area.width, flex_col.min);
     let flex = area
         .width
         .saturating_sub(keep.iter().map(|&i| col_w[i] + 1).sum::<u16>());
-    let mut widths = vec![Constraint::Length(flex)];
-    widths.extend(keep.iter().map(|&i| Constraint::Length(col_w[i])));
-    let mut header = vec![Cell::from(first)];
-    header.extend(
-        keep.iter()
-            .map(|&i| Cell::from(align(Line::from(cols[i].title), cols[i].left))),
-    );
+    // Where each drawn column is: `None` for the flexible one, else its index in `cols`.
+    let order: Vec<Option<usize>> = if flex_col.last {
+        keep.iter().copied().map(Some).chain([None]).collect()
+    } else {
+        [None]
+            .into_iter()
+            .chain(keep.iter().copied().map(Some))
+            .collect()
+    };
+    let widths: Vec<Constraint> = order
+        .iter()
+        .map(|c| Constraint::Length(c.map_or(flex, |i| col_w[i])))
+        .collect();
+    let header: Vec<Cell> = order
+        .iter()
+        .map(|c| match c {
+            None => Cell::from(flex_col.title),
+            Some(i) => Cell::from(align(Line::from(cols[*i].title), cols[*i].left)),
+        })
+        .collect();
     let body: Vec<Row> = rows
         .into_iter()
         .map(|(name, cells, style)| {
-            let mut row = vec![Cell::from(tail(&name, flex as usize))];
-            row.extend(
-                keep.iter()
-                    .map(|&i| Cell::from(align(Line::from(cells[i].clone()), cols[i].left))),
-            );
+            let row: Vec<Cell> = order
+                .iter()
+                .map(|c| match c {
+                    None if flex_col.last => Cell::from(tail_right(&name, flex as usize)),
+                    None => Cell::from(tail(&name, flex as usize)),
+                    Some(i) => Cell::from(align(Line::from(cells[*i].clone()), cols[*i].left)),
+                })
+                .collect();
             Row::new(row).style(style)
         })
         .collect();
@@ -219,15 +270,15 @@ pub fn table(
     frame.render_stateful_widget(table, area, &mut ts);
     let mut x = area.x;
     let mut sortable = Vec::new();
-    if let Some(s) = first_sort {
-        sortable.push((x, x + flex, s.name()));
-    }
-    x += flex + 1;
-    for &i in &keep {
-        if let (Some(s), true) = (cols[i].field, cols[i].sorts) {
-            sortable.push((x, x + col_w[i], s.name()));
+    for c in &order {
+        let (w, sort) = match c {
+            None => (flex, flex_col.sort),
+            Some(i) => (col_w[*i], cols[*i].field.filter(|_| cols[*i].sorts)),
+        };
+        if let Some(s) = sort {
+            sortable.push((x, x + w, s.name()));
         }
-        x += col_w[i] + 1;
+        x += w + 1;
     }
     hits.header = Some((area.y, sortable));
     hits.body = Some((area.y + 1, area.height.saturating_sub(1), ts.offset()));

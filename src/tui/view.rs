@@ -10,7 +10,7 @@ use ratatui::widgets::{Block, Clear, Paragraph, Wrap};
 use ratatui::Frame;
 
 use super::state::{self, Hits, State, View, Workload};
-use super::table::{cell, table, tail_right, Col, Theme};
+use super::table::{cell, table, Col, Flex, Theme};
 use crate::model::fields::{Field, FileField, ProcessField};
 use crate::model::{FileModel, ProcessModel, Report, Severity};
 use crate::render::safe::{safe, shown, width};
@@ -21,7 +21,7 @@ use crate::units::{iec, iec_opt};
 pub fn draw(frame: &mut Frame, st: &State, report: Option<&Report>) -> Hits {
     let mut hits = Hits::default();
     let theme = Theme { color: st.color };
-    let n_findings = report.map_or(0, |r| r.findings.len());
+    let n_findings = report.map_or(0, |r| st.findings(r).len());
     let findings_h = (n_findings.clamp(1, 3) + 2) as u16;
     let [header, tabs, body, findings, footer] = Layout::vertical([
         Constraint::Length(3 + gpu_lines(report).len() as u16),
@@ -55,7 +55,7 @@ pub fn draw(frame: &mut Frame, st: &State, report: Option<&Report>) -> Hits {
             }
         },
     }
-    draw_findings(frame, findings, report, &theme);
+    draw_findings(frame, findings, st, report, &theme);
     draw_footer(frame, footer, st, &theme);
     if let Some(p) = &st.proving {
         super::widgets::draw_proving(frame, body, p, &theme);
@@ -249,7 +249,7 @@ fn draw_files(frame: &mut Frame, area: Rect, st: &State, r: &Report, t: &Theme, 
     table(
         frame,
         area,
-        ("file", 22, Some(Field::File(FileField::Path))),
+        Flex::first("file", 22, Some(Field::File(FileField::Path))),
         &FILE_COLS,
         rows,
         Some(st.selected(View::Files)),
@@ -258,11 +258,14 @@ fn draw_files(frame: &mut Frame, area: Rect, st: &State, r: &Report, t: &Theme, 
     );
 }
 
-/// The processes view's columns (after the pid), each with its priority; the last one
-/// says how the process holds each model file.
-const PROC_COLS: [Col; 13] = {
+/// The processes view's columns before `holds (how)`, each with its priority (lower is
+/// kept first on a narrow screen). `holds (how)`, which says how the process holds each
+/// model file, is the flexible last column ([`PROC_HOLDS`]): never dropped, it takes the
+/// room the kept columns leave.
+pub(super) const PROC_COLS: [Col; 13] = {
     use ProcessField as P;
     [
+        Col::process(P::Pid, 0),
         Col::process(P::Comm, 0),
         Col::process(P::Rss, 1),
         Col::process(P::Anon, 2),
@@ -274,24 +277,19 @@ const PROC_COLS: [Col; 13] = {
         Col::process(P::Dirty, 10),
         Col::process(P::Growth, 3),
         Col::process(P::Files, 6),
-        Col::process(P::Gpu, 12),
-        Col {
-            title: "holds (how)",
-            width: 24,
-            prio: 11,
-            left: true,
-            field: None,
-            sorts: false,
-        },
+        Col::process(P::Gpu, 11),
     ]
 };
 
+/// `holds (how)`: at least 20 columns wide, the rest of the line where there is room.
+pub(super) const PROC_HOLDS: Flex = Flex::last("holds (how)", 20, None);
+
 fn process_cell(r: &Report, p: &ProcessModel, col: &Col) -> String {
     match col.field {
-        // The comm is the flexible column's neighbour: cut on the right.
+        // At most 15 characters, as the kernel keeps it.
         Some(Field::Process(ProcessField::Comm)) => safe(&p.comm).chars().take(15).collect(),
         Some(Field::Process(k)) => cell(k.value(r, p), k.unit()),
-        _ => tail_right(&safe(&state::process_holds(r, p.pid)), 24),
+        _ => String::new(),
     }
 }
 
@@ -308,13 +306,14 @@ fn draw_processes(
         .into_iter()
         .map(|p| {
             let cells = PROC_COLS.iter().map(|c| process_cell(r, p, c)).collect();
-            (p.pid.to_string(), cells, Style::default())
+            let holds = safe(&state::process_holds(r, p.pid)).into_owned();
+            (holds, cells, Style::default())
         })
         .collect();
     table(
         frame,
         area,
-        ("pid", 7, Some(Field::Process(ProcessField::Pid))),
+        PROC_HOLDS,
         &PROC_COLS,
         rows,
         Some(st.selected(View::Processes)),
@@ -323,10 +322,9 @@ fn draw_processes(
     );
 }
 
-fn draw_findings(frame: &mut Frame, area: Rect, report: Option<&Report>, t: &Theme) {
-    let mut findings: Vec<_> = report
-        .map(|r| r.findings.iter().collect())
-        .unwrap_or_default();
+fn draw_findings(frame: &mut Frame, area: Rect, st: &State, report: Option<&Report>, t: &Theme) {
+    let all = report.map_or(0, |r| r.findings.len());
+    let mut findings: Vec<_> = report.map(|r| st.findings(r)).unwrap_or_default();
     // Warnings first (the report sorts them so already; stable either way).
     findings.sort_by_key(|f| f.severity);
     let shown_n = (area.height.saturating_sub(2)) as usize;
@@ -346,17 +344,20 @@ fn draw_findings(frame: &mut Frame, area: Rect, report: Option<&Report>, t: &The
         })
         .collect();
     if findings.is_empty() {
-        lines.push(Line::from(if report.is_some() { "none" } else { "n/a" }));
+        lines.push(Line::from(match report {
+            None => "n/a",
+            Some(_) if all > 0 => "none that the filter keeps",
+            Some(_) => "none",
+        }));
     }
-    let title = format!(
-        "Findings ({}{})",
-        findings.len(),
-        if findings.len() > shown_n {
-            format!(", {} more", findings.len() - shown_n)
-        } else {
-            String::new()
-        }
-    );
+    let mut title = format!("Findings ({}", findings.len());
+    if findings.len() < all {
+        title += &format!(" of {all}, filtered");
+    }
+    if findings.len() > shown_n {
+        title += &format!(", {} more", findings.len() - shown_n);
+    }
+    title.push(')');
     frame.render_widget(
         Paragraph::new(lines).block(Block::bordered().title(title)),
         area,
@@ -365,9 +366,15 @@ fn draw_findings(frame: &mut Frame, area: Rect, report: Option<&Report>, t: &The
 
 fn draw_footer(frame: &mut Frame, area: Rect, st: &State, t: &Theme) {
     let line = if st.editing || !st.filter.is_empty() {
-        let err = match st.parsed_filter() {
-            Some(state::Filter::Compare { .. }) => "  (field compare)",
-            _ => "",
+        let (note, note_style) = match (st.filter_error(), st.parsed_filter()) {
+            (Some(e), _) => (
+                format!("  not applied: {}", safe(&e)),
+                t.fg(Color::Red).add_modifier(Modifier::BOLD),
+            ),
+            (None, Some(state::Filter::Compare { .. })) => {
+                ("  (field compare)".into(), Style::default())
+            }
+            _ => (String::new(), Style::default()),
         };
         let mut spans = vec![
             Span::styled("filter /", t.bold()),
@@ -377,7 +384,7 @@ fn draw_footer(frame: &mut Frame, area: Rect, st: &State, t: &Theme) {
             } else {
                 "  Esc: clear"
             }),
-            Span::raw(err),
+            Span::styled(note, note_style),
         ];
         // A kept filter leaves room for the status (a proof's outcome).
         if let Some(s) = st.status.as_ref().filter(|_| !st.editing) {

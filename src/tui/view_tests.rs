@@ -258,3 +258,114 @@ fn the_status_line_shows_what_a_replay_found_wrong() {
     );
     assert!(!text.contains('\u{1b}'));
 }
+
+/// The processes view drops columns by their priority (`PROC_COLS`), never `holds
+/// (how)`: at every width the header has it, the pid column is as wide as a pid, and a
+/// column is shown only when every column kept before it is.
+#[test]
+fn process_columns_are_dropped_by_priority_and_holds_stays() {
+    let r = fixture::report();
+    let mut seen_at: Vec<usize> = Vec::new();
+    for w in [80u16, 100, 120, 160] {
+        let mut st = state(View::Processes);
+        let text = screen(&mut st, Some(&r), w, 24);
+        let header = text
+            .lines()
+            .find(|l| l.contains("comm"))
+            .unwrap_or_else(|| panic!("{text}"));
+        assert!(header.contains("holds (how)"), "{w}: {header}");
+        assert!(header.starts_with("\"    pid comm"), "{w}: {header}");
+        let row = text.lines().find(|l| l.contains("llama-server")).unwrap();
+        assert!(row.starts_with("\"   4242 llama-server"), "{w}: {row}");
+        assert!(row.contains("map llama-3-8b"), "{w}: {row}");
+        // Every column but `holds (how)` sorts by its field: the header's hits list them.
+        let (_, sortable) = st.hits.header.clone().unwrap();
+        let shown: Vec<bool> = PROC_COLS
+            .iter()
+            .map(|c| {
+                sortable
+                    .iter()
+                    .any(|s| Some(s.2) == c.field.map(|f| f.name()))
+            })
+            .collect();
+        for (i, c) in PROC_COLS.iter().enumerate() {
+            for (j, d) in PROC_COLS.iter().enumerate() {
+                if d.prio < c.prio && shown[i] {
+                    assert!(
+                        shown[j],
+                        "{w}: {} shown without {}: {header}",
+                        c.title, d.title
+                    );
+                }
+            }
+        }
+        let n = shown.iter().filter(|s| **s).count();
+        // Wider screens keep at least as many columns.
+        assert!(seen_at.last().is_none_or(|&m| n >= m), "{w}: {header}");
+        seen_at.push(n);
+    }
+    assert!(seen_at[0] < seen_at[3], "{seen_at:?}");
+    assert_eq!(seen_at[3], PROC_COLS.len(), "160 columns show them all");
+}
+
+/// The findings pane shows what the filter keeps (text in a finding's subject or
+/// sentence; a comparison its file or process passes); a bad filter filters nothing and
+/// the status line says why.
+#[test]
+fn the_filter_applies_to_the_findings_and_a_bad_one_says_why() {
+    use crate::model::{Code, Finding, Severity};
+    let mut r = fixture::report();
+    r.findings.push(Finding {
+        severity: Severity::Info,
+        code: Code::DirectReclaim {
+            pid: 5151,
+            comm: Some("python3".into()),
+            reclaim_ns: 2_000_000,
+            reclaims: 4,
+            longest_ns: 1_000_000,
+            secs: 2.0,
+        },
+    });
+    let pane = |text: &str| -> Vec<String> {
+        let lines: Vec<&str> = text.lines().collect();
+        let top = lines.iter().position(|l| l.contains("┌Findings")).unwrap();
+        lines[top..lines.len() - 1]
+            .iter()
+            .map(|l| l.to_string())
+            .collect()
+    };
+    let mut st = state(View::Files);
+    let all = pane(&screen(&mut st, Some(&r), 120, 30));
+    assert!(all[0].contains("Findings (3)"), "{all:?}");
+
+    st.filter = "qwen".into();
+    let p = pane(&screen(&mut st, Some(&r), 120, 30));
+    assert!(p[0].contains("Findings (1 of 3, filtered)"), "{p:?}");
+    assert!(p.iter().any(|l| l.contains("could hold a copy of 'qwen2")));
+    assert!(!p.iter().any(|l| l.contains("llama-3-8b")), "{p:?}");
+
+    st.filter = "count>=2".into();
+    let p = pane(&screen(&mut st, Some(&r), 120, 30));
+    assert!(p[0].contains("Findings (1 of 3, filtered)"), "{p:?}");
+    assert!(
+        p.iter().any(|l| l.contains("in memory 2.00 times")),
+        "{p:?}"
+    );
+
+    let mut st = state(View::Processes);
+    st.filter = "anon>1G".into();
+    let p = pane(&screen(&mut st, Some(&r), 120, 30));
+    assert!(p[0].contains("Findings (1 of 3, filtered)"), "{p:?}");
+    assert!(p.iter().any(|l| l.contains("5151")), "{p:?}");
+
+    st.filter = "bogus>1x".into();
+    let text = screen(&mut st, Some(&r), 120, 30);
+    let p = pane(&text);
+    assert!(p[0].contains("Findings (3)"), "not applied: {p:?}");
+    let status = text.lines().next_back().unwrap();
+    assert!(
+        status.contains("filter /bogus>1x") && status.contains("not applied: no field 'bogus'"),
+        "{status}"
+    );
+    assert_eq!(st.process_rows(&r).len(), r.processes.len());
+}
