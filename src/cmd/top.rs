@@ -275,6 +275,7 @@ pub fn run(args: &TopArgs, _out: &mut dyn Write) -> anyhow::Result<()> {
                 crate::timespec::parse(&args.at, engine::now().0).map_err(anyhow::Error::msg)?;
             let (store, damage) = common::open_read_quiet(&Some(dir.clone()))?;
             state.source = "replay".into();
+            state.replay = true;
             Box::new(Replay {
                 store,
                 at_ns: at,

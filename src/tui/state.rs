@@ -72,7 +72,13 @@ pub struct State {
     pub expanded: BTreeSet<String>,
     /// The cgroups view's "by workload" rollup (`w`).
     pub workload: Workload,
+    /// The reports come from a recording (`--replay`): no live memory to map or prove.
+    pub replay: bool,
 }
+
+/// What `p` says in a replay.
+pub const REPLAY_NO_PROOF: &str =
+    "recordings hold no memory to prove: the copies shown are those proven when it was recorded";
 
 /// How the cgroups view groups processes: the cgroup tree, or a rollup by comm or cgroup.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -124,6 +130,7 @@ impl State {
             hits: Hits::default(),
             expanded: BTreeSet::new(),
             workload: Workload::Off,
+            replay: false,
         }
     }
 
@@ -218,6 +225,10 @@ impl State {
             Key::WheelDown => self.move_by(3),
             Key::Char('p') if self.proving.is_some() => {
                 self.status = Some("a proof is running (Esc cancels it)".into());
+                Action::Redraw
+            }
+            Key::Char('p') if self.replay => {
+                self.status = Some(REPLAY_NO_PROOF.into());
                 Action::Redraw
             }
             Key::Char('p') if self.view == View::Files => Action::Prove,

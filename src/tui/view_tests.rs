@@ -369,3 +369,37 @@ fn the_filter_applies_to_the_findings_and_a_bad_one_says_why() {
     );
     assert_eq!(st.process_rows(&r).len(), r.processes.len());
 }
+
+/// In a replay the open file says what the recording holds and what it does not: no
+/// page-cache map that is "reading…" forever, no `p: prove`; `p` says why not.
+#[test]
+fn the_replayed_file_says_what_a_recording_has_and_has_not() {
+    let r = fixture::report();
+    for (w, h) in [(80u16, 24u16), (160, 48)] {
+        let mut st = state(View::Files);
+        st.replay = true;
+        st.source = "replay 2024-05-01T12:00:00Z".into();
+        st.clamp_to(&r);
+        st.handle(Key::Enter);
+        st.open_selected(&r);
+        let text = screen(&mut st, Some(&r), w, h);
+        assert!(!text.contains("reading…"), "{text}");
+        assert!(!text.contains("p: prove"), "{text}");
+        assert!(
+            text.contains("page cache map: not in a recording"),
+            "{text}"
+        );
+        assert!(text.contains("recorded: the count, residency"), "{text}");
+        assert!(text.contains("trace: not in this recording"), "{text}");
+        assert_eq!(st.handle(Key::Char('p')), Action::Redraw);
+        let text = screen(&mut st, Some(&r), w, h);
+        let status = text.lines().next_back().unwrap();
+        assert!(
+            status.contains("recordings hold no memory to prove"),
+            "{w}: {status}"
+        );
+        if w == 160 {
+            insta::assert_snapshot!("file_open_replay_160x48", text);
+        }
+    }
+}

@@ -86,6 +86,11 @@ fn draw_sparklines(frame: &mut Frame, area: Rect, h: Option<&FileHistory>, t: &T
 /// The map lines: `O` every page of the cell cached, `o` some, `·` none.
 fn map_lines(st: &State, f: &FileModel, cols: usize) -> Vec<Line<'static>> {
     let cols = cols.max(8);
+    if st.replay {
+        return vec![Line::from(
+            "page cache map: not in a recording (it keeps resident bytes, not which pages)",
+        )];
+    }
     match st.map.as_ref().filter(|(k, _)| *k == f.key) {
         None => vec![Line::from("page cache map: reading…")],
         Some((_, Err(why))) => vec![Line::from(format!("page cache map: n/a ({})", safe(why)))],
@@ -113,7 +118,9 @@ fn map_lines(st: &State, f: &FileModel, cols: usize) -> Vec<Line<'static>> {
 /// The file's eBPF rates over the last interval, or why there are none.
 fn trace_line(st: &State, report: &Report, f: &FileModel) -> String {
     let Some(tr) = &report.trace else {
-        return if st.tracing {
+        return if st.replay {
+            "trace: not in this recording (recorded without --trace)".into()
+        } else if st.tracing {
             "trace: on, rates from the next collection".into()
         } else {
             "trace: off (t turns eBPF tracing on)".into()
@@ -150,7 +157,11 @@ pub(super) fn draw_file(
     let mut lines = vec![
         Line::from(vec![
             Span::styled(crumb, t.bold()),
-            Span::raw("  (Esc: back, p: prove)"),
+            Span::raw(if st.replay {
+                "  (Esc: back)"
+            } else {
+                "  (Esc: back, p: prove)"
+            }),
         ]),
         Line::from(format!(
             "size {}  resident {} ({})  held beyond one copy {}",
@@ -161,6 +172,12 @@ pub(super) fn draw_file(
         )),
         Line::from(Span::styled(count_line(f), t.fg(Color::Yellow))),
     ];
+    if st.replay {
+        lines.push(Line::from(
+            "recorded: the count, residency, mappers and proven copies as collected then; \
+             not recorded: the page map, memory to prove (p)",
+        ));
+    }
     if let Some(reason) = &f.residency_unknown_reason {
         lines.push(Line::from(format!("residency unknown: {}", safe(reason))));
     }

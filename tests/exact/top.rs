@@ -168,7 +168,21 @@ fn top_replays_a_recording_made_by_scan() {
     assert!(s.contains("replay "), "{s}");
     // One snapshot only: stepping keeps it.
     tmux.keys(&["[", "]"]);
-    tmux.keys(&["q"]);
+    // The drill-down says what the recording holds: no map read forever, nothing to prove.
+    tmux.keys(&["Enter"]);
+    let s = tmux.wait_for("the replayed file", Duration::from_secs(10), |s| {
+        s.contains("page cache map: not in a recording")
+    });
+    assert!(
+        s.contains("Files ›") && s.contains("recorded: the count"),
+        "{s}"
+    );
+    assert!(!s.contains("reading…") && !s.contains("p: prove"), "{s}");
+    tmux.keys(&["p"]);
+    tmux.wait_for("why p does nothing", Duration::from_secs(10), |s| {
+        s.contains("recordings hold no memory to prove")
+    });
+    tmux.keys(&["Escape", "q"]);
     assert_eq!(wait_file(&exit, Duration::from_secs(30)).trim(), "EXIT=0");
 }
 
