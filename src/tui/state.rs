@@ -9,7 +9,7 @@ use std::sync::Arc;
 
 pub use super::filter::{Cmp, Filter};
 use super::history::History;
-pub use super::keys::{Action, Key, View};
+pub use super::keys::{command_of, Action, Command, Key, View};
 use super::mouse::Hit;
 pub use super::mouse::Hits;
 use super::rows::Query;
@@ -178,10 +178,14 @@ impl State {
             .flatten()
     }
 
-    /// Handles one key.
+    /// Handles one key: the filter line and the help take every key while they are up;
+    /// otherwise the key's [`Command`] in the key table ([`super::keys::BINDINGS`]).
     pub fn handle(&mut self, key: Key) -> Action {
         if key == Key::Interrupt {
             return Action::Quit;
+        }
+        if key == Key::Resize {
+            return Action::Redraw;
         }
         if self.editing {
             return self.edit(key);
@@ -194,46 +198,55 @@ impl State {
                 _ => Action::Redraw,
             };
         }
+        match command_of(key) {
+            Some(Command::Click) => match key {
+                Key::Click(x, y) => self.click(x, y),
+                _ => Action::None,
+            },
+            Some(c) => self.command(c),
+            None => Action::None,
+        }
+    }
+
+    fn command(&mut self, c: Command) -> Action {
         let v = self.view.index();
-        match key {
-            Key::Char('q') => Action::Quit,
-            Key::Esc if self.proving.is_some() => Action::CancelProve,
-            Key::Esc if self.open.is_some() => {
+        let cgroups = self.view == View::Cgroups;
+        match c {
+            Command::Quit => Action::Quit,
+            Command::Back if self.proving.is_some() => Action::CancelProve,
+            Command::Back if self.open.is_some() => {
                 self.open = None;
                 Action::Redraw
             }
-            Key::Esc if self.workload != Workload::Off && self.view == View::Cgroups => {
+            Command::Back if self.workload != Workload::Off && cgroups => {
                 self.workload = Workload::Off;
                 Action::Redraw
             }
-            Key::Esc if !self.filter.is_empty() => {
+            Command::Back if !self.filter.is_empty() => {
                 self.filter.clear();
                 Action::Redraw
             }
-            Key::Esc => Action::Quit,
-            Key::Char('?') => {
+            Command::Back => Action::Quit,
+            Command::Help => {
                 self.help = true;
                 Action::Redraw
             }
-            Key::Tab => self.switch(View::ALL[(v + 1) % 3]),
-            Key::BackTab => self.switch(View::ALL[(v + 2) % 3]),
-            Key::Char('1') => self.switch(View::Files),
-            Key::Char('2') => self.switch(View::Processes),
-            Key::Char('3') => self.switch(View::Cgroups),
-            Key::Click(x, y) => self.click(x, y),
-            Key::WheelUp => self.move_by(-3),
-            Key::WheelDown => self.move_by(3),
-            Key::Char('p') if self.proving.is_some() => {
+            Command::NextView => self.switch(View::ALL[(v + 1) % 3]),
+            Command::PrevView => self.switch(View::ALL[(v + 2) % 3]),
+            Command::Show(view) => self.switch(view),
+            Command::Wheel(d) | Command::Move(d) => self.move_by(d),
+            Command::Prove if self.proving.is_some() => {
                 self.status = Some("a proof is running (Esc cancels it)".into());
                 Action::Redraw
             }
-            Key::Char('p') if self.replay => {
+            Command::Prove if self.replay => {
                 self.status = Some(REPLAY_NO_PROOF.into());
                 Action::Redraw
             }
-            Key::Char('p') if self.view == View::Files => Action::Prove,
-            Key::Char('t') => Action::ToggleTrace,
-            Key::Char('w') => {
+            Command::Prove if self.view == View::Files => Action::Prove,
+            Command::Prove => Action::None,
+            Command::Trace => Action::ToggleTrace,
+            Command::Workload => {
                 self.view = View::Cgroups;
                 self.workload = match self.workload {
                     Workload::Off => Workload::ByComm,
@@ -243,36 +256,29 @@ impl State {
                 self.selected[View::Cgroups.index()] = 0;
                 Action::Redraw
             }
-            Key::Enter | Key::Right if self.view == View::Cgroups => Action::Open,
-            Key::Left if self.view == View::Cgroups => Action::Fold,
-            Key::Up | Key::Char('k') => self.move_by(-1),
-            Key::Down | Key::Char('j') => self.move_by(1),
-            Key::PageUp => self.move_by(-10),
-            Key::PageDown => self.move_by(10),
-            Key::Home | Key::Char('g') => self.move_by(i64::MIN / 2),
-            Key::End | Key::Char('G') => self.move_by(i64::MAX / 2),
-            Key::Char('s') => {
+            Command::Open | Command::Expand if cgroups => Action::Open,
+            Command::Open if self.view == View::Files && self.open.is_none() => Action::Open,
+            Command::Fold if cgroups => Action::Fold,
+            Command::Open | Command::Expand | Command::Fold => Action::None,
+            Command::NextSort => {
                 let n = self.view.sort_fields().len();
                 self.sort[v] = (self.sort[v] + 1) % n;
                 Action::Redraw
             }
-            Key::Char('S') => {
+            Command::ReverseSort => {
                 self.reverse[v] = !self.reverse[v];
                 Action::Redraw
             }
-            Key::Char('/') => {
+            Command::EditFilter => {
                 self.editing = true;
                 Action::Redraw
             }
-            Key::Char(' ') => {
+            Command::Pause => {
                 self.paused = !self.paused;
                 Action::Redraw
             }
-            Key::Char('[') => Action::Step(-1),
-            Key::Char(']') => Action::Step(1),
-            Key::Enter if self.view == View::Files && self.open.is_none() => Action::Open,
-            Key::Resize => Action::Redraw,
-            _ => Action::None,
+            Command::Step(d) => Action::Step(d),
+            Command::Click => Action::None,
         }
     }
 

@@ -407,52 +407,33 @@ fn draw_footer(frame: &mut Frame, area: Rect, st: &State, t: &Theme) {
     frame.render_widget(Paragraph::new(line), area);
 }
 
-const HELP: &[(&str, &str)] = &[
-    (
-        "q, Esc",
-        "quit (Esc first closes a file or clears the filter)",
-    ),
-    ("Tab, 1 2 3", "files, processes, cgroups"),
-    ("↑ ↓, j k", "move; PgUp PgDn, g G: page, top, bottom"),
-    (
-        "Enter",
-        "open the selected file: mappers, copies, residency",
-    ),
-    ("Enter → ←", "cgroups: show, hide the processes of a cgroup"),
-    ("w", "cgroups by workload: by comm, by cgroup, tree"),
-    ("p", "prove a suspected copy byte by byte (Esc cancels)"),
-    (
-        "mouse",
-        "click: select, open, sort by a header; wheel: move",
-    ),
-    ("s, S", "next sort column, reverse the sort"),
-    ("/", "filter: text, or field>value (anon>1G, count>=2)"),
-    ("space", "pause (collection goes on, the screen holds)"),
-    ("[ ]", "replay: previous, next snapshot"),
-    ("?", "this help (any key closes it)"),
-];
-
+/// The help: every line of the key table ([`super::keys::BINDINGS`]), which the key
+/// handler reads too, so it cannot leave a key out.
 fn draw_help(frame: &mut Frame, t: &Theme) {
+    let bindings = super::keys::BINDINGS;
+    let labels: Vec<String> = bindings.iter().map(|b| b.label()).collect();
+    let key_w = labels.iter().map(|l| width(l)).max().unwrap_or(0) + 1;
     let area = frame.area();
-    let w = area.width.min(70);
-    let h = (HELP.len() as u16 + 4).min(area.height);
+    let w = area.width.min(80);
+    let h = (bindings.len() as u16 + 4).min(area.height);
     let popup = Rect {
         x: area.x + (area.width - w) / 2,
         y: area.y + (area.height - h) / 2,
         width: w,
         height: h,
     };
-    let mut lines: Vec<Line> = HELP
+    let mut lines: Vec<Line> = bindings
         .iter()
-        .map(|(k, what)| {
+        .zip(&labels)
+        .map(|(b, k)| {
             Line::from(vec![
-                Span::styled(format!("{k:<11}"), t.bold()),
-                Span::raw(*what),
+                Span::styled(format!("{k:<key_w$}"), t.bold()),
+                Span::raw(b.help),
             ])
         })
         .collect();
     lines.push(Line::from(""));
-    lines.push(Line::from("columns and keys: docs/top.md"));
+    lines.push(Line::from("columns, filters and keys: docs/top.md"));
     frame.render_widget(Clear, popup);
     frame.render_widget(
         Paragraph::new(lines)

@@ -403,3 +403,32 @@ fn the_replayed_file_says_what_a_recording_has_and_has_not() {
         }
     }
 }
+
+/// The help overlay lists every line of the key table the handler reads (`t` too), whole,
+/// at 80x24 and at 160x48; and every key of the table does what its line says it does
+/// (it reaches the handler: none is dead).
+#[test]
+fn the_help_lists_every_key_of_the_key_table() {
+    use crate::tui::keys::{command_of, BINDINGS};
+    let r = fixture::report();
+    for (w, h) in [(80u16, 24u16), (160, 48)] {
+        let mut st = state(View::Files);
+        st.handle(Key::Char('?'));
+        let text = screen(&mut st, Some(&r), w, h);
+        for b in BINDINGS {
+            let row = text
+                .lines()
+                .find(|l| l.contains(b.help))
+                .unwrap_or_else(|| panic!("{w}x{h}: no line for {:?}\n{text}", b.help));
+            assert!(row.contains(&format!("│{} ", b.label())), "{w}x{h}: {row}");
+            for (k, c) in b.keys {
+                assert_eq!(command_of(*k), Some(*c), "{k:?}");
+            }
+        }
+        assert!(text.contains("│t "), "{text}");
+        assert!(
+            text.contains("docs/top.md"),
+            "the whole overlay fits: {text}"
+        );
+    }
+}
