@@ -313,3 +313,18 @@ pub fn tail_right(s: &str, max: usize) -> String {
     out.push('…');
     out
 }
+
+/// At most `max` columns of `s`, cut after a whole word with `…` (never inside a word;
+/// a first word longer than the line is cut at `max`).
+pub fn cut_words(s: &str, max: usize) -> String {
+    if width(s) <= max {
+        return s.to_string();
+    }
+    let cut = tail_right(s, max);
+    let kept = cut.trim_end_matches('…');
+    // The text goes on inside a word: go back to the last space.
+    match kept.rfind(' ') {
+        Some(i) if i > 0 => format!("{}…", kept[..i].trim_end()),
+        _ => cut,
+    }
+}

@@ -10,7 +10,7 @@ use ratatui::widgets::{Block, Clear, Paragraph, Wrap};
 use ratatui::Frame;
 
 use super::state::{self, Hits, State, View, Workload};
-use super::table::{cell, table, Col, Flex, Theme};
+use super::table::{cell, cut_words, table, Col, Flex, Theme};
 use crate::model::fields::{Field, FileField, ProcessField};
 use crate::model::{FileModel, ProcessModel, Report, Severity};
 use crate::render::safe::{safe, shown, width};
@@ -365,7 +365,7 @@ fn draw_findings(frame: &mut Frame, area: Rect, st: &State, report: Option<&Repo
 }
 
 fn draw_footer(frame: &mut Frame, area: Rect, st: &State, t: &Theme) {
-    let line = if st.editing || !st.filter.is_empty() {
+    let spans: Vec<(String, Style)> = if st.editing || !st.filter.is_empty() {
         let (note, note_style) = match (st.filter_error(), st.parsed_filter()) {
             (Some(e), _) => (
                 format!("  not applied: {}", safe(&e)),
@@ -377,34 +377,83 @@ fn draw_footer(frame: &mut Frame, area: Rect, st: &State, t: &Theme) {
             _ => (String::new(), Style::default()),
         };
         let mut spans = vec![
-            Span::styled("filter /", t.bold()),
-            Span::raw(safe(&st.filter).into_owned()),
-            Span::raw(if st.editing {
-                "▏  Enter: keep  Esc: clear"
-            } else {
-                "  Esc: clear"
-            }),
-            Span::styled(note, note_style),
+            ("filter /".into(), t.bold()),
+            (safe(&st.filter).into_owned(), Style::default()),
+            (
+                if st.editing {
+                    "▏  Enter: keep  Esc: clear"
+                } else {
+                    "  Esc: clear"
+                }
+                .into(),
+                Style::default(),
+            ),
+            (note, note_style),
         ];
         // A kept filter leaves room for the status (a proof's outcome).
         if let Some(s) = st.status.as_ref().filter(|_| !st.editing) {
-            spans.push(Span::raw("  ·  "));
-            spans.push(Span::styled(safe(s).into_owned(), t.fg(Color::Cyan)));
+            spans.push(("  ·  ".into(), Style::default()));
+            spans.push((safe(s).into_owned(), t.fg(Color::Cyan)));
         }
-        Line::from(spans)
+        spans
     } else if let Some(s) = &st.status {
-        Line::from(Span::styled(safe(s).into_owned(), t.fg(Color::Cyan)))
+        vec![(safe(s).into_owned(), t.fg(Color::Cyan))]
     } else if let Some(w) = st.warnings.first() {
-        Line::from(Span::styled(
+        vec![(
             format!("{} warning(s): {}", st.warnings.len(), safe(&w.text)),
             t.fg(Color::Yellow),
-        ))
+        )]
     } else {
-        Line::from(
-            "q quit  Tab view  ↑↓ move  Enter open  s/S sort  / filter  p prove  w workload  ? help",
-        )
+        // Whole hints, as many as fit (`?` first: it lists the rest).
+        let step = if st.replay { "[ ] step" } else { "p prove" };
+        let hints = [
+            "? help",
+            "q quit",
+            "Tab view",
+            "↑↓ move",
+            "Enter open",
+            "s/S sort",
+            "/ filter",
+            step,
+            "w workload",
+        ];
+        let mut line = String::new();
+        for h in hints {
+            let sep = if line.is_empty() { "" } else { "  " };
+            if width(&line) + sep.len() + width(h) > area.width as usize {
+                break;
+            }
+            line = format!("{line}{sep}{h}");
+        }
+        vec![(line, Style::default())]
     };
-    frame.render_widget(Paragraph::new(line), area);
+    frame.render_widget(Paragraph::new(fit_line(spans, area.width as usize)), area);
+}
+
+/// The spans of a one-line status, cut at a word boundary (with `…`) where the line is
+/// wider than `max`: never inside a word.
+fn fit_line(spans: Vec<(String, Style)>, max: usize) -> Line<'static> {
+    let mut left = max;
+    let mut out = Vec::new();
+    for (text, style) in spans {
+        let w = width(&text);
+        if w <= left {
+            left -= w;
+            out.push(Span::styled(text, style));
+            continue;
+        }
+        let cut = cut_words(&text, left);
+        if cut.trim_end_matches('…').trim().is_empty() {
+            // Not one word of it fits: the line ends after the span before.
+            if left > 0 {
+                out.push(Span::styled("…", style));
+            }
+        } else {
+            out.push(Span::styled(cut, style));
+        }
+        break;
+    }
+    Line::from(out)
 }
 
 /// The help: every line of the key table ([`super::keys::BINDINGS`]), which the key

@@ -379,7 +379,12 @@ fn the_replayed_file_says_what_a_recording_has_and_has_not() {
         let mut st = state(View::Files);
         st.replay = true;
         st.source = "replay 2024-05-01T12:00:00Z".into();
-        st.clamp_to(&r);
+        let keys = screen(&mut st, Some(&r), w, h);
+        let keys = keys.lines().next_back().unwrap();
+        assert!(
+            keys.contains("[ ] step") && !keys.contains("p prove"),
+            "{keys}"
+        );
         st.handle(Key::Enter);
         st.open_selected(&r);
         let text = screen(&mut st, Some(&r), w, h);
@@ -431,4 +436,56 @@ fn the_help_lists_every_key_of_the_key_table() {
             "the whole overlay fits: {text}"
         );
     }
+}
+
+/// The status line is cut after a whole word, with `…`, at every width (the warning of
+/// the issue was cut to `… and their PSS, are u` at 160 columns); what fits is whole.
+#[test]
+fn the_status_line_is_never_cut_inside_a_word() {
+    use crate::sample::{Warning, WarningKind};
+    let r = fixture::report();
+    let text = "1 process could not be read fully (pid 4242: smaps_rollup: permission denied): \
+                its mappings of model files, and their PSS, are unknown until it can be read \
+                (run as root, or give twofold CAP_SYS_PTRACE)";
+    let full = format!("1 warning(s): {text}");
+    for w in [60u16, 80, 100, 120, 160, 200, 240] {
+        let mut st = state(View::Files);
+        st.warnings = vec![Warning::new(WarningKind::ProcessUnreadable, "4242", text)];
+        let screen_text = screen(&mut st, Some(&r), w, 24);
+        let last = screen_text.lines().next_back().unwrap();
+        let shown = last.trim_matches('"').trim_end();
+        if (w as usize) >= crate::render::safe::width(&full) {
+            assert_eq!(shown, full, "{w}");
+            continue;
+        }
+        let kept = shown
+            .strip_suffix('…')
+            .unwrap_or_else(|| panic!("{w}: {shown}"));
+        assert!(full.starts_with(kept), "{w}: {shown}");
+        // What follows the kept part is a space: the cut is between words.
+        assert_eq!(full[kept.len()..].chars().next(), Some(' '), "{w}: {shown}");
+        assert!(
+            crate::render::safe::width(shown) <= w as usize,
+            "{w}: {shown}"
+        );
+    }
+    // The keys line and a filter with its error, at 80 columns, also end between words.
+    let mut st = state(View::Files);
+    st.filter = "bogus>1x".into();
+    st.status = Some("proved pid 6161 (vllm) in 1.2 s: a private copy of qwen2-7b".into());
+    let s = screen(&mut st, Some(&r), 80, 24);
+    let last = s.lines().next_back().unwrap().trim_matches('"').trim_end();
+    assert!(last.ends_with('…') && !last.ends_with(" …"), "{last}");
+    assert!(last.contains("not applied"), "{last}");
+}
+
+#[test]
+fn cut_words_keeps_whole_words() {
+    use crate::tui::table::cut_words;
+    assert_eq!(
+        cut_words("and their PSS, are unknown", 22),
+        "and their PSS, are…"
+    );
+    assert_eq!(cut_words("short", 10), "short");
+    assert_eq!(cut_words("averyveryverylongword", 8), "averyve…");
 }
