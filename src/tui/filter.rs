@@ -19,6 +19,9 @@ pub enum Filter {
     Compare { field: String, cmp: Cmp, value: f64 },
 }
 
+/// The fields a filter compares on the workload rollup (`groups::workload_value`).
+pub const WORKLOAD_FIELDS: [&str; 6] = ["pss", "uss", "anon", "swap", "procs", "files"];
+
 /// The names a comparison takes: every field of the registry's files, processes and
 /// cgroups, and the sums of the workload rollup.
 fn is_field(name: &str) -> bool {
@@ -26,7 +29,7 @@ fn is_field(name: &str) -> bool {
     FileField::named(name).is_some()
         || ProcessField::named(name).is_some()
         || CgroupField::named(name).is_some()
-        || super::groups::WORKLOAD_FIELDS.contains(&name)
+        || WORKLOAD_FIELDS.contains(&name)
 }
 
 impl Filter {

@@ -219,9 +219,8 @@ impl State {
     }
 }
 
-/// The fields a filter compares on the workload rollup ([`workload_value`]).
-pub(super) const WORKLOAD_FIELDS: [&str; 6] = ["pss", "uss", "anon", "swap", "procs", "files"];
-
+/// The value of a workload field a filter compares (the names are
+/// [`super::filter::WORKLOAD_FIELDS`]).
 fn workload_value(w: &WorkloadRow, field: &str) -> Option<f64> {
     let b = |v: Option<u64>| v.map(|v| v as f64);
     match field {
