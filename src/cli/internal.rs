@@ -75,6 +75,11 @@ pub struct ChildArgs {
     /// from stdin (the copy is gone, the memory stays).
     #[arg(long)]
     pub drift: bool,
+    /// After `ready`, read 64 bytes of /proc/self/stat every 100 ms and rewrite the first
+    /// byte of every page of the extra memory (`--bytes`) in place: I/O (rchar grows) and memory rewritten where it
+    /// is, as an inference server between requests, with no page faulted in.
+    #[arg(long)]
+    pub io_loop: bool,
     /// Source element type for widen mode: f16 or bf16.
     #[arg(long, default_value = "f16")]
     pub dtype: String,

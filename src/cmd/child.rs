@@ -270,7 +270,11 @@ pub fn run(args: &ChildArgs) -> anyhow::Result<()> {
     // Raw fds from here on: nothing may allocate or touch new memory after `ready`, so
     // the footprint a test measures is the one it set up.
     let mut sink = [0u8; 64];
+    let stat = std::fs::File::open("/proc/self/stat")?;
     report_ready()?;
+    if args.io_loop {
+        return io_loop(&stat, _keep_extra.as_mut(), &mut sink);
+    }
     // Wait for the parent: EOF (or an error) on stdin.
     if args.exit_after_ms.is_none() {
         // SAFETY: fd 0 is open for the life of the process; the buffer is valid.
@@ -281,6 +285,36 @@ pub fn run(args: &ChildArgs) -> anyhow::Result<()> {
     }
     drop(_keep_device);
     Ok(())
+}
+
+/// `--io-loop`: until stdin closes, every 100 ms a read of /proc/self/stat (rchar grows)
+/// and a rewrite in place of the first byte of each page of `heap` (nothing faulted in).
+fn io_loop(stat: &File, mut heap: Option<&mut Vec<u8>>, sink: &mut [u8; 64]) -> anyhow::Result<()> {
+    use std::os::fd::AsRawFd;
+    loop {
+        let mut fds = [libc::pollfd {
+            fd: 0,
+            events: libc::POLLIN,
+            revents: 0,
+        }];
+        // SAFETY: one valid pollfd.
+        let n = unsafe { libc::poll(fds.as_mut_ptr(), 1, 100) };
+        if n > 0 {
+            // SAFETY: fd 0 is open; the buffer is valid.
+            if unsafe { libc::read(0, sink.as_mut_ptr().cast(), sink.len()) } <= 0 {
+                return Ok(());
+            }
+            continue;
+        }
+        // SAFETY: the fd is open and the buffer valid for its length.
+        unsafe { libc::pread(stat.as_raw_fd(), sink.as_mut_ptr().cast(), sink.len(), 0) };
+        if let Some(v) = heap.as_deref_mut() {
+            for i in (0..v.len()).step_by(PAGE) {
+                v[i] = v[i].wrapping_add(1);
+            }
+            std::hint::black_box(&v);
+        }
+    }
 }
 
 /// `--drift`: says `ready`, then touches a new page every 50 ms (for 12.8 s) and zeroes

@@ -62,6 +62,16 @@ const ENVIRONMENT: &[(&str, &str)] = &[
         "Set: print the time of each collection phase on stderr.",
     ),
     (
+        "TWOFOLD_LIBCUDA",
+        "Paths (:-separated) of CUDA driver libraries to put the upload probes on, beside \
+         those the processes map and /etc/ld.so.cache names.",
+    ),
+    (
+        "TWOFOLD_NO_PAGEMAP_SCAN",
+        "Set: find present pages with /proc/PID/pagemap, not PAGEMAP_SCAN (the benchmarks \
+         compare the two).",
+    ),
+    (
         "LD_LIBRARY_PATH",
         "Where probe's GPU jobs find the Vulkan and CUDA drivers.",
     ),

@@ -282,15 +282,18 @@ fn no_rows_reason(
     );
     let what = format!("{:?}", args.what).to_lowercase();
     if snapshots > 0 {
+        let one = snapshots == 1;
         let why = match args.what {
+            DumpWhat::Trace if traced == 0 && one => "it was recorded without 'record --trace'",
             DumpWhat::Trace if traced == 0 => "they were recorded without 'record --trace'",
             DumpWhat::Trace => "the traced snapshots counted no file or process of interest",
             DumpWhat::Cgroups => "no memory cgroup held a file of interest",
             _ => "no process held or mapped a model file then",
         };
         return format!(
-            "no {what} rows: the {} {range} have none ({why})",
-            crate::units::count(snapshots, "snapshot", "snapshots")
+            "no {what} rows: the {} {range} {} none ({why})",
+            crate::units::count(snapshots, "snapshot", "snapshots"),
+            if one { "has" } else { "have" }
         );
     }
     match store.stats() {

@@ -10,6 +10,7 @@ pub mod filebytes;
 pub mod grid;
 pub mod index;
 pub mod indexcache;
+pub mod moved;
 pub mod pagemap;
 pub mod physical;
 pub mod prove;

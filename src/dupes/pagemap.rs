@@ -80,6 +80,14 @@ impl PageMap {
         }
     }
 
+    /// The eligible ranges, when this map came from `PAGEMAP_SCAN`.
+    pub fn ranges(&self) -> Option<&[(u64, u64)]> {
+        match &self.how {
+            How::Ranges(v) => Some(v),
+            How::Entries(_) => None,
+        }
+    }
+
     /// Whether the page at `addr` may be read for region `r`.
     pub fn eligible(&self, r: &Region, addr: u64) -> bool {
         if addr < self.start || addr >= self.end {

@@ -7,6 +7,7 @@ use std::time::{Duration, Instant};
 
 use super::Engine;
 use crate::collect::Roots;
+use crate::dupes::moved::Placement;
 use crate::dupes::prove::{Proof, ProveOptions};
 use crate::sample::unsearched::Unsearched;
 use crate::sample::{FileKey, ProofSample, Sample};
@@ -19,6 +20,9 @@ pub(super) struct Reused {
     /// The last check in place since (memory changed): when, how long it took, and what
     /// it found.
     checked: Option<Checked>,
+    /// Where the process's memory was when the search began ([`Placement`]): while it
+    /// has not moved, the search stands.
+    placement: Option<Placement>,
 }
 
 pub(super) struct Checked {
@@ -120,6 +124,14 @@ impl Engine {
             }
         }
         let mut fresh = Vec::new();
+        // Where each process's memory is, read before its search: what appears during
+        // the search counts as moved next time (searched then), never as searched.
+        let mut placements: std::collections::BTreeMap<i32, Option<Placement>> = Default::default();
+        for c in &todo {
+            placements
+                .entry(c.pid)
+                .or_insert_with(|| Placement::of(&self.roots, c.pid));
+        }
         if !todo.is_empty() {
             let pending = Sample {
                 candidates: todo,
@@ -148,6 +160,7 @@ impl Engine {
                 Reused {
                     fingerprint: fingerprint(sample, p.sample.pid, p.sample.file),
                     at: now,
+                    placement: placements.get(&p.sample.pid).cloned().flatten(),
                     proof: p,
                     checked: None,
                 },
@@ -219,7 +232,18 @@ fn stale(
             (true, false) => format!("; the copies found then were checked again {ago:.0} s ago"),
         }
     );
+    // Nothing moved (no page faulted in or freed and faulted again since the search
+    // began): the memory is where the search saw it, rewritten in place at most, so the
+    // search stands and the count stays exact (dupes::moved says what this cannot see).
+    let unmoved = match (&r.placement, Placement::of(roots, pid)) {
+        (Some(then), Some(now)) => !now.moved_since(then),
+        _ => false,
+    };
     Some(match &checked.result {
+        Ok(p) if unmoved => ProofSample {
+            unsearched: before,
+            ..p.clone()
+        },
         Ok(p) => ProofSample {
             unsearched: Some(Unsearched::changed_since_search(before.as_ref(), &when)),
             ..p.clone()

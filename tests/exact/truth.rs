@@ -567,3 +567,70 @@ fn a_long_lived_engine_reuses_a_proof_while_nothing_changed() {
     let fm = f.files.iter().find(|x| Path::new(&x.path) == path).unwrap();
     assert_count(fm, 2.0);
 }
+
+/// A copier that keeps doing I/O (its rchar grows, so its fingerprint changes at every
+/// snapshot) and rewrites 32 MiB in place, faulting nothing in: between full searches the
+/// count stays exact (2, not a lower bound). A copier that touches new memory instead is
+/// a lower bound until its next full search (live.rs,
+/// `a_changing_copier_is_checked_in_place_between_full_searches`).
+#[test]
+fn a_copier_whose_memory_only_changes_in_place_keeps_an_exact_count() {
+    let _group = crate::common::group(module_path!());
+    if !require(
+        is_root(),
+        "root (to search other processes' memory and read frames)",
+    ) {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let (path, _) = model(dir.path(), 11);
+    let c = reader(
+        "copy",
+        Some(&path),
+        &["--close", "--bytes", "32M", "--io-loop"],
+    );
+    touch_cache(&path);
+    let req = twofold::collect::gather::Request {
+        paths: vec![path.clone()],
+        pids: vec![c.pid()],
+        ..Default::default()
+    };
+    let mut engine = twofold::engine::Engine::new(req, Some(Default::default()))
+        .incremental(std::time::Duration::from_secs(60));
+    let mut w = Vec::new();
+    let mut prev = engine.snapshot(&mut w).unwrap();
+    let f = |snap: &twofold::engine::Snapshot, prev: &twofold::engine::Snapshot| {
+        let r = twofold::engine::report(snap, Some(prev));
+        r.files
+            .into_iter()
+            .find(|x| Path::new(&x.path) == path)
+            .unwrap()
+    };
+    let first = f(&prev, &prev);
+    assert_count(&first, 2.0);
+    assert!(!first.representations.lower_bound);
+    let rchar = |pid: i32| {
+        let io = std::fs::read_to_string(format!("/proc/{pid}/io")).unwrap();
+        io.lines()
+            .find_map(|l| l.strip_prefix("rchar: "))
+            .unwrap()
+            .parse::<u64>()
+            .unwrap()
+    };
+    // Within the cadence (5 s at least): each snapshot sees a changed fingerprint.
+    for _ in 0..3 {
+        let before = rchar(c.pid());
+        std::thread::sleep(std::time::Duration::from_millis(400));
+        assert!(rchar(c.pid()) > before, "the child does I/O");
+        let snap = engine.snapshot(&mut w).unwrap();
+        assert_eq!(engine.last_reused, 0, "the fingerprint changed");
+        let fm = f(&snap, &prev);
+        assert_count(&fm, 2.0);
+        assert!(
+            !fm.representations.lower_bound,
+            "unmoved memory keeps the search: {:?}",
+            snap.sample.proofs
+        );
+        prev = snap;
+    }
+}

@@ -559,7 +559,8 @@ fn dump_says_why_it_wrote_no_rows() {
         model.as_os_str(),
     ]);
     assert_eq!(code, Some(0), "{err}");
-    // The snapshot is in the range but has no trace rows (recorded without --trace).
+    // The snapshot is in the range but has no trace rows (recorded without --trace): an
+    // error that says so (exit 2), never an empty success.
     let (code, out, err) = run_raw(&[
         "dump".as_ref(),
         "--what".as_ref(),
@@ -567,7 +568,7 @@ fn dump_says_why_it_wrote_no_rows() {
         "--store".as_ref(),
         store.as_os_str(),
     ]);
-    assert_eq!(code, Some(0), "{err}");
+    assert_eq!(code, Some(2), "{err}");
     assert!(out.is_empty());
     assert!(
         err.contains("no trace rows: the 1 snapshot between")

@@ -924,10 +924,19 @@ fn scan_trace_replays_byte_for_byte() {
         assert!(live.status.success());
         let replayed = replay.output().unwrap();
         assert!(replayed.status.success());
-        let (live, replayed) = (
+        let (live, mut replayed) = (
             String::from_utf8(live.stdout).unwrap(),
             String::from_utf8(replayed.stdout).unwrap(),
         );
+        // Text replay first names the moment it shows; the rest is what scan printed.
+        if !json {
+            let (first, rest) = replayed.split_once('\n').unwrap();
+            assert!(
+                first.starts_with("twofold replay: the snapshot of "),
+                "{first}"
+            );
+            replayed = rest.to_string();
+        }
         assert_eq!(live, replayed, "json {json}");
         if json {
             let r: twofold::model::Report = serde_json::from_str(&live).unwrap();
