@@ -89,7 +89,7 @@ def compare(counts: dict[str, tuple[float, bool]], truth: dict[str, float]) -> d
         err = abs(got[0] - want)
         worst = max(worst, err)
         if err > TOL or got[1]:
-            off.append((path, got[0], want))
+            off.append((path, f"{got[0]:.4f}" + (" (lower bound)" if got[1] else ""), want))
     return {"off": off, "lower": lower, "worst": worst, "files": len(truth)}
 
 
@@ -185,7 +185,7 @@ def phase_scan() -> list[str]:
         out.append(f"| `scan MODELS SMALL` #{i + 1} | {wall:.2f} | {cpu_s:.2f} | {rss:.1f} | "
                    f"{c['files'] - len(c['off'])}/{c['files']} | {c['lower']} | {c['worst']:.4f} |")
         for path, got, want in c["off"][:5]:
-            out.append(f"|  off: {os.path.relpath(path, WORK)} | printed {got} | truth {want:.3f} | | | | |")
+            out.append(f"|  off: {os.path.relpath(path, WORK)} | printed {got} | truth {want:.4f} | | | | |")
     wall, cpu_s, rss, counts = scan_once([])
     truth = {p: v for p, v in truth_now().items() if p in counts}
     c = compare(counts, truth)
@@ -279,7 +279,7 @@ def phase_serve() -> tuple[list[str], list[str]]:
              f"(|error| <= {TOL}); {low} had a lower bound; worst error {worst:.4f}"]
     for f in frames:
         for path, got, want in f["off"][:3]:
-            notes.append(f"  off: {os.path.relpath(path, WORK)} printed {got} truth {want:.3f}")
+            notes.append(f"  off: {os.path.relpath(path, WORK)} printed {got} truth {want:.4f}")
     return rows, notes
 
 

@@ -192,13 +192,16 @@ def main() -> int:
                                              stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                              close_fds=True))
         pending = {c.stdout.fileno(): c for c in children}
+        poll = select.poll()  # select() stops at fd 1024
+        for fd in pending:
+            poll.register(fd, select.POLLIN)
         deadline = time.monotonic() + args.timeout
         while pending and not stop:
             if time.monotonic() > deadline:
                 print(f"host_workload: {len(pending)} processes not ready", file=sys.stderr)
                 return 1
-            r, _, _ = select.select(list(pending), [], [], 1.0)
-            for fd in r:
+            for fd, _ev in poll.poll(1000):
+                poll.unregister(fd)
                 c = pending.pop(fd)
                 line = os.read(fd, 64)
                 if not line.startswith(b"ready"):

@@ -113,4 +113,8 @@ pub enum BenchWhat {
     /// Reads every present page `dupes` would search in PID, 1 MiB per call, and prints
     /// bytes, seconds and GB/s as JSON.
     Readmem { pid: i32 },
+    /// Draws bench/scaling.sh's results (IN, JSON: for each of `processes`, `memory_gib`
+    /// and `files`, a list of `{"x", "scan_s", "rss_mib"}`) as one PNG: scan time and
+    /// peak RSS against each.
+    PlotScaling { input: PathBuf, output: PathBuf },
 }
