@@ -232,6 +232,27 @@ pub fn write_chart(dir: &Path, stem: &str, chart: &Chart) -> anyhow::Result<()> 
     Ok(())
 }
 
+/// One PNG of `rows` x `cols` charts, each `cell` pixels, in row order (the scaling
+/// curves of bench/scaling.sh).
+pub fn write_grid_png(
+    png: &Path,
+    (rows, cols): (usize, usize),
+    cell: (u32, u32),
+    charts: &[Chart],
+) -> anyhow::Result<()> {
+    register_font();
+    let size = (cell.0 * cols as u32, cell.1 * rows as u32);
+    let root = BitMapBackend::new(png, size).into_drawing_area();
+    root.fill(&WHITE).map_err(err)?;
+    for (area, chart) in root.split_evenly((rows, cols)).into_iter().zip(charts) {
+        draw(area, chart).with_context(|| format!("cannot draw '{}'", png.display()))?;
+    }
+    root.present()
+        .map_err(err)
+        .with_context(|| format!("cannot write '{}'", png.display()))?;
+    Ok(())
+}
+
 /// A line chart over time (seconds) as `<stem>.{svg,png}`, with an optional limit line.
 pub fn line_chart(
     dir: &Path,

@@ -87,6 +87,18 @@ pub struct ChildArgs {
     /// measure exactly the work of the mode).
     #[arg(long)]
     pub go: bool,
+    /// After `ready`, hold --kv bytes of pseudo-random anonymous memory (a KV cache) and
+    /// rewrite --kv-rate percent of it per second with new pseudo-random bytes, until
+    /// stdin closes (memory that keeps changing, as a serving runtime's).
+    #[arg(long, value_parser = parse_size, default_value = "0")]
+    pub kv: u64,
+    /// Percent of --kv rewritten per second.
+    #[arg(long, default_value_t = 10.0)]
+    pub kv_rate: f64,
+    /// Before `ready`, fork this many workers that share everything set up so far
+    /// copy-on-write (a pre-fork worker pool) and wait for stdin to close.
+    #[arg(long, default_value_t = 0)]
+    pub fork: u32,
 }
 
 #[derive(Debug, Args)]
@@ -106,4 +118,8 @@ pub enum BenchWhat {
     /// Reads every present page `dupes` would search in PID, 1 MiB per call, and prints
     /// bytes, seconds and GB/s as JSON.
     Readmem { pid: i32 },
+    /// Draws bench/scaling.sh's results (IN, JSON: for each of `processes`, `memory_gib`
+    /// and `files`, a list of `{"x", "scan_s", "rss_mib"}`) as one PNG: scan time and
+    /// peak RSS against each.
+    PlotScaling { input: PathBuf, output: PathBuf },
 }

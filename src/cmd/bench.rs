@@ -17,6 +17,7 @@ pub fn run(args: &BenchArgs, out: &mut dyn Write) -> anyhow::Result<()> {
             writeln!(out, "{n}")?;
         }
         BenchWhat::Readmem { pid } => readmem(*pid, out)?,
+        BenchWhat::PlotScaling { input, output } => plot_scaling(input, output)?,
     }
     Ok(())
 }
@@ -59,4 +60,60 @@ fn readmem(pid: i32, out: &mut dyn Write) -> anyhow::Result<()> {
         bytes as f64 / secs / 1e9
     )?;
     Ok(())
+}
+
+/// One measured point of bench/scaling.sh.
+#[derive(serde::Deserialize)]
+struct Point {
+    x: f64,
+    scan_s: f64,
+    rss_mib: f64,
+}
+
+/// The three curves of bench/scaling.sh: bare `scan` time (left) and twofold's peak RSS
+/// (right) against processes, candidate memory and model files, one row each.
+fn plot_scaling(input: &std::path::Path, output: &std::path::Path) -> anyhow::Result<()> {
+    use crate::campaign::plot::{write_grid_png, Chart, Series, XTicks};
+    let text = std::fs::read_to_string(input)
+        .with_context(|| format!("cannot read '{}'", input.display()))?;
+    let all: std::collections::BTreeMap<String, Vec<Point>> = serde_json::from_str(&text)
+        .with_context(|| format!("'{}' is not scaling results", input.display()))?;
+    let dims = [
+        ("processes", "idle processes"),
+        ("memory_gib", "candidate memory (GiB)"),
+        ("files", "model files"),
+    ];
+    let mut series = Vec::new();
+    for (key, x_label) in dims {
+        let pts = all
+            .get(key)
+            .with_context(|| format!("'{}' has no '{key}'", input.display()))?;
+        let line = |name: &str, f: fn(&Point) -> f64| Series {
+            name: name.to_string(),
+            points: pts.iter().map(|p| (p.x, f(p))).collect(),
+            markers: true,
+        };
+        series.push((x_label, "scan time (s)", line("scan s", |p| p.scan_s)));
+        series.push((x_label, "peak RSS (MiB)", line("RSS MiB", |p| p.rss_mib)));
+    }
+    let titles: Vec<String> = series
+        .iter()
+        .map(|(x, y, _)| format!("twofold scan: {y} vs {x}"))
+        .collect();
+    let one: Vec<[Series; 1]> = series.into_iter().map(|(_, _, s)| [s]).collect();
+    let charts: Vec<Chart> = one
+        .iter()
+        .zip(&titles)
+        .zip(dims.iter().flat_map(|d| [d.1, d.1]))
+        .enumerate()
+        .map(|(i, ((s, title), x_label))| Chart {
+            title,
+            x_label,
+            y_label: if i % 2 == 0 { "seconds" } else { "MiB" },
+            series: s,
+            limit: None,
+            x_ticks: XTicks::Continuous,
+        })
+        .collect();
+    write_grid_png(output, (3, 2), (800, 450), &charts)
 }

@@ -267,6 +267,11 @@ pub fn run(args: &ChildArgs) -> anyhow::Result<()> {
     if args.drift {
         return drift(_keep_heap.as_mut());
     }
+    let mut kv = (args.kv > 0).then(|| extra_anon(args.kv, true));
+    fork_workers(args.fork)?;
+    if let Some(kv) = kv.as_mut() {
+        return kv_loop(kv, args.kv_rate);
+    }
     // Raw fds from here on: nothing may allocate or touch new memory after `ready`, so
     // the footprint a test measures is the one it set up.
     let mut sink = [0u8; 64];
@@ -352,6 +357,70 @@ fn drift(mut copy: Option<&mut Vec<u8>>) -> anyhow::Result<()> {
             // SAFETY: within the reserved capacity; the byte is written before any read.
             unsafe { reserve.as_mut_ptr().add(touched).write_volatile(1) };
             touched += STEP;
+        }
+    }
+}
+
+/// `--fork N`: N children that keep everything set up so far (copy-on-write), set their
+/// own parent-death signal and wait for stdin to close. They touch no memory.
+fn fork_workers(n: u32) -> anyhow::Result<()> {
+    for _ in 0..n {
+        // SAFETY: this process is single-threaded here; the child calls only
+        // async-signal-safe functions (prctl, read, _exit) before it exits.
+        let pid = unsafe { libc::fork() };
+        if pid < 0 {
+            anyhow::bail!("fork failed: {}", std::io::Error::last_os_error());
+        }
+        if pid == 0 {
+            let mut sink = [0u8; 64];
+            // SAFETY: as above; fd 0 is open; the buffer is on this stack.
+            unsafe {
+                libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL);
+                while libc::read(0, sink.as_mut_ptr().cast(), sink.len()) > 0 {}
+                libc::_exit(0);
+            }
+        }
+    }
+    Ok(())
+}
+
+/// `--kv`: says `ready`, then rewrites `rate` percent of `kv` per second (paced every
+/// 100 ms by the clock, cycling through the buffer) with new pseudo-random words, until
+/// stdin closes.
+fn kv_loop(kv: &mut [u8], rate: f64) -> anyhow::Result<()> {
+    let per_sec = kv.len() as f64 * rate.max(0.0) / 100.0;
+    let start = std::time::Instant::now();
+    let (mut done, mut at) = (0u64, 0usize);
+    let mut s = 0x9e37_79b9_7f4a_7c15u64 ^ u64::from(std::process::id());
+    let mut sink = [0u8; 64];
+    report_ready()?;
+    loop {
+        let mut fds = [libc::pollfd {
+            fd: 0,
+            events: libc::POLLIN,
+            revents: 0,
+        }];
+        // SAFETY: one valid pollfd; fd 0 is open for the life of the process.
+        if unsafe { libc::poll(fds.as_mut_ptr(), 1, 100) } > 0 {
+            // SAFETY: as above; the buffer is valid.
+            if unsafe { libc::read(0, sink.as_mut_ptr().cast(), sink.len()) } <= 0 {
+                return Ok(());
+            }
+        }
+        let due = (start.elapsed().as_secs_f64() * per_sec) as u64;
+        let mut left = due.saturating_sub(done) as usize / 8 * 8;
+        done += left as u64;
+        while left > 0 {
+            let n = left.min(kv.len() - at);
+            for w in kv[at..at + n].chunks_exact_mut(8) {
+                s ^= s << 13;
+                s ^= s >> 7;
+                s ^= s << 17;
+                w.copy_from_slice(&s.to_le_bytes());
+            }
+            std::hint::black_box(&kv[at..at + n]);
+            at = (at + n) % kv.len();
+            left -= n;
         }
     }
 }
