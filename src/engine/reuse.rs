@@ -95,6 +95,8 @@ impl Engine {
         let mut todo = Vec::new();
         self.last_reused = 0;
         self.last_rechecked = 0;
+        // Where each changed process's memory is now, read once per process.
+        let mut placed: std::collections::BTreeMap<i32, Option<Placement>> = Default::default();
         for c in &sample.candidates {
             let fp = fingerprint(sample, c.pid, c.file);
             let Some(r) = self.reuse.get_mut(&(c.pid, c.file)) else {
@@ -110,7 +112,7 @@ impl Engine {
                 let ranges = CopyRanges::of(c.file, &r.proof.found);
                 kept.push((r.proof.sample.clone(), ranges));
             } else {
-                match stale(&self.roots, sample, r, now, opts.exact) {
+                match stale(&self.roots, sample, r, now, opts.exact, &mut placed) {
                     Some(p) => {
                         self.last_rechecked += 1;
                         // A check in place keeps the whole copies only.
@@ -185,6 +187,7 @@ fn stale(
     r: &mut Reused,
     now: Instant,
     exact: bool,
+    placed: &mut std::collections::BTreeMap<i32, Option<Placement>>,
 ) -> Option<ProofSample> {
     use crate::dupes::recheck::Rechecked;
     let fresh = |r: &Reused| {
@@ -235,7 +238,10 @@ fn stale(
     // Nothing moved (no page faulted in or freed and faulted again since the search
     // began): the memory is where the search saw it, rewritten in place at most, so the
     // search stands and the count stays exact (dupes::moved says what this cannot see).
-    let unmoved = match (&r.placement, Placement::of(roots, pid)) {
+    let now_at = placed
+        .entry(pid)
+        .or_insert_with(|| r.placement.as_ref().and_then(|_| Placement::of(roots, pid)));
+    let unmoved = match (&r.placement, now_at) {
         (Some(then), Some(now)) => !now.moved_since(then),
         _ => false,
     };
