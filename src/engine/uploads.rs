@@ -14,6 +14,7 @@ use crate::collect::bpf::uploads::{entry_name, Call, CopyRecord, Note, UploadTra
 use crate::collect::Roots;
 use crate::dupes::uploads::{add_range, Matcher};
 use crate::sample::uploads::{FileUpload, HostRegistration, UploadProcess, UploadsSample};
+use crate::sample::GpuSample;
 use crate::sample::{FileKey, Sample};
 
 /// Samples of unmatched copies kept for a later match.
@@ -195,6 +196,31 @@ impl Ledger {
         }
     }
 
+    /// Forgets the processes that exited: their rows, uploads, registrations and copies
+    /// kept for a later match (a long recording's ledger holds the living, not every
+    /// process since the attach; the model shows only living processes anyway).
+    fn forget_exited(&mut self) {
+        let gone: BTreeSet<i32> = self
+            .procs
+            .keys()
+            .copied()
+            .filter(|p| !self.proc_root.join(p.to_string()).exists())
+            .collect();
+        if gone.is_empty() {
+            return;
+        }
+        self.procs.retain(|p, _| !gone.contains(p));
+        self.preloaded.retain(|p| !gone.contains(p));
+        self.uploads.retain(|k, _| !gone.contains(&k.0));
+        self.sample.registrations.retain(|r| !gone.contains(&r.pid));
+        self.pending.retain(|(p, _, _)| !gone.contains(p));
+        self.pending_bytes = self
+            .pending
+            .iter()
+            .map(|(_, _, c)| c.anchor.len() + c.samples.len() * 40)
+            .sum();
+    }
+
     fn snapshot(&self) -> UploadsSample {
         let mut s = self.sample.clone();
         s.samples_per_copy = SAMPLES as u32;
@@ -266,17 +292,31 @@ impl Uploads {
         ))
     }
 
-    /// Indexes model files of `sample` not indexed yet, and returns the ledger.
+    /// Indexes model files of `sample` not indexed yet, and returns the ledger, each
+    /// process with the GPUs it holds memory on.
+    /// Processes that exited are forgotten first.
     pub(crate) fn sample(&mut self, sample: &Sample, warnings: &mut Vec<String>) -> UploadsSample {
+        lock(&self.ledger).forget_exited();
         let files: Vec<(PathBuf, FileKey)> = sample
             .files
             .iter()
             .filter(|f| f.size_bytes.is_some())
             .map(|f| (PathBuf::from(&f.path), f.key))
             .collect();
+        self.ledger(&files, &sample.gpu, warnings)
+    }
+
+    /// Indexes `files` (path, key) when one is not indexed yet, and returns the ledger,
+    /// each process with the GPUs `gpu` says it holds memory on.
+    pub(crate) fn ledger(
+        &mut self,
+        files: &[(PathBuf, FileKey)],
+        gpu: &GpuSample,
+        warnings: &mut Vec<String>,
+    ) -> UploadsSample {
         if files.iter().any(|f| !self.indexed.contains(&f.1)) {
             // Every file again: one grid holds them all (indexing reads only its points).
-            let (m, w) = Matcher::build(&files);
+            let (m, w) = Matcher::build(files);
             warnings.extend(w);
             self.indexed = files.iter().map(|f| f.1).collect();
             if let Some(m) = m {
@@ -287,7 +327,20 @@ impl Uploads {
         if !s.libraries.is_empty() {
             s.unavailable = None;
         }
+        for p in &mut s.processes {
+            p.gpus = gpu
+                .devices
+                .iter()
+                .filter(|d| d.processes.iter().any(|g| g.pid == p.pid))
+                .map(|d| d.info.index)
+                .collect();
+        }
         s
+    }
+
+    /// Whether any host-to-device copy was seen.
+    pub(crate) fn any_copies(&self) -> bool {
+        lock(&self.ledger).procs.values().any(|p| p.row.copies > 0)
     }
 }
 
