@@ -3,8 +3,9 @@
 # PyTorch loaders with upload tracing on, checked against file sizes, NVML and
 # torch.cuda.memory_allocated(), and the tracing overhead. Run on the GPU machine from the
 # folder holding a stripped x86-64 release build of `twofold` (argument 1, default
-# .devcarry). Results go to $OUT (default ./out): replay.txt, replay.json, metrics.txt,
-# loaders.json, check.txt, trace.txt, overhead.txt.
+# .devcarry). Results go to $OUT (default ./out), 7 files (the device tool brings back 8):
+# replay.txt, replay.json, metrics.txt, check.txt, trace.txt, overhead.txt and logs.txt
+# (loaders.json, nvidia-smi, the record and serve logs).
 #
 #  L1  torch.load(c.pt) + .cuda() of every tensor, the host copy kept;
 #  L2  safetensors load_file(a, device="cuda:0") and load_file(b, device="cuda:0"), one process;
@@ -86,8 +87,8 @@ for c in L1 L2 L3 L4; do
   eval "exec {fd_$c}> \"$W/$c.in\""
   wait_ready "$W/$c.out"
 done
-cat "$W"/L?.out | grep '"ready"' > "$OUT/loaders.json"
-cat "$OUT/loaders.json"
+cat "$W"/L?.out | grep '"ready"' > "$W/loaders.json"
+cat "$W/loaders.json"
 sleep 5  # two more record snapshots
 # serve: scrape until a fresh snapshot has the upload series of every loaded file (60 s at most).
 python3 - "$W" "$OUT/metrics.txt" <<'PY'
@@ -106,21 +107,21 @@ while time.time() - t0 < 60:
 open(out, "w").write(text)
 print(f"metrics after {time.time() - t0:.1f} s; file ids {ids}")
 PY
-nvidia-smi --query-compute-apps=pid,used_memory --format=csv,noheader,nounits > "$OUT/smi.txt" 2>&1
+nvidia-smi --query-compute-apps=pid,used_memory --format=csv,noheader,nounits > "$W/smi.txt" 2>&1
 kill -INT $REC; wait $REC 2>/dev/null
 kill -INT $TR; wait $TR 2>/dev/null
-twofold replay --store "$W/store" --json > "$OUT/replay.json" 2> "$OUT/replay.err"
+twofold replay --store "$W/store" --json > "$OUT/replay.json" 2> "$W/replay.err"
 twofold replay --store "$W/store" > "$OUT/replay.txt" 2>&1
 sed -n '1,200p' "$OUT/replay.txt"
 grep -E '^twofold_file_(held_bytes\{.*device|device_upload)' "$OUT/metrics.txt"
-python3 - "$OUT" <<'PY' | tee "$OUT/check.txt"
+python3 - "$OUT" "$W" <<'PY' | tee "$OUT/check.txt"
 import json, sys
-out = sys.argv[1]
+out, w = sys.argv[1], sys.argv[2]
 MIB = 1 << 20
 r = json.load(open(f"{out}/replay.json"))
 r = r.get("report", r)
-loaders = {d["case"]: d for d in map(json.loads, open(f"{out}/loaders.json"))}
-smi = {int(p): int(m) * MIB for p, m in (l.split(",") for l in open(f"{out}/smi.txt") if "," in l)}
+loaders = {d["case"]: d for d in map(json.loads, open(f"{w}/loaders.json"))}
+smi = {int(p): int(m) * MIB for p, m in (l.split(",") for l in open(f"{w}/smi.txt") if "," in l)}
 files = {f["path"].rsplit("/", 1)[-1]: f for f in r["files"]}
 procs = {p["pid"]: p for p in r["processes"]}
 ok = True
@@ -151,7 +152,6 @@ check("L3 (mapping + 6 GiB KV-like): no device copy, proven or suspected", not s
 tp = {p["pid"]: p for p in (r["gpus"].get("uploads") or {}).get("processes", [])}
 check("L3: traced from its start, not model bytes", tp.get(L3, {}).get("verdict") == "not model bytes", tp.get(L3))
 import os
-w = os.path.dirname(next(iter(files.values()))["path"])
 met = {}
 for l in open(f"{out}/metrics.txt"):
     if l.startswith("twofold_file_device_uploaded_bytes_total{"):
@@ -212,4 +212,4 @@ for what in ("load_s", "loop_s"):
         t = statistics.median(r[what] for r in rows[mode])
         print(f"{what}: median untraced {u:.4f} s, record --trace{'-uploads' if mode == 'uploads' else ''} {t:.4f} s, overhead {100 * (t - u) / u:+.2f}%" + (f" ({(t - u) / 1e5 * 1e6:+.2f} us per upload)" if what == "loop_s" else ""))
 PY
-cp "$W/record.log" "$W/serve.log" "$OUT/" 2>/dev/null
+for f in loaders.json smi.txt replay.err record.log serve.log; do echo "== $f"; cat "$W/$f" 2>/dev/null; done > "$OUT/logs.txt"
