@@ -39,10 +39,13 @@ pub enum FileField {
     MappersOrOpeners,
     /// Bytes held beyond one copy.
     Excess,
+    /// Device bytes living processes uploaded from the file (upload tracing; unknown when
+    /// none was traced, [`FileModel::uploaded_bytes`]).
+    Uploaded,
 }
 
 impl FileField {
-    pub const ALL: [FileField; 16] = [
+    pub const ALL: [FileField; 17] = [
         FileField::Path,
         FileField::FileId,
         FileField::Size,
@@ -59,6 +62,7 @@ impl FileField {
         FileField::Holders,
         FileField::MappersOrOpeners,
         FileField::Excess,
+        FileField::Uploaded,
     ];
 
     /// The short name `top` sorts (`--sort`, `s`) and filters (`size>1G`) by.
@@ -74,6 +78,7 @@ impl FileField {
             FileField::Suspected => "suspected",
             FileField::Holders => "holders",
             FileField::Excess => "excess",
+            FileField::Uploaded => "uploaded",
             FileField::FileId
             | FileField::LowerBound
             | FileField::CountedCow
@@ -109,7 +114,8 @@ impl FileField {
             | FileField::CountedDevice
             | FileField::Private
             | FileField::Holders
-            | FileField::Excess => return None,
+            | FileField::Excess
+            | FileField::Uploaded => return None,
         })
     }
 
@@ -216,6 +222,7 @@ impl FileField {
             FileField::Holders => Value::Uint(Some(f.holder_count() as u64)),
             FileField::MappersOrOpeners => Value::Uint(Some(f.mapper_or_opener_count() as u64)),
             FileField::Excess => Value::Uint(f.excess_bytes()),
+            FileField::Uploaded => Value::Uint(f.uploaded_bytes()),
         }
     }
 
