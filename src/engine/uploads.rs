@@ -20,9 +20,20 @@ use crate::sample::{FileKey, Sample};
 /// Samples of unmatched copies kept for a later match.
 pub const PENDING_BYTES: usize = 16 << 20;
 
+/// Where the last copy of a process matched as is ended: in the file, at the source and at
+/// the destination (a chunk that continues it is confirmed at `file_end`).
+#[derive(Clone, Copy)]
+struct Follow {
+    file: FileKey,
+    file_end: u64,
+    src_end: u64,
+    dst_end: u64,
+}
+
 #[derive(Default)]
 struct Proc {
     row: UploadProcess,
+    last: Option<Follow>,
     /// Live device allocations: start → bytes.
     allocs: BTreeMap<u64, u64>,
     host: BTreeMap<u64, u64>,
@@ -154,12 +165,28 @@ impl Ledger {
         }
     }
 
-    /// Matches `c` and books it; false when it matched no file.
+    /// Matches `c` (through its grid points, or as the continuation of the process's last
+    /// matched copy) and books it; false when it matched no file.
     fn try_match(&mut self, pid: i32, at: u64, c: &CopyRecord) -> bool {
-        let Some(m) = self.matcher.as_ref().and_then(|m| m.match_copy(c)) else {
+        let Some(matcher) = self.matcher.as_ref() else {
             return false;
         };
-        self.proc(pid).row.model_bytes += c.bytes;
+        let follow = self.procs.get(&pid).and_then(|p| p.last);
+        let m = matcher.match_copy(c).or_else(|| {
+            let f = follow.filter(|f| c.src == f.src_end || c.dst == f.dst_end)?;
+            matcher.confirm_at(c, f.file, f.file_end)
+        });
+        let Some(m) = m else {
+            return false;
+        };
+        let p = self.proc(pid);
+        p.row.model_bytes += c.bytes;
+        p.last = (!m.widened).then_some(Follow {
+            file: m.file,
+            file_end: m.end,
+            src_end: c.src + c.bytes,
+            dst_end: c.dst + c.bytes,
+        });
         let u = self
             .uploads
             .entry((pid, m.file, m.widened))
