@@ -374,3 +374,59 @@ impl Uploads {
 fn lock(l: &Mutex<Ledger>) -> std::sync::MutexGuard<'_, Ledger> {
     l.lock().unwrap_or_else(|e| e.into_inner())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn copy(src: u64, dst: u64, bytes: u64) -> CopyRecord {
+        CopyRecord {
+            entry: 5,
+            dst,
+            src,
+            bytes,
+            unified: false,
+            strided: false,
+            anchor: vec![7; 64],
+            samples: Vec::new(),
+        }
+    }
+
+    #[test]
+    fn processes_that_exited_are_forgotten_with_what_they_left() {
+        let root = tempfile::tempdir().unwrap();
+        std::fs::create_dir(root.path().join("10")).unwrap();
+        let mut l = Ledger {
+            proc_root: root.path().to_path_buf(),
+            ..Ledger::default()
+        };
+        for pid in [10, 11] {
+            l.note(Note::Mapped {
+                pid,
+                preloaded: false,
+            });
+            l.record(
+                pid,
+                1,
+                Call::Alloc {
+                    dst: 0x1000,
+                    bytes: 64,
+                },
+            );
+            // No matcher: the copy is kept for a later match.
+            l.record(pid, 2, Call::Copy(copy(0x10, 0x1000, 64)));
+        }
+        l.uploads
+            .insert((11, FileKey::from_dev(1, 2), false), FileUpload::default());
+        assert_eq!((l.procs.len(), l.pending.len()), (2, 2));
+        l.forget_exited();
+        // pid 11 has no /proc entry: its row, upload and kept copy are gone.
+        assert_eq!(l.procs.keys().copied().collect::<Vec<_>>(), [10]);
+        assert!(l.uploads.is_empty());
+        assert_eq!(l.pending.len(), 1);
+        assert_eq!(l.pending_bytes, 64);
+        let s = l.snapshot();
+        assert_eq!(s.processes.len(), 1);
+        assert_eq!(s.processes[0].device_alloc_bytes, 64);
+    }
+}
