@@ -182,11 +182,18 @@ struct io_start {
 			   * only if it lies in a traced device allocation */
 #define UPF_STRIDED 2     /* a 2D/3D copy whose rows are not contiguous: only
 			   * its first row was sampled */
+#define UPF_SMALL 4       /* a copy of at most UP_SMALL bytes: a struct
+			   * upload_small record, the whole copy in its anchor */
 
 /* Bytes read at the start of the source (a grid window at every residue). */
 #define UP_ANCHOR 2064
 #define UP_SAMPLES 16
 #define UP_SAMPLE 32
+/* Copies of at most this many bytes are sent whole in a small record. */
+#define UP_SMALL 256
+/* The reader is woken only when this much is waiting (it also drains every 50 ms):
+ * a wakeup per record would cost every small upload a context switch. */
+#define UP_WAKE_BYTES (2 << 20)
 /* Batched copies (cuMemcpyBatchAsync) sampled per call. */
 #define UP_BATCH_MAX 8
 
@@ -211,6 +218,14 @@ struct upload_copy {
 	__u32 sampled;
 	__u8 anchor[UP_ANCHOR];
 	__u8 samples[UP_SAMPLES][UP_SAMPLE];
+};
+
+/* An UP_COPY record of at most UP_SMALL bytes (flag UPF_SMALL): no samples. */
+struct upload_small {
+	struct upload_head h;
+	__u32 anchor_len;
+	__u32 sampled;   /* 0 */
+	__u8 anchor[UP_SMALL];
 };
 
 /* An allocation in progress, per thread (entry to return). */

@@ -6,8 +6,10 @@
  *
  * A host-to-device copy sends its destination, source and size with content
  * samples of the source taken at the moment of the call: the first UP_ANCHOR
- * bytes and UP_SAMPLES windows of UP_SAMPLE bytes spread over the range, at
- * most 2,576 bytes whatever the copy's size. bpf_probe_read_user reads only
+ * bytes and, for a copy longer than that, UP_SAMPLES windows of UP_SAMPLE bytes
+ * spread over the range: at most 2,576 bytes whatever the copy's size. A copy of at
+ * most UP_SMALL bytes goes whole in a small record (320 bytes, not 2,640), and the
+ * reader is woken only when 2 MiB wait. bpf_probe_read_user reads only
  * present pages (a uprobe program cannot fault), so nothing is paged in for
  * twofold; a window that is not present is marked missing. Which bytes of a
  * model file were uploaded is decided in user space by matching the samples
@@ -31,6 +33,18 @@ struct {
 	__type(key, __u32);
 	__type(value, struct upload_pending);
 } pending SEC(".maps");
+
+/* bpf_ringbuf_query / bpf_ringbuf_submit flags (uapi's BPF_RB_*). */
+#define RB_NO_WAKEUP 1
+#define RB_FORCE_WAKEUP 2
+#define RB_AVAIL_DATA 0
+
+/* Wakes the reader only when UP_WAKE_BYTES wait (it drains every 50 ms anyway). */
+static __always_inline __u64 wakeup(void)
+{
+	return bpf_ringbuf_query(&uploads, RB_AVAIL_DATA) >= UP_WAKE_BYTES ? RB_FORCE_WAKEUP
+									  : RB_NO_WAKEUP;
+}
 
 static __always_inline void head(struct upload_head *h, __u32 kind, __u32 entry)
 {
@@ -59,17 +73,46 @@ static __always_inline int small(__u32 kind, __u64 dst, __u64 src, __u64 bytes, 
 	h->dst = dst;
 	h->src = src;
 	h->bytes = bytes;
-	bpf_ringbuf_submit(h, 0);
+	bpf_ringbuf_submit(h, wakeup());
+	return 0;
+}
+
+/* Sends a copy of at most UP_SMALL bytes whole, in a small record. */
+static __always_inline int copy_small(__u32 entry, __u64 dst, __u64 src, __u64 bytes,
+				      __u32 flags, __u32 index)
+{
+	struct upload_small *e = bpf_ringbuf_reserve(&uploads, sizeof(*e), 0);
+	if (!e) {
+		total_add(TOTAL_MAP_FULL, 1);
+		return 0;
+	}
+	head(&e->h, UP_COPY, entry);
+	e->h.dst = dst;
+	e->h.src = src;
+	e->h.bytes = bytes;
+	e->h.flags = flags | UPF_SMALL;
+	e->h.index = index;
+	e->anchor_len = 0;
+	e->sampled = 0;
+	__u64 n = bytes;
+	asm volatile("" : "+r"(n));
+	if (n > 0 && n <= UP_SMALL && bpf_probe_read_user(e->anchor, n, (const void *)src) == 0)
+		e->anchor_len = n;
+	bpf_ringbuf_submit(e, wakeup());
 	return 0;
 }
 
 /* Sends a copy of `bytes` from `src` (`first`: bytes contiguous from src that may be
- * sampled; less than `bytes` for a strided copy). */
+ * sampled; less than `bytes` for a strided copy). A copy of at most UP_SMALL bytes goes
+ * whole in a small record; one of at most UP_ANCHOR bytes is whole in the anchor, so
+ * its windows are not read. */
 static __always_inline int copy(__u32 entry, __u64 dst, __u64 src, __u64 bytes, __u64 first,
 				__u32 flags, __u32 index)
 {
 	if (!bytes)
 		return 0;
+	if (first == bytes && bytes <= UP_SMALL)
+		return copy_small(entry, dst, src, bytes, flags, index);
 	struct upload_copy *e = bpf_ringbuf_reserve(&uploads, sizeof(*e), 0);
 	if (!e) {
 		total_add(TOTAL_MAP_FULL, 1);
@@ -91,7 +134,7 @@ static __always_inline int copy(__u32 entry, __u64 dst, __u64 src, __u64 bytes, 
 	if (n > 0 && n <= UP_ANCHOR &&
 	    bpf_probe_read_user(e->anchor, n, (const void *)src) == 0)
 		e->anchor_len = n;
-	if (first >= UP_SAMPLE && !(flags & UPF_STRIDED)) {
+	if (first > UP_ANCHOR && !(flags & UPF_STRIDED)) {
 		__u64 span = first - UP_SAMPLE;
 #pragma unroll
 		for (int i = 0; i < UP_SAMPLES; i++) {
@@ -100,7 +143,7 @@ static __always_inline int copy(__u32 entry, __u64 dst, __u64 src, __u64 bytes, 
 				e->sampled |= 1u << i;
 		}
 	}
-	bpf_ringbuf_submit(e, 0);
+	bpf_ringbuf_submit(e, wakeup());
 	return 0;
 }
 

@@ -71,6 +71,11 @@ pub struct ServeArgs {
     /// refaults, read() bytes.
     #[arg(long)]
     pub trace: bool,
+    /// Trace uploads to GPUs alone (the upload probes on the CUDA driver library, without
+    /// the tracepoints of --trace): exports twofold_file_device_uploaded_bytes_total and
+    /// the device copies proven at upload, for less (docs/device.md, "Cost").
+    #[arg(long, conflicts_with = "trace")]
+    pub trace_uploads: bool,
     /// Add a pid label to the per-workload series (one series per process: high
     /// cardinality).
     #[arg(long)]

@@ -36,6 +36,11 @@ pub struct RecordArgs {
     /// read which file, even after it closed it); needs root or CAP_BPF + CAP_PERFMON.
     #[arg(long)]
     pub trace: bool,
+    /// Trace uploads to GPUs alone (the upload probes on the CUDA driver library, without
+    /// the page-fault, syscall and page-cache tracepoints of --trace): proves device copies
+    /// at upload for less (docs/device.md, "Cost"); needs root or CAP_BPF + CAP_PERFMON.
+    #[arg(long, conflicts_with = "trace")]
+    pub trace_uploads: bool,
     #[command(flatten)]
     pub collect: CollectArgs,
 }

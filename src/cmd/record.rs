@@ -70,6 +70,13 @@ pub fn record(args: &RecordArgs, out: &mut dyn Write) -> anyhow::Result<()> {
             super::warn_all(&[format!("--trace: {e}; the recording goes on without it")]);
         }
     }
+    if args.trace_uploads {
+        if let Err(e) = engine.set_upload_tracing() {
+            super::warn_all(&[format!(
+                "--trace-uploads: {e}; the recording goes on without it"
+            )]);
+        }
+    }
     let stop = stop_flag();
     let mut n = 0u64;
     let mut next = Instant::now();

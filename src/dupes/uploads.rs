@@ -9,6 +9,10 @@
 //! equals the file's bytes at the offsets that point implies (or, for an F16/BF16 tensor,
 //! its value-exact F32 widening). Bytes between the samples are not read: the claim is that
 //! every sampled window of the copy is the file's (the sampling rule, `docs/device.md`).
+//! A copy that continues the last matched copy of its process (its source or destination
+//! right after that copy's) is also confirmed at the file offset right after it
+//! ([`Matcher::confirm_at`]): a tensor uploaded in chunks, whose later chunks need not
+//! hold a grid point.
 
 use std::path::PathBuf;
 
@@ -100,6 +104,39 @@ impl Matcher {
             }
         }
         None
+    }
+
+    /// Whether `c` carried `file`'s bytes `[base, base + c.bytes)` as they are: the copy
+    /// right after one matched to the bytes before `base` (a tensor uploaded in chunks,
+    /// whose later chunks may hold no grid point). Every byte read must equal the file's,
+    /// and the first bytes must hold a window that is no constant run (zeros match zeros).
+    pub fn confirm_at(&self, c: &CopyRecord, file: FileKey, base: u64) -> Option<Matched> {
+        if c.anchor.len() < WIN || c.strided {
+            return None;
+        }
+        if c.anchor.windows(WIN).all(periodic) {
+            return None;
+        }
+        let fi = self.keys.iter().position(|k| *k == file)?;
+        let bytes = &self.grid.files[fi].bytes;
+        let end = base.checked_add(c.bytes)?;
+        if end > bytes.size {
+            return None;
+        }
+        let mut buf = Vec::new();
+        let mut same = |off: u64, want: &[u8]| {
+            buf.resize(want.len(), 0);
+            bytes.read_exact_at(&mut buf, base + off).is_ok() && buf[..] == *want
+        };
+        if !same(0, &c.anchor) || !c.samples.iter().all(|(off, w)| same(*off, w)) {
+            return None;
+        }
+        Some(Matched {
+            file,
+            widened: false,
+            start: base,
+            end,
+        })
     }
 
     /// Confirms that upload byte `pos` is memory offset `m` of `piece`, by every sample.

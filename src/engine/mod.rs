@@ -175,7 +175,11 @@ impl Engine {
                 t.annotate(&self.req, &self.interest, cur, warnings);
             }
         }
-        if self.tracing.as_ref().is_some_and(|t| t.tracer.is_none()) {
+        if self
+            .tracing
+            .as_ref()
+            .is_some_and(|t| t.once && t.tracer.is_none())
+        {
             self.tracing = None;
         }
         if self.cache.is_some() {

@@ -19,7 +19,8 @@ use crate::sample::{FileKey, Warning, WarningKind};
 /// What the engine keeps while tracing: the tracer, what it pinned, names it resolved and
 /// the sample before.
 pub(super) struct Tracing {
-    /// `None` once a one-shot window ([`Engine::trace_once`]) has been read.
+    /// `None` once a one-shot window ([`Engine::trace_once`]) has been read, and when
+    /// only uploads are traced ([`Engine::set_upload_tracing`]).
     pub(super) tracer: Option<Tracer>,
     /// Detach right after the next sample.
     pub(super) once: bool,
@@ -63,6 +64,19 @@ impl Engine {
             self.tracing = None;
             return Ok(());
         }
+        self.start_tracing(false)
+    }
+
+    /// Traces uploads to GPUs alone: the upload probes on the CUDA driver library, without
+    /// the page-fault, syscall and page-cache tracepoints of [`Engine::set_tracing`] (whose
+    /// cost every page fault and read() pays). Snapshots carry the upload ledger and no
+    /// counters. `Err` when the upload probes cannot be attached. A no-op when tracing
+    /// is on already.
+    pub fn set_upload_tracing(&mut self) -> Result<(), String> {
+        self.start_tracing(true)
+    }
+
+    fn start_tracing(&mut self, uploads_only: bool) -> Result<(), String> {
         if self.tracing.is_some() {
             return Ok(());
         }
@@ -70,9 +84,17 @@ impl Engine {
         files.extend(self.interest.iter().map(|f| f.0));
         files.sort();
         files.dedup();
-        let tracer = Tracer::attach(&TraceOptions::pinning(&self.req.pids, &files))
-            .map_err(|e| format!("{:#}", anyhow::Error::from(e)))?;
-        let mut warnings = tracer.warnings().to_vec();
+        let tracer = if uploads_only {
+            None
+        } else {
+            Some(
+                Tracer::attach(&TraceOptions::pinning(&self.req.pids, &files))
+                    .map_err(|e| format!("{:#}", anyhow::Error::from(e)))?,
+            )
+        };
+        let mut warnings = tracer
+            .as_ref()
+            .map_or(Vec::new(), |t| t.warnings().to_vec());
         let named: Vec<(std::path::PathBuf, FileKey)> = self
             .req
             .paths
@@ -88,6 +110,7 @@ impl Engine {
                 warnings.extend(w.into_iter().map(upload_warning));
                 Some(u)
             }
+            Err(e) if uploads_only => return Err(e),
             Err(e) => {
                 warnings.push(upload_warning(format!(
                     "uploads to GPUs are not traced: {e}"
@@ -98,7 +121,7 @@ impl Engine {
         self.tracing = Some(Tracing {
             uploads,
             warnings,
-            tracer: Some(tracer),
+            tracer,
             once: false,
             pinned: files.into_iter().collect(),
             names: Names::new(&self.roots, BTreeMap::new()),
@@ -150,10 +173,28 @@ impl Engine {
     /// The counters now, without a collection (what `trace` prints every interval): the
     /// files of interest are those of the last snapshot; what the rows show is named.
     /// `None` when tracing is off. Attach problems not yet said are appended to `warnings`.
+    /// The upload ledger comes with them (when uploads are traced), the files of interest
+    /// indexed, each process with its GPUs (NVML is asked only once a copy was seen).
     pub fn trace_sample(&mut self, warnings: &mut Vec<Warning>) -> Option<TraceSample> {
         let t = self.tracing.as_mut()?;
         t.take_warnings(warnings);
-        t.read(&self.roots.proc, &self.req, &self.interest, warnings)
+        let mut cur = t.read(&self.roots.proc, &self.req, &self.interest, warnings)?;
+        if let Some(u) = t.uploads.as_mut() {
+            let gpu = if u.any_copies() {
+                crate::collect::gpu::sample(self.gpu.as_mut(), &self.roots.proc)
+            } else {
+                Default::default()
+            };
+            let files: Vec<(std::path::PathBuf, FileKey)> = self
+                .interest
+                .iter()
+                .map(|(k, p)| (std::path::PathBuf::from(p), *k))
+                .collect();
+            let mut said = Vec::new();
+            cur.uploads = Some(u.ledger(&files, &gpu, &mut said));
+            warnings.extend(said.into_iter().map(upload_warning));
+        }
+        Some(cur)
     }
 
     /// Reads the counters for a snapshot (after its collection and proof), named.

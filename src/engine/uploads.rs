@@ -14,14 +14,26 @@ use crate::collect::bpf::uploads::{entry_name, Call, CopyRecord, Note, UploadTra
 use crate::collect::Roots;
 use crate::dupes::uploads::{add_range, Matcher};
 use crate::sample::uploads::{FileUpload, HostRegistration, UploadProcess, UploadsSample};
+use crate::sample::GpuSample;
 use crate::sample::{FileKey, Sample};
 
 /// Samples of unmatched copies kept for a later match.
 pub const PENDING_BYTES: usize = 16 << 20;
 
+/// Where the last copy of a process matched as is ended: in the file, at the source and at
+/// the destination (a chunk that continues it is confirmed at `file_end`).
+#[derive(Clone, Copy)]
+struct Follow {
+    file: FileKey,
+    file_end: u64,
+    src_end: u64,
+    dst_end: u64,
+}
+
 #[derive(Default)]
 struct Proc {
     row: UploadProcess,
+    last: Option<Follow>,
     /// Live device allocations: start → bytes.
     allocs: BTreeMap<u64, u64>,
     host: BTreeMap<u64, u64>,
@@ -153,12 +165,28 @@ impl Ledger {
         }
     }
 
-    /// Matches `c` and books it; false when it matched no file.
+    /// Matches `c` (through its grid points, or as the continuation of the process's last
+    /// matched copy) and books it; false when it matched no file.
     fn try_match(&mut self, pid: i32, at: u64, c: &CopyRecord) -> bool {
-        let Some(m) = self.matcher.as_ref().and_then(|m| m.match_copy(c)) else {
+        let Some(matcher) = self.matcher.as_ref() else {
             return false;
         };
-        self.proc(pid).row.model_bytes += c.bytes;
+        let follow = self.procs.get(&pid).and_then(|p| p.last);
+        let m = matcher.match_copy(c).or_else(|| {
+            let f = follow.filter(|f| c.src == f.src_end || c.dst == f.dst_end)?;
+            matcher.confirm_at(c, f.file, f.file_end)
+        });
+        let Some(m) = m else {
+            return false;
+        };
+        let p = self.proc(pid);
+        p.row.model_bytes += c.bytes;
+        p.last = (!m.widened).then_some(Follow {
+            file: m.file,
+            file_end: m.end,
+            src_end: c.src + c.bytes,
+            dst_end: c.dst + c.bytes,
+        });
         let u = self
             .uploads
             .entry((pid, m.file, m.widened))
@@ -193,6 +221,31 @@ impl Ledger {
                 self.pending.push_back((pid, at, c));
             }
         }
+    }
+
+    /// Forgets the processes that exited: their rows, uploads, registrations and copies
+    /// kept for a later match (a long recording's ledger holds the living, not every
+    /// process since the attach; the model shows only living processes anyway).
+    fn forget_exited(&mut self) {
+        let gone: BTreeSet<i32> = self
+            .procs
+            .keys()
+            .copied()
+            .filter(|p| !self.proc_root.join(p.to_string()).exists())
+            .collect();
+        if gone.is_empty() {
+            return;
+        }
+        self.procs.retain(|p, _| !gone.contains(p));
+        self.preloaded.retain(|p| !gone.contains(p));
+        self.uploads.retain(|k, _| !gone.contains(&k.0));
+        self.sample.registrations.retain(|r| !gone.contains(&r.pid));
+        self.pending.retain(|(p, _, _)| !gone.contains(p));
+        self.pending_bytes = self
+            .pending
+            .iter()
+            .map(|(_, _, c)| c.anchor.len() + c.samples.len() * 40)
+            .sum();
     }
 
     fn snapshot(&self) -> UploadsSample {
@@ -266,17 +319,31 @@ impl Uploads {
         ))
     }
 
-    /// Indexes model files of `sample` not indexed yet, and returns the ledger.
+    /// Indexes model files of `sample` not indexed yet, and returns the ledger, each
+    /// process with the GPUs it holds memory on.
+    /// Processes that exited are forgotten first.
     pub(crate) fn sample(&mut self, sample: &Sample, warnings: &mut Vec<String>) -> UploadsSample {
+        lock(&self.ledger).forget_exited();
         let files: Vec<(PathBuf, FileKey)> = sample
             .files
             .iter()
             .filter(|f| f.size_bytes.is_some())
             .map(|f| (PathBuf::from(&f.path), f.key))
             .collect();
+        self.ledger(&files, &sample.gpu, warnings)
+    }
+
+    /// Indexes `files` (path, key) when one is not indexed yet, and returns the ledger,
+    /// each process with the GPUs `gpu` says it holds memory on.
+    pub(crate) fn ledger(
+        &mut self,
+        files: &[(PathBuf, FileKey)],
+        gpu: &GpuSample,
+        warnings: &mut Vec<String>,
+    ) -> UploadsSample {
         if files.iter().any(|f| !self.indexed.contains(&f.1)) {
             // Every file again: one grid holds them all (indexing reads only its points).
-            let (m, w) = Matcher::build(&files);
+            let (m, w) = Matcher::build(files);
             warnings.extend(w);
             self.indexed = files.iter().map(|f| f.1).collect();
             if let Some(m) = m {
@@ -287,10 +354,79 @@ impl Uploads {
         if !s.libraries.is_empty() {
             s.unavailable = None;
         }
+        for p in &mut s.processes {
+            p.gpus = gpu
+                .devices
+                .iter()
+                .filter(|d| d.processes.iter().any(|g| g.pid == p.pid))
+                .map(|d| d.info.index)
+                .collect();
+        }
         s
+    }
+
+    /// Whether any host-to-device copy was seen.
+    pub(crate) fn any_copies(&self) -> bool {
+        lock(&self.ledger).procs.values().any(|p| p.row.copies > 0)
     }
 }
 
 fn lock(l: &Mutex<Ledger>) -> std::sync::MutexGuard<'_, Ledger> {
     l.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn copy(src: u64, dst: u64, bytes: u64) -> CopyRecord {
+        CopyRecord {
+            entry: 5,
+            dst,
+            src,
+            bytes,
+            unified: false,
+            strided: false,
+            anchor: vec![7; 64],
+            samples: Vec::new(),
+        }
+    }
+
+    #[test]
+    fn processes_that_exited_are_forgotten_with_what_they_left() {
+        let root = tempfile::tempdir().unwrap();
+        std::fs::create_dir(root.path().join("10")).unwrap();
+        let mut l = Ledger {
+            proc_root: root.path().to_path_buf(),
+            ..Ledger::default()
+        };
+        for pid in [10, 11] {
+            l.note(Note::Mapped {
+                pid,
+                preloaded: false,
+            });
+            l.record(
+                pid,
+                1,
+                Call::Alloc {
+                    dst: 0x1000,
+                    bytes: 64,
+                },
+            );
+            // No matcher: the copy is kept for a later match.
+            l.record(pid, 2, Call::Copy(copy(0x10, 0x1000, 64)));
+        }
+        l.uploads
+            .insert((11, FileKey::from_dev(1, 2), false), FileUpload::default());
+        assert_eq!((l.procs.len(), l.pending.len()), (2, 2));
+        l.forget_exited();
+        // pid 11 has no /proc entry: its row, upload and kept copy are gone.
+        assert_eq!(l.procs.keys().copied().collect::<Vec<_>>(), [10]);
+        assert!(l.uploads.is_empty());
+        assert_eq!(l.pending.len(), 1);
+        assert_eq!(l.pending_bytes, 64);
+        let s = l.snapshot();
+        assert_eq!(s.processes.len(), 1);
+        assert_eq!(s.processes[0].device_alloc_bytes, 64);
+    }
 }

@@ -7,6 +7,7 @@ use std::fmt::Write as _;
 use serde::{Deserialize, Serialize};
 
 use super::table::{Align, Table};
+use crate::model::trace::uploads::{FileUploadTrace, ProcessUploadTrace};
 use crate::model::trace::{FileTrace, ProcessTrace, TraceModel};
 use crate::sample::trace::Counter;
 use crate::units::iec;
@@ -139,6 +140,78 @@ fn processes_table(procs: &[ProcessTrace]) -> String {
     t.render(2)
 }
 
+/// Decimal gigabytes per second, as links and copies are quoted.
+fn gb_per_sec(v: Option<f64>) -> String {
+    v.map_or("n/a".into(), |v| format!("{:.2}", v / 1e9))
+}
+
+/// GPU indices (NVML), or `n/a` when none is known.
+fn gpus(g: &[u32]) -> String {
+    if g.is_empty() {
+        return "n/a".into();
+    }
+    g.iter()
+        .map(|i| i.to_string())
+        .collect::<Vec<_>>()
+        .join(",")
+}
+
+/// Model-file bytes uploaded per file and process, then every copy per process.
+fn uploads_tables(files: &[FileUploadTrace], procs: &[ProcessUploadTrace]) -> String {
+    let mut t = Table::new(&[
+        ("pid", Align::Right),
+        ("comm", Align::Left),
+        ("uploaded", Align::Right),
+        ("calls", Align::Right),
+        ("GB/s", Align::Right),
+        ("gpu", Align::Right),
+        ("file (bytes of it on the device)", Align::Left),
+    ]);
+    for f in files {
+        let name = f
+            .path
+            .clone()
+            .unwrap_or_else(|| format!("[{}:{} inode {}]", f.key.major, f.key.minor, f.key.inode));
+        t.row(vec![
+            f.pid.to_string(),
+            f.comm.clone(),
+            iec(f.device_bytes),
+            f.calls.to_string(),
+            gb_per_sec(f.bytes_per_sec),
+            gpus(&f.gpus),
+            format!(
+                "{name} ({}{})",
+                iec(f.file_bytes),
+                if f.widened { ", widened to F32" } else { "" }
+            ),
+        ]);
+    }
+    let mut out = t.render(2);
+    let mut t = Table::new(&[
+        ("pid", Align::Right),
+        ("comm", Align::Left),
+        ("copies", Align::Right),
+        ("bytes", Align::Right),
+        ("model bytes", Align::Right),
+        ("GB/s", Align::Right),
+        ("gpu", Align::Right),
+    ]);
+    for p in procs {
+        t.row(vec![
+            p.pid.to_string(),
+            p.comm.clone(),
+            p.calls.to_string(),
+            iec(p.bytes),
+            iec(p.model_bytes),
+            gb_per_sec(p.bytes_per_sec),
+            gpus(&p.gpus),
+        ]);
+    }
+    out.push_str("  host-to-device copies per process\n");
+    out.push_str(&t.render(2));
+    out
+}
+
 /// The tables of one interval (or of a whole session).
 pub fn human(m: &TraceModel, title: &str) -> String {
     let mut out = String::new();
@@ -161,6 +234,10 @@ pub fn human(m: &TraceModel, title: &str) -> String {
     } else {
         out.push_str("  PROCESSES\n");
         out.push_str(&processes_table(&m.processes));
+    }
+    if !m.uploads.is_empty() || !m.upload_processes.is_empty() {
+        out.push_str("  UPLOADS to GPUs (model bytes matched by content)\n");
+        out.push_str(&uploads_tables(&m.uploads, &m.upload_processes));
     }
     for k in &m.oom_kills {
         let _ = writeln!(
@@ -233,6 +310,8 @@ mod tests {
             cache_evicted_pages_per_sec: Some(2.0),
             cache_added_pages: None,
             cache_evicted_pages: Some(10),
+            uploads: Vec::new(),
+            upload_processes: Vec::new(),
         };
         let mut buf = Vec::new();
         json_line(&mut buf, Record::Interval(m.clone())).unwrap();

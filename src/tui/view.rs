@@ -210,7 +210,7 @@ fn draw_tabs(
 }
 
 /// The files view's columns (after the path), each with its priority.
-const FILE_COLS: [Col; 8] = {
+const FILE_COLS: [Col; 9] = {
     use FileField as F;
     [
         Col::file(F::Size, 1),
@@ -221,12 +221,15 @@ const FILE_COLS: [Col; 8] = {
         Col::file(F::Suspected, 7),
         Col::file(F::Resident, 4),
         Col::file(F::Holders, 5),
+        Col::file(F::Uploaded, 8),
     ]
 };
 
 fn file_cell(f: &FileModel, col: &Col) -> String {
     match col.field {
         Some(Field::File(FileField::Count)) => count_cell(f),
+        // Blank, not n/a, where no upload was traced: most files are never uploaded.
+        Some(Field::File(FileField::Uploaded)) if f.uploads.is_empty() => String::new(),
         Some(Field::File(k)) => cell(k.value(f), k.unit()),
         _ => String::new(),
     }

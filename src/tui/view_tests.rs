@@ -489,3 +489,70 @@ fn cut_words_keeps_whole_words() {
     assert_eq!(cut_words("short", 10), "short");
     assert_eq!(cut_words("averyveryverylongword", 8), "averyve…");
 }
+
+#[test]
+fn uploads_show_on_the_file_row_and_the_device_part_in_the_drill_down() {
+    use crate::model::device::{DeviceCopy, UploadModel};
+    let mut r = fixture::report();
+    let size = r.files[1].size_bytes.unwrap();
+    let f = &mut r.files[1];
+    // 21:10:39 UTC.
+    let at = (21 * 3600 + 10 * 60 + 39) * 1_000_000_000u64;
+    f.uploads = vec![UploadModel {
+        pid: 839,
+        comm: "python3".into(),
+        gpu: Some(0),
+        widened: false,
+        ranges: vec![(320, 320 + size - 320)],
+        file_bytes: size - 320,
+        device_bytes: size - 320,
+        copies: 4,
+        first_unix_ns: at,
+        last_unix_ns: at,
+        entry: "cuMemcpyHtoDAsync_v2".into(),
+        proven: true,
+        not_proven: None,
+    }];
+    f.device_copies = vec![DeviceCopy {
+        pid: 839,
+        comm: "python3".into(),
+        gpu: Some(0),
+        gpu_name: Some("NVIDIA H200".into()),
+        integrated: Some(false),
+        device_bytes: size - 320,
+        attributed_bytes: size - 320,
+        fraction: 1.0,
+        proven: true,
+        via: "upload".into(),
+        proven_at_unix_ns: Some(at),
+        note: None,
+    }];
+    f.representations.device = Some(1.0);
+    let mut st = state(View::Files);
+    let text = screen(&mut st, Some(&r), 160, 48);
+    assert!(text.contains("uploaded"), "{text}");
+    let row = text.lines().find(|l| l.contains("qwen2-7b")).unwrap();
+    assert!(
+        row.trim_end()
+            .trim_end_matches('"')
+            .trim_end()
+            .ends_with("512.0 MiB"),
+        "{row}"
+    );
+    let llama = text.lines().find(|l| l.contains("llama-3-8b")).unwrap();
+    assert!(
+        !llama.contains("n/a"),
+        "a file never uploaded is blank: {llama}"
+    );
+    let key = r.files[1].key;
+    st.open = Some(key);
+    let text = screen(&mut st, Some(&r), 160, 48);
+    assert!(
+        text.contains("device part of the count 1.00 (512.0 MiB): pid 839 GPU 0 proven at upload 21:10:39 UTC"),
+        "{text}"
+    );
+    assert!(
+        text.contains("uploads: 512.0 MiB in 4 copies by 1 process(es), last 21:10:39 UTC"),
+        "{text}"
+    );
+}

@@ -141,6 +141,51 @@ fn trace_line(st: &State, report: &Report, f: &FileModel) -> String {
     )
 }
 
+/// The device part of the count and the uploads traced, or nothing when the file has
+/// neither a device copy nor a traced upload.
+fn device_line(f: &FileModel) -> Option<String> {
+    use crate::model::device::clock;
+    if f.device_copies.is_empty() && f.uploads.is_empty() {
+        return None;
+    }
+    let part = match (f.representations.device, f.counted_device_bytes()) {
+        (Some(d), Some(b)) => format!("{d:.2} ({})", crate::units::iec(b)),
+        _ => "n/a".into(),
+    };
+    let copies: Vec<String> = f
+        .device_copies
+        .iter()
+        .map(|d| {
+            let gpu = d.gpu.map_or("GPU ?".into(), |g| format!("GPU {g}"));
+            let how = match (d.proven, d.proven_at_unix_ns) {
+                (true, Some(at)) => format!("proven at upload {}", clock(at)),
+                (true, None) => "proven".into(),
+                (false, _) => "suspected".into(),
+            };
+            format!("pid {} {gpu} {how}", d.pid)
+        })
+        .collect();
+    let mut out = format!("device part of the count {part}");
+    if !copies.is_empty() {
+        out.push_str(&format!(": {}", copies.join(", ")));
+    }
+    if !f.uploads.is_empty() {
+        let calls: u64 = f.uploads.iter().map(|u| u.copies).sum();
+        let last = f.uploads.iter().map(|u| u.last_unix_ns).max().unwrap_or(0);
+        out.push_str(&format!(
+            " · uploads: {} in {calls} copies by {} process(es), last {}",
+            crate::units::iec(f.uploaded_bytes().unwrap_or(0)),
+            f.uploads
+                .iter()
+                .map(|u| u.pid)
+                .collect::<std::collections::BTreeSet<_>>()
+                .len(),
+            clock(last)
+        ));
+    }
+    Some(safe(&out).into_owned())
+}
+
 pub(super) fn draw_file(
     frame: &mut Frame,
     area: Rect,
@@ -182,6 +227,9 @@ pub(super) fn draw_file(
         lines.push(Line::from(format!("residency unknown: {}", safe(reason))));
     }
     lines.push(Line::from(trace_line(st, report, f)));
+    if let Some(l) = device_line(f) {
+        lines.push(Line::from(l));
+    }
     let map = map_lines(st, f, area.width as usize);
     // Small screens keep one map line, the sparklines and a few rows of the table.
     let map_h = if area.height < 20 {

@@ -428,6 +428,119 @@ fn record_trace_and_replay_prove_device_copies_and_clear_the_random_uploader() {
     assert_eq!(f.representations.suspected_device, 0.0);
 }
 
+#[test]
+fn trace_shows_uploads_per_file_and_process_and_small_copies_all_arrive() {
+    let _serial = serial();
+    let Some(s) = standin() else { return };
+    let (m, ranges) = model(s.dir.path());
+    let total = tensor_bytes(&ranges);
+    let mut heap = Uploader::start(&s, "heap", &m, &ranges);
+    // 300,000 bytes in copies of 200: small records (the whole copy, no samples).
+    let mut chunks = Uploader::start(&s, "chunks", &m, &ranges[2..3]);
+    let gpu = fixture(s.dir.path(), &[(heap.pid(), total + (64 << 20))]);
+    let mut child = Command::new(exe())
+        .args([
+            "trace",
+            "--duration",
+            "4s",
+            "--interval",
+            "1s",
+            "--json",
+            "--file",
+        ])
+        .arg(&m)
+        .env("TWOFOLD_LIBCUDA", &s.lib)
+        .env("TWOFOLD_GPU_FIXTURE", &gpu)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut out = BufReader::new(child.stdout.take().unwrap());
+    let mut line = String::new();
+    out.read_line(&mut line).unwrap();
+    assert!(line.contains(r#""type":"attached""#), "{line}");
+    heap.go();
+    chunks.go();
+    let mut rest = String::new();
+    out.read_to_string(&mut rest).unwrap();
+    let mut err = String::new();
+    child
+        .stderr
+        .take()
+        .unwrap()
+        .read_to_string(&mut err)
+        .unwrap();
+    assert!(child.wait().unwrap().success(), "{err}");
+    let summary: serde_json::Value = rest
+        .lines()
+        .map(|l| serde_json::from_str::<serde_json::Value>(l).unwrap())
+        .find(|v| v["type"] == "summary")
+        .unwrap_or_else(|| panic!("no summary: {rest}{err}"));
+    let d = &summary["data"];
+    let row = d["uploads"]
+        .as_array()
+        .and_then(|a| a.iter().find(|u| u["pid"] == heap.pid()))
+        .unwrap_or_else(|| panic!("no upload row of the heap loader: {d}"));
+    assert_eq!(row["path"], m.display().to_string());
+    assert_eq!(
+        (&row["file_bytes"], &row["device_bytes"], &row["calls"]),
+        (&total.into(), &total.into(), &4.into())
+    );
+    assert_eq!(row["gpus"], serde_json::json!([0]));
+    assert_eq!(row["entry"], "cuMemcpyHtoD_v2");
+    let procs = d["upload_processes"].as_array().unwrap();
+    let p = |pid: i32| procs.iter().find(|p| p["pid"] == pid).unwrap();
+    assert_eq!(
+        (&p(heap.pid())["calls"], &p(heap.pid())["model_bytes"]),
+        (&4.into(), &total.into())
+    );
+    // Every small copy arrived (the reader drains without a wakeup per record).
+    let c = p(chunks.pid());
+    let n = ranges[2].1.div_ceil(200);
+    assert_eq!((&c["calls"], &c["bytes"]), (&n.into(), &ranges[2].1.into()));
+    assert_eq!(c["gpus"], serde_json::json!([]));
+    // The first chunk holds the tensor's first grid point; each later one (most hold no
+    // point) continues the one before, at the source and the destination: the whole
+    // tensor is matched, chunk by chunk.
+    assert_eq!(c["model_bytes"], ranges[2].1, "{c}");
+    let r = d["uploads"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|u| u["pid"] == chunks.pid())
+        .unwrap_or_else(|| panic!("no upload row of the chunked loader: {d}"));
+    assert_eq!(
+        (&r["calls"], &r["file_bytes"]),
+        (&n.into(), &ranges[2].1.into())
+    );
+    // The text: one UPLOADS block.
+    let mut heap2 = Uploader::start(&s, "heap", &m, &ranges);
+    let mut child = Command::new(exe())
+        .args(["trace", "--duration", "2s", "--interval", "1s", "--file"])
+        .arg(&m)
+        .env("TWOFOLD_LIBCUDA", &s.lib)
+        .env("TWOFOLD_GPU_FIXTURE", &gpu)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut out = BufReader::new(child.stdout.take().unwrap());
+    let mut line = String::new();
+    out.read_line(&mut line).unwrap();
+    assert!(line.starts_with("attached"), "{line}");
+    heap2.go();
+    let mut text = String::new();
+    out.read_to_string(&mut text).unwrap();
+    assert!(child.wait().unwrap().success());
+    assert!(text.contains("UPLOADS to GPUs"), "{text}");
+    let want = format!("{} ", heap2.pid());
+    assert!(
+        text.lines()
+            .any(|l| l.trim_start().starts_with(&want) && l.contains("up.safetensors")),
+        "{text}"
+    );
+}
+
 /// Whether the store holds a frame (written after the tracer attached).
 fn walk_has_file(dir: &Path) -> bool {
     let Ok(rd) = std::fs::read_dir(dir) else {

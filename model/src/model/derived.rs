@@ -25,6 +25,13 @@ impl FileModel {
         Some((self.representations.device? * self.size_bytes? as f64).round() as u64)
     }
 
+    /// Device bytes living processes uploaded from the file, as the upload tracer matched
+    /// them (widened bytes count as the device holds them); `None` when no upload of it
+    /// was traced (tracing off, or nothing uploaded).
+    pub fn uploaded_bytes(&self) -> Option<u64> {
+        (!self.uploads.is_empty()).then(|| self.uploads.iter().map(|u| u.device_bytes).sum())
+    }
+
     /// Memory the proven private copies occupy, each physical page once (a copy shared
     /// after fork counts its share in each process), rounded per copy.
     pub fn private_copy_memory_bytes(&self) -> u64 {

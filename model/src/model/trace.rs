@@ -74,6 +74,12 @@ pub struct TraceModel {
     pub cache_added_pages: Option<u64>,
     #[serde(default)]
     pub cache_evicted_pages: Option<u64>,
+    /// Model-file bytes uploaded to GPUs, per file and process (upload tracing).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub uploads: Vec<uploads::FileUploadTrace>,
+    /// Host-to-device copies per process, model bytes or not.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub upload_processes: Vec<uploads::ProcessUploadTrace>,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -393,6 +399,8 @@ impl TraceModel {
             ),
             cache_added_pages: avail(cur, &[Counter::PageCacheAdds], cur.added_pages_all),
             cache_evicted_pages: avail(cur, &[Counter::PageCacheEvictions], cur.evicted_pages_all),
+            uploads: uploads::file_uploads(cur, prev, ctx, secs),
+            upload_processes: uploads::process_uploads(cur, prev, ctx, secs),
         }
     }
 }
@@ -576,3 +584,4 @@ pub fn shown(
 pub mod findings;
 #[cfg(test)]
 mod tests;
+pub mod uploads;

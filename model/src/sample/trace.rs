@@ -193,6 +193,10 @@ pub struct TraceSample {
     /// any, the model lists only them (as `trace --pid` does).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub pinned_pids: Vec<i32>,
+    /// The upload tracer's ledger, when `trace` reads it with the counters (snapshots
+    /// carry it in their GPU sample instead).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub uploads: Option<super::uploads::UploadsSample>,
     /// Names the collector resolved from `/proc` when it read the maps, for counters of
     /// files and processes the snapshot's sample does not name (a loader that closed the
     /// file and exited is named only here).

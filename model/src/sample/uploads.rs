@@ -71,6 +71,9 @@ pub struct UploadProcess {
     /// Wall clock (Unix ns) of its first and last copy; 0 when none.
     pub first_copy_unix_ns: u64,
     pub last_copy_unix_ns: u64,
+    /// GPUs it holds memory on (NVML, when the ledger was read; empty: none or unknown).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub gpus: Vec<u32>,
 }
 
 /// Bytes of one model file one process uploaded, merged into file ranges.

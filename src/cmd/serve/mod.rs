@@ -116,6 +116,11 @@ fn collect_loop(args: &ServeArgs, latest: &Latest, stop: &AtomicBool) {
             )]);
         }
     }
+    if args.trace_uploads {
+        if let Err(why) = engine.set_upload_tracing() {
+            super::warn_all(&[format!("--trace-uploads: uploads are not traced: {why}")]);
+        }
+    }
     let mut stats = SelfStats::default();
     if trace_failed {
         stats.error("trace", 1);

@@ -15,6 +15,7 @@
 pub mod layout;
 mod read;
 mod setup;
+mod upload_entries;
 pub mod uploads;
 
 pub use setup::check_privilege;

@@ -26,103 +26,19 @@ use super::{check_privilege, TraceError};
 use crate::sample::uploads::TracedLibrary;
 use crate::sample::FileKey;
 
-/// One driver entry point: its symbol, the program that handles it and its number (the
-/// attach cookie). Numbers 100-199 are unified copies (`cuMemcpy`, `cuMemcpyAsync`).
-#[derive(Debug, Clone, Copy)]
-pub struct Entry {
-    pub id: u32,
-    pub symbol: &'static str,
-    program: &'static str,
-    /// Also attach `ret_alloc` at its return.
-    ret: bool,
-}
-
-const fn e(id: u32, symbol: &'static str, program: &'static str) -> Entry {
-    Entry {
-        id,
-        symbol,
-        program,
-        ret: false,
-    }
-}
-
-const fn r(id: u32, symbol: &'static str, program: &'static str) -> Entry {
-    Entry {
-        id,
-        symbol,
-        program,
-        ret: true,
-    }
-}
-
-/// Every entry point twofold attaches (those a library lacks are skipped).
-#[rustfmt::skip]
-pub static ENTRIES: &[Entry] = &[
-    e(1, "cuMemcpyHtoD", "up_copy"),
-    e(2, "cuMemcpyHtoD_v2", "up_copy"),
-    e(3, "cuMemcpyHtoD_v2_ptds", "up_copy"),
-    e(4, "cuMemcpyHtoDAsync", "up_copy"),
-    e(5, "cuMemcpyHtoDAsync_v2", "up_copy"),
-    e(6, "cuMemcpyHtoDAsync_v2_ptsz", "up_copy"),
-    e(10, "cuMemcpy2D", "up_copy2d"),
-    e(11, "cuMemcpy2D_v2", "up_copy2d"),
-    e(12, "cuMemcpy2D_v2_ptds", "up_copy2d"),
-    e(13, "cuMemcpy2DAsync", "up_copy2d"),
-    e(14, "cuMemcpy2DAsync_v2", "up_copy2d"),
-    e(15, "cuMemcpy2DAsync_v2_ptsz", "up_copy2d"),
-    e(16, "cuMemcpy2DUnaligned", "up_copy2d"),
-    e(17, "cuMemcpy2DUnaligned_v2", "up_copy2d"),
-    e(18, "cuMemcpy2DUnaligned_v2_ptds", "up_copy2d"),
-    e(20, "cuMemcpy3D", "up_copy3d"),
-    e(21, "cuMemcpy3D_v2", "up_copy3d"),
-    e(22, "cuMemcpy3D_v2_ptds", "up_copy3d"),
-    e(23, "cuMemcpy3DAsync", "up_copy3d"),
-    e(24, "cuMemcpy3DAsync_v2", "up_copy3d"),
-    e(25, "cuMemcpy3DAsync_v2_ptsz", "up_copy3d"),
-    e(100, "cuMemcpy", "up_copy"),
-    e(101, "cuMemcpy_ptds", "up_copy"),
-    e(102, "cuMemcpyAsync", "up_copy"),
-    e(103, "cuMemcpyAsync_ptsz", "up_copy"),
-    e(110, "cuMemcpyBatchAsync", "up_batch"),
-    e(111, "cuMemcpyBatchAsync_ptsz", "up_batch"),
-    e(112, "cuMemcpyBatchAsync_v2", "up_batch"),
-    e(113, "cuMemcpyBatchAsync_v2_ptsz", "up_batch"),
-    e(200, "cuMemHostRegister", "up_register"),
-    e(201, "cuMemHostRegister_v2", "up_register"),
-    e(202, "cuMemHostUnregister", "up_unregister"),
-    r(210, "cuMemAlloc", "up_alloc"),
-    r(211, "cuMemAlloc_v2", "up_alloc"),
-    r(212, "cuMemAllocAsync", "up_alloc"),
-    r(213, "cuMemAllocAsync_ptsz", "up_alloc"),
-    r(214, "cuMemAllocFromPoolAsync", "up_alloc"),
-    r(215, "cuMemAllocFromPoolAsync_ptsz", "up_alloc"),
-    r(216, "cuMemAllocManaged", "up_alloc"),
-    r(217, "cuMemAllocPitch", "up_alloc_pitch"),
-    r(218, "cuMemAllocPitch_v2", "up_alloc_pitch"),
-    e(220, "cuMemFree", "up_free"),
-    e(221, "cuMemFree_v2", "up_free"),
-    e(222, "cuMemFreeAsync", "up_free"),
-    e(223, "cuMemFreeAsync_ptsz", "up_free"),
-    r(230, "cuMemAllocHost", "up_alloc_host"),
-    r(231, "cuMemAllocHost_v2", "up_alloc_host"),
-    r(232, "cuMemHostAlloc", "up_alloc_host"),
-    e(233, "cuMemFreeHost", "up_free_host"),
-];
-
-/// The symbol of entry point `id`.
-pub fn entry_name(id: u32) -> &'static str {
-    ENTRIES
-        .iter()
-        .find(|e| e.id == id)
-        .map_or("unknown", |e| e.symbol)
-}
+pub use super::upload_entries::{entry_name, Entry, ENTRIES};
 
 /// Layout constants of `ebpf/twofold.h` (`UP_*`).
 pub const ANCHOR: usize = 2064;
 pub const SAMPLES: usize = 16;
 pub const SAMPLE: usize = 32;
+/// Copies of at most this many bytes come whole in a small record (`UP_SMALL`).
+pub const SMALL: usize = 256;
 const HEAD: usize = 56;
 const COPY: usize = HEAD + 8 + ANCHOR + SAMPLES * SAMPLE;
+const SMALL_COPY: usize = HEAD + 8 + SMALL;
+/// `UPF_SMALL`: a `struct upload_small` record.
+const FLAG_SMALL: u32 = 4;
 
 /// Offset of content sample `i` in a copy of `len` contiguous bytes (`len >= 32`).
 pub fn sample_offset(len: u64, i: usize) -> u64 {
@@ -201,15 +117,16 @@ pub fn parse(b: &[u8], mono_to_unix: i128) -> Option<Record> {
     let (dst, src, bytes, flags) = (u64_at(b, 24), u64_at(b, 32), u64_at(b, 40), u32_at(b, 48));
     let call = match kind {
         1 => {
-            if b.len() < COPY {
+            let small = flags & FLAG_SMALL != 0;
+            if b.len() < if small { SMALL_COPY } else { COPY } {
                 return None;
             }
-            let anchor_len = (u32_at(b, HEAD) as usize).min(ANCHOR);
+            let anchor_len = (u32_at(b, HEAD) as usize).min(if small { SMALL } else { ANCHOR });
             let sampled = u32_at(b, HEAD + 4);
             let strided = flags & 2 != 0;
             let first = if strided { 0 } else { bytes };
             let samples = (0..SAMPLES)
-                .filter(|i| sampled & (1 << i) != 0 && first >= SAMPLE as u64)
+                .filter(|i| !small && sampled & (1 << i) != 0 && first >= SAMPLE as u64)
                 .map(|i| {
                     let o = HEAD + 8 + ANCHOR + i * SAMPLE;
                     let mut w = [0u8; SAMPLE];
@@ -289,9 +206,13 @@ fn configured_libraries() -> Vec<PathBuf> {
     out
 }
 
-/// Library files mapped by each process: `(file, path to attach through, pids)`.
-fn mapped_libraries(proc_root: &Path) -> BTreeMap<FileKey, (PathBuf, BTreeSet<i32>)> {
-    let mut out: BTreeMap<FileKey, (PathBuf, BTreeSet<i32>)> = BTreeMap::new();
+/// A library file mapped by processes: the path to attach through (in the first mapper's
+/// root), the path as that process sees it, and who maps it.
+type MappedLibrary = (PathBuf, String, BTreeSet<i32>);
+
+/// Library files mapped by each process.
+fn mapped_libraries(proc_root: &Path) -> BTreeMap<FileKey, MappedLibrary> {
+    let mut out: BTreeMap<FileKey, MappedLibrary> = BTreeMap::new();
     let Ok(dir) = std::fs::read_dir(proc_root) else {
         return out;
     };
@@ -311,8 +232,8 @@ fn mapped_libraries(proc_root: &Path) -> BTreeMap<FileKey, (PathBuf, BTreeSet<i3
             }
             let via = d.path().join("root").join(m.path.trim_start_matches('/'));
             out.entry(m.key())
-                .or_insert_with(|| (via, BTreeSet::new()))
-                .1
+                .or_insert_with(|| (via, m.path.clone(), BTreeSet::new()))
+                .2
                 .insert(pid);
         }
     }
@@ -381,26 +302,32 @@ impl Probes {
     ) -> Vec<String> {
         let mut warnings = Vec::new();
         let mapped = mapped_libraries(proc_root);
-        let mut files: Vec<(FileKey, PathBuf, BTreeSet<i32>)> = mapped
+        // Processes that no longer map a library are forgotten (memory stays bounded; a
+        // pid used again is a new process, seen anew).
+        self.seen
+            .retain(|p| mapped.values().any(|(_, _, pids)| pids.contains(p)));
+        let mut files: Vec<(FileKey, PathBuf, String, BTreeSet<i32>)> = mapped
             .into_iter()
-            .map(|(k, (p, pids))| (k, p, pids))
+            .map(|(k, (p, shown, pids))| (k, p, shown, pids))
             .collect();
         if first {
             for p in configured_libraries() {
                 if let Ok(m) = std::fs::metadata(&p) {
                     let k = FileKey::from_dev(m.dev(), m.ino());
                     if !files.iter().any(|f| f.0 == k) {
-                        files.push((k, p, BTreeSet::new()));
+                        let shown = p.display().to_string();
+                        files.push((k, p, shown, BTreeSet::new()));
                     }
                 }
             }
         }
-        for (key, path, pids) in files {
+        for (key, path, shown, pids) in files {
             if self.libraries.insert(key) {
                 let attached_unix_ns = unix_now_ns();
                 match self.attach_library(&path) {
                     Ok(n) => sink(Note::Library(TracedLibrary {
-                        path: path.display().to_string(),
+                        // As the processes that map it see it (not /proc/PID/root/...).
+                        path: shown,
                         attached_unix_ns,
                         entry_points: n,
                         preloaded_pids: pids.iter().copied().collect(),
@@ -613,6 +540,23 @@ mod tests {
         assert_eq!((c.entry, c.bytes, c.anchor.len()), (5, 4096, 100));
         assert_eq!(c.samples.iter().map(|s| s.0).collect::<Vec<_>>(), [0, 270]);
         assert_eq!(entry_name(5), "cuMemcpyHtoDAsync_v2");
+        // A small copy: its anchor is the whole copy, no samples (whatever `sampled` says).
+        let mut b = vec![0u8; SMALL_COPY];
+        b[20..24].copy_from_slice(&1u32.to_le_bytes());
+        b[40..48].copy_from_slice(&200u64.to_le_bytes());
+        b[48..52].copy_from_slice(&FLAG_SMALL.to_le_bytes());
+        b[HEAD..HEAD + 4].copy_from_slice(&200u32.to_le_bytes());
+        b[HEAD + 4..HEAD + 8].copy_from_slice(&1u32.to_le_bytes());
+        b[HEAD + 8] = 7;
+        let Call::Copy(c) = parse(&b, 0).unwrap().call else {
+            panic!()
+        };
+        assert_eq!((c.bytes, c.anchor.len(), c.anchor[0]), (200, 200, 7));
+        assert!(c.samples.is_empty());
+        assert_eq!(SMALL_COPY, 56 + 8 + 256);
+        // A full record that short is refused.
+        b[48..52].copy_from_slice(&0u32.to_le_bytes());
+        assert!(parse(&b, 0).is_none());
         assert_eq!(sample_offset(4096, 15), 4064);
     }
 

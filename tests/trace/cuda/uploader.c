@@ -3,6 +3,7 @@
  *   uploader LIB MODE FILE OFF:LEN[,OFF:LEN...]
  * MODE: heap     read the whole file into the heap, cuMemcpyHtoD_v2 each range;
  *       staging  pread each range into one reused buffer, cuMemcpyHtoDAsync_v2;
+ *       chunks   as staging, in copies of 200 bytes (UPLOADER_CHUNK) each;
  *       random   the same sizes from a heap buffer of random bytes;
  *       widen    each range (F16) widened to F32 in the heap, then uploaded;
  *       register map the file shared, cuMemHostRegister_v2 of each range.
@@ -89,7 +90,7 @@ int main(int argc, char **argv)
 				d += n;
 			}
 		}
-	} else if (!strcmp(mode, "staging")) {
+	} else if (!strcmp(mode, "staging") || !strcmp(mode, "chunks")) {
 		stage = malloc(64 << 20);
 	} else if (!strcmp(mode, "register")) {
 		map = mmap(NULL, size, PROT_READ, MAP_SHARED, fd, 0);
@@ -120,7 +121,11 @@ int main(int argc, char **argv)
 		if (stage) {
 			if (pread(fd, stage, len, off) != (ssize_t)len)
 				return 1;
-			htoda(d, stage, len, NULL);
+			size_t c = len;
+			if (!strcmp(mode, "chunks"))
+				c = getenv("UPLOADER_CHUNK") ? (size_t)atol(getenv("UPLOADER_CHUNK")) : 200;
+			for (size_t p = 0; p < len; p += c)
+				htoda(d + p, stage + p, len - p < c ? len - p : c, NULL);
 		} else {
 			htod(d, whole + off, len);
 		}

@@ -38,10 +38,13 @@ pub enum FileField {
     Holders,
     /// Bytes held beyond one copy.
     Excess,
+    /// Device bytes living processes uploaded from the file (upload tracing; unknown when
+    /// none was traced, [`FileModel::uploaded_bytes`]).
+    Uploaded,
 }
 
 impl FileField {
-    pub const ALL: [FileField; 15] = [
+    pub const ALL: [FileField; 16] = [
         FileField::Path,
         FileField::FileId,
         FileField::Size,
@@ -57,6 +60,7 @@ impl FileField {
         FileField::Suspected,
         FileField::Holders,
         FileField::Excess,
+        FileField::Uploaded,
     ];
 
     /// The short name `top` sorts (`--sort`, `s`) and filters (`size>1G`) by.
@@ -72,6 +76,7 @@ impl FileField {
             FileField::Suspected => "suspected",
             FileField::Holders => "holders",
             FileField::Excess => "excess",
+            FileField::Uploaded => "uploaded",
             FileField::FileId
             | FileField::LowerBound
             | FileField::CountedCow
@@ -102,9 +107,11 @@ impl FileField {
             FileField::ProvenCopy => "private_copy_proven_bytes",
             FileField::Suspected => "private_copy_suspected_bytes",
             FileField::Holders => "holders",
-            FileField::Cow | FileField::CountedDevice | FileField::Private | FileField::Excess => {
-                return None
-            }
+            FileField::Cow
+            | FileField::CountedDevice
+            | FileField::Private
+            | FileField::Excess
+            | FileField::Uploaded => return None,
         })
     }
 
@@ -210,6 +217,7 @@ impl FileField {
             FileField::Suspected => Value::Uint(Some(f.suspected_copy_bytes())),
             FileField::Holders => Value::Uint(Some(f.holder_count() as u64)),
             FileField::Excess => Value::Uint(f.excess_bytes()),
+            FileField::Uploaded => Value::Uint(f.uploaded_bytes()),
         }
     }
 

@@ -1,0 +1,75 @@
+#!/usr/bin/env bash
+# Upload tracing's per-call cost, without a GPU: a loop of N cuMemcpyHtoDAsync_v2 calls
+# of SIZE bytes (bench/upload_loop.c) through the stand-in libcuda.so.1 of tests/trace/cuda
+# (entry points that do nothing, so the loop's time is the call and the probe), timed in
+# fresh processes with no tracer, with `record --trace-uploads` (the upload probes alone)
+# and with `record --trace` (every program), rounds alternating. With OLD_OBJECTS=DIR
+# (a folder holding an earlier uploads.bpf.o) `--trace-uploads` also runs on that object;
+# with bpftrace, `floor` is an empty bpftrace uprobe on the same entry point (the trap's
+# own cost, which no program can cut).
+# Prints each run and, per tracer, the median ns per call and what it adds per call.
+# Run as root. Usage: bash bench/uploads.sh [ROUNDS] [N] [SIZE]   (TWOFOLD=binary)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+rounds=${1:-3}
+n=${2:-100000}
+size=${3:-256}
+[ "$(id -u)" = 0 ] || { echo "bench/uploads.sh: run as root" >&2; exit 2; }
+bin=${TWOFOLD:-}
+if [ -z "$bin" ]; then
+  cargo build --release --quiet
+  bin=${CARGO_TARGET_DIR:-$PWD/target}/release/twofold
+fi
+work=$(mktemp -d /tmp/twofold-bench-uploads.XXXXXX)
+rec=
+cleanup() { [ -n "$rec" ] && kill -INT "$rec" 2>/dev/null && wait "$rec" 2>/dev/null; rm -rf "$work"; }
+trap cleanup EXIT INT TERM
+gcc -shared -fPIC -O1 -o "$work/libcuda.so.1" tests/trace/cuda/libcuda_standin.c
+gcc -O2 -o "$work/loop" bench/upload_loop.c -ldl
+"$bin" __bench write-model "$work/model.safetensors" 16M >/dev/null
+export TWOFOLD_LIBCUDA=$work/libcuda.so.1
+tracers="none uploads all"
+[ -n "${OLD_OBJECTS:-}" ] && tracers="$tracers uploads-old"
+command -v bpftrace >/dev/null && tracers="$tracers floor"
+cpu() { awk '{print $14 + $15}' "/proc/$1/stat"; }
+for r in $(seq "$rounds"); do
+  for t in $tracers; do
+    rec=
+    case $t in
+      uploads) "$bin" record --trace-uploads --interval 600s --no-prove --store "$work/s-$t-$r" "$work/model.safetensors" >"$work/rec.log" 2>&1 & rec=$! ;;
+      uploads-old) TWOFOLD_BPF_OBJECTS=$OLD_OBJECTS "$bin" record --trace-uploads --interval 600s --no-prove --store "$work/s-$t-$r" "$work/model.safetensors" >"$work/rec.log" 2>&1 & rec=$! ;;
+      all) "$bin" record --trace --interval 600s --no-prove --store "$work/s-$t-$r" "$work/model.safetensors" >"$work/rec.log" 2>&1 & rec=$! ;;
+      floor) bpftrace -e "uprobe:$work/libcuda.so.1:cuMemcpyHtoDAsync_v2 { } BEGIN { printf(\"started\\n\"); }" >"$work/bt.log" 2>&1 & rec=$!
+        for _ in $(seq 300); do grep -q started "$work/bt.log" && break; sleep 0.1; done ;;
+    esac
+    c0=0
+    if [ -n "$rec" ]; then
+      # Attached and the first snapshot written: the loop runs beside a quiet tracer.
+      for _ in $(seq 300); do [ $t = floor ] || ls "$work/s-$t-$r"/*/* >/dev/null 2>&1 && break; sleep 0.1; done
+      sleep 0.5
+      c0=$(cpu "$rec")
+    fi
+    line=$("$work/loop" "$work/libcuda.so.1" "$n" "$size")
+    tcpu=0
+    if [ -n "$rec" ]; then
+      sleep 0.2 # the reader drains every 50 ms
+      tcpu=$(( $(cpu "$rec") - c0 ))
+      kill -INT "$rec"; wait "$rec" || true; rec=
+      grep -i "warn\|error" "$work/rec.log" | head -3 || true
+    fi
+    echo "$t ${line%\}}, \"tracer_cpu_ticks\": $tcpu}"
+  done
+done | tee "$work/runs.txt"
+python3 - "$work/runs.txt" "$n" <<'PY'
+import json, statistics, sys
+runs = {}
+for l in open(sys.argv[1]):
+    k, _, j = l.partition(" ")
+    if j.strip().startswith("{"):
+        runs.setdefault(k, []).append(json.loads(j))
+base = statistics.median(r["ns_per_call"] for r in runs["none"])
+for k, rs in runs.items():
+    m = statistics.median(r["ns_per_call"] for r in rs)
+    cpu = statistics.median(r["tracer_cpu_ticks"] for r in rs) / 100
+    print(f"{k:12} median {m:8.1f} ns/call  +{m - base:7.1f} ns/call  tracer CPU {cpu:.2f} s for {sys.argv[2]} calls")
+PY

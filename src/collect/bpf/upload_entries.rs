@@ -1,0 +1,94 @@
+//! The CUDA driver entry points the upload tracer attaches (`ebpf/uploads.bpf.c`): each
+//! symbol with the program that handles it and its number, the attach cookie the program
+//! reads back (`_v2`, `_ptds` and `_ptsz` variants are entries of their own).
+
+/// One driver entry point: its symbol, the program that handles it and its number (the
+/// attach cookie). Numbers 100-199 are unified copies (`cuMemcpy`, `cuMemcpyAsync`).
+#[derive(Debug, Clone, Copy)]
+pub struct Entry {
+    pub id: u32,
+    pub symbol: &'static str,
+    pub(super) program: &'static str,
+    /// Also attach `ret_alloc` at its return.
+    pub(super) ret: bool,
+}
+
+const fn e(id: u32, symbol: &'static str, program: &'static str) -> Entry {
+    Entry {
+        id,
+        symbol,
+        program,
+        ret: false,
+    }
+}
+
+const fn r(id: u32, symbol: &'static str, program: &'static str) -> Entry {
+    Entry {
+        id,
+        symbol,
+        program,
+        ret: true,
+    }
+}
+
+/// Every entry point twofold attaches (those a library lacks are skipped).
+#[rustfmt::skip]
+pub static ENTRIES: &[Entry] = &[
+    e(1, "cuMemcpyHtoD", "up_copy"),
+    e(2, "cuMemcpyHtoD_v2", "up_copy"),
+    e(3, "cuMemcpyHtoD_v2_ptds", "up_copy"),
+    e(4, "cuMemcpyHtoDAsync", "up_copy"),
+    e(5, "cuMemcpyHtoDAsync_v2", "up_copy"),
+    e(6, "cuMemcpyHtoDAsync_v2_ptsz", "up_copy"),
+    e(10, "cuMemcpy2D", "up_copy2d"),
+    e(11, "cuMemcpy2D_v2", "up_copy2d"),
+    e(12, "cuMemcpy2D_v2_ptds", "up_copy2d"),
+    e(13, "cuMemcpy2DAsync", "up_copy2d"),
+    e(14, "cuMemcpy2DAsync_v2", "up_copy2d"),
+    e(15, "cuMemcpy2DAsync_v2_ptsz", "up_copy2d"),
+    e(16, "cuMemcpy2DUnaligned", "up_copy2d"),
+    e(17, "cuMemcpy2DUnaligned_v2", "up_copy2d"),
+    e(18, "cuMemcpy2DUnaligned_v2_ptds", "up_copy2d"),
+    e(20, "cuMemcpy3D", "up_copy3d"),
+    e(21, "cuMemcpy3D_v2", "up_copy3d"),
+    e(22, "cuMemcpy3D_v2_ptds", "up_copy3d"),
+    e(23, "cuMemcpy3DAsync", "up_copy3d"),
+    e(24, "cuMemcpy3DAsync_v2", "up_copy3d"),
+    e(25, "cuMemcpy3DAsync_v2_ptsz", "up_copy3d"),
+    e(100, "cuMemcpy", "up_copy"),
+    e(101, "cuMemcpy_ptds", "up_copy"),
+    e(102, "cuMemcpyAsync", "up_copy"),
+    e(103, "cuMemcpyAsync_ptsz", "up_copy"),
+    e(110, "cuMemcpyBatchAsync", "up_batch"),
+    e(111, "cuMemcpyBatchAsync_ptsz", "up_batch"),
+    e(112, "cuMemcpyBatchAsync_v2", "up_batch"),
+    e(113, "cuMemcpyBatchAsync_v2_ptsz", "up_batch"),
+    e(200, "cuMemHostRegister", "up_register"),
+    e(201, "cuMemHostRegister_v2", "up_register"),
+    e(202, "cuMemHostUnregister", "up_unregister"),
+    r(210, "cuMemAlloc", "up_alloc"),
+    r(211, "cuMemAlloc_v2", "up_alloc"),
+    r(212, "cuMemAllocAsync", "up_alloc"),
+    r(213, "cuMemAllocAsync_ptsz", "up_alloc"),
+    r(214, "cuMemAllocFromPoolAsync", "up_alloc"),
+    r(215, "cuMemAllocFromPoolAsync_ptsz", "up_alloc"),
+    r(216, "cuMemAllocManaged", "up_alloc"),
+    r(217, "cuMemAllocPitch", "up_alloc_pitch"),
+    r(218, "cuMemAllocPitch_v2", "up_alloc_pitch"),
+    e(220, "cuMemFree", "up_free"),
+    e(221, "cuMemFree_v2", "up_free"),
+    e(222, "cuMemFreeAsync", "up_free"),
+    e(223, "cuMemFreeAsync_ptsz", "up_free"),
+    r(230, "cuMemAllocHost", "up_alloc_host"),
+    r(231, "cuMemAllocHost_v2", "up_alloc_host"),
+    r(232, "cuMemHostAlloc", "up_alloc_host"),
+    e(233, "cuMemFreeHost", "up_free_host"),
+];
+
+/// The symbol of entry point `id`.
+pub fn entry_name(id: u32) -> &'static str {
+    ENTRIES
+        .iter()
+        .find(|e| e.id == id)
+        .map_or("unknown", |e| e.symbol)
+}
