@@ -240,7 +240,7 @@ def phase_serve() -> tuple[list[str], list[str]]:
         started.append(p)
         note_pid(p.pid)
         pids[name] = p.pid
-    deadline = time.time() + 120 + WARMUP
+    deadline = time.time() + 300 + WARMUP
     for name, p in ports.items():
         while True:
             try:

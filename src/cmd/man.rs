@@ -62,6 +62,10 @@ const ENVIRONMENT: &[(&str, &str)] = &[
         "Set: print the time of each collection phase on stderr.",
     ),
     (
+        "NODE_NAME",
+        "serve: the node label of every series (the DaemonSet sets it from the pod's node).",
+    ),
+    (
         "TWOFOLD_LIBCUDA",
         "Paths (:-separated) of CUDA driver libraries to put the upload probes on, beside \
          those the processes map and /etc/ld.so.cache names.",

@@ -228,6 +228,11 @@ impl Tracing {
     ) -> Option<TraceSample> {
         let tracer = self.tracer.as_mut()?;
         let mut cur = tracer.sample();
+        // The engine's own reads (indexing a model file for the proof or for matching
+        // uploads) are the observer's, not the host's: they are left out of every count.
+        let me = std::process::id() as i32;
+        cur.pids.remove(&me);
+        cur.io.retain(|(pid, _), _| *pid != me);
         if !self.keep_exited {
             fold_exited(
                 proc_root,

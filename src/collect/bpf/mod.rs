@@ -432,11 +432,6 @@ impl Tracer {
         s.at_secs = self.started.elapsed().as_secs_f64();
         s.attached_mono_ns = self.started_ns;
         s.unavailable = self.unavailable.clone();
-        // twofold's own reads (indexing a model file for the proof or for matching uploads)
-        // are the observer's, not the host's: they are left out of every count.
-        let me = std::process::id() as i32;
-        s.pids.remove(&me);
-        s.io.retain(|(pid, _), _| *pid != me);
         for k in &mut s.oom_kills {
             k.at_secs -= self.started_ns as f64 / 1e9;
         }

@@ -3,7 +3,7 @@
 
 use super::{CgroupField, Field, FileField, ProcessField};
 
-pub const FILES: [Field; 9] = {
+pub const FILES: [Field; 10] = {
     use FileField as F;
     [
         Field::File(F::Count),
@@ -14,6 +14,7 @@ pub const FILES: [Field; 9] = {
         Field::File(F::Suspected),
         Field::File(F::Resident),
         Field::File(F::Holders),
+        Field::File(F::Uploaded),
         Field::File(F::Path),
     ]
 };
