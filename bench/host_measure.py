@@ -228,7 +228,8 @@ def phase_serve() -> tuple[list[str], list[str]]:
     p1, p2, p3 = ports.values()
     cmds = {
         "twofold serve --interval 5s": [BIN, "serve", "--listen", f"127.0.0.1:{p1}",
-                                        "--interval", "5s", "--model-glob", f"{MODELS}/*",
+                                        "--interval", "5s", "--max-files", "1000",
+                                        "--model-glob", f"{MODELS}/*",
                                         "--model-glob", f"{SMALL}/*"],
         "node-exporter": ["prometheus-node-exporter", f"--web.listen-address=127.0.0.1:{p2}"],
         "process-exporter": ["prometheus-process-exporter", "-web.listen-address",
