@@ -300,6 +300,10 @@ def phase_record() -> list[str]:
 
 def main() -> int:
     n0, t0 = forks(), time.monotonic()
+    # Pid files of an earlier run in the same work dir would name processes long gone.
+    for f in os.listdir(WORK):
+        if f.startswith("pid."):
+            os.remove(os.path.join(WORK, f))
     try:
         scan = phase_scan()
         top = phase_top()
@@ -309,6 +313,8 @@ def main() -> int:
         for p in started:
             p.kill()
             p.wait()
+        # The tmux server of the top phase, also when that phase failed half-way.
+        subprocess.run(["tmux", "-L", SOCK, "kill-server"], stderr=subprocess.DEVNULL)
     rate = (forks() - n0) / (time.monotonic() - t0)
     procs = sum(1 for d in os.scandir("/proc") if d.name.isdigit())
     print(f"host: {procs} processes, {rate:.0f} new processes/s during the run; "
