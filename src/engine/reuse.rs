@@ -145,7 +145,8 @@ impl Engine {
         // Where each process's memory is, read before its search: what appears during
         // the search counts as moved next time (searched then), never as searched.
         let mut placements: std::collections::BTreeMap<i32, Option<Placement>> = Default::default();
-        for c in &todo {
+        // Only a long-running engine searches again; a one-shot scan needs none.
+        for c in todo.iter().filter(|_| self.cache.is_some()) {
             placements
                 .entry(c.pid)
                 .or_insert_with(|| Placement::of(&self.roots, c.pid));
