@@ -83,5 +83,10 @@ impl Drop for Tmux {
             let _ = Command::new("kill").args(["-9", pid]).status();
         }
         let _ = self.cmd(&["kill-server"]);
+        // The server's socket file stays behind when the server is killed: remove it.
+        let dir = std::env::var("TMUX_TMPDIR").unwrap_or_else(|_| "/tmp".into());
+        // SAFETY: getuid has no preconditions.
+        let uid = unsafe { libc::getuid() };
+        let _ = std::fs::remove_file(format!("{dir}/tmux-{uid}/{}", self.socket));
     }
 }
