@@ -365,3 +365,24 @@ pub fn file_key(path: &Path) -> twofold::sample::FileKey {
     let m = std::fs::metadata(path).unwrap();
     twofold::sample::FileKey::from_dev(m.dev(), m.ino())
 }
+
+/// A loopback port free now (for a server the test starts).
+pub fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+/// The `file_id` label of a path (`major:minor:inode`), as the exporter writes it.
+pub fn file_id(path: &Path) -> String {
+    use std::os::unix::fs::MetadataExt;
+    let m = std::fs::metadata(path).unwrap();
+    format!(
+        "{}:{}:{}",
+        libc::major(m.dev()),
+        libc::minor(m.dev()),
+        m.ino()
+    )
+}

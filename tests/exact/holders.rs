@@ -187,11 +187,7 @@ fn a_replaced_model_still_mapped_is_counted_through_its_holder() {
         .all(|x| x.code != "residency-unknown" || Path::new(&x.subject()) != file));
 
     // The exporter has the old inode's series too.
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port();
+    let port = free_port();
     let serve = Killed(
         Command::new(exe())
             .args(["serve", "--no-prove", "--interval", "1s", "--listen"])

@@ -11,7 +11,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use crate::common::{exe, have, model_file, reader, require, MIB};
+use crate::common::{exe, free_port, have, model_file, reader, require, MIB};
 
 mod names;
 mod web;
@@ -35,14 +35,6 @@ static LIVE: std::sync::Mutex<()> = std::sync::Mutex::new(());
 
 fn live() -> std::sync::MutexGuard<'static, ()> {
     LIVE.lock().unwrap_or_else(|e| e.into_inner())
-}
-
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
 }
 
 /// A tiny HTTP/1.0 GET: (status, body).

@@ -20,7 +20,9 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use crate::common::{exe, have, in_ci, is_root, model_file, reader, require, MIB};
+use crate::common::{
+    exe, file_id, free_port, have, in_ci, is_root, model_file, reader, require, MIB,
+};
 
 /// What the test made in podman's storage, removed when dropped (by name).
 struct Made {
@@ -234,22 +236,9 @@ fn the_image_builds_and_counts_from_inside_a_container() {
     std::fs::set_permissions(&file, std::os::unix::fs::PermissionsExt::from_mode(0o600)).unwrap();
     let _copy = reader("copy", Some(&file), &["--close"]);
     let _map = reader("map", Some(&file), &[]);
-    let id = {
-        use std::os::unix::fs::MetadataExt;
-        let m = std::fs::metadata(&file).unwrap();
-        format!(
-            "{}:{}:{}",
-            libc::major(m.dev()),
-            libc::minor(m.dev()),
-            m.ino()
-        )
-    };
+    let id = file_id(&file);
 
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port();
+    let port = free_port();
     // SAFETY: getrlimit only writes the struct it is given.
     let nofile = unsafe {
         let mut r: libc::rlimit = std::mem::zeroed();

@@ -18,7 +18,9 @@ use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use crate::common::{exe, have, is_root, model_file, reader, require, tolerance, MIB};
+use crate::common::{
+    exe, file_id, free_port, have, is_root, model_file, reader, require, tolerance, MIB,
+};
 
 /// The `[Service]` settings of a unit (a key given twice keeps both values, joined by a
 /// space, as systemd does for lists).
@@ -218,21 +220,8 @@ fn the_serve_unit_counts_under_its_own_sandbox() {
     let file = model_file(dir.path(), "model.safetensors", 8 * MIB);
     std::fs::set_permissions(&file, std::os::unix::fs::PermissionsExt::from_mode(0o600)).unwrap();
     let _map = reader("map", Some(&file), &[]);
-    let id = {
-        use std::os::unix::fs::MetadataExt;
-        let m = std::fs::metadata(&file).unwrap();
-        format!(
-            "{}:{}:{}",
-            libc::major(m.dev()),
-            libc::minor(m.dev()),
-            m.ino()
-        )
-    };
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port();
+    let id = file_id(&file);
+    let port = free_port();
     let listen = format!("127.0.0.1:{port}");
     let (mut child, uid) = start(&unit, &[("127.0.0.1:9464", &listen), ("15s", "1s")]);
     let pid = child.id();

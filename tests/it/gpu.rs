@@ -234,11 +234,7 @@ fn serve_exports_device_memory_and_suspected_device_copies() {
     let file = model_file(dir.path(), "m.safetensors", size);
     let map = start("map", &file, &[]);
     let fx = fixture(dir.path(), false, &[(map.pid(), size + 3 * MIB)]);
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port();
+    let port = free_port();
     let glob = dir.path().join("*.safetensors");
     let mut child = Command::new(exe())
         .args(["serve", "--listen", &format!("127.0.0.1:{port}")])
@@ -248,16 +244,7 @@ fn serve_exports_device_memory_and_suspected_device_copies() {
         .stderr(std::process::Stdio::null())
         .spawn()
         .unwrap();
-    let id = {
-        use std::os::unix::fs::MetadataExt;
-        let m = std::fs::metadata(&file).unwrap();
-        format!(
-            "{}:{}:{}",
-            libc::major(m.dev()),
-            libc::minor(m.dev()),
-            m.ino()
-        )
-    };
+    let id = file_id(&file);
     let want = format!("twofold_file_device_copy_suspected_bytes{{file_id=\"{id}\"}}");
     let until = std::time::Instant::now() + std::time::Duration::from_secs(60);
     let mut body = String::new();

@@ -31,21 +31,8 @@ fn trace_counters_count_a_cold_read_of_the_whole_file() {
     let size = 24 * MIB;
     let file = model_file(dir.path(), "traced.safetensors", size);
     evict(&file);
-    let id = {
-        use std::os::unix::fs::MetadataExt;
-        let m = std::fs::metadata(&file).unwrap();
-        format!(
-            "{}:{}:{}",
-            libc::major(m.dev()),
-            libc::minor(m.dev()),
-            m.ino()
-        )
-    };
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port();
+    let id = file_id(&file);
+    let port = free_port();
     let glob = dir.path().join("*.safetensors");
     let mut child = Command::new(exe())
         .args(["serve", "--trace", "--no-prove"])
