@@ -10,7 +10,8 @@
 # the bandwidth baseline), medians of 3.
 #
 # Usage: bash bench/prove.sh [MODEL_SIZE] [OTHER_SIZE] [NOCOPY_SIZE]   (defaults 4G 8G 12G)
-# DUPES=0 leaves out the `dupes` runs (minutes on 64 GiB).
+# DUPES=0 leaves out the `dupes` runs (minutes on 64 GiB). With TWOFOLD_PROFILE=1 one more
+# `scan` per workload prints where its time went (collection phases, index, search) on stderr.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 model_size=${1:-4G}
@@ -73,6 +74,8 @@ for _ in range(3):
     if os.environ.get("DUPES", "1") != "0":
         t, _ = timed([bin, "dupes", "--json", "--pid", str(pid), model])
         dupes_t.append(t)
+if os.environ.get("TWOFOLD_PROFILE"):
+    subprocess.run([bin, "scan", "--json", model], check=True, stdout=subprocess.DEVNULL)
 f = next(f for f in report["files"] if f["path"] == model)
 assert old["proven"] == f["representations"]["proven"], (old, f["representations"])
 mine = [c for c in f["proven_copies"] if c["pid"] == pid]
@@ -120,6 +123,8 @@ for _ in range(3):
     t, out = timed([bin, "scan", "--json", "--prove-budget", "600s", model])
     scan_t.append(t)
     report = json.loads(out)
+if os.environ.get("TWOFOLD_PROFILE"):
+    subprocess.run([bin, "scan", "--json", "--prove-budget", "600s", model], check=True, stdout=subprocess.DEVNULL)
 f = next(f for f in report["files"] if f["path"] == model)
 gib = base["bytes"] / 2**30
 print(f"### workload: {label} ({gib:.2f} GiB of the candidate's present private memory)\n")

@@ -185,7 +185,17 @@ pub fn source() -> Box<dyn GpuSource> {
                 ..Default::default()
             })
         })),
-        None => Box::new(NvmlSource::open()),
+        None => {
+            let began = std::time::Instant::now();
+            let nvml = NvmlSource::open();
+            if std::env::var_os("TWOFOLD_PROFILE").is_some() {
+                eprintln!(
+                    "gpu: NVML opened in {:.1} ms",
+                    began.elapsed().as_secs_f64() * 1e3
+                );
+            }
+            Box::new(nvml)
+        }
     }
 }
 
@@ -238,10 +248,17 @@ pub fn device_proofs(dir: &Path, proc_root: &Path) -> Vec<DeviceProofSample> {
 
 /// The GPU part of a sample.
 pub fn sample(src: &mut dyn GpuSource, proc_root: &Path) -> GpuSample {
+    let began = std::time::Instant::now();
     let (devices, not_available) = match src.devices() {
         Ok(d) => (d, None),
         Err(why) => (Vec::new(), Some(why)),
     };
+    if std::env::var_os("TWOFOLD_PROFILE").is_some() {
+        eprintln!(
+            "gpu: devices read in {:.1} ms",
+            began.elapsed().as_secs_f64() * 1e3
+        );
+    }
     GpuSample {
         not_available,
         devices,

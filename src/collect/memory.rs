@@ -164,6 +164,18 @@ impl ProcMemory {
         })
     }
 
+    /// Another handle on the same process for another thread: the same open files
+    /// (positional reads share no offset), its own scratch space.
+    pub fn try_clone(&self) -> io::Result<ProcMemory> {
+        Ok(ProcMemory {
+            pid: self.pid,
+            pagemap: self.pagemap.try_clone()?,
+            pagemap_path: self.pagemap_path.clone(),
+            mem: self.mem.try_clone()?,
+            scratch: std::cell::RefCell::new(Vec::new()),
+        })
+    }
+
     /// Ranges worth searching, from `maps` text.
     pub fn regions(maps_path: &Path, maps_text: &str) -> Result<Vec<Region>> {
         let mut out: Vec<Region> = Vec::new();

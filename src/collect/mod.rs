@@ -82,6 +82,15 @@ pub fn cpu_threads() -> usize {
         .clamp(1, 8)
 }
 
+/// Threads a proof searches memory on: one per CPU (reads of `/proc/PID/mem` are kernel
+/// time spent copying pages, and a machine with more cores holds more memory).
+pub fn proof_threads() -> usize {
+    std::thread::available_parallelism()
+        .map(|n| n.get())
+        .unwrap_or(1)
+        .clamp(1, 64)
+}
+
 /// Maps `f` over `items` on up to one thread per CPU (procfs reads are mostly kernel
 /// time: page-table walks for `smaps`), keeping the order; few items are mapped here.
 pub fn par_map<T: Sync, R: Send>(items: &[T], f: impl Fn(&T) -> R + Sync) -> Vec<R> {

@@ -333,49 +333,74 @@ impl Grid {
         } else {
             plan(run, cap_every)
         };
-        let mut keys: Vec<Slot> = Vec::new();
-        let mut span = Vec::new();
-        let mut mem = Vec::new();
-        let mut low_entropy = vec![true; pieces.len()];
-        for (pi, p) in pieces.iter().enumerate() {
-            if grid_files[p.file].error.is_some() {
-                continue;
-            }
-            let factor = p.kind.factor();
-            // Points come in pairs 2048 bytes apart: one read per pair.
-            let mut k = 0u64;
-            'points: while k * HALF + WIN as u64 <= p.mem_len {
-                if !is_point(k, every) {
-                    k += 1;
-                    continue;
-                }
-                let m = k * HALF;
-                let span_mem = (HALF + WIN as u64).min(p.mem_len - m);
-                span.resize((span_mem / factor) as usize, 0);
-                let read = grid_files[p.file]
-                    .bytes
-                    .read_exact_at(&mut span, p.file_offset + m / factor);
-                if let Err(e) = read {
-                    grid_files[p.file].error = Some(format!("the file could not be read: {e}"));
-                    break 'points;
-                }
-                for (j, at) in [(k, 0u64), (k + 1, HALF)] {
-                    if at + WIN as u64 > span_mem || !is_point(j, every) {
+        // The points, read in parts of pieces side by side (a part starts a pair of
+        // points, so parts read exactly what one pass would), kept in the order of one pass.
+        let part_k = 2 * every * 1024;
+        let parts: Vec<(usize, u64)> = pieces
+            .iter()
+            .enumerate()
+            .flat_map(|(pi, p)| {
+                let ks = (p.mem_len / HALF).div_ceil(part_k).max(1);
+                (0..ks).map(move |i| (pi, i * part_k))
+            })
+            .collect();
+        let files_ref = &grid_files;
+        let pieces_ref = &pieces;
+        let read = crate::collect::par_map_on(
+            crate::collect::proof_threads(),
+            &parts,
+            |&(pi, k0)| -> Result<(Vec<Slot>, bool), String> {
+                let p = &pieces_ref[pi];
+                let factor = p.kind.factor();
+                let (mut keys, mut span, mut mem) = (Vec::new(), Vec::new(), Vec::new());
+                let mut all_periodic = true;
+                // Points come in pairs 2048 bytes apart: one read per pair.
+                let mut k = k0;
+                while k < k0 + part_k && k * HALF + WIN as u64 <= p.mem_len {
+                    if !is_point(k, every) {
+                        k += 1;
                         continue;
                     }
-                    let from = (at / factor) as usize;
-                    p.kind
-                        .convert(&span[from..from + WIN / factor as usize], &mut mem);
-                    if !periodic(&mem) {
-                        low_entropy[pi] = false;
-                        keys.push(Slot {
-                            key: hash(&mem),
-                            piece: pi as u32,
-                            k: j as u32,
-                        });
+                    let m = k * HALF;
+                    let span_mem = (HALF + WIN as u64).min(p.mem_len - m);
+                    span.resize((span_mem / factor) as usize, 0);
+                    files_ref[p.file]
+                        .bytes
+                        .read_exact_at(&mut span, p.file_offset + m / factor)
+                        .map_err(|e| format!("the file could not be read: {e}"))?;
+                    for (j, at) in [(k, 0u64), (k + 1, HALF)] {
+                        if at + WIN as u64 > span_mem || !is_point(j, every) {
+                            continue;
+                        }
+                        let from = (at / factor) as usize;
+                        p.kind
+                            .convert(&span[from..from + WIN / factor as usize], &mut mem);
+                        if !periodic(&mem) {
+                            all_periodic = false;
+                            keys.push(Slot {
+                                key: hash(&mem),
+                                piece: pi as u32,
+                                k: j as u32,
+                            });
+                        }
                     }
+                    k += 2;
                 }
-                k += 2;
+                Ok((keys, all_periodic))
+            },
+        );
+        let mut keys: Vec<Slot> = Vec::new();
+        let mut low_entropy = vec![true; pieces.len()];
+        for (&(pi, _), r) in parts.iter().zip(read) {
+            match r {
+                Ok((k, all_periodic)) => {
+                    low_entropy[pi] &= all_periodic;
+                    keys.extend(k);
+                }
+                Err(e) => {
+                    let f = &mut grid_files[pieces[pi].file];
+                    f.error.get_or_insert(e);
+                }
             }
         }
         keys.retain(|k| grid_files[pieces[k.piece as usize].file].error.is_none());

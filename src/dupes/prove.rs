@@ -312,6 +312,10 @@ fn prove_group(
         .collect();
 
     let self_pid = std::process::id() as i32;
+    // Processes are searched side by side, and each one's windows of memory on the
+    // threads left: one large candidate gets every core.
+    let outer = crate::collect::proof_threads().min(pids.len()).max(1);
+    let inner = (crate::collect::proof_threads() / outer).max(1);
     let search = |&pid: &i32| {
         if pid == self_pid {
             return None;
@@ -326,8 +330,10 @@ fn prove_group(
             });
         }
         let began = Instant::now();
-        let mut result = search_one(roots, grid, pid, stride, opts.exact, deadline, progress)
-            .map_err(Unsearched::from_error);
+        let mut result = search_one(
+            roots, grid, pid, stride, opts.exact, deadline, progress, inner,
+        )
+        .map_err(Unsearched::from_error);
         // A process that exited holds no memory: searched, nothing there.
         if result.is_err() && !roots.proc.join(pid.to_string()).exists() {
             result = Ok((Vec::new(), Vec::new(), SweepStats::default(), true));
@@ -339,15 +345,14 @@ fn prove_group(
         })
     };
     // A search that panics loses that process's proof, not the others'.
-    let searched: Vec<Searched> =
-        crate::collect::par_map_on(crate::collect::cpu_threads(), pids, |pid| {
-            std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| search(pid)))
-                .ok()
-                .flatten()
-        })
-        .into_iter()
-        .flatten()
-        .collect();
+    let searched: Vec<Searched> = crate::collect::par_map_on(outer, pids, |pid| {
+        std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| search(pid)))
+            .ok()
+            .flatten()
+    })
+    .into_iter()
+    .flatten()
+    .collect();
 
     if std::env::var_os("TWOFOLD_PROFILE").is_some() {
         eprintln!(
@@ -546,6 +551,7 @@ fn proof_for(pid: i32, key: FileKey, fi: usize, searchable: &[f64]) -> ProofSamp
 
 type SearchResult = Result<(Vec<Hit>, Vec<Region>, SweepStats, bool), String>;
 
+#[allow(clippy::too_many_arguments)]
 fn search_one(
     roots: &Roots,
     grid: &Grid,
@@ -554,6 +560,7 @@ fn search_one(
     exact: bool,
     deadline: Option<Instant>,
     progress: Option<&Progress>,
+    threads: usize,
 ) -> SearchResult {
     // The whole chain: the refusal's reason is in the source.
     let target =
@@ -569,6 +576,8 @@ fn search_one(
         exact,
         deadline,
         progress,
+        threads,
+        window: super::sweep::WINDOW,
     };
     let (hits, stats, complete) = sweep.run(&regions).map_err(|e| {
         if e.raw_os_error() == Some(libc::ESRCH) {

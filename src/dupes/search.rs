@@ -110,6 +110,8 @@ fn search_process(
         exact: true,
         deadline: None,
         progress: None,
+        threads: crate::collect::proof_threads(),
+        window: super::sweep::WINDOW,
     };
     let (hits, stats, _) = sweep
         .run(&regions)

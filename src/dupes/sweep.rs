@@ -10,11 +10,12 @@
 
 use std::collections::{BTreeMap, HashSet};
 use std::io;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Mutex;
 use std::time::Instant;
 
-use super::filebytes::FileBytes;
 use super::grid::{hash, Grid, PAGE, WIN};
-use super::index::{periodic, Convert, CopyKind};
+use super::index::CopyKind;
 use crate::collect::memory::{ProcMemory, Region, IOV_MAX};
 
 /// A confirmed copy of one piece.
@@ -41,6 +42,10 @@ pub struct Sweep<'a> {
     pub deadline: Option<Instant>,
     /// Bytes swept and a cancel flag, watched by another thread (`top`'s `p`).
     pub progress: Option<&'a super::Progress>,
+    /// Threads to search windows of memory on (1: this one).
+    pub threads: usize,
+    /// Bytes of a window ([`WINDOW`]).
+    pub window: u64,
 }
 
 struct State {
@@ -52,24 +57,9 @@ struct State {
     /// Confirmed copies: (piece, address).
     confirmed: HashSet<(usize, u64)>,
     extended: HashSet<(usize, u64)>,
+    /// How many of the shared ranges are in `credited`.
+    synced: usize,
     buf: Buffers,
-}
-
-/// Scratch space of comparisons, and the bytes they compared.
-#[derive(Default)]
-pub struct Buffers {
-    mem: Vec<u8>,
-    src: Vec<u8>,
-    conv: Vec<u8>,
-    pub compared_bytes: u64,
-}
-
-impl State {
-    /// The search's result; `complete`: every region was searched.
-    fn finish(mut self, complete: bool) -> (Vec<Hit>, SweepStats, bool) {
-        self.stats.compared_bytes = self.buf.compared_bytes;
-        (self.hits, self.stats, complete)
-    }
 }
 
 impl State {
@@ -89,16 +79,77 @@ impl State {
     }
 }
 
+pub use super::compare::{Buffers, Compare, Placed, Span, SPOT_PAGES};
 pub use super::pagemap::PageMap;
 
-/// Regions are read a window of this many bytes at a time (2 MiB of pagemap entries).
-const WINDOW: u64 = 1 << 30;
+/// Regions are read a window of this many bytes at a time (512 KiB of pagemap entries
+/// where PAGEMAP_SCAN is missing), and windows are what threads share out.
+pub const WINDOW: u64 = 256 << 20;
 /// Regions larger than this are skipped when `smaps` says nothing of them is resident.
 const HUGE_REGION: u64 = 64 << 30;
 
 /// From this stride on, the pagemap entries of the sampled pages are read one by one
 /// (one syscall each) rather than the whole region's (about 30 ns a page).
 const SPARSE_PAGEMAP_STRIDE: u64 = 16;
+
+/// Copies confirmed by any thread of one sweep, so that the others skip their pages.
+#[derive(Default)]
+struct Shared {
+    /// Bumped with every range pushed: a thread locks only when it moved.
+    generation: AtomicUsize,
+    credited: Mutex<Vec<(u64, u64)>>,
+}
+
+/// A thread's scratch space for sampled pages.
+struct Scratch {
+    one: Vec<u64>,
+    buf: Vec<u8>,
+    addrs: Vec<u64>,
+    cands: Vec<(usize, u64)>,
+}
+
+/// What a sweep needs besides the target: one per thread, each with its own handle.
+#[derive(Clone, Copy)]
+struct Plan<'a> {
+    grid: &'a Grid,
+    stride: u64,
+    exact: bool,
+    deadline: Option<Instant>,
+    progress: Option<&'a super::Progress>,
+    window: u64,
+}
+
+impl State {
+    fn new(stride: u64) -> State {
+        State {
+            stats: SweepStats {
+                stride_pages: stride,
+                ..SweepStats::default()
+            },
+            hits: Vec::new(),
+            credited: BTreeMap::new(),
+            synced: 0,
+            seen: HashSet::new(),
+            confirmed: HashSet::new(),
+            extended: HashSet::new(),
+            buf: Buffers::default(),
+        }
+    }
+
+    /// Takes in the ranges other threads confirmed since the last look.
+    fn sync(&mut self, shared: Option<&Shared>) {
+        let Some(sh) = shared else { return };
+        if sh.generation.load(Ordering::Acquire) == self.synced {
+            return;
+        }
+        let all = sh.credited.lock().unwrap_or_else(|p| p.into_inner());
+        for &(lo, hi) in &all[self.synced.min(all.len())..] {
+            let e = self.credited.entry(lo).or_insert(hi);
+            *e = (*e).max(hi);
+        }
+        self.synced = all.len();
+    }
+}
 
 impl Sweep<'_> {
     /// Past the deadline, or cancelled.
@@ -107,31 +158,26 @@ impl Sweep<'_> {
             || self.progress.is_some_and(|p| p.cancelled())
     }
 
+    fn plan(&self) -> Plan<'_> {
+        Plan {
+            grid: self.grid,
+            stride: self.stride,
+            exact: self.exact,
+            deadline: self.deadline,
+            progress: self.progress,
+            window: self.window,
+        }
+    }
+
     /// Searches `regions`; returns the hits, the work done, and whether every region was
-    /// searched before the deadline.
+    /// searched before the deadline. Regions are cut into windows of `window` bytes,
+    /// searched on up to `threads` threads, each reading through its own handle.
     pub fn run(&self, regions: &[Region]) -> io::Result<(Vec<Hit>, SweepStats, bool)> {
-        let mut st = State {
-            stats: SweepStats {
-                regions: regions.len(),
-                stride_pages: self.stride,
-                ..SweepStats::default()
-            },
-            hits: Vec::new(),
-            credited: BTreeMap::new(),
-            seen: HashSet::new(),
-            confirmed: HashSet::new(),
-            extended: HashSet::new(),
-            buf: Buffers::default(),
+        let mut stats = SweepStats {
+            regions: regions.len(),
+            stride_pages: self.stride,
+            ..SweepStats::default()
         };
-        let mut pm;
-        let mut one = Vec::new();
-        let sampling = self.grid.sampling(self.stride);
-        let sample_len = sampling.len;
-        let mut buf = vec![0u8; IOV_MAX * sample_len];
-        let mut addrs = Vec::with_capacity(IOV_MAX);
-        let mut cands: Vec<(usize, u64)> = Vec::new();
-        // Pages between samples: the stride, or every page for small tensors.
-        let stride = sampling.step;
         let rss = regions
             .iter()
             .any(|r| r.end - r.start > HUGE_REGION)
@@ -140,106 +186,231 @@ impl Sweep<'_> {
         if let Some(p) = self.progress {
             p.add_total(regions.iter().map(|r| r.end - r.start).sum());
         }
+        let mut windows = Vec::new();
         for (ri, r) in regions.iter().enumerate() {
-            if let (Some(p), Some(prev)) = (self.progress, ri.checked_sub(1)) {
-                p.add_done(regions[prev].end - regions[prev].start);
-            }
-            if self.stopped() {
-                return Ok(st.finish(false));
-            }
-            st.stats.mapped_bytes += r.end - r.start;
+            stats.mapped_bytes += r.end - r.start;
             // A huge reservation (CUDA, ASan, JVM heaps) that holds nothing is skipped;
             // one that holds something is read a window at a time (bounded memory).
             if r.end - r.start > HUGE_REGION
                 && rss.as_ref().is_some_and(|m| m.get(&r.start) == Some(&0))
             {
+                if let Some(p) = self.progress {
+                    p.add_done(r.end - r.start);
+                }
                 continue;
             }
             let mut w0 = r.start;
             while w0 < r.end {
-                let w1 = (w0 + WINDOW).min(r.end);
-                if self.stopped() {
-                    return Ok(st.finish(false));
-                }
-                let first = (w0 / PAGE).next_multiple_of(stride) * PAGE;
-                let scanned = PageMap::scan(self.target, w0, w1, r.kind)
-                    .map_err(|e| io::Error::other(format!("{e:#}")))?;
-                let pages: Vec<u64> = if let Some(p) = scanned {
-                    // Present ranges from the kernel's page-table walk: a few calls per
-                    // window, and only the pages inside them are visited.
-                    pm = p;
-                    st.stats.present_bytes += pm.eligible_bytes(r);
-                    pm.sampled(r, first, w1, stride * PAGE)
-                } else if stride >= SPARSE_PAGEMAP_STRIDE {
-                    pm = PageMap::default();
-                    let mut v = Vec::new();
-                    for a in (first..w1).step_by((stride * PAGE) as usize) {
-                        self.target
-                            .pagemap(a, a + PAGE, &mut one)
-                            .map_err(|e| io::Error::other(format!("{e:#}")))?;
-                        if one
-                            .first()
-                            .is_some_and(|e| ProcMemory::eligible(*e, r.kind))
-                        {
-                            v.push(a);
-                        }
-                    }
-                    st.stats.present_bytes += v.len() as u64 * stride * PAGE;
-                    v
-                } else {
-                    pm = PageMap::read_entries(self.target, w0, w1)?;
-                    st.stats.present_bytes += pm.eligible_bytes(r);
-                    pm.sampled(r, first, w1, stride * PAGE)
-                };
-                for batch in pages.chunks(IOV_MAX) {
-                    if self.stopped() {
-                        return Ok(st.finish(false));
-                    }
-                    addrs.clear();
-                    addrs.extend(batch.iter().copied().filter(|a| !st.covered(*a, *a + PAGE)));
-                    if addrs.is_empty() {
-                        continue;
-                    }
-                    let read = match self.target.gather(&addrs, sample_len, &mut buf) {
-                        Ok(n) => n,
-                        Err(e) if e.raw_os_error() == Some(libc::EFAULT) => 0,
-                        Err(e) => return Err(e),
-                    };
-                    for (k, &page) in addrs.iter().enumerate().take(read) {
-                        if st.covered(page, page + PAGE) {
-                            continue;
-                        }
-                        st.stats.sampled_pages += 1;
-                        let s = &buf[k * sample_len..(k + 1) * sample_len];
-                        cands.clear();
-                        for &d in sampling.positions(page) {
-                            let w = &s[d as usize..d as usize + WIN];
-                            if w[..8] == w[8..] {
-                                continue;
-                            }
-                            let h = hash(w);
-                            if !self.grid.maybe(h) {
-                                continue;
-                            }
-                            let at = page + u64::from(d);
-                            self.grid.lookup(h, |p, m| {
-                                if at >= m {
-                                    cands.push((p, at - m));
-                                }
-                            });
-                        }
-                        for &(p, a) in &cands {
-                            self.consider(&mut st, &pm, r, ri, p, a)?;
-                        }
-                    }
-                }
+                let w1 = (w0 + self.window.max(PAGE)).min(r.end);
+                windows.push((ri, w0, w1));
                 w0 = w1;
             }
         }
-        if let (Some(p), Some(last)) = (self.progress, regions.last()) {
-            p.add_done(last.end - last.start);
+        let threads = self.threads.clamp(1, windows.len().max(1));
+        let next = AtomicUsize::new(0);
+        let shared = Shared::default();
+        let shared = (threads > 1).then_some(&shared);
+        let (grid, stride) = (self.grid, self.stride);
+        let work = |sweep: &Sweep| -> io::Result<(State, bool)> {
+            let mut st = State::new(stride);
+            let mut sc = Scratch {
+                one: Vec::new(),
+                buf: vec![0u8; IOV_MAX * grid.sampling(stride).len],
+                addrs: Vec::with_capacity(IOV_MAX),
+                cands: Vec::new(),
+            };
+            loop {
+                let Some(&(ri, w0, w1)) = windows.get(next.fetch_add(1, Ordering::Relaxed)) else {
+                    return Ok((st, true));
+                };
+                if !sweep.window(&mut st, &mut sc, shared, &regions[ri], ri, w0, w1)? {
+                    return Ok((st, false));
+                }
+                if let Some(p) = sweep.progress {
+                    p.add_done(w1 - w0);
+                }
+            }
+        };
+        let results: Vec<io::Result<(State, bool)>> = if threads <= 1 {
+            vec![work(self)]
+        } else {
+            let handles = (1..threads)
+                .map(|_| self.target.try_clone())
+                .collect::<io::Result<Vec<ProcMemory>>>()?;
+            let plan = self.plan();
+            let work = &work;
+            std::thread::scope(|s| {
+                let others: Vec<_> = handles
+                    .into_iter()
+                    .map(|target| {
+                        s.spawn(move || {
+                            work(&Sweep {
+                                grid: plan.grid,
+                                target: &target,
+                                stride: plan.stride,
+                                exact: plan.exact,
+                                deadline: plan.deadline,
+                                progress: plan.progress,
+                                threads: 1,
+                                window: plan.window,
+                            })
+                        })
+                    })
+                    .collect();
+                let mut out = vec![work(self)];
+                out.extend(
+                    others
+                        .into_iter()
+                        .map(|h| h.join().unwrap_or_else(|p| std::panic::resume_unwind(p))),
+                );
+                out
+            })
+        };
+        let mut complete = true;
+        let mut hits = Vec::new();
+        for r in results {
+            let (st, done) = r?;
+            complete &= done;
+            stats.present_bytes += st.stats.present_bytes;
+            stats.sampled_pages += st.stats.sampled_pages;
+            stats.candidates += st.stats.candidates;
+            stats.rejected += st.stats.rejected;
+            stats.compared_bytes += st.buf.compared_bytes;
+            hits.extend(st.hits);
         }
-        Ok(st.finish(true))
+        Ok((self.once(hits, regions), stats, complete))
+    }
+
+    /// The hits of every thread in address order, each memory range credited once: two
+    /// windows searched apart can both confirm a copy that spans them.
+    fn once(&self, mut hits: Vec<Hit>, regions: &[Region]) -> Vec<Hit> {
+        let range = |h: &Hit| {
+            let r = &regions[h.region];
+            let len = self.grid.pieces[h.piece].mem_len;
+            (h.addr.max(r.start), (h.addr + len).min(r.end))
+        };
+        hits.sort_by_key(|h| (range(h), h.piece));
+        hits.dedup_by_key(|h| (h.piece, h.addr));
+        let mut end = 0;
+        hits.retain(|h| {
+            let (lo, hi) = range(h);
+            let keep = lo >= end;
+            if keep {
+                end = hi;
+            }
+            keep
+        });
+        hits
+    }
+
+    /// Samples the window `[w0, w1)` of region `r` and confirms what its samples find;
+    /// `false` when stopped before the end.
+    #[allow(clippy::too_many_arguments)]
+    fn window(
+        &self,
+        st: &mut State,
+        sc: &mut Scratch,
+        shared: Option<&Shared>,
+        r: &Region,
+        ri: usize,
+        w0: u64,
+        w1: u64,
+    ) -> io::Result<bool> {
+        if self.stopped() {
+            return Ok(false);
+        }
+        let sampling = self.grid.sampling(self.stride);
+        let sample_len = sampling.len;
+        // Pages between samples: the stride, or every page for small tensors.
+        let stride = sampling.step;
+        let first = (w0 / PAGE).next_multiple_of(stride) * PAGE;
+        let scanned = PageMap::scan(self.target, w0, w1, r.kind)
+            .map_err(|e| io::Error::other(format!("{e:#}")))?;
+        let pm;
+        let pages: Vec<u64> = if let Some(p) = scanned {
+            // Present ranges from the kernel's page-table walk: a few calls per window,
+            // and only the pages inside them are visited.
+            pm = p;
+            st.stats.present_bytes += pm.eligible_bytes(r);
+            pm.sampled(r, first, w1, stride * PAGE)
+        } else if stride >= SPARSE_PAGEMAP_STRIDE {
+            pm = PageMap::default();
+            let mut v = Vec::new();
+            for a in (first..w1).step_by((stride * PAGE) as usize) {
+                self.target
+                    .pagemap(a, a + PAGE, &mut sc.one)
+                    .map_err(|e| io::Error::other(format!("{e:#}")))?;
+                if sc
+                    .one
+                    .first()
+                    .is_some_and(|e| ProcMemory::eligible(*e, r.kind))
+                {
+                    v.push(a);
+                }
+            }
+            st.stats.present_bytes += v.len() as u64 * stride * PAGE;
+            v
+        } else {
+            pm = PageMap::read_entries(self.target, w0, w1)?;
+            st.stats.present_bytes += pm.eligible_bytes(r);
+            pm.sampled(r, first, w1, stride * PAGE)
+        };
+        for batch in pages.chunks(IOV_MAX) {
+            if self.stopped() {
+                return Ok(false);
+            }
+            st.sync(shared);
+            sc.addrs.clear();
+            sc.addrs
+                .extend(batch.iter().copied().filter(|a| !st.covered(*a, *a + PAGE)));
+            if sc.addrs.is_empty() {
+                continue;
+            }
+            let read = match self.target.gather(&sc.addrs, sample_len, &mut sc.buf) {
+                Ok(n) => n,
+                Err(e) if e.raw_os_error() == Some(libc::EFAULT) => 0,
+                Err(e) => return Err(e),
+            };
+            for k in 0..read {
+                let page = sc.addrs[k];
+                if st.covered(page, page + PAGE) {
+                    continue;
+                }
+                st.stats.sampled_pages += 1;
+                let s = &sc.buf[k * sample_len..(k + 1) * sample_len];
+                sc.cands.clear();
+                for &d in sampling.positions(page) {
+                    let w = &s[d as usize..d as usize + WIN];
+                    if w[..8] == w[8..] {
+                        continue;
+                    }
+                    let h = hash(w);
+                    if !self.grid.maybe(h) {
+                        continue;
+                    }
+                    let at = page + u64::from(d);
+                    self.grid.lookup(h, |p, m| {
+                        if at >= m {
+                            sc.cands.push((p, at - m));
+                        }
+                    });
+                }
+                for i in 0..sc.cands.len() {
+                    let (p, a) = sc.cands[i];
+                    let before = st.hits.len();
+                    self.consider(st, &pm, r, ri, p, a)?;
+                    if let Some(sh) = shared.filter(|_| st.hits.len() > before) {
+                        let mut all = sh.credited.lock().unwrap_or_else(|p| p.into_inner());
+                        for h in &st.hits[before..] {
+                            let len = self.grid.pieces[h.piece].mem_len;
+                            all.push((h.addr.max(r.start), (h.addr + len).min(r.end)));
+                        }
+                        sh.generation.store(all.len(), Ordering::Release);
+                    }
+                }
+            }
+        }
+        Ok(true)
     }
 
     /// Confirms piece `p` at `a` (once), credits it, and extends the run to the file's
@@ -356,174 +527,6 @@ impl Sweep<'_> {
     }
 }
 
-/// `[lo, hi)` cut at page boundaries: `(x, y)` for each page it touches.
-fn page_chunks(lo: u64, hi: u64) -> impl Iterator<Item = (u64, u64)> {
-    let mut x = lo;
-    std::iter::from_fn(move || {
-        (x < hi).then(|| {
-            let y = ((x / PAGE + 1) * PAGE).min(hi);
-            let chunk = (x, y);
-            x = y;
-            chunk
-        })
-    })
-}
-
-/// A piece of a file (a tensor, or a run of an opaque file) as comparisons need it.
-#[derive(Clone, Copy)]
-pub struct Span<'a> {
-    pub bytes: &'a FileBytes,
-    pub kind: CopyKind,
-    pub file_offset: u64,
-    /// Its length in memory: the file's bytes times the kind's factor (widened copies
-    /// are larger).
-    pub mem_len: u64,
-}
-
-/// Where a copy of a span lies: it starts at `addr` (possibly outside the region), and
-/// `[lo, hi)` is its part inside `region`.
-pub struct Placed<'a> {
-    pub region: &'a Region,
-    pub span: Span<'a>,
-    pub addr: u64,
-    pub lo: u64,
-    pub hi: u64,
-}
-
-impl<'a> Placed<'a> {
-    fn parts(&self) -> (&'a Region, Span<'a>, u64, u64, u64) {
-        (self.region, self.span, self.addr, self.lo, self.hi)
-    }
-}
-
-/// Compares a process's memory with a file's bytes: how a candidate copy is confirmed by
-/// the search, and how the engine re-checks a copy it found before.
-pub struct Compare<'a> {
-    pub target: &'a ProcMemory,
-    pub stride: u64,
-    pub exact: bool,
-}
-
-/// Pages of the copies one search found that a check in place compares again, spread
-/// over the copies (see [`super::recheck::recheck`]).
-pub const SPOT_PAGES: usize = 256;
-
-impl Compare<'_> {
-    /// Checks again a whole copy (`at`) that a search confirmed before: `Some(present
-    /// bytes)` when every page of it is still present and `pages` of them, evenly spread
-    /// from the first to the last, equal the file (none compared with `pages == 0`:
-    /// presence only); `None` otherwise (swapped out, freed, unmapped or overwritten).
-    /// `pm` holds the page-map entries of the copy.
-    pub fn spot_check(
-        &self,
-        b: &mut Buffers,
-        pm: &PageMap,
-        at: &Placed,
-        pages: usize,
-    ) -> io::Result<Option<u64>> {
-        let (r, span, a, lo, hi) = at.parts();
-        let present: Vec<(u64, u64)> = page_chunks(lo, hi).collect();
-        if present.iter().any(|&(x, _)| !pm.eligible(r, x)) {
-            return Ok(None);
-        }
-        let picks = pages.min(present.len());
-        for k in 0..picks {
-            let i = if picks == 1 {
-                0
-            } else {
-                k * (present.len() - 1) / (picks - 1)
-            };
-            let (x, y) = present[i];
-            if !self.equal(b, &span, a, x, y)? {
-                return Ok(None);
-            }
-        }
-        Ok(Some(hi - lo))
-    }
-
-    /// Compares `[x, y)` of the target with the file bytes of `span` copied at `a`.
-    /// `false` if the memory could not be read.
-    fn equal(&self, b: &mut Buffers, span: &Span, a: u64, x: u64, y: u64) -> io::Result<bool> {
-        let factor = span.kind.factor();
-        // Widened copies are compared in whole elements (4 bytes in memory).
-        let (x, y) = if factor > 1 {
-            (a + (x - a) / 4 * 4, a + (y - a).div_ceil(4) * 4)
-        } else {
-            (x, y)
-        };
-        let y = y.min(a + span.mem_len);
-        let n = (y - x) as usize;
-        b.mem.resize(n, 0);
-        let got = match self.target.read(x, &mut b.mem) {
-            Ok(g) => g,
-            Err(e) if e.raw_os_error() == Some(libc::EFAULT) => 0,
-            Err(e) => return Err(e),
-        };
-        if got != n {
-            return Ok(false);
-        }
-        b.src.resize(n / factor as usize, 0);
-        span.bytes
-            .read_exact_at(&mut b.src, span.file_offset + (x - a) / factor)?;
-        span.kind.convert(&b.src, &mut b.conv);
-        b.compared_bytes += n as u64;
-        Ok(b.mem == b.conv)
-    }
-
-    /// Confirms a candidate copy (`at`): `Some((credited present bytes, whole))` or
-    /// `None`. `pm` may hold the region's page-map entries (else the copy's own are read).
-    pub fn confirm(
-        &self,
-        b: &mut Buffers,
-        pm: &PageMap,
-        at: &Placed,
-    ) -> io::Result<Option<(u64, bool)>> {
-        let (r, span, a, lo, hi) = at.parts();
-        // A sparsely sampled region: the copy's own pages' entries.
-        let local;
-        let pm = if !pm.covers(lo, hi) {
-            local = PageMap::read_entries(self.target, lo / PAGE * PAGE, hi)?;
-            &local
-        } else {
-            pm
-        };
-        let len = span.mem_len;
-        let end = hi;
-        let clipped = lo != a || hi != a + len;
-        // Page-sized chunks of the copy: [x, y) with its eligibility.
-        let chunks: Vec<(u64, u64, bool)> = page_chunks(lo, end)
-            .map(|(x, y)| (x, y, pm.eligible(r, x)))
-            .collect();
-        let present: u64 = chunks.iter().filter(|c| c.2).map(|c| c.1 - c.0).sum();
-        if present < PAGE.min(len) {
-            return Ok(None);
-        }
-        let last = chunks.len() - 1;
-        let sparse = !self.exact && chunks.len() > 16;
-        let mut all = true;
-        for (i, &(x, y, ok)) in chunks.iter().enumerate() {
-            if !ok {
-                continue;
-            }
-            let on_stride = i == 0 || i == last || (x / PAGE) % self.stride.max(1) == 0;
-            if sparse && !on_stride {
-                continue;
-            }
-            if !self.equal(b, &span, a, x, y)? {
-                all = false;
-                break;
-            }
-        }
-        if all && !clipped {
-            return Ok(Some((present, true)));
-        }
-        // A partial copy: credit the pages that match and carry information.
-        let mut credited = 0u64;
-        for &(x, y, ok) in &chunks {
-            if ok && self.equal(b, &span, a, x, y)? && !b.mem.chunks_exact(WIN).all(periodic) {
-                credited += y - x;
-            }
-        }
-        Ok((credited >= PAGE).then_some((credited, false)))
-    }
-}
+#[cfg(test)]
+#[path = "sweep_tests.rs"]
+mod tests;

@@ -1,0 +1,192 @@
+//! Comparing a process's memory with a file's bytes: how the search confirms a candidate
+//! copy ([`Compare::confirm`]) and how the engine checks a copy it found before
+//! ([`Compare::spot_check`]). Only present pages are read (the page map says which).
+
+use std::io;
+
+use super::filebytes::FileBytes;
+use super::grid::{PAGE, WIN};
+use super::index::{periodic, Convert, CopyKind};
+use super::pagemap::PageMap;
+use crate::collect::memory::{ProcMemory, Region};
+
+/// Scratch space of comparisons, and the bytes they compared.
+#[derive(Default)]
+pub struct Buffers {
+    mem: Vec<u8>,
+    src: Vec<u8>,
+    conv: Vec<u8>,
+    pub compared_bytes: u64,
+}
+
+/// `[lo, hi)` cut at page boundaries: `(x, y)` for each page it touches.
+fn page_chunks(lo: u64, hi: u64) -> impl Iterator<Item = (u64, u64)> {
+    let mut x = lo;
+    std::iter::from_fn(move || {
+        (x < hi).then(|| {
+            let y = ((x / PAGE + 1) * PAGE).min(hi);
+            let chunk = (x, y);
+            x = y;
+            chunk
+        })
+    })
+}
+
+/// A piece of a file (a tensor, or a run of an opaque file) as comparisons need it.
+#[derive(Clone, Copy)]
+pub struct Span<'a> {
+    pub bytes: &'a FileBytes,
+    pub kind: CopyKind,
+    pub file_offset: u64,
+    /// Its length in memory: the file's bytes times the kind's factor (widened copies
+    /// are larger).
+    pub mem_len: u64,
+}
+
+/// Where a copy of a span lies: it starts at `addr` (possibly outside the region), and
+/// `[lo, hi)` is its part inside `region`.
+pub struct Placed<'a> {
+    pub region: &'a Region,
+    pub span: Span<'a>,
+    pub addr: u64,
+    pub lo: u64,
+    pub hi: u64,
+}
+
+impl<'a> Placed<'a> {
+    fn parts(&self) -> (&'a Region, Span<'a>, u64, u64, u64) {
+        (self.region, self.span, self.addr, self.lo, self.hi)
+    }
+}
+
+/// Compares a process's memory with a file's bytes: how a candidate copy is confirmed by
+/// the search, and how the engine re-checks a copy it found before.
+pub struct Compare<'a> {
+    pub target: &'a ProcMemory,
+    pub stride: u64,
+    pub exact: bool,
+}
+
+/// Pages of the copies one search found that a check in place compares again, spread
+/// over the copies (see [`super::recheck::recheck`]).
+pub const SPOT_PAGES: usize = 256;
+
+impl Compare<'_> {
+    /// Checks again a whole copy (`at`) that a search confirmed before: `Some(present
+    /// bytes)` when every page of it is still present and `pages` of them, evenly spread
+    /// from the first to the last, equal the file (none compared with `pages == 0`:
+    /// presence only); `None` otherwise (swapped out, freed, unmapped or overwritten).
+    /// `pm` holds the page-map entries of the copy.
+    pub fn spot_check(
+        &self,
+        b: &mut Buffers,
+        pm: &PageMap,
+        at: &Placed,
+        pages: usize,
+    ) -> io::Result<Option<u64>> {
+        let (r, span, a, lo, hi) = at.parts();
+        let present: Vec<(u64, u64)> = page_chunks(lo, hi).collect();
+        if present.iter().any(|&(x, _)| !pm.eligible(r, x)) {
+            return Ok(None);
+        }
+        let picks = pages.min(present.len());
+        for k in 0..picks {
+            let i = if picks == 1 {
+                0
+            } else {
+                k * (present.len() - 1) / (picks - 1)
+            };
+            let (x, y) = present[i];
+            if !self.equal(b, &span, a, x, y)? {
+                return Ok(None);
+            }
+        }
+        Ok(Some(hi - lo))
+    }
+
+    /// Compares `[x, y)` of the target with the file bytes of `span` copied at `a`.
+    /// `false` if the memory could not be read.
+    fn equal(&self, b: &mut Buffers, span: &Span, a: u64, x: u64, y: u64) -> io::Result<bool> {
+        let factor = span.kind.factor();
+        // Widened copies are compared in whole elements (4 bytes in memory).
+        let (x, y) = if factor > 1 {
+            (a + (x - a) / 4 * 4, a + (y - a).div_ceil(4) * 4)
+        } else {
+            (x, y)
+        };
+        let y = y.min(a + span.mem_len);
+        let n = (y - x) as usize;
+        b.mem.resize(n, 0);
+        let got = match self.target.read(x, &mut b.mem) {
+            Ok(g) => g,
+            Err(e) if e.raw_os_error() == Some(libc::EFAULT) => 0,
+            Err(e) => return Err(e),
+        };
+        if got != n {
+            return Ok(false);
+        }
+        b.src.resize(n / factor as usize, 0);
+        span.bytes
+            .read_exact_at(&mut b.src, span.file_offset + (x - a) / factor)?;
+        span.kind.convert(&b.src, &mut b.conv);
+        b.compared_bytes += n as u64;
+        Ok(b.mem == b.conv)
+    }
+
+    /// Confirms a candidate copy (`at`): `Some((credited present bytes, whole))` or
+    /// `None`. `pm` may hold the region's page-map entries (else the copy's own are read).
+    pub fn confirm(
+        &self,
+        b: &mut Buffers,
+        pm: &PageMap,
+        at: &Placed,
+    ) -> io::Result<Option<(u64, bool)>> {
+        let (r, span, a, lo, hi) = at.parts();
+        // A sparsely sampled region: the copy's own pages' entries.
+        let local;
+        let pm = if !pm.covers(lo, hi) {
+            local = PageMap::read_entries(self.target, lo / PAGE * PAGE, hi)?;
+            &local
+        } else {
+            pm
+        };
+        let len = span.mem_len;
+        let end = hi;
+        let clipped = lo != a || hi != a + len;
+        // Page-sized chunks of the copy: [x, y) with its eligibility.
+        let chunks: Vec<(u64, u64, bool)> = page_chunks(lo, end)
+            .map(|(x, y)| (x, y, pm.eligible(r, x)))
+            .collect();
+        let present: u64 = chunks.iter().filter(|c| c.2).map(|c| c.1 - c.0).sum();
+        if present < PAGE.min(len) {
+            return Ok(None);
+        }
+        let last = chunks.len() - 1;
+        let sparse = !self.exact && chunks.len() > 16;
+        let mut all = true;
+        for (i, &(x, y, ok)) in chunks.iter().enumerate() {
+            if !ok {
+                continue;
+            }
+            let on_stride = i == 0 || i == last || (x / PAGE) % self.stride.max(1) == 0;
+            if sparse && !on_stride {
+                continue;
+            }
+            if !self.equal(b, &span, a, x, y)? {
+                all = false;
+                break;
+            }
+        }
+        if all && !clipped {
+            return Ok(Some((present, true)));
+        }
+        // A partial copy: credit the pages that match and carry information.
+        let mut credited = 0u64;
+        for &(x, y, ok) in &chunks {
+            if ok && self.equal(b, &span, a, x, y)? && !b.mem.chunks_exact(WIN).all(periodic) {
+                credited += y - x;
+            }
+        }
+        Ok((credited >= PAGE).then_some((credited, false)))
+    }
+}

@@ -1,0 +1,109 @@
+//! Tests of [`super`]: a sweep spread over threads finds what one thread finds.
+
+use std::path::Path;
+
+use super::*;
+use crate::container::{Dtype, Format, Tensor};
+use crate::dupes::filebytes::FileBytes;
+
+fn tensor(offset: u64, len: u64) -> Tensor {
+    Tensor {
+        name: format!("t{offset}"),
+        dtype: Dtype::F32,
+        shape: vec![len / 4],
+        offset,
+        len,
+    }
+}
+
+fn random(n: usize, mut s: u64) -> Vec<u8> {
+    (0..n)
+        .map(|_| {
+            s ^= s << 13;
+            s ^= s >> 7;
+            s ^= s << 17;
+            s as u8
+        })
+        .collect()
+}
+
+/// This process holds two copies of a 24 MiB file (ground truth: their addresses); a
+/// sweep of its own memory with 4 threads and 1 MiB windows, so that every tensor spans
+/// windows searched by different threads, credits exactly what one thread credits: each
+/// tensor of each copy once, at its address.
+#[test]
+fn threads_and_windows_credit_each_copy_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("m.bin");
+    let bytes = random(24 << 20, 0x9e37_79b9_7f4a_7c15);
+    std::fs::write(&path, &bytes).unwrap();
+    let tensors: Vec<Tensor> = (0..6).map(|i| tensor(i * (4 << 20), 4 << 20)).collect();
+    let grid = Grid::build(
+        vec![(
+            FileBytes::open(&path).unwrap(),
+            tensors,
+            Format::Safetensors,
+        )],
+        16,
+        false,
+        false,
+    )
+    .unwrap();
+    // Page-aligned copies, touched so that every page is present.
+    let copies: Vec<Vec<u8>> = (0..2)
+        .map(|_| {
+            let mut v = vec![0u8; bytes.len() + PAGE as usize];
+            let skip = v.as_ptr().align_offset(PAGE as usize);
+            v[skip..skip + bytes.len()].copy_from_slice(&bytes);
+            v
+        })
+        .collect();
+    let starts: Vec<u64> = copies
+        .iter()
+        .map(|v| {
+            let p = v.as_ptr();
+            p as u64 + p.align_offset(PAGE as usize) as u64
+        })
+        .collect();
+    let pid = std::process::id() as i32;
+    let target = ProcMemory::open(Path::new("/proc"), pid).unwrap();
+    let maps = Path::new("/proc/self/maps");
+    let regions = ProcMemory::regions(maps, &std::fs::read_to_string(maps).unwrap()).unwrap();
+    let sweep = |threads, window| {
+        let s = Sweep {
+            grid: &grid,
+            target: &target,
+            stride: grid.stride,
+            exact: false,
+            deadline: None,
+            progress: None,
+            threads,
+            window,
+        };
+        let (hits, stats, complete) = s.run(&regions).unwrap();
+        assert!(complete);
+        let mut found: Vec<(usize, u64, u64)> = hits
+            .iter()
+            .filter(|h| {
+                starts
+                    .iter()
+                    .any(|&a| h.addr >= a && h.addr < a + bytes.len() as u64)
+            })
+            .map(|h| (h.piece, h.addr, h.mem_bytes))
+            .collect();
+        found.sort();
+        (found, stats)
+    };
+    let (one, one_stats) = sweep(1, WINDOW);
+    let (many, many_stats) = sweep(4, 1 << 20);
+    let mut want: Vec<(usize, u64, u64)> = starts
+        .iter()
+        .flat_map(|&a| (0..6).map(move |i| (i, a + i as u64 * (4 << 20), 4 << 20)))
+        .collect();
+    want.sort();
+    assert_eq!(one, want, "one thread");
+    assert_eq!(many, want, "4 threads, 1 MiB windows");
+    assert_eq!(one_stats.mapped_bytes, many_stats.mapped_bytes);
+    assert!(many_stats.sampled_pages > 0);
+    drop(copies);
+}
