@@ -339,3 +339,11 @@ int ret_alloc(struct uregs *ctx)
 		return small(UP_ALLOC, ptr, 0, bytes, st.entry);
 	return small(UP_HOST_ALLOC, 0, ptr, bytes, st.entry);
 }
+
+/* Does nothing: the cost of the uprobe alone (the trap and the program's dispatch), which
+ * `twofold __bench uprobe-floor` attaches for the overhead benchmark to compare with. */
+SEC("uprobe")
+int up_floor(struct uregs *ctx)
+{
+	return 0;
+}

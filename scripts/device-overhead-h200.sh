@@ -4,8 +4,9 @@
 # One python3 process loads a 4 GiB F16 file with load_file(device="cuda:0") (16 uploads
 # of 256 MiB; freed and loaded again each time) and runs 100,000 dst.copy_(src) of 256 B
 # (pageable, cuMemcpyHtoDAsync_v2). Per round, in a rotating order, it does both with no
-# tracer, beside `record --trace-uploads --no-prove` (the upload probes alone) and beside
-# `record --trace --no-prove` (every program). Prints each measurement and, per mode, the
+# tracer, beside `record --trace-uploads --no-prove` (the upload probes alone), beside
+# `record --trace --no-prove` (every program), and beside `__bench uprobe-floor` (an empty
+# program on the same entry points: the trap's own cost, which no program can cut). Prints each measurement and, per mode, the
 # median and the median of the paired differences against the untraced run of its round.
 # Run on the GPU machine from the folder holding a stripped release build of `twofold`
 # (argument 1, default .devcarry). ROUNDS (default 9). Results in $OUT/overhead.txt.
@@ -49,12 +50,18 @@ python3 "$W/bench.py" "$W/d.safetensors" < "$W/in" > "$W/out" 2> "$W/bench.err" 
 exec 5> "$W/in" 6< "$W/out"
 read -r ready <&6 || { echo "bench did not start"; cat "$W/bench.err"; exit 1; }
 echo "libcuda: $TWOFOLD_LIBCUDA; $ROUNDS rounds" | tee "$OUT/overhead.txt"
-modes=(none uploads all)
+modes=(none uploads all floor)
 for r in $(seq "$ROUNDS"); do
-  for j in 0 1 2; do
-    mode=${modes[$(( (r + j) % 3 ))]}
+  for j in 0 1 2 3; do
+    mode=${modes[$(( (r + j) % 4 ))]}
     RB=
-    if [ "$mode" != none ]; then
+    if [ "$mode" = floor ]; then
+      rm -f "$W/fl"; mkfifo "$W/fl"
+      twofold __bench uprobe-floor "$TWOFOLD_LIBCUDA" < "$W/fl" > "$W/floor.log" 2>&1 & FP=$!
+      exec 7> "$W/fl"
+      for _ in $(seq 100); do grep -q attached "$W/floor.log" && break; sleep 0.1; done
+      cat "$W/floor.log"; sleep 1
+    elif [ "$mode" != none ]; then
       flag=--trace; [ "$mode" = uploads ] && flag=--trace-uploads
       twofold record $flag --interval 60s --no-prove --store "$W/s-$mode-$r" "$W/d.safetensors" > "$W/rec.log" 2>&1 & RB=$!
       wait_frame "$W/s-$mode-$r"; sleep 1
@@ -63,6 +70,7 @@ for r in $(seq "$ROUNDS"); do
     read -r line <&6
     echo "$r $mode $line" | tee -a "$OUT/overhead.txt"
     if [ -n "$RB" ]; then kill -INT "$RB"; wait "$RB" 2>/dev/null; RB=; fi
+    if [ "$mode" = floor ]; then exec 7>&-; wait "$FP"; fi
   done
 done
 python3 - "$OUT/overhead.txt" <<'PY' | tee -a "$OUT/overhead.txt"
@@ -76,9 +84,9 @@ rounds = sorted({r for r, _ in rows})
 for what, per in (("load_s", None), ("loop_s", 1e5)):
     base = [rows[(r, "none")][what] for r in rounds]
     print(f"{what}: untraced median {st.median(base):.4f} s (min {min(base):.4f}, max {max(base):.4f})")
-    for mode, name in (("uploads", "--trace-uploads"), ("all", "--trace")):
+    for mode, name in (("floor", "__bench uprobe-floor"), ("uploads", "record --trace-uploads"), ("all", "record --trace")):
         t = [rows[(r, mode)][what] for r in rounds]
         d = [rows[(r, mode)][what] - rows[(r, "none")][what] for r in rounds]
         extra = f", {st.median(d) / per * 1e6:+.2f} us per upload" if per else ""
-        print(f"  record {name}: median {st.median(t):.4f} s, paired difference median {st.median(d):+.4f} s = {100 * st.median(d) / st.median(base):+.2f}%{extra}; differences {' '.join(f'{x:+.4f}' for x in d)}")
+        print(f"  {name}: median {st.median(t):.4f} s, paired difference median {st.median(d):+.4f} s = {100 * st.median(d) / st.median(base):+.2f}%{extra}; differences {' '.join(f'{x:+.4f}' for x in d)}")
 PY

@@ -122,4 +122,8 @@ pub enum BenchWhat {
     /// and `files`, a list of `{"x", "scan_s", "rss_mib"}`) as one PNG: scan time and
     /// peak RSS against each.
     PlotScaling { input: PathBuf, output: PathBuf },
+    /// Attaches an empty uprobe program to every entry point of the CUDA driver library
+    /// LIB that the upload tracer attaches, prints `attached N`, and holds them until
+    /// stdin closes: the floor the overhead benchmark compares the tracer with.
+    UprobeFloor { lib: PathBuf },
 }

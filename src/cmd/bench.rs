@@ -18,6 +18,14 @@ pub fn run(args: &BenchArgs, out: &mut dyn Write) -> anyhow::Result<()> {
         }
         BenchWhat::Readmem { pid } => readmem(*pid, out)?,
         BenchWhat::PlotScaling { input, output } => plot_scaling(input, output)?,
+        BenchWhat::UprobeFloor { lib } => {
+            let (_held, n) = crate::collect::bpf::uploads::attach_floor(lib).map_err(|e| {
+                anyhow::anyhow!("cannot attach the floor to '{}': {e}", lib.display())
+            })?;
+            writeln!(out, "attached {n}")?;
+            out.flush()?;
+            std::io::copy(&mut std::io::stdin().lock(), &mut std::io::sink())?;
+        }
     }
     Ok(())
 }

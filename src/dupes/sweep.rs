@@ -85,7 +85,8 @@ pub use super::pagemap::PageMap;
 /// Regions are read a window of this many bytes at a time (512 KiB of pagemap entries
 /// where PAGEMAP_SCAN is missing), and windows are what threads share out.
 pub const WINDOW: u64 = 256 << 20;
-/// Regions larger than this are skipped when `smaps` says nothing of them is resident.
+/// Regions larger than this are skipped when `smaps` says nothing of them is resident
+/// (without PAGEMAP_SCAN: pagemap costs 8 bytes per page of address space).
 const HUGE_REGION: u64 = 64 << 30;
 
 /// From this stride on, the pagemap entries of the sampled pages are read one by one
@@ -178,11 +179,15 @@ impl Sweep<'_> {
             stride_pages: self.stride,
             ..SweepStats::default()
         };
-        let rss = regions
-            .iter()
-            .any(|r| r.end - r.start > HUGE_REGION)
-            .then(|| self.target.rss_by_start().ok())
-            .flatten();
+        // Where PAGEMAP_SCAN works, an empty window costs one call, so huge regions need
+        // no `smaps` (a walk of the whole address space) to be skipped.
+        let huge = regions.iter().find(|r| r.end - r.start > HUGE_REGION);
+        let rss = match huge {
+            Some(h) if PageMap::scan(self.target, h.start, h.start + PAGE, h.kind)?.is_none() => {
+                self.target.rss_by_start().ok()
+            }
+            _ => None,
+        };
         if let Some(p) = self.progress {
             p.add_total(regions.iter().map(|r| r.end - r.start).sum());
         }
