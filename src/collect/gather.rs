@@ -25,6 +25,51 @@ use crate::sample::Sample;
 
 pub use super::request::Request;
 
+/// The processes whose `smaps_rollup` a collection with [`Request::defer_rollups`] left
+/// unread (indices into `sample.processes`).
+pub fn deferred_rollups(sample: &Sample) -> Vec<usize> {
+    sample
+        .processes
+        .iter()
+        .enumerate()
+        .filter(|(_, p)| {
+            p.rollup.is_none() && p.mappings.is_empty() && !p.kernel_thread && p.unreadable.is_none()
+        })
+        .map(|(i, _)| i)
+        .collect()
+}
+
+/// Reads the rollups [`deferred_rollups`] names (to run beside the proof).
+pub fn read_rollups(
+    roots: &Roots,
+    sample: &Sample,
+    which: &[usize],
+) -> Vec<super::error::Result<Option<crate::sample::RollupSample>>> {
+    let procs = super::process::ProcReader::new(&roots.proc);
+    let pids: Vec<i32> = which.iter().map(|&i| sample.processes[i].pid).collect();
+    super::par_map(&pids, |&pid| procs.rollup(pid))
+}
+
+/// Puts the rollups read by [`read_rollups`] in place; a refused one marks its process
+/// unreadable (its PSS unknown), one that exited meanwhile leaves it unknown.
+pub fn fill_rollups(
+    sample: &mut Sample,
+    which: &[usize],
+    read: Vec<super::error::Result<Option<crate::sample::RollupSample>>>,
+) {
+    for (&i, r) in which.iter().zip(read) {
+        let p = &mut sample.processes[i];
+        match r {
+            Ok(r) => p.rollup = r,
+            Err(e) if e.is_denied() => {
+                p.unreadable = Some(crate::sample::Unreadable::Denied);
+                sample.skipped.denied += 1;
+            }
+            Err(_) => {}
+        }
+    }
+}
+
 /// Reads everything a scan needs. Errors are for bad input (a missing path, an unknown
 /// pid, an unreadable procfs root); a process's trouble is counted, never fatal.
 pub fn gather(roots: &Roots, req: &Request, warnings: &mut Vec<Warning>) -> anyhow::Result<Sample> {
@@ -144,11 +189,13 @@ pub fn gather_cached(
         c.end_basic(kept.iter().map(|(p, w)| (p.pid, w)));
     }
     let view = cache.as_deref();
+    // A cache keeps details whole, so only a one-shot collection defers rollups.
+    let defer = req.defer_rollups && view.is_none();
     let details = super::par_map(&kept, |k| {
         match view.and_then(|c| c.detail(k.0.pid, &k.1)) {
             Some(d) => (Ok(phases::reuse_detail(&k.0, &d)), None),
             None => {
-                let r = phases::read_detail(&procs, k);
+                let r = phases::read_detail(&procs, k, defer);
                 let d = r.as_ref().ok().map(|(p, _)| phases::detail_of(p, &k.1));
                 (r, d)
             }

@@ -22,6 +22,11 @@ use crate::sample::{
 pub trait GpuSource: Send {
     /// The GPUs with their processes, or why there are none.
     fn devices(&mut self) -> Result<Vec<GpuDeviceSample>, String>;
+
+    /// Fills in what `devices` left for later because it was still being read (whether a
+    /// GPU is integrated, which CUDA says after an initialisation of a fifth of a second
+    /// that runs beside the collection and the proof).
+    fn settle(&mut self, _devices: &mut [GpuDeviceSample]) {}
 }
 
 /// NVML, kept open across snapshots.
@@ -29,6 +34,17 @@ pub struct NvmlSource {
     nvml: Result<Nvml, String>,
     /// `integrated` per PCI bus id, from CUDA's device attributes (read once).
     integrated: Option<BTreeMap<String, bool>>,
+    /// The thread reading them, started with NVML.
+    reading: Option<std::thread::JoinHandle<BTreeMap<String, bool>>>,
+}
+
+/// `integrated` per PCI bus id, from CUDA's device attributes.
+fn integrated_by_bus() -> BTreeMap<String, bool> {
+    let caps = twofold_probes::cuda::caps(Path::new(twofold_probes::cuda::SYSFS));
+    caps.devices
+        .iter()
+        .filter_map(|d| Some((normal_bus_id(d.pci_bus_id.as_deref()?), d.integrated)))
+        .collect()
 }
 
 /// `00000000:3B:00.0` (NVML) or `0000:3b:00.0` (CUDA) as sysfs names it: `0000:3b:00.0`.
@@ -53,9 +69,21 @@ impl NvmlSource {
             }
             e => format!("NVML: {e}"),
         });
+        // CUDA is initialised on a thread of its own only where NVML sees a GPU.
+        let reading = nvml
+            .as_ref()
+            .ok()
+            .filter(|n| n.device_count().is_ok_and(|c| c > 0))
+            .and_then(|_| {
+                std::thread::Builder::new()
+                    .name("twofold-cuda-caps".into())
+                    .spawn(integrated_by_bus)
+                    .ok()
+            });
         NvmlSource {
             nvml,
             integrated: None,
+            reading,
         }
     }
 
@@ -71,15 +99,21 @@ impl NvmlSource {
             .collect())
     }
 
-    fn integrated(&mut self, bus: &str) -> Option<bool> {
-        let map = self.integrated.get_or_insert_with(|| {
-            let caps = twofold_probes::cuda::caps(Path::new(twofold_probes::cuda::SYSFS));
-            caps.devices
-                .iter()
-                .filter_map(|d| Some((normal_bus_id(d.pci_bus_id.as_deref()?), d.integrated)))
-                .collect()
-        });
-        map.get(bus).copied()
+    /// Whether the GPU at `bus` is integrated; `None` while the thread still reads it
+    /// (unless `wait`), or when CUDA does not say.
+    fn integrated(&mut self, bus: &str, wait: bool) -> Option<bool> {
+        if self.integrated.is_none() {
+            let map = match self.reading.take() {
+                Some(h) if wait || h.is_finished() => h.join().unwrap_or_default(),
+                Some(h) => {
+                    self.reading = Some(h);
+                    return None;
+                }
+                None => integrated_by_bus(),
+            };
+            self.integrated = Some(map);
+        }
+        self.integrated.as_ref()?.get(bus).copied()
     }
 }
 
@@ -144,11 +178,25 @@ impl GpuSource for NvmlSource {
                 }
                 s
             };
-            s.info.integrated = s.info.pci_bus_id.clone().and_then(|b| self.integrated(&b));
+            s.info.integrated = s
+                .info
+                .pci_bus_id
+                .clone()
+                .and_then(|b| self.integrated(&b, false));
             s.processes.sort_by_key(|p| (p.pid, p.kind));
             out.push(s);
         }
         Ok(out)
+    }
+
+    fn settle(&mut self, devices: &mut [GpuDeviceSample]) {
+        for d in devices.iter_mut().filter(|d| d.info.integrated.is_none()) {
+            d.info.integrated = d
+                .info
+                .pci_bus_id
+                .clone()
+                .and_then(|b| self.integrated(&b, true));
+        }
     }
 }
 
@@ -247,6 +295,16 @@ pub fn device_proofs(dir: &Path, proc_root: &Path) -> Vec<DeviceProofSample> {
 }
 
 /// The GPU part of a sample.
+/// What [`GpuSource::settle`] fills in, once the collection and the proof are done.
+pub fn settle(src: &mut dyn GpuSource, sample: &mut GpuSample) {
+    let began = std::time::Instant::now();
+    src.settle(&mut sample.devices);
+    if std::env::var_os("TWOFOLD_PROFILE").is_some() {
+        eprintln!("gpu: settled in {:.1} ms", began.elapsed().as_secs_f64() * 1e3);
+    }
+}
+
+/// The GPUs now; some device facts may wait for [`settle`].
 pub fn sample(src: &mut dyn GpuSource, proc_root: &Path) -> GpuSample {
     let began = std::time::Instant::now();
     let (devices, not_available) = match src.devices() {

@@ -207,11 +207,12 @@ fn read_parts(procs: &ProcReader, pid: i32, kernel_thread: bool) -> CResult<Basi
 }
 
 /// Phase 3: one page-table walk per process: `smaps` when it maps a file of interest
-/// (per-VMA values and the totals), else `smaps_rollup`. The flag says it was refused
+/// (per-VMA values and the totals), else `smaps_rollup` (none with `defer`). The flag says it was refused
 /// here for the first time (phase 1 counted the others).
 pub(super) fn read_detail(
     procs: &ProcReader,
     (p, wanted): &(ProcessSample, HashSet<FileKey>),
+    defer: bool,
 ) -> CResult<(ProcessSample, bool)> {
     let mut p = p.clone();
     if p.kernel_thread {
@@ -220,7 +221,9 @@ pub(super) fn read_detail(
     let pid = p.pid;
     let denied_before = p.unreadable == Some(Unreadable::Denied);
     let mut denied = denied_before;
-    let rollup = if wanted.is_empty() {
+    let rollup = if wanted.is_empty() && defer {
+        Ok(None)
+    } else if wanted.is_empty() {
         procs.rollup(pid)
     } else {
         procs.smaps(pid, wanted).map(|(m, totals)| {

@@ -31,6 +31,10 @@ pub struct Request {
     /// file, so that a device copy made by one that read or named the file and closed it
     /// can be suspected (filled in by the engine each snapshot).
     pub gpu_pids: Vec<i32>,
+    /// Leave `smaps_rollup` of the processes that hold no file of interest (candidates
+    /// only) unread, in [`crate::sample::Sample`]'s `deferred` list: the engine reads
+    /// them beside the proof (each is a walk of the process's page tables).
+    pub defer_rollups: bool,
 }
 
 impl Default for Request {
@@ -46,6 +50,7 @@ impl Default for Request {
             candidates: true,
             only_paths: false,
             gpu_pids: Vec::new(),
+            defer_rollups: false,
         }
     }
 }

@@ -140,15 +140,35 @@ impl Engine {
             .iter()
             .flat_map(|d| d.processes.iter().map(|p| p.pid))
             .collect();
+        // A one-shot collection leaves the rollups of processes that hold nothing (the
+        // candidates) to be read beside the proof: both are page-table walks.
+        self.req.defer_rollups = self.cache.is_none() && self.prove.is_some();
         let mut sample =
             gather::gather_cached(&self.roots, &self.req, warnings, self.cache.as_mut())?;
         sample.gpu = gpu;
         self.last_proof_seconds = None;
         if let Some(opts) = self.prove {
             let began = std::time::Instant::now();
-            sample.proofs = self.prove(&sample, opts, warnings);
+            let which = if self.req.defer_rollups {
+                gather::deferred_rollups(&sample)
+            } else {
+                Vec::new()
+            };
+            let roots = self.roots.clone();
+            let (proofs, rollups) = std::thread::scope(|s| {
+                let reading = (!which.is_empty())
+                    .then(|| s.spawn(|| gather::read_rollups(&roots, &sample, &which)));
+                let proofs = self.prove(&sample, opts, warnings);
+                let rollups = reading.map(|h| h.join().unwrap_or_default());
+                (proofs, rollups)
+            });
+            sample.proofs = proofs;
+            if let Some(r) = rollups {
+                gather::fill_rollups(&mut sample, &which, r);
+            }
             self.last_proof_seconds = Some(began.elapsed().as_secs_f64());
         }
+        crate::collect::gpu::settle(self.gpu.as_mut(), &mut sample.gpu);
         self.merge_manual(&mut sample);
         // An index of files that left, or were deleted, is let go now (its open files
         // would keep them alive).

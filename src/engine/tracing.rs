@@ -181,7 +181,9 @@ impl Engine {
         let mut cur = t.read(&self.roots.proc, &self.req, &self.interest, warnings)?;
         if let Some(u) = t.uploads.as_mut() {
             let gpu = if u.any_copies() {
-                crate::collect::gpu::sample(self.gpu.as_mut(), &self.roots.proc)
+                let mut g = crate::collect::gpu::sample(self.gpu.as_mut(), &self.roots.proc);
+                crate::collect::gpu::settle(self.gpu.as_mut(), &mut g);
+                g
             } else {
                 Default::default()
             };

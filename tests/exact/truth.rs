@@ -292,6 +292,26 @@ fn closed_file_copy_in_c_counts_two_in_every_kind_of_scan() {
     let t = String::from_utf8_lossy(&out);
     assert!(t.contains("in memory 2.00 times"), "{t}");
     assert!(t.contains("not open, not mapped"), "{t}");
+    // A one-shot scan reads the copier's smaps_rollup beside the proof (it holds no file
+    // of interest). Its anonymous pages are its own, so their PSS is the kernel's to the
+    // byte (the test reads it before and after); its whole PSS moves by the shares of the
+    // libraries twofold maps too while it runs.
+    let rollup = |field: &str| {
+        let text = std::fs::read_to_string(format!("/proc/{}/smaps_rollup", c.pid())).unwrap();
+        let l = text.lines().find(|l| l.starts_with(field)).unwrap();
+        l.split_whitespace().nth(1).unwrap().parse::<u64>().unwrap() * 1024
+    };
+    let (anon_before, pss_before) = (rollup("Pss_Anon:"), rollup("Pss:"));
+    let (r, _) = scan_file(&[p], &path);
+    let anon_after = rollup("Pss_Anon:");
+    let me = r.processes.iter().find(|x| x.pid == c.pid()).unwrap();
+    let anon = me.pss_anon_bytes.expect("the copier's PSS is read");
+    assert!(
+        (anon_before.min(anon_after)..=anon_before.max(anon_after)).contains(&anon),
+        "Pss_Anon {anon} outside the kernel's {anon_before}..{anon_after}"
+    );
+    let pss = me.pss_bytes.unwrap();
+    assert!(pss.abs_diff(pss_before) < 1 << 20, "PSS {pss} against {pss_before}");
 }
 
 #[test]
