@@ -33,7 +33,10 @@ pub fn deferred_rollups(sample: &Sample) -> Vec<usize> {
         .iter()
         .enumerate()
         .filter(|(_, p)| {
-            p.rollup.is_none() && p.mappings.is_empty() && !p.kernel_thread && p.unreadable.is_none()
+            p.rollup.is_none()
+                && p.mappings.is_empty()
+                && !p.kernel_thread
+                && p.unreadable.is_none()
         })
         .map(|(i, _)| i)
         .collect()

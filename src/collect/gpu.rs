@@ -300,7 +300,10 @@ pub fn settle(src: &mut dyn GpuSource, sample: &mut GpuSample) {
     let began = std::time::Instant::now();
     src.settle(&mut sample.devices);
     if std::env::var_os("TWOFOLD_PROFILE").is_some() {
-        eprintln!("gpu: settled in {:.1} ms", began.elapsed().as_secs_f64() * 1e3);
+        eprintln!(
+            "gpu: settled in {:.1} ms",
+            began.elapsed().as_secs_f64() * 1e3
+        );
     }
 }
 

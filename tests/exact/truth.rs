@@ -311,7 +311,10 @@ fn closed_file_copy_in_c_counts_two_in_every_kind_of_scan() {
         "Pss_Anon {anon} outside the kernel's {anon_before}..{anon_after}"
     );
     let pss = me.pss_bytes.unwrap();
-    assert!(pss.abs_diff(pss_before) < 1 << 20, "PSS {pss} against {pss_before}");
+    assert!(
+        pss.abs_diff(pss_before) < 1 << 20,
+        "PSS {pss} against {pss_before}"
+    );
 }
 
 #[test]
