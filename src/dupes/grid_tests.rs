@@ -19,15 +19,7 @@ fn plan_guarantees_the_run_with_coprime_stride_and_spacing() {
     assert_eq!(plan(8, 1), (7, 1));
 }
 
-fn t(offset: u64, len: u64) -> Tensor {
-    Tensor {
-        name: format!("t{offset}"),
-        dtype: Dtype::F32,
-        shape: vec![len / 4],
-        offset,
-        len,
-    }
-}
+use crate::dupes::test_tensor as t;
 
 #[test]
 fn a_file_of_small_tensors_is_sampled_at_every_page_over_whole_pages() {

@@ -59,3 +59,15 @@ impl Progress {
         )
     }
 }
+
+/// An F32 tensor of `len` bytes at `offset` (the tests of the index and the search).
+#[cfg(test)]
+pub(crate) fn test_tensor(offset: u64, len: u64) -> crate::container::Tensor {
+    crate::container::Tensor {
+        name: format!("t{offset}"),
+        dtype: crate::container::Dtype::F32,
+        shape: vec![len / 4],
+        offset,
+        len,
+    }
+}

@@ -110,15 +110,7 @@ pub fn searchable_tensors(
 mod tests {
     use super::*;
 
-    fn t(offset: u64, len: u64) -> Tensor {
-        Tensor {
-            name: format!("t{offset}"),
-            dtype: Dtype::F32,
-            shape: vec![len / 4],
-            offset,
-            len,
-        }
-    }
+    use crate::dupes::test_tensor as t;
 
     /// ONNX bytes no initializer covers (`Constant` nodes, subgraphs) are searched as runs
     /// when they are a large part of the file; framing between tensors is not.

@@ -3,18 +3,10 @@
 use std::path::Path;
 
 use super::*;
-use crate::container::{Dtype, Format, Tensor};
+use crate::container::{Format, Tensor};
 use crate::dupes::filebytes::FileBytes;
 
-fn tensor(offset: u64, len: u64) -> Tensor {
-    Tensor {
-        name: format!("t{offset}"),
-        dtype: Dtype::F32,
-        shape: vec![len / 4],
-        offset,
-        len,
-    }
-}
+use crate::dupes::test_tensor as tensor;
 
 fn random(n: usize, mut s: u64) -> Vec<u8> {
     (0..n)

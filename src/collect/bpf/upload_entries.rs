@@ -2,6 +2,14 @@
 //! symbol with the program that handles it and its number, the attach cookie the program
 //! reads back (`_v2`, `_ptds` and `_ptsz` variants are entries of their own).
 
+use std::path::Path;
+
+use aya::programs::uprobe::{UProbeAttachPoint, UProbeScope};
+use aya::programs::UProbe;
+use aya::{Ebpf, EbpfLoader};
+
+use super::setup::{ensure_tracefs, raise_memlock};
+
 /// One driver entry point: its symbol, the program that handles it and its number (the
 /// attach cookie). Numbers 100-199 are unified copies (`cuMemcpy`, `cuMemcpyAsync`).
 #[derive(Debug, Clone, Copy)]
@@ -91,4 +99,37 @@ pub fn entry_name(id: u32) -> &'static str {
         .iter()
         .find(|e| e.id == id)
         .map_or("unknown", |e| e.symbol)
+}
+
+/// The uprobe floor (`__bench uprobe-floor`): the empty program `up_floor` on every entry
+/// point of the library at `lib`, attached as the tracer attaches its own; how many.
+/// Dropping the returned object detaches them.
+pub fn attach_floor(lib: &Path) -> Result<(Ebpf, u32), String> {
+    raise_memlock();
+    ensure_tracefs().map_err(|e| e.to_string())?;
+    let mut ebpf = EbpfLoader::new()
+        .load(aya::include_bytes_aligned!("../../../ebpf/uploads.bpf.o"))
+        .map_err(|e| super::chain(&e))?;
+    let p: &mut UProbe = ebpf
+        .program_mut("up_floor")
+        .and_then(|p| p.try_into().ok())
+        .ok_or("no program 'up_floor' in uploads.bpf.o")?;
+    p.load().map_err(|e| super::chain(&e))?;
+    let mut n = 0;
+    for entry in ENTRIES {
+        let at = UProbeAttachPoint {
+            location: entry.symbol.into(),
+            cookie: Some(u64::from(entry.id)),
+        };
+        if p.attach(at, lib, UProbeScope::AllProcesses).is_ok() {
+            n += 1;
+        }
+    }
+    if n == 0 {
+        return Err(format!(
+            "no entry point of '{}' could be attached",
+            lib.display()
+        ));
+    }
+    Ok((ebpf, n))
 }

@@ -26,7 +26,7 @@ use super::{check_privilege, TraceError};
 use crate::sample::uploads::TracedLibrary;
 use crate::sample::FileKey;
 
-pub use super::upload_entries::{entry_name, Entry, ENTRIES};
+pub use super::upload_entries::{attach_floor, entry_name, Entry, ENTRIES};
 
 /// Layout constants of `ebpf/twofold.h` (`UP_*`).
 pub const ANCHOR: usize = 2064;
@@ -365,39 +365,6 @@ pub struct UploadTracer {
     thread: Option<JoinHandle<()>>,
     warnings: Vec<String>,
     libraries: usize,
-}
-
-/// The uprobe floor (`__bench uprobe-floor`): the empty program `up_floor` on every entry
-/// point of the library at `lib`, attached as the tracer attaches its own; how many.
-/// Dropping the returned object detaches them.
-pub fn attach_floor(lib: &Path) -> Result<(Ebpf, u32), String> {
-    raise_memlock();
-    ensure_tracefs().map_err(|e| e.to_string())?;
-    let mut ebpf = EbpfLoader::new()
-        .load(aya::include_bytes_aligned!("../../../ebpf/uploads.bpf.o"))
-        .map_err(|e| super::chain(&e))?;
-    let p: &mut UProbe = ebpf
-        .program_mut("up_floor")
-        .and_then(|p| p.try_into().ok())
-        .ok_or("no program 'up_floor' in uploads.bpf.o")?;
-    p.load().map_err(|e| super::chain(&e))?;
-    let mut n = 0;
-    for entry in ENTRIES {
-        let at = UProbeAttachPoint {
-            location: entry.symbol.into(),
-            cookie: Some(u64::from(entry.id)),
-        };
-        if p.attach(at, lib, UProbeScope::AllProcesses).is_ok() {
-            n += 1;
-        }
-    }
-    if n == 0 {
-        return Err(format!(
-            "no entry point of '{}' could be attached",
-            lib.display()
-        ));
-    }
-    Ok((ebpf, n))
 }
 
 impl UploadTracer {
