@@ -13,7 +13,9 @@ use std::sync::{Arc, Mutex};
 use crate::collect::bpf::uploads::{entry_name, Call, CopyRecord, Note, UploadTracer, SAMPLES};
 use crate::collect::Roots;
 use crate::dupes::uploads::{add_range, Matcher};
-use crate::sample::uploads::{FileUpload, HostRegistration, UploadProcess, UploadsSample};
+use crate::sample::uploads::{
+    FileUpload, HostRegistration, RetiredUpload, UploadProcess, UploadsSample,
+};
 use crate::sample::GpuSample;
 use crate::sample::{FileKey, Sample};
 
@@ -50,6 +52,10 @@ struct Ledger {
     pending_bytes: usize,
     /// Processes that mapped an attached library since before it was attached.
     preloaded: BTreeSet<i32>,
+    /// The one GPU each process was last seen holding memory on (NVML).
+    last_gpu: BTreeMap<i32, u32>,
+    /// Device bytes of processes that exited, per (file, GPU).
+    retired: BTreeMap<(FileKey, Option<u32>), u64>,
 }
 
 impl Ledger {
@@ -236,8 +242,14 @@ impl Ledger {
         if gone.is_empty() {
             return;
         }
+        for (k, u) in self.uploads.iter().filter(|(k, _)| gone.contains(&k.0)) {
+            let gpu = self.last_gpu.get(&k.0).copied();
+            let device_bytes = u.file_bytes * if u.widened { 2 } else { 1 };
+            *self.retired.entry((k.1, gpu)).or_default() += device_bytes;
+        }
         self.procs.retain(|p, _| !gone.contains(p));
         self.preloaded.retain(|p| !gone.contains(p));
+        self.last_gpu.retain(|p, _| !gone.contains(p));
         self.uploads.retain(|k, _| !gone.contains(&k.0));
         self.sample.registrations.retain(|r| !gone.contains(&r.pid));
         self.pending.retain(|(p, _, _)| !gone.contains(p));
@@ -261,6 +273,15 @@ impl Ledger {
             })
             .collect();
         s.uploads = self.uploads.values().cloned().collect();
+        s.retired = self
+            .retired
+            .iter()
+            .map(|(&(file, gpu), &device_bytes)| RetiredUpload {
+                file,
+                gpu,
+                device_bytes,
+            })
+            .collect();
         s
     }
 }
@@ -350,7 +371,16 @@ impl Uploads {
                 lock(&self.ledger).set_matcher(Arc::new(m));
             }
         }
-        let mut s = lock(&self.ledger).snapshot();
+        let mut s = {
+            let mut l = lock(&self.ledger);
+            let pids: Vec<i32> = l.procs.keys().copied().collect();
+            for pid in pids {
+                if let Some(g) = crate::model::device::only_gpu_in(gpu, pid) {
+                    l.last_gpu.insert(pid, g);
+                }
+            }
+            l.snapshot()
+        };
         if !s.libraries.is_empty() {
             s.unavailable = None;
         }
@@ -416,10 +446,28 @@ mod tests {
             // No matcher: the copy is kept for a later match.
             l.record(pid, 2, Call::Copy(copy(0x10, 0x1000, 64)));
         }
-        l.uploads
-            .insert((11, FileKey::from_dev(1, 2), false), FileUpload::default());
+        let file = FileKey::from_dev(1, 2);
+        let up = |file_bytes| FileUpload {
+            file_bytes,
+            widened: true,
+            ..FileUpload::default()
+        };
+        l.uploads.insert((11, file, true), up(4096));
+        l.uploads.insert((10, file, true), up(1024));
+        l.last_gpu.insert(11, 3);
         assert_eq!((l.procs.len(), l.pending.len()), (2, 2));
         l.forget_exited();
+        // What pid 11 uploaded stays, on the GPU it was last seen on (widened: twice).
+        let retired = l.snapshot().retired;
+        assert_eq!(
+            retired,
+            [RetiredUpload {
+                file,
+                gpu: Some(3),
+                device_bytes: 8192
+            }]
+        );
+        l.uploads.clear();
         // pid 11 has no /proc entry: its row, upload and kept copy are gone.
         assert_eq!(l.procs.keys().copied().collect::<Vec<_>>(), [10]);
         assert!(l.uploads.is_empty());

@@ -72,14 +72,18 @@ pub(super) fn series(acc: &mut Acc, r: &Report, opts: Options) {
 pub(super) fn file_series(acc: &mut Acc, f: &FileModel, id: &str, known: bool) {
     // Traced uploads (serve --trace): device bytes written from the file, per GPU (the
     // GPU where NVML shows the process, `unknown` without NVML or with several).
-    for u in &f.uploads {
-        let gpu = u.gpu.map_or("unknown".to_string(), |g| g.to_string());
+    // Processes that exited keep their bytes here (per the GPU they were last seen on), so
+    // the counter never goes down.
+    let living = f.uploads.iter().map(|u| (u.gpu, u.device_bytes));
+    let exited = f.uploads_retired.iter().map(|r| (r.gpu, r.device_bytes));
+    for (gpu, bytes) in living.chain(exited) {
+        let gpu = gpu.map_or("unknown".to_string(), |g| g.to_string());
         acc.add(
             "twofold_file_device_uploaded_bytes",
-            "Device bytes processes uploaded from the file since tracing started (uprobes on the CUDA driver, matched by content)",
+            "Device bytes processes uploaded from the file since tracing started, theirs kept when they exit (uprobes on the CUDA driver, matched by content)",
             super::Kind::Counter,
             l(&[("file_id", id), ("gpu", &gpu)]),
-            u.device_bytes as f64,
+            bytes as f64,
         );
     }
     if !known {

@@ -249,3 +249,43 @@ fn help_texts_need_no_escaping_in_either_format() {
         );
     }
 }
+
+/// The uploaded-bytes counter keeps what exited processes uploaded (on the GPU each was
+/// last seen on): a process that exits never makes it go down.
+#[test]
+fn uploaded_bytes_keep_what_exited_processes_uploaded() {
+    use crate::model::device::UploadModel;
+    use crate::sample::uploads::RetiredUpload;
+    let mut r = report_with(1);
+    let key = r.files[0].key;
+    r.files[0].uploads.push(UploadModel {
+        pid: 7,
+        comm: "python3".into(),
+        gpu: Some(0),
+        widened: false,
+        ranges: vec![(0, 100)],
+        file_bytes: 100,
+        device_bytes: 100,
+        copies: 1,
+        first_unix_ns: 0,
+        last_unix_ns: 0,
+        entry: "cuMemcpyHtoDAsync_v2".into(),
+        proven: true,
+        not_proven: None,
+    });
+    let e = families(&r, Options::default(), &SelfStats::default());
+    let name = "twofold_file_device_uploaded_bytes";
+    assert_eq!(value(&e, name, &[("gpu", "0")]), Some(100.0));
+    // The process exits: its 100 bytes move to the retired list, and others had gone.
+    r.files[0].uploads.clear();
+    for (gpu, device_bytes) in [(Some(0), 100), (Some(0), 50), (None, 7)] {
+        r.files[0].uploads_retired.push(RetiredUpload {
+            file: key,
+            gpu,
+            device_bytes,
+        });
+    }
+    let e = families(&r, Options::default(), &SelfStats::default());
+    assert_eq!(value(&e, name, &[("gpu", "0")]), Some(150.0));
+    assert_eq!(value(&e, name, &[("gpu", "unknown")]), Some(7.0));
+}

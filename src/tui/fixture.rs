@@ -71,6 +71,7 @@ fn file(path: &str, inode: u64, size: u64) -> FileModel {
         suspected_copies: Vec::new(),
         device_copies: Vec::new(),
         uploads: Vec::new(),
+        uploads_retired: Vec::new(),
         in_place: Vec::new(),
         candidates: CandidateCounts::default(),
         store: false,

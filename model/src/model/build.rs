@@ -118,6 +118,7 @@ fn build_with(sample: &Sample, trace: Option<TraceInput>) -> Report {
                 suspected_copies: Vec::new(),
                 device_copies: Vec::new(),
                 uploads: Vec::new(),
+                uploads_retired: Vec::new(),
                 in_place: Vec::new(),
                 candidates: CandidateCounts::default(),
                 store: f.store,

@@ -202,8 +202,12 @@ fn verdict(p: &crate::sample::uploads::UploadProcess) -> &'static str {
 
 /// The one GPU `pid` holds memory on, if one.
 fn only_gpu(sample: &Sample, pid: i32) -> Option<u32> {
-    let gpus: std::collections::BTreeSet<u32> = sample
-        .gpu
+    only_gpu_in(&sample.gpu, pid)
+}
+
+/// The one GPU `pid` holds memory on in `gpu`, if one (the GPU an upload is put on).
+pub fn only_gpu_in(gpu: &crate::sample::GpuSample, pid: i32) -> Option<u32> {
+    let gpus: std::collections::BTreeSet<u32> = gpu
         .devices
         .iter()
         .filter(|d| {
@@ -436,6 +440,12 @@ fn uploads_of(sample: &Sample, f: &mut FileModel, left: &mut BTreeMap<(i32, u32)
             });
         }
     }
+    f.uploads_retired = u
+        .retired
+        .iter()
+        .filter(|r| r.file == f.key)
+        .cloned()
+        .collect();
     for up in u.uploads.iter().filter(|x| x.file == f.key) {
         let gpu = only_gpu(sample, up.pid);
         let device_bytes = up.file_bytes * if up.widened { 2 } else { 1 };

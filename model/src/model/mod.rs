@@ -330,6 +330,10 @@ pub struct FileModel {
     /// Bytes of it processes uploaded to a GPU (traced, matched by content).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub uploads: Vec<device::UploadModel>,
+    /// Device bytes of it uploaded by processes that exited since tracing started, per
+    /// GPU (the exporter's counter keeps them).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub uploads_retired: Vec<crate::sample::uploads::RetiredUpload>,
     /// Processes that registered their mapping of it for device access (read in place).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub in_place: Vec<device::InPlaceModel>,

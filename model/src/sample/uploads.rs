@@ -28,6 +28,21 @@ pub struct UploadsSample {
     pub lost_events: u64,
     /// How many content samples were matched and how (for the docs' bound).
     pub samples_per_copy: u32,
+    /// Model bytes uploaded by processes that exited since tracing started.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub retired: Vec<RetiredUpload>,
+}
+
+/// Device bytes of one file that processes uploaded and then exited with, per GPU each was
+/// last seen on (NVML; `None`: not one GPU): what a counter of uploaded bytes keeps once
+/// its uploader is gone, so that it never goes down.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct RetiredUpload {
+    pub file: FileKey,
+    pub gpu: Option<u32>,
+    /// File bytes, or twice them widened (as [`crate::model::device::UploadModel`]).
+    pub device_bytes: u64,
 }
 
 /// One driver library with probes on it.
