@@ -23,6 +23,7 @@
 # Settings and defaults: MODEL_SIZE=1G DAEMONS=4 KV=512M KV_RATE=10 POOL_SIZE=512M
 #   POOL_WORKERS=7 IDLE=500 FILES=200 FILE_SIZE=1M CHURN=200 WINDOW=60 WARMUP=10 SCANS=3
 #   LIMIT=(auto, bytes) TWOFOLD_BIN=(target/release/twofold, built if unset)
+#   HOLD=(unset; N: build the host, keep it N s for profiling by hand, measure nothing)
 # A quick check: MODEL_SIZE=64M KV=32M POOL_SIZE=32M IDLE=50 FILES=20 WINDOW=30 WARMUP=5 \
 #   bash bench/host.sh
 set -euo pipefail
@@ -101,4 +102,10 @@ for _ in $(seq 6000); do
 done
 [ -e "$work/ready" ] || { echo "bench/host.sh: the workload was not ready in 600 s" >&2; exit 1; }
 echo "host ready: $(wc -l <"$cg/cgroup.procs") processes in its cgroup, $(numfmt --to=iec "$(cat "$cg"/memory.usage_in_bytes "$cg"/memory.current 2>/dev/null | head -n1)") charged" >&2
-python3 bench/host_measure.py "$bin" "$work"
+if [ -n "${HOLD:-}" ]; then
+  # For profiling by hand: keep the host up HOLD seconds, measure nothing.
+  echo "holding the host for $HOLD s: work dir $work, cgroup $cg" >&2
+  sleep "$HOLD"
+else
+  python3 bench/host_measure.py "$bin" "$work"
+fi

@@ -56,7 +56,11 @@ status=0
 cargo fmt --all -- --check || status=1
 cargo clippy --workspace --all-targets -- -D warnings || status=1
 log=$(mktemp)
-trap 'rm -f "$log"' EXIT
+# The proof's point cache (src/dupes/pointcache.rs) of the tests' model files: in a
+# directory of the run's own, not the host's /var/cache/twofold.
+export TWOFOLD_INDEX_CACHE
+TWOFOLD_INDEX_CACHE=$(mktemp -d /tmp/twofold-test-index.XXXXXX)
+trap 'rm -f "$log"; rm -rf "$TWOFOLD_INDEX_CACHE"' EXIT
 # Every test binary runs even after one fails (--no-fail-fast); --show-output keeps the
 # "SKIPPED: <reason>" lines of tests that found a capability missing, so that they are
 # counted as skipped, not passed.

@@ -54,6 +54,12 @@ const ENVIRONMENT: &[(&str, &str)] = &[
          /run/twofold/device as root, else $XDG_RUNTIME_DIR/twofold/device).",
     ),
     (
+        "TWOFOLD_INDEX_CACHE, XDG_CACHE_HOME",
+        "Where the proof keeps the content index's points of each model file version \
+         (default /var/cache/twofold/index as root, else $XDG_CACHE_HOME/twofold/index, \
+         at most 256 MiB); off: read them from the files at every run.",
+    ),
+    (
         "TWOFOLD_BPF_OBJECTS",
         "A directory of BPF objects to load instead of the built-in ones.",
     ),

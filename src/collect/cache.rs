@@ -333,6 +333,13 @@ impl ProcCache {
         }
     }
 
+    /// The minor and major page faults of `pid` at this snapshot's `stat` (`None` when it
+    /// was not read).
+    pub fn faults(&self, pid: i32) -> Option<(u64, u64)> {
+        let e = self.entries.get(&pid).filter(|e| e.seen)?;
+        Some((e.stat.minflt, e.stat.majflt))
+    }
+
     /// Phase 3 of a process still valid for this set of wanted files.
     pub fn detail(&self, pid: i32, wanted: &HashSet<FileKey>) -> Option<Detail> {
         let e = self.entries.get(&pid)?;

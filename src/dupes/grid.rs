@@ -32,6 +32,7 @@ use serde::{Deserialize, Serialize};
 
 use super::filebytes::FileBytes;
 use super::index::{periodic, Convert, CopyKind, Unsearchable};
+use super::pointcache::{kept_points, merge_points, PointCache};
 use super::runs::searchable_tensors;
 use crate::container::{Dtype, Format, Tensor};
 
@@ -84,11 +85,11 @@ pub struct GridFile {
     pub error: Option<String>,
 }
 
-#[derive(Debug, Clone, Copy, Default)]
-struct Slot {
-    key: u64,
-    piece: u32,
-    k: u32,
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub(super) struct Slot {
+    pub key: u64,
+    pub piece: u32,
+    pub k: u32,
 }
 
 /// What the grid is, for reports.
@@ -241,7 +242,7 @@ fn neighbours(pieces: &[Piece], informative: &[bool]) -> (Links, Links) {
 }
 
 /// Whether point `k` (at `k × 2048`) is indexed when pairs are `every` pages apart.
-fn is_point(k: u64, every: u64) -> bool {
+pub(super) fn is_point(k: u64, every: u64) -> bool {
     every <= 1 || k % (2 * every) < 2
 }
 
@@ -255,6 +256,18 @@ impl Grid {
         align: u64,
         widen: bool,
         exact: bool,
+    ) -> std::io::Result<Grid> {
+        Grid::build_cached(files, align, widen, exact, None)
+    }
+
+    /// [`Grid::build`], taking the points of files `points` keeps instead of reading them
+    /// (and keeping those it reads there).
+    pub fn build_cached(
+        files: Vec<(FileBytes, Vec<Tensor>, Format)>,
+        align: u64,
+        widen: bool,
+        exact: bool,
+        points: Option<&PointCache>,
     ) -> std::io::Result<Grid> {
         let mut pieces = Vec::new();
         let mut grid_files = Vec::new();
@@ -335,10 +348,13 @@ impl Grid {
         };
         // The points, read in parts of pieces side by side (a part starts a pair of
         // points, so parts read exactly what one pass would), kept in the order of one pass.
+        // Files whose points are kept (read earlier in this run, or on disk) are not read.
+        let kept = kept_points(&grid_files, &pieces, every, points);
         let part_k = 2 * every * 1024;
         let parts: Vec<(usize, u64)> = pieces
             .iter()
             .enumerate()
+            .filter(|(_, p)| kept.got[p.file].is_none())
             .flat_map(|(pi, p)| {
                 let ks = (p.mem_len / HALF).div_ceil(part_k).max(1);
                 (0..ks).map(move |i| (pi, i * part_k))
@@ -389,13 +405,13 @@ impl Grid {
                 Ok((keys, all_periodic))
             },
         );
-        let mut keys: Vec<Slot> = Vec::new();
+        let mut by_file: Vec<Vec<Slot>> = vec![Vec::new(); grid_files.len()];
         let mut low_entropy = vec![true; pieces.len()];
         for (&(pi, _), r) in parts.iter().zip(read) {
             match r {
                 Ok((k, all_periodic)) => {
                     low_entropy[pi] &= all_periodic;
-                    keys.extend(k);
+                    by_file[pieces[pi].file].extend(k);
                 }
                 Err(e) => {
                     let f = &mut grid_files[pieces[pi].file];
@@ -403,7 +419,7 @@ impl Grid {
                 }
             }
         }
-        keys.retain(|k| grid_files[pieces[k.piece as usize].file].error.is_none());
+        let keys = merge_points(&grid_files, &kept, by_file, every, points, &mut low_entropy);
         for (pi, p) in pieces.iter().enumerate() {
             if grid_files[p.file].error.is_some() {
                 continue;

@@ -84,3 +84,91 @@ fn every_copy_of_the_guaranteed_run_is_hit() {
         }
     }
 }
+
+/// What a grid looks up, and what it says it could not.
+fn shape_of(g: &Grid) -> impl PartialEq + std::fmt::Debug {
+    let unsearchable: Vec<_> = g.files.iter().map(|f| f.unsearchable.clone()).collect();
+    (
+        g.table.clone(),
+        g.informative.clone(),
+        unsearchable,
+        g.every,
+        g.stride,
+    )
+}
+
+#[test]
+fn points_taken_from_the_cache_make_the_grid_read_from_the_files() {
+    use crate::dupes::pointcache::PointCache;
+    let dir = tempfile::tempdir().unwrap();
+    let mut s = 0x9e37_79b9_7f4a_7c15u64;
+    let mut random = |n: usize| -> Vec<u8> {
+        (0..n)
+            .map(|_| {
+                s ^= s << 13;
+                s ^= s >> 7;
+                s ^= s << 17;
+                s as u8
+            })
+            .collect()
+    };
+    // A: four 1 MiB F16 tensors (widened too), the third all zeros (low entropy); B: two.
+    let mut a = random(4 << 20);
+    a[2 << 20..3 << 20].fill(0);
+    let b = random(2 << 20);
+    std::fs::write(dir.path().join("a"), &a).unwrap();
+    std::fs::write(dir.path().join("b"), &b).unwrap();
+    let f16 = |o: u64| crate::container::Tensor {
+        dtype: crate::container::Dtype::F16,
+        shape: vec![1 << 19],
+        ..t(o, 1 << 20)
+    };
+    let inputs = |names: &[&str]| {
+        names
+            .iter()
+            .map(|n| {
+                let len = std::fs::metadata(dir.path().join(n)).unwrap().len();
+                let tensors = (0..len >> 20).map(|i| f16(i << 20)).collect();
+                let fb = FileBytes::open(&dir.path().join(n)).unwrap();
+                (fb, tensors, Format::Safetensors)
+            })
+            .collect::<Vec<_>>()
+    };
+    let reference = Grid::build(inputs(&["a", "b"]), 16, true, false).unwrap();
+    assert!(reference.every > 1, "the test needs spaced points");
+    assert!(reference.files[0]
+        .unsearchable
+        .iter()
+        .any(|u| u.2 == Unsearchable::LowEntropy));
+    let store = tempfile::tempdir().unwrap();
+    // Built exact first (every point): kept at the finest spacing.
+    let c = PointCache::with_dir(Some(store.path()));
+    let exact = Grid::build_cached(inputs(&["a"]), 16, true, true, Some(&c)).unwrap();
+    assert_eq!(exact.every, 1);
+    assert_eq!(*c.stats.lock().unwrap(), (0, 1));
+    // The same run: a from memory, b read.
+    let g = Grid::build_cached(inputs(&["a", "b"]), 16, true, false, Some(&c)).unwrap();
+    assert_eq!(shape_of(&g), shape_of(&reference));
+    assert_eq!(*c.stats.lock().unwrap(), (1, 2));
+    drop(c);
+    // A later run: both from disk, and the same grid.
+    let c = PointCache::with_dir(Some(store.path()));
+    let g = Grid::build_cached(inputs(&["a", "b"]), 16, true, false, Some(&c)).unwrap();
+    assert_eq!(shape_of(&g), shape_of(&reference));
+    assert_eq!(*c.stats.lock().unwrap(), (2, 0));
+    // A rewritten file (its mtime moves) is read again.
+    let new_b = random(2 << 20);
+    std::fs::write(dir.path().join("b"), &new_b).unwrap();
+    let f = std::fs::File::options()
+        .write(true)
+        .open(dir.path().join("b"))
+        .unwrap();
+    f.set_modified(std::time::SystemTime::now() + std::time::Duration::from_secs(5))
+        .unwrap();
+    let c = PointCache::with_dir(Some(store.path()));
+    let g = Grid::build_cached(inputs(&["a", "b"]), 16, true, false, Some(&c)).unwrap();
+    let fresh = Grid::build(inputs(&["a", "b"]), 16, true, false).unwrap();
+    assert_eq!(shape_of(&g), shape_of(&fresh));
+    assert_ne!(shape_of(&g), shape_of(&reference));
+    assert_eq!(*c.stats.lock().unwrap(), (1, 1));
+}

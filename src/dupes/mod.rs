@@ -14,6 +14,7 @@ pub mod indexcache;
 pub mod moved;
 pub mod pagemap;
 pub mod physical;
+pub mod pointcache;
 pub mod prove;
 pub mod recheck;
 pub mod runs;

@@ -83,15 +83,26 @@ pub fn weigh(proc_root: &Path, proofs: &mut [ProofSample], ranges: &[CopyRanges]
     occurrences.sort_unstable();
     let pids: Vec<i32> = proofs.iter().map(|p| p.pid).collect();
     let mut with: Vec<BTreeSet<i32>> = vec![BTreeSet::new(); proofs.len()];
+    // The processes mapping a frame; consecutive frames are mostly mapped by the same
+    // ones (a forked pool shares its whole copy), so each proof's sharers are added only
+    // when they differ from the last frame's.
+    let mut distinct: Vec<i32> = Vec::new();
+    let mut last: Vec<Vec<i32>> = vec![Vec::new(); proofs.len()];
     for run in occurrences.chunk_by(|a, b| (a.0, a.1 & !SHMEM_BIT) == (b.0, b.1 & !SHMEM_BIT)) {
-        let distinct: BTreeSet<i32> = run.iter().map(|o| pids[o.2 as usize]).collect();
+        distinct.clear();
+        distinct.extend(run.iter().map(|o| pids[o.2 as usize]));
+        distinct.sort_unstable();
+        distinct.dedup();
         for o in run {
             let i = o.2 as usize;
             let Some(r) = read[i].as_mut() else { continue };
             r.w.share_pages += 1.0 / run.len() as f64;
             r.w.shared_by = r.w.shared_by.max(distinct.len() as u32);
             r.w.shmem |= o.1 & SHMEM_BIT != 0 && distinct.len() > 1;
-            with[i].extend(distinct.iter().filter(|p| **p != pids[i]));
+            if last[i] != distinct {
+                with[i].extend(distinct.iter().filter(|p| **p != pids[i]));
+                last[i].clone_from(&distinct);
+            }
         }
     }
     for (i, r) in read.into_iter().enumerate() {

@@ -63,8 +63,9 @@ pub struct Engine {
     cache: Option<ProcCache>,
     /// The eBPF tracer, while tracing is on.
     tracing: Option<tracing::Tracing>,
-    /// The last share-out of physical pages, kept while nothing it depends on changed.
-    weighed: Option<reuse::Weighed>,
+    /// The last share-out of each file's physical pages, kept while nothing it depends on
+    /// changed.
+    weighed: std::collections::BTreeMap<crate::sample::FileKey, reuse::Weighed>,
     /// The content index of the model files, kept across proofs while they do not change.
     index: crate::dupes::indexcache::IndexCache,
     /// The files of interest of the last snapshot (key, path): what tracing pins and names.
@@ -88,7 +89,7 @@ impl Engine {
             tracing: None,
             interest: Vec::new(),
             index: Default::default(),
-            weighed: None,
+            weighed: std::collections::BTreeMap::new(),
             manual: BTreeMap::new(),
         }
     }

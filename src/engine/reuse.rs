@@ -31,21 +31,27 @@ pub(super) struct Checked {
     result: Result<ProofSample, String>,
 }
 
-/// The last share-out of physical pages ([`crate::dupes::physical::weigh`]): the proofs it
-/// weighed, their processes' fingerprints, the result and when.
+/// The last share-out of one file's physical pages ([`crate::dupes::physical::weigh`]):
+/// the proofs it weighed, their processes' fingerprints, the result per pid and when.
 pub(super) struct Weighed {
     key: Vec<WeighKey>,
-    physical: std::collections::BTreeMap<(i32, FileKey), Option<crate::sample::PhysicalSample>>,
+    physical: std::collections::BTreeMap<i32, Option<crate::sample::PhysicalSample>>,
     at: Instant,
 }
 
-/// What a share-out depends on, per copy weighed: (pid, file, the process's fingerprint,
-/// copy bytes, the copy's memory ranges).
-type WeighKey = (i32, FileKey, Fingerprint, u64, Vec<(u64, u64)>);
+/// What a share-out depends on, per copy of the file weighed: (pid, the process's
+/// fingerprint, its minor and major page faults where the engine reads them, copy bytes,
+/// the copy's memory ranges).
+type WeighKey = (i32, Fingerprint, Option<(u64, u64)>, u64, Vec<(u64, u64)>);
 
-/// How long a share-out of physical pages is kept while nothing it depends on changed (a
-/// copy-on-write break in one sharer changes no fingerprint; it shows within this).
+/// How long a share-out of physical pages is kept while nothing it depends on changed,
+/// when the sharers' page faults are unknown (a copy-on-write break in one sharer changes
+/// no fingerprint; it shows within this)...
 pub const REWEIGH_AFTER: Duration = Duration::from_secs(10);
+/// ...and when they are known (a copy-on-write break is a fault of the process writing;
+/// what moves pages without a fault: KSM merging, khugepaged collapsing shared pages,
+/// shows within this).
+pub const REWEIGH_AFTER_TRACKED: Duration = Duration::from_secs(60);
 
 /// A search is reused while the process's `RssAnon` and `rchar` and the file's size are
 /// unchanged for this long, or for its cadence if that is longer (`top`, `serve` and
@@ -189,36 +195,61 @@ impl Engine {
         let (mut proofs, ranges): (Vec<ProofSample>, Vec<CopyRanges>) = kept.into_iter().unzip();
         // One physical copy counts once: shared pages (fork, shared memory) are shared out.
         // Reading the frames of every copy costs 8 bytes of pagemap a page (a 512 MiB copy
-        // shared by 8 processes: a million entries); while the proofs and their processes'
-        // fingerprints are the same, the last share-out is kept for up to REWEIGH_AFTER.
-        // The key: every copy weighed (process, file, fingerprint, copy bytes, ranges).
-        let key: Vec<WeighKey> = proofs
-            .iter()
-            .zip(&ranges)
-            .filter(|(p, r)| !r.ranges.is_empty() && p.copy_memory_bytes > 0)
-            .map(|(p, r)| {
-                let spans = r.ranges.iter().map(|x| (x.0, x.1)).collect();
-                let fp = fingerprint(sample, p.pid, p.file);
-                (p.pid, p.file, fp, p.copy_memory_bytes, spans)
-            })
-            .collect();
-        match &self.weighed {
-            Some(w) if w.key == key && w.at.elapsed() < REWEIGH_AFTER => {
-                for p in &mut proofs {
-                    p.physical = w.physical.get(&(p.pid, p.file)).cloned().flatten();
+        // shared by 8 processes: a million entries). Pages are shared out among the copies
+        // of one file only, so each file is weighed on its own; while its proofs and their
+        // processes' fingerprints and page faults are the same, its last share-out is kept
+        // (for up to REWEIGH_AFTER_TRACKED, or REWEIGH_AFTER where faults are unknown): a
+        // daemon whose memory moves does not make the copies of the other files be read
+        // again. The key: every copy of the file weighed (process, fingerprint, faults,
+        // copy bytes, ranges). `kept` is sorted by file: each file's proofs
+        // are one run.
+        let mut weighed = std::mem::take(&mut self.weighed);
+        let mut from = 0;
+        while from < proofs.len() {
+            let file = proofs[from].file;
+            let to = from + proofs[from..].partition_point(|p| p.file == file);
+            let key: Vec<WeighKey> = proofs[from..to]
+                .iter()
+                .zip(&ranges[from..to])
+                .filter(|(p, r)| !r.ranges.is_empty() && p.copy_memory_bytes > 0)
+                .map(|(p, r)| {
+                    let spans = r.ranges.iter().map(|x| (x.0, x.1)).collect();
+                    let fp = fingerprint(sample, p.pid, p.file);
+                    let faults = self.cache.as_ref().and_then(|c| c.faults(p.pid));
+                    (p.pid, fp, faults, p.copy_memory_bytes, spans)
+                })
+                .collect();
+            // Every sharer's faults known: a copy-on-write break shows in them.
+            let keep = if key.iter().all(|k| k.2.is_some()) {
+                REWEIGH_AFTER_TRACKED
+            } else {
+                REWEIGH_AFTER
+            };
+            match weighed.get(&file) {
+                Some(w) if w.key == key && w.at.elapsed() < keep => {
+                    for p in &mut proofs[from..to] {
+                        p.physical = w.physical.get(&p.pid).cloned().flatten();
+                    }
+                    self.weighed
+                        .insert(file, weighed.remove(&file).expect("just found"));
+                }
+                _ => {
+                    physical::weigh(&self.roots.proc, &mut proofs[from..to], &ranges[from..to]);
+                    let physical = proofs[from..to]
+                        .iter()
+                        .map(|p| (p.pid, p.physical.clone()))
+                        .collect();
+                    self.weighed.insert(
+                        file,
+                        Weighed {
+                            key,
+                            physical,
+                            at: now,
+                        },
+                    );
                 }
             }
-            _ => {
-                physical::weigh(&self.roots.proc, &mut proofs, &ranges);
-                self.weighed = Some(Weighed {
-                    key,
-                    physical: proofs
-                        .iter()
-                        .map(|p| ((p.pid, p.file), p.physical.clone()))
-                        .collect(),
-                    at: now,
-                });
-            }
+            from = to;
         }
         proofs
     }
