@@ -153,6 +153,8 @@ struct Entry {
     detail: Option<Detail>,
     /// When `detail` was read.
     detail_at: Instant,
+    /// `/proc/PID/io` `rchar` as last read (phase 2 and the candidates).
+    rchar: Option<u64>,
     /// Read again this snapshot (changed, or too old): phase 3 reads it again.
     changed: bool,
     /// Its counters moved this snapshot (it is new, or its `stat` differs): the other
@@ -288,6 +290,7 @@ impl ProcCache {
                 changed: kept.is_none(),
                 detail_at: kept.as_ref().map_or(self.now, |k| k.1),
                 detail: kept.map(|k| k.0),
+                rchar: None,
                 moved,
                 seen: true,
             },
@@ -338,6 +341,21 @@ impl ProcCache {
     pub fn faults(&self, pid: i32) -> Option<(u64, u64)> {
         let e = self.entries.get(&pid).filter(|e| e.seen)?;
         Some((e.stat.minflt, e.stat.majflt))
+    }
+
+    /// The `rchar` read at an earlier snapshot, while nothing in `stat` moved since and
+    /// the entry is within its maximum age: a read() into pages already resident is the
+    /// blind spot a search has too (`dupes::moved`), and a moved process reads it again.
+    pub fn rchar(&self, pid: i32) -> Option<u64> {
+        let e = self.entries.get(&pid).filter(|e| e.seen && !e.changed)?;
+        e.rchar
+    }
+
+    /// Records the `rchar` of this snapshot.
+    pub fn put_rchar(&mut self, pid: i32, rchar: Option<u64>) {
+        if let Some(e) = self.entries.get_mut(&pid) {
+            e.rchar = rchar;
+        }
     }
 
     /// Phase 3 of a process still valid for this set of wanted files.
@@ -487,6 +505,27 @@ mod tests {
         let mut reused = left.clone();
         reused[2].1 = stamp(9, 100, 12);
         assert_eq!(tick(&mut c, (&reused, &w3)), (vec![13], vec![12, 13]));
+    }
+
+    /// `rchar` and the faults are kept while `stat` holds, and forgotten when it moves.
+    #[test]
+    fn rchar_is_reused_only_while_stat_holds() {
+        let none = HashSet::new();
+        let mut c = ProcCache::new(Duration::from_secs(3600));
+        let base = vec![(10, stamp(1, 100, 1))];
+        let w = [(10, &none)];
+        tick(&mut c, (&base, &w));
+        assert_eq!(c.rchar(10), None, "a new process has none");
+        c.put_rchar(10, Some(4096));
+        tick(&mut c, (&base, &w));
+        assert_eq!(c.rchar(10), Some(4096));
+        assert_eq!(c.faults(10), Some((0, 0)));
+        let mut faulted = base.clone();
+        faulted[0].1.minflt = 3;
+        tick(&mut c, (&faulted, &w));
+        assert_eq!(c.rchar(10), None, "it faulted: read again");
+        assert_eq!(c.faults(10), Some((3, 0)));
+        assert_eq!(c.faults(11), None);
     }
 
     /// A refresh for age alone reads the process again, not its co-mappers; a refresh

@@ -17,7 +17,7 @@ fn big_enough(anon: u64, size: u64) -> bool {
 /// when needed. Shared memory large enough holds a copy whoever filled it.
 pub(super) fn could_hold_any(
     procs: &ProcReader,
-    p: &ProcessSample,
+    p: &mut ProcessSample,
     sizes: &[(FileKey, u64)],
     named: &HashSet<(i32, FileKey)>,
 ) -> bool {
@@ -38,11 +38,14 @@ pub(super) fn could_hold_any(
     {
         return true;
     }
-    match procs.rchar(p.pid) {
-        Ok(Some(r)) => sizes
+    if p.rchar_bytes.is_none() {
+        p.rchar_bytes = procs.rchar(p.pid).ok().flatten();
+    }
+    match p.rchar_bytes {
+        Some(r) => sizes
             .iter()
             .any(|(_, s)| big_enough(anon, *s) && big_enough(r, *s)),
-        _ => true,
+        None => true,
     }
 }
 

@@ -178,10 +178,14 @@ pub fn gather_cached(
     // Processes holding nothing that could still hold a copy (read, then closed).
     if req.candidates {
         let sizes = g.interest_sizes();
-        for p in others {
-            if req.gpu_pids.contains(&p.pid)
-                || candidates::could_hold_any(&procs, &p, &sizes, &g.named)
-            {
+        for mut p in others {
+            p.rchar_bytes = cache.as_deref().and_then(|c| c.rchar(p.pid));
+            let could = req.gpu_pids.contains(&p.pid)
+                || candidates::could_hold_any(&procs, &mut p, &sizes, &g.named);
+            if let Some(c) = cache.as_deref_mut() {
+                c.put_rchar(p.pid, p.rchar_bytes);
+            }
+            if could {
                 kept.push((p, HashSet::new()));
             }
         }
@@ -248,7 +252,21 @@ pub fn gather_cached(
 
     let sizes = g.interest_sizes();
     if req.candidates {
+        if let Some(c) = cache.as_deref() {
+            for p in sample
+                .processes
+                .iter_mut()
+                .filter(|p| p.rchar_bytes.is_none())
+            {
+                p.rchar_bytes = c.rchar(p.pid);
+            }
+        }
         candidates::add_to(&procs, &mut sample, &sizes, &g.named, policy);
+        if let Some(c) = cache {
+            for p in &sample.processes {
+                c.put_rchar(p.pid, p.rchar_bytes);
+            }
+        }
         sample.named = g.named.iter().copied().collect();
         sample.named.sort_unstable();
     }
