@@ -13,10 +13,9 @@
 //! Kernel documentation: <https://www.kernel.org/doc/html/latest/filesystems/proc.html>.
 
 use std::collections::HashSet;
-use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 
-use super::error::{from_procfs, CollectError, Result};
+use super::error::{CollectError, Result};
 use super::keyvalue;
 use super::maps;
 use crate::sample::{CgroupRef, CgroupVersion, FileKey, MappingSample, RollupSample, StatusSample};
@@ -140,37 +139,53 @@ impl ProcReader {
     /// Regular files the process holds open, with (dev, inode) and size from `stat`
     /// through the fd link (which works for files outside our mount namespace too).
     pub fn open_files(&self, pid: i32) -> Result<Vec<FdTarget>> {
-        let dir = self.root.join(pid.to_string());
-        let process = procfs::process::Process::new_with_root(dir.clone())
-            .map_err(|e| from_procfs(e, &dir))?;
-        let fds = process.fd().map_err(|e| from_procfs(e, &dir.join("fd")))?;
+        use nix::fcntl::{readlinkat, AtFlags, OFlag};
+        use std::os::fd::AsRawFd;
+        // One open of the fd directory, then each fd relative to it: `fstatat` first (most
+        // fds are sockets, pipes and terminals: no link to read), `readlinkat` for the
+        // regular files only.
+        let fd_dir = self.root.join(pid.to_string()).join("fd");
+        let errno = |e: nix::errno::Errno| CollectError::io(&fd_dir, std::io::Error::from(e));
+        let mut dir = nix::dir::Dir::open(
+            &fd_dir,
+            OFlag::O_RDONLY | OFlag::O_DIRECTORY | OFlag::O_CLOEXEC,
+            nix::sys::stat::Mode::empty(),
+        )
+        .map_err(errno)?;
+        let raw = dir.as_raw_fd();
         let mut out = Vec::new();
-        for fd in fds {
-            let fd = match fd {
-                Ok(fd) => fd,
-                // An fd closed while we iterate.
-                Err(procfs::ProcError::NotFound(_)) => continue,
-                Err(e) => return Err(from_procfs(e, &dir.join("fd"))),
-            };
-            let procfs::process::FDTarget::Path(target) = &fd.target else {
+        for entry in dir.iter() {
+            let entry = entry.map_err(errno)?;
+            let name = entry.file_name();
+            let Some(fd) = name.to_str().ok().and_then(|n| n.parse::<i32>().ok()) else {
                 continue;
             };
-            let link = dir.join("fd").join(fd.fd.to_string());
-            let meta = match std::fs::metadata(&link) {
+            // An fd closed while we iterate is skipped.
+            let meta = match nix::sys::stat::fstatat(Some(raw), name, AtFlags::empty()) {
                 Ok(m) => m,
-                Err(e) if e.kind() == std::io::ErrorKind::NotFound => continue,
-                Err(e) => return Err(CollectError::io(&link, e)),
+                Err(nix::errno::Errno::ENOENT) => continue,
+                Err(e) => return Err(errno(e)),
             };
-            if !meta.file_type().is_file() {
+            if meta.st_mode & libc::S_IFMT != libc::S_IFREG {
+                continue;
+            }
+            let target = match readlinkat(Some(raw), name) {
+                Ok(t) => t,
+                Err(nix::errno::Errno::ENOENT) => continue,
+                Err(e) => return Err(errno(e)),
+            };
+            let target = target.to_string_lossy();
+            if !target.starts_with('/') {
                 continue;
             }
             out.push(FdTarget {
-                fd: fd.fd,
-                path: target.to_string_lossy().into_owned(),
-                key: FileKey::from_dev(meta.dev(), meta.ino()),
-                size_bytes: meta.len(),
+                fd,
+                path: target.into_owned(),
+                key: FileKey::from_dev(meta.st_dev, meta.st_ino),
+                size_bytes: meta.st_size as u64,
             });
         }
+        out.sort_by_key(|t| t.fd);
         Ok(out)
     }
 }

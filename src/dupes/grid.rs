@@ -31,7 +31,8 @@
 use serde::{Deserialize, Serialize};
 
 use super::filebytes::FileBytes;
-use super::index::{periodic, Convert, CopyKind, Unsearchable};
+pub use super::index::Piece;
+use super::index::{is_point, periodic, Convert, CopyKind, Slot, Unsearchable};
 use super::pointcache::{kept_points, merge_points, PointCache};
 use super::runs::searchable_tensors;
 use crate::container::{Dtype, Format, Tensor};
@@ -57,18 +58,6 @@ pub const SMALL: u64 = HALF + WIN as u64;
 /// sampled at every page (its small tensors have no guaranteed run).
 pub const SMALL_SHARE: f64 = 0.1;
 
-/// One (tensor, kind) to find.
-#[derive(Debug, Clone)]
-pub struct Piece {
-    /// Index into the grid's files.
-    pub file: usize,
-    /// Index into that file's tensors.
-    pub tensor: usize,
-    pub kind: CopyKind,
-    pub file_offset: u64,
-    pub mem_len: u64,
-}
-
 /// A file as the grid sees it.
 pub struct GridFile {
     pub bytes: FileBytes,
@@ -83,13 +72,6 @@ pub struct GridFile {
     /// Why the file could not be indexed (it shrank or vanished while being read): its
     /// copies are then unknown, and no other file is affected.
     pub error: Option<String>,
-}
-
-#[derive(Debug, Clone, Copy, Default, PartialEq)]
-pub(super) struct Slot {
-    pub key: u64,
-    pub piece: u32,
-    pub k: u32,
 }
 
 /// What the grid is, for reports.
@@ -241,11 +223,6 @@ fn neighbours(pieces: &[Piece], informative: &[bool]) -> (Links, Links) {
     (prev, next)
 }
 
-/// Whether point `k` (at `k × 2048`) is indexed when pairs are `every` pages apart.
-pub(super) fn is_point(k: u64, every: u64) -> bool {
-    every <= 1 || k % (2 * every) < 2
-}
-
 impl Grid {
     /// Indexes `files` (their tensor tables). `align`: allocation alignment of copies
     /// (16 for malloc'd buffers); `widen`: also index F16/BF16 → F32 widenings; `exact`:
@@ -349,7 +326,8 @@ impl Grid {
         // The points, read in parts of pieces side by side (a part starts a pair of
         // points, so parts read exactly what one pass would), kept in the order of one pass.
         // Files whose points are kept (read earlier in this run, or on disk) are not read.
-        let kept = kept_points(&grid_files, &pieces, every, points);
+        let handles: Vec<&std::fs::File> = grid_files.iter().map(|f| f.bytes.file()).collect();
+        let kept = kept_points(&handles, &pieces, every, points);
         let part_k = 2 * every * 1024;
         let parts: Vec<(usize, u64)> = pieces
             .iter()
@@ -419,7 +397,8 @@ impl Grid {
                 }
             }
         }
-        let keys = merge_points(&grid_files, &kept, by_file, every, points, &mut low_entropy);
+        let failed: Vec<bool> = grid_files.iter().map(|f| f.error.is_some()).collect();
+        let keys = merge_points(&failed, &kept, by_file, every, points, &mut low_entropy);
         for (pi, p) in pieces.iter().enumerate() {
             if grid_files[p.file].error.is_some() {
                 continue;

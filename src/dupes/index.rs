@@ -66,3 +66,28 @@ mod tests {
         assert!(!periodic(&ramp));
     }
 }
+
+/// One (tensor, kind) to find.
+#[derive(Debug, Clone)]
+pub struct Piece {
+    /// Index into the grid's files.
+    pub file: usize,
+    /// Index into that file's tensors.
+    pub tensor: usize,
+    pub kind: CopyKind,
+    pub file_offset: u64,
+    pub mem_len: u64,
+}
+
+/// A point of the index: its key, the piece and the point's number in it.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct Slot {
+    pub key: u64,
+    pub piece: u32,
+    pub k: u32,
+}
+
+/// Whether point `k` (at `k × 2048`) is indexed when pairs are `every` pages apart.
+pub fn is_point(k: u64, every: u64) -> bool {
+    every <= 1 || k % (2 * every) < 2
+}

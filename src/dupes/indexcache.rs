@@ -17,8 +17,7 @@ use std::time::Instant;
 use super::grid::Grid;
 use crate::sample::FileKey;
 
-/// One file's version: key, size, mtime and ctime (ns).
-pub type Version = (FileKey, u64, i128, i128);
+pub use super::pointcache::{version, Version};
 
 /// What a proof group indexed: the grid, the keys of its files in grid order, and files
 /// of the same bytes searched as another (alias → original).
@@ -26,17 +25,6 @@ pub struct Indexed {
     pub grid: Grid,
     pub keys: Vec<FileKey>,
     pub aliases: Vec<(FileKey, FileKey)>,
-}
-
-/// The version of an open file.
-pub fn version(key: FileKey, m: &std::fs::Metadata) -> Version {
-    let ns = |s: i64, n: i64| s as i128 * 1_000_000_000 + n as i128;
-    (
-        key,
-        m.len(),
-        ns(m.mtime(), m.mtime_nsec()),
-        ns(m.ctime(), m.ctime_nsec()),
-    )
 }
 
 #[derive(Default)]

@@ -23,8 +23,22 @@ use std::os::unix::fs::{DirBuilderExt, MetadataExt};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 
-use super::grid::{is_point, GridFile, Piece, Slot};
-use super::indexcache::Version;
+use super::index::{is_point, Piece, Slot};
+use crate::sample::FileKey;
+
+/// One file's version: key, size, mtime and ctime (ns).
+pub type Version = (FileKey, u64, i128, i128);
+
+/// The version of an open file.
+pub fn version(key: FileKey, m: &std::fs::Metadata) -> Version {
+    let ns = |s: i64, n: i64| s as i128 * 1_000_000_000 + n as i128;
+    (
+        key,
+        m.len(),
+        ns(m.mtime(), m.mtime_nsec()),
+        ns(m.ctime(), m.ctime_nsec()),
+    )
+}
 
 /// One point of a file: the piece (within the file), the point's number in it, its key.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, bytemuck::Pod, bytemuck::Zeroable)]
@@ -285,7 +299,7 @@ pub(super) struct Kept {
 }
 
 pub(super) fn kept_points(
-    files: &[GridFile],
+    files: &[&fs::File],
     pieces: &[Piece],
     every: u64,
     cache: Option<&PointCache>,
@@ -307,10 +321,10 @@ pub(super) fn kept_points(
         Some(_) => files
             .iter()
             .zip(&keys)
-            .map(|(gf, k)| {
-                let m = gf.bytes.file().metadata().ok()?;
-                let key = crate::sample::FileKey::from_dev(m.dev(), m.ino());
-                Some((super::indexcache::version(key, &m), (*k)?))
+            .map(|(f, k)| {
+                let m = f.metadata().ok()?;
+                let key = FileKey::from_dev(m.dev(), m.ino());
+                Some((version(key, &m), (*k)?))
             })
             .collect(),
     };
@@ -328,7 +342,7 @@ pub(super) fn kept_points(
 /// (`read`, per file), which are kept in `cache`. A kept piece none of whose points at
 /// this spacing carries information is marked in `low_entropy`, as a read one is.
 pub(super) fn merge_points(
-    files: &[GridFile],
+    failed: &[bool],
     kept: &Kept,
     read: Vec<Vec<Slot>>,
     every: u64,
@@ -336,8 +350,8 @@ pub(super) fn merge_points(
     low_entropy: &mut [bool],
 ) -> Vec<Slot> {
     let mut keys = Vec::new();
-    for (fi, (gf, read)) in files.iter().zip(read).enumerate() {
-        if gf.error.is_some() {
+    for (fi, (failed, read)) in failed.iter().zip(read).enumerate() {
+        if *failed {
             continue;
         }
         let first = kept.first[fi];
@@ -379,7 +393,6 @@ pub(super) fn merge_points(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::sample::FileKey;
 
     fn version(mtime: i128) -> Version {
         (FileKey::from_dev(0x801, 42), 4096, mtime, 7)
