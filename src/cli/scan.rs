@@ -55,6 +55,12 @@ pub struct ScanArgs {
     /// a warning and the plain scan).
     #[arg(long, value_name = "DURATION", value_parser = parse_positive_duration)]
     pub trace: Option<Duration>,
+    /// Also trace uploads to GPUs for this long first, with the upload probes on the CUDA
+    /// driver library alone (none of --trace's tracepoints): the device copies uploaded in
+    /// the window are proven at upload, for less (docs/device.md, "Cost"); needs root or
+    /// CAP_BPF + CAP_PERFMON.
+    #[arg(long, value_name = "DURATION", value_parser = parse_positive_duration, conflicts_with = "trace")]
+    pub trace_uploads: Option<Duration>,
     /// Exit 1 when a condition holds, naming it and each file on stderr (a CI gate;
     /// comma list): copies (a proven private, copy-on-write or device copy beside the page
     /// cache), suspected (a suspected copy), lower-bound (a count that is only a lower

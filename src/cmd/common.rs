@@ -25,24 +25,41 @@ use crate::store::Store;
 pub fn snapshot(
     req: &Request,
     prove: Option<ProveOptions>,
-    trace: Option<std::time::Duration>,
+    trace: TraceWindow,
     warnings: &mut Vec<Warning>,
 ) -> anyhow::Result<Snapshot> {
     let mut engine = Engine::new(req.clone(), prove);
-    if let Some(d) = trace {
-        match engine.trace_once() {
-            Ok(()) => {
-                // Progress, on stderr: also tells a caller when the window starts.
-                eprintln!("twofold: tracing for {:.1} s", d.as_secs_f64());
-                std::thread::sleep(d);
-            }
-            Err(e) => warnings.push(Warning::host(
-                WarningKind::Trace,
-                format!("--trace: {e}; the scan goes on without it"),
-            )),
+    let (flag, what, d, started) = match trace {
+        TraceWindow::Off => return engine.snapshot(warnings),
+        TraceWindow::All(d) => ("--trace", "", d, engine.trace_once()),
+        TraceWindow::Uploads(d) => (
+            "--trace-uploads",
+            " (uploads to GPUs only)",
+            d,
+            engine.set_upload_tracing(),
+        ),
+    };
+    match started {
+        Ok(()) => {
+            // Progress, on stderr: also tells a caller when the window starts.
+            eprintln!("twofold: tracing for {:.1} s{what}", d.as_secs_f64());
+            std::thread::sleep(d);
         }
+        Err(e) => warnings.push(Warning::host(
+            WarningKind::Trace,
+            format!("{flag}: {e}; the scan goes on without it"),
+        )),
     }
     engine.snapshot(warnings)
+}
+
+/// A window of eBPF tracing before a one-shot snapshot: everything `trace` counts (and the
+/// uploads), or the uploads to GPUs alone.
+#[derive(Debug, Clone, Copy)]
+pub enum TraceWindow {
+    Off,
+    All(std::time::Duration),
+    Uploads(std::time::Duration),
 }
 
 /// collect → byte-level proof of the candidates' copies (unless `prove` is `None`) →
@@ -50,7 +67,7 @@ pub fn snapshot(
 pub fn report(
     req: &Request,
     prove: Option<ProveOptions>,
-    trace: Option<std::time::Duration>,
+    trace: TraceWindow,
 ) -> anyhow::Result<Report> {
     let mut warnings = Vec::new();
     let snap = snapshot(req, prove, trace, &mut warnings)?;

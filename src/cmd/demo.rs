@@ -47,7 +47,7 @@ pub fn run(args: &DemoArgs, out: &mut dyn Write) -> anyhow::Result<()> {
     };
     // The readers are our children: ptrace rights hold even under Yama's ptrace_scope 1,
     // so the suspected copy is proven byte by byte.
-    let report = common::report(&req, Some(Default::default()), None)?;
+    let report = common::report(&req, Some(Default::default()), common::TraceWindow::Off)?;
     crate::cleanup::check_interrupted()?;
     if args.output.json {
         render::json(out, &report)?;

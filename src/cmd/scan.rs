@@ -35,7 +35,12 @@ pub fn prove_options(args: &ScanArgs) -> Option<ProveOptions> {
 pub fn run(args: &ScanArgs, out: &mut dyn Write) -> anyhow::Result<()> {
     let req = request(args);
     let mut warnings = Vec::new();
-    let snap = common::snapshot(&req, prove_options(args), args.trace, &mut warnings)?;
+    let window = match (args.trace, args.trace_uploads) {
+        (Some(d), _) => common::TraceWindow::All(d),
+        (None, Some(d)) => common::TraceWindow::Uploads(d),
+        (None, None) => common::TraceWindow::Off,
+    };
+    let snap = common::snapshot(&req, prove_options(args), window, &mut warnings)?;
     if let Some(dir) = &args.record {
         common::append_to(dir, &snap)?;
     }

@@ -224,6 +224,16 @@ fn data_range(ranges: &[(u64, u64)]) -> (u64, u64) {
 
 #[test]
 fn scan_trace_matches_uploads_to_the_files_tensors_and_reads_in_place() {
+    scan_traced_matches_uploads("--trace");
+}
+
+/// The same with the upload probes alone (no tracepoints).
+#[test]
+fn scan_trace_uploads_matches_uploads_to_the_files_tensors_and_reads_in_place() {
+    scan_traced_matches_uploads("--trace-uploads");
+}
+
+fn scan_traced_matches_uploads(flag: &str) {
     let _serial = serial();
     let Some(s) = standin() else { return };
     let (m, ranges) = model(s.dir.path());
@@ -238,7 +248,7 @@ fn scan_trace_matches_uploads_to_the_files_tensors_and_reads_in_place() {
         &[
             "scan".as_ref(),
             m.as_os_str(),
-            "--trace".as_ref(),
+            flag.as_ref(),
             "4s".as_ref(),
             "--json".as_ref(),
         ],
@@ -317,12 +327,7 @@ fn scan_trace_matches_uploads_to_the_files_tensors_and_reads_in_place() {
     let mut register = Uploader::start(&s, "register", &m, &[(ranges[3].0, 1 << 20)]);
     let (text, _) = traced(
         &s,
-        &[
-            "scan".as_ref(),
-            m.as_os_str(),
-            "--trace".as_ref(),
-            "2s".as_ref(),
-        ],
+        &["scan".as_ref(), m.as_os_str(), flag.as_ref(), "2s".as_ref()],
         None,
         || register.go(),
     );
