@@ -125,9 +125,11 @@ impl Engine {
                 todo.push(c.clone());
                 continue;
             };
+            // Due up to an eighth early: snapshots every cadence (serve at 5 s) start their
+            // proofs after collections of varying length, and must not just miss it.
             let age = now.duration_since(r.at);
-            if age >= REPROVE_AFTER.max(r.cadence()) || (r.fingerprint != fp && age >= r.cadence())
-            {
+            let due = |after: Duration| age + after / 8 >= after;
+            if due(REPROVE_AFTER.max(r.cadence())) || (r.fingerprint != fp && due(r.cadence())) {
                 todo.push(c.clone());
             } else if r.fingerprint == fp {
                 self.last_reused += 1;
