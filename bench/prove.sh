@@ -85,7 +85,9 @@ for _ in range(3):
 if os.environ.get("TWOFOLD_PROFILE"):
     subprocess.run([bin, "scan", "--json", model], check=True, stdout=subprocess.DEVNULL)
 f = next(f for f in report["files"] if f["path"] == model)
-assert old["proven"] == f["representations"]["proven"], (old, f["representations"])
+# The same copies found both ways (the page cache may move between the runs).
+same = ("private_copies", "cow", "lower_bound")
+assert all(old[k] == f["representations"][k] for k in same), (old, f["representations"])
 mine = [c for c in f["proven_copies"] if c["pid"] == pid]
 gib = base["bytes"] / 2**30
 print(f"### workload: {label} ({gib:.2f} GiB of the candidate's present private memory)\n")

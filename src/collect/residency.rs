@@ -153,6 +153,57 @@ pub fn resident_prefix(file: &File, path: &Path, len: u64) -> Result<u64, Reside
     }
 }
 
+/// Whether every page of `[off, off + len)` of `file` is in the page cache now
+/// (`cachestat`, else `mincore` of a mapping that is never touched); `None` when neither
+/// can tell. Reading the file's own bytes needs this: a read of an uncached page, even
+/// `preadv2(RWF_NOWAIT)`, starts readahead and adds pages (`dupes::filebytes`).
+pub fn range_cached(file: &File, off: u64, len: u64) -> Option<bool> {
+    let page = crate::collect::system::page_size().max(4096);
+    let (first, end) = (off / page * page, (off + len).next_multiple_of(page));
+    if end <= first {
+        return Some(true);
+    }
+    let pages = (end - first) / page;
+    let range = CachestatRange {
+        off: first,
+        len: end - first,
+    };
+    let mut cs = Cachestat::default();
+    // SAFETY: both pointers refer to live, correctly laid-out structs for the duration of
+    // the call; the kernel writes only `cs`.
+    let rc = unsafe {
+        libc::syscall(
+            SYS_CACHESTAT,
+            file.as_raw_fd(),
+            &range as *const CachestatRange,
+            &mut cs as *mut Cachestat,
+            0u32,
+        )
+    };
+    if rc == 0 {
+        return Some(cs.nr_cache >= pages);
+    }
+    // SAFETY: a shared read-only mapping of our own descriptor, never dereferenced: mincore
+    // reads the page cache state of the range, and the mapping is removed before return.
+    unsafe {
+        let at = libc::mmap(
+            std::ptr::null_mut(),
+            (end - first) as usize,
+            libc::PROT_READ,
+            libc::MAP_SHARED,
+            file.as_raw_fd(),
+            first as libc::off_t,
+        );
+        if at == libc::MAP_FAILED {
+            return None;
+        }
+        let mut vec = vec![0u8; pages as usize];
+        let rc = libc::mincore(at, (end - first) as usize, vec.as_mut_ptr());
+        libc::munmap(at, (end - first) as usize);
+        (rc == 0).then(|| vec.iter().all(|v| v & 1 != 0))
+    }
+}
+
 fn cachestat_range(
     file: &File,
     path: &Path,

@@ -450,3 +450,75 @@ fn without_frame_numbers_the_share_is_estimated() {
         assert_eq!(c["shared"]["by"].as_u64(), Some(4), "{c}");
     }
 }
+
+/// Resident pages of `file` by util-linux `fincore` (the ground truth: not twofold's reader).
+fn fincore_pages(file: &Path) -> u64 {
+    let out = run_ok(
+        Command::new("fincore")
+            .args(["--bytes", "--noheadings", "--output", "PAGES"])
+            .arg(file),
+    );
+    String::from_utf8_lossy(&out).trim().parse().unwrap()
+}
+
+/// The proof reads the model file to compare it with memory, and must not bring back the
+/// pages that were evicted: `preadv2(RWF_NOWAIT)` of an uncached page starts readahead
+/// before it fails. A file half evicted (every other 4 MiB) stays half evicted through
+/// `scan` and `scan --exact`, while the copy in the reader's heap is still proven whole.
+#[test]
+fn the_proof_leaves_the_page_cache_of_the_file_as_it_found_it() {
+    let _group = crate::common::group(module_path!());
+    if !require(have("fincore"), "util-linux fincore")
+        || !require(is_root(), "root (to search the copying reader's memory)")
+    {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let file = model_file(dir.path(), "half.safetensors", 64 * MIB);
+    let copy = reader("copy", Some(&file), &["--close"]);
+    let f = std::fs::File::open(&file).unwrap();
+    f.sync_all().unwrap();
+    let evict = |off: u64, len: u64| {
+        // SAFETY: advice on the test's own descriptor of its own file.
+        let rc = unsafe {
+            libc::posix_fadvise(
+                std::os::fd::AsRawFd::as_raw_fd(&f),
+                off as libc::off_t,
+                len as libc::off_t,
+                libc::POSIX_FADV_DONTNEED,
+            )
+        };
+        assert_eq!(rc, 0);
+    };
+    for i in (0..16u64).filter(|i| i % 2 == 1) {
+        evict(i * 4 * MIB, 4 * MIB);
+    }
+    let before = fincore_pages(&file);
+    let pages = 64 * MIB / 4096;
+    assert!(
+        before < pages * 3 / 4,
+        "the eviction did not take: {before} of {pages} pages resident"
+    );
+    for extra in [&[][..], &["--exact"][..]] {
+        let report = scan_json(&file, extra);
+        let after = fincore_pages(&file);
+        assert!(
+            after <= before,
+            "scan {extra:?} brought {} pages of the file back into the page cache",
+            after - before
+        );
+        let f = report["files"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|f| Path::new(f["path"].as_str().unwrap()) == file)
+            .unwrap();
+        let copies = f["representations"]["private_copies"].as_f64().unwrap();
+        assert!(
+            copies > 0.999,
+            "scan {extra:?}: the copy was not proven: {f}"
+        );
+        assert_eq!(f["representations"]["lower_bound"], false, "{f}");
+        let _ = copy.pid();
+    }
+}
