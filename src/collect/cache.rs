@@ -344,8 +344,10 @@ impl ProcCache {
     }
 
     /// The `rchar` read at an earlier snapshot, while nothing in `stat` moved since and
-    /// the entry is within its maximum age: a read() into pages already resident is the
-    /// blind spot a search has too (`dupes::moved`), and a moved process reads it again.
+    /// the entry is within its maximum age: for a process that maps and holds no file of
+    /// interest, whether it could hold a copy (phase 2). A read() into pages already
+    /// resident is the blind spot a search has too (`dupes::moved`); the processes kept
+    /// read it afresh (their proofs' fingerprints hold it).
     pub fn rchar(&self, pid: i32) -> Option<u64> {
         let e = self.entries.get(&pid).filter(|e| e.seen && !e.changed)?;
         e.rchar

@@ -186,6 +186,8 @@ pub fn gather_cached(
                 c.put_rchar(p.pid, p.rchar_bytes);
             }
             if could {
+                // A candidate's `rchar` is read afresh (below): its proof's fingerprint.
+                p.rchar_bytes = None;
                 kept.push((p, HashSet::new()));
             }
         }
@@ -252,15 +254,8 @@ pub fn gather_cached(
 
     let sizes = g.interest_sizes();
     if req.candidates {
-        if let Some(c) = cache.as_deref() {
-            for p in sample
-                .processes
-                .iter_mut()
-                .filter(|p| p.rchar_bytes.is_none())
-            {
-                p.rchar_bytes = c.rchar(p.pid);
-            }
-        }
+        // The processes kept read `rchar` afresh: it is in their proofs' fingerprints (a
+        // read() into memory already resident moves it and nothing in `stat`).
         candidates::add_to(&procs, &mut sample, &sizes, &g.named, policy);
         if let Some(c) = cache {
             for p in &sample.processes {

@@ -164,23 +164,7 @@ pub fn range_cached(file: &File, off: u64, len: u64) -> Option<bool> {
         return Some(true);
     }
     let pages = (end - first) / page;
-    let range = CachestatRange {
-        off: first,
-        len: end - first,
-    };
-    let mut cs = Cachestat::default();
-    // SAFETY: both pointers refer to live, correctly laid-out structs for the duration of
-    // the call; the kernel writes only `cs`.
-    let rc = unsafe {
-        libc::syscall(
-            SYS_CACHESTAT,
-            file.as_raw_fd(),
-            &range as *const CachestatRange,
-            &mut cs as *mut Cachestat,
-            0u32,
-        )
-    };
-    if rc == 0 {
+    if let Ok(cs) = cachestat_raw(file, first, end - first) {
         return Some(cs.nr_cache >= pages);
     }
     // SAFETY: a shared read-only mapping of our own descriptor, never dereferenced: mincore
@@ -204,12 +188,8 @@ pub fn range_cached(file: &File, off: u64, len: u64) -> Option<bool> {
     }
 }
 
-fn cachestat_range(
-    file: &File,
-    path: &Path,
-    off: u64,
-    len: u64,
-) -> Result<ResidencySample, ResidencyError> {
+/// `cachestat(2)` of `[off, off + len)` of `file`.
+fn cachestat_raw(file: &File, off: u64, len: u64) -> io::Result<Cachestat> {
     let range = CachestatRange { off, len };
     let mut cs = Cachestat::default();
     // SAFETY: both pointers refer to live, correctly laid-out structs for the duration of
@@ -223,22 +203,37 @@ fn cachestat_range(
             0u32,
         )
     };
-    if rc != 0 {
-        let source = io::Error::last_os_error();
-        if matches!(
-            source.raw_os_error(),
-            Some(libc::EPERM) | Some(libc::EACCES)
-        ) {
-            return Err(ResidencyError::NotRevealed {
+    if rc == 0 {
+        Ok(cs)
+    } else {
+        Err(io::Error::last_os_error())
+    }
+}
+
+fn cachestat_range(
+    file: &File,
+    path: &Path,
+    off: u64,
+    len: u64,
+) -> Result<ResidencySample, ResidencyError> {
+    let cs = match cachestat_raw(file, off, len) {
+        Ok(cs) => cs,
+        Err(source) => {
+            if matches!(
+                source.raw_os_error(),
+                Some(libc::EPERM) | Some(libc::EACCES)
+            ) {
+                return Err(ResidencyError::NotRevealed {
+                    path: path.display().to_string(),
+                });
+            }
+            return Err(ResidencyError::Syscall {
+                call: "cachestat",
                 path: path.display().to_string(),
+                source,
             });
         }
-        return Err(ResidencyError::Syscall {
-            call: "cachestat",
-            path: path.display().to_string(),
-            source,
-        });
-    }
+    };
     let ps = page_size();
     Ok(ResidencySample {
         source: ResidencySource::Cachestat,

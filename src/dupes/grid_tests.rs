@@ -101,21 +101,11 @@ fn shape_of(g: &Grid) -> impl PartialEq + std::fmt::Debug {
 fn points_taken_from_the_cache_make_the_grid_read_from_the_files() {
     use crate::dupes::pointcache::PointCache;
     let dir = tempfile::tempdir().unwrap();
-    let mut s = 0x9e37_79b9_7f4a_7c15u64;
-    let mut random = |n: usize| -> Vec<u8> {
-        (0..n)
-            .map(|_| {
-                s ^= s << 13;
-                s ^= s >> 7;
-                s ^= s << 17;
-                s as u8
-            })
-            .collect()
-    };
+    let random = crate::dupes::test_random;
     // A: four 1 MiB F16 tensors (widened too), the third all zeros (low entropy); B: two.
-    let mut a = random(4 << 20);
+    let mut a = random(4 << 20, 0x9e37_79b9_7f4a_7c15);
     a[2 << 20..3 << 20].fill(0);
-    let b = random(2 << 20);
+    let b = random(2 << 20, 0x2545_f491_4f6c_dd1d);
     std::fs::write(dir.path().join("a"), &a).unwrap();
     std::fs::write(dir.path().join("b"), &b).unwrap();
     let f16 = |o: u64| crate::container::Tensor {
@@ -157,7 +147,7 @@ fn points_taken_from_the_cache_make_the_grid_read_from_the_files() {
     assert_eq!(shape_of(&g), shape_of(&reference));
     assert_eq!(*c.stats.lock().unwrap(), (2, 0));
     // A rewritten file (its mtime moves) is read again.
-    let new_b = random(2 << 20);
+    let new_b = random(2 << 20, 0x1234_5678_9abc_def1);
     std::fs::write(dir.path().join("b"), &new_b).unwrap();
     let f = std::fs::File::options()
         .write(true)

@@ -72,3 +72,16 @@ pub(crate) fn test_tensor(offset: u64, len: u64) -> crate::container::Tensor {
         len,
     }
 }
+
+/// Pseudo-random bytes (xorshift) from `seed` (the tests of the index and the search).
+#[cfg(test)]
+pub(crate) fn test_random(n: usize, mut s: u64) -> Vec<u8> {
+    (0..n)
+        .map(|_| {
+            s ^= s << 13;
+            s ^= s >> 7;
+            s ^= s << 17;
+            s as u8
+        })
+        .collect()
+}

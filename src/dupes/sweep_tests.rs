@@ -8,16 +8,7 @@ use crate::dupes::filebytes::FileBytes;
 
 use crate::dupes::test_tensor as tensor;
 
-fn random(n: usize, mut s: u64) -> Vec<u8> {
-    (0..n)
-        .map(|_| {
-            s ^= s << 13;
-            s ^= s >> 7;
-            s ^= s << 17;
-            s as u8
-        })
-        .collect()
-}
+use crate::dupes::test_random as random;
 
 /// This process holds two copies of a 24 MiB file (ground truth: their addresses); a
 /// sweep of its own memory with 4 threads and 1 MiB windows, so that every tensor spans

@@ -651,9 +651,12 @@ fn an_incremental_snapshot_of_unchanged_readers_equals_a_full_one() {
     use twofold::engine::Engine;
     let dir = tempfile::tempdir().unwrap();
     let file = model_file(dir.path(), "m.safetensors", 16 * MIB);
-    // Written back first: the mapper's pages of it would turn from Private_Dirty to
-    // Private_Clean whenever writeback came, which no counter of its shows.
-    std::fs::File::open(&file).unwrap().sync_all().unwrap();
+    // Written back first, the model and the readers' executable (just built by cargo):
+    // their mapped pages would turn from Private_Dirty to Private_Clean whenever writeback
+    // came, which no counter of the readers shows.
+    for f in [file.clone(), exe()] {
+        std::fs::File::open(f).unwrap().sync_all().unwrap();
+    }
     let map = reader("map", Some(&file), &[]);
     let copy = reader("copy", Some(&file), &[]);
     let pids = [map.pid(), copy.pid()];
