@@ -18,6 +18,9 @@
 //!   exited (per-file PSS depends on who else maps the pages), or when a child or the
 //!   parent of the process appeared or exited (`fork` turns private pages into shared
 //!   ones without changing the parent's counters);
+//! - `io` (`rchar`) of a process that maps and holds no file of interest and is no
+//!   candidate, only when any of those changed (a candidate's is read every snapshot: it
+//!   is in its proof's fingerprint);
 //! - all of it when the entry is older than its maximum age (between half of
 //!   [`MAX_AGE`] and all of it, spread by pid so that re-reads do not all fall on one
 //!   snapshot); such a refresh, when `stat` has not changed, keeps phase 3 (read again
