@@ -61,12 +61,13 @@ impl FileBytes {
         while done < buf.len() {
             let at = off + done as u64;
             let rest = (buf.len() - done) as u64;
-            let cached = crate::collect::residency::range_cached(&self.file, at, rest);
-            let got = match cached {
-                Some(false) if self.direct.is_some() => {
-                    Err(io::Error::from_raw_os_error(libc::EAGAIN))
-                }
-                _ => self.read_cached(&mut buf[done..], at),
+            // Without O_DIRECT (tmpfs) there is no other way to read: no need to ask.
+            let uncached = self.direct.is_some()
+                && crate::collect::residency::range_cached(&self.file, at, rest) == Some(false);
+            let got = if uncached {
+                Err(io::Error::from_raw_os_error(libc::EAGAIN))
+            } else {
+                self.read_cached(&mut buf[done..], at)
             };
             match got {
                 Ok(0) => {
