@@ -9,6 +9,7 @@
 mod common;
 
 mod dupes;
+mod engine_live;
 mod fincore;
 mod gate;
 mod holders;

@@ -1,0 +1,282 @@
+//! Live tests of a long-lived engine (`top`, `serve`, `record`): incremental snapshots of
+//! child processes whose footprint the test created, against full reads of /proc, and the
+//! search cadence on a copier whose memory keeps changing.
+
+#![allow(clippy::unwrap_used)]
+
+use crate::common::*;
+use twofold::collect::gather::{gather, Request};
+use twofold::collect::Roots;
+
+/// `/proc/PID/stat` fields an incremental snapshot depends on (minflt, majflt, vsize, rss),
+/// read by the test: a window in which they did not move is a window in which the
+/// children changed nothing.
+fn stat_of(pids: &[i32]) -> Vec<Vec<String>> {
+    pids.iter()
+        .map(|p| {
+            let t = std::fs::read_to_string(format!("/proc/{p}/stat")).unwrap();
+            let f: Vec<String> = t
+                .rsplit_once(')')
+                .unwrap()
+                .1
+                .split_whitespace()
+                .map(String::from)
+                .collect();
+            [7, 9, 20, 21].iter().map(|i| f[*i].clone()).collect()
+        })
+        .collect()
+}
+
+/// What an incremental snapshot may reuse, of one process: everything but the
+/// whole-process PSS split (which moves with unrelated processes that map the same
+/// shared libraries, here the twofold binary that other tests start).
+fn comparable(s: &twofold::sample::Sample, pid: i32) -> impl PartialEq + std::fmt::Debug {
+    let p = s.processes.iter().find(|p| p.pid == pid).unwrap();
+    let r = p.rollup.as_ref().unwrap();
+    (
+        (p.comm.clone(), p.cmdline.clone(), p.status.clone()),
+        (p.mappings.clone(), p.open_files.clone(), p.cgroup.clone()),
+        (
+            p.unreadable,
+            r.rss_bytes,
+            r.anonymous_bytes,
+            r.private_dirty_bytes,
+        ),
+    )
+}
+
+#[test]
+fn an_incremental_snapshot_of_unchanged_readers_equals_a_full_one() {
+    let _group = crate::common::group(module_path!());
+    use twofold::engine::Engine;
+    let dir = tempfile::tempdir().unwrap();
+    let file = model_file(dir.path(), "m.safetensors", 16 * MIB);
+    // Written back first, the model and the readers' executable (just built by cargo):
+    // their mapped pages would turn from Private_Dirty to Private_Clean whenever writeback
+    // came, which no counter of the readers shows.
+    for f in [file.clone(), exe()] {
+        std::fs::File::open(f).unwrap().sync_all().unwrap();
+    }
+    let map = reader("map", Some(&file), &[]);
+    let copy = reader("copy", Some(&file), &[]);
+    let pids = [map.pid(), copy.pid()];
+    let req = Request {
+        paths: vec![file.clone()],
+        pids: pids.to_vec(),
+        ..Request::default()
+    };
+    let mut engine =
+        Engine::new(req.clone(), None).incremental(std::time::Duration::from_secs(3600));
+    let mut w = Vec::new();
+    engine.snapshot(&mut w).unwrap();
+    assert_eq!(engine.cache_stats().unwrap().full_read, 2);
+    // The readers are idle; compare in a window where their counters did not move.
+    let ok = (0..20).any(|_| {
+        let before = stat_of(&pids);
+        let cached = engine.snapshot(&mut w).unwrap().sample;
+        let stats = engine.cache_stats().unwrap();
+        let full = gather(&Roots::live(), &req, &mut w).unwrap();
+        if before != stat_of(&pids) || stats.unchanged != 2 {
+            return false;
+        }
+        assert_eq!(stats.detail_reused, 2, "{stats:?}");
+        for pid in pids {
+            assert_eq!(comparable(&cached, pid), comparable(&full, pid));
+        }
+        assert_eq!(cached.files, full.files);
+        assert_eq!(cached.candidates, full.candidates);
+        true
+    });
+    assert!(ok, "the readers' counters moved in each of 20 tries");
+    // The mapping reader's file pages are the file's, whatever was reused.
+    let p = cached_mapping_rss(&mut engine, map.pid(), &file);
+    assert_near(p, 16 * MIB, tolerance(16 * MIB), "mapped bytes");
+}
+
+fn cached_mapping_rss(
+    engine: &mut twofold::engine::Engine,
+    pid: i32,
+    file: &std::path::Path,
+) -> u64 {
+    let mut w = Vec::new();
+    let s = engine.snapshot(&mut w).unwrap().sample;
+    let key = s
+        .files
+        .iter()
+        .find(|f| std::path::Path::new(&f.path) == file)
+        .map(|f| f.key);
+    s.processes
+        .iter()
+        .find(|p| p.pid == pid)
+        .unwrap()
+        .mappings
+        .iter()
+        .filter(|m| Some(m.key()) == key)
+        .filter_map(|m| m.rss_bytes)
+        .sum()
+}
+
+#[test]
+fn an_incremental_snapshot_sees_a_file_mapped_since_the_last_one() {
+    let _group = crate::common::group(module_path!());
+    use twofold::engine::Engine;
+    let dir = tempfile::tempdir().unwrap();
+    let file = model_file(dir.path(), "late.gguf", 8 * MIB);
+    // Armed: started, not yet holding the file; it maps (and reads) it when released.
+    let mut b = twofold::spawn::Barrier::arm(
+        &exe(),
+        "map",
+        Some(&file),
+        &[],
+        1,
+        None,
+        std::time::Duration::from_secs(60),
+    )
+    .unwrap();
+    let pid = b.pids()[0];
+    let req = Request {
+        paths: vec![file.clone()],
+        pids: vec![pid],
+        ..Request::default()
+    };
+    let mut engine = Engine::new(req, None).incremental(std::time::Duration::from_secs(3600));
+    assert_eq!(cached_mapping_rss(&mut engine, pid, &file), 0);
+    // Idle while armed: the second snapshot reuses it (retried if its counters moved).
+    let reused = (0..20).any(|_| {
+        assert_eq!(cached_mapping_rss(&mut engine, pid, &file), 0);
+        engine.cache_stats().unwrap().unchanged == 1
+    });
+    assert!(
+        reused,
+        "the armed reader's counters moved in each of 20 tries"
+    );
+    b.release();
+    b.wait_ready(std::time::Duration::from_secs(60)).unwrap();
+    let rss = cached_mapping_rss(&mut engine, pid, &file);
+    assert_eq!(engine.cache_stats().unwrap().full_read, 1, "vsize changed");
+    assert_near(rss, 8 * MIB, tolerance(8 * MIB), "newly mapped bytes");
+    assert_eq!(
+        rss,
+        status_bytes(pid, "RssFile").min(rss),
+        "no more than the process's own file pages"
+    );
+}
+
+/// The engine's search cadence, on a copier whose memory keeps changing (`--drift`, as a
+/// serving runtime's does): the first snapshot searches it in full; within the cadence
+/// the next ones check the copy found in place (the count keeps it, and says it is a lower
+/// bound: the new memory was not searched); when the copier zeroes its copy the next check
+/// sees it changed and the copier is searched in full at once; after the cadence a full
+/// search runs again.
+#[test]
+fn a_changing_copier_is_checked_in_place_between_full_searches() {
+    let _group = crate::common::group(module_path!());
+    use twofold::engine::{report, Engine, REPROVE_AFTER, RESEARCH_MIN};
+    if !require(is_root(), "reading another process's memory needs root") {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let size = 16 * MIB;
+    let file = model_file(dir.path(), "drift.gguf", size);
+    let mut copier = reader("copy", Some(&file), &["--close", "--drift"]);
+    let pid = copier.pid();
+    let req = Request {
+        paths: vec![file.clone()],
+        pids: vec![pid],
+        candidates: true,
+        ..Request::default()
+    };
+    let mut engine = Engine::new(req, Some(Default::default()));
+    let snap = |engine: &mut Engine| {
+        let mut warnings = Vec::new();
+        let s = engine.snapshot(&mut warnings).unwrap();
+        let r = report(&s, None);
+        let f = r
+            .files
+            .iter()
+            .find(|f| std::path::Path::new(&f.path) == file)
+            .unwrap()
+            .clone();
+        let proof = s
+            .sample
+            .proofs
+            .iter()
+            .find(|p| p.pid == pid)
+            .cloned()
+            .unwrap();
+        (f, proof, status_bytes(pid, "RssAnon"))
+    };
+    let first_search = std::time::Instant::now();
+    let (f, proof, anon0) = snap(&mut engine);
+    assert_eq!(engine.last_rechecked, 0);
+    assert_eq!(proof.unsearched, None, "{proof:?}");
+    let copies = f.representations.private_copies;
+    assert!(copies > 0.99, "{:?}", f.representations);
+    assert!(!f.representations.lower_bound, "{:?}", f.representations);
+
+    // It touched new pages since: checked in place, the copy still counted.
+    std::thread::sleep(std::time::Duration::from_millis(300));
+    let (f, proof, anon1) = snap(&mut engine);
+    assert!(anon1 > anon0, "the copier's RssAnon did not grow");
+    assert_eq!(engine.last_rechecked, 1);
+    let why = proof.unsearched.clone().unwrap();
+    assert!(
+        why.to_string()
+            .contains("its memory changed since its last full search"),
+        "{why}"
+    );
+    assert!(proof.compared_bytes > 0, "{proof:?}");
+    assert_eq!(f.representations.private_copies, copies);
+    assert!(f.representations.lower_bound);
+    assert_eq!(f.representations.unsearched, 1);
+    let page_cache = f.representations.page_cache.unwrap();
+    assert!(
+        (f.representations.proven.unwrap() - (page_cache + copies)).abs() < 1e-9,
+        "{:?}",
+        f.representations
+    );
+
+    // The copier zeroes its copy: the next check in place finds it changed, and the
+    // copier is searched in full at once: nothing there, the count exact again.
+    // (Checks are spaced by their cost: under load the first snapshots may reuse the
+    // last check; the full search must still come well within the search cadence.)
+    copier.say("zero").unwrap();
+    let (f, proof) = loop {
+        std::thread::sleep(std::time::Duration::from_millis(300));
+        // A second short of the cadence: a full search now is the check's doing.
+        assert!(
+            first_search.elapsed() + std::time::Duration::from_secs(1) < RESEARCH_MIN,
+            "the zeroed copy was not seen before the cadence's search"
+        );
+        let (f, proof, _) = snap(&mut engine);
+        if engine.last_rechecked == 0 {
+            break (f, proof);
+        }
+    };
+    assert_eq!(proof.unsearched, None, "{proof:?}");
+    assert_eq!(proof.identical_file_bytes, 0, "{proof:?}");
+    assert_eq!(f.representations.private_copies, 0.0);
+    assert!(!f.representations.lower_bound, "{:?}", f.representations);
+
+    // It keeps changing: checked in place (nothing found to check), a lower bound.
+    std::thread::sleep(std::time::Duration::from_millis(300));
+    let (f, _, _) = snap(&mut engine);
+    assert_eq!(engine.last_rechecked, 1);
+    assert!(f.representations.lower_bound);
+
+    // Past the cadence (at least RESEARCH_MIN, at most REPROVE_AFTER): searched in full
+    // again, nothing there, the count exact.
+    let start = std::time::Instant::now();
+    std::thread::sleep(RESEARCH_MIN);
+    let (f, proof) = loop {
+        let (f, proof, _) = snap(&mut engine);
+        if engine.last_rechecked == 0 {
+            break (f, proof);
+        }
+        assert!(start.elapsed() < REPROVE_AFTER, "no full search again");
+        std::thread::sleep(std::time::Duration::from_millis(500));
+    };
+    assert_eq!(proof.unsearched, None, "{proof:?}");
+    assert_eq!(f.representations.private_copies, 0.0);
+    assert!(!f.representations.lower_bound, "{:?}", f.representations);
+}
