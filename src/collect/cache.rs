@@ -72,17 +72,28 @@ pub struct StatStamp {
 pub fn parse_stat(text: &str) -> Option<StatStamp> {
     let (head, rest) = text.rsplit_once(')')?;
     let (_, comm) = head.split_once('(')?;
-    // rest starts at field 3 (state): field n is at index n - 3.
-    let f: Vec<&str> = rest.split_whitespace().collect();
-    let num = |n: usize| f.get(n - 3)?.parse::<u64>().ok();
+    // rest starts at field 3 (state): field n is the (n - 3)th, walked once in order.
+    let mut f = rest.split_ascii_whitespace();
+    let mut at = 3usize;
+    let mut num = |n: usize| -> Option<u64> {
+        let v = f.nth(n - at)?;
+        at = n + 1;
+        v.parse::<u64>().ok()
+    };
+    let ppid = i32::try_from(num(4)?).ok()?;
+    let minflt = num(10)?;
+    let majflt = num(12)?;
+    let start_time = num(22)?;
+    let vsize_bytes = num(23)?;
+    let rss_pages = num(24)?;
     Some(StatStamp {
         comm: comm.to_string(),
-        ppid: f.get(4 - 3)?.parse().ok()?,
-        minflt: num(10)?,
-        majflt: num(12)?,
-        start_time: num(22)?,
-        vsize_bytes: num(23)?,
-        rss_pages: num(24)?,
+        ppid,
+        minflt,
+        majflt,
+        start_time,
+        vsize_bytes,
+        rss_pages,
     })
 }
 
@@ -190,6 +201,8 @@ pub struct ProcCache {
     dirty_files: HashSet<FileKey>,
     /// Processes whose child or parent appeared or exited this snapshot.
     dirty_pids: HashSet<i32>,
+    /// `stat` of each process, kept open.
+    pub stat_files: super::statfiles::StatFiles,
     pub stats: CacheStats,
 }
 
@@ -207,6 +220,7 @@ impl ProcCache {
             now: Instant::now(),
             dirty_files: HashSet::new(),
             dirty_pids: HashSet::new(),
+            stat_files: super::statfiles::StatFiles::new(),
             stats: CacheStats::default(),
         }
     }
@@ -326,6 +340,7 @@ impl ProcCache {
             .map(|(p, _)| *p)
             .collect();
         for pid in gone {
+            self.stat_files.forget(pid);
             if let Some(o) = self.entries.remove(&pid) {
                 self.dirty_files
                     .extend(o.detail.into_iter().flat_map(|d| d.wanted));

@@ -32,9 +32,11 @@ pub(super) fn could_hold_any(
     if sizes.iter().any(|(_, s)| big_enough(shmem, *s)) {
         return true;
     }
-    if sizes
+    // The few (process, file) pairs a command line names, not a lookup per file.
+    if named
         .iter()
-        .any(|(k, s)| named.contains(&(p.pid, *k)) && big_enough(anon, *s))
+        .filter(|(pid, _)| *pid == p.pid)
+        .any(|(_, k)| sizes.iter().any(|(k2, s)| k2 == k && big_enough(anon, *s)))
     {
         return true;
     }

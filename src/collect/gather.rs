@@ -143,9 +143,12 @@ pub fn gather_cached(
     let basics: Vec<_> = pids
         .iter()
         .zip(basics)
-        .map(|(pid, (basic, stamp))| {
+        .map(|(pid, (basic, stamp, opened))| {
             if let (Some(c), Some((stat, read))) = (cache.as_deref_mut(), stamp) {
                 c.put_basic(*pid, stat, read);
+                if let Some(f) = opened {
+                    c.stat_files.keep(*pid, f);
+                }
             }
             basic
         })

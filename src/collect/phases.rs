@@ -60,8 +60,13 @@ fn in_cgroup(procs: &ProcReader, pid: i32, only: Option<&CgroupRef>) -> CResult<
         && (cg.path == only.path || base.is_empty() || cg.path.starts_with(&format!("{base}/"))))
 }
 
-/// Phase 1 of one process, and what to tell the cache when there is one.
-type BasicRead = (CResult<Option<Basic>>, Option<(StatStamp, Read)>);
+/// Phase 1 of one process, what to tell the cache when there is one, and the `stat`
+/// descriptor it opened for the cache to keep.
+type BasicRead = (
+    CResult<Option<Basic>>,
+    Option<(StatStamp, Read)>,
+    Option<std::fs::File>,
+);
 
 /// Phase 1: `status`, `maps` and `fd` (the last two need ptrace read access), or what
 /// `cache` holds of them while `stat` says they did not change.
@@ -73,12 +78,14 @@ pub(super) fn read_basic(
 ) -> BasicRead {
     match in_cgroup(procs, pid, only) {
         Ok(true) => {}
-        Ok(false) => return (Ok(None), None),
-        Err(e) => return (Err(e), None),
+        Ok(false) => return (Ok(None), None, None),
+        Err(e) => return (Err(e), None, None),
     }
     // The stamp is read before what it vouches for: a change in between is seen next time.
+    let mut opened = None;
     let cached = cache.and_then(|c| {
-        let stat = cache::read_stat(procs.root(), pid)?;
+        let (stat, file) = c.stat_files.read(procs.root(), pid)?;
+        opened = file;
         let hit = c.lookup(pid, &stat);
         Some((stat, hit))
     });
@@ -87,6 +94,7 @@ pub(super) fn read_basic(
             return (
                 Ok(Some(Basic { status, parts })),
                 Some((stat, Read::Reused)),
+                opened,
             )
         }
         Some((stat, Hit::Parts(parts))) => (Some(stat), Some(parts)),
@@ -95,7 +103,7 @@ pub(super) fn read_basic(
     };
     let status = match procs.status(pid) {
         Ok(s) => s,
-        Err(e) => return (Err(e), None),
+        Err(e) => return (Err(e), None, None),
     };
     let parts = match parts {
         // Counters moved: `maps` again too (an unmap and a map of the same size leave
@@ -123,9 +131,9 @@ pub(super) fn read_basic(
                 };
                 (s, read)
             });
-            (Ok(Some(Basic { status, parts })), read)
+            (Ok(Some(Basic { status, parts })), read, opened)
         }
-        Err(e) => (Err(e), None),
+        Err(e) => (Err(e), None, None),
     }
 }
 

@@ -4,6 +4,7 @@
 
 use std::io;
 
+use super::chunkmemo;
 use super::filebytes::FileBytes;
 use super::grid::{PAGE, WIN};
 use super::index::{periodic, Convert, CopyKind};
@@ -125,11 +126,17 @@ impl Compare<'_> {
         if got != n {
             return Ok(false);
         }
-        b.src.resize(n / factor as usize, 0);
-        span.bytes
-            .read_exact_at(&mut b.src, span.file_offset + (x - a) / factor)?;
-        span.kind.convert(&b.src, &mut b.conv);
+        let (off, len) = (span.file_offset + (x - a) / factor, n / factor as usize);
         b.compared_bytes += n as u64;
+        // The file's bytes of this chunk were read before: compare with their hash.
+        let version = &span.bytes.version;
+        if let Some(h) = chunkmemo::get(version, off, len, span.kind) {
+            return Ok(chunkmemo::hash(&b.mem) == h);
+        }
+        b.src.resize(len, 0);
+        span.bytes.read_exact_at(&mut b.src, off)?;
+        span.kind.convert(&b.src, &mut b.conv);
+        chunkmemo::put(version, off, len, span.kind, chunkmemo::hash(&b.conv));
         Ok(b.mem == b.conv)
     }
 

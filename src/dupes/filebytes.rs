@@ -30,6 +30,9 @@ pub struct FileBytes {
     file: File,
     direct: Option<File>,
     pub size: u64,
+    /// The version opened (device, inode, size, mtime, ctime): what comparisons keep
+    /// the hashes of its bytes under ([`super::chunkmemo`]).
+    pub version: super::pointcache::Version,
 }
 
 impl FileBytes {
@@ -46,8 +49,17 @@ impl FileBytes {
             .custom_flags(libc::O_DIRECT)
             .open(path)
             .ok();
-        let size = file.metadata()?.len();
-        Ok(FileBytes { file, direct, size })
+        let m = file.metadata()?;
+        let version = {
+            use std::os::unix::fs::MetadataExt;
+            super::pointcache::version(FileKey::from_dev(m.dev(), m.ino()), &m)
+        };
+        Ok(FileBytes {
+            file,
+            direct,
+            size: m.len(),
+            version,
+        })
     }
 
     pub fn file(&self) -> &File {

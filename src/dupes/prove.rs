@@ -178,8 +178,9 @@ pub fn prove_cached(
     }
     if std::env::var_os("TWOFOLD_PROFILE").is_some() {
         let (taken, read) = points.stats.lock().map(|s| *s).unwrap_or_default();
+        let (kept, hits, misses) = super::chunkmemo::stats();
         eprintln!(
-            "twofold: proof: {:.3} s in all; points of {taken} files taken from the cache, of {read} read",
+            "twofold: proof: {:.3} s in all; points of {taken} files taken from the cache, of {read} read; file chunks compared by hash {hits}, read {misses} ({kept} kept)",
             start.elapsed().as_secs_f64()
         );
     }
@@ -361,9 +362,10 @@ fn prove_group(
 
     if std::env::var_os("TWOFOLD_PROFILE").is_some() {
         eprintln!(
-            "twofold: proof of {} files in {} processes: index {:.3} s ({} points, stride {}, pairs every {} pages), search {:.3} s",
+            "twofold: proof of {} files in {} processes {:?}: index {:.3} s ({} points, stride {}, pairs every {} pages), search {:.3} s",
             wanted.len(),
             pids.len(),
+            &pids[..pids.len().min(4)],
             indexed.as_secs_f64(),
             grid.points(),
             stride,
