@@ -112,7 +112,7 @@ pub fn mappers(proc_root: &Path, key: FileKey) -> Vec<Mapper> {
 
 /// Bytes of the file in the page cache and the resident fraction.
 pub fn resident(path: &Path) -> (Option<u64>, Option<f64>) {
-    let Ok((f, size)) = residency::open(path) else {
+    let Ok((f, size, _)) = residency::open(path) else {
         return (None, None);
     };
     let Ok(r) = residency::query(&f, path, size, residency::Method::Auto) else {

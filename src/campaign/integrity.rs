@@ -125,7 +125,7 @@ fn memcpy_rate() -> f64 {
 }
 
 fn resident(path: &Path) -> Option<u64> {
-    let (f, size) = residency::open(path).ok()?;
+    let (f, size, _) = residency::open(path).ok()?;
     residency::query(&f, path, size, residency::Method::Auto)
         .ok()
         .map(|r| r.cached_bytes)

@@ -103,7 +103,7 @@ impl Sampler {
             procs: ProcReader::new(proc_root),
             files: files
                 .iter()
-                .map(|f| residency::open(f).ok().map(|(h, s)| (h, f.clone(), s)))
+                .map(|f| residency::open(f).ok().map(|(h, s, _)| (h, f.clone(), s)))
                 .collect(),
         };
         let stop = Arc::new(AtomicBool::new(false));

@@ -76,7 +76,7 @@ pub fn file_residency(path: &Path, method: Method, with_map: bool, page: u64) ->
 fn one_record(path: &Path, method: Method, with_map: bool, page: u64) -> FileResidency {
     let shown = path.display().to_string();
     let (file, size) = match residency::open(path) {
-        Ok(v) => v,
+        Ok((f, size, _)) => (f, size),
         Err(e) => {
             let size = std::fs::metadata(path).ok().map(|m| m.len());
             return build(
@@ -126,7 +126,7 @@ pub fn run(args: &ResidencyArgs, out: &mut dyn Write) -> anyhow::Result<()> {
         let mut t = Totals::default();
         for p in &paths {
             match residency::open(p)
-                .and_then(|(f, len)| residency::query(&f, p, len, method).map(|r| (r, len)))
+                .and_then(|(f, len, _)| residency::query(&f, p, len, method).map(|r| (r, len)))
             {
                 Ok((r, len)) => t.add(Some(len), Some((r.cached_bytes / page * page).min(len))),
                 Err(e) => {

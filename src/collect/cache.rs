@@ -12,7 +12,11 @@
 //! - `status` and `maps` when any of those changed (an `munmap` and an `mmap` of the same
 //!   size leave `vsize` alone, not the faults that map the new pages);
 //! - `fd/*` and `cmdline` (with `maps`, phase 1 of [`super::gather`]) when the process is
-//!   new, its pid names another process, or `vsize` changed;
+//!   new, its pid names another process, its name changed (an `exec`), or `vsize` changed
+//!   and with it the number of open descriptors (the size `stat` gives `/proc/PID/fd`,
+//!   Linux 6.2+; always where that reads 0) or the command line (an `exec` that keeps
+//!   the name): a busy server with a thousand sockets whose heap moves every second is
+//!   not listed fd by fd every snapshot;
 //! - `smaps` or `smaps_rollup`, and `cgroup` (phase 3) when any of those changed, when
 //!   another process mapping one of the same files of interest changed, appeared or
 //!   exited (per-file PSS depends on who else maps the pages), or when a child or the
@@ -37,11 +41,12 @@
 //! (table 1-4, "Contents of the stat fields").
 
 use std::collections::{HashMap, HashSet};
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use super::process::{FdTarget, StatusRead};
+pub use super::statfiles::StatStamp;
 use crate::sample::{CgroupRef, FileKey, MappingSample, RollupSample};
 
 /// An entry is read again at the latest after this long, whatever its counters say.
@@ -54,56 +59,6 @@ pub const MAX_AGE: Duration = Duration::from_secs(40);
 /// counters, which are watched).
 pub const DETAIL_AGE_FACTOR: u32 = 3;
 
-/// What `/proc/PID/stat` says that a cached entry depends on.
-#[derive(Debug, Clone, PartialEq, Eq, Default)]
-pub struct StatStamp {
-    pub comm: String,
-    pub ppid: i32,
-    /// Clock ticks after boot: with the pid, names one process.
-    pub start_time: u64,
-    pub minflt: u64,
-    pub majflt: u64,
-    pub vsize_bytes: u64,
-    pub rss_pages: u64,
-}
-
-/// Parses `/proc/PID/stat`: the name (field 2) is in parentheses and may hold spaces and
-/// parentheses, so fields are counted after the last `)`.
-pub fn parse_stat(text: &str) -> Option<StatStamp> {
-    let (head, rest) = text.rsplit_once(')')?;
-    let (_, comm) = head.split_once('(')?;
-    // rest starts at field 3 (state): field n is the (n - 3)th, walked once in order.
-    let mut f = rest.split_ascii_whitespace();
-    let mut at = 3usize;
-    let mut num = |n: usize| -> Option<u64> {
-        let v = f.nth(n - at)?;
-        at = n + 1;
-        v.parse::<u64>().ok()
-    };
-    let ppid = i32::try_from(num(4)?).ok()?;
-    let minflt = num(10)?;
-    let majflt = num(12)?;
-    let start_time = num(22)?;
-    let vsize_bytes = num(23)?;
-    let rss_pages = num(24)?;
-    Some(StatStamp {
-        comm: comm.to_string(),
-        ppid,
-        minflt,
-        majflt,
-        start_time,
-        vsize_bytes,
-        rss_pages,
-    })
-}
-
-/// Reads `/proc/PID/stat` under `root`; `None` when it is gone or does not parse (the
-/// process is then read in full, as without a cache).
-pub fn read_stat(root: &Path, pid: i32) -> Option<StatStamp> {
-    let text = std::fs::read_to_string(root.join(pid.to_string()).join("stat")).ok()?;
-    parse_stat(&text)
-}
-
 /// What phase 1 read of a process besides `status`.
 #[derive(Debug, Default)]
 pub struct BasicParts {
@@ -113,6 +68,9 @@ pub struct BasicParts {
     /// Model files its command line names, resolved when the command line was read.
     pub named: Vec<NamedFile>,
     pub denied: bool,
+    /// Open descriptors when `fds` was read: the size `stat` gives `/proc/PID/fd`
+    /// (Linux 6.2 and later; `None` where it reads 0).
+    pub fd_count: Option<u64>,
 }
 
 /// An existing regular file with a model extension that a process's command line names
@@ -146,6 +104,9 @@ pub enum Hit {
     /// Counters changed, not the size of the address space: the fds and command line
     /// (read `status` and `maps` again).
     Parts(Arc<BasicParts>),
+    /// The size of the address space changed too: as `Parts` while the process has as
+    /// many open descriptors as when they were read, else everything again.
+    PartsIfFds(Arc<BasicParts>),
     Miss,
 }
 
@@ -201,8 +162,9 @@ pub struct ProcCache {
     dirty_files: HashSet<FileKey>,
     /// Processes whose child or parent appeared or exited this snapshot.
     dirty_pids: HashSet<i32>,
-    /// `stat` of each process, kept open.
-    pub stat_files: super::statfiles::StatFiles,
+    /// `stat` of each process, and `io` of those read every snapshot, kept open.
+    pub stat_files: super::statfiles::KeptFiles,
+    pub io_files: super::statfiles::KeptFiles,
     pub stats: CacheStats,
 }
 
@@ -220,7 +182,8 @@ impl ProcCache {
             now: Instant::now(),
             dirty_files: HashSet::new(),
             dirty_pids: HashSet::new(),
-            stat_files: super::statfiles::StatFiles::new(),
+            stat_files: super::statfiles::KeptFiles::stat(),
+            io_files: super::statfiles::KeptFiles::io(),
             stats: CacheStats::default(),
         }
     }
@@ -251,11 +214,14 @@ impl ProcCache {
         };
         if self.now.duration_since(e.read_at) >= self.age_limit(pid)
             || e.stat.start_time != stat.start_time
-            || e.stat.vsize_bytes != stat.vsize_bytes
+            || e.stat.comm != stat.comm
         {
+            // Aged, another process, or an exec (a new name): everything again.
             Hit::Miss
         } else if e.stat == *stat {
             Hit::All(e.status.clone(), Arc::clone(&e.basic))
+        } else if e.stat.vsize_bytes != stat.vsize_bytes {
+            Hit::PartsIfFds(Arc::clone(&e.basic))
         } else {
             Hit::Parts(Arc::clone(&e.basic))
         }
@@ -341,6 +307,7 @@ impl ProcCache {
             .collect();
         for pid in gone {
             self.stat_files.forget(pid);
+            self.io_files.forget(pid);
             if let Some(o) = self.entries.remove(&pid) {
                 self.dirty_files
                     .extend(o.detail.into_iter().flat_map(|d| d.wanted));
@@ -412,25 +379,37 @@ mod tests {
     use super::*;
 
     #[test]
-    fn stat_fields_after_a_name_with_parentheses() {
-        let text = "4242 (a) b (c)) S 1 4242 4242 0 -1 4194560 1234 0 7 0 10 5 0 0 20 0 1 0 \
-                    98765 8392704 512 18446744073709551615 1 1 0 0 0 0 0 0 0 0 0 0 17 1 0 0\n";
-        let s = parse_stat(text).unwrap();
-        assert_eq!(s.comm, "a) b (c)");
-        assert_eq!(s.ppid, 1);
-        assert_eq!(s.minflt, 1234);
-        assert_eq!(s.majflt, 7);
-        assert_eq!(s.start_time, 98765);
-        assert_eq!(s.vsize_bytes, 8392704);
-        assert_eq!(s.rss_pages, 512);
-        assert_eq!(parse_stat("12 (x) S 1 2"), None);
-    }
-
-    #[test]
-    fn own_stat_parses() {
-        let me = std::process::id() as i32;
-        let s = read_stat(Path::new("/proc"), me).unwrap();
-        assert!(s.start_time > 0 && s.vsize_bytes > 0 && s.rss_pages > 0);
+    fn a_new_address_space_size_keeps_the_fds_on_condition_an_exec_never() {
+        let mut c = ProcCache::new(Duration::from_secs(3600));
+        let parts = Arc::new(BasicParts {
+            fd_count: Some(900),
+            ..BasicParts::default()
+        });
+        c.begin();
+        c.put_basic(
+            7,
+            stamp(1, 100, 1),
+            Read::Full(StatusRead::default(), parts),
+        );
+        c.end_basic(std::iter::empty());
+        c.begin();
+        // `vsize` moved: the fds are kept if their number holds (phase 1 checks it).
+        assert!(
+            matches!(c.lookup(7, &stamp(1, 200, 1)), Hit::PartsIfFds(p) if p.fd_count == Some(900))
+        );
+        // Only faults moved: the fds are kept.
+        let faulted = StatStamp {
+            minflt: 5,
+            ..stamp(1, 100, 1)
+        };
+        assert!(matches!(c.lookup(7, &faulted), Hit::Parts(_)));
+        // A new name (an exec) or another process under the pid: everything again.
+        let exec = StatStamp {
+            comm: "python3".into(),
+            ..stamp(1, 200, 1)
+        };
+        assert!(matches!(c.lookup(7, &exec), Hit::Miss));
+        assert!(matches!(c.lookup(7, &stamp(2, 100, 1)), Hit::Miss));
     }
 
     fn stamp(start: u64, vsize: u64, ppid: i32) -> StatStamp {
@@ -464,7 +443,12 @@ mod tests {
             let read = match c.lookup(*pid, s) {
                 Hit::All(..) => Read::Reused,
                 Hit::Parts(p) => Read::Status(StatusRead::default(), p),
-                Hit::Miss => {
+                // As phase 1 does: fds kept only with a known, unchanged count (these
+                // parts have none).
+                Hit::PartsIfFds(p) if p.fd_count.is_some() => {
+                    Read::Status(StatusRead::default(), p)
+                }
+                Hit::PartsIfFds(_) | Hit::Miss => {
                     full.push(*pid);
                     Read::Full(StatusRead::default(), Arc::default())
                 }

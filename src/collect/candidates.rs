@@ -120,10 +120,19 @@ pub(super) fn add_to(
     sizes: &[(FileKey, u64)],
     named: &HashSet<(i32, FileKey)>,
     policy: bool,
+    mut io: Option<&mut super::statfiles::KeptFiles>,
 ) {
     for p in &mut sample.processes {
         if p.rchar_bytes.is_none() && !p.kernel_thread {
-            p.rchar_bytes = procs.rchar(p.pid).ok().flatten();
+            // A long-lived engine reads them through descriptors it keeps.
+            p.rchar_bytes = match io.as_deref_mut() {
+                Some(io) => io
+                    .read_keep(procs.root(), p.pid, |t| {
+                        Some(super::process::parse_rchar(t))
+                    })
+                    .flatten(),
+                None => procs.rchar(p.pid).ok().flatten(),
+            };
         }
     }
     sample.candidates = candidates(&sample.processes, sizes, named);

@@ -259,7 +259,8 @@ pub fn gather_cached(
     if req.candidates {
         // The processes kept read `rchar` afresh: it is in their proofs' fingerprints (a
         // read() into memory already resident moves it and nothing in `stat`).
-        candidates::add_to(&procs, &mut sample, &sizes, &g.named, policy);
+        let io = cache.as_deref_mut().map(|c| &mut c.io_files);
+        candidates::add_to(&procs, &mut sample, &sizes, &g.named, policy, io);
         if let Some(c) = cache {
             for p in &sample.processes {
                 c.put_rchar(p.pid, p.rchar_bytes);

@@ -407,10 +407,27 @@ pub fn raw_if_lossy(p: &Path) -> Option<Vec<u8>> {
 }
 
 fn file_sample(key: FileKey, i: Interest, ways: &[PathBuf], method: Method) -> FileSample {
+    // Each way is opened and its identity taken from the same fstat that gives its size;
+    // what the name it is shown by names now comes from that when it was opened.
+    let mut at_path: Option<Option<FileKey>> = None;
+    let opened = reopen::open_inode(ways, key, |p| {
+        let r = residency::open(p);
+        if let (true, Ok(o)) = (p == i.open_path, &r) {
+            at_path = Some(Some(o.2));
+        }
+        let (file, size, k) = r.map_err(|e| match e {
+            residency::ResidencyError::Open { source, .. } => source,
+            other => std::io::Error::other(other.to_string()),
+        })?;
+        Ok(((file, size), k))
+    });
     // What the name it is shown by names now: this inode, another one, or nothing.
-    let now_at_path = std::fs::metadata(&i.open_path)
-        .ok()
-        .map(|m| reopen::identity(&m))
+    let now_at_path = at_path
+        .unwrap_or_else(|| {
+            std::fs::metadata(&i.open_path)
+                .ok()
+                .map(|m| reopen::identity(&m))
+        })
         .filter(|k| *k != key);
     let mut f = FileSample {
         key,
@@ -425,14 +442,6 @@ fn file_sample(key: FileKey, i: Interest, ways: &[PathBuf], method: Method) -> F
         explicit: i.explicit,
         store: i.store,
     };
-    let opened = reopen::open_inode(ways, key, |p| {
-        let (file, size) = residency::open(p).map_err(|e| match e {
-            residency::ResidencyError::Open { source, .. } => source,
-            other => std::io::Error::other(other.to_string()),
-        })?;
-        let k = reopen::identity(&file.metadata()?);
-        Ok(((file, size), k))
-    });
     match opened {
         Ok(((file, size), path)) => {
             f.size_bytes = Some(size);

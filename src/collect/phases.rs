@@ -84,7 +84,7 @@ pub(super) fn read_basic(
     // The stamp is read before what it vouches for: a change in between is seen next time.
     let mut opened = None;
     let cached = cache.and_then(|c| {
-        let (stat, file) = c.stat_files.read(procs.root(), pid)?;
+        let (stat, file) = c.stat_files.read_stat(procs.root(), pid)?;
         opened = file;
         let hit = c.lookup(pid, &stat);
         Some((stat, hit))
@@ -98,6 +98,15 @@ pub(super) fn read_basic(
             )
         }
         Some((stat, Hit::Parts(parts))) => (Some(stat), Some(parts)),
+        // The fds are kept while their number and the command line hold (an `mmap`
+        // moves `vsize`, rarely the fd table; an `exec` that keeps the name shows in the
+        // command line); the number read where the kernel gives it (one `stat`).
+        Some((stat, Hit::PartsIfFds(parts))) => {
+            let same = parts.fd_count.is_some()
+                && procs.fd_count(pid) == parts.fd_count
+                && procs.cmdline(pid).is_ok_and(|c| c == parts.cmdline);
+            (Some(stat), same.then_some(parts))
+        }
         Some((stat, Hit::Miss)) => (Some(stat), None),
         None => (None, None),
     };
@@ -115,6 +124,7 @@ pub(super) fn read_basic(
                 cmdline: old.cmdline.clone(),
                 named: old.named.clone(),
                 denied: denied || old.denied,
+                fd_count: old.fd_count,
             });
             (parts, false)
         }),
@@ -206,6 +216,8 @@ fn read_parts(procs: &ProcReader, pid: i32, kernel_thread: bool) -> CResult<Basi
         Err(e) if e.is_denied() => b.denied = true,
         Err(e) => return Err(e),
     }
+    // Counted before they are listed: one opened in between is listed next time.
+    b.fd_count = procs.fd_count(pid);
     match procs.open_files(pid) {
         Ok(f) => b.fds = f,
         Err(e) if e.is_denied() => b.denied = true,

@@ -118,10 +118,15 @@ impl ProcReader {
     pub fn rchar(&self, pid: i32) -> Result<Option<u64>> {
         let path = self.file(pid, "io");
         let text = keyvalue::read_to_string(&path)?;
-        Ok(text
-            .lines()
-            .find_map(|l| l.strip_prefix("rchar:"))
-            .and_then(|v| v.trim().parse().ok()))
+        Ok(parse_rchar(&text))
+    }
+
+    /// How many descriptors the process has open: the size `stat` gives its `fd`
+    /// directory (Linux 6.2 and later). `None` where that reads 0 (an older kernel, or no
+    /// descriptor open) or cannot be read.
+    pub fn fd_count(&self, pid: i32) -> Option<u64> {
+        let m = std::fs::metadata(self.file(pid, "fd")).ok()?;
+        (m.len() > 0).then_some(m.len())
     }
 
     /// The current directory of the process, for relative paths on its command line.
@@ -195,6 +200,13 @@ impl ProcReader {
 /// missing or odd, where twofold reads the seven it needs, takes a missing one as unknown
 /// (`None`; kernels before 4.5 have no `RssAnon`), and names the malformed line of a
 /// field it needs (the hand-written fixture trees hold only those fields).
+/// `rchar` of a `/proc/PID/io` text.
+pub fn parse_rchar(text: &str) -> Option<u64> {
+    text.lines()
+        .find_map(|l| l.strip_prefix("rchar:"))
+        .and_then(|v| v.trim().parse().ok())
+}
+
 pub fn parse_status(path: &Path, text: &str) -> Result<StatusRead> {
     let mut read = StatusRead {
         kernel_thread: true,

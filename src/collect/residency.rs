@@ -19,7 +19,7 @@ use std::os::unix::fs::OpenOptionsExt;
 use std::path::Path;
 
 use super::system::page_size;
-use crate::sample::{ResidencySample, ResidencySource};
+use crate::sample::{FileKey, ResidencySample, ResidencySource};
 
 /// Size of each mapping window used by `mincore`: bounds address space and the vector.
 const WINDOW_BYTES: u64 = 1 << 30;
@@ -83,7 +83,8 @@ pub enum ResidencyError {
 }
 
 /// Opens a file read-only for residency queries; refuses what is not a regular file.
-pub fn open(path: &Path) -> Result<(File, u64), ResidencyError> {
+/// Returns it with its size and identity (device, inode), from one `fstat`.
+pub fn open(path: &Path) -> Result<(File, u64, FileKey), ResidencyError> {
     let err = |source: io::Error| ResidencyError::Open {
         path: path.display().to_string(),
         source,
@@ -101,7 +102,11 @@ pub fn open(path: &Path) -> Result<(File, u64), ResidencyError> {
             path: path.display().to_string(),
         });
     }
-    Ok((file, st.st_size as u64))
+    Ok((
+        file,
+        st.st_size as u64,
+        FileKey::from_dev(st.st_dev, st.st_ino),
+    ))
 }
 
 /// Page-cache state of an open file of `size` bytes.
@@ -448,7 +453,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("f");
         std::fs::write(&path, vec![7u8; 1 << 20]).unwrap();
-        let (file, size) = open(&path).unwrap();
+        let (file, size, _) = open(&path).unwrap();
         let a = query(&file, &path, size, Method::Auto).unwrap();
         let b = query(&file, &path, size, Method::Mincore).unwrap();
         // Just written: fully cached and (until writeback) possibly dirty.

@@ -1,43 +1,90 @@
-//! `/proc/PID/stat` of the processes a long-lived engine watches, kept open between
-//! snapshots: every snapshot reads `stat` of every process (the stamp of
-//! [`super::cache`]), and opening it by path each time cost more than reading it (a path
-//! walk through `/proc`, `statx` to size the buffer, `close`: 20% of `record`'s CPU on the
-//! moving host of `bench/host.sh`, measured with `perf`). A kept descriptor is read again
-//! with `pread` at offset 0, which makes the kernel render the file afresh
-//! (`seq_read_iter` restarts at position 0).
+//! Per-process files that a long-lived engine reads at every snapshot, kept open between
+//! snapshots: `/proc/PID/stat` of every process (the stamp of [`super::cache`]) and
+//! `/proc/PID/io` of every process that maps or holds a file of interest (`rchar`, in its
+//! proofs' fingerprints). Opening them by path each time cost more than reading them (a
+//! path walk through `/proc`, `statx` to size the buffer, `close`: 20% of `record`'s CPU
+//! on the moving host of `bench/host.sh`, measured with `perf`). A kept descriptor is read
+//! again with `pread` at offset 0, which makes the kernel render the file afresh
+//! (`seq_read_iter` restarts at position 0); `io` checks ptrace access at every read.
 //!
-//! A descriptor of `/proc/PID/stat` names the process it was opened for, not the pid:
-//! once that process is gone, reading it fails (`ESRCH`) even where the pid now names
-//! another process, so a kept descriptor never reads a stranger. On a failed read the path
-//! is opened again.
+//! A descriptor of `/proc/PID/...` names the process it was opened for, not the pid: once
+//! that process is gone, reading it fails (`ESRCH`) even where the pid now names another
+//! process, so a kept descriptor never reads a stranger. On a failed read the path is
+//! opened again. Nothing but `/proc` is held open: no model file and no other mount
+//! (a held file would keep a deleted model's pages, or a volume, from going away).
 //!
-//! Descriptors are kept up to a budget: half of the soft `RLIMIT_NOFILE` less 64, at most
-//! [`MAX_KEPT`]; past it `stat` is opened by path as before. The limit itself is not
-//! raised (processes that twofold starts inherit it).
+//! Descriptors are kept up to a budget, a share of the soft `RLIMIT_NOFILE` (`stat` half
+//! of it less 64, `io` a quarter), at most [`MAX_KEPT`] each; past it the file is opened
+//! by path as before. The limit itself is not raised (processes that twofold starts
+//! inherit it).
 
 use std::collections::HashMap;
 use std::fs::File;
 use std::os::unix::fs::FileExt;
 use std::path::Path;
 
-use super::cache::{parse_stat, StatStamp};
+/// What `/proc/PID/stat` says that a cached entry depends on.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct StatStamp {
+    pub comm: String,
+    pub ppid: i32,
+    /// Clock ticks after boot: with the pid, names one process.
+    pub start_time: u64,
+    pub minflt: u64,
+    pub majflt: u64,
+    pub vsize_bytes: u64,
+    pub rss_pages: u64,
+}
+
+/// Parses `/proc/PID/stat`: the name (field 2) is in parentheses and may hold spaces and
+/// parentheses, so fields are counted after the last `)`.
+pub fn parse_stat(text: &str) -> Option<StatStamp> {
+    let (head, rest) = text.rsplit_once(')')?;
+    let (_, comm) = head.split_once('(')?;
+    // rest starts at field 3 (state): field n is the (n - 3)th, walked once in order.
+    let mut f = rest.split_ascii_whitespace();
+    let mut at = 3usize;
+    let mut num = |n: usize| -> Option<u64> {
+        let v = f.nth(n - at)?;
+        at = n + 1;
+        v.parse::<u64>().ok()
+    };
+    let ppid = i32::try_from(num(4)?).ok()?;
+    let minflt = num(10)?;
+    let majflt = num(12)?;
+    let start_time = num(22)?;
+    let vsize_bytes = num(23)?;
+    let rss_pages = num(24)?;
+    Some(StatStamp {
+        comm: comm.to_string(),
+        ppid,
+        minflt,
+        majflt,
+        start_time,
+        vsize_bytes,
+        rss_pages,
+    })
+}
+
+/// Reads `/proc/PID/stat` under `root`; `None` when it is gone or does not parse (the
+/// process is then read in full, as without a cache).
+pub fn read_stat(root: &Path, pid: i32) -> Option<StatStamp> {
+    let text = std::fs::read_to_string(root.join(pid.to_string()).join("stat")).ok()?;
+    parse_stat(&text)
+}
 
 /// Descriptors kept at most, whatever the limit.
 pub const MAX_KEPT: usize = 16_384;
 
-pub struct StatFiles {
+/// One file of each process (`stat`, `io`), kept open.
+pub struct KeptFiles {
+    name: &'static str,
     files: HashMap<i32, File>,
     budget: usize,
 }
 
-impl Default for StatFiles {
-    fn default() -> Self {
-        StatFiles::new()
-    }
-}
-
-/// How many descriptors may be kept under the soft `RLIMIT_NOFILE` now.
-fn budget() -> usize {
+/// The soft `RLIMIT_NOFILE` now.
+fn soft_limit() -> usize {
     let mut lim = libc::rlimit {
         rlim_cur: 0,
         rlim_max: 0,
@@ -46,34 +93,69 @@ fn budget() -> usize {
     if unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) } != 0 {
         return 0;
     }
-    let soft = usize::try_from(lim.rlim_cur).unwrap_or(usize::MAX);
-    (soft / 2).saturating_sub(64).min(MAX_KEPT)
+    usize::try_from(lim.rlim_cur).unwrap_or(usize::MAX)
 }
 
-impl StatFiles {
-    pub fn new() -> Self {
-        StatFiles {
+impl KeptFiles {
+    /// `/proc/PID/stat`.
+    pub fn stat() -> Self {
+        KeptFiles {
+            name: "stat",
             files: HashMap::new(),
-            budget: budget(),
+            budget: (soft_limit() / 2).saturating_sub(64).min(MAX_KEPT),
         }
     }
 
-    /// Reads and parses `stat` of `pid` under `root`: through the kept descriptor when
-    /// there is one and it still reads, else by path. A descriptor opened here is returned,
-    /// for [`StatFiles::keep`]. `None` when the process is gone or its `stat` does not
-    /// parse.
-    pub fn read(&self, root: &Path, pid: i32) -> Option<(StatStamp, Option<File>)> {
+    /// `/proc/PID/io`.
+    pub fn io() -> Self {
+        KeptFiles {
+            name: "io",
+            files: HashMap::new(),
+            budget: (soft_limit() / 4).min(MAX_KEPT),
+        }
+    }
+
+    /// Reads the file of `pid` under `root` and parses it with `parse`: through the kept
+    /// descriptor when there is one and it still reads, else by path. A descriptor opened
+    /// here is returned, for [`KeptFiles::keep`]. `None` when the process is gone, the
+    /// file cannot be read or does not parse.
+    pub fn read<T>(
+        &self,
+        root: &Path,
+        pid: i32,
+        parse: impl Fn(&str) -> Option<T>,
+    ) -> Option<(T, Option<File>)> {
         if let Some(f) = self.files.get(&pid) {
-            if let Some(s) = read_from(f) {
+            if let Some(s) = read_from(f, &parse) {
                 return Some((s, None));
             }
         }
-        let f = File::open(root.join(pid.to_string()).join("stat")).ok()?;
-        let s = read_from(&f)?;
+        let f = File::open(root.join(pid.to_string()).join(self.name)).ok()?;
+        let s = read_from(&f, &parse)?;
         Some((s, Some(f)))
     }
 
-    /// Keeps a descriptor [`StatFiles::read`] opened (within the budget).
+    /// [`KeptFiles::read`] of `stat`, parsed as the cache's stamp.
+    pub fn read_stat(&self, root: &Path, pid: i32) -> Option<(StatStamp, Option<File>)> {
+        self.read(root, pid, parse_stat)
+    }
+
+    /// Reads through (and keeps) a descriptor: [`KeptFiles::read`] then
+    /// [`KeptFiles::keep`].
+    pub fn read_keep<T>(
+        &mut self,
+        root: &Path,
+        pid: i32,
+        parse: impl Fn(&str) -> Option<T>,
+    ) -> Option<T> {
+        let (v, opened) = self.read(root, pid, parse)?;
+        if let Some(f) = opened {
+            self.keep(pid, f);
+        }
+        Some(v)
+    }
+
+    /// Keeps a descriptor [`KeptFiles::read`] opened (within the budget).
     pub fn keep(&mut self, pid: i32, f: File) {
         if self.files.len() < self.budget || self.files.contains_key(&pid) {
             self.files.insert(pid, f);
@@ -94,8 +176,9 @@ impl StatFiles {
     }
 }
 
-/// The whole file from offset 0, parsed (a name that is not UTF-8 is read lossily).
-fn read_from(f: &File) -> Option<StatStamp> {
+/// The whole file from offset 0, parsed (bytes that are not UTF-8, as in a process name,
+/// are read lossily).
+fn read_from<T>(f: &File, parse: impl Fn(&str) -> Option<T>) -> Option<T> {
     let mut stack = [0u8; 1024];
     let mut heap = Vec::new();
     let mut n = 0usize;
@@ -122,7 +205,7 @@ fn read_from(f: &File) -> Option<StatStamp> {
     } else {
         &heap[..n]
     };
-    parse_stat(&String::from_utf8_lossy(bytes))
+    parse(&String::from_utf8_lossy(bytes))
 }
 
 #[cfg(test)]
@@ -130,10 +213,32 @@ mod tests {
     use super::*;
 
     #[test]
+    fn stat_fields_after_a_name_with_parentheses() {
+        let text = "4242 (a) b (c)) S 1 4242 4242 0 -1 4194560 1234 0 7 0 10 5 0 0 20 0 1 0 \
+                    98765 8392704 512 18446744073709551615 1 1 0 0 0 0 0 0 0 0 0 0 17 1 0 0\n";
+        let s = parse_stat(text).unwrap();
+        assert_eq!(s.comm, "a) b (c)");
+        assert_eq!(s.ppid, 1);
+        assert_eq!(s.minflt, 1234);
+        assert_eq!(s.majflt, 7);
+        assert_eq!(s.start_time, 98765);
+        assert_eq!(s.vsize_bytes, 8392704);
+        assert_eq!(s.rss_pages, 512);
+        assert_eq!(parse_stat("12 (x) S 1 2"), None);
+    }
+
+    #[test]
+    fn own_stat_parses() {
+        let me = std::process::id() as i32;
+        let s = read_stat(Path::new("/proc"), me).unwrap();
+        assert!(s.start_time > 0 && s.vsize_bytes > 0 && s.rss_pages > 0);
+    }
+
+    #[test]
     fn a_kept_descriptor_reads_the_live_counters_again() {
         let me = std::process::id() as i32;
-        let mut files = StatFiles::new();
-        let (first, opened) = files.read(Path::new("/proc"), me).unwrap();
+        let mut files = KeptFiles::stat();
+        let (first, opened) = files.read_stat(Path::new("/proc"), me).unwrap();
         let f = opened.expect("opened by path the first time");
         // The same values as a read by path.
         let by_path = std::fs::read_to_string(format!("/proc/{me}/stat")).unwrap();
@@ -143,7 +248,7 @@ mod tests {
         // Fault in fresh pages: minflt moves, and the kept descriptor sees it.
         let v = vec![1u8; 64 << 20];
         std::hint::black_box(&v);
-        let (again, opened) = files.read(Path::new("/proc"), me).unwrap();
+        let (again, opened) = files.read_stat(Path::new("/proc"), me).unwrap();
         assert!(opened.is_none(), "read through the kept descriptor");
         assert!(
             again.minflt > first.minflt,
@@ -163,15 +268,35 @@ mod tests {
             .spawn()
             .unwrap();
         let pid = child.id() as i32;
-        let mut files = StatFiles::new();
-        let (stamp, f) = files.read(Path::new("/proc"), pid).unwrap();
+        let mut files = KeptFiles::stat();
+        let (stamp, f) = files.read_stat(Path::new("/proc"), pid).unwrap();
         files.keep(pid, f.unwrap());
         child.kill().unwrap();
         child.wait().unwrap();
         // Reaped: the kept descriptor reads nothing, and the path names no process (or,
         // were the pid taken again at once, another one).
-        assert!(read_from(files.files.get(&pid).unwrap()).is_none());
-        let again = files.read(Path::new("/proc"), pid);
+        assert!(read_from(files.files.get(&pid).unwrap(), parse_stat).is_none());
+        let again = files.read_stat(Path::new("/proc"), pid);
         assert!(again.is_none_or(|(s, _)| s.start_time != stamp.start_time));
+    }
+
+    #[test]
+    fn rchar_through_a_kept_io_descriptor_moves_with_reads() {
+        use std::io::Read;
+        let me = std::process::id() as i32;
+        let mut io = KeptFiles::io();
+        let root = Path::new("/proc");
+        let before = io
+            .read_keep(root, me, super::super::process::parse_rchar)
+            .unwrap();
+        assert_eq!(io.len(), 1);
+        let mut buf = vec![0u8; 1 << 20];
+        let mut f = File::open("/proc/self/exe").unwrap();
+        let n = f.read(&mut buf).unwrap() as u64;
+        let (after, opened) = io
+            .read(root, me, super::super::process::parse_rchar)
+            .unwrap();
+        assert!(opened.is_none(), "read through the kept descriptor");
+        assert!(after >= before + n, "{after} < {before} + {n}");
     }
 }

@@ -177,7 +177,7 @@ impl Engine {
     /// --map` draws it; `Err` says why it is unknown.
     pub fn residency_map(&self, path: &str, key: FileKey) -> Result<MapModel, String> {
         let p = Path::new(path.strip_suffix(" (deleted)").unwrap_or(path));
-        let (file, size) = residency::open(p).map_err(|e| e.to_string())?;
+        let (file, size, _) = residency::open(p).map_err(|e| e.to_string())?;
         let same = file
             .metadata()
             .is_ok_and(|m| FileKey::from_dev(m.dev(), m.ino()) == key);

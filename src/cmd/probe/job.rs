@@ -33,7 +33,7 @@ impl std::fmt::Display for Failure {
 
 /// Fraction of the first `len` bytes of `path` in the page cache.
 pub fn resident_fraction(path: &Path, len: u64) -> Option<f64> {
-    let (file, _) = residency::open(path).ok()?;
+    let (file, ..) = residency::open(path).ok()?;
     let bytes = residency::resident_prefix(&file, path, len).ok()?;
     Some(if len == 0 {
         1.0
