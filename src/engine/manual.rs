@@ -15,7 +15,7 @@ use std::time::Instant;
 
 pub use crate::dupes::prove::Progress;
 
-use super::{fingerprint, Engine, Fingerprint, Snapshot};
+use super::{Engine, Fingerprint, Fingerprints, Snapshot};
 use crate::collect::{residency, Roots};
 use crate::dupes::physical::{self, CopyRanges};
 use crate::dupes::prove::{self, ProveOptions};
@@ -124,11 +124,12 @@ impl Engine {
     /// the one they were proved from: merged into each while nothing they depend on
     /// changed.
     pub fn keep_proved(&mut self, p: &Proved, of: &Snapshot) {
+        let prints = Fingerprints::of(&of.sample);
         for (q, r) in p.proofs.iter().filter(|q| q.0.unsearched.is_none()) {
             self.manual.insert(
                 (q.pid, q.file),
                 Manual {
-                    fingerprint: fingerprint(&of.sample, q.pid, q.file),
+                    fingerprint: prints.get(q.pid, q.file),
                     proof: q.clone(),
                     ranges: r.clone(),
                 },
@@ -139,12 +140,13 @@ impl Engine {
     /// Adds the kept proofs to a fresh sample where the engine has no complete one of its
     /// own, and forgets those whose process, candidacy or file changed.
     pub(super) fn merge_manual(&mut self, sample: &mut Sample) {
+        let prints = Fingerprints::of(sample);
         self.manual.retain(|(pid, file), m| {
             sample
                 .candidates
                 .iter()
                 .any(|c| c.pid == *pid && c.file == *file)
-                && fingerprint(sample, *pid, *file) == m.fingerprint
+                && prints.get(*pid, *file) == m.fingerprint
         });
         let mut merged = false;
         for ((pid, file), m) in &self.manual {

@@ -20,7 +20,7 @@ mod uploads;
 pub use crate::sample::unsearched::CHANGED_SINCE_SEARCH;
 pub use manual::{Progress, ProveJob, Proved};
 use reuse::Reused;
-pub(crate) use reuse::{fingerprint, Fingerprint};
+pub(crate) use reuse::{Fingerprint, Fingerprints};
 pub use reuse::{REPROVE_AFTER, RESEARCH_COST_FACTOR, RESEARCH_MAX, RESEARCH_MIN};
 
 use crate::collect::cache::{CacheStats, ProcCache};
