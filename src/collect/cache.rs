@@ -165,6 +165,8 @@ pub struct ProcCache {
     /// `stat` of each process, and `io` of those read every snapshot, kept open.
     pub stat_files: super::statfiles::KeptFiles,
     pub io_files: super::statfiles::KeptFiles,
+    /// Files found not of interest, lent to each snapshot's gatherer.
+    pub ruled_out: super::ruledout::RuledOut,
     pub stats: CacheStats,
 }
 
@@ -184,6 +186,7 @@ impl ProcCache {
             dirty_pids: HashSet::new(),
             stat_files: super::statfiles::KeptFiles::stat(),
             io_files: super::statfiles::KeptFiles::io(),
+            ruled_out: super::ruledout::RuledOut::new(max_age),
             stats: CacheStats::default(),
         }
     }

@@ -105,6 +105,11 @@ pub fn gather_cached(
     };
     let policy = sample.privilege.is_some_and(|p| p.reads_any());
     let mut g = Gatherer::new(roots, req, warnings);
+    // What an engine found not of interest before, trusted for its maximum age.
+    if let Some(c) = cache.as_deref_mut() {
+        c.ruled_out.expire(Instant::now());
+        g.ruled_out = std::mem::take(&mut c.ruled_out);
+    }
     g.add_explicit_paths()?;
     if req.stores {
         g.add_store_files();
@@ -261,7 +266,7 @@ pub fn gather_cached(
         // read() into memory already resident moves it and nothing in `stat`).
         let io = cache.as_deref_mut().map(|c| &mut c.io_files);
         candidates::add_to(&procs, &mut sample, &sizes, &g.named, policy, io);
-        if let Some(c) = cache {
+        if let Some(c) = cache.as_deref_mut() {
             for p in &sample.processes {
                 c.put_rchar(p.pid, p.rchar_bytes);
             }
@@ -272,6 +277,9 @@ pub fn gather_cached(
     lap("candidates (rchar)");
     g.observers.sort_unstable();
     sample.observers = std::mem::take(&mut g.observers);
+    if let Some(c) = cache {
+        c.ruled_out = std::mem::take(&mut g.ruled_out);
+    }
     sample.files = g.files(&sample);
     lap("files (residency)");
     sample.cgroups = phases::read_cgroups(&cgroups, &sample.processes, only_cgroup, g.warnings);

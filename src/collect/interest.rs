@@ -48,6 +48,9 @@ pub(super) struct Gatherer<'a> {
     explicit: HashSet<PathBuf>,
     /// `PROC/self/mountinfo`, read when a path must be resolved to the host's.
     own_mounts: Option<Option<String>>,
+    /// Files a long-lived engine found not of interest, by (file, hash of the path it was
+    /// seen by), and when: classified again only after `max_age` (see [`RuledOut`]).
+    pub(super) ruled_out: super::ruledout::RuledOut,
     pub(super) warnings: &'a mut Vec<Warning>,
 }
 
@@ -62,6 +65,7 @@ impl<'a> Gatherer<'a> {
             observers: Vec::new(),
             explicit: HashSet::new(),
             own_mounts: None,
+            ruled_out: super::ruledout::RuledOut::default(),
             warnings,
         }
     }
@@ -117,12 +121,19 @@ impl<'a> Gatherer<'a> {
         key: FileKey,
         path: &str,
         size: Option<u64>,
-        alt: Option<PathBuf>,
+        mapped: Option<(u64, u64)>,
         code: bool,
     ) -> bool {
         if let Some(d) = self.decided.get(&key) {
             return d.is_some();
         }
+        let path_hash = xxhash_rust::xxh3::xxh3_64(path.as_bytes());
+        if self.ruled_out.holds(key, path_hash) {
+            self.decided.insert(key, None);
+            return false;
+        }
+        // The inode itself through its map_files entry, for a mapping.
+        let alt = mapped.map(|(start, end)| reopen::map_file(self.procs.root(), pid, start, end));
         // Never through a path with " (deleted)" appended; the inode itself through `alt`
         // (its map_files or fd) when the path is gone or names another one.
         let open_path = reopen::in_root(self.procs.root(), pid, path);
@@ -159,6 +170,9 @@ impl<'a> Gatherer<'a> {
             explicit: false,
             store: false,
         });
+        if value.is_none() {
+            self.ruled_out.note(key, path_hash);
+        }
         self.decided.insert(key, value);
         interesting
     }
@@ -227,9 +241,8 @@ impl<'a> Gatherer<'a> {
             .map(|m| m.key())
             .collect();
         for m in &b.parts.maps {
-            let alt = (!self.decided.contains_key(&m.key()))
-                .then(|| reopen::map_file(self.procs.root(), pid, m.start, m.end));
-            if self.classify(pid, m.key(), &m.path, None, alt, code.contains(&m.key())) {
+            let range = Some((m.start, m.end));
+            if self.classify(pid, m.key(), &m.path, None, range, code.contains(&m.key())) {
                 wanted.insert(m.key());
             }
         }

@@ -24,6 +24,7 @@ pub mod process;
 pub mod reopen;
 pub mod request;
 pub mod residency;
+pub mod ruledout;
 pub mod statfiles;
 pub mod stores;
 pub mod system;
