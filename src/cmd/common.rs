@@ -139,10 +139,12 @@ pub fn decode(payload: &[u8]) -> anyhow::Result<Snapshot> {
     Ok(snap)
 }
 
-/// Appends one snapshot to an open store.
-pub fn append(store: &mut Store, snap: &Snapshot) -> anyhow::Result<()> {
-    let payload = serde_json::to_vec(snap)?;
-    store.append(snap.at_unix_ns, &payload)?;
+/// Appends one snapshot to an open store, its JSON written into `buf` (kept by a
+/// recorder from one snapshot to the next: about 1 MiB, grown once rather than every time).
+pub fn append(store: &mut Store, snap: &Snapshot, buf: &mut Vec<u8>) -> anyhow::Result<()> {
+    buf.clear();
+    serde_json::to_writer(&mut *buf, snap)?;
+    store.append(snap.at_unix_ns, buf)?;
     store.flush()?;
     Ok(())
 }
@@ -152,7 +154,7 @@ pub fn append_to(dir: &Path, snap: &Snapshot) -> anyhow::Result<()> {
     let (mut store, damage) = Store::open_or_create(dir)
         .with_context(|| format!("cannot open the store '{}'", dir.display()))?;
     warn_damage(&damage);
-    append(&mut store, snap)
+    append(&mut store, snap, &mut Vec::new())
 }
 
 /// The report of the recorded snapshot nearest `at`, with rates from the one before.

@@ -88,11 +88,12 @@ pub fn record(args: &RecordArgs, out: &mut dyn Write) -> anyhow::Result<()> {
     )?;
     out.flush()?;
     let mut said = Said::default();
+    let mut payload = Vec::new();
     while !stop.load(Ordering::Relaxed) {
         let mut warnings = Vec::new();
         let snap = engine.snapshot(&mut warnings)?;
         super::warn_fresh(&mut said, &warnings);
-        append(&mut store, &snap)?;
+        append(&mut store, &snap, &mut payload)?;
         n += 1;
         if n % 60 == 1 {
             let cutoff = snap

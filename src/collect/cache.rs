@@ -167,6 +167,8 @@ pub struct ProcCache {
     pub io_files: super::statfiles::KeptFiles,
     /// Files found not of interest, lent to each snapshot's gatherer.
     pub ruled_out: super::ruledout::RuledOut,
+    /// The walks of the directories named, lent to each snapshot's gatherer.
+    pub walks: super::walkmemo::WalkMemo,
     pub stats: CacheStats,
 }
 
@@ -187,8 +189,24 @@ impl ProcCache {
             stat_files: super::statfiles::KeptFiles::stat(),
             io_files: super::statfiles::KeptFiles::io(),
             ruled_out: super::ruledout::RuledOut::new(max_age),
+            walks: super::walkmemo::WalkMemo::new(max_age),
             stats: CacheStats::default(),
         }
+    }
+
+    /// What the cache lends each snapshot's gatherer (given back when the gather is done):
+    /// a gather that fails half-way leaves empty ones of the same maximum age behind.
+    pub fn lend(&mut self) -> (super::ruledout::RuledOut, super::walkmemo::WalkMemo) {
+        (
+            std::mem::replace(
+                &mut self.ruled_out,
+                super::ruledout::RuledOut::new(self.max_age),
+            ),
+            std::mem::replace(
+                &mut self.walks,
+                super::walkmemo::WalkMemo::new(self.max_age),
+            ),
+        )
     }
 
     /// Starts a snapshot.

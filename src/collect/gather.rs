@@ -108,7 +108,7 @@ pub fn gather_cached(
     // What an engine found not of interest before, trusted for its maximum age.
     if let Some(c) = cache.as_deref_mut() {
         c.ruled_out.expire(Instant::now());
-        g.ruled_out = std::mem::take(&mut c.ruled_out);
+        (g.ruled_out, g.walks) = c.lend();
     }
     g.add_explicit_paths()?;
     if req.stores {
@@ -279,6 +279,7 @@ pub fn gather_cached(
     sample.observers = std::mem::take(&mut g.observers);
     if let Some(c) = cache {
         c.ruled_out = std::mem::take(&mut g.ruled_out);
+        c.walks = std::mem::take(&mut g.walks);
     }
     sample.files = g.files(&sample);
     lap("files (residency)");

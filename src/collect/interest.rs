@@ -37,7 +37,7 @@ pub(super) struct Gatherer<'a> {
     pub(super) procs: ProcReader,
     req: &'a Request,
     /// Decided files: `Some` = of interest, `None` = looked at and not of interest.
-    decided: HashMap<FileKey, Option<Interest>>,
+    decided: HashMap<FileKey, Option<Interest>, foldhash::fast::RandomState>,
     /// (pid, file) pairs where the file is named on the process's command line.
     pub(super) named: HashSet<(i32, FileKey)>,
     /// The executable this process runs, to know twofold's own processes by.
@@ -51,6 +51,9 @@ pub(super) struct Gatherer<'a> {
     /// Files a long-lived engine found not of interest, by (file, hash of the path it was
     /// seen by), and when: classified again only after `max_age` (see [`RuledOut`]).
     pub(super) ruled_out: super::ruledout::RuledOut,
+    /// The walks of the directories named, kept by a long-lived engine (see
+    /// [`super::walkmemo::WalkMemo`]).
+    pub(super) walks: super::walkmemo::WalkMemo,
     pub(super) warnings: &'a mut Vec<Warning>,
 }
 
@@ -59,13 +62,14 @@ impl<'a> Gatherer<'a> {
         Gatherer {
             procs: ProcReader::new(&roots.proc),
             req,
-            decided: HashMap::new(),
+            decided: HashMap::default(),
             named: HashSet::new(),
             own_exe: own_exe(&roots.proc),
             observers: Vec::new(),
             explicit: HashSet::new(),
             own_mounts: None,
             ruled_out: super::ruledout::RuledOut::default(),
+            walks: super::walkmemo::WalkMemo::default(),
             warnings,
         }
     }
@@ -88,7 +92,7 @@ impl<'a> Gatherer<'a> {
     }
 
     fn walk(&mut self, dir: &Path) -> anyhow::Result<()> {
-        for (p, meta) in super::walk::files(dir, self.warnings)? {
+        for (p, meta) in self.walks.files(dir, self.warnings)? {
             if has_model_extension(&p.to_string_lossy()) || meta.len() >= self.req.min_size {
                 self.insert_explicit(&p, &meta);
             }
@@ -233,16 +237,20 @@ impl<'a> Gatherer<'a> {
             return Err(None);
         }
         let mut wanted = HashSet::new();
-        let code: HashSet<FileKey> = b
+        // Few per process (a program and its libraries): a list beats a hash set.
+        let mut code: Vec<FileKey> = b
             .parts
             .maps
             .iter()
             .filter(|m| m.perms.exec)
             .map(|m| m.key())
             .collect();
+        code.sort_unstable();
+        code.dedup();
         for m in &b.parts.maps {
             let range = Some((m.start, m.end));
-            if self.classify(pid, m.key(), &m.path, None, range, code.contains(&m.key())) {
+            let is_code = code.binary_search(&m.key()).is_ok();
+            if self.classify(pid, m.key(), &m.path, None, range, is_code) {
                 wanted.insert(m.key());
             }
         }
@@ -253,7 +261,7 @@ impl<'a> Gatherer<'a> {
                 &fd.path,
                 Some(fd.size_bytes),
                 None,
-                code.contains(&fd.key),
+                code.binary_search(&fd.key).is_ok(),
             ) {
                 p.open_files.push(OpenFileSample {
                     fd: fd.fd,
@@ -350,25 +358,33 @@ impl<'a> Gatherer<'a> {
                 by_key.insert(k, i);
             }
         }
-        let referenced = |k: &FileKey| {
-            sample.candidates.iter().any(|c| c.file == *k)
-                || sample.processes.iter().any(|p| {
-                    p.mappings.iter().any(|m| m.key() == *k)
-                        || p.open_files.iter().any(|o| o.key == *k)
-                })
-        };
+        // Which processes map or hold each file, once (rather than every process's
+        // mappings searched for each file).
+        let mut refs: HashMap<FileKey, Vec<usize>> = HashMap::new();
+        for (i, p) in sample.processes.iter().enumerate() {
+            let keys = p.mappings.iter().map(|m| m.key());
+            for k in keys.chain(p.open_files.iter().map(|o| o.key)) {
+                let v = refs.entry(k).or_default();
+                if v.last() != Some(&i) {
+                    v.push(i);
+                }
+            }
+        }
+        let referenced =
+            |k: &FileKey| refs.contains_key(k) || sample.candidates.iter().any(|c| c.file == *k);
         let mut out: Vec<FileSample> = by_key
             .into_iter()
             .filter(|(k, i)| !i.store || referenced(k))
             .map(|(key, i)| {
-                let ways = reopen::ways(
-                    self.procs.root(),
-                    &sample.processes,
-                    key,
-                    Some(&i.open_path),
-                );
+                let holders = refs
+                    .get(&key)
+                    .map_or(&[][..], Vec::as_slice)
+                    .iter()
+                    .map(|&i| &sample.processes[i]);
+                let ways =
+                    reopen::ways_among(self.procs.root(), holders.clone(), key, Some(&i.open_path));
                 let mut f = file_sample(key, i, &ways, self.req.residency);
-                f.seen_as = seen_as(&sample.processes, key, &f.path);
+                f.seen_as = seen_as(holders, key, &f.path);
                 f
             })
             .collect();
@@ -386,10 +402,13 @@ fn own_exe(proc_root: &Path) -> Option<FileKey> {
 }
 
 /// The names processes give the file `key` other than `shown` (sorted, once each).
-fn seen_as(processes: &[ProcessSample], key: FileKey, shown: &str) -> Vec<String> {
+fn seen_as<'a>(
+    processes: impl Iterator<Item = &'a ProcessSample>,
+    key: FileKey,
+    shown: &str,
+) -> Vec<String> {
     let shown = reopen::strip_deleted(shown);
     let mut out: Vec<String> = processes
-        .iter()
         .flat_map(|p| {
             let maps = p
                 .mappings

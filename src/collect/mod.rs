@@ -29,6 +29,7 @@ pub mod statfiles;
 pub mod stores;
 pub mod system;
 pub mod walk;
+pub mod walkmemo;
 
 use std::path::PathBuf;
 

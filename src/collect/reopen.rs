@@ -50,9 +50,19 @@ pub fn ways(
     key: FileKey,
     first: Option<&Path>,
 ) -> Vec<PathBuf> {
+    ways_among(proc_root, processes.iter(), key, first)
+}
+
+/// [`ways`] among `processes` (all of them, or those an index says refer to `key`).
+pub fn ways_among<'a>(
+    proc_root: &Path,
+    processes: impl Iterator<Item = &'a ProcessSample> + Clone,
+    key: FileKey,
+    first: Option<&Path>,
+) -> Vec<PathBuf> {
     let mut out: Vec<PathBuf> = first.map(Path::to_path_buf).into_iter().collect();
     let holders = || {
-        processes.iter().filter(move |p| {
+        processes.clone().filter(move |p| {
             p.open_files.iter().any(|o| o.key == key) || p.mappings.iter().any(|m| m.key() == key)
         })
     };

@@ -13,14 +13,28 @@ pub fn files(
     dir: &Path,
     warnings: &mut Vec<Warning>,
 ) -> anyhow::Result<Vec<(PathBuf, std::fs::Metadata)>> {
+    files_and_dirs(dir, warnings).map(|(files, _)| files)
+}
+
+/// [`files`], and the directories walked through (`dir` first) with their metadata, each
+/// taken before its entries were listed.
+#[allow(clippy::type_complexity)]
+pub fn files_and_dirs(
+    dir: &Path,
+    warnings: &mut Vec<Warning>,
+) -> anyhow::Result<(
+    Vec<(PathBuf, std::fs::Metadata)>,
+    Vec<(PathBuf, std::fs::Metadata)>,
+)> {
     std::fs::read_dir(dir).with_context(|| format!("cannot read directory '{}'", dir.display()))?;
-    let mut out = Vec::new();
+    let (mut out, mut dirs) = (Vec::new(), Vec::new());
     for entry in walkdir::WalkDir::new(dir)
         .follow_links(false)
         .sort_by_file_name()
     {
         match entry {
-            Ok(e) if e.file_type().is_file() => match e.metadata() {
+            Ok(e) if e.file_type().is_file() || e.file_type().is_dir() => match e.metadata() {
+                Ok(m) if m.is_dir() => dirs.push((e.into_path(), m)),
                 Ok(m) => out.push((e.into_path(), m)),
                 Err(err) => warnings.push(skipped(e.path(), err.to_string())),
             },
@@ -32,7 +46,7 @@ pub fn files(
             )),
         }
     }
-    Ok(out)
+    Ok((out, dirs))
 }
 
 /// A file below the directory that was skipped, and why.

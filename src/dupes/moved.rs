@@ -82,10 +82,21 @@ impl Placement {
         if self.ranges.iter().any(|&(a, b)| !covered(a, b)) {
             return true;
         }
-        let before: std::collections::HashMap<u64, u64> = old.frames.iter().copied().collect();
-        self.frames
-            .iter()
-            .any(|(a, f)| before.get(a).is_some_and(|g| g != f))
+        // Both are in address order ([`Placement::of`] walks the ranges upwards): one
+        // pass over the two, no table.
+        let sorted = |v: &[(u64, u64)]| v.is_sorted_by_key(|f| f.0);
+        if !sorted(&self.frames) || !sorted(&old.frames) {
+            let before: std::collections::HashMap<u64, u64> = old.frames.iter().copied().collect();
+            return self
+                .frames
+                .iter()
+                .any(|(a, f)| before.get(a).is_some_and(|g| g != f));
+        }
+        let mut j = 0;
+        self.frames.iter().any(|&(a, f)| {
+            j += old.frames[j..].partition_point(|g| g.0 < a);
+            old.frames.get(j).is_some_and(|g| g.0 == a && g.1 != f)
+        })
     }
 
     /// Present bytes.

@@ -9,8 +9,9 @@ pub const FORMAT_NAME: &str = "twofold-store";
 pub const FORMAT_VERSION: u32 = 1;
 /// Size of one index entry in bytes.
 pub const ENTRY_BYTES: usize = 32;
-/// zstd level frames are compressed with.
-pub const ZSTD_LEVEL: i32 = 3;
+/// zstd level frames are compressed with: 1, the fastest of the standard levels (a
+/// recorder compresses a frame of about 1 MiB of JSON every second; any level decodes).
+pub const ZSTD_LEVEL: i32 = 1;
 /// Largest frame, compressed or decompressed (256 MiB): the writer refuses a larger
 /// payload, and the reader treats a frame that declares or decodes to more as damaged
 /// without allocating it (a crafted frame of valid CRCs can declare 4 GiB).

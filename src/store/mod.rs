@@ -99,6 +99,9 @@ pub struct Store {
     dir_dirty: bool,
     poisoned: bool,
     damage: Mutex<DamageLog>,
+    /// The compression context and frame buffer, kept from one append to the next (a
+    /// recorder appends every second: a new context each time was most of its cost).
+    packer: Option<(zstd::bulk::Compressor<'static>, Vec<u8>)>,
 }
 
 impl Store {
@@ -173,6 +176,7 @@ impl Store {
             dir_dirty: false,
             poisoned: false,
             damage: Mutex::new(DamageLog::default()),
+            packer: None,
         };
         store.last_ns = store.last_entry_ns()?;
         Ok((store, reports))
@@ -183,16 +187,30 @@ impl Store {
         &self.dir
     }
 
-    /// Compresses `payload` (zstd level 3) and appends it as the frame at `at_ns`: the frame
-    /// to the day's `.frames` file, then its entry to the `.index` file. `at_ns` must not be
-    /// before the last frame. Nothing is synced; see [`Store::flush`].
+    /// Compresses `payload` (zstd, [`ZSTD_LEVEL`]) and appends it as the frame at `at_ns`:
+    /// the frame to the day's `.frames` file, then its entry to the `.index` file. `at_ns`
+    /// must not be before the last frame. Nothing is synced; see [`Store::flush`].
     pub fn append(&mut self, at_ns: u64, payload: &[u8]) -> Result<()> {
         if payload.len() as u64 > format::MAX_FRAME_BYTES {
             return Err(StoreError::TooLarge { len: payload.len() });
         }
-        let raw = zstd::bulk::compress(payload, ZSTD_LEVEL)
-            .map_err(io("compress a frame for", &self.dir))?;
-        self.append_raw(at_ns, &raw)
+        let (cctx, raw) = match self.packer.take() {
+            Some(p) => p,
+            None => (
+                zstd::bulk::Compressor::new(ZSTD_LEVEL)
+                    .map_err(io("compress a frame for", &self.dir))?,
+                Vec::new(),
+            ),
+        };
+        let (mut cctx, mut raw) = (cctx, raw);
+        raw.clear();
+        raw.reserve(zstd::zstd_safe::compress_bound(payload.len()));
+        let packed = cctx
+            .compress_to_buffer(payload, &mut raw)
+            .map_err(io("compress a frame for", &self.dir));
+        let r = packed.and_then(|_| self.append_raw(at_ns, &raw));
+        self.packer = Some((cctx, raw));
+        r
     }
 
     /// Appends an already compressed zstd frame (used by export to copy frames as they are).
