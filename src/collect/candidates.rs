@@ -26,7 +26,7 @@ pub(super) fn could_hold_any(
     };
     let shmem = p.status.rss_shmem_bytes.unwrap_or(0);
     let anon = anon + shmem;
-    if p.pid == std::process::id() as i32 || !sizes.iter().any(|(_, s)| big_enough(anon, *s)) {
+    if p.pid == procs.own_pid() || !sizes.iter().any(|(_, s)| big_enough(anon, *s)) {
         return false;
     }
     if sizes.iter().any(|(_, s)| big_enough(shmem, *s)) {

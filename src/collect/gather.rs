@@ -107,8 +107,8 @@ pub fn gather_cached(
     let mut g = Gatherer::new(roots, req, warnings);
     // What an engine found not of interest before, trusted for its maximum age.
     if let Some(c) = cache.as_deref_mut() {
-        c.ruled_out.expire(Instant::now());
-        (g.ruled_out, g.walks) = c.lend();
+        c.decisions.expire(Instant::now());
+        (g.decisions, g.walks) = c.lend();
     }
     g.add_explicit_paths()?;
     if req.stores {
@@ -278,7 +278,7 @@ pub fn gather_cached(
     g.observers.sort_unstable();
     sample.observers = std::mem::take(&mut g.observers);
     if let Some(c) = cache {
-        c.ruled_out = std::mem::take(&mut g.ruled_out);
+        c.decisions = std::mem::take(&mut g.decisions);
         c.walks = std::mem::take(&mut g.walks);
     }
     sample.files = g.files(&sample);

@@ -20,9 +20,13 @@ use super::residency::{self, Method};
 use super::{has_model_extension, Roots};
 use crate::sample::{FileKey, FileSample, OpenFileSample, ProcessSample, Sample, Unreadable};
 
+/// What a long-lived engine decided about each file, by (file, path seen by): see
+/// [`super::decisions::Decisions`].
+pub type Decided = super::decisions::Decisions<Option<Interest>>;
+
 /// A file of interest while gathering: how to open it and how to show it.
 #[derive(Debug, Clone)]
-struct Interest {
+pub struct Interest {
     shown: String,
     /// `shown`'s bytes when they are not UTF-8.
     raw: Option<Vec<u8>>,
@@ -48,9 +52,9 @@ pub(super) struct Gatherer<'a> {
     explicit: HashSet<PathBuf>,
     /// `PROC/self/mountinfo`, read when a path must be resolved to the host's.
     own_mounts: Option<Option<String>>,
-    /// Files a long-lived engine found not of interest, by (file, hash of the path it was
-    /// seen by), and when: classified again only after `max_age` (see [`RuledOut`]).
-    pub(super) ruled_out: super::ruledout::RuledOut,
+    /// What a long-lived engine decided before about the files processes map or hold,
+    /// trusted for its maximum age (see [`Decided`]).
+    pub(super) decisions: Decided,
     /// The walks of the directories named, kept by a long-lived engine (see
     /// [`super::walkmemo::WalkMemo`]).
     pub(super) walks: super::walkmemo::WalkMemo,
@@ -68,7 +72,7 @@ impl<'a> Gatherer<'a> {
             observers: Vec::new(),
             explicit: HashSet::new(),
             own_mounts: None,
-            ruled_out: super::ruledout::RuledOut::default(),
+            decisions: Decided::default(),
             walks: super::walkmemo::WalkMemo::default(),
             warnings,
         }
@@ -131,10 +135,11 @@ impl<'a> Gatherer<'a> {
         if let Some(d) = self.decided.get(&key) {
             return d.is_some();
         }
-        let path_hash = xxhash_rust::xxh3::xxh3_64(path.as_bytes());
-        if self.ruled_out.holds(key, path_hash) {
-            self.decided.insert(key, None);
-            return false;
+        let path_hash = xxhash_rust::xxh3::xxh3_64(path.as_bytes()) ^ u64::from(code);
+        if let Some(value) = self.decisions.get(key, path_hash) {
+            let interesting = value.is_some();
+            self.decided.insert(key, value);
+            return interesting;
         }
         // The inode itself through its map_files entry, for a mapping.
         let alt = mapped.map(|(start, end)| reopen::map_file(self.procs.root(), pid, start, end));
@@ -174,9 +179,7 @@ impl<'a> Gatherer<'a> {
             explicit: false,
             store: false,
         });
-        if value.is_none() {
-            self.ruled_out.note(key, path_hash);
-        }
+        self.decisions.note(key, path_hash, value.clone());
         self.decided.insert(key, value);
         interesting
     }
@@ -286,7 +289,7 @@ impl<'a> Gatherer<'a> {
     /// __child`, which are workloads. What they map or hold is there because they
     /// observe it: they are never holders, mappers or candidates.
     fn is_observer(&self, pid: i32, parts: &BasicParts) -> bool {
-        if pid == std::process::id() as i32 {
+        if pid == self.procs.own_pid() {
             return true;
         }
         let Some(exe) = self.own_exe else {

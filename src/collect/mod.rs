@@ -7,6 +7,7 @@ pub mod bpf;
 pub mod cache;
 pub mod candidates;
 pub mod cgroup;
+pub mod decisions;
 pub mod error;
 pub mod gather;
 pub mod gpu;
@@ -24,7 +25,6 @@ pub mod process;
 pub mod reopen;
 pub mod request;
 pub mod residency;
-pub mod ruledout;
 pub mod statfiles;
 pub mod stores;
 pub mod system;
@@ -77,21 +77,26 @@ pub fn has_model_extension(path: &str) -> bool {
         .is_some_and(|e| MODEL_EXTENSIONS.iter().any(|m| m.eq_ignore_ascii_case(e)))
 }
 
+/// CPUs this process may use, asked once (`available_parallelism` reads the affinity
+/// mask and the cgroup's CPU quota files each time; a live view asks at every snapshot).
+fn cpus() -> usize {
+    static CPUS: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
+    *CPUS.get_or_init(|| {
+        std::thread::available_parallelism()
+            .map(|n| n.get())
+            .unwrap_or(1)
+    })
+}
+
 /// Threads for work spread over the CPUs: one per CPU, at most 8.
 pub fn cpu_threads() -> usize {
-    std::thread::available_parallelism()
-        .map(|n| n.get())
-        .unwrap_or(1)
-        .clamp(1, 8)
+    cpus().clamp(1, 8)
 }
 
 /// Threads a proof searches memory on: one per CPU (reads of `/proc/PID/mem` are kernel
 /// time spent copying pages, and a machine with more cores holds more memory).
 pub fn proof_threads() -> usize {
-    std::thread::available_parallelism()
-        .map(|n| n.get())
-        .unwrap_or(1)
-        .clamp(1, 64)
+    cpus().clamp(1, 64)
 }
 
 /// Maps `f` over `items` on up to one thread per CPU (procfs reads are mostly kernel
@@ -103,8 +108,9 @@ pub fn par_map<T: Sync, R: Send>(items: &[T], f: impl Fn(&T) -> R + Sync) -> Vec
     par_map_on(cpu_threads(), items, f)
 }
 
-/// Maps `f` over `items` on up to `threads` scoped threads, each taking the next item
-/// when it is done with one, keeping the order. A panic in `f` is resumed here.
+/// Maps `f` over `items` on up to `threads` threads (this one and scoped others), each
+/// taking the next item when it is done with one, keeping the order. A panic in `f` is
+/// resumed here.
 pub fn par_map_on<T: Sync, R: Send>(
     threads: usize,
     items: &[T],
@@ -116,24 +122,22 @@ pub fn par_map_on<T: Sync, R: Send>(
         return items.iter().map(f).collect();
     }
     let next = AtomicUsize::new(0);
+    let work = || {
+        let mut out = Vec::new();
+        loop {
+            let i = next.fetch_add(1, Ordering::Relaxed);
+            let Some(item) = items.get(i) else { break };
+            out.push((i, f(item)));
+        }
+        out
+    };
     let mut parts: Vec<(usize, R)> = std::thread::scope(|s| {
-        let workers: Vec<_> = (0..threads)
-            .map(|_| {
-                s.spawn(|| {
-                    let mut out = Vec::new();
-                    loop {
-                        let i = next.fetch_add(1, Ordering::Relaxed);
-                        let Some(item) = items.get(i) else { break };
-                        out.push((i, f(item)));
-                    }
-                    out
-                })
-            })
-            .collect();
-        workers
-            .into_iter()
-            .flat_map(|w| w.join().unwrap_or_else(|e| std::panic::resume_unwind(e)))
-            .collect()
+        let workers: Vec<_> = (1..threads).map(|_| s.spawn(work)).collect();
+        let mut parts = work();
+        for w in workers {
+            parts.extend(w.join().unwrap_or_else(|e| std::panic::resume_unwind(e)));
+        }
+        parts
     });
     parts.sort_unstable_by_key(|(i, _)| *i);
     parts.into_iter().map(|(_, r)| r).collect()

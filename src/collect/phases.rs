@@ -117,7 +117,7 @@ pub(super) fn read_basic(
     let parts = match parts {
         // twofold itself is an observer, never a holder ([`super::interest`]): what it
         // maps is of no interest, and its counters move at every snapshot.
-        Some(old) if pid == std::process::id() as i32 => Ok((old, false)),
+        Some(old) if pid == procs.own_pid() => Ok((old, false)),
         // Counters moved: `maps` again too (an unmap and a map of the same size leave
         // `vsize` alone), the fds and command line kept.
         Some(old) => read_maps(procs, pid, status.kernel_thread).map(|(maps, denied)| {

@@ -41,11 +41,22 @@ pub struct FdTarget {
 #[derive(Debug, Clone)]
 pub struct ProcReader {
     root: PathBuf,
+    /// This process's pid, taken once (`getpid` is a system call; it is compared with
+    /// every process at every snapshot).
+    own_pid: i32,
 }
 
 impl ProcReader {
     pub fn new(root: impl Into<PathBuf>) -> Self {
-        ProcReader { root: root.into() }
+        ProcReader {
+            root: root.into(),
+            own_pid: std::process::id() as i32,
+        }
+    }
+
+    /// This process's pid (when the reader was made).
+    pub fn own_pid(&self) -> i32 {
+        self.own_pid
     }
 
     pub fn root(&self) -> &Path {
