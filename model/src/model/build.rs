@@ -1,6 +1,6 @@
 //! Building the report: [`build`] (one snapshot in, one report out) and its parts.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 
 use super::*;
 use crate::sample::snapshot::Snapshot;
@@ -83,10 +83,26 @@ pub fn trace_context(sample: &Sample, files: &[FileModel], t: &TraceSample) -> t
 /// are computed here, once. Pure.
 fn build_with(sample: &Sample, trace: Option<TraceInput>) -> Report {
     let page = sample.system.page_size.max(1);
+    // The processes that map or hold each file, in the sample's order: found once, not by
+    // going through every process's mappings for each file.
+    let mut refs: HashMap<FileKey, Vec<usize>> = HashMap::new();
+    for (i, p) in sample.processes.iter().enumerate() {
+        let keys = p.mappings.iter().map(|m| m.key());
+        for k in keys.chain(p.open_files.iter().map(|o| o.key)) {
+            let v = refs.entry(k).or_default();
+            if v.last() != Some(&i) {
+                v.push(i);
+            }
+        }
+    }
     let mut files: Vec<FileModel> = sample
         .files
         .iter()
         .map(|f| {
+            let refer = || {
+                let at = refs.get(&f.key).map_or(&[][..], Vec::as_slice);
+                at.iter().map(|&i| &sample.processes[i])
+            };
             let resident = f.residency.as_ref().map(|r| r.cached_bytes);
             FileModel {
                 path: f.path.clone(),
@@ -108,12 +124,10 @@ fn build_with(sample: &Sample, trace: Option<TraceInput>) -> Report {
                     .as_ref()
                     .map(|r| format!("{:?}", r.source).to_lowercase()),
                 residency_unknown_reason: f.residency_error.clone(),
-                mappers: sample
-                    .processes
-                    .iter()
+                mappers: refer()
                     .filter_map(|p| mapper(p, f.key, f.size_bytes, page))
                     .collect(),
-                holders: holders(sample, f.key),
+                holders: holders(refer(), f.key),
                 proven_copies: Vec::new(),
                 suspected_copies: Vec::new(),
                 device_copies: Vec::new(),

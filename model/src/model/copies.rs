@@ -8,7 +8,7 @@
 //! other processes' copies map too (after `fork()`, or in shared memory) is one physical
 //! copy: each process counts its share ([`crate::sample::PhysicalSample`]).
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 
 use super::{CopyHow, FileModel, ProvenCopy, Representations, SharedCopy, SuspectedCopy};
 use crate::sample::{FileKey, ProcessSample, ProofSample, Sample};
@@ -46,7 +46,23 @@ fn how(p: Option<&ProcessSample>, mapped: bool, pr: &ProofSample, traced: Option
 /// Fills each file's proven and suspected copies and candidate counts; `reads` is the
 /// read() ledger (bytes each process read of each file while traced).
 pub fn attribute(sample: &Sample, reads: &BTreeMap<(i32, FileKey), u64>, files: &mut [FileModel]) {
-    let proc_of = |pid: i32| sample.processes.iter().find(|p| p.pid == pid);
+    // Looked up by key rather than searched for each file (a host has hundreds of files
+    // and thousands of candidacies); the first of each key, in the sample's order.
+    let mut procs: HashMap<i32, &ProcessSample> = HashMap::new();
+    for p in &sample.processes {
+        procs.entry(p.pid).or_insert(p);
+    }
+    let proc_of = |pid: i32| procs.get(&pid).copied();
+    let mut proofs_of: HashMap<FileKey, Vec<&ProofSample>> = HashMap::new();
+    let mut proof_at: HashMap<(i32, FileKey), &ProofSample> = HashMap::new();
+    for p in &sample.proofs {
+        proofs_of.entry(p.file).or_default().push(p);
+        proof_at.entry((p.pid, p.file)).or_insert(p);
+    }
+    let mut candidates_of: HashMap<FileKey, Vec<&crate::sample::CandidateSample>> = HashMap::new();
+    for c in &sample.candidates {
+        candidates_of.entry(c.file).or_default().push(c);
+    }
     // Private memory left for suspicion per process, largest file first.
     let mut left: BTreeMap<i32, u64> = BTreeMap::new();
     let mut order: Vec<usize> = (0..files.len()).collect();
@@ -55,7 +71,7 @@ pub fn attribute(sample: &Sample, reads: &BTreeMap<(i32, FileKey), u64>, files: 
         let f = &mut files[i];
         let key = f.key;
         let size = f.size_bytes.unwrap_or(0);
-        for pr in sample.proofs.iter().filter(|p| p.file == key) {
+        for &pr in proofs_of.get(&key).into_iter().flatten() {
             let bytes = pr.identical_file_bytes + pr.widened_file_bytes;
             if bytes == 0 {
                 continue;
@@ -93,12 +109,9 @@ pub fn attribute(sample: &Sample, reads: &BTreeMap<(i32, FileKey), u64>, files: 
                 mapped,
             });
         }
-        for c in sample.candidates.iter().filter(|c| c.file == key) {
+        for &c in candidates_of.get(&key).into_iter().flatten() {
             f.candidates.could_hold += 1;
-            let proof = sample
-                .proofs
-                .iter()
-                .find(|p| p.pid == c.pid && p.file == key);
+            let proof = proof_at.get(&(c.pid, key)).copied();
             let unsearched = match proof {
                 Some(p) => p.unsearched.clone(),
                 None => Some(crate::sample::unsearched::Unsearched::no_prove()),

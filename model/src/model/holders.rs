@@ -87,10 +87,11 @@ pub(super) fn mapper(
     })
 }
 
-pub(super) fn holders(sample: &Sample, key: FileKey) -> Vec<Holder> {
-    sample
-        .processes
-        .iter()
+pub(super) fn holders<'a>(
+    processes: impl Iterator<Item = &'a ProcessSample>,
+    key: FileKey,
+) -> Vec<Holder> {
+    processes
         .filter_map(|p| {
             let fds: Vec<i32> = p
                 .open_files

@@ -29,7 +29,7 @@ pub use build::{build, from_sample, trace_context, TRACE_TOP};
 
 use serde::{Deserialize, Serialize};
 
-use crate::sample::{FileKey, ProcessSample, Sample, Skipped, Unreadable};
+use crate::sample::{FileKey, ProcessSample, Skipped, Unreadable};
 pub use cgroup::CgroupModel;
 pub use findings::{Code, Finding, Severity};
 
