@@ -102,8 +102,9 @@ pub enum Hit {
     /// Nothing changed: `status` and the parts.
     All(StatusRead, Arc<BasicParts>),
     /// Counters changed, not the size of the address space: the fds and command line
-    /// (read `status` and `maps` again).
-    Parts(Arc<BasicParts>),
+    /// (read `status` again, and `maps` unless the file and shared-memory pages mapped,
+    /// `RssFile` and `RssShmem`, are as in the `status` given here).
+    Parts(Arc<BasicParts>, Box<StatusRead>),
     /// The size of the address space changed too: as `Parts` while the process has as
     /// many open descriptors as when they were read, else everything again.
     PartsIfFds(Arc<BasicParts>),
@@ -244,7 +245,7 @@ impl ProcCache {
         } else if e.stat.vsize_bytes != stat.vsize_bytes {
             Hit::PartsIfFds(Arc::clone(&e.basic))
         } else {
-            Hit::Parts(Arc::clone(&e.basic))
+            Hit::Parts(Arc::clone(&e.basic), Box::new(e.status.clone()))
         }
     }
 
@@ -423,7 +424,7 @@ mod tests {
             minflt: 5,
             ..stamp(1, 100, 1)
         };
-        assert!(matches!(c.lookup(7, &faulted), Hit::Parts(_)));
+        assert!(matches!(c.lookup(7, &faulted), Hit::Parts(..)));
         // A new name (an exec) or another process under the pid: everything again.
         let exec = StatStamp {
             comm: "python3".into(),
@@ -463,7 +464,7 @@ mod tests {
         for (pid, s) in stamps {
             let read = match c.lookup(*pid, s) {
                 Hit::All(..) => Read::Reused,
-                Hit::Parts(p) => Read::Status(StatusRead::default(), p),
+                Hit::Parts(p, _) => Read::Status(StatusRead::default(), p),
                 // As phase 1 does: fds kept only with a known, unchanged count (these
                 // parts have none).
                 Hit::PartsIfFds(p) if p.fd_count.is_some() => {

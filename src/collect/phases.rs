@@ -13,7 +13,7 @@ use super::cgroup::CgroupReader;
 use super::error::Result as CResult;
 use super::has_model_extension;
 use super::process::{ProcReader, StatusRead};
-use crate::sample::{CgroupRef, FileKey, MappingSample, ProcessSample, Unreadable};
+use crate::sample::{CgroupRef, FileKey, MappingSample, ProcessSample, StatusSample, Unreadable};
 
 /// What phase 1 reads of every process: `status` each time, the rest shared with the
 /// cache.
@@ -89,6 +89,7 @@ pub(super) fn read_basic(
         let hit = c.lookup(pid, &stat);
         Some((stat, hit))
     });
+    let mut before = None;
     let (stat, parts) = match cached {
         Some((stat, Hit::All(status, parts))) => {
             return (
@@ -97,7 +98,10 @@ pub(super) fn read_basic(
                 opened,
             )
         }
-        Some((stat, Hit::Parts(parts))) => (Some(stat), Some(parts)),
+        Some((stat, Hit::Parts(parts, status))) => {
+            before = Some(status);
+            (Some(stat), Some(parts))
+        }
         // The fds are kept while their number and the command line hold (an `mmap`
         // moves `vsize`, rarely the fd table; an `exec` that keeps the name shows in the
         // command line); the number read where the kernel gives it (one `stat`).
@@ -118,8 +122,14 @@ pub(super) fn read_basic(
         // twofold itself is an observer, never a holder ([`super::interest`]): what it
         // maps is of no interest, and its counters move at every snapshot.
         Some(old) if pid == procs.own_pid() => Ok((old, false)),
+        // Counters moved, not the size of the address space nor the file and shared
+        // memory pages mapped (`RssFile`, `RssShmem`): the mappings are kept too. A
+        // process that rewrites its heap or forks moves its counters at every snapshot.
+        Some(old) if before.is_some_and(|b| same_mapped(&b.status, &status.status)) => {
+            Ok((old, false))
+        }
         // Counters moved: `maps` again too (an unmap and a map of the same size leave
-        // `vsize` alone), the fds and command line kept.
+        // `vsize` alone, a mapping touched moves `RssFile`), the fds and command line kept.
         Some(old) => read_maps(procs, pid, status.kernel_thread).map(|(maps, denied)| {
             let parts = Arc::new(BasicParts {
                 maps,
@@ -148,6 +158,16 @@ pub(super) fn read_basic(
         }
         Err(e) => (Err(e), None, None),
     }
+}
+
+/// Whether two `status` reads of a process map the same file and shared-memory pages
+/// (both known and equal): with the same `vsize`, its mappings are taken as unchanged. A
+/// file mapped over a reserved range of the same size shows once its pages are touched.
+fn same_mapped(a: &StatusSample, b: &StatusSample) -> bool {
+    a.rss_file_bytes.is_some()
+        && a.rss_shmem_bytes.is_some()
+        && a.rss_file_bytes == b.rss_file_bytes
+        && a.rss_shmem_bytes == b.rss_shmem_bytes
 }
 
 /// `maps` of a process, and whether it was refused (nothing for a kernel thread).
