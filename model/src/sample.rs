@@ -7,6 +7,8 @@ use serde::{Deserialize, Serialize};
 
 pub mod campaign;
 mod gpu;
+mod referrers;
+pub use referrers::referrers;
 pub mod snapshot;
 pub mod trace;
 pub mod unsearched;

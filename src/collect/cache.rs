@@ -167,7 +167,7 @@ pub struct ProcCache {
     pub stat_files: super::statfiles::KeptFiles,
     pub io_files: super::statfiles::KeptFiles,
     /// Files found not of interest, lent to each snapshot's gatherer.
-    pub decisions: super::interest::Decided,
+    pub decisions: super::decisions::Decided,
     /// The walks of the directories named, lent to each snapshot's gatherer.
     pub walks: super::walkmemo::WalkMemo,
     pub stats: CacheStats,
@@ -189,7 +189,7 @@ impl ProcCache {
             dirty_pids: HashSet::new(),
             stat_files: super::statfiles::KeptFiles::stat(),
             io_files: super::statfiles::KeptFiles::io(),
-            decisions: super::interest::Decided::new(max_age),
+            decisions: super::decisions::Decided::new(max_age),
             walks: super::walkmemo::WalkMemo::new(max_age),
             stats: CacheStats::default(),
         }
@@ -197,11 +197,11 @@ impl ProcCache {
 
     /// What the cache lends each snapshot's gatherer (given back when the gather is done):
     /// a gather that fails half-way leaves empty ones of the same maximum age behind.
-    pub fn lend(&mut self) -> (super::interest::Decided, super::walkmemo::WalkMemo) {
+    pub fn lend(&mut self) -> (super::decisions::Decided, super::walkmemo::WalkMemo) {
         (
             std::mem::replace(
                 &mut self.decisions,
-                super::interest::Decided::new(self.max_age),
+                super::decisions::Decided::new(self.max_age),
             ),
             std::mem::replace(
                 &mut self.walks,

@@ -2,9 +2,26 @@
 //! snapshots.
 
 use std::collections::HashMap;
+use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use crate::sample::FileKey;
+
+/// What a long-lived engine decided about each file, by (file, path seen by): see
+/// [`Decisions`].
+pub type Decided = Decisions<Option<Interest>>;
+
+/// A file of interest while gathering: how to open it and how to show it.
+#[derive(Debug, Clone)]
+pub struct Interest {
+    pub(crate) shown: String,
+    /// `shown`'s bytes when they are not UTF-8.
+    pub(crate) raw: Option<Vec<u8>>,
+    pub(crate) open_path: PathBuf,
+    pub(crate) size_bytes: Option<u64>,
+    pub(crate) explicit: bool,
+    pub(crate) store: bool,
+}
 
 /// Decisions about the files processes map or hold, kept by a long-lived engine between
 /// snapshots so that each is not taken again (a path built, a `stat` or three) at every

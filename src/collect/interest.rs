@@ -12,6 +12,7 @@ use std::sync::Arc;
 use anyhow::Context;
 
 use super::cache::{self, BasicParts};
+use super::decisions::{Decided, Interest};
 use super::phases::Basic;
 use super::process::ProcReader;
 use super::reopen;
@@ -19,22 +20,6 @@ use super::request::Request;
 use super::residency::{self, Method};
 use super::{has_model_extension, Roots};
 use crate::sample::{FileKey, FileSample, OpenFileSample, ProcessSample, Sample, Unreadable};
-
-/// What a long-lived engine decided about each file, by (file, path seen by): see
-/// [`super::decisions::Decisions`].
-pub type Decided = super::decisions::Decisions<Option<Interest>>;
-
-/// A file of interest while gathering: how to open it and how to show it.
-#[derive(Debug, Clone)]
-pub struct Interest {
-    shown: String,
-    /// `shown`'s bytes when they are not UTF-8.
-    raw: Option<Vec<u8>>,
-    open_path: PathBuf,
-    size_bytes: Option<u64>,
-    explicit: bool,
-    store: bool,
-}
 
 /// A gather's state: the files decided so far, and what deciding them needs.
 pub(super) struct Gatherer<'a> {
@@ -363,16 +348,7 @@ impl<'a> Gatherer<'a> {
         }
         // Which processes map or hold each file, once (rather than every process's
         // mappings searched for each file).
-        let mut refs: HashMap<FileKey, Vec<usize>> = HashMap::new();
-        for (i, p) in sample.processes.iter().enumerate() {
-            let keys = p.mappings.iter().map(|m| m.key());
-            for k in keys.chain(p.open_files.iter().map(|o| o.key)) {
-                let v = refs.entry(k).or_default();
-                if v.last() != Some(&i) {
-                    v.push(i);
-                }
-            }
-        }
+        let refs = crate::sample::referrers(&sample.processes);
         let referenced =
             |k: &FileKey| refs.contains_key(k) || sample.candidates.iter().any(|c| c.file == *k);
         let mut out: Vec<FileSample> = by_key

@@ -1,6 +1,6 @@
 //! Building the report: [`build`] (one snapshot in, one report out) and its parts.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
 
 use super::*;
 use crate::sample::snapshot::Snapshot;
@@ -85,16 +85,7 @@ fn build_with(sample: &Sample, trace: Option<TraceInput>) -> Report {
     let page = sample.system.page_size.max(1);
     // The processes that map or hold each file, in the sample's order: found once, not by
     // going through every process's mappings for each file.
-    let mut refs: HashMap<FileKey, Vec<usize>> = HashMap::new();
-    for (i, p) in sample.processes.iter().enumerate() {
-        let keys = p.mappings.iter().map(|m| m.key());
-        for k in keys.chain(p.open_files.iter().map(|o| o.key)) {
-            let v = refs.entry(k).or_default();
-            if v.last() != Some(&i) {
-                v.push(i);
-            }
-        }
-    }
+    let refs = crate::sample::referrers(&sample.processes);
     let mut files: Vec<FileModel> = sample
         .files
         .iter()
