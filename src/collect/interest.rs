@@ -226,16 +226,11 @@ impl<'a> Gatherer<'a> {
         }
         let mut wanted = HashSet::new();
         // Few per process (a program and its libraries): a list beats a hash set.
-        let mut code: Vec<FileKey> = b
-            .parts
-            .maps
-            .iter()
-            .filter(|m| m.perms.exec)
-            .map(|m| m.key())
-            .collect();
-        code.sort_unstable();
-        code.dedup();
-        for m in &b.parts.maps {
+        let files = b.parts.mapped_files();
+        let code = &files.code;
+        // The first mapping of each file decides it (later ones find it decided).
+        for &i in &files.first {
+            let m = &b.parts.maps[i as usize];
             let range = Some((m.start, m.end));
             let is_code = code.binary_search(&m.key()).is_ok();
             if self.classify(pid, m.key(), &m.path, None, range, is_code) {
@@ -280,7 +275,7 @@ impl<'a> Gatherer<'a> {
         let Some(exe) = self.own_exe else {
             return false;
         };
-        parts.maps.iter().any(|m| m.perms.exec && m.key() == exe)
+        parts.mapped_files().code.binary_search(&exe).is_ok()
             && parts.cmdline.get(1).map(String::as_str) != Some("__child")
     }
 

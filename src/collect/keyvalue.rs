@@ -79,11 +79,34 @@ pub fn read_map(path: &Path) -> Result<std::collections::BTreeMap<String, u64>> 
 /// Bytes that are not UTF-8 (a file name in `maps`, a `comm`: the kernel prints them as
 /// they are) become U+FFFD: one odd name must not make a whole process unreadable.
 pub fn read_to_string(path: &Path) -> Result<String> {
-    let bytes = std::fs::read(path).map_err(|e| CollectError::io(path, e))?;
+    let bytes = read_kernel_file(path).map_err(|e| CollectError::io(path, e))?;
     Ok(match String::from_utf8(bytes) {
         Ok(s) => s,
         Err(e) => String::from_utf8_lossy(e.as_bytes()).into_owned(),
     })
+}
+
+/// Reads a whole file the kernel generates as it is read (procfs, sysfs, cgroupfs) in as
+/// few `read`s as it takes. Such a file is made again at every read: a `stat` or `status`
+/// read at an offset is generated whole, then cut, so the usual loop (a small probe read,
+/// then reads until one returns 0) costs the kernel three or four times the work. A read
+/// that returns less than it asked for is the end of the file (`seq_file` fills the whole
+/// buffer while there is more).
+pub fn read_kernel_file(path: &Path) -> std::io::Result<Vec<u8>> {
+    use std::io::Read;
+    let mut f = std::fs::File::open(path)?;
+    let mut buf = vec![0u8; 4096];
+    let mut n = 0;
+    loop {
+        let got = f.read(&mut buf[n..])?;
+        n += got;
+        if got == 0 || n < buf.len() {
+            break;
+        }
+        buf.resize(buf.len() * 2, 0);
+    }
+    buf.truncate(n);
+    Ok(buf)
 }
 
 /// Reads a file holding one number (cgroup `memory.current`); `max` gives `None`.

@@ -240,7 +240,8 @@ impl ProcMemory {
     /// Each mapping's range with its `Rss` and `Pss` (bytes), from `/proc/PID/smaps`.
     pub fn smaps_sizes(&self) -> std::io::Result<Vec<MappingSizes>> {
         let path = self.pagemap_path.with_file_name("smaps");
-        Ok(parse_smaps_sizes(&std::fs::read_to_string(path)?))
+        let bytes = super::keyvalue::read_kernel_file(&path)?;
+        Ok(parse_smaps_sizes(&String::from_utf8_lossy(&bytes)))
     }
 
     /// Pagemap entries for `[start, end)`, one per 4 KiB [`PAGE`] (the unit the search

@@ -138,6 +138,7 @@ pub(super) fn read_basic(
                 named: old.named.clone(),
                 denied: denied || old.denied,
                 fd_count: old.fd_count,
+                by_file: Default::default(),
             });
             (parts, false)
         }),

@@ -172,20 +172,35 @@ impl KeptFiles {
 /// The whole file from offset 0, parsed (bytes that are not UTF-8, as in a process name,
 /// are read lossily).
 fn read_from<T>(f: &File, parse: impl Fn(&str) -> Option<T>) -> Option<T> {
-    // `stat` is a few hundred bytes; the buffer doubles for anything longer.
-    let mut buf = vec![0u8; 1024];
+    // `stat` is a few hundred bytes; the buffer doubles for anything longer. A read that
+    // returns less than it asked for is the end: reading on to a read of 0 would have the
+    // kernel generate the whole file again (see `keyvalue::read_kernel_file`).
+    let mut stack = [0u8; 1024];
+    let mut heap = Vec::new();
     let mut n = 0usize;
     loop {
-        if n == buf.len() {
-            buf.resize(buf.len() * 2, 0);
-        }
+        let buf: &mut [u8] = if heap.is_empty() {
+            &mut stack
+        } else {
+            &mut heap
+        };
         let got = f.read_at(&mut buf[n..], n as u64).ok()?;
-        if got == 0 {
+        n += got;
+        if got == 0 || n < buf.len() {
             break;
         }
-        n += got;
+        let len = buf.len();
+        if heap.is_empty() {
+            heap = stack.to_vec();
+        }
+        heap.resize(len * 2, 0);
     }
-    parse(&String::from_utf8_lossy(&buf[..n]))
+    let bytes = if heap.is_empty() {
+        &stack[..n]
+    } else {
+        &heap[..n]
+    };
+    parse(&String::from_utf8_lossy(bytes))
 }
 
 #[cfg(test)]

@@ -83,20 +83,21 @@ pub(crate) type Fingerprint = (Option<u64>, Option<u64>, Option<u64>);
 /// looked up by key (a host with 200 files and 2,000 candidates: no linear scan each).
 /// Where a pid or a file stands twice, the first counts.
 pub(crate) struct Fingerprints {
-    procs: HashMap<i32, (Option<u64>, Option<u64>)>,
-    files: HashMap<FileKey, Option<u64>>,
+    procs: HashMap<i32, (Option<u64>, Option<u64>), foldhash::fast::RandomState>,
+    files: HashMap<FileKey, Option<u64>, foldhash::fast::RandomState>,
 }
 
 impl Fingerprints {
     pub(crate) fn of(sample: &Sample) -> Fingerprints {
-        let mut procs = HashMap::with_capacity(sample.processes.len());
+        let fast = foldhash::fast::RandomState::default();
+        let mut procs = HashMap::with_capacity_and_hasher(sample.processes.len(), fast.clone());
         for p in &sample.processes {
             // The first of a pid, as `fingerprint` finds it.
             procs
                 .entry(p.pid)
                 .or_insert((p.status.rss_anon_bytes, p.rchar_bytes));
         }
-        let mut files = HashMap::with_capacity(sample.files.len());
+        let mut files = HashMap::with_capacity_and_hasher(sample.files.len(), fast);
         for f in &sample.files {
             files.entry(f.key).or_insert(f.size_bytes);
         }
@@ -189,7 +190,7 @@ impl Engine {
             );
         }
         // Keep the searches of processes that are still candidates.
-        let candidates: HashSet<(i32, FileKey)> =
+        let candidates: HashSet<(i32, FileKey), foldhash::fast::RandomState> =
             sample.candidates.iter().map(|c| (c.pid, c.file)).collect();
         self.reuse.retain(|k, _| candidates.contains(k));
         for p in fresh {
@@ -322,16 +323,21 @@ fn stale(
     let before = r.proof.sample.unsearched.clone();
     let checked = &*r.checked.insert(checked);
     let ago = now.duration_since(checked.at).as_secs_f64();
-    let when = format!(
-        " {:.0} s ago (searched again every {:.0} s while it changes{})",
-        searched_ago.as_secs_f64(),
-        cadence.as_secs_f64(),
-        match (found, ago < 0.5) {
-            (false, _) => String::new(),
-            (true, true) => "; the copies found then were checked again now".to_string(),
-            (true, false) => format!("; the copies found then were checked again {ago:.0} s ago"),
-        }
-    );
+    // Said only where the memory moved (below).
+    let when = || {
+        format!(
+            " {:.0} s ago (searched again every {:.0} s while it changes{})",
+            searched_ago.as_secs_f64(),
+            cadence.as_secs_f64(),
+            match (found, ago < 0.5) {
+                (false, _) => String::new(),
+                (true, true) => "; the copies found then were checked again now".to_string(),
+                (true, false) => {
+                    format!("; the copies found then were checked again {ago:.0} s ago")
+                }
+            }
+        )
+    };
     // Nothing moved (no page faulted in or freed and faulted again since the search
     // began): the memory is where the search saw it, rewritten in place at most, so the
     // search stands and the count stays exact (dupes::moved says what this cannot see).
@@ -348,7 +354,7 @@ fn stale(
             ..p.clone()
         },
         Ok(p) => ProofSample {
-            unsearched: Some(Unsearched::changed_since_search(before.as_ref(), &when)),
+            unsearched: Some(Unsearched::changed_since_search(before.as_ref(), &when())),
             ..p.clone()
         },
         Err(e) => ProofSample {

@@ -230,13 +230,21 @@ where
         if let Some(u) = feed.poll() {
             pending = Some(u);
         }
+        let mut applied = false;
         if !state.paused {
             if let Some(u) = pending.take() {
                 apply(state, &mut report, u);
                 dirty = true;
+                applied = true;
             }
         }
-        if usage_at.is_none_or(|t| t.elapsed() >= Duration::from_secs(1)) {
+        // twofold's own CPU and RSS are taken with each report, so that both show in one
+        // draw (a draw is a fair part of `top`'s own cost), or every two seconds without
+        // one (paused, or a collection that takes long).
+        let usage_due = usage_at.map(|t| t.elapsed()).is_none_or(|e| {
+            (applied && e >= Duration::from_millis(500)) || e >= Duration::from_secs(2)
+        });
+        if usage_due {
             let (cpu, rss) = usage.sample(proc_root);
             if cpu.is_some() || usage_at.is_none() {
                 state.own_cpu_percent = cpu;

@@ -247,8 +247,16 @@ pub fn table(
             Some(i) => Cell::from(align(Line::from(cols[*i].title), cols[*i].left)),
         })
         .collect();
+    // Only the rows that can show are built (a host with thousands of files or processes
+    // draws a screenful): the window ratatui would scroll to, with the selection in view.
+    let room = usize::from(area.height.saturating_sub(1)).max(1);
+    let empty = rows.is_empty();
+    let selected = selected.map(|s| s.min(rows.len().saturating_sub(1)));
+    let skip = selected.map_or(0, |s| (s + 1).saturating_sub(room));
     let body: Vec<Row> = rows
         .into_iter()
+        .skip(skip)
+        .take(room)
         .map(|(name, cells, style)| {
             let row: Vec<Cell> = order
                 .iter()
@@ -261,12 +269,11 @@ pub fn table(
             Row::new(row).style(style)
         })
         .collect();
-    let empty = body.is_empty();
     let table = Table::new(body, widths)
         .header(Row::new(header).style(t.bold().add_modifier(Modifier::UNDERLINED)))
         .column_spacing(1)
         .row_highlight_style(t.selected());
-    let mut ts = TableState::default().with_selected(selected.filter(|_| !empty));
+    let mut ts = TableState::default().with_selected(selected.filter(|_| !empty).map(|s| s - skip));
     frame.render_stateful_widget(table, area, &mut ts);
     let mut x = area.x;
     let mut sortable = Vec::new();
@@ -281,7 +288,11 @@ pub fn table(
         x += w + 1;
     }
     hits.header = Some((area.y, sortable));
-    hits.body = Some((area.y + 1, area.height.saturating_sub(1), ts.offset()));
+    hits.body = Some((
+        area.y + 1,
+        area.height.saturating_sub(1),
+        skip + ts.offset(),
+    ));
     if empty {
         let msg = Rect {
             y: area.y + 1,
