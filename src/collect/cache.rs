@@ -73,36 +73,14 @@ pub struct BasicParts {
     pub fd_count: Option<u64>,
     /// Its mappings by file, worked out once per version of the parts (an unchanged
     /// process keeps its parts, so a live view does not go over its mappings again).
-    pub by_file: std::sync::OnceLock<MappedFiles>,
-}
-
-/// The files a process maps, each once: the index of its first mapping, in the order of
-/// `maps`, and the files it maps executable (code), sorted.
-#[derive(Debug, Default)]
-pub struct MappedFiles {
-    pub first: Vec<u32>,
-    pub code: Vec<FileKey>,
+    pub by_file: std::sync::OnceLock<super::mapped::MappedFiles>,
 }
 
 impl BasicParts {
-    /// The files it maps ([`MappedFiles`]).
-    pub fn mapped_files(&self) -> &MappedFiles {
-        self.by_file.get_or_init(|| {
-            let mut code: Vec<FileKey> = self
-                .maps
-                .iter()
-                .filter(|m| m.perms.exec)
-                .map(|m| m.key())
-                .collect();
-            code.sort_unstable();
-            code.dedup();
-            let mut seen = HashSet::with_capacity(self.maps.len());
-            let first = (0..self.maps.len())
-                .filter(|&i| seen.insert(self.maps[i].key()))
-                .map(|i| i as u32)
-                .collect();
-            MappedFiles { first, code }
-        })
+    /// The files it maps ([`super::mapped::MappedFiles`]).
+    pub fn mapped_files(&self) -> &super::mapped::MappedFiles {
+        self.by_file
+            .get_or_init(|| super::mapped::MappedFiles::of(&self.maps))
     }
 }
 

@@ -87,11 +87,11 @@ pub fn read_to_string(path: &Path) -> Result<String> {
 }
 
 /// Reads a whole file the kernel generates as it is read (procfs, sysfs, cgroupfs) in as
-/// few `read`s as it takes. Such a file is made again at every read: a `stat` or `status`
-/// read at an offset is generated whole, then cut, so the usual loop (a small probe read,
-/// then reads until one returns 0) costs the kernel three or four times the work. A read
-/// that returns less than it asked for is the end of the file (`seq_file` fills the whole
-/// buffer while there is more).
+/// few `read`s as it takes: one 4 KiB read first (`status` and most such files whole),
+/// where the usual loop starts with a 32-byte probe, and each read of `status` makes the
+/// kernel generate the whole file again. It reads on to a read of 0: a file of many
+/// records (`maps`, `smaps`) comes in short reads. (`stat` and `io`, one record each, are
+/// read in one: `statfiles`.)
 pub fn read_kernel_file(path: &Path) -> std::io::Result<Vec<u8>> {
     use std::io::Read;
     let mut f = std::fs::File::open(path)?;
@@ -100,10 +100,12 @@ pub fn read_kernel_file(path: &Path) -> std::io::Result<Vec<u8>> {
     loop {
         let got = f.read(&mut buf[n..])?;
         n += got;
-        if got == 0 || n < buf.len() {
+        if got == 0 {
             break;
         }
-        buf.resize(buf.len() * 2, 0);
+        if n == buf.len() {
+            buf.resize(buf.len() * 2, 0);
+        }
     }
     buf.truncate(n);
     Ok(buf)

@@ -14,6 +14,7 @@ pub mod gpu;
 pub mod input;
 pub mod interest;
 pub mod keyvalue;
+pub mod mapped;
 pub mod maps;
 pub mod memory;
 pub mod mounts;

@@ -172,9 +172,10 @@ impl KeptFiles {
 /// The whole file from offset 0, parsed (bytes that are not UTF-8, as in a process name,
 /// are read lossily).
 fn read_from<T>(f: &File, parse: impl Fn(&str) -> Option<T>) -> Option<T> {
-    // `stat` is a few hundred bytes; the buffer doubles for anything longer. A read that
-    // returns less than it asked for is the end: reading on to a read of 0 would have the
-    // kernel generate the whole file again (see `keyvalue::read_kernel_file`).
+    // `stat` is a few hundred bytes; the buffer doubles for anything longer. `stat` and
+    // `io` are one record each (`single_open`): a read that returns less than it asked for
+    // is the end, and reading on to a read of 0 would have the kernel generate the whole
+    // file again.
     let mut stack = [0u8; 1024];
     let mut heap = Vec::new();
     let mut n = 0usize;

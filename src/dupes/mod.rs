@@ -13,6 +13,7 @@ pub mod grid;
 pub mod index;
 pub mod indexcache;
 pub mod moved;
+pub mod opening;
 pub mod pagemap;
 pub mod physical;
 pub mod pointcache;

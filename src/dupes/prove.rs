@@ -9,13 +9,14 @@
 
 use crate::sample::{Warning, WarningKind};
 use std::collections::{BTreeMap, BTreeSet};
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
-use super::filebytes::{same_bytes, FileBytes};
+use super::filebytes::same_bytes;
 use super::grid::{Grid, PAGE};
 use super::index::CopyKind;
 use super::indexcache::{self, IndexCache};
+use super::opening::{open_all, open_path_stat};
 use super::pointcache::PointCache;
 use super::sweep::{Hit, Sweep, SweepStats};
 use crate::collect::memory::{ProcMemory, Region, RegionKind};
@@ -49,17 +50,6 @@ impl Default for ProveOptions {
 pub struct ProofFile {
     pub key: FileKey,
     pub open_path: PathBuf,
-}
-
-/// Where a file of a sample can be opened: the first of its ways
-/// ([`crate::collect::reopen`]) that is still that inode: its path as shown (never with
-/// " (deleted)" appended), else a holder's fd, map_files or root, passing over holders
-/// that exited; the path as shown when none is (the caller's open then says why).
-pub(super) fn open_path(sample: &Sample, key: FileKey, path: &str, proc_root: &Path) -> PathBuf {
-    use crate::collect::reopen;
-    let host = PathBuf::from(reopen::strip_deleted(path));
-    let ways = reopen::ways(proc_root, &sample.processes, key, Some(&host));
-    reopen::first_way(&ways, key).map_or(host, Path::to_path_buf)
 }
 
 /// Outcome of one process's search.
@@ -238,35 +228,34 @@ fn prove_group(
         let why = Unsearched::over_budget(opts.budget.unwrap_or_default().as_secs_f64());
         return unsearched(sample, pids, &why);
     }
-    // Open each file (and check it is still that inode), then parse and index them once
-    // per version of them: a long-running engine keeps the index ([`IndexCache`]).
-    let mut opened = Vec::new();
-    let mut unopened: BTreeMap<FileKey, Unsearched> = BTreeMap::new();
-    for f in sample.files.iter().filter(|f| wanted.contains(&f.key)) {
-        let path = open_path(sample, f.key, &f.path, &roots.proc);
-        let o = FileBytes::open(&path)
-            .map_err(|e| format!("cannot open '{}': {e}", path.display()))
-            .and_then(|b| {
-                let m = b.file().metadata().ok().filter(|m| {
-                    use std::os::unix::fs::MetadataExt;
-                    FileKey::from_dev(m.dev(), m.ino()) == f.key
-                });
-                match m {
-                    Some(m) => Ok((indexcache::version(f.key, &m), b, path.clone())),
-                    None => Err(format!("'{}' now names another file", path.display())),
-                }
-            });
-        match o {
-            Ok(o) => opened.push(o),
-            Err(e) => {
-                unopened.insert(f.key, Unsearched::from_error(e));
-            }
-        }
-    }
+    // Where each file is, and its version there: a long-running engine keeps the index
+    // of each version of the files ([`IndexCache`]), and then opens none of them.
+    let files: Vec<_> = sample
+        .files
+        .iter()
+        .filter(|f| wanted.contains(&f.key))
+        .map(|f| (f, open_path_stat(sample, f.key, &f.path, &roots.proc)))
+        .collect();
+    let stated: Option<Vec<indexcache::Version>> = files
+        .iter()
+        .map(|(f, (_, m))| m.as_ref().map(|m| indexcache::version(f.key, m)))
+        .collect();
+    let kept = match (cache.as_deref_mut(), stated) {
+        (Some(c), Some(v)) => c.get(&v, opts.exact),
+        _ => None,
+    };
+    // Else open each file (and check it is still that inode), then parse and index them
+    // once per version of them.
+    let (opened, mut unopened) = match kept {
+        Some(_) => Default::default(),
+        None => open_all(&files),
+    };
     let versions: Vec<indexcache::Version> = opened.iter().map(|o| o.0).collect();
-    let kept = cache
-        .as_deref_mut()
-        .and_then(|c| c.get(&versions, opts.exact));
+    // (A file that could not be `stat`ed by its path may still have opened.)
+    let kept = kept.or_else(|| {
+        let c = cache.as_deref_mut().filter(|_| !opened.is_empty())?;
+        c.get(&versions, opts.exact)
+    });
     let indexed = match kept {
         Some(ix) => ix,
         None => {

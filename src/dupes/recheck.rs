@@ -3,7 +3,8 @@
 
 use super::filebytes::FileBytes;
 use super::grid::PAGE;
-use super::prove::{credit, open_path, Found, Proof};
+use super::opening::open_path;
+use super::prove::{credit, Found, Proof};
 use super::sweep::{Buffers, Compare, PageMap, Placed, Span};
 use crate::collect::memory::ProcMemory;
 use crate::collect::Roots;
