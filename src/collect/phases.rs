@@ -106,9 +106,12 @@ pub(super) fn read_basic(
         // moves `vsize`, rarely the fd table; an `exec` that keeps the name shows in the
         // command line); the number read where the kernel gives it (one `stat`).
         Some((stat, Hit::PartsIfFds(parts))) => {
-            let same = parts.fd_count.is_some()
-                && procs.fd_count(pid) == parts.fd_count
-                && procs.cmdline(pid).is_ok_and(|c| c == parts.cmdline);
+            // twofold's own are kept whatever its fds (its kept `/proc` descriptors come
+            // and go with the processes it watches; an observer holds no model).
+            let same = pid == procs.own_pid()
+                || parts.fd_count.is_some()
+                    && procs.fd_count(pid) == parts.fd_count
+                    && procs.cmdline(pid).is_ok_and(|c| c == parts.cmdline);
             (Some(stat), same.then_some(parts))
         }
         Some((stat, Hit::Miss)) => (Some(stat), None),
@@ -239,6 +242,11 @@ fn read_parts(procs: &ProcReader, pid: i32, kernel_thread: bool) -> CResult<Basi
         Ok(m) => b.maps = m,
         Err(e) if e.is_denied() => b.denied = true,
         Err(e) => return Err(e),
+    }
+    // twofold's own fds are the thousands of `/proc` files it keeps open: never listed
+    // (an observer, never a holder: [`super::interest`]).
+    if pid == procs.own_pid() {
+        return Ok(b);
     }
     // Counted before they are listed: one opened in between is listed next time.
     b.fd_count = procs.fd_count(pid);
