@@ -329,3 +329,36 @@ pub(super) fn read_cgroups(
     }
     out
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// twofold's own fds are never listed (an observer; its kept `/proc` descriptors
+    /// would cost an `fstatat` and a `readlink` each), another process's are.
+    #[test]
+    fn own_fds_are_not_listed_another_process_s_are() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("m.gguf");
+        std::fs::write(&path, vec![7u8; 8192]).unwrap();
+        let held = std::fs::File::open(&path).unwrap();
+        let procs = ProcReader::new("/proc");
+        let own = read_parts(&procs, std::process::id() as i32, false).unwrap();
+        assert!(own.fds.is_empty(), "{:?}", own.fds);
+        assert_eq!(own.fd_count, None);
+        // A child holding the same file open (its stdin) is listed with it.
+        let mut child = std::process::Command::new("sleep")
+            .arg("30")
+            .stdin(held)
+            .spawn()
+            .unwrap();
+        let theirs = read_parts(&procs, child.id() as i32, false).unwrap();
+        child.kill().unwrap();
+        child.wait().unwrap();
+        assert!(
+            theirs.fds.iter().any(|f| f.fd == 0 && f.size_bytes == 8192),
+            "{:?}",
+            theirs.fds
+        );
+    }
+}

@@ -9,6 +9,7 @@
 pub mod chunkmemo;
 pub mod compare;
 pub mod filebytes;
+pub mod found;
 pub mod grid;
 pub mod index;
 pub mod indexcache;

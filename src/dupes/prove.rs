@@ -19,7 +19,7 @@ use super::indexcache::{self, IndexCache};
 use super::opening::{open_all, open_path_stat};
 use super::pointcache::PointCache;
 use super::sweep::{Hit, Sweep, SweepStats};
-use crate::collect::memory::{ProcMemory, Region, RegionKind};
+use crate::collect::memory::{ProcMemory, Region};
 use crate::collect::Roots;
 use crate::sample::unsearched::Unsearched;
 use crate::sample::{FileKey, ProofSample, Sample};
@@ -59,30 +59,7 @@ struct Searched {
     took: Duration,
 }
 
-/// A copy a search found: where it is, and which bytes of which file it holds. Kept by
-/// the engine so that a later snapshot can check it again in place ([`recheck`]).
-#[derive(Debug, Clone)]
-pub struct Found {
-    pub file: FileKey,
-    pub kind: CopyKind,
-    pub file_offset: u64,
-    pub mem_len: u64,
-    /// Where the copy of the whole piece would start (it may begin outside `region`).
-    pub addr: u64,
-    /// The region it was found in, as the search saw it.
-    pub region: Region,
-    /// The whole piece matched (else only some of its pages: a partial copy).
-    pub whole: bool,
-}
-
-/// One (process, file) search: what it found, where, and how long the process's search
-/// took (shared by its files).
-#[derive(Debug, Clone)]
-pub struct Proof {
-    pub sample: ProofSample,
-    pub found: Vec<Found>,
-    pub took: Duration,
-}
+pub use super::found::{credit, Found, KnownCopies, Proof};
 
 /// Searches the sample's candidates; one [`ProofSample`] per (candidate, file) pair, and
 /// one per (process, file) where a copy was found beyond the candidacy. Candidates are
@@ -120,7 +97,7 @@ pub fn prove_found(
     progress: Option<&Progress>,
     warnings: &mut Vec<Warning>,
 ) -> Vec<Proof> {
-    prove_cached(roots, sample, opts, progress, warnings, None)
+    prove_cached(roots, sample, opts, progress, warnings, None, None)
 }
 
 /// [`prove_found`], taking the files' index from `cache` when it holds one of these
@@ -132,6 +109,7 @@ pub fn prove_cached(
     progress: Option<&Progress>,
     warnings: &mut Vec<Warning>,
     mut cache: Option<&mut IndexCache>,
+    known: Option<&KnownCopies>,
 ) -> Vec<Proof> {
     let start = Instant::now();
     let deadline = opts.budget.map(|b| start + b);
@@ -164,6 +142,7 @@ pub fn prove_cached(
             progress,
             warnings,
             (cache.as_deref_mut(), &points),
+            known,
         ));
     }
     if std::env::var_os("TWOFOLD_PROFILE").is_some() {
@@ -222,6 +201,7 @@ fn prove_group(
     progress: Option<&Progress>,
     warnings: &mut Vec<Warning>,
     (mut cache, points): (Option<&mut IndexCache>, &PointCache),
+    known: Option<&KnownCopies>,
 ) -> Vec<Proof> {
     let start = Instant::now();
     if deadline.is_some_and(|d| start >= d) {
@@ -325,8 +305,18 @@ fn prove_group(
             });
         }
         let began = Instant::now();
+        let known = known
+            .and_then(|k| k.get(&pid))
+            .map_or(&[][..], Vec::as_slice);
         let mut result = search_one(
-            roots, grid, pid, stride, opts.exact, deadline, progress, inner,
+            roots,
+            grid,
+            pid,
+            stride,
+            opts.exact,
+            deadline,
+            progress,
+            (inner, known),
         )
         .map_err(Unsearched::from_error);
         // A process that exited holds no memory: searched, nothing there.
@@ -457,38 +447,6 @@ fn prove_group(
     out
 }
 
-/// Credits `mem_bytes` of a copy of `key` found in region `r` to `p`: inside the
-/// process's own private mapping of the file, its copy-on-write pages; elsewhere a copy.
-pub(super) fn credit(
-    p: &mut ProofSample,
-    key: FileKey,
-    kind: CopyKind,
-    r: &Region,
-    mem_bytes: u64,
-) {
-    let file_bytes = mem_bytes / kind.factor();
-    if r.kind == RegionKind::PrivateFile && r.key == Some(key) {
-        p.cow_file_bytes += file_bytes;
-        return;
-    }
-    if r.kind == RegionKind::SharedAnon {
-        match r.key {
-            // A file in shared memory mapped by its own process: its page cache.
-            Some(k) if k == key => return,
-            // A copy in a shmem, tmpfs or memfd file: that file is a copy of this one.
-            Some(k) if !p.shmem_files.contains(&k) => p.shmem_files.push(k),
-            _ => {}
-        }
-    }
-    if kind == CopyKind::Identical {
-        p.identical_file_bytes += file_bytes;
-    } else {
-        p.widened_file_bytes += file_bytes;
-    }
-    p.copy_memory_bytes += mem_bytes;
-    p.copies += 1;
-}
-
 /// Every candidacy of `pids`, not searched, for the reason `why`.
 fn unsearched(sample: &Sample, pids: &[i32], why: &Unsearched) -> Vec<Proof> {
     sample
@@ -556,7 +514,7 @@ fn search_one(
     exact: bool,
     deadline: Option<Instant>,
     progress: Option<&Progress>,
-    threads: usize,
+    (threads, known): (usize, &[(u64, u64)]),
 ) -> SearchResult {
     // The whole chain: the refusal's reason is in the source.
     let target =
@@ -574,6 +532,7 @@ fn search_one(
         progress,
         threads,
         window: super::sweep::WINDOW,
+        known,
     };
     let (hits, stats, complete) = sweep.run(&regions).map_err(|e| {
         if e.raw_os_error() == Some(libc::ESRCH) {

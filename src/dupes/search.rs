@@ -112,6 +112,7 @@ fn search_process(
         progress: None,
         threads: crate::collect::proof_threads(),
         window: super::sweep::WINDOW,
+        known: &[],
     };
     let (hits, stats, _) = sweep
         .run(&regions)

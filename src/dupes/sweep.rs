@@ -46,6 +46,9 @@ pub struct Sweep<'a> {
     pub threads: usize,
     /// Bytes of a window ([`WINDOW`]).
     pub window: u64,
+    /// Memory ranges that hold copies already known (an earlier search's, checked in
+    /// place since): not sampled, and no copy that overlaps them is confirmed.
+    pub known: &'a [(u64, u64)],
 }
 
 struct State {
@@ -121,14 +124,19 @@ struct Plan<'a> {
 }
 
 impl State {
-    fn new(stride: u64) -> State {
+    fn new(stride: u64, known: &[(u64, u64)]) -> State {
+        let mut credited = BTreeMap::new();
+        for &(lo, hi) in known.iter().filter(|(lo, hi)| hi > lo) {
+            let e = credited.entry(lo).or_insert(hi);
+            *e = (*e).max(hi);
+        }
         State {
             stats: SweepStats {
                 stride_pages: stride,
                 ..SweepStats::default()
             },
             hits: Vec::new(),
-            credited: BTreeMap::new(),
+            credited,
             synced: 0,
             seen: HashSet::new(),
             confirmed: HashSet::new(),
@@ -215,9 +223,9 @@ impl Sweep<'_> {
         let next = AtomicUsize::new(0);
         let shared = Shared::default();
         let shared = (threads > 1).then_some(&shared);
-        let (grid, stride) = (self.grid, self.stride);
+        let (grid, stride, known) = (self.grid, self.stride, self.known);
         let work = |sweep: &Sweep| -> io::Result<(State, bool)> {
-            let mut st = State::new(stride);
+            let mut st = State::new(stride, known);
             let mut sc = Scratch {
                 one: Vec::new(),
                 buf: vec![0u8; IOV_MAX * grid.sampling(stride).len],
@@ -258,6 +266,7 @@ impl Sweep<'_> {
                                 progress: plan.progress,
                                 threads: 1,
                                 window: plan.window,
+                                known,
                             })
                         })
                     })

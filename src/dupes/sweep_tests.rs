@@ -52,7 +52,7 @@ fn threads_and_windows_credit_each_copy_once() {
     let target = ProcMemory::open(Path::new("/proc"), pid).unwrap();
     let maps = Path::new("/proc/self/maps");
     let regions = ProcMemory::regions(maps, &std::fs::read_to_string(maps).unwrap()).unwrap();
-    let sweep = |threads, window| {
+    let sweep = |threads, window, known: &[(u64, u64)]| {
         let s = Sweep {
             grid: &grid,
             target: &target,
@@ -62,6 +62,7 @@ fn threads_and_windows_credit_each_copy_once() {
             progress: None,
             threads,
             window,
+            known,
         };
         let (hits, stats, complete) = s.run(&regions).unwrap();
         assert!(complete);
@@ -77,8 +78,8 @@ fn threads_and_windows_credit_each_copy_once() {
         found.sort();
         (found, stats)
     };
-    let (one, one_stats) = sweep(1, WINDOW);
-    let (many, many_stats) = sweep(4, 1 << 20);
+    let (one, one_stats) = sweep(1, WINDOW, &[]);
+    let (many, many_stats) = sweep(4, 1 << 20, &[]);
     let mut want: Vec<(usize, u64, u64)> = starts
         .iter()
         .flat_map(|&a| (0..6).map(move |i| (i, a + i as u64 * (4 << 20), 4 << 20)))
@@ -88,5 +89,24 @@ fn threads_and_windows_credit_each_copy_once() {
     assert_eq!(many, want, "4 threads, 1 MiB windows");
     assert_eq!(one_stats.mapped_bytes, many_stats.mapped_bytes);
     assert!(many_stats.sampled_pages > 0);
+    // The first copy known already (kept from an earlier search): passed over, the
+    // second still found, and the first one not confirmed again.
+    let first = [(starts[0], starts[0] + bytes.len() as u64)];
+    for (threads, window, all) in [(1, WINDOW, &one_stats), (4, 1 << 20, &many_stats)] {
+        let (rest, stats) = sweep(threads, window, &first);
+        let in_second =
+            |w: &&(usize, u64, u64)| (starts[1]..starts[1] + bytes.len() as u64).contains(&w.1);
+        let second: Vec<_> = want.iter().filter(in_second).copied().collect();
+        assert_eq!(rest, second, "{threads} threads, the first copy known");
+        // (A copy is found by its first sample and confirmed, and the pages it covers
+        // are then not sampled: knowing it saves its confirmation.)
+        assert!(stats.sampled_pages <= all.sampled_pages);
+        assert!(
+            stats.compared_bytes * 3 <= all.compared_bytes * 2,
+            "compared {} bytes with the first copy known, {} without",
+            stats.compared_bytes,
+            all.compared_bytes
+        );
+    }
     drop(copies);
 }

@@ -21,7 +21,7 @@ pub use crate::sample::unsearched::CHANGED_SINCE_SEARCH;
 pub use manual::{Progress, ProveJob, Proved};
 use reuse::Reused;
 pub(crate) use reuse::{Fingerprint, Fingerprints};
-pub use reuse::{REPROVE_AFTER, RESEARCH_COST_FACTOR, RESEARCH_MAX, RESEARCH_MIN};
+pub use reuse::{REPROVE_AFTER, RESEARCH_COST_FACTOR, RESEARCH_MAX, RESEARCH_MIN, REVERIFY_AFTER};
 
 use crate::collect::cache::{CacheStats, ProcCache};
 use crate::collect::gather::{self, Request};
@@ -54,6 +54,9 @@ pub struct Engine {
     pub last_reused: usize,
     /// How many it checked again in place (memory changed within the search cadence).
     pub last_rechecked: usize,
+    /// Of the proofs searched again in the last snapshot, those that kept the copies
+    /// found before (checked in place) and searched the rest only.
+    pub last_carried: usize,
     /// Wall time of the last snapshot's proof, seconds (`None`: it did not prove).
     pub last_proof_seconds: Option<f64>,
     /// NVML (or a test's fixture), opened once.
@@ -83,6 +86,7 @@ impl Engine {
             reuse: BTreeMap::new(),
             last_reused: 0,
             last_rechecked: 0,
+            last_carried: 0,
             last_proof_seconds: None,
             gpu: crate::collect::gpu::source(),
             cache: None,

@@ -24,6 +24,9 @@ pub(super) struct Reused {
     /// Where the process's memory was when the search began ([`Placement`]): while it
     /// has not moved, the search stands.
     placement: Option<Placement>,
+    /// When its copies were last confirmed in full (a search that kept them, checked in
+    /// place, confirmed none: [`REVERIFY_AFTER`]).
+    verified: Instant,
 }
 
 pub(super) struct Checked {
@@ -59,6 +62,16 @@ pub const REWEIGH_AFTER_TRACKED: Duration = Duration::from_secs(60);
 /// `record` take a snapshot every few seconds; re-searching unchanged memory every time
 /// would cost a core).
 pub const REPROVE_AFTER: Duration = Duration::from_secs(60);
+
+/// A search again of an unchanged process ([`REPROVE_AFTER`]) keeps the whole copies the
+/// last one found when a check in place finds them still there, and searches the rest of
+/// its memory only (a reader's 1 GiB copy is not confirmed again page by page each
+/// minute); the copies are confirmed in full again by a whole search at least this often
+/// (or every tenth search again of a process whose search takes long: its cadence).
+pub const REVERIFY_AFTER: Duration = Duration::from_secs(10 * 60);
+/// What a check in place compares at most: the copies are kept only where confirming
+/// them compared more (large copies; a few MiB are confirmed again instead).
+const SPOT_BYTES: u64 = crate::dupes::sweep::SPOT_PAGES as u64 * crate::sample::PAGE_BYTES;
 
 /// A process whose memory changes is searched again at most this often...
 pub const RESEARCH_MIN: Duration = Duration::from_secs(5);
@@ -111,6 +124,16 @@ impl Fingerprints {
 }
 
 impl Engine {
+    /// Makes every kept search `by` older (tests: what a live engine does after
+    /// [`REPROVE_AFTER`] or [`REVERIFY_AFTER`], without waiting for it).
+    #[doc(hidden)]
+    pub fn backdate_searches(&mut self, by: Duration) {
+        for r in self.reuse.values_mut() {
+            r.at = r.at.checked_sub(by).unwrap_or(r.at);
+            r.verified = r.verified.checked_sub(by).unwrap_or(r.verified);
+        }
+    }
+
     /// Proves the sample's candidates: each (process, file) is searched in full when it
     /// never was, when its memory changed and the last search is older than its cadence
     /// ([`RESEARCH_COST_FACTOR`] times the search's time, from [`RESEARCH_MIN`] to
@@ -132,8 +155,12 @@ impl Engine {
         let mut todo = Vec::new();
         self.last_reused = 0;
         self.last_rechecked = 0;
+        self.last_carried = 0;
         // Where each changed process's memory is now, read once per process.
         let mut placed: std::collections::BTreeMap<i32, Option<Placement>> = Default::default();
+        // The copies kept through a search again of the rest, and where they are.
+        let mut carried: HashMap<(i32, FileKey), (Proof, Instant)> = HashMap::new();
+        let mut known = crate::dupes::prove::KnownCopies::new();
         let prints = Fingerprints::of(sample);
         for c in &sample.candidates {
             let fp = prints.get(c.pid, c.file);
@@ -145,7 +172,20 @@ impl Engine {
             // proofs after collections of varying length, and must not just miss it.
             let age = now.duration_since(r.at);
             let due = |after: Duration| age + after / 8 >= after;
-            if due(REPROVE_AFTER.max(r.cadence())) || (r.fingerprint != fp && due(r.cadence())) {
+            let again = due(REPROVE_AFTER.max(r.cadence()));
+            if again || (r.fingerprint != fp && due(r.cadence())) {
+                // Unchanged, searched again for what nothing cheap can see (a copy written
+                // over pages it had): the copies found, still in place, are kept.
+                if again
+                    && r.fingerprint == fp
+                    && now.duration_since(r.verified) < REVERIFY_AFTER.max(r.cadence() * 10)
+                    && r.proof.sample.compared_bytes > SPOT_BYTES
+                {
+                    if let Some(k) = still_there(&self.roots, sample, r, opts.exact) {
+                        known.entry(c.pid).or_default().extend(k.ranges());
+                        carried.insert((c.pid, c.file), (k, r.verified));
+                    }
+                }
                 todo.push(c.clone());
             } else if r.fingerprint == fp {
                 self.last_reused += 1;
@@ -187,13 +227,22 @@ impl Engine {
                 None,
                 warnings,
                 Some(&mut self.index),
+                Some(&known),
             );
         }
         // Keep the searches of processes that are still candidates.
         let candidates: HashSet<(i32, FileKey), foldhash::fast::RandomState> =
             sample.candidates.iter().map(|c| (c.pid, c.file)).collect();
         self.reuse.retain(|k, _| candidates.contains(k));
-        for p in fresh {
+        for mut p in fresh {
+            let verified = match carried.remove(&(p.sample.pid, p.sample.file)) {
+                Some((k, at)) => {
+                    carry(&mut p, k);
+                    self.last_carried += 1;
+                    at
+                }
+                None => now,
+            };
             kept.push((p.sample.clone(), CopyRanges::of(p.sample.file, &p.found)));
             // A process that could not be read at all is tried again next time.
             if p.took.is_zero() {
@@ -207,6 +256,7 @@ impl Engine {
                     placement: placements.get(&p.sample.pid).cloned().flatten(),
                     proof: p,
                     checked: None,
+                    verified,
                 },
             );
         }
@@ -272,6 +322,34 @@ impl Engine {
         }
         proofs
     }
+}
+
+/// The whole copies of `r` still in place ([`crate::dupes::recheck`]); `None` when one is
+/// gone or changed, or the check failed (the process is then searched in full).
+fn still_there(roots: &Roots, sample: &Sample, r: &Reused, exact: bool) -> Option<Proof> {
+    use crate::dupes::recheck::{recheck, Rechecked};
+    match recheck(roots, sample, &r.proof, exact) {
+        Ok(Rechecked::Still(p)) if !p.found.is_empty() => Some(*p),
+        _ => None,
+    }
+}
+
+/// Adds the copies `k` kept (checked in place) to the search `p` of the rest of the
+/// process's memory (which passed over them).
+fn carry(p: &mut Proof, k: Proof) {
+    let (s, c) = (&mut p.sample, k.sample);
+    s.identical_file_bytes += c.identical_file_bytes;
+    s.widened_file_bytes += c.widened_file_bytes;
+    s.copy_memory_bytes += c.copy_memory_bytes;
+    s.copies += c.copies;
+    s.cow_file_bytes += c.cow_file_bytes;
+    s.compared_bytes += c.compared_bytes;
+    for f in c.shmem_files {
+        if !s.shmem_files.contains(&f) {
+            s.shmem_files.push(f);
+        }
+    }
+    p.found.extend(k.found);
 }
 
 /// The proof of a process whose memory changed since its last full search `r`: the

@@ -256,7 +256,7 @@ fn the_index_is_built_once_per_version_and_let_go_when_the_file_is_deleted() {
     let proven = |cache: &mut IndexCache| {
         let mut w = Vec::new();
         let sample = gather(&roots, &req, &mut w).unwrap();
-        let p = prove_cached(&roots, &sample, opts, None, &mut w, Some(cache));
+        let p = prove_cached(&roots, &sample, opts, None, &mut w, Some(cache), None);
         p.iter()
             .filter(|p| p.sample.pid == copy.pid() && p.sample.file == key)
             .map(|p| p.sample.identical_file_bytes)

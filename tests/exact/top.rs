@@ -125,7 +125,10 @@ fn top_in_tmux_shows_the_count_and_the_copy_and_quits_cleanly() {
             && s.lines()
                 .any(|l| row_of(l, &pid) && l.contains("private copy"))
     });
-    assert!(s.contains("page cache 1.00 + CoW 0.00 + private copies 1.00"), "{s}");
+    assert!(
+        s.contains("page cache 1.00 + CoW 0.00 + private copies 1.00"),
+        "{s}"
+    );
     tmux.keys(&["Escape"]);
     tmux.wait_for("the files view again", long, |s| !s.contains("Files › "));
     tmux.keys(&["q"]);

@@ -589,6 +589,73 @@ fn a_long_lived_engine_reuses_a_proof_while_nothing_changed() {
     let f = twofold::engine::report(&second, Some(&first));
     let fm = f.files.iter().find(|x| Path::new(&x.path) == path).unwrap();
     assert_count(fm, 2.0);
+
+    // A minute on, unchanged: searched again (for a copy written over pages it had) in
+    // full: its 24 MiB copy was confirmed with fewer bytes than a check in place takes.
+    engine.backdate_searches(twofold::engine::REPROVE_AFTER);
+    let third = engine.snapshot(&mut w).unwrap();
+    assert_eq!((engine.last_reused, engine.last_carried), (0, 0));
+    assert_eq!(first.sample.proofs, third.sample.proofs);
+}
+
+/// A reader of a 256 MiB model, unchanged: minutes on it is searched again, the copy
+/// found before checked in place and kept (confirming it again would compare more), its
+/// count the full search's; much later the copy is confirmed in full again.
+#[test]
+fn a_large_copy_is_kept_through_a_search_again_and_confirmed_in_full_later() {
+    let _group = crate::common::group(module_path!());
+    if !require(is_root(), "root") {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let path = crate::common::model_file(dir.path(), "large.gguf", 256 << 20);
+    let c = reader("copy", Some(&path), &["--close"]);
+    touch_cache(&path);
+    let req = twofold::collect::gather::Request {
+        paths: vec![path.clone()],
+        pids: vec![c.pid()],
+        ..Default::default()
+    };
+    let mut engine = twofold::engine::Engine::new(req, Some(Default::default()));
+    let mut w = Vec::new();
+    let proof = |s: &twofold::engine::Snapshot| {
+        s.sample
+            .proofs
+            .iter()
+            .find(|p| p.pid == c.pid())
+            .cloned()
+            .unwrap()
+    };
+    let first = engine.snapshot(&mut w).unwrap();
+    let p1 = proof(&first);
+    assert_eq!(p1.identical_file_bytes, 256 << 20);
+    // (Five minutes: past the search's cadence, a hundred times its time.)
+    engine.backdate_searches(std::time::Duration::from_secs(300));
+    let second = engine.snapshot(&mut w).unwrap();
+    assert_eq!((engine.last_reused, engine.last_carried), (0, 1));
+    let p2 = proof(&second);
+    assert_eq!(
+        (p2.identical_file_bytes, p2.copies, p2.copy_memory_bytes),
+        (p1.identical_file_bytes, p1.copies, p1.copy_memory_bytes),
+        "the kept copy counts as the full search's did"
+    );
+    assert!(p2.unsearched.is_none(), "{:?}", p2.unsearched);
+    assert!(
+        p2.compared_bytes < p1.compared_bytes,
+        "compared {} bytes keeping the copy, {} confirming it",
+        p2.compared_bytes,
+        p1.compared_bytes
+    );
+    let f = twofold::engine::report(&second, Some(&first));
+    assert_count(
+        f.files.iter().find(|x| Path::new(&x.path) == path).unwrap(),
+        2.0,
+    );
+    engine.backdate_searches(2 * twofold::engine::RESEARCH_MAX);
+    let third = engine.snapshot(&mut w).unwrap();
+    assert_eq!((engine.last_reused, engine.last_carried), (0, 0));
+    assert_eq!(proof(&third).compared_bytes, p1.compared_bytes);
+    assert_eq!(proof(&third).identical_file_bytes, 256 << 20);
 }
 
 /// A copier that keeps doing I/O (its rchar grows, so its fingerprint changes at every
