@@ -569,14 +569,7 @@ fn a_long_lived_engine_reuses_a_proof_while_nothing_changed() {
     }
     let dir = tempfile::tempdir().unwrap();
     let (path, _) = model(dir.path(), 9);
-    let c = reader("copy", Some(&path), &["--close"]);
-    touch_cache(&path);
-    let req = twofold::collect::gather::Request {
-        paths: vec![path.clone()],
-        pids: vec![c.pid()],
-        ..Default::default()
-    };
-    let mut engine = twofold::engine::Engine::new(req, Some(Default::default()));
+    let (c, mut engine) = copier_engine(&path);
     let mut w = Vec::new();
     let first = engine.snapshot(&mut w).unwrap();
     assert_eq!(engine.last_reused, 0);
@@ -598,6 +591,23 @@ fn a_long_lived_engine_reuses_a_proof_while_nothing_changed() {
     assert_eq!(first.sample.proofs, third.sample.proofs);
 }
 
+/// A reader that copies `path` and closes it, and a long-lived engine watching both (its
+/// proof without a time budget: a loaded machine never cuts a search short here).
+fn copier_engine(path: &Path) -> (Reader, twofold::engine::Engine) {
+    let c = reader("copy", Some(path), &["--close"]);
+    touch_cache(path);
+    let req = twofold::collect::gather::Request {
+        paths: vec![path.to_path_buf()],
+        pids: vec![c.pid()],
+        ..Default::default()
+    };
+    let prove = twofold::dupes::prove::ProveOptions {
+        budget: None,
+        exact: false,
+    };
+    (c, twofold::engine::Engine::new(req, Some(prove)))
+}
+
 /// A reader of a 256 MiB model, unchanged: minutes on it is searched again, the copy
 /// found before checked in place and kept (confirming it again would compare more), its
 /// count the full search's; much later the copy is confirmed in full again.
@@ -609,14 +619,7 @@ fn a_large_copy_is_kept_through_a_search_again_and_confirmed_in_full_later() {
     }
     let dir = tempfile::tempdir().unwrap();
     let path = crate::common::model_file(dir.path(), "large.gguf", 256 << 20);
-    let c = reader("copy", Some(&path), &["--close"]);
-    touch_cache(&path);
-    let req = twofold::collect::gather::Request {
-        paths: vec![path.clone()],
-        pids: vec![c.pid()],
-        ..Default::default()
-    };
-    let mut engine = twofold::engine::Engine::new(req, Some(Default::default()));
+    let (c, mut engine) = copier_engine(&path);
     let mut w = Vec::new();
     let proof = |s: &twofold::engine::Snapshot| {
         s.sample
@@ -628,6 +631,7 @@ fn a_large_copy_is_kept_through_a_search_again_and_confirmed_in_full_later() {
     };
     let first = engine.snapshot(&mut w).unwrap();
     let p1 = proof(&first);
+    assert!(p1.unsearched.is_none(), "{:?}", p1.unsearched);
     assert_eq!(p1.identical_file_bytes, 256 << 20);
     // (Five minutes: past the search's cadence, a hundred times its time.)
     engine.backdate_searches(std::time::Duration::from_secs(300));
