@@ -569,7 +569,7 @@ fn a_long_lived_engine_reuses_a_proof_while_nothing_changed() {
     }
     let dir = tempfile::tempdir().unwrap();
     let (path, _) = model(dir.path(), 9);
-    let (c, mut engine) = copier_engine(&path);
+    let (_copier, mut engine) = copier_engine(&path);
     let mut w = Vec::new();
     let first = engine.snapshot(&mut w).unwrap();
     assert_eq!(engine.last_reused, 0);
