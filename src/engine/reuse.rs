@@ -124,13 +124,14 @@ impl Fingerprints {
 }
 
 impl Engine {
-    /// Makes every kept search `by` older (tests: what a live engine does after
-    /// [`REPROVE_AFTER`] or [`REVERIFY_AFTER`], without waiting for it).
+    /// Makes every kept search `searched` older and its copies' last full confirmation
+    /// `verified` older (tests: what a live engine does after [`REPROVE_AFTER`] or
+    /// [`REVERIFY_AFTER`], without waiting for it).
     #[doc(hidden)]
-    pub fn backdate_searches(&mut self, by: Duration) {
+    pub fn backdate_searches(&mut self, searched: Duration, verified: Duration) {
         for r in self.reuse.values_mut() {
-            r.at = r.at.checked_sub(by).unwrap_or(r.at);
-            r.verified = r.verified.checked_sub(by).unwrap_or(r.verified);
+            r.at = r.at.checked_sub(searched).unwrap_or(r.at);
+            r.verified = r.verified.checked_sub(verified).unwrap_or(r.verified);
         }
     }
 

@@ -585,7 +585,10 @@ fn a_long_lived_engine_reuses_a_proof_while_nothing_changed() {
 
     // A minute on, unchanged: searched again (for a copy written over pages it had) in
     // full: its 24 MiB copy was confirmed with fewer bytes than a check in place takes.
-    engine.backdate_searches(twofold::engine::REPROVE_AFTER);
+    engine.backdate_searches(
+        twofold::engine::REPROVE_AFTER,
+        twofold::engine::REPROVE_AFTER,
+    );
     let third = engine.snapshot(&mut w).unwrap();
     assert_eq!((engine.last_reused, engine.last_carried), (0, 0));
     assert_eq!(first.sample.proofs, third.sample.proofs);
@@ -633,8 +636,10 @@ fn a_large_copy_is_kept_through_a_search_again_and_confirmed_in_full_later() {
     let p1 = proof(&first);
     assert!(p1.unsearched.is_none(), "{:?}", p1.unsearched);
     assert_eq!(p1.identical_file_bytes, 256 << 20);
-    // (Five minutes: past the search's cadence, a hundred times its time.)
-    engine.backdate_searches(std::time::Duration::from_secs(300));
+    // Past the search's cadence (a hundred times its time, at most RESEARCH_MAX), its
+    // copy confirmed just now.
+    let cadence = twofold::engine::RESEARCH_MAX;
+    engine.backdate_searches(cadence, Duration::ZERO);
     let second = engine.snapshot(&mut w).unwrap();
     assert_eq!((engine.last_reused, engine.last_carried), (0, 1));
     let p2 = proof(&second);
@@ -655,7 +660,8 @@ fn a_large_copy_is_kept_through_a_search_again_and_confirmed_in_full_later() {
         f.files.iter().find(|x| Path::new(&x.path) == path).unwrap(),
         2.0,
     );
-    engine.backdate_searches(2 * twofold::engine::RESEARCH_MAX);
+    // Past the cadence again, the copy confirmed longer ago than ten cadences.
+    engine.backdate_searches(cadence, 11 * cadence);
     let third = engine.snapshot(&mut w).unwrap();
     assert_eq!((engine.last_reused, engine.last_carried), (0, 0));
     assert_eq!(proof(&third).compared_bytes, p1.compared_bytes);
