@@ -24,6 +24,16 @@ pub struct Found {
     pub whole: bool,
 }
 
+impl Found {
+    /// The memory it occupies within the region it was found in.
+    pub fn part(&self) -> (u64, u64) {
+        (
+            self.addr.max(self.region.start),
+            (self.addr + self.mem_len).min(self.region.end),
+        )
+    }
+}
+
 /// One (process, file) search: what it found, where, and how long the process's search
 /// took (shared by its files).
 #[derive(Debug, Clone)]
@@ -36,13 +46,7 @@ pub struct Proof {
 impl Proof {
     /// The memory its copies occupy, each range within the region it was found in.
     pub fn ranges(&self) -> impl Iterator<Item = (u64, u64)> + '_ {
-        let part = |f: &Found| {
-            (
-                f.addr.max(f.region.start),
-                (f.addr + f.mem_len).min(f.region.end),
-            )
-        };
-        self.found.iter().map(part)
+        self.found.iter().map(Found::part)
     }
 }
 

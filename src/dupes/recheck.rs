@@ -64,12 +64,7 @@ pub fn recheck(
         stride: proof.sample.stride_pages.max(1),
         exact,
     };
-    let part = |f: &Found| {
-        (
-            f.addr.max(f.region.start),
-            (f.addr + f.mem_len).min(f.region.end),
-        )
-    };
+    let part = Found::part;
     let failed = |e: std::io::Error| format!("cannot check pid {pid} again: {e}");
     let spot = super::sweep::SPOT_PAGES;
     let every = whole.len().div_ceil(spot);
