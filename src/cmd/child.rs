@@ -322,8 +322,9 @@ fn io_loop(stat: &File, mut heap: Option<&mut Vec<u8>>, sink: &mut [u8; 64]) -> 
     }
 }
 
-/// `--drift`: says `ready`, then touches a new page every 50 ms (for 12.8 s) and zeroes
-/// `copy` on each line from stdin, until stdin closes.
+/// `--drift`: says `ready`, then touches a new page every 50 ms (every 12.8 s the pages
+/// touched are freed and touching starts again) and zeroes `copy` on each line from
+/// stdin, until stdin closes.
 fn drift(mut copy: Option<&mut Vec<u8>>) -> anyhow::Result<()> {
     const RESERVE: usize = 512 << 20;
     // One touch per 2 MiB: each maps new memory, also where transparent huge pages are
@@ -353,7 +354,13 @@ fn drift(mut copy: Option<&mut Vec<u8>>) -> anyhow::Result<()> {
                     std::hint::black_box(&c);
                 }
             }
-        } else if touched + STEP <= RESERVE {
+        } else {
+            if touched + STEP > RESERVE {
+                // All touched: freed and reserved again, so the memory keeps moving.
+                drop(std::mem::take(&mut reserve));
+                reserve = Vec::with_capacity(RESERVE);
+                touched = 0;
+            }
             // SAFETY: within the reserved capacity; the byte is written before any read.
             unsafe { reserve.as_mut_ptr().add(touched).write_volatile(1) };
             touched += STEP;

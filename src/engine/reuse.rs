@@ -135,6 +135,18 @@ impl Engine {
         }
     }
 
+    /// Makes every kept search as if it had just run and never been checked in place
+    /// since (tests: the next snapshot of a changed process checks its copies in place,
+    /// whatever the load, and no cadence is due).
+    #[doc(hidden)]
+    pub fn renew_searches(&mut self) {
+        let now = Instant::now();
+        for r in self.reuse.values_mut() {
+            r.at = now;
+            r.checked = None;
+        }
+    }
+
     /// Proves the sample's candidates: each (process, file) is searched in full when it
     /// never was, when its memory changed and the last search is older than its cadence
     /// ([`RESEARCH_COST_FACTOR`] times the search's time, from [`RESEARCH_MIN`] to
