@@ -192,7 +192,7 @@ impl Engine {
                 if again
                     && r.fingerprint == fp
                     && now.duration_since(r.verified) < REVERIFY_AFTER.max(r.cadence() * 10)
-                    && r.proof.sample.compared_bytes > SPOT_BYTES
+                    && whole_copy_bytes(&r.proof) > SPOT_BYTES
                 {
                     if let Some(k) = still_there(&self.roots, sample, r, opts.exact) {
                         known.entry(c.pid).or_default().extend(k.ranges());
@@ -345,6 +345,20 @@ fn still_there(roots: &Roots, sample: &Sample, r: &Reused, exact: bool) -> Optio
         Ok(Rechecked::Still(p)) if !p.found.is_empty() => Some(*p),
         _ => None,
     }
+}
+
+/// The memory of `p`'s whole copies: what confirming them in full compares (a check in
+/// place compares [`SPOT_BYTES`] at most). Not the proof's compared bytes: after a search
+/// again that kept them, those are the spot pages and the rest of the memory only.
+fn whole_copy_bytes(p: &Proof) -> u64 {
+    p.found
+        .iter()
+        .filter(|f| f.whole)
+        .map(|f| {
+            let (a, b) = f.part();
+            b.saturating_sub(a)
+        })
+        .sum()
 }
 
 /// Adds the copies `k` kept (checked in place) to the search `p` of the rest of the

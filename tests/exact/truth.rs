@@ -660,6 +660,13 @@ fn a_large_copy_is_kept_through_a_search_again_and_confirmed_in_full_later() {
         f.files.iter().find(|x| Path::new(&x.path) == path).unwrap(),
         2.0,
     );
+    // Past the cadence again: kept again (a search again that kept it compared the spot
+    // pages only; what decides is the copy's size).
+    engine.backdate_searches(cadence, Duration::ZERO);
+    let again = engine.snapshot(&mut w).unwrap();
+    assert_eq!((engine.last_reused, engine.last_carried), (0, 1));
+    assert_eq!(proof(&again).identical_file_bytes, 256 << 20);
+    assert!(proof(&again).compared_bytes < p1.compared_bytes);
     // Past the cadence again, the copy confirmed longer ago than ten cadences.
     engine.backdate_searches(cadence, 11 * cadence);
     let third = engine.snapshot(&mut w).unwrap();
