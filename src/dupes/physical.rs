@@ -183,6 +183,34 @@ fn read_pages(proc_root: &Path, pid: i32, r: &CopyRanges) -> Option<Read> {
     Some(out)
 }
 
+/// The host's counters of what changes how pages are shared without a page fault in any
+/// process that maps them: KSM merging pages (`/sys/kernel/mm/ksm/pages_shared`,
+/// `pages_sharing`, `ksm_zero_pages` where the kernel has it) and khugepaged collapsing
+/// them, which copies shared pages into a new huge page
+/// (`/sys/kernel/mm/transparent_hugepage/khugepaged/pages_collapsed`). While they stand
+/// still and no sharer faulted, a share-out of the copies' pages cannot have changed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SilentMoves([Option<u64>; 4]);
+
+impl SilentMoves {
+    /// `None` when `/sys/kernel/mm` cannot be read (no sysfs here): nothing is known to
+    /// stand still. A counter the kernel does not have (no KSM, no transparent huge pages)
+    /// is absent, and stays so: nothing of that kind can move pages.
+    pub fn read() -> Option<SilentMoves> {
+        let num = |p: &str| -> Option<u64> { std::fs::read_to_string(p).ok()?.trim().parse().ok() };
+        let ksm = "/sys/kernel/mm/ksm";
+        let stamp = [
+            num(&format!("{ksm}/pages_shared")),
+            num(&format!("{ksm}/pages_sharing")),
+            num(&format!("{ksm}/ksm_zero_pages")),
+            num("/sys/kernel/mm/transparent_hugepage/khugepaged/pages_collapsed"),
+        ];
+        std::path::Path::new("/sys/kernel/mm")
+            .is_dir()
+            .then_some(SilentMoves(stamp))
+    }
+}
+
 /// The page map is read this much address space at a time (2 MiB of entries).
 const WINDOW: u64 = 1 << 30;
 

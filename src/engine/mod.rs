@@ -21,7 +21,10 @@ pub use crate::sample::unsearched::CHANGED_SINCE_SEARCH;
 pub use manual::{Progress, ProveJob, Proved};
 use reuse::Reused;
 pub(crate) use reuse::{Fingerprint, Fingerprints};
-pub use reuse::{REPROVE_AFTER, RESEARCH_COST_FACTOR, RESEARCH_MAX, RESEARCH_MIN, REVERIFY_AFTER};
+pub use reuse::{
+    REPROVE_AFTER, RESEARCH_COST_FACTOR, RESEARCH_MAX, RESEARCH_MIN, REVERIFY_AFTER, REWEIGH_AFTER,
+    REWEIGH_AFTER_QUIET, REWEIGH_AFTER_TRACKED,
+};
 
 use crate::collect::cache::{CacheStats, ProcCache};
 use crate::collect::gather::{self, Request};
@@ -57,6 +60,9 @@ pub struct Engine {
     /// Of the proofs searched again in the last snapshot, those that kept the copies
     /// found before (checked in place) and searched the rest only.
     pub last_carried: usize,
+    /// How many files' copies the last snapshot weighed again (read their page maps)
+    /// rather than keep their last share-out.
+    pub last_weighed: usize,
     /// Wall time of the last snapshot's proof, seconds (`None`: it did not prove).
     pub last_proof_seconds: Option<f64>,
     /// NVML (or a test's fixture), opened once.
@@ -87,6 +93,7 @@ impl Engine {
             last_reused: 0,
             last_rechecked: 0,
             last_carried: 0,
+            last_weighed: 0,
             last_proof_seconds: None,
             gpu: crate::collect::gpu::source(),
             cache: None,

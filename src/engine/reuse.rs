@@ -41,6 +41,8 @@ pub(super) struct Weighed {
     key: Vec<WeighKey>,
     physical: std::collections::BTreeMap<i32, Option<crate::sample::PhysicalSample>>,
     at: Instant,
+    /// The host's counters of what shares or moves pages without a fault, at the weigh.
+    silent: Option<crate::dupes::physical::SilentMoves>,
 }
 
 /// What a share-out depends on, per copy of the file weighed: (pid, the process's
@@ -56,6 +58,10 @@ pub const REWEIGH_AFTER: Duration = Duration::from_secs(10);
 /// what moves pages without a fault: KSM merging, khugepaged collapsing shared pages,
 /// shows within this).
 pub const REWEIGH_AFTER_TRACKED: Duration = Duration::from_secs(60);
+/// ...and when, besides, the host's KSM and khugepaged counters have not moved since
+/// ([`crate::dupes::physical::SilentMoves`]: nothing merged or collapsed pages anywhere),
+/// a safety net only.
+pub const REWEIGH_AFTER_QUIET: Duration = Duration::from_secs(10 * 60);
 
 /// A search is reused while the process's `RssAnon` and `rchar` and the file's size are
 /// unchanged for this long, or for its cadence if that is longer (`top`, `serve` and
@@ -132,6 +138,14 @@ impl Engine {
         for r in self.reuse.values_mut() {
             r.at = r.at.checked_sub(searched).unwrap_or(r.at);
             r.verified = r.verified.checked_sub(verified).unwrap_or(r.verified);
+        }
+    }
+
+    /// Makes every kept share-out of physical pages `by` older (tests).
+    #[doc(hidden)]
+    pub fn backdate_weighs(&mut self, by: Duration) {
+        for w in self.weighed.values_mut() {
+            w.at = w.at.checked_sub(by).unwrap_or(w.at);
         }
     }
 
@@ -280,12 +294,15 @@ impl Engine {
         // shared by 8 processes: a million entries). Pages are shared out among the copies
         // of one file only, so each file is weighed on its own; while its proofs and their
         // processes' fingerprints and page faults are the same, its last share-out is kept
-        // (for up to REWEIGH_AFTER_TRACKED, or REWEIGH_AFTER where faults are unknown): a
+        // (for up to REWEIGH_AFTER_TRACKED, REWEIGH_AFTER_QUIET while no page was merged or
+        // collapsed on the host since, REWEIGH_AFTER where faults are unknown): a
         // daemon whose memory moves does not make the copies of the other files be read
         // again. The key: every copy of the file weighed (process, fingerprint, faults,
         // copy bytes, ranges). `kept` is sorted by file: each file's proofs
         // are one run.
         let mut weighed = std::mem::take(&mut self.weighed);
+        let silent = crate::dupes::physical::SilentMoves::read();
+        self.last_weighed = 0;
         let mut from = 0;
         while from < proofs.len() {
             let file = proofs[from].file;
@@ -301,14 +318,15 @@ impl Engine {
                     (p.pid, fp, faults, p.copy_memory_bytes, spans)
                 })
                 .collect();
-            // Every sharer's faults known: a copy-on-write break shows in them.
-            let keep = if key.iter().all(|k| k.2.is_some()) {
-                REWEIGH_AFTER_TRACKED
-            } else {
-                REWEIGH_AFTER
+            // Every sharer's faults known: a copy-on-write break shows in them; and what
+            // moves pages without a fault, in the host's counters.
+            let keep = |w: &Weighed| match key.iter().all(|k| k.2.is_some()) {
+                true if silent.is_some() && w.silent == silent => REWEIGH_AFTER_QUIET,
+                true => REWEIGH_AFTER_TRACKED,
+                false => REWEIGH_AFTER,
             };
             match weighed.get(&file) {
-                Some(w) if w.key == key && w.at.elapsed() < keep => {
+                Some(w) if w.key == key && w.at.elapsed() < keep(w) => {
                     for p in &mut proofs[from..to] {
                         p.physical = w.physical.get(&p.pid).cloned().flatten();
                     }
@@ -316,6 +334,7 @@ impl Engine {
                         .insert(file, weighed.remove(&file).expect("just found"));
                 }
                 _ => {
+                    self.last_weighed += usize::from(!key.is_empty());
                     physical::weigh(&self.roots.proc, &mut proofs[from..to], &ranges[from..to]);
                     let physical = proofs[from..to]
                         .iter()
@@ -327,6 +346,7 @@ impl Engine {
                             key,
                             physical,
                             at: now,
+                            silent,
                         },
                     );
                 }

@@ -45,10 +45,14 @@ impl Canonical {
                 .chain(f.seen_as.iter().cloned())
                 .collect();
             let resolved: Vec<String> = given.iter().filter_map(|n| resolve(n, f.key)).collect();
+            // A name a given one resolved to just now resolves to itself (no link left):
+            // only a chosen name no given one leads to is resolved again.
             let sticky = self
                 .chosen
                 .get(&f.key)
-                .filter(|p| resolve(p, f.key).as_deref() == Some(p.as_str()))
+                .filter(|p| {
+                    resolved.contains(p) || resolve(p, f.key).as_deref() == Some(p.as_str())
+                })
                 .cloned();
             let Some(path) = sticky.or_else(|| resolved.iter().min().cloned()) else {
                 continue;

@@ -283,3 +283,81 @@ fn a_changing_copier_is_checked_in_place_between_full_searches() {
     assert_eq!(f.representations.private_copies, 0.0);
     assert!(!f.representations.lower_bound, "{:?}", f.representations);
 }
+
+/// A forked pool's one physical copy, weighed from its page maps once; the share-out is
+/// kept while no sharer faulted, past the minute a host whose KSM and khugepaged counters
+/// move gets (`REWEIGH_AFTER_TRACKED`), up to `REWEIGH_AFTER_QUIET`: reading 8 bytes of
+/// page map per page of every sharer each minute was most of a 5 s `serve`'s proof cost.
+#[test]
+fn a_share_out_is_kept_while_nothing_on_the_host_can_have_moved_its_pages() {
+    let _group = crate::common::group(module_path!());
+    use twofold::dupes::physical::SilentMoves;
+    use twofold::engine::{Engine, REWEIGH_AFTER_QUIET, REWEIGH_AFTER_TRACKED};
+    if !require(is_root(), "reading another process's memory needs root") {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let file = model_file(dir.path(), "pool.gguf", 16 * MIB);
+    let pool = reader("copy", Some(&file), &["--close", "--fork", "3"]);
+    let parent = pool.pid();
+    let children = std::fs::read_to_string(format!("/proc/{parent}/task/{parent}/children"))
+        .unwrap()
+        .split_whitespace()
+        .map(|p| p.parse::<i32>().unwrap())
+        .collect::<Vec<_>>();
+    assert_eq!(children.len(), 3, "{children:?}");
+    let pids: Vec<i32> = std::iter::once(parent).chain(children).collect();
+    let req = Request {
+        paths: vec![file.clone()],
+        pids: pids.clone(),
+        candidates: true,
+        ..Request::default()
+    };
+    let mut engine = Engine::new(req, Some(Default::default()))
+        .incremental(std::time::Duration::from_secs(3600));
+    let shares = |engine: &mut Engine| {
+        let s = engine.snapshot(&mut Vec::new()).unwrap();
+        let mut shares: Vec<(i32, f64)> = s
+            .sample
+            .proofs
+            .iter()
+            .filter(|p| pids.contains(&p.pid))
+            .map(|p| (p.pid, p.physical.as_ref().unwrap().share_pages))
+            .collect();
+        shares.sort_by_key(|s| s.0);
+        shares
+    };
+    let mut tries = 0;
+    loop {
+        tries += 1;
+        let before = SilentMoves::read();
+        let first = shares(&mut engine);
+        let weighed = engine.last_weighed;
+        // One physical copy of 16 MiB (and the page its end shares with the heap), a
+        // quarter each.
+        let pages: f64 = first.iter().map(|s| s.1).sum();
+        assert_eq!(first.len(), 4, "{first:?}");
+        assert!((pages - (16 * MIB / 4096) as f64).abs() <= 2.0, "{first:?}");
+        assert!(first.iter().all(|s| (s.1 - pages / 4.0).abs() < 1e-6));
+        assert_eq!(shares(&mut engine), first);
+        assert_eq!(engine.last_weighed, 0, "kept at once");
+        engine.backdate_weighs(REWEIGH_AFTER_TRACKED + std::time::Duration::from_secs(1));
+        let later = shares(&mut engine);
+        let after = SilentMoves::read();
+        if before.is_none() || before != after {
+            // The host's counters moved during this try: no share-out can be kept then.
+            assert!(
+                tries < 5,
+                "KSM or khugepaged counters moved in each of 5 tries"
+            );
+            continue;
+        }
+        assert!(weighed <= 1, "{weighed}");
+        assert_eq!(engine.last_weighed, 0, "kept past a minute: nothing moved");
+        assert_eq!(later, first);
+        engine.backdate_weighs(REWEIGH_AFTER_QUIET);
+        assert_eq!(shares(&mut engine), first);
+        assert_eq!(engine.last_weighed, 1, "weighed again after the safety net");
+        break;
+    }
+}
