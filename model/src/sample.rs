@@ -5,6 +5,11 @@
 
 use serde::{Deserialize, Serialize};
 
+/// `skip_serializing_if`: a count of 0 is left out of the JSON (read back as 0).
+pub(crate) fn is_zero(v: &u64) -> bool {
+    *v == 0
+}
+
 pub mod campaign;
 mod gpu;
 mod referrers;
@@ -467,18 +472,25 @@ pub struct CandidateSample {
 pub struct ProofSample {
     pub pid: i32,
     pub file: FileKey,
-    /// Why the process was not (fully) searched; `None` when it was.
+    /// Why the process was not (fully) searched; `None` when it was. (It and the counts
+    /// are left out of the JSON when `None` or 0: most proofs find nothing.)
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub unsearched: Option<unsearched::Unsearched>,
     /// File bytes found copied in private memory (heap, anonymous mappings), identical.
+    #[serde(default, skip_serializing_if = "is_zero")]
     pub identical_file_bytes: u64,
     /// File bytes found widened (F16/BF16 → F32) in private memory.
+    #[serde(default, skip_serializing_if = "is_zero")]
     pub widened_file_bytes: u64,
     /// Memory those copies occupy.
+    #[serde(default, skip_serializing_if = "is_zero")]
     pub copy_memory_bytes: u64,
     /// Copies (tensor runs) found.
+    #[serde(default, skip_serializing_if = "is_zero")]
     pub copies: u64,
     /// File bytes found inside the process's own private mapping of this file: its
     /// copy-on-write pages (counted as CoW, never as another copy).
+    #[serde(default, skip_serializing_if = "is_zero")]
     pub cow_file_bytes: u64,
     /// Fraction of the file's bytes the search could look for (tensors of at least
     /// 4 KiB with some information in them).
@@ -487,7 +499,7 @@ pub struct ProofSample {
     pub stride_pages: u64,
     pub sampled_bytes: u64,
     /// Bytes of memory compared with the file to confirm copies.
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "is_zero")]
     pub compared_bytes: u64,
     /// How the pages of the copies are shared with other processes (fork, shared
     /// memory), so that one physical copy counts once; `None`: not weighed (recordings

@@ -193,6 +193,68 @@ pub fn stop_flag() -> Arc<AtomicBool> {
     stop
 }
 
+/// Waits for a deadline or for SIGINT/SIGTERM, whichever comes first, without waking in
+/// between (a loop that sleeps 50 ms at a time to look at a flag wakes 20 times a second
+/// for nothing). The signals also set the [`stop_flag`]s registered for them.
+pub struct StopWait {
+    rx: std::os::unix::net::UnixStream,
+}
+
+impl StopWait {
+    /// `None` where the signals cannot be routed to a socket (the caller sleeps in steps).
+    pub fn new() -> Option<StopWait> {
+        let (rx, tx) = std::os::unix::net::UnixStream::pair().ok()?;
+        rx.set_nonblocking(true).ok()?;
+        for sig in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {
+            signal_hook::low_level::pipe::register(sig, tx.try_clone().ok()?).ok()?;
+        }
+        Some(StopWait { rx })
+    }
+
+    /// Sleeps until `deadline` or a signal; true when a signal came.
+    pub fn until(&self, deadline: std::time::Instant) -> bool {
+        use std::os::fd::AsRawFd;
+        loop {
+            let left = deadline.saturating_duration_since(std::time::Instant::now());
+            if left.is_zero() {
+                return false;
+            }
+            let mut fds = [libc::pollfd {
+                fd: self.rx.as_raw_fd(),
+                events: libc::POLLIN,
+                revents: 0,
+            }];
+            let ms = left.as_millis().clamp(1, i32::MAX as u128) as i32;
+            // SAFETY: one valid pollfd for the duration of the call.
+            let n = unsafe { libc::poll(fds.as_mut_ptr(), 1, ms) };
+            if n > 0 {
+                return true;
+            }
+            // 0: timed out (the loop checks the deadline); -1: EINTR, poll again.
+        }
+    }
+}
+
+/// Sleeps until `deadline` or until `stop` is set: through `wait` where there is one
+/// (no wake-ups between), else in steps of 50 ms. True when stopped.
+pub fn sleep_until(
+    wait: Option<&StopWait>,
+    stop: &AtomicBool,
+    deadline: std::time::Instant,
+) -> bool {
+    use std::sync::atomic::Ordering;
+    match wait {
+        Some(w) => w.until(deadline) || stop.load(Ordering::Relaxed),
+        None => {
+            while !stop.load(Ordering::Relaxed) && std::time::Instant::now() < deadline {
+                let left = deadline.saturating_duration_since(std::time::Instant::now());
+                std::thread::sleep(std::time::Duration::from_millis(50).min(left));
+            }
+            stop.load(Ordering::Relaxed)
+        }
+    }
+}
+
 /// The limit to use: the one given, else a quarter of MemAvailable; either way refused
 /// above MemAvailable minus the margin (one rule for every campaign).
 pub fn memory_max(args: &SandboxArgs) -> anyhow::Result<u64> {

@@ -4,7 +4,7 @@
 use std::io::Write;
 use std::path::Path;
 use std::sync::atomic::Ordering;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use anyhow::{bail, Context};
 
@@ -78,6 +78,7 @@ pub fn record(args: &RecordArgs, out: &mut dyn Write) -> anyhow::Result<()> {
         }
     }
     let stop = stop_flag();
+    let wait = super::common::StopWait::new();
     let mut n = 0u64;
     let mut next = Instant::now();
     writeln!(
@@ -110,9 +111,7 @@ pub fn record(args: &RecordArgs, out: &mut dyn Write) -> anyhow::Result<()> {
             break;
         }
         next += args.interval;
-        while !stop.load(Ordering::Relaxed) && Instant::now() < next {
-            std::thread::sleep(Duration::from_millis(50).min(next - Instant::now()));
-        }
+        super::common::sleep_until(wait.as_ref(), &stop, next);
     }
     store.flush()?;
     writeln!(

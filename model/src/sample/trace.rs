@@ -41,9 +41,7 @@ pub enum Counter {
     Mmaps,
 }
 
-fn is_zero(v: &u64) -> bool {
-    *v == 0
-}
+use super::is_zero;
 
 fn all_zero<const N: usize>(v: &[u64; N]) -> bool {
     v.iter().all(|x| *x == 0)

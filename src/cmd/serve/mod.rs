@@ -130,6 +130,7 @@ fn collect_loop(args: &ServeArgs, latest: &Latest, stop: &AtomicBool) {
     let mut names = export::names::Canonical::default();
     let mut next = Instant::now();
     let mut said = Said::default();
+    let wait = super::common::StopWait::new();
     while !stop.load(Ordering::Relaxed) {
         let t0 = Instant::now();
         // Globs are expanded again each time: models appear and go.
@@ -177,9 +178,7 @@ fn collect_loop(args: &ServeArgs, latest: &Latest, stop: &AtomicBool) {
         if next < now {
             next = now;
         }
-        while !stop.load(Ordering::Relaxed) && Instant::now() < next {
-            std::thread::sleep(Duration::from_millis(50).min(next - Instant::now()));
-        }
+        super::common::sleep_until(wait.as_ref(), stop, next);
     }
 }
 
@@ -293,7 +292,15 @@ pub fn run(args: &ServeArgs, out: &mut dyn Write) -> anyhow::Result<()> {
     )?;
     out.flush()?;
     std::thread::scope(|s| {
-        s.spawn(|| collect_loop(args, &latest, &stop));
+        s.spawn(|| {
+            collect_loop(args, &latest, &stop);
+            // The workers wait for requests without a timeout: each is woken to stop.
+            if let Some(p) = plain.as_ref() {
+                for _ in 0..WORKERS {
+                    p.unblock();
+                }
+            }
+        });
         if let Some((listener, cfg)) = tls {
             let (latest, auth, stop) = (&latest, &auth, &stop);
             s.spawn(move || http::serve_tls(s, listener, cfg, latest, clock, auth, stop));
@@ -302,9 +309,10 @@ pub fn run(args: &ServeArgs, out: &mut dyn Write) -> anyhow::Result<()> {
             for _ in 0..WORKERS {
                 s.spawn(|| {
                     while !stop.load(Ordering::Relaxed) {
-                        match server.recv_timeout(Duration::from_millis(200)) {
-                            Ok(Some(req)) => http::respond(req, &latest, clock, &auth),
-                            Ok(None) => {}
+                        match server.recv() {
+                            Ok(req) => http::respond(req, &latest, clock, &auth),
+                            // Woken to stop (the collection loop has ended).
+                            Err(_) if stop.load(Ordering::Relaxed) => break,
                             Err(e) => {
                                 eprintln!("twofold: warning: http: {e}");
                                 std::thread::sleep(Duration::from_millis(50));
