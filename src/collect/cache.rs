@@ -49,10 +49,7 @@ use super::process::{FdTarget, StatusRead};
 pub use super::statfiles::StatStamp;
 use crate::sample::{CgroupRef, FileKey, MappingSample, RollupSample};
 
-/// An entry is read again at the latest after this long, whatever its counters say: a
-/// safety net for what no counter shows (listed above), not change detection. Every
-/// process of a host is read again once per maximum age (a 5 s `serve` of 600 processes at
-/// 40 s read 100 of them in full each snapshot: most of its cost once nothing moved).
+/// An entry is read again after this long, whatever its counters say (a safety net).
 pub const MAX_AGE: Duration = Duration::from_secs(120);
 
 /// Phase 3 (`smaps`: a walk of the page tables, the costliest read) of an unchanged

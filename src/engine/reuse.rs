@@ -25,8 +25,11 @@ pub(super) struct Reused {
     /// has not moved, the search stands.
     placement: Option<Placement>,
     /// When its copies were last confirmed in full (a search that kept them, checked in
-    /// place, confirmed none: [`REVERIFY_AFTER`]).
+    /// place, confirmed none: [`REVERIFY_AFTER`]), and the bytes that confirmation
+    /// compared (what confirming them again would cost; a search that kept them compared
+    /// the spot pages only).
     verified: Instant,
+    confirmed_bytes: u64,
 }
 
 pub(super) struct Checked {
@@ -186,7 +189,7 @@ impl Engine {
         // Where each changed process's memory is now, read once per process.
         let mut placed: std::collections::BTreeMap<i32, Option<Placement>> = Default::default();
         // The copies kept through a search again of the rest, and where they are.
-        let mut carried: HashMap<(i32, FileKey), (Proof, Instant)> = HashMap::new();
+        let mut carried: HashMap<(i32, FileKey), (Proof, Instant, u64)> = HashMap::new();
         let mut known = crate::dupes::prove::KnownCopies::new();
         let prints = Fingerprints::of(sample);
         for c in &sample.candidates {
@@ -206,11 +209,11 @@ impl Engine {
                 if again
                     && r.fingerprint == fp
                     && now.duration_since(r.verified) < REVERIFY_AFTER.max(r.cadence() * 10)
-                    && whole_copy_bytes(&r.proof) > SPOT_BYTES
+                    && r.confirmed_bytes > SPOT_BYTES
                 {
                     if let Some(k) = still_there(&self.roots, sample, r, opts.exact) {
                         known.entry(c.pid).or_default().extend(k.ranges());
-                        carried.insert((c.pid, c.file), (k, r.verified));
+                        carried.insert((c.pid, c.file), (k, r.verified, r.confirmed_bytes));
                     }
                 }
                 todo.push(c.clone());
@@ -262,13 +265,13 @@ impl Engine {
             sample.candidates.iter().map(|c| (c.pid, c.file)).collect();
         self.reuse.retain(|k, _| candidates.contains(k));
         for mut p in fresh {
-            let verified = match carried.remove(&(p.sample.pid, p.sample.file)) {
-                Some((k, at)) => {
+            let (verified, confirmed_bytes) = match carried.remove(&(p.sample.pid, p.sample.file)) {
+                Some((k, at, bytes)) => {
                     carry(&mut p, k);
                     self.last_carried += 1;
-                    at
+                    (at, bytes)
                 }
-                None => now,
+                None => (now, p.sample.compared_bytes),
             };
             kept.push((p.sample.clone(), CopyRanges::of(p.sample.file, &p.found)));
             // A process that could not be read at all is tried again next time.
@@ -284,6 +287,7 @@ impl Engine {
                     proof: p,
                     checked: None,
                     verified,
+                    confirmed_bytes,
                 },
             );
         }
@@ -365,20 +369,6 @@ fn still_there(roots: &Roots, sample: &Sample, r: &Reused, exact: bool) -> Optio
         Ok(Rechecked::Still(p)) if !p.found.is_empty() => Some(*p),
         _ => None,
     }
-}
-
-/// The memory of `p`'s whole copies: what confirming them in full compares (a check in
-/// place compares [`SPOT_BYTES`] at most). Not the proof's compared bytes: after a search
-/// again that kept them, those are the spot pages and the rest of the memory only.
-fn whole_copy_bytes(p: &Proof) -> u64 {
-    p.found
-        .iter()
-        .filter(|f| f.whole)
-        .map(|f| {
-            let (a, b) = f.part();
-            b.saturating_sub(a)
-        })
-        .sum()
 }
 
 /// Adds the copies `k` kept (checked in place) to the search `p` of the rest of the

@@ -661,7 +661,7 @@ fn a_large_copy_is_kept_through_a_search_again_and_confirmed_in_full_later() {
         2.0,
     );
     // Past the cadence again: kept again (a search again that kept it compared the spot
-    // pages only; what decides is the copy's size).
+    // pages only; what decides is what confirming the copy in full compared).
     engine.backdate_searches(cadence, Duration::ZERO);
     let again = engine.snapshot(&mut w).unwrap();
     assert_eq!((engine.last_reused, engine.last_carried), (0, 1));
