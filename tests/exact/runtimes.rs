@@ -138,9 +138,16 @@ fn python_has(modules: &str) -> bool {
 }
 
 /// `twofold scan --json FILE` and the file's model in it.
+/// (The proof given 300 s: on a loaded host, other processes that read as
+/// much as the file, searched first as the cheaper, must not cut the runtime's search short.)
 fn scan(file: &Path) -> (twofold::model::Report, twofold::model::FileModel) {
-    let r: twofold::model::Report =
-        twofold_json(&["scan".as_ref(), "--json".as_ref(), file.as_os_str()]);
+    let r: twofold::model::Report = twofold_json(&[
+        "scan".as_ref(),
+        "--json".as_ref(),
+        "--prove-budget".as_ref(),
+        "300s".as_ref(),
+        file.as_os_str(),
+    ]);
     let f = r
         .files
         .iter()
