@@ -197,17 +197,16 @@ impl SilentMoves {
     /// stand still. A counter the kernel does not have (no KSM, no transparent huge pages)
     /// is absent, and stays so: nothing of that kind can move pages.
     pub fn read() -> Option<SilentMoves> {
+        if !std::path::Path::new("/sys/kernel/mm").is_dir() {
+            return None;
+        }
         let num = |p: &str| -> Option<u64> { std::fs::read_to_string(p).ok()?.trim().parse().ok() };
-        let ksm = "/sys/kernel/mm/ksm";
-        let stamp = [
-            num(&format!("{ksm}/pages_shared")),
-            num(&format!("{ksm}/pages_sharing")),
-            num(&format!("{ksm}/ksm_zero_pages")),
+        Some(SilentMoves([
+            num("/sys/kernel/mm/ksm/pages_shared"),
+            num("/sys/kernel/mm/ksm/pages_sharing"),
+            num("/sys/kernel/mm/ksm/ksm_zero_pages"),
             num("/sys/kernel/mm/transparent_hugepage/khugepaged/pages_collapsed"),
-        ];
-        std::path::Path::new("/sys/kernel/mm")
-            .is_dir()
-            .then_some(SilentMoves(stamp))
+        ]))
     }
 }
 

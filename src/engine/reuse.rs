@@ -305,7 +305,9 @@ impl Engine {
         // copy bytes, ranges). `kept` is sorted by file: each file's proofs
         // are one run.
         let mut weighed = std::mem::take(&mut self.weighed);
-        let silent = crate::dupes::physical::SilentMoves::read();
+        // Read once, and only where a file has copies to weigh.
+        let silent = std::cell::OnceCell::new();
+        let silent = || *silent.get_or_init(crate::dupes::physical::SilentMoves::read);
         self.last_weighed = 0;
         let mut from = 0;
         while from < proofs.len() {
@@ -325,7 +327,7 @@ impl Engine {
             // Every sharer's faults known: a copy-on-write break shows in them; and what
             // moves pages without a fault, in the host's counters.
             let keep = |w: &Weighed| match key.iter().all(|k| k.2.is_some()) {
-                true if silent.is_some() && w.silent == silent => REWEIGH_AFTER_QUIET,
+                true if w.silent.is_some() && w.silent == silent() => REWEIGH_AFTER_QUIET,
                 true => REWEIGH_AFTER_TRACKED,
                 false => REWEIGH_AFTER,
             };
@@ -344,6 +346,7 @@ impl Engine {
                         .iter()
                         .map(|p| (p.pid, p.physical.clone()))
                         .collect();
+                    let silent = (!key.is_empty()).then(silent).flatten();
                     self.weighed.insert(
                         file,
                         Weighed {
