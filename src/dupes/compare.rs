@@ -86,18 +86,23 @@ impl Compare<'_> {
         pages: usize,
     ) -> io::Result<Option<u64>> {
         let (r, span, a, lo, hi) = at.parts();
-        let present: Vec<(u64, u64)> = page_chunks(lo, hi).collect();
-        if present.iter().any(|&(x, _)| !pm.eligible(r, x)) {
+        if !pm.all_eligible(r, lo, hi) {
             return Ok(None);
         }
-        let picks = pages.min(present.len());
+        // The page-sized chunks of [lo, hi) (as `page_chunks`), picked by index.
+        let chunks = (hi.div_ceil(PAGE) - lo / PAGE) as usize;
+        let chunk = |i: usize| {
+            let page = (lo / PAGE + i as u64) * PAGE;
+            (page.max(lo), (page + PAGE).min(hi))
+        };
+        let picks = pages.min(chunks);
         for k in 0..picks {
             let i = if picks == 1 {
                 0
             } else {
-                k * (present.len() - 1) / (picks - 1)
+                k * (chunks - 1) / (picks - 1)
             };
-            let (x, y) = present[i];
+            let (x, y) = chunk(i);
             if !self.equal(b, &span, a, x, y)? {
                 return Ok(None);
             }

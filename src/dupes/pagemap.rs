@@ -102,6 +102,37 @@ impl PageMap {
         }
     }
 
+    /// Whether every page touching `[lo, hi)` may be read for region `r`: for ranges,
+    /// one walk of the sorted ranges (no per-page lookup).
+    pub fn all_eligible(&self, r: &Region, lo: u64, hi: u64) -> bool {
+        if lo >= hi {
+            return true;
+        }
+        let first = lo / PAGE * PAGE;
+        match &self.how {
+            How::Entries(_) => (first..hi)
+                .step_by(PAGE as usize)
+                .all(|a| self.eligible(r, a)),
+            How::Ranges(v) => {
+                if first < self.start || hi > self.end {
+                    return false;
+                }
+                let mut at = first;
+                let i = v.partition_point(|x| x.1 <= at);
+                for &(a, b) in &v[i..] {
+                    if a > at {
+                        return false;
+                    }
+                    at = b;
+                    if at >= hi {
+                        return true;
+                    }
+                }
+                false
+            }
+        }
+    }
+
     /// Whether `[lo, hi)` lies inside what this map describes.
     pub fn covers(&self, lo: u64, hi: u64) -> bool {
         let known = match &self.how {
@@ -141,5 +172,70 @@ impl PageMap {
                 out
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Both forms agree on whether every page of a range may be read, against this
+    /// process's own pagemap: a buffer with every fourth page left untouched.
+    #[test]
+    fn all_eligible_agrees_between_scan_and_entries() {
+        let me = ProcMemory::open(std::path::Path::new("/proc"), std::process::id() as i32)
+            .unwrap_or_else(|e| panic!("{e:#}"));
+        let n = 64u64;
+        let mut buf = vec![0u8; ((n + 1) * PAGE) as usize];
+        let base = (buf.as_ptr() as u64).next_multiple_of(PAGE);
+        let off = (base - buf.as_ptr() as u64) as usize;
+        // Give the untouched pages back (the allocator may have zeroed them all).
+        // SAFETY: the range lies inside `buf`, which we own; its bytes are zero anyway.
+        unsafe {
+            libc::madvise(
+                base as *mut libc::c_void,
+                (n * PAGE) as usize,
+                libc::MADV_DONTNEED,
+            )
+        };
+        for i in 0..n {
+            if i % 4 != 3 {
+                buf[off + (i * PAGE) as usize] = 1;
+            }
+        }
+        let r = Region {
+            start: base,
+            end: base + n * PAGE,
+            kind: crate::collect::memory::RegionKind::Anon,
+            label: String::new(),
+            key: None,
+        };
+        let entries = PageMap::read_entries(&me, r.start, r.end).unwrap();
+        let Some(scanned) = PageMap::scan(&me, r.start, r.end, r.kind).unwrap() else {
+            eprintln!("skipped: this kernel has no PAGEMAP_SCAN (Linux 6.7+)");
+            return;
+        };
+        let mut checked = 0;
+        // Ranges wholly present and ranges with a hole (large folios may fill some).
+        let mut mixed = [0; 2];
+        for lo in (0..n * PAGE).step_by(1000) {
+            for len in [1, 100, PAGE, 3 * PAGE, 2 * PAGE + 17, 9 * PAGE] {
+                let (a, b) = (base + lo, (base + lo + len).min(r.end));
+                // Ground truth: pagemap's entry of every page, one by one.
+                let want = (a / PAGE..b.div_ceil(PAGE)).all(|p| entries.eligible(&r, p * PAGE));
+                assert_eq!(
+                    entries.all_eligible(&r, a, b),
+                    want,
+                    "entries {a:#x}..{b:#x}"
+                );
+                assert_eq!(scanned.all_eligible(&r, a, b), want, "scan {a:#x}..{b:#x}");
+                checked += 1;
+                mixed[usize::from(want)] += 1;
+            }
+        }
+        assert!(checked > 100 && mixed[0] > 0 && mixed[1] > 0, "{mixed:?}");
+        // Outside what the map describes: never.
+        assert!(!scanned.all_eligible(&r, base - PAGE, base + 1));
+        std::hint::black_box(&buf);
     }
 }
