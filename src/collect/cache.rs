@@ -2,7 +2,10 @@
 //! snapshot of an unchanged process costs one small read instead of four and a page-table
 //! walk.
 //!
-//! Every snapshot reads `/proc/PID/stat` of every process: its start time (field 22, with
+//! Every snapshot reads `/proc/PID/statm` of every process, and `/proc/PID/stat` of those
+//! whose `statm` moved, that the engine watches (the holders of copies whose pages it
+//! weighs) or whose entry aged ([`super::statfiles::read_stamp`]; `stat` walks the
+//! threads and costs five times as much). `stat` gives its start time (field 22, with
 //! the pid it names one process), `minflt` and `majflt` (fields 10 and 12: any page
 //! mapped by a fault), `vsize` (field 23: any `mmap`, `munmap`, `mremap`, `brk`), `rss`
 //! (field 24: the sum of `RssAnon`, `RssFile` and `RssShmem`, so any reclaim, swap-out or
@@ -174,8 +177,11 @@ pub struct ProcCache {
     dirty_files: HashSet<FileKey>,
     /// Processes whose child or parent appeared or exited this snapshot.
     dirty_pids: HashSet<i32>,
-    /// `stat` of each process, and `io` of those read every snapshot, kept open.
+    /// `statm` of each process, and `io` of those read every snapshot, kept open.
     pub stat_files: super::statfiles::KeptFiles,
+    /// Processes whose `stat` is read at every snapshot (their page faults are needed:
+    /// the holders of copies whose physical pages are weighed), set by the engine.
+    pub watch: HashSet<i32>,
     pub io_files: super::statfiles::KeptFiles,
     /// Files found not of interest, lent to each snapshot's gatherer.
     pub decisions: super::decisions::Decided,
@@ -198,7 +204,8 @@ impl ProcCache {
             now: Instant::now(),
             dirty_files: HashSet::new(),
             dirty_pids: HashSet::new(),
-            stat_files: super::statfiles::KeptFiles::stat(),
+            stat_files: super::statfiles::KeptFiles::statm(),
+            watch: HashSet::new(),
             io_files: super::statfiles::KeptFiles::io(),
             decisions: super::decisions::Decided::new(max_age),
             walks: super::walkmemo::WalkMemo::new(max_age),
@@ -238,6 +245,16 @@ impl ProcCache {
     fn age_limit(&self, pid: i32) -> Duration {
         let spread = pid.unsigned_abs() % 16;
         self.max_age - self.max_age * spread / 32
+    }
+
+    /// The stamp kept for `pid` when its `statm` reads as when that stamp was read, it is
+    /// not watched and its entry is within its maximum age: `stat` need not be read.
+    pub fn quiet(&self, pid: i32, statm: &super::statfiles::Statm) -> Option<StatStamp> {
+        let e = self.entries.get(&pid)?;
+        (e.stat.statm.as_ref() == Some(statm)
+            && !self.watch.contains(&pid)
+            && self.now.duration_since(e.read_at) < self.age_limit(pid))
+        .then(|| e.stat.clone())
     }
 
     /// What phase 1 can reuse for a process whose `stat` reads `stat`.
@@ -408,193 +425,5 @@ impl ProcCache {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn a_new_address_space_size_keeps_the_fds_on_condition_an_exec_never() {
-        let mut c = ProcCache::new(Duration::from_secs(3600));
-        let parts = Arc::new(BasicParts {
-            fd_count: Some(900),
-            ..BasicParts::default()
-        });
-        c.begin();
-        c.put_basic(
-            7,
-            stamp(1, 100, 1),
-            Read::Full(StatusRead::default(), parts),
-        );
-        c.end_basic(std::iter::empty());
-        c.begin();
-        // `vsize` moved: the fds are kept if their number holds (phase 1 checks it).
-        assert!(
-            matches!(c.lookup(7, &stamp(1, 200, 1)), Hit::PartsIfFds(p) if p.fd_count == Some(900))
-        );
-        // Only faults moved: the fds are kept.
-        let faulted = StatStamp {
-            minflt: 5,
-            ..stamp(1, 100, 1)
-        };
-        assert!(matches!(c.lookup(7, &faulted), Hit::Parts(..)));
-        // A new name (an exec) or another process under the pid: everything again.
-        let exec = StatStamp {
-            comm: "python3".into(),
-            ..stamp(1, 200, 1)
-        };
-        assert!(matches!(c.lookup(7, &exec), Hit::Miss));
-        assert!(matches!(c.lookup(7, &stamp(2, 100, 1)), Hit::Miss));
-    }
-
-    fn stamp(start: u64, vsize: u64, ppid: i32) -> StatStamp {
-        StatStamp {
-            ppid,
-            start_time: start,
-            vsize_bytes: vsize,
-            ..StatStamp::default()
-        }
-    }
-
-    fn detail(wanted: &HashSet<FileKey>) -> Detail {
-        Detail {
-            wanted: wanted.clone(),
-            mappings: Vec::new(),
-            rollup: None,
-            cmdline: Vec::new(),
-            cgroup: None,
-            denied: false,
-        }
-    }
-
-    type Tick<'a> = (&'a [(i32, StatStamp)], &'a [(i32, &'a HashSet<FileKey>)]);
-
-    /// One snapshot as `gather` drives the cache: which processes phase 1 read in full,
-    /// and which phase 3 read.
-    fn tick(c: &mut ProcCache, (stamps, wanted): Tick) -> (Vec<i32>, Vec<i32>) {
-        c.begin();
-        let mut full = Vec::new();
-        for (pid, s) in stamps {
-            let read = match c.lookup(*pid, s) {
-                Hit::All(..) => Read::Reused,
-                Hit::Parts(p, _) => Read::Status(StatusRead::default(), p),
-                // As phase 1 does: fds kept only with a known, unchanged count (these
-                // parts have none).
-                Hit::PartsIfFds(p) if p.fd_count.is_some() => {
-                    Read::Status(StatusRead::default(), p)
-                }
-                Hit::PartsIfFds(_) | Hit::Miss => {
-                    full.push(*pid);
-                    Read::Full(StatusRead::default(), Arc::default())
-                }
-            };
-            c.put_basic(*pid, s.clone(), read);
-        }
-        c.end_basic(wanted.iter().map(|(p, w)| (*p, *w)));
-        let mut read = Vec::new();
-        for (pid, w) in wanted {
-            let d = c.detail(*pid, w);
-            if d.is_none() {
-                read.push(*pid);
-            }
-            c.put_detail(*pid, d.is_none().then(|| detail(w)));
-        }
-        (full, read)
-    }
-
-    /// Two mappers of one file and a bystander: one snapshot to fill, then what each
-    /// change makes read again.
-    #[test]
-    fn reuse_until_a_stamp_a_co_mapper_or_a_relative_changes() {
-        let f: HashSet<FileKey> = [FileKey::from_dev(1, 2)].into();
-        let none = HashSet::new();
-        let mut c = ProcCache::new(Duration::from_secs(3600));
-        let base = vec![
-            (10, stamp(1, 100, 1)),
-            (11, stamp(1, 100, 1)),
-            (12, stamp(1, 100, 1)),
-        ];
-        let w = [(10, &f), (11, &f), (12, &none)];
-        assert_eq!(
-            tick(&mut c, (&base, &w)),
-            (vec![10, 11, 12], vec![10, 11, 12])
-        );
-        assert_eq!(tick(&mut c, (&base, &w)), (vec![], vec![]));
-        assert_eq!(c.stats.unchanged, 3);
-        // 10 faults: its status and maps are read again (not its fds), and both mappers' smaps.
-        let mut faulted = base.clone();
-        faulted[0].1.minflt = 5;
-        assert_eq!(tick(&mut c, (&faulted, &w)), (vec![], vec![10, 11]));
-        assert_eq!(c.stats.status_read, 1);
-        // 10 maps more: maps and smaps again.
-        let mut grown = faulted.clone();
-        grown[0].1.vsize_bytes = 200;
-        assert_eq!(tick(&mut c, (&grown, &w)), (vec![10], vec![10, 11]));
-        assert_eq!(tick(&mut c, (&grown, &w)), (vec![], vec![]));
-        // A child of 12 appears: 12's smaps are read again.
-        let mut forked = grown.clone();
-        forked.push((13, stamp(5, 100, 12)));
-        let w2 = [(10, &f), (11, &f), (12, &none), (13, &none)];
-        assert_eq!(tick(&mut c, (&forked, &w2)), (vec![13], vec![12, 13]));
-        // 11 exits: 10 (same file) is read again.
-        let left: Vec<_> = forked.iter().filter(|(p, _)| *p != 11).cloned().collect();
-        let w3 = [(10, &f), (12, &none), (13, &none)];
-        assert_eq!(tick(&mut c, (&left, &w3)), (vec![], vec![10]));
-        // Pid 13 now names another process.
-        let mut reused = left.clone();
-        reused[2].1 = stamp(9, 100, 12);
-        assert_eq!(tick(&mut c, (&reused, &w3)), (vec![13], vec![12, 13]));
-    }
-
-    /// `rchar` and the faults are kept while `stat` holds, and forgotten when it moves.
-    #[test]
-    fn rchar_is_reused_only_while_stat_holds() {
-        let none = HashSet::new();
-        let mut c = ProcCache::new(Duration::from_secs(3600));
-        let base = vec![(10, stamp(1, 100, 1))];
-        let w = [(10, &none)];
-        tick(&mut c, (&base, &w));
-        assert_eq!(c.rchar(10), None, "a new process has none");
-        c.put_rchar(10, Some(4096));
-        tick(&mut c, (&base, &w));
-        assert_eq!(c.rchar(10), Some(4096));
-        assert_eq!(c.faults(10), Some((0, 0)));
-        let mut faulted = base.clone();
-        faulted[0].1.minflt = 3;
-        tick(&mut c, (&faulted, &w));
-        assert_eq!(c.rchar(10), None, "it faulted: read again");
-        assert_eq!(c.faults(10), Some((3, 0)));
-        assert_eq!(c.faults(11), None);
-    }
-
-    /// A refresh for age alone reads the process again, not its co-mappers; a refresh
-    /// that finds its counters moved reads them too.
-    #[test]
-    fn an_age_refresh_does_not_read_the_co_mappers_again() {
-        let f: HashSet<FileKey> = [FileKey::from_dev(1, 2)].into();
-        let mut c = ProcCache::new(Duration::from_secs(60));
-        let base = vec![(10, stamp(1, 100, 1)), (11, stamp(1, 100, 1))];
-        let w = [(10, &f), (11, &f)];
-        assert_eq!(tick(&mut c, (&base, &w)), (vec![10, 11], vec![10, 11]));
-        // 10 expires (its entry aged past the limit), nothing changed: phase 1 only.
-        c.entries.get_mut(&10).unwrap().read_at = Instant::now() - Duration::from_secs(600);
-        assert_eq!(tick(&mut c, (&base, &w)), (vec![10], vec![]));
-        // Its phase 3 expires too (a longer age): read again, alone.
-        c.entries.get_mut(&10).unwrap().detail_at = Instant::now() - Duration::from_secs(600);
-        assert_eq!(tick(&mut c, (&base, &w)), (vec![], vec![10]));
-        // 10 expires and faulted meanwhile: 11 is read again too.
-        c.entries.get_mut(&10).unwrap().read_at = Instant::now() - Duration::from_secs(600);
-        let mut faulted = base.clone();
-        faulted[0].1.minflt = 3;
-        assert_eq!(tick(&mut c, (&faulted, &w)), (vec![10], vec![10, 11]));
-    }
-
-    #[test]
-    fn entries_expire_within_the_maximum_age() {
-        let mut c = ProcCache::new(Duration::ZERO);
-        let s = [(1, stamp(1, 1, 0))];
-        assert_eq!(tick(&mut c, (&s, &[])).0, vec![1]);
-        assert_eq!(tick(&mut c, (&s, &[])).0, vec![1]);
-        let mut c = ProcCache::new(Duration::from_secs(3600));
-        assert_eq!(tick(&mut c, (&s, &[])).0, vec![1]);
-        assert_eq!(tick(&mut c, (&s, &[])).0, Vec::<i32>::new());
-    }
-}
+#[path = "cache_tests.rs"]
+mod tests;

@@ -155,6 +155,10 @@ impl Engine {
         // A one-shot collection leaves the rollups of processes that hold nothing (the
         // candidates) to be read beside the proof: both are page-table walks.
         self.req.defer_rollups = self.cache.is_none() && self.prove.is_some();
+        // The holders of copies whose pages were weighed: their faults are read each time.
+        if let Some(c) = self.cache.as_mut() {
+            c.watch = self.weighed.values().flat_map(|w| w.pids()).collect();
+        }
         let mut sample =
             gather::gather_cached(&self.roots, &self.req, warnings, self.cache.as_mut())?;
         sample.gpu = gpu;

@@ -48,6 +48,13 @@ pub(super) struct Weighed {
     silent: Option<crate::dupes::physical::SilentMoves>,
 }
 
+impl Weighed {
+    /// The processes whose copies were weighed (their page faults are in the key).
+    pub(super) fn pids(&self) -> impl Iterator<Item = i32> + '_ {
+        self.key.iter().map(|k| k.0)
+    }
+}
+
 /// What a share-out depends on, per copy of the file weighed: (pid, the process's
 /// fingerprint, its minor and major page faults where the engine reads them, copy bytes,
 /// the copy's memory ranges).

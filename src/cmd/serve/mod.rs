@@ -128,6 +128,7 @@ fn collect_loop(args: &ServeArgs, latest: &Latest, stop: &AtomicBool) {
     let mut prev: Option<Snapshot> = None;
     let mut last: Option<crate::model::Report> = None;
     let mut names = export::names::Canonical::default();
+    let resolved = Resolved::default();
     let mut next = Instant::now();
     let mut said = Said::default();
     let wait = super::common::StopWait::new();
@@ -141,7 +142,8 @@ fn collect_loop(args: &ServeArgs, latest: &Latest, stop: &AtomicBool) {
         match engine.snapshot(&mut warnings) {
             Ok(snap) => {
                 let mut report = engine::report(&snap, prev.as_ref());
-                names.apply(&mut report, resolve);
+                names.apply(&mut report, |n, k| resolved.get(n, k));
+                resolved.forget_old();
                 count_errors(&mut stats, &report);
                 if let Some(p) = engine.last_proof_seconds {
                     stats.proof_durations.observe(p);
@@ -185,8 +187,56 @@ fn collect_loop(args: &ServeArgs, latest: &Latest, stop: &AtomicBool) {
 /// `name` resolved (`realpath`) when it names the inode `key` now.
 fn resolve(name: &str, key: crate::sample::FileKey) -> Option<String> {
     let real = std::fs::canonicalize(name).ok()?;
-    let m = std::fs::metadata(&real).ok()?;
-    (crate::collect::reopen::identity(&m) == key).then(|| real.to_str().map(str::to_string))?
+    names_inode(&real, key).then(|| real.to_str().map(str::to_string))?
+}
+
+/// Whether `path` (symlinks followed) is the inode `key` now.
+fn names_inode(path: impl AsRef<std::path::Path>, key: crate::sample::FileKey) -> bool {
+    std::fs::metadata(path).is_ok_and(|m| crate::collect::reopen::identity(&m) == key)
+}
+
+/// How long a name's resolution is kept while it and what it resolved to still name the
+/// inode.
+const RESOLVED_AGE: Duration = Duration::from_secs(60);
+
+/// [`resolve`] of each exported name, kept for [`RESOLVED_AGE`]: while the name and the
+/// path it resolved to both still name the inode (a `stat` each), the resolution stands,
+/// instead of a `realpath` (a `readlink` per component: a thousand calls per collection
+/// for 200 model files). A symlink in the name changed to another path of the same inode
+/// shows within that age.
+#[derive(Default)]
+struct Resolved {
+    memo: std::cell::RefCell<
+        std::collections::HashMap<(String, crate::sample::FileKey), (String, Instant)>,
+    >,
+}
+
+impl Resolved {
+    fn get(&self, name: &str, key: crate::sample::FileKey) -> Option<String> {
+        let id = (name.to_string(), key);
+        if let Some((real, at)) = self.memo.borrow().get(&id) {
+            if at.elapsed() < RESOLVED_AGE
+                && names_inode(name, key)
+                && (real == name || names_inode(real, key))
+            {
+                return Some(real.clone());
+            }
+        }
+        let real = resolve(name, key);
+        let mut memo = self.memo.borrow_mut();
+        match &real {
+            Some(r) => memo.insert(id, (r.clone(), Instant::now())),
+            None => memo.remove(&id),
+        };
+        real
+    }
+
+    /// Forgets the names resolved longer ago than their age (the models gone).
+    fn forget_old(&self) {
+        self.memo
+            .borrow_mut()
+            .retain(|_, (_, at)| at.elapsed() < RESOLVED_AGE);
+    }
 }
 
 /// `node="$NODE_NAME"` on every series when `NODE_NAME` is set and not empty (the
