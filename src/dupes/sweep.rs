@@ -123,6 +123,41 @@ struct Plan<'a> {
     window: u64,
 }
 
+/// The whole pages of `ranges`, sorted and merged.
+fn whole_pages(ranges: &[(u64, u64)]) -> Vec<(u64, u64)> {
+    let mut v: Vec<(u64, u64)> = ranges
+        .iter()
+        .map(|&(lo, hi)| (lo.next_multiple_of(PAGE), hi / PAGE * PAGE))
+        .filter(|(lo, hi)| hi > lo)
+        .collect();
+    v.sort_unstable();
+    let mut out: Vec<(u64, u64)> = Vec::with_capacity(v.len());
+    for (lo, hi) in v {
+        match out.last_mut() {
+            Some(last) if lo <= last.1 => last.1 = last.1.max(hi),
+            _ => out.push((lo, hi)),
+        }
+    }
+    out
+}
+
+/// The parts of `[lo, hi)` outside the sorted, merged `covered`.
+fn uncovered(lo: u64, hi: u64, covered: &[(u64, u64)]) -> Vec<(u64, u64)> {
+    let mut out = Vec::new();
+    let mut at = lo;
+    let first = covered.partition_point(|c| c.1 <= lo);
+    for &(a, b) in covered[first..].iter().take_while(|c| c.0 < hi) {
+        if a > at {
+            out.push((at, a));
+        }
+        at = at.max(b);
+    }
+    if at < hi {
+        out.push((at, hi));
+    }
+    out
+}
+
 impl State {
     fn new(stride: u64, known: &[(u64, u64)]) -> State {
         let mut credited = BTreeMap::new();
@@ -200,6 +235,7 @@ impl Sweep<'_> {
             p.add_total(regions.iter().map(|r| r.end - r.start).sum());
         }
         let mut windows = Vec::new();
+        let known = whole_pages(self.known);
         for (ri, r) in regions.iter().enumerate() {
             stats.mapped_bytes += r.end - r.start;
             // A huge reservation (CUDA, ASan, JVM heaps) that holds nothing is skipped;
@@ -212,11 +248,19 @@ impl Sweep<'_> {
                 }
                 continue;
             }
-            let mut w0 = r.start;
-            while w0 < r.end {
-                let w1 = (w0 + self.window.max(PAGE)).min(r.end);
-                windows.push((ri, w0, w1));
-                w0 = w1;
+            // Whole pages of copies already known are never sampled: no window walks
+            // them (a search again of a process that holds a 1 GiB copy walks the rest).
+            let pieces = uncovered(r.start, r.end, &known);
+            if let Some(p) = self.progress {
+                p.add_done(r.end - r.start - pieces.iter().map(|(a, b)| b - a).sum::<u64>());
+            }
+            for (a, b) in pieces {
+                let mut w0 = a;
+                while w0 < b {
+                    let w1 = (w0 + self.window.max(PAGE)).min(b);
+                    windows.push((ri, w0, w1));
+                    w0 = w1;
+                }
             }
         }
         let threads = self.threads.clamp(1, windows.len().max(1));

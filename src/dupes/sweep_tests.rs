@@ -101,6 +101,13 @@ fn threads_and_windows_credit_each_copy_once() {
         // (A copy is found by its first sample and confirmed, and the pages it covers
         // are then not sampled: knowing it saves its confirmation.)
         assert!(stats.sampled_pages <= all.sampled_pages);
+        // Its pages are not even walked for presence.
+        assert!(
+            stats.present_bytes + bytes.len() as u64 / 2 <= all.present_bytes,
+            "present {} with the first copy known, {} without",
+            stats.present_bytes,
+            all.present_bytes
+        );
         assert!(
             stats.compared_bytes * 3 <= all.compared_bytes * 2,
             "compared {} bytes with the first copy known, {} without",
@@ -109,4 +116,28 @@ fn threads_and_windows_credit_each_copy_once() {
         );
     }
     drop(copies);
+}
+
+#[test]
+fn windows_leave_out_whole_pages_of_known_copies() {
+    let p = PAGE;
+    // Unaligned copies keep their partial first and last pages; overlaps merge.
+    assert_eq!(
+        whole_pages(&[
+            (10 * p + 1, 20 * p - 1),
+            (2 * p, 4 * p),
+            (3 * p, 6 * p),
+            (7, 9)
+        ]),
+        vec![(2 * p, 6 * p), (11 * p, 19 * p)]
+    );
+    let known = [(2 * p, 6 * p), (11 * p, 19 * p)];
+    assert_eq!(
+        uncovered(0, 30 * p, &known),
+        vec![(0, 2 * p), (6 * p, 11 * p), (19 * p, 30 * p)]
+    );
+    assert_eq!(uncovered(3 * p, 5 * p, &known), vec![]);
+    assert_eq!(uncovered(4 * p, 12 * p, &known), vec![(6 * p, 11 * p)]);
+    assert_eq!(uncovered(20 * p, 25 * p, &known), vec![(20 * p, 25 * p)]);
+    assert_eq!(uncovered(0, 30 * p, &[]), vec![(0, 30 * p)]);
 }
