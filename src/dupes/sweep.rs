@@ -267,12 +267,14 @@ impl Sweep<'_> {
         let next = AtomicUsize::new(0);
         let shared = Shared::default();
         let shared = (threads > 1).then_some(&shared);
-        let (grid, stride, known) = (self.grid, self.stride, self.known);
+        let (stride, known) = (self.stride, self.known);
         let work = |sweep: &Sweep| -> io::Result<(State, bool)> {
             let mut st = State::new(stride, known);
             let mut sc = Scratch {
                 one: Vec::new(),
-                buf: vec![0u8; IOV_MAX * grid.sampling(stride).len],
+                // Grown to what a batch reads (up to IOV_MAX samples of 2-4 KiB): a small
+                // process searched every few seconds does not zero and fault megabytes.
+                buf: Vec::new(),
                 addrs: Vec::with_capacity(IOV_MAX),
                 cands: Vec::new(),
             };
@@ -423,6 +425,10 @@ impl Sweep<'_> {
                 .extend(batch.iter().copied().filter(|a| !st.covered(*a, *a + PAGE)));
             if sc.addrs.is_empty() {
                 continue;
+            }
+            let need = sc.addrs.len() * sample_len;
+            if sc.buf.len() < need {
+                sc.buf.resize(need, 0);
             }
             let read = match self.target.gather(&sc.addrs, sample_len, &mut sc.buf) {
                 Ok(n) => n,
