@@ -4,7 +4,7 @@
 //!
 //! Every snapshot reads `/proc/PID/statm` of every process, and `/proc/PID/stat` of those
 //! whose `statm` moved, that the engine watches (the holders of copies whose pages it
-//! weighs) or whose entry aged ([`super::statfiles::read_stamp`]; `stat` walks the
+//! weighs) or whose entry aged ([`ProcCache::read_stamp`]; `stat` walks the
 //! threads and costs five times as much). `stat` gives its start time (field 22, with
 //! the pid it names one process), `minflt` and `majflt` (fields 10 and 12: any page
 //! mapped by a fault), `vsize` (field 23: any `mmap`, `munmap`, `mremap`, `brk`), `rss`
@@ -245,6 +245,40 @@ impl ProcCache {
     fn age_limit(&self, pid: i32) -> Duration {
         let spread = pid.unsigned_abs() % 16;
         self.max_age - self.max_age * spread / 32
+    }
+
+    /// The stamp of `pid`: `statm` through its kept descriptor first; while
+    /// it equals the one read with the cached stamp, the process is not watched and its entry is
+    /// within its maximum age ([`ProcCache::quiet`]), the cached stamp (no `stat`
+    /// read); otherwise `stat` is read by path. Returns the stamp and the `statm` descriptor
+    /// opened here, for [`super::statfiles::KeptFiles::keep`].
+    ///
+    /// What `statm` does not see, and `stat` did: page faults that leave every counter of the
+    /// address space as it was (a copy-on-write break of a page shared with a fork, a page
+    /// reclaimed and faulted back within one interval), a name set with `prctl` and a new
+    /// parent. Nothing kept depends on the first two but the share-out of copies' physical
+    /// pages, whose holders are watched (`stat` read every snapshot); the last two show within
+    /// the entry's maximum age.
+    pub fn read_stamp(
+        &self,
+        root: &std::path::Path,
+        pid: i32,
+    ) -> Option<(StatStamp, Option<std::fs::File>)> {
+        let (statm, opened) = self
+            .stat_files
+            .read(root, pid, super::statfiles::parse_statm)?;
+        if let Some(quiet) = self.quiet(pid, &statm) {
+            return Some((quiet, opened));
+        }
+        let text = std::fs::read_to_string(root.join(pid.to_string()).join("stat")).ok()?;
+        let stamp = super::statfiles::parse_stat(&text)?;
+        Some((
+            StatStamp {
+                statm: Some(statm),
+                ..stamp
+            },
+            opened,
+        ))
     }
 
     /// The stamp kept for `pid` when its `statm` reads as when that stamp was read, it is

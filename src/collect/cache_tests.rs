@@ -190,7 +190,6 @@ fn entries_expire_within_the_maximum_age() {
 /// the kept stamp; `stat` again once its memory moved, when watched, or when aged.
 #[test]
 fn stat_is_read_only_when_statm_moved_or_the_process_is_watched() {
-    use super::super::statfiles::read_stamp;
     use std::io::Write;
     let root = std::path::Path::new("/proc");
     // A child that faults in 16 MiB more at each line it reads.
@@ -226,7 +225,7 @@ fn stat_is_read_only_when_statm_moved_or_the_process_is_watched() {
         super::super::statfiles::parse_stat(&t).unwrap()
     };
     c.begin();
-    let (first, f) = read_stamp(&c, root, pid).unwrap();
+    let (first, f) = c.read_stamp(root, pid).unwrap();
     assert!(first.statm.is_some());
     assert_eq!(first.start_time, truth().start_time);
     // `statm`'s size is `stat`'s vsize in pages (its resident may differ by the per-CPU
@@ -242,18 +241,18 @@ fn stat_is_read_only_when_statm_moved_or_the_process_is_watched() {
     c.end_basic(std::iter::empty());
     // Nothing moved: the kept stamp, as `stat` would have said.
     c.begin();
-    let (same, f) = read_stamp(&c, root, pid).unwrap();
+    let (same, f) = c.read_stamp(root, pid).unwrap();
     assert!(f.is_none(), "read through the kept descriptor");
     assert_eq!(same, first);
     assert_eq!(same.rss_pages, truth().rss_pages);
     // Watched: `stat` read (the same values here, freshly read).
     c.watch.insert(pid);
-    let (watched, _) = read_stamp(&c, root, pid).unwrap();
+    let (watched, _) = c.read_stamp(root, pid).unwrap();
     assert_eq!(watched.minflt, truth().minflt);
     c.watch.clear();
     // It faulted 16 MiB in: `statm` moved, `stat` read again.
     grow(&mut stdin);
-    let (moved, _) = read_stamp(&c, root, pid).unwrap();
+    let (moved, _) = c.read_stamp(root, pid).unwrap();
     let now = truth();
     assert!(moved.minflt > first.minflt && moved.rss_pages >= first.rss_pages + 4096);
     assert_eq!(
@@ -264,7 +263,7 @@ fn stat_is_read_only_when_statm_moved_or_the_process_is_watched() {
     c.put_basic(pid, moved.clone(), Read::Reused);
     c.entries.get_mut(&pid).unwrap().read_at = Instant::now() - Duration::from_secs(7200);
     c.entries.get_mut(&pid).unwrap().stat.minflt = 0;
-    let (aged, _) = read_stamp(&c, root, pid).unwrap();
+    let (aged, _) = c.read_stamp(root, pid).unwrap();
     assert!(aged.minflt > 0, "read from `stat`, not the entry");
     drop(stdin);
     child.wait().unwrap();

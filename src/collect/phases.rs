@@ -84,7 +84,7 @@ pub(super) fn read_basic(
     // The stamp is read before what it vouches for: a change in between is seen next time.
     let mut opened = None;
     let cached = cache.and_then(|c| {
-        let (stat, file) = super::statfiles::read_stamp(c, procs.root(), pid)?;
+        let (stat, file) = c.read_stamp(procs.root(), pid)?;
         opened = file;
         let hit = c.lookup(pid, &stat);
         Some((stat, hit))

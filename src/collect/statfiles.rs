@@ -1,6 +1,6 @@
 //! Per-process files that a long-lived engine reads at every snapshot, kept open between
 //! snapshots: `/proc/PID/statm` of every process (with `stat` where it moved, the stamp of
-//! [`super::cache`]: [`read_stamp`]) and
+//! [`super::cache`]) and
 //! `/proc/PID/io` of every process that maps or holds a file of interest (`rchar`, in its
 //! proofs' fingerprints). Opening them by path each time cost more than reading them (a
 //! path walk through `/proc`, `statx` to size the buffer, `close`: 20% of `record`'s CPU
@@ -35,7 +35,7 @@ pub struct StatStamp {
     pub majflt: u64,
     pub vsize_bytes: u64,
     pub rss_pages: u64,
-    /// `/proc/PID/statm` read with it (see [`read_stamp`]).
+    /// `/proc/PID/statm` read with it (see `ProcCache::read_stamp`).
     pub statm: Option<Statm>,
 }
 
@@ -52,38 +52,6 @@ pub fn parse_statm(text: &str) -> Option<Statm> {
         *o = f.next()??;
     }
     Some(out)
-}
-
-/// The stamp of `pid` for [`super::cache`]: `statm` through its kept descriptor first; while
-/// it equals the one read with the cached stamp, the process is not watched and its entry is
-/// within its maximum age ([`super::cache::ProcCache::quiet`]), the cached stamp (no `stat`
-/// read); otherwise `stat` is read by path. Returns the stamp and the `statm` descriptor
-/// opened here, for [`KeptFiles::keep`].
-///
-/// What `statm` does not see, and `stat` did: page faults that leave every counter of the
-/// address space as it was (a copy-on-write break of a page shared with a fork, a page
-/// reclaimed and faulted back within one interval), a name set with `prctl` and a new
-/// parent. Nothing kept depends on the first two but the share-out of copies' physical
-/// pages, whose holders are watched (`stat` read every snapshot); the last two show within
-/// the entry's maximum age.
-pub fn read_stamp(
-    cache: &super::cache::ProcCache,
-    root: &Path,
-    pid: i32,
-) -> Option<(StatStamp, Option<File>)> {
-    let (statm, opened) = cache.stat_files.read(root, pid, parse_statm)?;
-    if let Some(quiet) = cache.quiet(pid, &statm) {
-        return Some((quiet, opened));
-    }
-    let text = std::fs::read_to_string(root.join(pid.to_string()).join("stat")).ok()?;
-    let stamp = parse_stat(&text)?;
-    Some((
-        StatStamp {
-            statm: Some(statm),
-            ..stamp
-        },
-        opened,
-    ))
 }
 
 /// Parses `/proc/PID/stat`: the name (field 2) is in parentheses and may hold spaces and
@@ -141,7 +109,7 @@ fn soft_limit() -> usize {
 }
 
 impl KeptFiles {
-    /// `/proc/PID/statm` (read for [`read_stamp`]).
+    /// `/proc/PID/statm` (the cache's stamp, read first).
     pub fn statm() -> Self {
         KeptFiles {
             name: "statm",
