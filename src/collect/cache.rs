@@ -178,7 +178,7 @@ pub struct ProcCache {
     /// Processes whose child or parent appeared or exited this snapshot.
     dirty_pids: HashSet<i32>,
     /// `statm` of each process, and `io` of those read every snapshot, kept open.
-    pub stat_files: super::statfiles::KeptFiles,
+    pub statm_files: super::statfiles::KeptFiles,
     /// Processes whose `stat` is read at every snapshot (their page faults are needed:
     /// the holders of copies whose physical pages are weighed), set by the engine.
     pub watch: HashSet<i32>,
@@ -204,7 +204,7 @@ impl ProcCache {
             now: Instant::now(),
             dirty_files: HashSet::new(),
             dirty_pids: HashSet::new(),
-            stat_files: super::statfiles::KeptFiles::statm(),
+            statm_files: super::statfiles::KeptFiles::statm(),
             watch: HashSet::new(),
             io_files: super::statfiles::KeptFiles::io(),
             decisions: super::decisions::Decided::new(max_age),
@@ -247,25 +247,25 @@ impl ProcCache {
         self.max_age - self.max_age * spread / 32
     }
 
-    /// The stamp of `pid`: `statm` through its kept descriptor first; while
-    /// it equals the one read with the cached stamp, the process is not watched and its entry is
-    /// within its maximum age ([`ProcCache::quiet`]), the cached stamp (no `stat`
-    /// read); otherwise `stat` is read by path. Returns the stamp and the `statm` descriptor
-    /// opened here, for [`super::statfiles::KeptFiles::keep`].
+    /// The stamp of `pid`: `statm` through its kept descriptor first; while it equals the
+    /// one read with the cached stamp, the process is not watched and its entry is within
+    /// its maximum age ([`ProcCache::quiet`]), the cached stamp (no `stat` read); otherwise
+    /// `stat` is read by path. Returns the stamp and the `statm` descriptor opened here, for
+    /// [`super::statfiles::KeptFiles::keep`].
     ///
-    /// What `statm` does not see, and `stat` did: page faults that leave every counter of the
-    /// address space as it was (a copy-on-write break of a page shared with a fork, a page
-    /// reclaimed and faulted back within one interval), a name set with `prctl` and a new
-    /// parent. Nothing kept depends on the first two but the share-out of copies' physical
-    /// pages, whose holders are watched (`stat` read every snapshot); the last two show within
-    /// the entry's maximum age.
+    /// What `statm` does not see, and `stat` did: page faults that leave every counter of
+    /// the address space as it was (a copy-on-write break of a page shared with a fork, a
+    /// page reclaimed and faulted back within one interval), a name set with `prctl` and a
+    /// new parent. Nothing kept depends on the first two but the share-out of copies'
+    /// physical pages, whose holders are watched (`stat` read every snapshot); the last two
+    /// show within the entry's maximum age.
     pub fn read_stamp(
         &self,
         root: &std::path::Path,
         pid: i32,
     ) -> Option<(StatStamp, Option<std::fs::File>)> {
         let (statm, opened) = self
-            .stat_files
+            .statm_files
             .read(root, pid, super::statfiles::parse_statm)?;
         if let Some(quiet) = self.quiet(pid, &statm) {
             return Some((quiet, opened));
@@ -390,7 +390,7 @@ impl ProcCache {
             .map(|(p, _)| *p)
             .collect();
         for pid in gone {
-            self.stat_files.forget(pid);
+            self.statm_files.forget(pid);
             self.io_files.forget(pid);
             if let Some(o) = self.entries.remove(&pid) {
                 self.dirty_files

@@ -232,7 +232,7 @@ fn stat_is_read_only_when_statm_moved_or_the_process_is_watched() {
     // counters' batches: the two files read them differently).
     let page = super::super::system::page_size();
     assert_eq!(first.statm.unwrap()[0] * page, first.vsize_bytes);
-    c.stat_files.keep(pid, f.unwrap());
+    c.statm_files.keep(pid, f.unwrap());
     c.put_basic(
         pid,
         first.clone(),

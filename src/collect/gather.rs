@@ -152,7 +152,7 @@ pub fn gather_cached(
             if let (Some(c), Some((stat, read))) = (cache.as_deref_mut(), stamp) {
                 c.put_basic(*pid, stat, read);
                 if let Some(f) = opened {
-                    c.stat_files.keep(*pid, f);
+                    c.statm_files.keep(*pid, f);
                 }
             }
             basic

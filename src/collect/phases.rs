@@ -1,5 +1,5 @@
 //! The per-process reads of a gather's phases: `status`, `maps`, `fd` and `cmdline`
-//! (phase 1, cached while `stat` says nothing changed), `smaps` or `smaps_rollup` (phase 3)
+//! (phase 1, cached while `statm` and `stat` say nothing changed), `smaps` or `smaps_rollup` (phase 3)
 //! and the cgroups of the processes kept.
 
 use crate::sample::{Warning, WarningKind};
@@ -60,7 +60,7 @@ fn in_cgroup(procs: &ProcReader, pid: i32, only: Option<&CgroupRef>) -> CResult<
         && (cg.path == only.path || base.is_empty() || cg.path.starts_with(&format!("{base}/"))))
 }
 
-/// Phase 1 of one process, what to tell the cache when there is one, and the `stat`
+/// Phase 1 of one process, what to tell the cache when there is one, and the `statm`
 /// descriptor it opened for the cache to keep.
 type BasicRead = (
     CResult<Option<Basic>>,
@@ -69,7 +69,7 @@ type BasicRead = (
 );
 
 /// Phase 1: `status`, `maps` and `fd` (the last two need ptrace read access), or what
-/// `cache` holds of them while `stat` says they did not change.
+/// `cache` holds of them while the stamp (`statm`, then `stat`) says they did not change.
 pub(super) fn read_basic(
     procs: &ProcReader,
     pid: i32,
