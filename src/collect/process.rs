@@ -84,21 +84,18 @@ impl ProcReader {
 
     pub fn status(&self, pid: i32) -> Result<StatusRead> {
         let path = self.file(pid, "status");
-        let text = keyvalue::read_to_string(&path)?;
-        parse_status(&path, &text)
+        keyvalue::with_text(&path, |text| parse_status(&path, text))
     }
 
     /// `None` for kernel threads (the kernel prints nothing for them).
     pub fn rollup(&self, pid: i32) -> Result<Option<RollupSample>> {
         let path = self.file(pid, "smaps_rollup");
-        let text = keyvalue::read_to_string(&path)?;
-        parse_rollup(&path, &text)
+        keyvalue::with_text(&path, |text| parse_rollup(&path, text))
     }
 
     pub fn maps(&self, pid: i32) -> Result<Vec<MappingSample>> {
         let path = self.file(pid, "maps");
-        let text = keyvalue::read_to_string(&path)?;
-        maps::parse_maps(&path, &text)
+        keyvalue::with_text(&path, |text| maps::parse_maps(&path, text))
     }
 
     /// The VMAs of `wanted` files, and process totals summed over all VMAs.
@@ -108,28 +105,33 @@ impl ProcReader {
         wanted: &HashSet<FileKey>,
     ) -> Result<(Vec<MappingSample>, RollupSample)> {
         let path = self.file(pid, "smaps");
-        let text = keyvalue::read_to_string(&path)?;
-        maps::parse_smaps(&path, &text, wanted)
+        keyvalue::with_text(&path, |text| maps::parse_smaps(&path, text, wanted))
     }
 
     /// By hand rather than procfs's `Process::cmdline`, which fails on an argument that is
     /// not UTF-8; here it is read lossily, as every name from outside is.
     pub fn cmdline(&self, pid: i32) -> Result<Vec<String>> {
         let path = self.file(pid, "cmdline");
-        let bytes = std::fs::read(&path).map_err(|e| CollectError::io(&path, e))?;
-        Ok(bytes
-            .split(|b| *b == 0)
-            .filter(|s| !s.is_empty())
-            .map(|s| String::from_utf8_lossy(s).into_owned())
-            .collect())
+        keyvalue::with_bytes(&path, |bytes| {
+            Ok::<_, std::convert::Infallible>(
+                bytes
+                    .split(|b| *b == 0)
+                    .filter(|s| !s.is_empty())
+                    .map(|s| String::from_utf8_lossy(s).into_owned())
+                    .collect(),
+            )
+        })
+        .map_err(|e| match e {
+            keyvalue::Reading::Io(e) => CollectError::io(&path, e),
+            keyvalue::Reading::Parse(never) => match never {},
+        })
     }
 
     /// `/proc/PID/io` `rchar`: bytes read with read(2) and the like over the process's
     /// life. Needs ptrace read access (same user, or root).
     pub fn rchar(&self, pid: i32) -> Result<Option<u64>> {
         let path = self.file(pid, "io");
-        let text = keyvalue::read_to_string(&path)?;
-        Ok(parse_rchar(&text))
+        keyvalue::with_text(&path, |text| Ok(parse_rchar(text)))
     }
 
     /// How many descriptors the process has open: the size `stat` gives its `fd`
@@ -148,8 +150,7 @@ impl ProcReader {
     /// The memory cgroup: the v1 `memory` hierarchy line if present, else the v2 `0::` line.
     pub fn cgroup(&self, pid: i32) -> Result<Option<CgroupRef>> {
         let path = self.file(pid, "cgroup");
-        let text = keyvalue::read_to_string(&path)?;
-        parse_cgroup(&path, &text)
+        keyvalue::with_text(&path, |text| parse_cgroup(&path, text))
     }
 
     /// Regular files the process holds open, with (dev, inode) and size from `stat`

@@ -11,7 +11,7 @@ use crate::collect::Roots;
 use crate::dupes::moved::Placement;
 use crate::dupes::prove::{Proof, ProveOptions};
 use crate::sample::unsearched::Unsearched;
-use crate::sample::{FileKey, ProofSample, Sample};
+use crate::sample::{CandidateSample, FileKey, ProcessSample, ProofSample, Sample};
 
 /// The last full search of a (process, file), with what it depends on.
 pub(super) struct Reused {
@@ -253,10 +253,7 @@ impl Engine {
                 .or_insert_with(|| Placement::of(&self.roots, c.pid));
         }
         if !todo.is_empty() {
-            let pending = Sample {
-                candidates: todo,
-                ..sample.clone()
-            };
+            let pending = pending(sample, todo);
             fresh = crate::dupes::prove::prove_cached(
                 &self.roots,
                 &pending,
@@ -489,4 +486,46 @@ fn stale(
             ..ProofSample::default()
         },
     })
+}
+
+/// The sample a search of `todo` needs: `sample` with those candidates, and of its
+/// processes only theirs and the holders of their files (the other ways to open a file).
+/// A clone of the whole sample (hundreds of processes with their mappings) was most of a
+/// steady snapshot's proof cost when a few new processes were searched.
+fn pending(sample: &Sample, todo: Vec<CandidateSample>) -> Sample {
+    let pids: HashSet<i32> = todo.iter().map(|c| c.pid).collect();
+    let files: HashSet<FileKey> = todo.iter().map(|c| c.file).collect();
+    let needed = |p: &&ProcessSample| {
+        pids.contains(&p.pid)
+            || p.open_files.iter().any(|o| files.contains(&o.key))
+            || p.mappings.iter().any(|m| files.contains(&m.key()))
+    };
+    let Sample {
+        system,
+        processes: _,
+        files: file_samples,
+        cgroups,
+        skipped,
+        candidates: _,
+        proofs,
+        reads,
+        gpu,
+        named,
+        observers,
+        privilege,
+    } = sample;
+    Sample {
+        system: system.clone(),
+        processes: sample.processes.iter().filter(needed).cloned().collect(),
+        files: file_samples.clone(),
+        cgroups: cgroups.clone(),
+        skipped: skipped.clone(),
+        candidates: todo,
+        proofs: proofs.clone(),
+        reads: reads.clone(),
+        gpu: gpu.clone(),
+        named: named.clone(),
+        observers: observers.clone(),
+        privilege: privilege.clone(),
+    }
 }
