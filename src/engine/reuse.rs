@@ -526,6 +526,6 @@ fn pending(sample: &Sample, todo: Vec<CandidateSample>) -> Sample {
         gpu: gpu.clone(),
         named: named.clone(),
         observers: observers.clone(),
-        privilege: privilege.clone(),
+        privilege: *privilege,
     }
 }
