@@ -6,8 +6,8 @@
 //! changes its mtime, a file replaced by rename changes its inode, so either builds anew.
 //! A kept index holds each file open (to read its bytes when confirming a copy). So that
 //! this never keeps a model alive that its users let go, [`IndexCache::keep_only`] drops,
-//! at every snapshot, the indexes of files that left the sample or were deleted (no link
-//! left), and at most [`IndexCache::MAX`] indexes are kept.
+//! at every snapshot, the indexes of files that left the sample, and within 5 s those of
+//! files deleted (no link left), and at most [`IndexCache::MAX`] indexes are kept.
 
 use std::collections::BTreeSet;
 use std::os::unix::fs::MetadataExt;
@@ -33,7 +33,14 @@ pub struct IndexCache {
     /// Indexes built and reused since the engine started.
     pub built: u64,
     pub reused: u64,
+    /// When [`IndexCache::keep_only`] last looked for deleted files.
+    links_checked: Option<Instant>,
 }
+
+/// How often [`IndexCache::keep_only`] looks for files deleted under their index: a
+/// `stat` of each indexed file (200 a snapshot, every second for `record`), so a
+/// deleted file's inode is kept alive at most this long after its last link went.
+const LINKS_EVERY: std::time::Duration = std::time::Duration::from_secs(5);
 
 impl IndexCache {
     /// Indexes kept at most (the least recently used goes first).
@@ -70,14 +77,22 @@ impl IndexCache {
 
     /// Drops the indexes of files not in `files` any more, or deleted (their last link
     /// gone: the index's open file would keep the inode and its page cache alive).
+    /// Deleted files are looked for every [`LINKS_EVERY`].
     pub fn keep_only(&mut self, files: &BTreeSet<FileKey>) {
+        let links = self
+            .links_checked
+            .is_none_or(|at| at.elapsed() >= LINKS_EVERY);
+        if links {
+            self.links_checked = Some(Instant::now());
+        }
         self.entries.retain(|(versions, _, ix, _)| {
             versions.iter().all(|v| files.contains(&v.0))
-                && ix
-                    .grid
-                    .files
-                    .iter()
-                    .all(|f| f.bytes.file().metadata().is_ok_and(|m| m.nlink() > 0))
+                && (!links
+                    || ix
+                        .grid
+                        .files
+                        .iter()
+                        .all(|f| f.bytes.file().metadata().is_ok_and(|m| m.nlink() > 0)))
         });
     }
 

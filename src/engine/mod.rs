@@ -81,6 +81,8 @@ pub struct Engine {
     interest: Vec<(FileKey, String)>,
     /// Proofs asked for by hand ([`Engine::prove_now`]), merged into later snapshots.
     manual: BTreeMap<(i32, FileKey), manual::Manual>,
+    /// When the free heap was last looked at ([`give_back_free_heap`]).
+    trimmed: Option<std::time::Instant>,
 }
 
 impl Engine {
@@ -102,6 +104,7 @@ impl Engine {
             index: Default::default(),
             weighed: std::collections::BTreeMap::new(),
             manual: BTreeMap::new(),
+            trimmed: None,
         }
     }
 
@@ -221,7 +224,8 @@ impl Engine {
         {
             self.tracing = None;
         }
-        if self.cache.is_some() {
+        if self.cache.is_some() && self.trimmed.is_none_or(|at| at.elapsed() >= TRIM_EVERY) {
+            self.trimmed = Some(std::time::Instant::now());
             give_back_free_heap();
         }
         Ok(Snapshot {
@@ -254,6 +258,10 @@ fn give_back_free_heap() {
         }
     }
 }
+
+/// A long-running engine looks at its free heap at most this often (`mallinfo2` walks the
+/// allocator's free lists: a tenth of a millisecond each snapshot of `record`).
+const TRIM_EVERY: Duration = Duration::from_secs(10);
 
 /// Free heap bytes kept rather than handed back ([`give_back_free_heap`]).
 #[cfg(all(target_os = "linux", target_env = "gnu"))]

@@ -4,6 +4,7 @@
 
 use crate::sample::Warning;
 use std::collections::{HashMap, HashSet};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use super::Engine;
@@ -23,7 +24,7 @@ pub(super) struct Reused {
     checked: Option<Checked>,
     /// Where the process's memory was when the search began ([`Placement`]): while it
     /// has not moved, the search stands.
-    placement: Option<Placement>,
+    placement: Option<Arc<Placement>>,
     /// When its copies were last confirmed in full (a search that kept them, checked in
     /// place, confirmed none: [`REVERIFY_AFTER`]), and the bytes that confirmation
     /// compared (what confirming them again would cost; a search that kept them compared
@@ -194,7 +195,7 @@ impl Engine {
         self.last_rechecked = 0;
         self.last_carried = 0;
         // Where each changed process's memory is now, read once per process.
-        let mut placed: std::collections::BTreeMap<i32, Option<Placement>> = Default::default();
+        let mut placed = Placed::default();
         // The copies kept through a search again of the rest, and where they are.
         let mut carried: HashMap<(i32, FileKey), (Proof, Instant, u64)> = HashMap::new();
         let mut known = crate::dupes::prove::KnownCopies::new();
@@ -245,12 +246,13 @@ impl Engine {
         let mut fresh = Vec::new();
         // Where each process's memory is, read before its search: what appears during
         // the search counts as moved next time (searched then), never as searched.
-        let mut placements: std::collections::BTreeMap<i32, Option<Placement>> = Default::default();
+        let mut placements: std::collections::BTreeMap<i32, Option<Arc<Placement>>> =
+            Default::default();
         // Only a long-running engine searches again; a one-shot scan needs none.
         for c in todo.iter().filter(|_| self.cache.is_some()) {
             placements
                 .entry(c.pid)
-                .or_insert_with(|| Placement::of(&self.roots, c.pid));
+                .or_insert_with(|| Placement::of(&self.roots, c.pid).map(Arc::new));
         }
         if !todo.is_empty() {
             let pending = pending(sample, todo);
@@ -407,7 +409,7 @@ fn stale(
     r: &mut Reused,
     now: Instant,
     exact: bool,
-    placed: &mut std::collections::BTreeMap<i32, Option<Placement>>,
+    placed: &mut Placed,
 ) -> Option<ProofSample> {
     use crate::dupes::recheck::Rechecked;
     let fresh = |r: &Reused| {
@@ -463,12 +465,9 @@ fn stale(
     // Nothing moved (no page faulted in or freed and faulted again since the search
     // began): the memory is where the search saw it, rewritten in place at most, so the
     // search stands and the count stays exact (dupes::moved says what this cannot see).
-    let now_at = placed
-        .entry(pid)
-        .or_insert_with(|| r.placement.as_ref().and_then(|_| Placement::of(roots, pid)));
-    let unmoved = match (&r.placement, now_at) {
-        (Some(then), Some(now)) => !now.moved_since(then),
-        _ => false,
+    let unmoved = match &r.placement {
+        Some(then) => placed.unmoved(roots, pid, then),
+        None => false,
     };
     Some(match &checked.result {
         Ok(p) if unmoved => ProofSample {
@@ -486,6 +485,33 @@ fn stale(
             ..ProofSample::default()
         },
     })
+}
+
+/// Where each changed process's memory is now (read once per process and snapshot), and
+/// whether it moved since a placement of an earlier search: one verdict per placement, as
+/// the files of one search share it (a process that is a candidate for 200 small models
+/// compared the same two placements 200 times a snapshot).
+#[derive(Default)]
+pub(super) struct Placed {
+    now: std::collections::BTreeMap<i32, Option<Placement>>,
+    verdicts: HashMap<(i32, *const Placement), bool>,
+}
+
+impl Placed {
+    /// Whether `pid`'s memory is where it was at `then` (`false` when it cannot be known).
+    fn unmoved(&mut self, roots: &Roots, pid: i32, then: &Arc<Placement>) -> bool {
+        let now = self
+            .now
+            .entry(pid)
+            .or_insert_with(|| Placement::of(roots, pid));
+        let Some(now) = now else {
+            return false;
+        };
+        *self
+            .verdicts
+            .entry((pid, Arc::as_ptr(then)))
+            .or_insert_with(|| !now.moved_since(then))
+    }
 }
 
 /// The sample a search of `todo` needs: `sample` with those candidates, and of its
