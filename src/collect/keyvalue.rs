@@ -193,6 +193,34 @@ mod tests {
         );
     }
 
+    /// The scratch reader gives each file's bytes whole (a file larger than the first
+    /// read, a shorter one after it: nothing of the longer one left over), a read inside
+    /// another's parse gets its own buffer, and a missing file is an error naming it.
+    #[test]
+    fn scratch_reads_are_whole_nested_and_name_a_missing_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let (long, short) = (dir.path().join("long"), dir.path().join("short"));
+        let big: Vec<u8> = (0..20_000u32).map(|i| b'a' + (i % 26) as u8).collect();
+        std::fs::write(&long, &big).unwrap();
+        std::fs::write(&short, b"x\n").unwrap();
+        assert_eq!(with_text(&long, |t| Ok(t.len())).unwrap(), big.len());
+        assert_eq!(with_text(&short, |t| Ok(t.to_string())).unwrap(), "x\n");
+        let nested = with_text(&long, |outer| {
+            let inner = with_text(&short, |t| Ok(t.to_string()))?;
+            Ok((outer.len(), inner))
+        })
+        .unwrap();
+        assert_eq!(nested, (big.len(), "x\n".to_string()));
+        // A kernel file, as the engine reads them.
+        let status = with_text(Path::new("/proc/self/status"), |t| Ok(t.to_string())).unwrap();
+        assert!(status.starts_with("Name:"), "{status}");
+        let missing = dir.path().join("gone");
+        let err = with_text(&missing, |t| Ok(t.len()))
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("gone"), "{err}");
+    }
+
     fn collect(text: &str, numeric: &[&str]) -> Result<Vec<(String, u64)>> {
         let mut out = Vec::new();
         for_each_field(Path::new("/fixture"), text, numeric, |k, v| {

@@ -518,7 +518,7 @@ impl Placed {
 /// processes only theirs and the holders of their files (the other ways to open a file).
 /// A clone of the whole sample (hundreds of processes with their mappings) was most of a
 /// steady snapshot's proof cost when a few new processes were searched.
-fn pending(sample: &Sample, todo: Vec<CandidateSample>) -> Sample {
+pub(super) fn pending(sample: &Sample, todo: Vec<CandidateSample>) -> Sample {
     let pids: HashSet<i32> = todo.iter().map(|c| c.pid).collect();
     let files: HashSet<FileKey> = todo.iter().map(|c| c.file).collect();
     let needed = |p: &&ProcessSample| {

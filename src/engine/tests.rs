@@ -450,3 +450,74 @@ fn tracing_off_is_a_no_op_and_snapshots_carry_no_trace() {
     assert!(snap.trace.is_none());
     assert!(report(&snap, None).trace.is_none());
 }
+
+/// A search of a few candidates gets their processes and the other holders of their
+/// files (the ways to open them), not every process of the sample.
+#[test]
+fn a_pending_search_keeps_its_processes_and_the_holders_of_its_files() {
+    use crate::sample::{MappingSample, OpenFileSample};
+    let file = FileKey {
+        major: 8,
+        minor: 1,
+        inode: 42,
+    };
+    let other = FileKey { inode: 43, ..file };
+    let process = |pid: i32| ProcessSample {
+        pid,
+        ..ProcessSample::default()
+    };
+    let mapper = ProcessSample {
+        mappings: vec![MappingSample {
+            major: file.major,
+            minor: file.minor,
+            inode: file.inode,
+            ..MappingSample::default()
+        }],
+        ..process(2)
+    };
+    let opener = ProcessSample {
+        open_files: vec![OpenFileSample {
+            fd: 3,
+            key: file,
+            path: "/m".into(),
+        }],
+        ..process(3)
+    };
+    let elsewhere = ProcessSample {
+        open_files: vec![OpenFileSample {
+            fd: 3,
+            key: other,
+            path: "/o".into(),
+        }],
+        ..process(4)
+    };
+    let candidate = CandidateSample {
+        pid: 1,
+        file,
+        why: CandidateWhy::Holder,
+        private_anon_bytes: 1,
+    };
+    let sample = Sample {
+        processes: vec![process(1), mapper, opener, elsewhere, process(5)],
+        files: vec![FileSample {
+            key: file,
+            path: "/m".into(),
+            path_bytes: None,
+            size_bytes: Some(1 << 20),
+            residency: None,
+            residency_error: None,
+            explicit: true,
+            store: false,
+            deleted: false,
+            now_at_path: None,
+            seen_as: Vec::new(),
+        }],
+        candidates: vec![candidate.clone()],
+        ..Sample::default()
+    };
+    let p = reuse::pending(&sample, vec![candidate.clone()]);
+    let pids: Vec<i32> = p.processes.iter().map(|p| p.pid).collect();
+    assert_eq!(pids, vec![1, 2, 3]);
+    assert_eq!(p.candidates, vec![candidate]);
+    assert_eq!(p.files, sample.files);
+}
