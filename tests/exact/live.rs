@@ -251,27 +251,7 @@ fn pss_and_uss_match_smem() {
     // only, not by the twofold processes other tests start and stop meanwhile.
     let exe_copy = dir.path().join("twofold-smem");
     std::fs::copy(exe(), &exe_copy).unwrap();
-    // A fork elsewhere in this test binary (parallel tests) can inherit the copy's write
-    // fd for an instant: exec then fails with ETXTBSY. Try again, as the race is brief.
-    let start = |mode: &str| {
-        let mut tries = 0;
-        loop {
-            match twofold::spawn::Reader::start(
-                &exe_copy,
-                mode,
-                Some(&file),
-                &[],
-                std::time::Duration::from_secs(60),
-            ) {
-                Ok(r) => break r,
-                Err(e) if format!("{e:#}").contains("Text file busy") && tries < 50 => {
-                    tries += 1;
-                    std::thread::sleep(std::time::Duration::from_millis(20));
-                }
-                Err(e) => panic!("{e:#}"),
-            }
-        }
-    };
+    let start = |mode: &str| crate::common::reader_from_copy(&exe_copy, mode, Some(&file));
     let readers = [start("copy"), start("map"), start("map")];
     let pids: Vec<i32> = readers.iter().map(|r| r.pid()).collect();
     let req = Request {
@@ -537,14 +517,7 @@ fn hostile_names_are_escaped_and_tables_stay_aligned() {
     let odd_exe = dir.path().join(exe_name);
     std::fs::copy(exe(), &odd_exe).unwrap();
     std::fs::set_permissions(&odd_exe, std::fs::Permissions::from_mode(0o755)).unwrap();
-    let r = twofold::spawn::Reader::start(
-        &odd_exe,
-        "map",
-        Some(&file),
-        &[],
-        std::time::Duration::from_secs(60),
-    )
-    .unwrap();
+    let r = crate::common::reader_from_copy(&odd_exe, "map", Some(&file));
     let pid = r.pid().to_string();
 
     let out = Command::new(crate::common::exe())
