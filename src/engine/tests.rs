@@ -6,8 +6,7 @@ use super::*;
 use crate::sample::trace::{Counter, FileCounters, IoCounters, OomKill, PidCounters, TraceSample};
 use crate::sample::Sample;
 use crate::sample::{
-    CandidateSample, CandidateWhy, FileSample, ProcessSample, ProofSample, ReadSample,
-    ResidencySample, StatusSample,
+    CandidateSample, CandidateWhy, ProcessSample, ProofSample, ReadSample, StatusSample,
 };
 
 /// xorshift64*: deterministic generated snapshots without a dependency.
@@ -169,22 +168,12 @@ fn sample(r: &mut Rng) -> Sample {
     for i in 0..r.below(4) {
         let key = r.key();
         let size = r.below(1 << 40);
-        s.files.push(FileSample {
+        s.files.push(crate::engine::test_file_sample(
             key,
-            path: format!("/m/{i}.gguf"),
-            path_bytes: None,
-            size_bytes: Some(size),
-            residency: Some(ResidencySample {
-                cached_bytes: r.below(size + 1),
-                ..ResidencySample::default()
-            }),
-            residency_error: None,
-            explicit: true,
-            store: false,
-            deleted: false,
-            now_at_path: None,
-            seen_as: Vec::new(),
-        });
+            &format!("/m/{i}.gguf"),
+            size,
+            Some(r.below(size + 1)),
+        ));
         let pid = 100 + i as i32;
         s.processes.push(ProcessSample {
             pid,
@@ -499,19 +488,7 @@ fn a_pending_search_keeps_its_processes_and_the_holders_of_its_files() {
     };
     let sample = Sample {
         processes: vec![process(1), mapper, opener, elsewhere, process(5)],
-        files: vec![FileSample {
-            key: file,
-            path: "/m".into(),
-            path_bytes: None,
-            size_bytes: Some(1 << 20),
-            residency: None,
-            residency_error: None,
-            explicit: true,
-            store: false,
-            deleted: false,
-            now_at_path: None,
-            seen_as: Vec::new(),
-        }],
+        files: vec![crate::engine::test_file_sample(file, "/m", 1 << 20, None)],
         candidates: vec![candidate.clone()],
         ..Sample::default()
     };

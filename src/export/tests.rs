@@ -5,23 +5,16 @@ use crate::model::{CopyHow, ProvenCopy, Report};
 
 fn report_with(files: usize) -> Report {
     let sample = crate::sample::Sample {
-        files: vec![crate::sample::FileSample {
-            key: crate::sample::FileKey {
+        files: vec![crate::engine::test_file_sample(
+            crate::sample::FileKey {
                 major: 8,
                 minor: 1,
                 inode: 100,
             },
-            path: "/models/m.safetensors".into(),
-            path_bytes: None,
-            size_bytes: Some(1 << 20),
-            residency: None,
-            residency_error: None,
-            explicit: true,
-            store: false,
-            deleted: false,
-            now_at_path: None,
-            seen_as: Vec::new(),
-        }],
+            "/models/m.safetensors",
+            1 << 20,
+            None,
+        )],
         ..Default::default()
     };
     let mut r: Report = crate::model::from_sample(&sample);
