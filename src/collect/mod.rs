@@ -145,6 +145,32 @@ pub fn par_map_on<T: Sync, R: Send>(
 }
 
 #[cfg(test)]
+/// An explicit model file of `size` bytes at `path`, `cached` of them in the page cache.
+pub(crate) fn test_file_sample(
+    key: crate::sample::FileKey,
+    path: &str,
+    size: u64,
+    cached: Option<u64>,
+) -> crate::sample::FileSample {
+    crate::sample::FileSample {
+        key,
+        path: path.to_string(),
+        path_bytes: None,
+        size_bytes: Some(size),
+        residency: cached.map(|cached_bytes| crate::sample::ResidencySample {
+            cached_bytes,
+            ..Default::default()
+        }),
+        residency_error: None,
+        explicit: true,
+        store: false,
+        deleted: false,
+        now_at_path: None,
+        seen_as: Vec::new(),
+    }
+}
+
+#[cfg(test)]
 mod tests {
     #[test]
     fn model_extensions() {

@@ -168,7 +168,7 @@ fn sample(r: &mut Rng) -> Sample {
     for i in 0..r.below(4) {
         let key = r.key();
         let size = r.below(1 << 40);
-        s.files.push(crate::engine::test_file_sample(
+        s.files.push(crate::collect::test_file_sample(
             key,
             &format!("/m/{i}.gguf"),
             size,
@@ -488,7 +488,7 @@ fn a_pending_search_keeps_its_processes_and_the_holders_of_its_files() {
     };
     let sample = Sample {
         processes: vec![process(1), mapper, opener, elsewhere, process(5)],
-        files: vec![crate::engine::test_file_sample(file, "/m", 1 << 20, None)],
+        files: vec![crate::collect::test_file_sample(file, "/m", 1 << 20, None)],
         candidates: vec![candidate.clone()],
         ..Sample::default()
     };

@@ -5,7 +5,7 @@ use crate::model::{CopyHow, ProvenCopy, Report};
 
 fn report_with(files: usize) -> Report {
     let sample = crate::sample::Sample {
-        files: vec![crate::engine::test_file_sample(
+        files: vec![crate::collect::test_file_sample(
             crate::sample::FileKey {
                 major: 8,
                 minor: 1,
