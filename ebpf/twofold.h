@@ -177,6 +177,7 @@ struct io_start {
 #define UP_FREE 5         /* device free: dst */
 #define UP_HOST_ALLOC 6   /* pinned host allocation: src, bytes */
 #define UP_HOST_FREE 7    /* pinned host free: src */
+#define UP_TINY_SLOT 8    /* the process took slot `index` of the `tiny` counters */
 
 #define UPF_UNIFIED 1     /* cuMemcpy*, batch: the destination is device memory
 			   * only if it lies in a traced device allocation */
@@ -194,6 +195,12 @@ struct io_start {
 /* The reader is woken only when this much is waiting (it also drains every 50 ms):
  * a wakeup per record would cost every small upload a context switch. */
 #define UP_WAKE_BYTES (2 << 20)
+/* Host-to-device copies (cuMemcpyHtoD*) of at most UP_SMALL bytes are counted per
+ * process in the `tiny` array (slot tgid % UP_TINY_SLOTS), not sent: a serving loop
+ * uploads a step's small input this way, and a record costs it more than the trap.
+ * A tiny copy that continues the process's last one (a loader uploading in small
+ * chunks) is sent, and so is the counted one it continues. */
+#define UP_TINY_SLOTS 1024
 /* Batched copies (cuMemcpyBatchAsync) sampled per call. */
 #define UP_BATCH_MAX 8
 
@@ -226,6 +233,20 @@ struct upload_small {
 	__u32 anchor_len;
 	__u32 sampled;   /* 0 */
 	__u8 anchor[UP_SMALL];
+};
+
+/* One process's tiny copies (`tiny` array): what was counted, and the last tiny copy
+ * (to see a chunked upload continue it). */
+struct up_tiny {
+	__u32 tgid;      /* 0: free (twofold frees the slot of a process that exited) */
+	__u32 spare;
+	__u64 copies;    /* counted, not sent */
+	__u64 bytes;
+	__u64 src;       /* the last tiny copy */
+	__u64 dst;
+	__u64 len;
+	__u32 counted;   /* the last tiny copy is in `copies` (not sent) */
+	__u32 pad;
 };
 
 /* An allocation in progress, per thread (entry to return). */

@@ -39,6 +39,14 @@ struct {
 #define RB_FORCE_WAKEUP 2
 #define RB_AVAIL_DATA 0
 
+/* Tiny copies counted per process (see UP_TINY_SLOTS). */
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, UP_TINY_SLOTS);
+	__type(key, __u32);
+	__type(value, struct up_tiny);
+} tiny SEC(".maps");
+
 /* Wakes the reader only when UP_WAKE_BYTES wait (it drains every 50 ms anyway). */
 static __always_inline __u64 wakeup(void)
 {
@@ -77,7 +85,7 @@ static __always_inline int small(__u32 kind, __u64 dst, __u64 src, __u64 bytes, 
 	return 0;
 }
 
-/* Sends a copy of at most UP_SMALL bytes whole, in a small record. */
+/* Sends a copy of at most UP_SMALL bytes whole, in a small record; 1 when sent. */
 static __always_inline int copy_small(__u32 entry, __u64 dst, __u64 src, __u64 bytes,
 				      __u32 flags, __u32 index)
 {
@@ -99,7 +107,75 @@ static __always_inline int copy_small(__u32 entry, __u64 dst, __u64 src, __u64 b
 	if (n > 0 && n <= UP_SMALL && bpf_probe_read_user(e->anchor, n, (const void *)src) == 0)
 		e->anchor_len = n;
 	bpf_ringbuf_submit(e, wakeup());
-	return 0;
+	return 1;
+}
+
+/* The attach cookie: the entry point's number. A helper call, so the fast path of tiny
+ * copies does without it (a helper call costs about as much as the rest of that path). */
+static __always_inline __u32 entry_of(struct uregs *ctx)
+{
+	return (__u32)bpf_get_attach_cookie(ctx);
+}
+
+/* The `tiny` slot of the calling process (`claim`: taking it if free, and telling
+ * twofold which slot to read); NULL when it belongs to another process. */
+static __always_inline struct up_tiny *tiny_slot(struct uregs *ctx, int claim)
+{
+	__u32 tgid = bpf_get_current_pid_tgid() >> 32;
+	__u32 k = tgid & (UP_TINY_SLOTS - 1);
+	struct up_tiny *s = bpf_map_lookup_elem(&tiny, &k);
+	if (!s || !tgid)
+		return NULL;
+	if (s->tgid == tgid)
+		return s;
+	if (!claim || s->tgid || __sync_val_compare_and_swap(&s->tgid, 0, tgid) != 0)
+		return NULL;
+	s->len = 0;
+	s->counted = 0;
+	small(UP_TINY_SLOT, k, 0, 0, entry_of(ctx));
+	return s;
+}
+
+/* Counts a tiny copy (1 to UP_SMALL contiguous bytes to device memory) in the process's
+ * slot; 0 when it must be sent instead: the slot belongs to another process, or the copy
+ * continues the process's last one (then that one is sent too, if it was counted: the
+ * two may be a chunked upload of a model's bytes, matched in user space; it is sent
+ * under this call's entry point, which a chunked upload does not change). */
+static __always_inline int tiny_count(struct uregs *ctx, __u64 dst, __u64 src, __u64 bytes)
+{
+	struct up_tiny *s = tiny_slot(ctx, 1);
+	if (!s)
+		return 0;
+	__u64 len = s->len, psrc = s->src, pdst = s->dst;
+	s->src = src;
+	s->dst = dst;
+	s->len = bytes;
+	if (len && (src == psrc + len || dst == pdst + len)) {
+		/* One thread sends the counted copy, and takes off the counters what its
+		 * record says. */
+		if (__sync_val_compare_and_swap(&s->counted, 1, 0) == 1 &&
+		    copy_small(entry_of(ctx), pdst, psrc, len, 0, 0)) {
+			__sync_fetch_and_add(&s->copies, -1);
+			__sync_fetch_and_add(&s->bytes, -len);
+		}
+		return 0;
+	}
+	__sync_fetch_and_add(&s->copies, 1);
+	__sync_fetch_and_add(&s->bytes, bytes);
+	s->counted = 1;
+	return 1;
+}
+
+/* A larger copy is the last one of its process: a tiny copy may continue it. */
+static __always_inline void tiny_last(struct uregs *ctx, __u64 dst, __u64 src, __u64 bytes)
+{
+	struct up_tiny *s = tiny_slot(ctx, 0);
+	if (!s)
+		return;
+	s->src = src;
+	s->dst = dst;
+	s->len = bytes;
+	s->counted = 0;
 }
 
 /* Sends a copy of `bytes` from `src` (`first`: bytes contiguous from src that may be
@@ -147,15 +223,28 @@ static __always_inline int copy(__u32 entry, __u64 dst, __u64 src, __u64 bytes, 
 	return 0;
 }
 
-/* cuMemcpyHtoD*(dst, src, n, ...) and cuMemcpy*(dst, src, n, ...). */
+/* cuMemcpyHtoD*(dst, src, n, ...): a tiny copy is counted (no attach cookie read, no
+ * record), any other sent. */
 SEC("uprobe")
 int up_copy(struct uregs *ctx)
 {
-	__u32 entry = (__u32)bpf_get_attach_cookie(ctx);
-	/* Entry points 100 and up are the unified ones (cuMemcpy, cuMemcpyAsync). */
-	__u32 flags = entry >= 100 ? UPF_UNIFIED : 0;
+	__u64 dst = UARG1(ctx), src = UARG2(ctx), n = UARG3(ctx);
+	if (n && n <= UP_SMALL) {
+		if (tiny_count(ctx, dst, src, n))
+			return 0;
+	} else {
+		tiny_last(ctx, dst, src, n);
+	}
+	return copy(entry_of(ctx), dst, src, n, n, 0, 0);
+}
+
+/* cuMemcpy*(dst, src, n, ...) (unified addressing): a device copy only if the destination
+ * is a traced device allocation, which user space decides; always sent. */
+SEC("uprobe")
+int up_copy_unified(struct uregs *ctx)
+{
 	__u64 n = UARG3(ctx);
-	return copy(entry, UARG1(ctx), UARG2(ctx), n, n, flags, 0);
+	return copy(entry_of(ctx), UARG1(ctx), UARG2(ctx), n, n, UPF_UNIFIED, 0);
 }
 
 #define MT_HOST 1

@@ -4,7 +4,8 @@
 # no context (each call returns CUDA_ERROR_NOT_INITIALIZED at once, after the probe has
 # fired and read its 256 bytes), in fresh processes, rounds rotating over: no tracer,
 # `__bench uprobe-floor` (an empty program: the trap alone), `record --trace-uploads
-# --no-prove` and `record --trace --no-prove`. Then a plain `scan` of a small file, timed
+# --no-prove`, `record --trace --no-prove`, and (with twofold-prev carried) `record
+# --trace-uploads --no-prove` of the previous build, in the same rounds. Then a plain `scan` of a small file, timed
 # with the build in twofold-prev (if carried) and this one alternating (CUDA's
 # initialisation moved beside the collection). Run on the GPU machine from the folder
 # holding the stripped builds and upload_loop (argument 1, default .devcarry).
@@ -30,18 +31,21 @@ wait_frame() { for _ in $(seq 600); do frames "$1" && return 0; sleep 0.1; done;
 twofold __bench write-model "$W/m.safetensors" 64M > /dev/null
 echo "libcuda: $TWOFOLD_LIBCUDA; $ROUNDS rounds of $N calls" | tee "$OUT/percall.txt"
 modes=(none floor uploads all)
+[ -x "$BIN/twofold-prev" ] && modes+=(prev)
+nm=${#modes[@]}
 for r in $(seq "$ROUNDS"); do
-  for j in 0 1 2 3; do
-    mode=${modes[$(( (r + j) % 4 ))]}
+  for j in $(seq 0 $((nm - 1))); do
+    mode=${modes[$(( (r + j) % nm ))]}
     case $mode in
       floor)
         rm -f "$W/fl"; mkfifo "$W/fl"
         twofold __bench uprobe-floor "$TWOFOLD_LIBCUDA" < "$W/fl" > "$W/floor.log" 2>&1 & FP=$!
         exec 7> "$W/fl"
         for _ in $(seq 100); do grep -q attached "$W/floor.log" && break; sleep 0.1; done ;;
-      uploads|all)
-        flag=--trace; [ "$mode" = uploads ] && flag=--trace-uploads
-        twofold record $flag --interval 60s --no-prove --store "$W/s-$mode-$r" "$W/m.safetensors" > "$W/rec.log" 2>&1 & RB=$!
+      uploads|all|prev)
+        flag=--trace; [ "$mode" = all ] || flag=--trace-uploads
+        tf=twofold; [ "$mode" = prev ] && tf=$BIN/twofold-prev
+        "$tf" record $flag --interval 60s --no-prove --store "$W/s-$mode-$r" "$W/m.safetensors" > "$W/rec.log" 2>&1 & RB=$!
         wait_frame "$W/s-$mode-$r" ;;
     esac
     sleep 0.5
@@ -58,7 +62,7 @@ for l in open(sys.argv[1]):
     if len(p) == 3 and p[2].startswith("{"):
         rows.setdefault(p[1], []).append(json.loads(p[2])["ns_per_call"])
 base = st.median(rows["none"])
-for m in ("none", "floor", "uploads", "all"):
+for m in ("none", "floor", "uploads", "all", "prev"):
     v = rows.get(m, [])
     if v:
         print(f"{m}: median {st.median(v):.1f} ns per call (added {st.median(v) - base:+.1f} ns); runs {' '.join(f'{x:.1f}' for x in v)}")

@@ -133,7 +133,19 @@ impl Ledger {
                     });
                 }
             }
-            Call::Unregister { .. } => {}
+            Call::Tiny { copies, bytes } => {
+                let r = &mut self.proc(pid).row;
+                r.copies = r.copies.saturating_add_signed(copies);
+                r.copy_bytes = r.copy_bytes.saturating_add_signed(bytes);
+                r.unexamined_bytes = r.unexamined_bytes.saturating_add_signed(bytes);
+                if copies > 0 {
+                    if r.first_copy_unix_ns == 0 {
+                        r.first_copy_unix_ns = at;
+                    }
+                    r.last_copy_unix_ns = r.last_copy_unix_ns.max(at);
+                }
+            }
+            Call::Unregister { .. } | Call::TinySlot { .. } => {}
         }
     }
 
@@ -476,5 +488,40 @@ mod tests {
         let s = l.snapshot();
         assert_eq!(s.processes.len(), 1);
         assert_eq!(s.processes[0].device_alloc_bytes, 64);
+    }
+
+    #[test]
+    fn tiny_copies_are_counted_as_not_examined_and_a_copy_sent_later_is_taken_off() {
+        let root = tempfile::tempdir().unwrap();
+        let mut l = Ledger {
+            proc_root: root.path().to_path_buf(),
+            ..Ledger::default()
+        };
+        l.record(
+            7,
+            1_000,
+            Call::Tiny {
+                copies: 3,
+                bytes: 600,
+            },
+        );
+        // One of them began a chunked upload: it came as a record after all (no matcher
+        // here, so not model bytes), and the counters took it off.
+        l.record(7, 1_500, Call::Copy(copy(0x10, 0x1000, 200)));
+        l.record(
+            7,
+            2_000,
+            Call::Tiny {
+                copies: -1,
+                bytes: -200,
+            },
+        );
+        let r = &l.snapshot().processes[0];
+        assert_eq!((r.copies, r.copy_bytes), (3, 600));
+        assert_eq!(
+            (r.unexamined_bytes, r.other_bytes, r.model_bytes),
+            (400, 200, 0)
+        );
+        assert_eq!((r.first_copy_unix_ns, r.last_copy_unix_ns), (1_000, 1_500));
     }
 }

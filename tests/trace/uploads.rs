@@ -440,8 +440,12 @@ fn trace_shows_uploads_per_file_and_process_and_small_copies_all_arrive() {
     let (m, ranges) = model(s.dir.path());
     let total = tensor_bytes(&ranges);
     let mut heap = Uploader::start(&s, "heap", &m, &ranges);
-    // 300,000 bytes in copies of 200: small records (the whole copy, no samples).
+    // 300,000 bytes in copies of 200: each continues the one before, so each is sent
+    // whole (the first too, once the second continues it).
     let mut chunks = Uploader::start(&s, "chunks", &m, &ranges[2..3]);
+    // A serving loop: 20,000 copies of 200 bytes from one buffer to one place: counted in
+    // the kernel, not sent.
+    let mut tiny = Uploader::start(&s, "tiny", &m, &ranges[..1]);
     let gpu = fixture(s.dir.path(), &[(heap.pid(), total + (64 << 20))]);
     let mut child = Command::new(exe())
         .args([
@@ -466,6 +470,7 @@ fn trace_shows_uploads_per_file_and_process_and_small_copies_all_arrive() {
     assert!(line.contains(r#""type":"attached""#), "{line}");
     heap.go();
     chunks.go();
+    tiny.go();
     let mut rest = String::new();
     out.read_to_string(&mut rest).unwrap();
     let mut err = String::new();
@@ -517,6 +522,13 @@ fn trace_shows_uploads_per_file_and_process_and_small_copies_all_arrive() {
     assert_eq!(
         (&r["calls"], &r["file_bytes"]),
         (&n.into(), &ranges[2].1.into())
+    );
+    // Every tiny copy is counted (the uploader made 20,000), none examined as model bytes.
+    let t = p(tiny.pid());
+    assert_eq!(
+        (&t["calls"], &t["bytes"], &t["model_bytes"]),
+        (&20_000.into(), &4_000_000.into(), &0.into()),
+        "{t}"
     );
     // The text: one UPLOADS block.
     let mut heap2 = Uploader::start(&s, "heap", &m, &ranges);

@@ -15,6 +15,7 @@
 pub mod layout;
 mod read;
 mod setup;
+mod tiny;
 mod upload_entries;
 pub mod uploads;
 

@@ -22,6 +22,7 @@ use aya::programs::UProbe;
 use aya::{Ebpf, EbpfLoader};
 
 use super::setup::{ensure_tracefs, monotonic_ns, raise_memlock};
+use super::tiny::TinySlots;
 use super::{check_privilege, TraceError};
 use crate::sample::uploads::TracedLibrary;
 use crate::sample::FileKey;
@@ -66,12 +67,38 @@ pub struct CopyRecord {
 #[derive(Debug, Clone)]
 pub enum Call {
     Copy(CopyRecord),
-    Register { entry: u32, addr: u64, bytes: u64 },
-    Unregister { addr: u64 },
-    Alloc { dst: u64, bytes: u64 },
-    Free { dst: u64 },
-    HostAlloc { addr: u64, bytes: u64 },
-    HostFree { addr: u64 },
+    Register {
+        entry: u32,
+        addr: u64,
+        bytes: u64,
+    },
+    Unregister {
+        addr: u64,
+    },
+    Alloc {
+        dst: u64,
+        bytes: u64,
+    },
+    Free {
+        dst: u64,
+    },
+    HostAlloc {
+        addr: u64,
+        bytes: u64,
+    },
+    HostFree {
+        addr: u64,
+    },
+    /// Tiny copies (at most [`SMALL`] bytes each) counted since the last such record:
+    /// their number and bytes, signed (see [`super::tiny`]). No content: not examined.
+    Tiny {
+        copies: i64,
+        bytes: i64,
+    },
+    /// The process took a slot of the tiny-copy counters (read by the tracer itself).
+    TinySlot {
+        slot: u32,
+    },
 }
 
 /// One record: who, when (wall clock) and what.
@@ -155,6 +182,7 @@ pub fn parse(b: &[u8], mono_to_unix: i128) -> Option<Record> {
         5 => Call::Free { dst },
         6 => Call::HostAlloc { addr: src, bytes },
         7 => Call::HostFree { addr: src },
+        8 => Call::TinySlot { slot: dst as u32 },
         _ => return None,
     };
     Some(Record {
@@ -470,10 +498,11 @@ fn drain(
     let fd = ring.as_raw_fd();
     let mut last_scan = Instant::now();
     let mut lost_seen = 0u64;
+    let mut tiny = TinySlots::default();
     loop {
         while let Some(item) = ring.next() {
             if let Some(r) = parse(&item, mono_to_unix) {
-                sink(Note::Record(r));
+                hand_on(r, &mut tiny, &mut *sink);
             }
         }
         if stop.load(Ordering::Relaxed) {
@@ -485,7 +514,9 @@ fn drain(
             if lost > lost_seen {
                 sink(Note::Lost(lost - lost_seen));
                 lost_seen = lost;
+                tiny.find_all(&probes.ebpf);
             }
+            tiny_counts(&mut tiny, &mut probes.ebpf, proc_root, &mut *sink);
             last_scan = Instant::now();
         }
         let mut pfd = libc::pollfd {
@@ -498,15 +529,45 @@ fn drain(
             libc::poll(&mut pfd, 1, 50);
         }
     }
-    // Records sent before the stop are still handed over.
+    // Records sent before the stop are still handed over, and the last counts.
     while let Some(item) = ring.next() {
         if let Some(r) = parse(&item, mono_to_unix) {
-            sink(Note::Record(r));
+            hand_on(r, &mut tiny, &mut *sink);
         }
     }
     let lost = lost_records(&probes.ebpf);
     if lost > lost_seen {
         sink(Note::Lost(lost - lost_seen));
+        tiny.find_all(&probes.ebpf);
+    }
+    tiny_counts(&mut tiny, &mut probes.ebpf, proc_root, &mut *sink);
+}
+
+/// Hands a record on to the sink; a slot taken is the tracer's own business.
+fn hand_on(r: Record, tiny: &mut TinySlots, sink: &mut dyn FnMut(Note)) {
+    match r.call {
+        Call::TinySlot { slot } => tiny.took(slot, r.pid),
+        _ => sink(Note::Record(r)),
+    }
+}
+
+/// Hands on what each process's tiny copies added since the last read, as of now.
+fn tiny_counts(
+    tiny: &mut TinySlots,
+    ebpf: &mut Ebpf,
+    proc_root: &Path,
+    sink: &mut dyn FnMut(Note),
+) {
+    let at_unix_ns = unix_now_ns();
+    for d in tiny.read(ebpf, proc_root) {
+        sink(Note::Record(Record {
+            pid: d.pid,
+            at_unix_ns,
+            call: Call::Tiny {
+                copies: d.copies,
+                bytes: d.bytes,
+            },
+        }));
     }
 }
 
@@ -519,52 +580,5 @@ fn lost_records(ebpf: &Ebpf) -> u64 {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn the_record_layout_is_the_c_one() {
-        // struct upload_head: 8 + 4 + 4 + 4 + 4 + 8 * 3 + 4 + 4.
-        assert_eq!(HEAD, 56);
-        assert_eq!(COPY, 56 + 8 + 2064 + 512);
-        let mut b = vec![0u8; COPY];
-        b[8..12].copy_from_slice(&42u32.to_le_bytes());
-        b[16..20].copy_from_slice(&5u32.to_le_bytes());
-        b[20..24].copy_from_slice(&1u32.to_le_bytes());
-        b[40..48].copy_from_slice(&4096u64.to_le_bytes());
-        b[HEAD..HEAD + 4].copy_from_slice(&100u32.to_le_bytes());
-        b[HEAD + 4..HEAD + 8].copy_from_slice(&0b11u32.to_le_bytes());
-        let r = parse(&b, 0).unwrap();
-        assert_eq!(r.pid, 42);
-        let Call::Copy(c) = r.call else { panic!() };
-        assert_eq!((c.entry, c.bytes, c.anchor.len()), (5, 4096, 100));
-        assert_eq!(c.samples.iter().map(|s| s.0).collect::<Vec<_>>(), [0, 270]);
-        assert_eq!(entry_name(5), "cuMemcpyHtoDAsync_v2");
-        // A small copy: its anchor is the whole copy, no samples (whatever `sampled` says).
-        let mut b = vec![0u8; SMALL_COPY];
-        b[20..24].copy_from_slice(&1u32.to_le_bytes());
-        b[40..48].copy_from_slice(&200u64.to_le_bytes());
-        b[48..52].copy_from_slice(&FLAG_SMALL.to_le_bytes());
-        b[HEAD..HEAD + 4].copy_from_slice(&200u32.to_le_bytes());
-        b[HEAD + 4..HEAD + 8].copy_from_slice(&1u32.to_le_bytes());
-        b[HEAD + 8] = 7;
-        let Call::Copy(c) = parse(&b, 0).unwrap().call else {
-            panic!()
-        };
-        assert_eq!((c.bytes, c.anchor.len(), c.anchor[0]), (200, 200, 7));
-        assert!(c.samples.is_empty());
-        assert_eq!(SMALL_COPY, 56 + 8 + 256);
-        // A full record that short is refused.
-        b[48..52].copy_from_slice(&0u32.to_le_bytes());
-        assert!(parse(&b, 0).is_none());
-        assert_eq!(sample_offset(4096, 15), 4064);
-    }
-
-    #[test]
-    fn only_the_driver_library_is_libcuda() {
-        assert!(is_libcuda("/usr/lib/x86_64-linux-gnu/libcuda.so.1"));
-        assert!(is_libcuda("/tmp/x/libcuda.so.580.159"));
-        assert!(!is_libcuda("/usr/lib/libcudart.so.12"));
-        assert!(!is_libcuda("/opt/libcuda.so.1/other"));
-    }
-}
+#[path = "uploads_tests.rs"]
+mod tests;

@@ -6,7 +6,9 @@
  *       chunks   as staging, in copies of 200 bytes (UPLOADER_CHUNK) each;
  *       random   the same sizes from a heap buffer of random bytes;
  *       widen    each range (F16) widened to F32 in the heap, then uploaded;
- *       register map the file shared, cuMemHostRegister_v2 of each range.
+ *       register map the file shared, cuMemHostRegister_v2 of each range;
+ *       tiny     a serving loop: UPLOADER_STEPS (20,000) copies of 200 bytes, refilled
+ *                per step, from one buffer to one device allocation (ranges ignored).
  * Says `armed`, waits for a line, loads LIB (dlopen), works, says `ready`, and
  * waits for stdin to close. */
 #include <dlfcn.h>
@@ -97,7 +99,21 @@ int main(int argc, char **argv)
 		if (map == MAP_FAILED)
 			return 1;
 	}
-	for (char *tok = strtok(argv[4], ","); tok; tok = strtok(NULL, ",")) {
+	if (!strcmp(mode, "tiny")) {
+		long steps = getenv("UPLOADER_STEPS") ? atol(getenv("UPLOADER_STEPS")) : 20000;
+		unsigned long long d = 0;
+		unsigned char in[200];
+		uint64_t x = 0x9e3779b97f4a7c15ull;
+		alloc(&d, sizeof in);
+		for (long i = 0; i < steps; i++) {
+			for (size_t j = 0; j < sizeof in; j += 8) {
+				x ^= x << 13, x ^= x >> 7, x ^= x << 17;
+				memcpy(in + j, &x, 8);
+			}
+			htoda(d, in, sizeof in, NULL);
+		}
+	}
+	for (char *tok = strtok(argv[4], ","); tok && strcmp(mode, "tiny"); tok = strtok(NULL, ",")) {
 		unsigned long long off, len, d = 0;
 		if (sscanf(tok, "%llu:%llu", &off, &len) != 2)
 			return 2;

@@ -1,0 +1,130 @@
+//! Tiny copies (`ebpf/uploads.bpf.c`, the `tiny` array): host-to-device copies of at most
+//! [`super::uploads::SMALL`] bytes are counted per process in a slot of an array, not sent
+//! one record each (a serving loop uploads a step's small input this way, and a record
+//! cost it more than the uprobe's trap). The reader learns which slots are taken from
+//! `UP_TINY_SLOT` records, reads those every second, hands on what each process added
+//! since, and frees the slot of a process that exited, after its last read.
+
+use std::collections::BTreeMap;
+use std::path::Path;
+
+use aya::maps::{Array, MapData};
+use aya::Ebpf;
+
+/// `UP_TINY_SLOTS` of `ebpf/twofold.h`.
+pub const SLOTS: u32 = 1024;
+
+/// `struct up_tiny` as words: tgid (low half), copies, bytes, then the last tiny copy
+/// (src, dst, len) and `counted`.
+type Slot = [u64; 7];
+
+/// What one process counted since the last read: copies and bytes, signed (a copy counted
+/// and then sent, because the next one continued it, is taken off again).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TinyDelta {
+    pub pid: i32,
+    pub copies: i64,
+    pub bytes: i64,
+}
+
+/// The slots taken, each with its process and the counters as last read.
+#[derive(Default)]
+pub(super) struct TinySlots {
+    taken: BTreeMap<u32, (i32, u64, u64)>,
+}
+
+impl TinySlots {
+    /// `pid` took `slot` (an `UP_TINY_SLOT` record): read from zero.
+    pub(super) fn took(&mut self, slot: u32, pid: i32) {
+        if slot < SLOTS {
+            self.taken.insert(slot, (pid, 0, 0));
+        }
+    }
+
+    /// Every slot read, not only those announced: after records were lost (an
+    /// announcement among them), a taken slot would never be read or freed.
+    pub(super) fn find_all(&mut self, ebpf: &Ebpf) {
+        let Some(a) = array(ebpf) else { return };
+        for k in 0..SLOTS {
+            if let Ok(v) = a.get(&k, 0) {
+                let pid = v[0] as u32 as i32;
+                if pid != 0 && self.taken.get(&k).is_none_or(|t| t.0 != pid) {
+                    self.taken.insert(k, (pid, 0, 0));
+                }
+            }
+        }
+    }
+
+    /// What each process counted since the last read; the slots of processes that no
+    /// longer exist (looked at before their last read, so nothing is counted after it)
+    /// are freed for others.
+    pub(super) fn read(&mut self, ebpf: &mut Ebpf, proc_root: &Path) -> Vec<TinyDelta> {
+        let mut out = Vec::new();
+        if self.taken.is_empty() {
+            return out;
+        }
+        let mut gone = Vec::new();
+        if let Some(a) = array(ebpf) {
+            for (&k, (pid, copies, bytes)) in self.taken.iter_mut() {
+                let exited = !proc_root.join(pid.to_string()).exists();
+                let Ok(v) = a.get(&k, 0) else { continue };
+                if v[0] as u32 as i32 == *pid {
+                    let d = TinyDelta {
+                        pid: *pid,
+                        copies: v[1].wrapping_sub(*copies) as i64,
+                        bytes: v[2].wrapping_sub(*bytes) as i64,
+                    };
+                    (*copies, *bytes) = (v[1], v[2]);
+                    if d.copies != 0 || d.bytes != 0 {
+                        out.push(d);
+                    }
+                }
+                if exited {
+                    gone.push(k);
+                }
+            }
+        }
+        if let Some(mut a) = ebpf
+            .map_mut("tiny")
+            .and_then(|m| Array::<&mut MapData, Slot>::try_from(m).ok())
+        {
+            for k in gone {
+                // Zeroed: free for the next process whose pid falls on it.
+                let _ = a.set(k, [0u64; 7], 0);
+                self.taken.remove(&k);
+            }
+        }
+        out
+    }
+}
+
+fn array(ebpf: &Ebpf) -> Option<Array<&MapData, Slot>> {
+    ebpf.map("tiny").and_then(|m| Array::try_from(m).ok())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_slot_is_the_c_struct() {
+        let h = include_str!("../../../ebpf/twofold.h");
+        assert!(h.contains(&format!("#define UP_TINY_SLOTS {SLOTS}")));
+        let body = h
+            .split("struct up_tiny {")
+            .nth(1)
+            .and_then(|b| b.split("};").next())
+            .expect("struct up_tiny in twofold.h");
+        let words = |t: &str| {
+            body.lines()
+                .filter(|l| l.trim_start().starts_with(t))
+                .count()
+        };
+        // tgid and spare share the first word; counted and pad the last.
+        assert_eq!(
+            words("__u64") * 8 + words("__u32") * 4,
+            std::mem::size_of::<Slot>()
+        );
+        assert!(body.trim_start().starts_with("__u32 tgid;"));
+    }
+}
