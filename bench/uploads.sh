@@ -4,7 +4,9 @@
 # (entry points that do nothing, so the loop's time is the call and the probe), timed in
 # fresh processes with no tracer, with `record --trace-uploads` (the upload probes alone)
 # and with `record --trace` (every program), rounds alternating. With OLD_OBJECTS=DIR
-# (a folder holding an earlier uploads.bpf.o) `--trace-uploads` also runs on that object;
+# (a folder holding an earlier uploads.bpf.o whose programs this build names) `--trace-uploads`
+# also runs on that object; with OLD_BIN=BINARY (an earlier build, its own objects inside)
+# `uploads-prev` is that build's `record --trace-uploads`;
 # `floor` is twofold's own empty program (`__bench uprobe-floor`: `up_floor` of
 # uploads.bpf.o, attached as the tracer attaches, on every entry point): the trap's own
 # cost, which no program can cut; with bpftrace, `floor-bt` is an empty bpftrace uprobe.
@@ -40,6 +42,7 @@ gcc -O2 -o "$work/loop" bench/upload_loop.c -ldl
 export TWOFOLD_LIBCUDA=$work/libcuda.so.1
 tracers="none floor uploads all"
 [ -n "${OLD_OBJECTS:-}" ] && tracers="$tracers uploads-old"
+[ -n "${OLD_BIN:-}" ] && tracers="$tracers uploads-prev"
 command -v bpftrace >/dev/null && tracers="$tracers floor-bt"
 cpu() { awk '{print $14 + $15}' "/proc/$1/stat"; }
 echo 1 > /proc/sys/kernel/bpf_stats_enabled
@@ -55,6 +58,7 @@ for r in $(seq "$rounds"); do
     case $t in
       uploads) "$bin" record --trace-uploads --interval 600s --no-prove --store "$work/s-$t-$r" "$work/model.safetensors" >"$work/rec.log" 2>&1 & rec=$! ;;
       uploads-old) TWOFOLD_BPF_OBJECTS=$OLD_OBJECTS "$bin" record --trace-uploads --interval 600s --no-prove --store "$work/s-$t-$r" "$work/model.safetensors" >"$work/rec.log" 2>&1 & rec=$! ;;
+      uploads-prev) "$OLD_BIN" record --trace-uploads --interval 600s --no-prove --store "$work/s-$t-$r" "$work/model.safetensors" >"$work/rec.log" 2>&1 & rec=$! ;;
       all) "$bin" record --trace --interval 600s --no-prove --store "$work/s-$t-$r" "$work/model.safetensors" >"$work/rec.log" 2>&1 & rec=$! ;;
       floor) rm -f "$work/fl"; mkfifo "$work/fl"
         "$bin" __bench uprobe-floor "$work/libcuda.so.1" < "$work/fl" > "$work/fl.log" 2>&1 & rec=$!
@@ -68,6 +72,10 @@ for r in $(seq "$rounds"); do
       # Attached and the first snapshot written: the loop runs beside a quiet tracer.
       for _ in $(seq 300); do [ "${t#floor}" != "$t" ] || ls "$work/s-$t-$r"/*/* >/dev/null 2>&1 && break; sleep 0.1; done
       sleep 0.5
+      if ! kill -0 "$rec" 2>/dev/null; then
+        echo "$t: the tracer exited: $(tail -2 "$work/rec.log" 2>/dev/null)" >&2
+        rec=; continue
+      fi
       c0=$(cpu "$rec")
       p0=$(progs "$rec")
     fi
