@@ -127,4 +127,51 @@ mod tests {
         );
         assert!(body.trim_start().starts_with("__u32 tgid;"));
     }
+
+    /// The reader against the real `tiny` map of `uploads.bpf.o` (loaded, nothing
+    /// attached), its slots written here as the program writes them.
+    #[test]
+    fn counts_are_handed_on_as_differences_and_the_slot_of_an_exited_process_is_freed() {
+        if !nix::unistd::geteuid().is_root() {
+            println!("SKIPPED: loading a BPF object needs root (CAP_BPF)");
+            return;
+        }
+        super::super::setup::raise_memlock();
+        let mut ebpf = aya::EbpfLoader::new()
+            .load(aya::include_bytes_aligned!("../../../ebpf/uploads.bpf.o"))
+            .expect("uploads.bpf.o loads");
+        let root = tempfile::tempdir().unwrap();
+        std::fs::create_dir(root.path().join("1500")).unwrap();
+        fn set(ebpf: &mut Ebpf, k: u32, v: Slot) {
+            let mut a: Array<&mut MapData, Slot> =
+                Array::try_from(ebpf.map_mut("tiny").unwrap()).unwrap();
+            a.set(k, v, 0).unwrap();
+        }
+        // pid 1500 took slot 1500 % 1024 and counted 3 copies of 200 B.
+        set(&mut ebpf, 476, [1500, 3, 600, 0, 0, 0, 0]);
+        let mut t = TinySlots::default();
+        t.took(476, 1500);
+        let d = |pid, copies, bytes| TinyDelta { pid, copies, bytes };
+        assert_eq!(t.read(&mut ebpf, root.path()), [d(1500, 3, 600)]);
+        // Nothing new: nothing handed on.
+        assert_eq!(t.read(&mut ebpf, root.path()), []);
+        // Two more, then one of the counted ones sent after all (taken off): +1 net.
+        set(&mut ebpf, 476, [1500, 4, 800, 0, 0, 0, 0]);
+        assert_eq!(t.read(&mut ebpf, root.path()), [d(1500, 1, 200)]);
+        // A count that went down since the last read (a counted copy sent) is negative.
+        set(&mut ebpf, 476, [1500, 3, 600, 0, 0, 0, 0]);
+        assert_eq!(t.read(&mut ebpf, root.path()), [d(1500, -1, -200)]);
+        // It exits after one more copy: the last count is read, then the slot is free.
+        set(&mut ebpf, 476, [1500, 4, 856, 0, 0, 0, 0]);
+        std::fs::remove_dir(root.path().join("1500")).unwrap();
+        assert_eq!(t.read(&mut ebpf, root.path()), [d(1500, 1, 256)]);
+        let a: Array<&MapData, Slot> = Array::try_from(ebpf.map("tiny").unwrap()).unwrap();
+        assert_eq!(a.get(&476, 0).unwrap(), [0; 7]);
+        assert!(t.taken.is_empty());
+        // A slot taken while its announcement was lost is found by a full look.
+        set(&mut ebpf, 3, [3075, 2, 10, 0, 0, 0, 0]);
+        t.find_all(&ebpf);
+        std::fs::create_dir(root.path().join("3075")).unwrap();
+        assert_eq!(t.read(&mut ebpf, root.path()), [d(3075, 2, 10)]);
+    }
 }
