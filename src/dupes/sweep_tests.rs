@@ -1,6 +1,10 @@
 //! Tests of [`super`]: a sweep spread over threads finds what one thread finds.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
+
+use nix::sys::signal::{kill, Signal};
+use nix::sys::wait::waitpid;
+use nix::unistd::{fork, ForkResult, Pid};
 
 use super::*;
 use crate::container::{Format, Tensor};
@@ -10,8 +14,31 @@ use crate::dupes::test_tensor as tensor;
 
 use crate::dupes::test_random as random;
 
-/// This process holds two copies of a 24 MiB file (ground truth: their addresses); a
-/// sweep of its own memory with 4 threads and 1 MiB windows, so that every tensor spans
+/// A child of this process that waits to be killed (when dropped).
+struct Forked(Pid);
+
+impl Forked {
+    fn new() -> Forked {
+        // SAFETY: the child calls only pause(2), async-signal-safe, until it is killed.
+        match unsafe { fork() }.expect("fork") {
+            ForkResult::Child => loop {
+                // SAFETY: no arguments; returns only on a signal.
+                unsafe { libc::pause() };
+            },
+            ForkResult::Parent { child } => Forked(child),
+        }
+    }
+}
+
+impl Drop for Forked {
+    fn drop(&mut self) {
+        let _ = kill(self.0, Signal::SIGKILL);
+        let _ = waitpid(self.0, None);
+    }
+}
+
+/// A forked child of this process holds two copies of a 24 MiB file (ground truth: their
+/// addresses); a sweep of its memory with 4 threads and 1 MiB windows, so that every tensor spans
 /// windows searched by different threads, credits exactly what one thread credits: each
 /// tensor of each copy once, at its address.
 #[test]
@@ -60,10 +87,15 @@ fn threads_and_windows_credit_each_copy_once() {
     bytes.fill(0);
     std::hint::black_box(&bytes);
     drop(bytes);
-    let pid = std::process::id() as i32;
-    let target = ProcMemory::open(Path::new("/proc"), pid).unwrap();
-    let maps = Path::new("/proc/self/maps");
-    let regions = ProcMemory::regions(maps, &std::fs::read_to_string(maps).unwrap()).unwrap();
+    // The sweeps search a child forked now, which holds the copies (and this process's
+    // memory as it was at the fork) until it is killed. Searching this process itself,
+    // the sweeps found their own buffers, freed into its heap with sampled bytes of the
+    // copies in them, as more partial copies, and the compared-bytes bound below was met
+    // or missed with the allocator and the scheduling.
+    let child = Forked::new();
+    let target = ProcMemory::open(Path::new("/proc"), child.0.as_raw()).unwrap();
+    let maps = PathBuf::from(format!("/proc/{}/maps", child.0));
+    let regions = ProcMemory::regions(&maps, &std::fs::read_to_string(&maps).unwrap()).unwrap();
     let sweep = |threads, window, known: &[(u64, u64)]| {
         let s = Sweep {
             grid: &grid,

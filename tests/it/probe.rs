@@ -8,7 +8,7 @@ use std::path::Path;
 use std::process::Command;
 
 use crate::common::{evict, exe, model_file, require, MIB};
-use twofold::model::probe::{Decision, ProbeReport};
+use twofold::model::probe::{Decision, ProbeReport, TIE_BAND};
 use twofold_probes::types::{Arm, ImportMethod, ImportStatus};
 
 fn probe(args: &[&OsStr], fake: Option<&str>) -> std::process::Output {
@@ -93,10 +93,14 @@ fn vulkan_imports_a_read_only_shared_mapping_and_all_arms_match_the_cpu() {
     let dir = tempfile::tempdir().unwrap();
     // Larger than lavapipe's 128 MiB maxStorageBufferRange: the arms bind two ranges.
     let file = model_file(dir.path(), "model.bin", 136 * MIB);
-    // A shared 2-core runner is noisy: map and resident read the same DRAM on a CPU
-    // device, so a lead of either is noise; give the tie band five chances (under two
-    // busy loops, three runs in a row once came out resident, the last by 5.3%).
-    let mut last = None;
+    // Map and resident read the same DRAM on a CPU device, but not through the same
+    // pages (the file's page cache against anonymous memory, which may have huge pages):
+    // resident can lead by a few percent, more under load (five runs in a row under two
+    // busy loops came out resident, by up to 7.1%). So each run's verdict must follow the
+    // placement rule from its own measurements, and map must come within twice the tie
+    // band of the fastest arm in one of five runs (a map arm that paid a fault per page or
+    // read through a copy would be far behind).
+    let mut gaps = Vec::new();
     for _ in 0..5 {
         let r = vulkan_probe(&file, &["--passes", "5", "--processes", "2"]);
         let caps = r
@@ -129,12 +133,32 @@ fn vulkan_imports_a_read_only_shared_mapping_and_all_arms_match_the_cpu() {
         assert_ne!(b.processes[0].runs[0].arm, b.processes[1].runs[0].arm);
         assert!(b.endpoints.iter().all(|e| e.valid && e.gbps.is_some()));
         assert_eq!(b.resident_fraction.map(|f| f > 0.95), Some(true));
+        let gbps = |arm: Arm| b.endpoints.iter().find(|e| e.arm == arm)?.gbps;
+        let map = gbps(Arm::Map).unwrap();
+        let best = b
+            .endpoints
+            .iter()
+            .filter(|e| !b.verdict.excluded.iter().any(|(a, _)| *a == e.arm))
+            .filter_map(|e| e.gbps)
+            .fold(map, f64::max);
+        let gap = best / map - 1.0;
+        // Within the band map wins (a tie resolved to map); outside it, the leader.
+        assert_eq!(
+            b.verdict.decision == Decision::Map,
+            gap <= TIE_BAND,
+            "gap {gap:.3}: {:#?}",
+            b.verdict
+        );
         if b.verdict.decision == Decision::Map {
             return;
         }
-        last = Some(b.verdict.clone());
+        gaps.push(gap);
     }
-    panic!("verdict was not map (or a tie resolved to map) in 5 runs: {last:#?}");
+    assert!(
+        gaps.iter().any(|&g| g <= 2.0 * TIE_BAND),
+        "map was never within {:.0}% of the fastest arm: gaps {gaps:.3?}",
+        200.0 * TIE_BAND
+    );
 }
 
 #[test]
