@@ -63,37 +63,29 @@ impl TinySlots {
         if self.taken.is_empty() {
             return out;
         }
-        let mut gone = Vec::new();
-        if let Some(a) = array(ebpf) {
-            for (&k, (pid, copies, bytes)) in self.taken.iter_mut() {
-                let exited = !proc_root.join(pid.to_string()).exists();
-                let Ok(v) = a.get(&k, 0) else { continue };
-                if v[0] as u32 as i32 == *pid {
-                    let d = TinyDelta {
-                        pid: *pid,
-                        copies: v[1].wrapping_sub(*copies) as i64,
-                        bytes: v[2].wrapping_sub(*bytes) as i64,
-                    };
-                    (*copies, *bytes) = (v[1], v[2]);
-                    if d.copies != 0 || d.bytes != 0 {
-                        out.push(d);
-                    }
-                }
-                if exited {
-                    gone.push(k);
-                }
-            }
-        }
-        if let Some(mut a) = ebpf
+        let Some(mut a) = ebpf
             .map_mut("tiny")
             .and_then(|m| Array::<&mut MapData, Slot>::try_from(m).ok())
-        {
-            for k in gone {
-                // Zeroed: free for the next process whose pid falls on it.
-                let _ = a.set(k, [0u64; 7], 0);
-                self.taken.remove(&k);
+        else {
+            return out;
+        };
+        self.taken.retain(|&k, (pid, copies, bytes)| {
+            let exited = !proc_root.join(pid.to_string()).exists();
+            let Ok(v) = a.get(&k, 0) else { return true };
+            if v[0] as u32 as i32 == *pid {
+                let d = TinyDelta {
+                    pid: *pid,
+                    copies: v[1].wrapping_sub(*copies) as i64,
+                    bytes: v[2].wrapping_sub(*bytes) as i64,
+                };
+                (*copies, *bytes) = (v[1], v[2]);
+                if d.copies != 0 || d.bytes != 0 {
+                    out.push(d);
+                }
             }
-        }
+            // Zeroed: free for the next process whose pid falls on it.
+            !(exited && a.set(k, [0u64; 7], 0).is_ok())
+        });
         out
     }
 }
