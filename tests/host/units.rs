@@ -106,6 +106,16 @@ fn quote(s: &str) -> String {
 /// its arguments) under its user, capabilities and file-system sandbox.
 fn start(unit: &BTreeMap<String, String>, replace: &[(&str, &str)]) -> (Child, u32) {
     let mut sh = vec!["set -e".to_string()];
+    let private_tmp = unit.get("PrivateTmp").map(String::as_str) == Some("yes");
+    let mut bin = exe();
+    if private_tmp && (bin.starts_with("/tmp") || bin.starts_with("/var/tmp")) {
+        // A checkout under /tmp (a fresh clone, say): the unit's private /tmp hides the
+        // binary's path, so the shell works in its directory (still reachable as the
+        // working directory once hidden) and runs it by a relative path.
+        let dir = bin.parent().unwrap().display().to_string();
+        sh.push(format!("cd {}", quote(&dir)));
+        bin = Path::new(".").join(bin.file_name().unwrap());
+    }
     if unit.get("ProtectSystem").map(String::as_str) == Some("strict") {
         for m in mount_points() {
             sh.push(format!("mount -o remount,bind,ro {}", quote(&m)));
@@ -120,7 +130,7 @@ fn start(unit: &BTreeMap<String, String>, replace: &[(&str, &str)]) -> (Child, u
             }
         }
     }
-    if unit.get("PrivateTmp").map(String::as_str) == Some("yes") {
+    if private_tmp {
         sh.push("mount -t tmpfs -o mode=1777 tmpfs /tmp".into());
         sh.push("mount -t tmpfs -o mode=1777 tmpfs /var/tmp".into());
     }
@@ -154,7 +164,7 @@ fn start(unit: &BTreeMap<String, String>, replace: &[(&str, &str)]) -> (Child, u
         args[at] = to.to_string();
     }
     setpriv.push("--".into());
-    setpriv.push(quote(&exe().display().to_string()));
+    setpriv.push(quote(&bin.display().to_string()));
     setpriv.extend(args.iter().map(|a| quote(a)));
     sh.push(setpriv.join(" "));
     let child = Command::new("unshare")
