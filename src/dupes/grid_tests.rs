@@ -162,3 +162,36 @@ fn points_taken_from_the_cache_make_the_grid_read_from_the_files() {
     assert_ne!(shape_of(&g), shape_of(&reference));
     assert_eq!(*c.stats.lock().unwrap(), (1, 1));
 }
+
+/// The filter in front of the table: every key in the table passes it (a key it dropped
+/// would be a copy never looked up), and it passes few keys that are not in the table.
+#[test]
+fn the_filter_passes_every_point_and_few_others() {
+    let dir = tempfile::tempdir().unwrap();
+    let bytes = crate::dupes::test_random(16 << 20, 0x5851_f42d_4c95_7f2d);
+    let path = dir.path().join("m.bin");
+    std::fs::write(&path, &bytes).unwrap();
+    let tensors = (0..16u64).map(|i| t(i << 20, 1 << 20)).collect();
+    let fb = FileBytes::open(&path).unwrap();
+    let g = Grid::build(vec![(fb, tensors, Format::Safetensors)], 16, false, false).unwrap();
+    let keys: std::collections::HashSet<u64> =
+        g.table.iter().map(|s| s.key).filter(|k| *k != 0).collect();
+    assert!(keys.len() > 1000, "{} points", keys.len());
+    assert!(keys.iter().all(|k| g.maybe(*k)), "a point the filter drops");
+    // Keys of windows that are not points (hashes of other bytes), checked against the
+    // table itself.
+    let others = crate::dupes::test_random(1 << 20, 0x1405_7b7e_f767_814f);
+    let (mut passed, mut tried) = (0u32, 0u32);
+    for w in others.chunks_exact(WIN) {
+        let k = hash(w);
+        if keys.contains(&k) {
+            continue;
+        }
+        tried += 1;
+        passed += u32::from(g.maybe(k));
+    }
+    let rate = f64::from(passed) / f64::from(tried);
+    // Three bits of one word at FILTER_BITS_PER_POINT bits per point: about 0.6% at 16.
+    assert!(rate < 0.02, "{passed} of {tried} passed ({rate:.4})");
+    assert!(tried > 60_000);
+}
