@@ -60,10 +60,16 @@ impl<'a> Placed<'a> {
     }
 }
 
+/// A copy's pages are compared whole at most this many pages apart (with its first and
+/// last page), whatever the search's sampling stride: sampling more sparsely (fewer reads
+/// to find a copy) never confirms one more loosely.
+pub const CONFIRM_STRIDE: u64 = 63;
+
 /// Compares a process's memory with a file's bytes: how a candidate copy is confirmed by
 /// the search, and how the engine re-checks a copy it found before.
 pub struct Compare<'a> {
     pub target: &'a ProcMemory,
+    /// The search's sampling stride (pages); confirmation uses it up to [`CONFIRM_STRIDE`].
     pub stride: u64,
     pub exact: bool,
 }
@@ -176,11 +182,12 @@ impl Compare<'_> {
         let last = chunks.len() - 1;
         let sparse = !self.exact && chunks.len() > 16;
         let mut all = true;
+        let step = self.stride.clamp(1, CONFIRM_STRIDE);
         for (i, &(x, y, ok)) in chunks.iter().enumerate() {
             if !ok {
                 continue;
             }
-            let on_stride = i == 0 || i == last || (x / PAGE) % self.stride.max(1) == 0;
+            let on_stride = i == 0 || i == last || (x / PAGE) % step == 0;
             if sparse && !on_stride {
                 continue;
             }

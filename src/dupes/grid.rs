@@ -46,8 +46,11 @@ pub const SAMPLE_LEN: usize = HALF as usize + WIN;
 pub use crate::sample::PAGE_BYTES as PAGE;
 /// Most points indexed over all files (the table takes 32 bytes per point).
 pub const MAX_POINTS: u64 = 1 << 20;
-/// Largest stride (pages).
-pub const MAX_STRIDE: u64 = 63;
+/// Largest stride (pages). For a given guaranteed run `M × S` is fixed, so a larger `S`
+/// reads fewer samples and indexes more points (at most [`MAX_POINTS`]): at 127 a search
+/// reads one present page in 127. Confirmation does not follow it past
+/// [`super::compare::CONFIRM_STRIDE`].
+pub const MAX_STRIDE: u64 = 127;
 
 /// Smallest piece searched for, in memory: fewer bytes could match by coincidence.
 pub const SMALL_MIN: u64 = 256;

@@ -15,7 +15,7 @@ fn plan_guarantees_the_run_with_coprime_stride_and_spacing() {
             }
         }
     }
-    assert_eq!(plan(16384, 1), (63, 256));
+    assert_eq!(plan(16384, 1), (127, 128));
     assert_eq!(plan(8, 1), (7, 1));
 }
 
