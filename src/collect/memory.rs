@@ -126,8 +126,6 @@ pub struct ProcMemory {
     /// `/proc/PID/mem`, opened read-only: the only way twofold reads another process's
     /// memory.
     mem: File,
-    /// Scratch space of [`ProcMemory::gather`] (runs of whole pages read at once).
-    scratch: std::cell::RefCell<Vec<u8>>,
 }
 
 /// A refusal in words that fit who is reading ([`super::access::denied`]).
@@ -160,19 +158,17 @@ impl ProcMemory {
             pagemap,
             pagemap_path,
             mem,
-            scratch: std::cell::RefCell::new(Vec::new()),
         })
     }
 
     /// Another handle on the same process for another thread: the same open files
-    /// (positional reads share no offset), its own scratch space.
+    /// (positional reads share no offset).
     pub fn try_clone(&self) -> io::Result<ProcMemory> {
         Ok(ProcMemory {
             pid: self.pid,
             pagemap: self.pagemap.try_clone()?,
             pagemap_path: self.pagemap_path.clone(),
             mem: self.mem.try_clone()?,
-            scratch: std::cell::RefCell::new(Vec::new()),
         })
     }
 
@@ -307,43 +303,38 @@ impl ProcMemory {
         Ok(done)
     }
 
-    /// Reads `len` bytes at each address into `buf` (`addrs.len() * len` bytes), up to
-    /// [`IOV_MAX`] at a time. Addresses one page apart (a search at stride 1) are read as
-    /// one run of whole pages, one `pread` per run, and each address's `len` bytes taken
-    /// from it; others one `pread` each. Returns how many addresses were read completely:
-    /// a read stops at the first address that cannot be read in full.
+    /// Where [`ProcMemory::gather`] puts each address's bytes: address `k`'s `len` bytes
+    /// at `buf[k × pitch..]`. A page (or `len`, when longer), so that addresses one pitch
+    /// apart lie in memory as they lie in `buf` and a run of them is read in place.
+    pub fn pitch(len: usize) -> usize {
+        len.max(PAGE as usize)
+    }
+
+    /// Reads `len` bytes at each address into `buf` (address `k`'s at
+    /// `k × `[`ProcMemory::pitch`]`(len)`; `buf` holds `addrs.len()` pitches), up to
+    /// [`IOV_MAX`] addresses at a time. Addresses one pitch apart (a search at stride 1)
+    /// are read as one run, one `pread` straight into their places; others one `pread`
+    /// each. Returns how many addresses were read completely: a read stops at the first
+    /// address that cannot be read in full.
     pub fn gather(&self, addrs: &[u64], len: usize, buf: &mut [u8]) -> io::Result<usize> {
-        debug_assert!(addrs.len() <= IOV_MAX && buf.len() >= addrs.len() * len);
-        let step = if len <= PAGE as usize {
-            PAGE
-        } else {
-            len as u64
-        };
-        let mut scratch = self.scratch.borrow_mut();
+        let pitch = Self::pitch(len);
+        debug_assert!(addrs.len() <= IOV_MAX && buf.len() >= addrs.len() * pitch);
         let mut i = 0;
         while i < addrs.len() {
             let mut j = i + 1;
-            while j < addrs.len() && addrs[j] == addrs[j - 1] + step {
+            while j < addrs.len() && addrs[j] == addrs[j - 1] + pitch as u64 {
                 j += 1;
             }
-            if j - i == 1 || step as usize == len {
-                // One address, or back-to-back ranges: straight into `buf`.
-                let want = (j - i) * len;
-                let got = self.read(addrs[i], &mut buf[i * len..i * len + want])?;
-                if got < want {
-                    return Ok(i + got / len);
-                }
-            } else {
-                let run = (j - i - 1) * step as usize + len;
-                scratch.resize(run, 0);
-                let got = self.read(addrs[i], &mut scratch[..run])?;
-                for k in i..j {
-                    let at = (k - i) * step as usize;
-                    if at + len > got {
-                        return Ok(k);
-                    }
-                    buf[k * len..(k + 1) * len].copy_from_slice(&scratch[at..at + len]);
-                }
+            let want = (j - i - 1) * pitch + len;
+            let got = self.read(addrs[i], &mut buf[i * pitch..i * pitch + want])?;
+            if got < want {
+                // The addresses of the run whose `len` bytes all came.
+                let whole = if got < len {
+                    0
+                } else {
+                    (got - len) / pitch + 1
+                };
+                return Ok(i + whole);
             }
             i = j;
         }
@@ -400,14 +391,33 @@ mod page_size_tests {
             .map(|p| base + p * PAGE)
             .collect();
         let len = 2064;
-        let mut buf = vec![0u8; addrs.len() * len];
+        let pitch = ProcMemory::pitch(len);
+        assert_eq!(pitch, PAGE as usize);
+        let mut buf = vec![0u8; addrs.len() * pitch];
         assert_eq!(t.gather(&addrs, len, &mut buf).unwrap(), addrs.len());
         for (k, a) in addrs.iter().enumerate() {
             let at = off + (a - base) as usize;
             assert_eq!(
-                &buf[k * len..(k + 1) * len],
+                &buf[k * pitch..k * pitch + len],
                 &mem[at..at + len],
                 "address {k}"
+            );
+        }
+        // Longer than a page: back-to-back addresses one `len` apart are one run.
+        let long = PAGE as usize + 100;
+        let addrs: Vec<u64> = [0u64, long as u64, 3 * long as u64]
+            .iter()
+            .map(|d| base + d)
+            .collect();
+        assert_eq!(ProcMemory::pitch(long), long);
+        let mut buf = vec![0u8; addrs.len() * long];
+        assert_eq!(t.gather(&addrs, long, &mut buf).unwrap(), addrs.len());
+        for (k, a) in addrs.iter().enumerate() {
+            let at = off + (a - base) as usize;
+            assert_eq!(
+                &buf[k * long..(k + 1) * long],
+                &mem[at..at + long],
+                "long {k}"
             );
         }
         let mut one = vec![0u8; 100];

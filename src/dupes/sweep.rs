@@ -426,7 +426,8 @@ impl Sweep<'_> {
             if sc.addrs.is_empty() {
                 continue;
             }
-            let need = sc.addrs.len() * sample_len;
+            let pitch = ProcMemory::pitch(sample_len);
+            let need = sc.addrs.len() * pitch;
             if sc.buf.len() < need {
                 sc.buf.resize(need, 0);
             }
@@ -441,7 +442,7 @@ impl Sweep<'_> {
                     continue;
                 }
                 st.stats.sampled_pages += 1;
-                let s = &sc.buf[k * sample_len..(k + 1) * sample_len];
+                let s = &sc.buf[k * pitch..k * pitch + sample_len];
                 sc.cands.clear();
                 for &d in sampling.positions(page) {
                     let w = &s[d as usize..d as usize + WIN];
