@@ -244,10 +244,18 @@ pub fn dupes_report(pid: i32, file: &Path, extra: &[&str]) -> twofold::model::du
     twofold_json(&args)
 }
 
+/// Held by the test that runs twofold as 'nobody' ([`nobody_setup`]).
+pub type NobodyGuard = std::sync::MutexGuard<'static, ()>;
+
 /// For tests that drop to 'nobody': `None` (with the reason printed, or a failure in CI)
 /// unless root and `setpriv` are there; else a world-readable temp dir holding a copy of
-/// the binary that 'nobody' may execute wherever the checkout lives.
-pub fn nobody_setup() -> Option<(tempfile::TempDir, PathBuf)> {
+/// the binary that 'nobody' may execute wherever the checkout lives, and a guard: one such
+/// test at a time in a test binary. 'nobody' may read every process of 'nobody', so a
+/// `record` of one test, beside another's `scan`, reads the scan's mapping of its file,
+/// maps the file in turn, and is then listed by the scan as a mapper it can see (a fresh
+/// clone's suite showed it twice).
+pub fn nobody_setup() -> Option<(tempfile::TempDir, PathBuf, NobodyGuard)> {
+    static NOBODY: std::sync::Mutex<()> = std::sync::Mutex::new(());
     if !require(is_root(), "root (to drop to 'nobody' with setpriv)")
         || !require(have("setpriv"), "util-linux setpriv")
     {
@@ -259,7 +267,8 @@ pub fn nobody_setup() -> Option<(tempfile::TempDir, PathBuf)> {
     let bin = dir.path().join("twofold");
     std::fs::copy(exe(), &bin).unwrap();
     std::fs::set_permissions(&bin, std::fs::Permissions::from_mode(0o755)).unwrap();
-    Some((dir, bin))
+    let guard = NOBODY.lock().unwrap_or_else(|e| e.into_inner());
+    Some((dir, bin, guard))
 }
 
 /// `GET /metrics` of an exporter on loopback, in Prometheus text 0.0.4 (the format

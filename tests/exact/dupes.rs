@@ -172,7 +172,7 @@ fn no_false_positives() {
 #[test]
 fn process_without_rights_is_unknown_not_zero() {
     let _group = crate::common::group(module_path!());
-    let Some((dir, bin)) = nobody_setup() else {
+    let Some((dir, bin, _nobody)) = nobody_setup() else {
         return;
     };
     use std::os::unix::fs::PermissionsExt;

@@ -392,7 +392,7 @@ fn without_frame_numbers_the_share_is_estimated() {
     ) {
         return;
     }
-    let Some((dir, bin)) = nobody_setup() else {
+    let Some((dir, bin, _nobody)) = nobody_setup() else {
         return;
     };
     use std::os::unix::fs::PermissionsExt;

@@ -465,7 +465,7 @@ fn safetensors_numpy_loaders_copy_and_the_count_says_so() {
 #[test]
 fn a_process_that_cannot_be_searched_makes_the_count_a_lower_bound() {
     let _group = crate::common::group(module_path!());
-    let Some((dir, bin)) = nobody_setup() else {
+    let Some((dir, bin, _nobody)) = nobody_setup() else {
         return;
     };
     use std::os::unix::fs::PermissionsExt;

@@ -370,7 +370,7 @@ fn as_nobody(bin: &Path, args: &[&std::ffi::OsStr]) -> Output {
 #[test]
 fn unprivileged_scan_counts_the_processes_it_cannot_read() {
     let _group = crate::common::group(module_path!());
-    let Some((dir, bin)) = nobody_setup() else {
+    let Some((dir, bin, _nobody)) = nobody_setup() else {
         return;
     };
     // Only the two readers are looked at (both in this cgroup): the count is exact.
@@ -440,7 +440,7 @@ fn unprivileged_scan_counts_the_processes_it_cannot_read() {
 #[test]
 fn unprivileged_residency_keeps_the_size_and_says_unknown() {
     let _group = crate::common::group(module_path!());
-    let Some((dir, bin)) = nobody_setup() else {
+    let Some((dir, bin, _nobody)) = nobody_setup() else {
         return;
     };
     // Root's 0600 files in a directory 'nobody' may list: stat works, open does not.
@@ -503,7 +503,7 @@ fn unprivileged_residency_keeps_the_size_and_says_unknown() {
 #[test]
 fn unprivileged_scan_degrades_to_unknown() {
     let _group = crate::common::group(module_path!());
-    let Some((dir, bin)) = nobody_setup() else {
+    let Some((dir, bin, _nobody)) = nobody_setup() else {
         return;
     };
     use std::os::unix::fs::PermissionsExt;
@@ -534,7 +534,8 @@ fn unprivileged_scan_degrades_to_unknown() {
         .unwrap();
     assert_eq!(f.resident_bytes, None, "unknown, not 0");
     assert!(f.residency_unknown_reason.is_some());
-    // (Once, in a fresh clone under two busy loops, a mapper was listed: who, if again.)
+    // No other test runs twofold as 'nobody' meanwhile (nobody_setup's guard): a process
+    // of 'nobody' that maps the file would be listed, rightly.
     assert!(
         f.mappers.is_empty(),
         "cannot see another user's mappings: {:?} (root's reader is pid {})",
@@ -552,7 +553,7 @@ fn unprivileged_scan_degrades_to_unknown() {
 #[test]
 fn a_warning_whose_count_moves_is_not_said_every_snapshot() {
     let _group = crate::common::group(module_path!());
-    let Some((dir, bin)) = nobody_setup() else {
+    let Some((dir, bin, _nobody)) = nobody_setup() else {
         return;
     };
     use std::os::unix::fs::PermissionsExt;

@@ -504,7 +504,7 @@ fn scan_trace_names_the_copying_loader() {
 #[test]
 fn without_privileges_trace_fails_cleanly_and_scan_goes_on() {
     let _serial = serial();
-    let Some((_dir, bin)) = nobody_setup() else {
+    let Some((_dir, bin, _nobody)) = nobody_setup() else {
         return;
     };
     let nobody = |args: &[&str]| {
