@@ -3,7 +3,8 @@
 # process-to-process spread (CUDA context, allocator state) is not measured as overhead.
 # One python3 process loads a 4 GiB F16 file with load_file(device="cuda:0") (16 uploads
 # of 256 MiB; freed and loaded again each time) and runs 100,000 dst.copy_(src) of 256 B
-# (pageable, cuMemcpyHtoDAsync_v2). Per round, in a rotating order, it does both with no
+# (pageable, cuMemcpyHtoDAsync_v2) in 20 batches of 5,000 (loop_s: their sum; loop_med_s:
+# 20 x the median batch, which a stall in one batch does not move). Per round, in a rotating order, it does both with no
 # tracer, beside `record --trace-uploads --no-prove` (the upload probes alone), beside
 # `record --trace --no-prove` (every program), and beside `__bench uprobe-floor` (an empty
 # program on the same entry points: the trap's own cost, which no program can cut). Prints each measurement and, per mode, the
@@ -40,10 +41,13 @@ for line in sys.stdin:
     torch.cuda.synchronize()
     t0 = time.perf_counter(); t = load_file(path, device="cuda:0"); torch.cuda.synchronize(); load = time.perf_counter() - t0
     del t; torch.cuda.empty_cache(); torch.cuda.synchronize()
-    t0 = time.perf_counter()
-    for _ in range(100000): dst.copy_(src)
-    torch.cuda.synchronize(); loop = time.perf_counter() - t0
-    print(json.dumps({"load_s": load, "loop_s": loop}), flush=True)
+    batches = []
+    for _ in range(20):
+        t0 = time.perf_counter()
+        for _ in range(5000): dst.copy_(src)
+        torch.cuda.synchronize(); batches.append(time.perf_counter() - t0)
+    batches.sort()
+    print(json.dumps({"load_s": load, "loop_s": sum(batches), "loop_med_s": 20 * (batches[9] + batches[10]) / 2}), flush=True)
 PY
 mkfifo "$W/in" "$W/out"
 python3 "$W/bench.py" "$W/d.safetensors" < "$W/in" > "$W/out" 2> "$W/bench.err" &
@@ -81,7 +85,7 @@ for l in open(sys.argv[1]):
     if len(p) == 3 and p[2].startswith("{"):
         rows[(int(p[0]), p[1])] = json.loads(p[2])
 rounds = sorted({r for r, _ in rows})
-for what, per in (("load_s", None), ("loop_s", 1e5)):
+for what, per in (("load_s", None), ("loop_s", 1e5), ("loop_med_s", 1e5)):
     base = [rows[(r, "none")][what] for r in rounds]
     print(f"{what}: untraced median {st.median(base):.4f} s (min {min(base):.4f}, max {max(base):.4f})")
     for mode, name in (("floor", "__bench uprobe-floor"), ("uploads", "record --trace-uploads"), ("all", "record --trace")):
