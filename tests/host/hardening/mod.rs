@@ -11,6 +11,12 @@ use std::time::{Duration, Instant};
 use crate::common::tmux::Tmux;
 use crate::common::*;
 
+mod terminal;
+
+/// The tests here and in `terminal` run as one group (beside each other, never beside
+/// another module's).
+const GROUP: &str = module_path!();
+
 /// Runs twofold with `args`; kills it (and fails) if it takes longer than `limit`, which a
 /// blocking open of a FIFO or an endless read of /dev/zero would.
 fn run_bounded(args: &[&str], limit: Duration) -> (Option<i32>, String, String) {
@@ -33,9 +39,35 @@ fn mkfifo(path: &Path) {
     nix::unistd::mkfifo(path, nix::sys::stat::Mode::from_bits_truncate(0o600)).unwrap();
 }
 
+/// Whether `pid` is gone (or a zombie, done and waiting for its parent to reap it).
+fn gone(pid: i32) -> bool {
+    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+        Err(_) => true,
+        Ok(s) => s
+            .rsplit(')')
+            .next()
+            .and_then(|r| r.split_whitespace().next())
+            .is_some_and(|st| st == "Z" || st == "X"),
+    }
+}
+
+/// Runs twofold to the end with `args`, as a pipe: (exit code, stdout bytes, stderr).
+fn run_raw(args: &[&std::ffi::OsStr]) -> (Option<i32>, Vec<u8>, String) {
+    let out = Command::new(exe())
+        .args(args)
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    (
+        out.status.code(),
+        out.stdout,
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
 #[test]
 fn files_that_are_not_regular_are_refused_without_blocking() {
-    let _group = crate::common::group(module_path!());
+    let _group = crate::common::group(GROUP);
     let dir = tempfile::tempdir().unwrap();
     let d = dir.path().to_str().unwrap();
     let fifo = format!("{d}/fifo");
@@ -80,7 +112,7 @@ fn files_that_are_not_regular_are_refused_without_blocking() {
 
 #[test]
 fn generated_models_must_fit_on_disk_and_in_memory() {
-    let _group = crate::common::group(module_path!());
+    let _group = crate::common::group(GROUP);
     let dir = tempfile::tempdir().unwrap();
     let d = dir.path().to_str().unwrap();
     for args in [
@@ -98,7 +130,7 @@ fn generated_models_must_fit_on_disk_and_in_memory() {
 
 #[test]
 fn one_memory_max_rule_for_every_campaign() {
-    let _group = crate::common::group(module_path!());
+    let _group = crate::common::group(GROUP);
     let dir = tempfile::tempdir().unwrap();
     let model = dir.path().join("m.bin");
     std::fs::write(&model, vec![1u8; 8192]).unwrap();
@@ -131,7 +163,7 @@ fn one_memory_max_rule_for_every_campaign() {
 /// The whole battery of bad numbers and shapes: each one line, exit 2, no panic.
 #[test]
 fn bad_arguments_battery() {
-    let _group = crate::common::group(module_path!());
+    let _group = crate::common::group(GROUP);
     let dir = tempfile::tempdir().unwrap();
     let model = dir.path().join("m.bin");
     std::fs::write(&model, vec![1u8; 8192]).unwrap();
@@ -204,7 +236,7 @@ fn bad_arguments_battery() {
 
 #[test]
 fn misleading_wording_is_fixed() {
-    let _group = crate::common::group(module_path!());
+    let _group = crate::common::group(GROUP);
     let dir = tempfile::tempdir().unwrap();
     let d = dir.path();
     // A safetensors cut to 68 bytes: the header runs past the end of the file.
@@ -257,119 +289,9 @@ impl Drop for KillOnDrop {
     }
 }
 
-/// Whether `pid` is gone (or a zombie, done and waiting for its parent to reap it).
-fn gone(pid: i32) -> bool {
-    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
-        Err(_) => true,
-        Ok(s) => s
-            .rsplit(')')
-            .next()
-            .and_then(|r| r.split_whitespace().next())
-            .is_some_and(|st| st == "Z" || st == "X"),
-    }
-}
-
-fn wait_for_file(path: &Path, timeout: Duration) -> Option<String> {
-    let start = Instant::now();
-    while start.elapsed() < timeout {
-        if let Ok(s) = std::fs::read_to_string(path) {
-            if s.ends_with('\n') {
-                return Some(s);
-            }
-        }
-        std::thread::sleep(Duration::from_millis(50));
-    }
-    None
-}
-
-#[test]
-fn top_refuses_bad_input_in_a_terminal_with_exit_2() {
-    let _group = crate::common::group(module_path!());
-    if !require(have("tmux"), "tmux (scripts/test.sh installs it)") {
-        return;
-    }
-    let dir = tempfile::tempdir().unwrap();
-    let d = dir.path().to_str().unwrap();
-    let fifo = format!("{d}/fifo");
-    mkfifo(Path::new(&fifo));
-    let cases: &[(&str, &str)] = &[
-        ("/nonexistent", "cannot access '/nonexistent'"),
-        (&fifo, "is not a regular file or directory"),
-        ("/dev/zero", "'/dev/zero' is a device"),
-        ("--pid 99999999", "no process with pid '99999999'"),
-        ("/proc/self/mem", "is on procfs"),
-    ];
-    for (i, (args, needle)) in cases.iter().enumerate() {
-        let (exit, err) = (format!("{d}/exit{i}"), format!("{d}/err{i}"));
-        let tmux = Tmux::new(&format!("bad{i}"));
-        tmux.start(
-            100,
-            30,
-            &format!(
-                "sh -c '{} top {args} 2>{err}; echo EXIT=$? > {exit}'",
-                exe().display()
-            ),
-        );
-        let Some(code) = wait_for_file(Path::new(&exit), Duration::from_secs(10)) else {
-            panic!("'top {args}' still running after 10 s: {}", tmux.screen());
-        };
-        let err = std::fs::read_to_string(&err).unwrap();
-        assert_eq!(code.trim(), "EXIT=2", "top {args}: {err}");
-        assert!(err.contains(needle), "top {args}: want '{needle}' in {err}");
-        assert_eq!(err.lines().count(), 1, "{err}");
-    }
-}
-
-#[test]
-fn top_exits_at_once_when_its_terminal_hangs_up() {
-    let _group = crate::common::group(module_path!());
-    if !require(have("tmux"), "tmux (scripts/test.sh installs it)") {
-        return;
-    }
-    let dir = tempfile::tempdir().unwrap();
-    let pidfile = dir.path().join("pid");
-    for how in ["kill-server", "kill-pane"] {
-        let tmux = Tmux::new(&format!("hup-{how}"));
-        tmux.start(
-            100,
-            30,
-            &format!(
-                "sh -c 'echo $$ > {}; exec {} top --interval 500ms'",
-                pidfile.display(),
-                exe().display()
-            ),
-        );
-        let pid: i32 = wait_for_file(&pidfile, Duration::from_secs(10))
-            .unwrap()
-            .trim()
-            .parse()
-            .unwrap();
-        let _kill = KillOnDrop(pid);
-        tmux.wait_for("the first screen", Duration::from_secs(30), |s| {
-            s.contains("twofold top")
-        });
-        let start = Instant::now();
-        if how == "kill-server" {
-            tmux.cmd(&["kill-server"]);
-        } else {
-            tmux.cmd(&["kill-pane", "-t", "top"]);
-        }
-        while !gone(pid) && start.elapsed() < Duration::from_secs(5) {
-            std::thread::sleep(Duration::from_millis(20));
-        }
-        let took = start.elapsed();
-        assert!(gone(pid), "top still runs 5 s after {how}");
-        assert!(
-            took < Duration::from_secs(1),
-            "top took {took:?} to exit after {how}"
-        );
-        std::fs::remove_file(&pidfile).unwrap();
-    }
-}
-
 #[test]
 fn record_validates_everything_before_it_prints_or_creates_the_store() {
-    let _group = crate::common::group(module_path!());
+    let _group = crate::common::group(GROUP);
     let dir = tempfile::tempdir().unwrap();
     let d = dir.path().to_str().unwrap();
     let fifo = format!("{d}/fifo");
@@ -409,7 +331,7 @@ fn record_validates_everything_before_it_prints_or_creates_the_store() {
 
 #[test]
 fn one_size_parser_refuses_overflow_on_every_size_flag() {
-    let _group = crate::common::group(module_path!());
+    let _group = crate::common::group(GROUP);
     let big = "18446744073709551616";
     let cases: &[&[&str]] = &[
         &["scan", "--min-size", big],
@@ -429,7 +351,7 @@ fn one_size_parser_refuses_overflow_on_every_size_flag() {
 
 #[test]
 fn kernel_interface_files_are_not_models() {
-    let _group = crate::common::group(module_path!());
+    let _group = crate::common::group(GROUP);
     let mem = "/proc/self/mem";
     let cases: &[&[&str]] = &[
         &["inspect", mem],
@@ -455,7 +377,7 @@ fn kernel_interface_files_are_not_models() {
 
 #[test]
 fn a_named_pid_that_is_a_kernel_thread_or_gone_is_an_error() {
-    let _group = crate::common::group(module_path!());
+    let _group = crate::common::group(GROUP);
     let kthreadd = std::fs::read_to_string("/proc/2/comm").unwrap_or_default();
     if kthreadd.trim() == "kthreadd" {
         for cmd in ["scan", "dupes"] {
@@ -493,176 +415,9 @@ fn a_named_pid_that_is_a_kernel_thread_or_gone_is_an_error() {
     );
 }
 
-/// Runs twofold to the end with `args`, as a pipe: (exit code, stdout bytes, stderr).
-fn run_raw(args: &[&std::ffi::OsStr]) -> (Option<i32>, Vec<u8>, String) {
-    let out = Command::new(exe())
-        .args(args)
-        .stdin(Stdio::null())
-        .output()
-        .unwrap();
-    (
-        out.status.code(),
-        out.stdout,
-        String::from_utf8_lossy(&out.stderr).into_owned(),
-    )
-}
-
-#[test]
-fn store_names_with_control_bytes_are_escaped_in_messages() {
-    let _group = crate::common::group(module_path!());
-    let dir = tempfile::tempdir().unwrap();
-    let model = model_file(dir.path(), "m.gguf", MIB);
-    for name in [
-        "evil\u{1b}]0;PWNED\u{7}\u{1b}[31mred\u{1b}[0m.store",
-        "x\u{202e}erots.store",
-    ] {
-        let store = dir.path().join(name);
-        let (code, out, err) = run_raw(&[
-            "record".as_ref(),
-            "--count".as_ref(),
-            "1".as_ref(),
-            "--no-prove".as_ref(),
-            "--store".as_ref(),
-            store.as_os_str(),
-            model.as_os_str(),
-        ]);
-        assert_eq!(code, Some(0), "{err}");
-        let out = String::from_utf8(out).unwrap();
-        for text in [&out, &err] {
-            assert!(
-                !text.contains('\u{1b}') && !text.contains('\u{7}'),
-                "{text:?}"
-            );
-            assert!(!text.contains('\u{202e}'), "{text:?}");
-        }
-        assert!(
-            out.contains("\\e]0;PWNED\\a\\e[31mred") || out.contains("x\\u{202e}erots"),
-            "{out}"
-        );
-        assert!(store.join("store.json").is_file());
-    }
-}
-
-#[test]
-fn dump_says_why_it_wrote_no_rows() {
-    let _group = crate::common::group(module_path!());
-    let dir = tempfile::tempdir().unwrap();
-    let model = model_file(dir.path(), "m.gguf", MIB);
-    let store = dir.path().join("S");
-    let (code, _, err) = run_raw(&[
-        "record".as_ref(),
-        "--count".as_ref(),
-        "1".as_ref(),
-        "--no-prove".as_ref(),
-        "--store".as_ref(),
-        store.as_os_str(),
-        model.as_os_str(),
-    ]);
-    assert_eq!(code, Some(0), "{err}");
-    // The snapshot is in the range but has no trace rows (recorded without --trace): an
-    // error that says so (exit 2), never an empty success.
-    let (code, out, err) = run_raw(&[
-        "dump".as_ref(),
-        "--what".as_ref(),
-        "trace".as_ref(),
-        "--store".as_ref(),
-        store.as_os_str(),
-    ]);
-    assert_eq!(code, Some(2), "{err}");
-    assert!(out.is_empty());
-    assert!(
-        err.contains("no trace rows: the 1 snapshot between")
-            && err.contains("recorded without 'record --trace'"),
-        "{err}"
-    );
-    // A range before the recording: no snapshot there, and what the store holds.
-    let (code, out, err) = run_raw(&[
-        "dump".as_ref(),
-        "--from".as_ref(),
-        "100d ago".as_ref(),
-        "--to".as_ref(),
-        "99d ago".as_ref(),
-        "--store".as_ref(),
-        store.as_os_str(),
-    ]);
-    assert_eq!(code, Some(0), "{err}");
-    assert!(out.is_empty());
-    assert!(
-        err.contains("no files rows: no snapshot between")
-            && err.contains("the store holds 1 snapshot from"),
-        "{err}"
-    );
-    assert_eq!(err.lines().count(), 1, "{err}");
-}
-
-#[test]
-fn dump_csv_is_exact_to_a_pipe_and_escaped_to_a_terminal() {
-    let _group = crate::common::group(module_path!());
-    if !require(have("tmux"), "tmux (scripts/test.sh installs it)") {
-        return;
-    }
-    let dir = tempfile::tempdir().unwrap();
-    let model = model_file(dir.path(), "m.gguf", 4 * MIB);
-    // A reader whose comm holds ESC and BEL: exec'd through a link of that name.
-    let comm = "t\u{1b}]0;X\u{7}f";
-    let link = dir.path().join(comm);
-    std::os::unix::fs::symlink(exe(), &link).unwrap();
-    let reader =
-        twofold::spawn::Reader::start(&link, "map", Some(&model), &[], Duration::from_secs(60))
-            .unwrap();
-    let pid = reader.pid().to_string();
-    let store = dir.path().join("S");
-    let (code, _, err) = run_raw(&[
-        "record".as_ref(),
-        "--count".as_ref(),
-        "1".as_ref(),
-        "--no-prove".as_ref(),
-        "--pid".as_ref(),
-        pid.as_ref(),
-        "--store".as_ref(),
-        store.as_os_str(),
-        model.as_os_str(),
-    ]);
-    assert_eq!(code, Some(0), "{err}");
-    let dump = [
-        "dump",
-        "--what",
-        "processes",
-        "--format",
-        "csv",
-        "--store",
-        store.to_str().unwrap(),
-    ];
-    let (code, out, err) = run_raw(&dump.map(std::ffi::OsStr::new));
-    assert_eq!(code, Some(0), "{err}");
-    let out = String::from_utf8(out).unwrap();
-    let row = out
-        .lines()
-        .find(|l| l.contains(&format!(",{pid},")))
-        .unwrap_or_else(|| panic!("no row of pid {pid}: {out}"));
-    assert!(row.contains(&format!(",{comm},")), "{row:?}");
-    // To a terminal: the same row, its ESC and BEL shown as escapes.
-    let exit = dir.path().join("exit");
-    let tmux = Tmux::new("csv");
-    tmux.start(
-        200,
-        20,
-        &format!(
-            "sh -c '{} {}; echo EXIT=$? > {}; sleep 30'",
-            exe().display(),
-            dump.join(" "),
-            exit.display()
-        ),
-    );
-    let code = wait_for_file(&exit, Duration::from_secs(20)).unwrap();
-    assert_eq!(code.trim(), "EXIT=0");
-    let screen = tmux.screen();
-    assert!(screen.contains("t\\e]0;X\\af"), "{screen}");
-}
-
 #[test]
 fn pressure_checks_out_before_any_experiment() {
-    let _group = crate::common::group(module_path!());
+    let _group = crate::common::group(GROUP);
     let dir = tempfile::tempdir().unwrap();
     let model = model_file(dir.path(), "m.bin", MIB);
     let plain = dir.path().join("plain");
@@ -723,7 +478,7 @@ impl Drop for TinyFs {
 
 #[test]
 fn a_full_disk_leaves_no_temp_file_behind() {
-    let _group = crate::common::group(module_path!());
+    let _group = crate::common::group(GROUP);
     if !require(is_root(), "root (to mount a tiny tmpfs)") {
         return;
     }
