@@ -20,6 +20,12 @@ use twofold::spawn::Reader;
 
 const BLOCK: usize = 4096;
 
+mod engine;
+
+/// The tests here and in `engine` run as one group (beside each other, never beside
+/// another module's).
+const GROUP: &str = module_path!();
+
 /// Bytes of `path` found in `pid`'s private anonymous memory, by the test's own search:
 /// every 4 KiB block of the file (at block-aligned file offsets) is looked for at every
 /// address whose residue mod 16 is in `residues`, and counted where all 4096 bytes match.
@@ -252,7 +258,7 @@ fn touch_cache(path: &Path) {
 
 #[test]
 fn closed_file_copy_in_c_counts_two_in_every_kind_of_scan() {
-    let _group = crate::common::group(module_path!());
+    let _group = crate::common::group(GROUP);
     if !require(is_root(), "root (to search other processes' memory)")
         || !require(have("cc"), "a C compiler")
     {
@@ -319,7 +325,7 @@ fn closed_file_copy_in_c_counts_two_in_every_kind_of_scan() {
 
 #[test]
 fn numpy_load_copies_count_and_two_copiers_make_three() {
-    let _group = crate::common::group(module_path!());
+    let _group = crate::common::group(GROUP);
     if !require(is_root(), "root") || !python_has("numpy") {
         return;
     }
@@ -357,7 +363,7 @@ fn numpy_load_copies_count_and_two_copiers_make_three() {
 
 #[test]
 fn private_mapping_written_in_place_is_cow_counted_once() {
-    let _group = crate::common::group(module_path!());
+    let _group = crate::common::group(GROUP);
     if !require(is_root(), "root") {
         return;
     }
@@ -400,7 +406,7 @@ fn npy(path: &Path, floats: u64, seed: u64) {
 
 #[test]
 fn zero_copy_loaders_count_one_without_a_copy_finding() {
-    let _group = crate::common::group(module_path!());
+    let _group = crate::common::group(GROUP);
     if !require(is_root(), "root") || !python_has("numpy") {
         return;
     }
@@ -443,7 +449,7 @@ fn zero_copy_loaders_count_one_without_a_copy_finding() {
 
 #[test]
 fn safetensors_numpy_loaders_copy_and_the_count_says_so() {
-    let _group = crate::common::group(module_path!());
+    let _group = crate::common::group(GROUP);
     if !require(is_root(), "root") || !python_has("numpy") || !python_has("safetensors") {
         return;
     }
@@ -464,7 +470,7 @@ fn safetensors_numpy_loaders_copy_and_the_count_says_so() {
 
 #[test]
 fn a_process_that_cannot_be_searched_makes_the_count_a_lower_bound() {
-    let _group = crate::common::group(module_path!());
+    let _group = crate::common::group(GROUP);
     let Some((dir, bin, _nobody)) = nobody_setup() else {
         return;
     };
@@ -513,7 +519,7 @@ fn a_process_that_cannot_be_searched_makes_the_count_a_lower_bound() {
 
 #[test]
 fn onnxruntime_heap_copies_are_found_and_counted() {
-    let _group = crate::common::group(module_path!());
+    let _group = crate::common::group(GROUP);
     if !require(is_root(), "root") || !python_has("onnx") || !python_has("onnxruntime") {
         return;
     }
@@ -559,185 +565,4 @@ onnx.save(m, sys.argv[1])
     assert!(copy.fraction > 0.5, "{copy:?}");
     assert!(count(&f) >= 1.5, "{:#?}", f.representations);
     assert_proof_matches_own_search(&f, ort.pid(), &path, &residues);
-}
-
-#[test]
-fn a_long_lived_engine_reuses_a_proof_while_nothing_changed() {
-    let _group = crate::common::group(module_path!());
-    if !require(is_root(), "root") {
-        return;
-    }
-    let dir = tempfile::tempdir().unwrap();
-    let (path, _) = model(dir.path(), 9);
-    let (_copier, mut engine) = copier_engine(&path);
-    let mut w = Vec::new();
-    let first = engine.snapshot(&mut w).unwrap();
-    assert_eq!(engine.last_reused, 0);
-    let second = engine.snapshot(&mut w).unwrap();
-    assert_eq!(
-        engine.last_reused, 1,
-        "the unchanged copier's proof is reused"
-    );
-    assert_eq!(first.sample.proofs, second.sample.proofs);
-    let f = twofold::engine::report(&second, Some(&first));
-    let fm = f.files.iter().find(|x| Path::new(&x.path) == path).unwrap();
-    assert_count(fm, 2.0);
-
-    // A minute on, unchanged: searched again (for a copy written over pages it had) in
-    // full: its 24 MiB copy was confirmed with fewer bytes than a check in place takes.
-    engine.backdate_searches(
-        twofold::engine::REPROVE_AFTER,
-        twofold::engine::REPROVE_AFTER,
-    );
-    let third = engine.snapshot(&mut w).unwrap();
-    assert_eq!((engine.last_reused, engine.last_carried), (0, 0));
-    assert_eq!(first.sample.proofs, third.sample.proofs);
-}
-
-/// A reader that copies `path` and closes it, and a long-lived engine watching both (its
-/// proof without a time budget: a loaded machine never cuts a search short here).
-fn copier_engine(path: &Path) -> (Reader, twofold::engine::Engine) {
-    let c = reader("copy", Some(path), &["--close"]);
-    touch_cache(path);
-    let req = twofold::collect::gather::Request {
-        paths: vec![path.to_path_buf()],
-        pids: vec![c.pid()],
-        ..Default::default()
-    };
-    let prove = twofold::dupes::prove::ProveOptions {
-        budget: None,
-        exact: false,
-    };
-    (c, twofold::engine::Engine::new(req, Some(prove)))
-}
-
-/// A reader of a 256 MiB model, unchanged: minutes on it is searched again, the copy
-/// found before checked in place and kept (confirming it again would compare more), its
-/// count the full search's; much later the copy is confirmed in full again.
-#[test]
-fn a_large_copy_is_kept_through_a_search_again_and_confirmed_in_full_later() {
-    let _group = crate::common::group(module_path!());
-    if !require(is_root(), "root") {
-        return;
-    }
-    let dir = tempfile::tempdir().unwrap();
-    let path = crate::common::model_file(dir.path(), "large.gguf", 256 << 20);
-    let (c, mut engine) = copier_engine(&path);
-    let mut w = Vec::new();
-    let proof = |s: &twofold::engine::Snapshot| {
-        s.sample
-            .proofs
-            .iter()
-            .find(|p| p.pid == c.pid())
-            .cloned()
-            .unwrap()
-    };
-    let first = engine.snapshot(&mut w).unwrap();
-    let p1 = proof(&first);
-    assert!(p1.unsearched.is_none(), "{:?}", p1.unsearched);
-    assert_eq!(p1.identical_file_bytes, 256 << 20);
-    // Past the search's cadence (a hundred times its time, at most RESEARCH_MAX), its
-    // copy confirmed just now.
-    let cadence = twofold::engine::RESEARCH_MAX;
-    engine.backdate_searches(cadence, Duration::ZERO);
-    let second = engine.snapshot(&mut w).unwrap();
-    assert_eq!((engine.last_reused, engine.last_carried), (0, 1));
-    let p2 = proof(&second);
-    assert_eq!(
-        (p2.identical_file_bytes, p2.copies, p2.copy_memory_bytes),
-        (p1.identical_file_bytes, p1.copies, p1.copy_memory_bytes),
-        "the kept copy counts as the full search's did"
-    );
-    assert!(p2.unsearched.is_none(), "{:?}", p2.unsearched);
-    assert!(
-        p2.compared_bytes < p1.compared_bytes,
-        "compared {} bytes keeping the copy, {} confirming it",
-        p2.compared_bytes,
-        p1.compared_bytes
-    );
-    let f = twofold::engine::report(&second, Some(&first));
-    assert_count(
-        f.files.iter().find(|x| Path::new(&x.path) == path).unwrap(),
-        2.0,
-    );
-    // Past the cadence again: kept again (a search again that kept it compared the spot
-    // pages only; what decides is what confirming the copy in full compared).
-    engine.backdate_searches(cadence, Duration::ZERO);
-    let again = engine.snapshot(&mut w).unwrap();
-    assert_eq!((engine.last_reused, engine.last_carried), (0, 1));
-    assert_eq!(proof(&again).identical_file_bytes, 256 << 20);
-    assert!(proof(&again).compared_bytes < p1.compared_bytes);
-    // Past the cadence again, the copy confirmed longer ago than ten cadences.
-    engine.backdate_searches(cadence, 11 * cadence);
-    let third = engine.snapshot(&mut w).unwrap();
-    assert_eq!((engine.last_reused, engine.last_carried), (0, 0));
-    assert_eq!(proof(&third).compared_bytes, p1.compared_bytes);
-    assert_eq!(proof(&third).identical_file_bytes, 256 << 20);
-}
-
-/// A copier that keeps doing I/O (its rchar grows, so its fingerprint changes at every
-/// snapshot) and rewrites 32 MiB in place, faulting nothing in: between full searches the
-/// count stays exact (2, not a lower bound). A copier that touches new memory instead is
-/// a lower bound until its next full search (live.rs,
-/// `a_changing_copier_is_checked_in_place_between_full_searches`).
-#[test]
-fn a_copier_whose_memory_only_changes_in_place_keeps_an_exact_count() {
-    let _group = crate::common::group(module_path!());
-    if !require(
-        is_root(),
-        "root (to search other processes' memory and read frames)",
-    ) {
-        return;
-    }
-    let dir = tempfile::tempdir().unwrap();
-    let (path, _) = model(dir.path(), 11);
-    let c = reader(
-        "copy",
-        Some(&path),
-        &["--close", "--bytes", "32M", "--io-loop"],
-    );
-    touch_cache(&path);
-    let req = twofold::collect::gather::Request {
-        paths: vec![path.clone()],
-        pids: vec![c.pid()],
-        ..Default::default()
-    };
-    let mut engine = twofold::engine::Engine::new(req, Some(Default::default()))
-        .incremental(std::time::Duration::from_secs(60));
-    let mut w = Vec::new();
-    let mut prev = engine.snapshot(&mut w).unwrap();
-    let f = |snap: &twofold::engine::Snapshot, prev: &twofold::engine::Snapshot| {
-        let r = twofold::engine::report(snap, Some(prev));
-        r.files
-            .into_iter()
-            .find(|x| Path::new(&x.path) == path)
-            .unwrap()
-    };
-    let first = f(&prev, &prev);
-    assert_count(&first, 2.0);
-    assert!(!first.representations.lower_bound);
-    let rchar = |pid: i32| {
-        let io = std::fs::read_to_string(format!("/proc/{pid}/io")).unwrap();
-        io.lines()
-            .find_map(|l| l.strip_prefix("rchar: "))
-            .unwrap()
-            .parse::<u64>()
-            .unwrap()
-    };
-    // Within the cadence (5 s at least): each snapshot sees a changed fingerprint.
-    for _ in 0..3 {
-        let before = rchar(c.pid());
-        std::thread::sleep(std::time::Duration::from_millis(400));
-        assert!(rchar(c.pid()) > before, "the child does I/O");
-        let snap = engine.snapshot(&mut w).unwrap();
-        assert_eq!(engine.last_reused, 0, "the fingerprint changed");
-        let fm = f(&snap, &prev);
-        assert_count(&fm, 2.0);
-        assert!(
-            !fm.representations.lower_bound,
-            "unmoved memory keeps the search: {:?}",
-            snap.sample.proofs
-        );
-        prev = snap;
-    }
 }
