@@ -9,7 +9,7 @@ cd "$(dirname "$0")/.."
 need=()
 command -v fincore >/dev/null 2>&1 || need+=(util-linux)
 command -v smem >/dev/null 2>&1 || need+=(smem)
-# eBPF tests (tests/trace/main.rs): bpftrace as the independent counter; clang, llvm-strip
+# eBPF tests (tests/trace/): bpftrace as the independent counter; clang, llvm-strip
 # and libbpf's headers to rebuild ebpf/*.bpf.o and compare them with the committed ones.
 command -v bpftrace >/dev/null 2>&1 || need+=(bpftrace)
 command -v clang >/dev/null 2>&1 || need+=(clang)
@@ -41,7 +41,7 @@ if [ ${#need[@]} -gt 0 ]; then
 fi
 
 # Real runtimes for tests/exact/runtimes.rs: NumPy and safetensors from PyPI; onnx for the
-# cross-check of the ONNX parser (tests/it/container.rs); prometheus-client, the official
+# cross-check of the ONNX parser (tests/it/container/onnx_initializers.rs); prometheus-client, the official
 # Python client, whose OpenMetrics parser reads `twofold serve`'s body (tests/exact/serve.rs).
 # kubernetes-validate: the Kubernetes OpenAPI schemas, offline, for deploy/k8s
 # (tests/it/deploy.rs; the kustomize base is rendered with `kubectl kustomize`).

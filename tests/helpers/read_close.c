@@ -1,5 +1,5 @@
 /* A copying loader in C: read() the whole file into a heap buffer, close it, say
- * "ready", and hold the copy until stdin closes. Built by tests/truth.rs. */
+ * "ready", and hold the copy until stdin closes. Built by tests/exact/truth/mod.rs. */
 #include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
