@@ -51,12 +51,18 @@ fn top_in_tmux_shows_the_count_and_the_copy_and_quits_cleanly() {
     let map = reader("map", Some(&file), &[]);
     let exit = dir.path().join("exit");
     let tmux = Tmux::new("live");
+    // Only the two readers: this test binary (other tests' threads, tens of MiB that change
+    // every snapshot, and gigabytes read) could hold a copy of a 16 MiB file, so with it the
+    // count is rightly a lower bound in every snapshot but the one after its search, every
+    // 5 to 20 s (its cadence), and a capture of the exact count was a matter of luck.
     tmux.start(
         100,
         30,
         &format!(
-            "sh -c '{} top --interval 500ms {}; echo EXIT=$? > {}'",
+            "sh -c '{} top --interval 500ms --pid {} --pid {} {}; echo EXIT=$? > {}'",
             exe().display(),
+            copy.pid(),
+            map.pid(),
             file.display(),
             exit.display()
         ),
@@ -96,9 +102,8 @@ fn top_in_tmux_shows_the_count_and_the_copy_and_quits_cleanly() {
             })
             .count()
     };
-    // The copying reader's row, and not the mapping reader's. Another test's process
-    // whose pid or command line holds these digits matches the filter too, so only the
-    // number of rows going down is asserted.
+    // The copying reader's row, and not the mapping reader's (a status line may start
+    // with a digit too, so the rows going down is what is asserted).
     assert!(
         rows(&s) >= 1 && rows(&s) < rows(&unfiltered),
         "{unfiltered}\n{s}"
@@ -116,9 +121,7 @@ fn top_in_tmux_shows_the_count_and_the_copy_and_quits_cleanly() {
     });
     tmux.keys(&["Enter"]);
     // Polled until the copier's row is drawn whole (a capture can land mid-repaint) with
-    // the exact count: while another test's process that could hold a copy of this file
-    // (it read and allocated as much) changes, its memory is not searched again until its
-    // cadence (longer on a loaded machine), and the count is then rightly a lower bound.
+    // the exact count.
     let s = tmux.wait_for("the file's page, the copier's row, the count", long, |s| {
         s.contains("Files › ")
             && s.contains("in memory 2.00 times")
