@@ -239,11 +239,26 @@ impl Bpftrace {
 
     /// SIGINT, then the maps it prints: `@name: value`.
     pub fn stop(mut self) -> std::collections::BTreeMap<String, u64> {
-        nix::sys::signal::kill(
-            nix::unistd::Pid::from_raw(self.child.id() as i32),
-            nix::sys::signal::Signal::SIGINT,
-        )
-        .unwrap();
+        // bpftrace's SIGINT handler sets a flag that its event loop reads when it wakes;
+        // a signal that lands just before the loop goes back to sleep is missed (seen once
+        // under load: it slept on for 16 minutes, and the test with it). So the signal is
+        // sent again until it exits; a later one only sets the same flag.
+        let pid = nix::unistd::Pid::from_raw(self.child.id() as i32);
+        let start = Instant::now();
+        'exited: loop {
+            nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGINT).unwrap();
+            let sent = Instant::now();
+            while sent.elapsed() < Duration::from_secs(2) {
+                if self.child.try_wait().unwrap().is_some() {
+                    break 'exited;
+                }
+                std::thread::sleep(Duration::from_millis(10));
+            }
+            assert!(
+                start.elapsed() < Duration::from_secs(60),
+                "bpftrace did not exit on SIGINT"
+            );
+        }
         let mut text = String::new();
         use std::io::Read;
         self.child
@@ -252,7 +267,6 @@ impl Bpftrace {
             .unwrap()
             .read_to_string(&mut text)
             .unwrap();
-        self.child.wait().unwrap();
         text.lines()
             .filter_map(|l| {
                 let (k, v) = l.strip_prefix('@')?.split_once(": ")?;
