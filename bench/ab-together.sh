@@ -7,10 +7,12 @@
 #   bench/ab-together.sh serve|record WINDOW_S BINARY...
 set -euo pipefail
 MODE=$1; WIN=$2; shift 2
-export TWOFOLD_INDEX_CACHE="${TWOFOLD_INDEX_CACHE:-$(mktemp -d)}"
-ticks() { awk '{print $14+$15}' "/proc/$1/stat"; }
 tmp=$(mktemp -d)
+# The binaries share one point cache: the caller's, or one of this run's, removed with it.
+export TWOFOLD_INDEX_CACHE="${TWOFOLD_INDEX_CACHE:-$tmp/index-cache}"
+ticks() { awk '{print $14+$15}' "/proc/$1/stat"; }
 P=(); port=9990
+trap '[ ${#P[@]} -eq 0 ] || kill "${P[@]}" 2>/dev/null || true; wait || true; rm -rf "$tmp"' EXIT
 for B in "$@"; do
   case $MODE in
     serve) "$B" serve --interval 5s --listen "127.0.0.1:$port" >/dev/null 2>&1 & P+=($!) ;;
@@ -19,7 +21,6 @@ for B in "$@"; do
   esac
   port=$((port + 1))
 done
-trap 'kill "${P[@]}" 2>/dev/null; wait; rm -rf "$tmp"' EXIT
 sleep 75
 A=(); for p in "${P[@]}"; do A+=("$(ticks "$p")"); done
 sleep "$WIN"
