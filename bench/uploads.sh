@@ -30,7 +30,7 @@ work=$(mktemp -d /tmp/twofold-bench-uploads.XXXXXX)
 rec=
 stats0=$(cat /proc/sys/kernel/bpf_stats_enabled)
 cleanup() {
-  [ -n "$rec" ] && kill -INT "$rec" 2>/dev/null && wait "$rec" 2>/dev/null
+  [ -n "$rec" ] && kill -INT "$rec" 2>/dev/null && wait "$rec" 2>/dev/null || true
   exec 7>&- 2>/dev/null || true
   echo "$stats0" > /proc/sys/kernel/bpf_stats_enabled
   rm -rf "$work"
