@@ -4,7 +4,7 @@ use std::io::Write;
 use std::path::Path;
 
 use crate::cli::InspectArgs;
-use crate::container::{self, ContainerError};
+use crate::container::ContainerError;
 use crate::model::inspect::{self, InspectReport};
 use crate::model::SCHEMA_VERSION;
 use crate::render;
@@ -22,7 +22,7 @@ pub fn run(args: &InspectArgs, out: &mut dyn Write) -> anyhow::Result<()> {
     let mut files = Vec::with_capacity(args.files.len());
     for path in &args.files {
         crate::input::refuse_pseudo(path, "file")?;
-        let c = container::open(path).map_err(|e| in_file(path, e))?;
+        let (_, c) = crate::dupes::filebytes::open_container(path).map_err(|e| in_file(path, e))?;
         files.push(inspect::file(&path.display().to_string(), c));
     }
     let report = InspectReport {

@@ -1,16 +1,18 @@
 //! Reading a model file's bytes without changing its page-cache state.
 //!
 //! The proof compares process memory with the file. Reading a file page that is not cached
-//! the ordinary way would add it to the page cache: the very residency twofold reports.
-//! `preadv2(RWF_NOWAIT)` alone does not prevent that: on a page that is not cached it
-//! returns `EAGAIN`, but only after starting readahead of it (`filemap_get_pages` calls
-//! `page_cache_sync_ra` for `IOCB_NOWAIT` too), and the pages come in anyway (measured: a
-//! scan of a 512 MiB file half evicted brought it back to 99%). So a range is read from the
-//! cache only when `cachestat` (or `mincore`) says every page of it is cached, with
-//! `preadv2(RWF_NOWAIT)` on a descriptor advised `POSIX_FADV_RANDOM` (a page evicted in
-//! between then costs at most the pages asked for, no readahead window); the rest with
-//! `O_DIRECT`, which bypasses the page cache. Where a file system refuses `O_DIRECT`
-//! (tmpfs, whose pages are memory anyway) plain `pread` is used.
+//! the ordinary way would add it to the page cache: the very residency twofold reports. So
+//! each range (at most 1 MiB at a time) is read from the cache only when `cachestat` (or
+//! `mincore`) says every page of it is cached, and then out of a `MADV_RANDOM` mapping
+//! ([`super::cachedcopy`]: a buffered read, even `preadv2(RWF_NOWAIT)`, of a cached page
+//! that carries a readahead mark starts readahead of the next window, and a reader walking
+//! the file follows it to the end). Every other range, and any range whose state cannot be
+//! told, is read with `O_DIRECT`, which bypasses the page cache. Where a file system refuses
+//! `O_DIRECT` (tmpfs, whose pages are memory anyway) plain `pread` is used.
+//!
+//! Container headers are parsed through the same reads ([`FileBytes`] is a
+//! [`crate::container::Source`]), so no read of twofold's adds a page to a model's cache
+//! except one evicted between the check and the copy.
 
 use std::fs::{File, OpenOptions};
 use std::io;
@@ -29,6 +31,8 @@ const DIRECT_MAX: usize = 1 << 20;
 pub struct FileBytes {
     file: File,
     direct: Option<File>,
+    /// The file mapped, to copy cached ranges from (with `direct` only).
+    mapped: Option<super::cachedcopy::CachedCopy>,
     pub size: u64,
     /// The version opened (device, inode, size, mtime, ctime): what comparisons keep
     /// the hashes of its bytes under ([`super::chunkmemo`]).
@@ -38,18 +42,33 @@ pub struct FileBytes {
 impl FileBytes {
     /// Opens `path` read-only (and a second, `O_DIRECT` descriptor where allowed).
     pub fn open(path: &Path) -> io::Result<FileBytes> {
-        let file = File::open(path)?;
-        // Readahead off for this descriptor (see the module docs); advice, so no error.
+        // O_NONBLOCK: opening a FIFO for reading would block until a writer comes; the
+        // fstat of the very descriptor opened then refuses anything but a regular file.
+        let file = OpenOptions::new()
+            .read(true)
+            .custom_flags(libc::O_NONBLOCK | libc::O_NOCTTY)
+            .open(path)?;
+        let m = file.metadata()?;
+        if !m.is_file() {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                "not a regular file",
+            ));
+        }
+        // Readahead off for this descriptor, should a plain read be needed (tmpfs); advice,
+        // so no error.
         // SAFETY: a plain syscall on our own open descriptor.
         unsafe {
             libc::posix_fadvise(file.as_raw_fd(), 0, 0, libc::POSIX_FADV_RANDOM);
         }
         let direct = OpenOptions::new()
             .read(true)
-            .custom_flags(libc::O_DIRECT)
+            .custom_flags(libc::O_DIRECT | libc::O_NONBLOCK | libc::O_NOCTTY)
             .open(path)
             .ok();
-        let m = file.metadata()?;
+        let mapped = direct
+            .as_ref()
+            .and_then(|_| super::cachedcopy::CachedCopy::new(&file, m.len()));
         let version = {
             use std::os::unix::fs::MetadataExt;
             super::pointcache::version(FileKey::from_dev(m.dev(), m.ino()), &m)
@@ -57,6 +76,7 @@ impl FileBytes {
         Ok(FileBytes {
             file,
             direct,
+            mapped,
             size: m.len(),
             version,
         })
@@ -67,60 +87,43 @@ impl FileBytes {
     }
 
     /// Fills `buf` from offset `off`; never adds pages to the page cache where the file
-    /// system allows `O_DIRECT`.
+    /// system allows `O_DIRECT` (but one evicted between the check and the copy).
     pub fn read_exact_at(&self, buf: &mut [u8], off: u64) -> io::Result<()> {
+        if off
+            .checked_add(buf.len() as u64)
+            .is_none_or(|e| e > self.size)
+        {
+            return Err(io::Error::new(
+                io::ErrorKind::UnexpectedEof,
+                "file shorter than expected",
+            ));
+        }
         let mut done = 0usize;
         while done < buf.len() {
             let at = off + done as u64;
-            let rest = (buf.len() - done) as u64;
-            // Without O_DIRECT (tmpfs) there is no other way to read: no need to ask.
-            let uncached = self.direct.is_some()
-                && crate::collect::residency::range_cached(&self.file, at, rest) == Some(false);
-            let got = if uncached {
-                Err(io::Error::from_raw_os_error(libc::EAGAIN))
-            } else {
-                self.read_cached(&mut buf[done..], at)
+            let len = (buf.len() - done).min(DIRECT_MAX);
+            let part = &mut buf[done..done + len];
+            let got = match (&self.direct, &self.mapped) {
+                // Without O_DIRECT (tmpfs) there is no other way to read.
+                (None, _) => self.file.read_at(part, at)?,
+                (Some(_), Some(map))
+                    if crate::collect::residency::range_cached(&self.file, at, len as u64)
+                        == Some(true) =>
+                {
+                    map.copy(part, at)?;
+                    len
+                }
+                (Some(_), _) => self.read_uncached(part, at)?,
             };
-            match got {
-                Ok(0) => {
-                    return Err(io::Error::new(
-                        io::ErrorKind::UnexpectedEof,
-                        "file shorter than expected",
-                    ))
-                }
-                Ok(n) => done += n,
-                Err(e) if e.raw_os_error() == Some(libc::EAGAIN) => {
-                    done += self.read_uncached(&mut buf[done..], at)?;
-                }
-                Err(e) => return Err(e),
+            if got == 0 {
+                return Err(io::Error::new(
+                    io::ErrorKind::UnexpectedEof,
+                    "file shorter than expected",
+                ));
             }
+            done += got;
         }
         Ok(())
-    }
-
-    fn read_cached(&self, buf: &mut [u8], off: u64) -> io::Result<usize> {
-        let iov = libc::iovec {
-            iov_base: buf.as_mut_ptr().cast(),
-            iov_len: buf.len(),
-        };
-        // SAFETY: `iov` describes our own writable buffer; the fd is open for reading.
-        let n = unsafe {
-            libc::preadv2(
-                self.file.as_raw_fd(),
-                &iov,
-                1,
-                off as libc::off_t,
-                libc::RWF_NOWAIT,
-            )
-        };
-        if n < 0 {
-            let e = io::Error::last_os_error();
-            if e.raw_os_error() == Some(libc::EOPNOTSUPP) {
-                return self.file.read_at(buf, off);
-            }
-            return Err(e);
-        }
-        Ok(n as usize)
     }
 
     /// Reads at least one byte at `off` through `O_DIRECT` (plain `pread` without it).
@@ -150,6 +153,50 @@ impl FileBytes {
         buf[..take].copy_from_slice(&aligned[skip..skip + take]);
         Ok(take)
     }
+}
+
+/// Container headers parsed through the same reads as the proof's: a first look at an
+/// evicted model leaves its page cache as it was.
+impl crate::container::Source for FileBytes {
+    fn size(&self) -> u64 {
+        self.size
+    }
+
+    fn read_at(
+        &self,
+        offset: u64,
+        len: u64,
+        what: &'static str,
+    ) -> Result<std::borrow::Cow<'_, [u8]>, crate::container::ContainerError> {
+        crate::container::source::check_range(offset, len, self.size, what)?;
+        let n = usize::try_from(len).map_err(|_| crate::container::ContainerError::Truncated {
+            what,
+            offset,
+            needed: len,
+            size: self.size,
+        })?;
+        let mut buf = vec![0u8; n];
+        self.read_exact_at(&mut buf, offset).map_err(|source| {
+            crate::container::ContainerError::Read {
+                offset,
+                len,
+                source,
+            }
+        })?;
+        Ok(std::borrow::Cow::Owned(buf))
+    }
+}
+
+/// Opens `path` ([`FileBytes::open`]) and parses its container headers through it.
+pub fn open_container(
+    path: &Path,
+) -> Result<(FileBytes, crate::container::Container), crate::container::ContainerError> {
+    let bytes = FileBytes::open(path).map_err(|source| crate::container::ContainerError::Open {
+        path: path.to_path_buf(),
+        source,
+    })?;
+    let c = crate::container::parse(&bytes)?;
+    Ok((bytes, c))
 }
 
 /// Blocks compared to tell two files of one size apart (and the last block).

@@ -242,7 +242,7 @@ fn prove_group(
             let mut keys = Vec::new();
             let mut inputs = Vec::new();
             for (v, b, path) in opened {
-                match crate::container::open(&path) {
+                match crate::container::parse(&b) {
                     Ok(c) => {
                         keys.push(v.0);
                         inputs.push((b, c.tensors, c.format));

@@ -41,8 +41,7 @@ fn prepare(shown: &str, open_path: &Path) -> anyhow::Result<(Prepared, FileBytes
         bail!("'{}' is not a regular file", open_path.display());
     }
     let size = bytes.size;
-    let src = crate::container::FileSource::new(bytes.file().try_clone().with_context(what)?, size);
-    let container = crate::container::parse(&src).with_context(what)?;
+    let container = crate::container::parse(&bytes).with_context(what)?;
     let page_cache = residency::query(bytes.file(), open_path, size, residency::Method::Auto)
         .ok()
         .map(|r| {

@@ -16,7 +16,6 @@
 
 use std::path::PathBuf;
 
-use super::filebytes::FileBytes;
 use super::grid::{hash, Grid, WIN};
 use super::index::{periodic, Convert, CopyKind};
 use crate::collect::bpf::uploads::CopyRecord;
@@ -46,13 +45,7 @@ impl Matcher {
         let mut keys = Vec::new();
         let mut warnings = Vec::new();
         for (path, key) in files {
-            let opened = FileBytes::open(path)
-                .map_err(|e| e.to_string())
-                .and_then(|b| {
-                    crate::container::open(path)
-                        .map(|c| (b, c))
-                        .map_err(|e| e.to_string())
-                });
+            let opened = super::filebytes::open_container(path).map_err(|e| e.to_string());
             match opened {
                 Ok((b, c)) => {
                     keys.push(*key);
