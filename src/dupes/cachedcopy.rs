@@ -27,7 +27,7 @@
 
 use std::cell::Cell;
 use std::io;
-use std::sync::Once;
+use std::sync::{Once, OnceLock};
 
 thread_local! {
     /// Set while this thread copies from a file mapping.
@@ -39,6 +39,9 @@ thread_local! {
 }
 
 static INSTALL: Once = Once::new();
+/// The handler before ours (the Rust runtime's, or the default): taken back for a SIGBUS
+/// that is not ours.
+static BEFORE: OnceLock<libc::sigaction> = OnceLock::new();
 
 extern "C" fn on_sigbus(sig: libc::c_int, info: *mut libc::siginfo_t, _ctx: *mut libc::c_void) {
     // Only reads of const-initialised thread-locals and raw syscalls: async-signal-safe.
@@ -64,10 +67,19 @@ extern "C" fn on_sigbus(sig: libc::c_int, info: *mut libc::siginfo_t, _ctx: *mut
             }
         }
     }
-    // Not ours: the default action, taken when the faulting instruction runs again.
-    // SAFETY: resetting a signal's disposition is async-signal-safe.
+    // Not ours: the handler before ours (or the default action) takes it when the
+    // faulting instruction runs again.
+    // SAFETY: sigaction and signal are async-signal-safe; `BEFORE` is set before our
+    // handler is installed and never changes.
     unsafe {
-        libc::signal(sig, libc::SIG_DFL);
+        match BEFORE.get() {
+            Some(before) => {
+                libc::sigaction(sig, before, std::ptr::null_mut());
+            }
+            None => {
+                libc::signal(sig, libc::SIG_DFL);
+            }
+        }
     }
 }
 
@@ -80,6 +92,10 @@ fn install() {
             sa.sa_sigaction = on_sigbus as *const () as usize;
             sa.sa_flags = libc::SA_SIGINFO | libc::SA_NODEFER | libc::SA_ONSTACK;
             libc::sigemptyset(&mut sa.sa_mask);
+            let mut before: libc::sigaction = std::mem::zeroed();
+            if libc::sigaction(libc::SIGBUS, std::ptr::null(), &mut before) == 0 {
+                let _ = BEFORE.set(before);
+            }
             libc::sigaction(libc::SIGBUS, &sa, std::ptr::null_mut());
         }
     });

@@ -20,3 +20,4 @@ mod runtimes;
 mod serve;
 mod top;
 mod truth;
+mod untouched;
