@@ -173,6 +173,20 @@ fn file_section(f: &FileModel, out: &mut String) {
             shown(&of.path, None)
         );
     }
+    for p in &f.shmem_places {
+        let by = if p.pids.is_empty() {
+            "mapped by no process".to_string()
+        } else {
+            let pids: Vec<String> = p.pids.iter().map(i32::to_string).collect();
+            format!("mapped by pid {}", pids.join(", "))
+        };
+        let _ = writeln!(
+            out,
+            "    copy in shared memory: {} ({} resident, {by}; counted in the private copies)",
+            shown(&p.path, None),
+            iec_opt(p.resident_bytes),
+        );
+    }
     for other in &f.seen_as {
         let _ = writeln!(
             out,

@@ -334,46 +334,89 @@ fn copies_in_shared_memory_count_as_copies_of_the_original() {
     let shm_dir = tempfile::tempdir_in(shm).unwrap();
     let copy = shm_dir.path().join("m.safetensors");
     std::fs::copy(&file, &copy).unwrap();
-    let _mapper = reader("map", Some(&copy), &[]);
+    let mapper = reader("map", Some(&copy), &[]);
     let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/runtimes/memfd.py");
     let mut cmd = Command::new("python3");
     cmd.arg(script).arg(&file);
     let (memfd, _) = twofold::spawn::Reader::spawn(cmd, Duration::from_secs(60)).unwrap();
-    let report = scan_json(&file, &[]);
-    let files = report["files"].as_array().unwrap();
-    let original = files
-        .iter()
-        .find(|f| f["path"].as_str() == file.to_str())
-        .unwrap();
-    let r = &original["representations"];
-    let page_cache = r["page_cache"].as_f64().unwrap();
-    assert!(
-        (r["private_copies"].as_f64().unwrap() - 2.0).abs() < 0.01,
-        "the /dev/shm and the memfd copy: {r}"
-    );
-    let copies = r["private_copies"].as_f64().unwrap();
-    assert!(
-        (r["proven"].as_f64().unwrap() - (page_cache + copies)).abs() < 1e-6,
-        "{r}"
-    );
-    assert_eq!(r["lower_bound"].as_bool(), Some(false), "{r}");
-    let pids: Vec<i64> = original["proven_copies"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|c| {
-            assert_eq!(c["how"].as_str(), Some("shared_memory"), "{c}");
-            c["pid"].as_i64().unwrap()
-        })
-        .collect();
-    assert!(pids.contains(&(memfd.pid() as i64)), "{pids:?}");
-    // The /dev/shm file, when listed, is a copy of the original, not an unrelated model.
+    let memfd_pid = memfd.pid() as i64;
+    let copy_s = copy.to_str().unwrap();
+    // Named alone, with the copy's path, or not at all: the original is 3.00 each time,
+    // and neither copy has an entry of its own.
+    for args in [
+        vec![file.as_os_str()],
+        vec![file.as_os_str(), copy.as_os_str()],
+        vec![],
+    ] {
+        let out = run_ok(
+            Command::new(exe())
+                .args(["scan", "--json", "--prove-budget", "60s"])
+                .args(&args),
+        );
+        let report: serde_json::Value = serde_json::from_slice(&out).unwrap();
+        let files = report["files"].as_array().unwrap();
+        let original = files
+            .iter()
+            .find(|f| f["path"].as_str() == file.to_str())
+            .unwrap_or_else(|| panic!("{args:?}: the original is listed"));
+        let r = &original["representations"];
+        let page_cache = r["page_cache"].as_f64().unwrap();
+        let copies = r["private_copies"].as_f64().unwrap();
+        assert!(
+            (copies - 2.0).abs() < 0.01,
+            "{args:?}: the /dev/shm and the memfd copy: {r}"
+        );
+        assert!(
+            (r["proven"].as_f64().unwrap() - (page_cache + copies)).abs() < 1e-6,
+            "{r}"
+        );
+        assert!((page_cache - 1.0).abs() < 0.01, "{args:?}: {r}");
+        assert_eq!(r["lower_bound"].as_bool(), Some(false), "{args:?}: {r}");
+        let pids: Vec<i64> = original["proven_copies"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|c| {
+                assert_eq!(c["how"].as_str(), Some("shared_memory"), "{c}");
+                c["pid"].as_i64().unwrap()
+            })
+            .collect();
+        assert!(pids.contains(&memfd_pid), "{args:?}: {pids:?}");
+        // No entry of its own for either copy: no file but the original is mapped or
+        // held by the /dev/shm mapper or the memfd holder.
+        let ours = [i64::from(mapper.pid()), memfd_pid];
+        for f in files.iter().filter(|f| f["path"].as_str() != file.to_str()) {
+            let path = f["path"].as_str().unwrap();
+            let by: Vec<i64> = ["mappers", "holders"]
+                .iter()
+                .flat_map(|k| f[*k].as_array().into_iter().flatten())
+                .filter_map(|m| m["pid"].as_i64())
+                .collect();
+            assert!(
+                path != copy_s && !by.iter().any(|p| ours.contains(p)),
+                "{args:?}: a copy listed as a model of its own: {path}"
+            );
+        }
+        // Where they live, under the original, when they are files of the report.
+        let places: Vec<&str> = original["shmem_places"]
+            .as_array()
+            .map(|a| a.iter().filter_map(|p| p["path"].as_str()).collect())
+            .unwrap_or_default();
+        if args.len() == 2 {
+            assert_eq!(places, vec![copy_s], "{args:?}");
+        }
+        if args.is_empty() {
+            // The memfd (16 MiB, no model extension) is no file of interest of a bare scan:
+            // its copy is the memfd holder's row above.
+            assert!(places.contains(&copy_s), "{args:?}: {places:?}");
+        }
+    }
     let text = String::from_utf8(run_ok(
         Command::new(exe()).arg("scan").arg(&file).arg(&copy),
     ))
     .unwrap();
     assert!(
-        text.contains(&format!("shmem copy of {}", file.display())),
+        text.contains(&format!("copy in shared memory: {}", copy.display())),
         "{text}"
     );
     assert!(text.contains("in memory 3.00 times"), "{text}");

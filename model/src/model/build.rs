@@ -131,6 +131,7 @@ fn build_with(sample: &Sample, trace: Option<TraceInput>) -> Report {
                 now_at_path: f.now_at_path,
                 seen_as: f.seen_as.clone(),
                 shmem_copy_of: None,
+                shmem_places: Vec::new(),
                 representations: Representations::default(),
             }
         })
@@ -147,6 +148,7 @@ fn build_with(sample: &Sample, trace: Option<TraceInput>) -> Report {
     };
     copies::attribute(sample, &reads, &mut files);
     copies::shmem_copies(sample, &mut files);
+    copies::fold_shmem_copies(&mut files);
     for f in &mut files {
         f.representations = copies::representations(f);
     }

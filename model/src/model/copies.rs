@@ -170,6 +170,38 @@ pub fn shmem_copies(sample: &Sample, files: &mut [FileModel]) {
     }
 }
 
+/// Moves each file proven to be a shared-memory copy of another file of the report under
+/// that file ([`super::FileModel::shmem_places`]): one set of bytes has one place in the
+/// output, the original, whatever else was named.
+pub fn fold_shmem_copies(files: &mut Vec<FileModel>) {
+    let mut places: Vec<(FileKey, super::ShmemPlace)> = Vec::new();
+    files.retain(|f| {
+        let Some(of) = &f.shmem_copy_of else {
+            return true;
+        };
+        let mut pids: Vec<i32> = f.mappers.iter().map(|m| m.pid).collect();
+        pids.extend(f.holders.iter().map(|h| h.pid));
+        pids.sort_unstable();
+        pids.dedup();
+        places.push((
+            of.key,
+            super::ShmemPlace {
+                key: f.key,
+                path: f.path.clone(),
+                size_bytes: f.size_bytes,
+                resident_bytes: f.resident_bytes,
+                pids,
+            },
+        ));
+        false
+    });
+    for (of, place) in places {
+        if let Some(original) = files.iter_mut().find(|f| f.key == of) {
+            original.shmem_places.push(place);
+        }
+    }
+}
+
 /// The count of one file from its parts.
 pub fn representations(f: &FileModel) -> Representations {
     let size = f.size_bytes.unwrap_or(0);

@@ -354,6 +354,23 @@ pub struct FileModel {
     /// proven to be a copy of another model file: that file's path and identity.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub shmem_copy_of: Option<CopyOf>,
+    /// Where copies of it in shared memory live (a `/dev/shm` file, a memfd): each is
+    /// shown here, under the file it copies, never as a model file of its own; its bytes
+    /// are counted in this file's private copies (through the processes that map it).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub shmem_places: Vec<ShmemPlace>,
+}
+
+/// A copy of a model file in shared memory: the shmem, tmpfs or memfd file that holds it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ShmemPlace {
+    pub key: FileKey,
+    pub path: String,
+    pub size_bytes: Option<u64>,
+    /// Its pages in memory (a tmpfs file's "page cache" is the copy itself).
+    pub resident_bytes: Option<u64>,
+    /// Processes that map it or hold it open.
+    pub pids: Vec<i32>,
 }
 
 /// The model file another one is a copy of.
