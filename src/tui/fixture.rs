@@ -121,6 +121,7 @@ pub fn report() -> Report {
         how: CopyHow::Read,
         traced_read_bytes: None,
         mapped: false,
+        huge_pages: false,
     });
     llama.candidates = CandidateCounts {
         could_hold: 1,
