@@ -15,7 +15,8 @@ use twofold::model::{FileModel, Report};
 use twofold::spawn::Reader;
 
 /// `python3 -c HELPER MODE [FILE]`: `shared` fills 64 MiB of `MAP_SHARED|MAP_ANONYMOUS`
-/// memory with non-zero bytes; `hugetlb FILE` reads FILE into `MAP_HUGETLB` memory;
+/// memory with non-zero bytes; `sharedcopy FILE` reads FILE into such memory; `hugetlb
+/// FILE` reads it into `MAP_HUGETLB` memory;
 /// `ksm FILE` reads it into private memory marked `MADV_MERGEABLE`. The file is closed
 /// once read; `ready` is printed, then it waits for stdin to close.
 const HELPER: &str = r#"
@@ -36,6 +37,8 @@ else:
         huge = 2 << 20
         m = mmap.mmap(-1, (n + huge - 1) // huge * huge,
                       flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS | 0x40000)
+    elif mode == "sharedcopy":
+        m = mmap.mmap(-1, n, flags=mmap.MAP_SHARED | mmap.MAP_ANONYMOUS)
     else:
         m = mmap.mmap(-1, n, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
         view = (ctypes.c_char * n).from_buffer(m)
@@ -76,10 +79,21 @@ fn twofold(args: &[&str]) -> String {
     String::from_utf8(out.stdout).unwrap()
 }
 
+/// The scans are given time: the host may be busy (other test binaries, few cores), and
+/// a search cut short makes the count a lower bound.
+const BUDGET: [&str; 2] = ["--prove-budget", "300s"];
+
 fn scan_json(args: &[&str]) -> Report {
-    let mut all = vec!["scan", "--json"];
+    let mut all = vec!["scan", "--json", BUDGET[0], BUDGET[1]];
     all.extend(args);
     serde_json::from_str(&twofold(&all)).unwrap()
+}
+
+/// The tests of this file one at a time: each one's copier is a candidate of the others'
+/// files, and one that exits while another scans makes that count a lower bound.
+fn one_at_a_time() -> std::sync::MutexGuard<'static, ()> {
+    static ONE: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    ONE.lock().unwrap_or_else(|e| e.into_inner())
 }
 
 /// Writes `value` to each sysctl file and puts the old values back (in reverse order)
@@ -125,6 +139,7 @@ fn the_file<'a>(r: &'a Report, path: &Path) -> &'a FileModel {
 #[test]
 fn anonymous_shared_memory_is_no_model_file() {
     let _group = crate::common::group(module_path!());
+    let _one = one_at_a_time();
     if !require(have("python3"), "python3 (to map shared anonymous memory)") {
         return;
     }
@@ -151,19 +166,69 @@ fn anonymous_shared_memory_is_no_model_file() {
     let store = dir.path().join("store");
     let s = store.to_str().unwrap();
     twofold(&["scan", "--pid", &pid, "--no-prove", "--record", s]);
-    let dumped = twofold(&["dump", "--store", s, "--from", "1h ago", "--what", "files"]);
+    // No file rows at all (`dump` says so on stderr), and the bystander's process row.
+    let out = Command::new(exe())
+        .args(["dump", "--store", s, "--from", "1h ago", "--what", "files"])
+        .output()
+        .unwrap();
+    let dumped = String::from_utf8_lossy(&out.stdout) + String::from_utf8_lossy(&out.stderr);
     assert!(!dumped.contains("/dev/zero"), "{dumped}");
-    let all = twofold(&["dump", "--store", s, "--from", "1h ago"]);
+    assert!(!dumped.contains("\"type\":\"file\""), "{dumped}");
+    let procs = twofold(&[
+        "dump",
+        "--store",
+        s,
+        "--from",
+        "1h ago",
+        "--what",
+        "processes",
+    ]);
+    assert!(procs.contains(&format!("\"pid\":{pid}")), "{procs}");
+}
+
+/// A copy read into `MAP_SHARED|MAP_ANONYMOUS` memory is a copy of the model file, in
+/// shared memory; the memory it lies in is no file.
+#[test]
+fn a_copy_in_anonymous_shared_memory_is_a_copy_of_the_model() {
+    let _group = crate::common::group(module_path!());
+    let _one = one_at_a_time();
+    if !require(is_root(), "root (to search the copier's memory)")
+        || !require(have("python3"), "python3 (to map shared anonymous memory)")
+    {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let size = 64 * MIB;
+    let file = model_file(dir.path(), "m.safetensors", size);
+    let copier = helper("sharedcopy", Some(&file));
+    // Ground truth: the copy is shared memory, not RssAnon.
+    assert!(status_bytes(copier.pid(), "RssShmem") >= size);
+    let f = file.to_str().unwrap();
+    let r = scan_json(&[f]);
+    let paths: Vec<&str> = r.files.iter().map(|f| f.path.as_str()).collect();
+    assert_eq!(paths, [f]);
+    let m = the_file(&r, &file);
+    let rep = &m.representations;
+    assert!((rep.proven.unwrap() - 2.0).abs() < 0.01, "{rep:?}");
+    let c = m
+        .proven_copies
+        .iter()
+        .find(|c| c.pid == copier.pid())
+        .unwrap();
+    assert_eq!(c.how, twofold::model::CopyHow::SharedMemory, "{c:?}");
+    assert!(m.shmem_copy_of.is_none());
+    let text = twofold(&["scan", f, BUDGET[0], BUDGET[1]]);
     assert!(
-        all.contains(&format!("\"pid\":{pid}")),
-        "the bystander was recorded"
+        text.contains("copy in shared memory, 100% of the file"),
+        "{text}"
     );
-    assert!(!all.contains("/dev/zero"), "{all}");
+    assert!(!text.contains("/dev/zero"), "{text}");
 }
 
 #[test]
 fn a_copy_in_huge_pages_counts_and_is_named() {
     let _group = crate::common::group(module_path!());
+    let _one = one_at_a_time();
     if !require(is_root(), "root (to reserve huge pages and search memory)")
         || !require(have("python3"), "python3 (to map huge pages)")
     {
@@ -209,7 +274,7 @@ fn a_copy_in_huge_pages_counts_and_is_named() {
         .unwrap();
     assert!(c.huge_pages, "{c:?}");
     assert!((c.fraction - 1.0).abs() < 0.01, "{c:?}");
-    let text = twofold(&["scan", f]);
+    let text = twofold(&["scan", f, BUDGET[0], BUDGET[1]]);
     assert!(text.contains("in memory 2.00 times"), "{text}");
     assert!(text.contains("huge pages (hugetlbfs)"), "{text}");
     drop(copier);
@@ -218,6 +283,7 @@ fn a_copy_in_huge_pages_counts_and_is_named() {
 #[test]
 fn copies_merged_by_ksm_count_once_and_are_not_fork() {
     let _group = crate::common::group(module_path!());
+    let _one = one_at_a_time();
     let ksm = "/sys/kernel/mm/ksm";
     if !require(is_root(), "root (to run KSM and read page flags)")
         || !require(have("python3"), "python3 (to mark memory mergeable)")
@@ -285,7 +351,7 @@ fn copies_merged_by_ksm_count_once_and_are_not_fork() {
         "{t:?}"
     );
     assert!(t.remedy.unwrap().contains("KSM"));
-    let text = twofold(&["scan", f]);
+    let text = twofold(&["scan", f, BUDGET[0], BUDGET[1]]);
     assert!(text.contains("merged by KSM"), "{text}");
     assert!(!text.contains("(fork"), "{text}");
     assert!(!text.contains("before forking"), "{text}");
