@@ -12,6 +12,7 @@ pub(crate) fn is_zero(v: &u64) -> bool {
 
 pub mod campaign;
 mod gpu;
+pub mod places;
 mod referrers;
 pub use referrers::referrers;
 pub mod snapshot;
@@ -63,6 +64,9 @@ pub struct StatusSample {
     pub rss_shmem_bytes: Option<u64>,
     pub vm_swap_bytes: Option<u64>,
     pub uid: Option<u32>,
+    /// `HugetlbPages`: huge pages from the hugetlbfs pool it maps (not in `VmRSS`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub hugetlb_bytes: Option<u64>,
 }
 
 /// `/proc/PID/smaps_rollup` (bytes). `rss`/`pss` exist on every kernel with the file.
@@ -510,6 +514,9 @@ pub struct ProofSample {
     /// found in: each is a copy of this file.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub shmem_files: Vec<FileKey>,
+    /// The copies' memory in anonymous shared memory, huge pages and driver memory.
+    #[serde(default, skip_serializing_if = "places::Places::is_empty")]
+    pub places: places::Places,
 }
 
 /// The physical pages under one process's copies of one file, from `/proc/PID/pagemap`
@@ -531,6 +538,9 @@ pub struct PhysicalSample {
     /// Shared through shared memory (shmem, memfd, tmpfs) rather than by fork.
     #[serde(default)]
     pub shmem: bool,
+    /// Merged by KSM: shared frames `/proc/kpageflags` marks `KSM`, not fork's.
+    #[serde(default)]
+    pub ksm: bool,
     /// No page frame numbers (not `CAP_SYS_ADMIN`): weighed from the exclusive bit and
     /// `Pss`/`Rss`, an estimate.
     #[serde(default)]
@@ -550,35 +560,7 @@ impl PhysicalSample {
 
 /// A map written as a sorted list of `[key, value]` entries: JSON objects only take string
 /// keys, and a file key or a (process, file) pair is not one.
-pub mod entries {
-    use std::collections::BTreeMap;
-
-    use serde::de::{Deserialize, Deserializer};
-    use serde::ser::{SerializeSeq, Serializer};
-    use serde::Serialize;
-
-    pub fn serialize<S, K, V>(map: &BTreeMap<K, V>, s: S) -> Result<S::Ok, S::Error>
-    where
-        S: Serializer,
-        K: Serialize,
-        V: Serialize,
-    {
-        let mut seq = s.serialize_seq(Some(map.len()))?;
-        for entry in map {
-            seq.serialize_element(&entry)?;
-        }
-        seq.end()
-    }
-
-    pub fn deserialize<'de, D, K, V>(d: D) -> Result<BTreeMap<K, V>, D::Error>
-    where
-        D: Deserializer<'de>,
-        K: Deserialize<'de> + Ord,
-        V: Deserialize<'de>,
-    {
-        Ok(Vec::<(K, V)>::deserialize(d)?.into_iter().collect())
-    }
-}
+pub mod entries;
 
 #[cfg(test)]
 mod tests {

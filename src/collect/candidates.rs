@@ -13,7 +13,7 @@ fn big_enough(anon: u64, size: u64) -> bool {
 }
 
 /// Before the detail phase: could a process that holds nothing hold a copy of one of the
-/// files (by its `RssAnon` and `RssShmem`, its command line, and `rchar`)? Reads `rchar`
+/// files (by its `RssAnon`, `RssShmem` and `HugetlbPages`, its command line, and `rchar`)? Reads `rchar`
 /// when needed. Shared memory large enough holds a copy whoever filled it.
 pub(super) fn could_hold_any(
     procs: &ProcReader,
@@ -25,7 +25,8 @@ pub(super) fn could_hold_any(
         return false;
     };
     let shmem = p.status.rss_shmem_bytes.unwrap_or(0);
-    let anon = anon + shmem;
+    // Huge pages of the hugetlbfs pool are in neither `RssAnon` nor `RssShmem`.
+    let anon = anon + shmem + p.status.hugetlb_bytes.unwrap_or(0);
     if p.pid == procs.own_pid() || !sizes.iter().any(|(_, s)| big_enough(anon, *s)) {
         return false;
     }
@@ -52,7 +53,7 @@ pub(super) fn could_hold_any(
 }
 
 /// The candidate copy holders of each file: private anonymous memory (`RssAnon` less the
-/// CoW pages of mapped files of interest) of at least [`COPY_FRACTION`] of the file, and a
+/// CoW pages of mapped files of interest, plus `HugetlbPages`) of at least [`COPY_FRACTION`] of the file, and a
 /// way to have made the copy: it maps or holds the file, names it on its command line,
 /// read() enough bytes (`rchar`), or its `rchar` is unknown.
 pub fn candidates(
@@ -67,7 +68,8 @@ pub fn candidates(
             continue;
         };
         let cow: u64 = p.mappings.iter().filter_map(|m| m.anonymous_bytes).sum();
-        let private = anon.saturating_sub(cow);
+        // Huge pages from the hugetlbfs pool (`MAP_HUGETLB`) are private memory too.
+        let private = anon.saturating_sub(cow) + p.status.hugetlb_bytes.unwrap_or(0);
         // Shared memory (shmem, memfd, /dev/shm files) can hold a copy too.
         let shmem = p.status.rss_shmem_bytes.unwrap_or(0);
         for &(key, size) in sizes {

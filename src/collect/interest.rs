@@ -107,7 +107,8 @@ impl<'a> Gatherer<'a> {
 
     /// Classifies a file a process maps or holds: of interest or not (once per file).
     /// Code (a file some process maps executable: programs, shared libraries such as a
-    /// 1 GiB `libtorch_cuda.so`) is never a model by size alone.
+    /// 1 GiB `libtorch_cuda.so`) is never a model by size alone, and anonymous shared
+    /// memory ([`crate::sample::places::anonymous_shared`]) never at all.
     fn classify(
         &mut self,
         pid: i32,
@@ -117,6 +118,11 @@ impl<'a> Gatherer<'a> {
         mapped: Option<(u64, u64)>,
         code: bool,
     ) -> bool {
+        // Anonymous shared memory (`/dev/zero (deleted)`, `/SYSV…`, `/anon_hugepage`) has
+        // an inode on an internal mount but is no file: searched as the process's memory.
+        if key.major == 0 && crate::sample::places::anonymous_shared(path) {
+            return false;
+        }
         if let Some(d) = self.decided.get(&key) {
             return d.is_some();
         }

@@ -28,6 +28,7 @@ use std::path::{Path, PathBuf};
 
 use super::error::{CollectError, Result};
 use super::maps;
+use crate::sample::places::{self, Nvidia};
 use crate::sample::MappingSample;
 
 /// The search's page (4 KiB whatever the system's page size).
@@ -62,6 +63,26 @@ pub fn expand_entries(
 
 pub use crate::model::dupes::RegionKind;
 
+/// What kind of memory a readable mapping is for the search; `None`: not searched (shared
+/// or read-only file mappings are page cache; the NVIDIA driver's device mappings are the
+/// GPU's memory and registers, never read). `driver`: the process maps `/dev/nvidiactl`.
+pub fn region_kind(m: &MappingSample, driver: bool) -> Option<RegionKind> {
+    Some(match places::nvidia(&m.path) {
+        Some(Nvidia::Device) => return None,
+        Some(Nvidia::HostMemory | Nvidia::Managed) => RegionKind::Pinned,
+        None if places::hugetlb_anon(&m.path) => RegionKind::Hugetlb,
+        None if m.inode == 0 && !m.perms.shared => RegionKind::Anon,
+        None if driver && m.perms.shared && (m.inode == 0 || places::anonymous_shared(&m.path)) => {
+            RegionKind::Pinned
+        }
+        // Shared anonymous memory, shmem, memfd, SysV shm: anonymous memory (with an
+        // inode, but for the oldest kernels' shared anonymous mappings).
+        None if m.perms.shared && (m.inode == 0 || m.major == 0) => RegionKind::SharedAnon,
+        None if !m.perms.shared && m.perms.write => RegionKind::PrivateFile,
+        None => return None,
+    })
+}
+
 /// A range of the target to search.
 #[derive(Debug, Clone)]
 pub struct Region {
@@ -82,8 +103,9 @@ pub struct MappingSizes {
     pub pss_bytes: u64,
 }
 
-/// `Rss:` and `Pss:` of each mapping of an smaps text (unreadable values: unknown, taken
-/// as huge for `Rss`, so a huge region is never skipped for want of a number).
+/// `Rss:` and `Pss:` of each mapping of an smaps text, huge pages of the hugetlbfs pool
+/// (`Private_Hugetlb:`, `Shared_Hugetlb:`) counted in `Rss` (unreadable values: unknown,
+/// taken as huge for `Rss`, so a huge region is never skipped for want of a number).
 pub fn parse_smaps_sizes(text: &str) -> Vec<MappingSizes> {
     let kb = |rest: &str| -> Option<u64> {
         rest.trim()
@@ -97,6 +119,14 @@ pub fn parse_smaps_sizes(text: &str) -> Vec<MappingSizes> {
         if let Some(rest) = line.strip_prefix("Rss:") {
             if let Some(m) = out.last_mut() {
                 m.rss_bytes = kb(rest).map_or(u64::MAX, |k| k.saturating_mul(1024));
+            }
+        } else if let Some(rest) = line
+            .strip_prefix("Private_Hugetlb:")
+            .or_else(|| line.strip_prefix("Shared_Hugetlb:"))
+        {
+            // Huge pages of the hugetlbfs pool are not in `Rss`: they are resident too.
+            if let (Some(m), Some(k)) = (out.last_mut(), kb(rest)) {
+                m.rss_bytes = m.rss_bytes.saturating_add(k.saturating_mul(1024));
             }
         } else if let Some(rest) = line.strip_prefix("Pss:") {
             if let Some(m) = out.last_mut() {
@@ -174,28 +204,27 @@ impl ProcMemory {
 
     /// Ranges worth searching, from `maps` text.
     pub fn regions(maps_path: &Path, maps_text: &str) -> Result<Vec<Region>> {
-        let mut out: Vec<Region> = Vec::new();
+        let mut maps: Vec<MappingSample> = Vec::new();
         for (i, line) in maps_text.lines().enumerate() {
             if line.is_empty() {
                 continue;
             }
-            let m: MappingSample = maps::parse_header(line)
-                .ok_or_else(|| CollectError::parse(maps_path, i + 1, line))?;
+            maps.push(
+                maps::parse_header(line)
+                    .ok_or_else(|| CollectError::parse(maps_path, i + 1, line))?,
+            );
+        }
+        // A process that maps the NVIDIA driver's control device (a CUDA process): its
+        // anonymous shared memory is the driver's pinned host memory.
+        let driver = maps
+            .iter()
+            .any(|m| places::nvidia(&m.path) == Some(Nvidia::HostMemory));
+        let mut out: Vec<Region> = Vec::new();
+        for m in maps {
             if !m.perms.read || m.path == "[vvar]" || m.path == "[vsyscall]" || m.path == "[vdso]" {
                 continue;
             }
-            let kind = if m.inode == 0 {
-                if m.perms.shared {
-                    RegionKind::SharedAnon
-                } else {
-                    RegionKind::Anon
-                }
-            } else if m.major == 0 && m.perms.shared {
-                // shmem, memfd, SysV shm: anonymous memory with an inode.
-                RegionKind::SharedAnon
-            } else if !m.perms.shared && m.perms.write {
-                RegionKind::PrivateFile
-            } else {
+            let Some(kind) = region_kind(&m, driver) else {
                 continue;
             };
             // Adjacent anonymous VMAs are one buffer split by flags (an allocator's
@@ -206,6 +235,13 @@ impl ProcMemory {
                     continue;
                 }
             }
+            // The file mapped there: a private file mapping's (its CoW pages), or a
+            // shmem/tmpfs file's (a copy found there is in that file); anonymous shared
+            // memory, huge pages and driver memory are no file.
+            let file = kind == RegionKind::PrivateFile
+                || (kind == RegionKind::SharedAnon
+                    && m.inode != 0
+                    && !places::anonymous_shared(&m.path));
             out.push(Region {
                 start: m.start,
                 end: m.end,
@@ -215,9 +251,7 @@ impl ProcMemory {
                 } else {
                     m.path.clone()
                 },
-                // The file mapped there: a private file mapping's (its CoW pages), or a
-                // shmem/tmpfs file's (a copy found there is in that file).
-                key: (kind == RegionKind::PrivateFile || m.inode != 0).then(|| m.key()),
+                key: file.then(|| m.key()),
             });
         }
         Ok(out)
@@ -425,5 +459,108 @@ mod page_size_tests {
         assert_eq!(&one[..], &mem[off + 10..off + 110]);
         // An unmapped address reads short, not an error.
         assert_eq!(t.read(8, &mut one).unwrap(), 0);
+    }
+}
+
+#[cfg(test)]
+mod region_tests {
+    use super::*;
+
+    /// Mappings as `/proc/PID/maps` prints them: a CUDA process on an NVIDIA host (the
+    /// driver's lines as reported in public bug reports of CUDA programs), and this
+    /// kernel's anonymous shared memory and huge pages.
+    const CUDA_MAPS: &str = "\
+200000000-200200000 ---p 00000000 00:00 0 
+204200000-204600000 rw-s 00000000 00:06 563                              /dev/nvidiactl
+7f8d40914000-7f8d40915000 rw-s efde5000 00:06 530                        /dev/nvidia0
+7f8d40916000-7f8d40a16000 rw-s 00000000 00:06 531                        /dev/nvidia-uvm
+7f1eb6924000-7f1eb6d24000 rw-s 00000000 00:01 1025                       /dev/zero (deleted)
+7f1eb7000000-7f1eb7400000 rw-s 00000000 00:01 1026                       /memfd:weights (deleted)
+7f1eb8000000-7f1eb8400000 rw-p 00000000 00:00 0 
+";
+
+    const PLAIN_MAPS: &str = "\
+7f1eb6400000-7f1eb6800000 rw-p 00000000 00:11 20828                      /anon_hugepage (deleted)
+7f1eb6924000-7f1eb6d24000 rw-s 00000000 00:01 1025                       /dev/zero (deleted)
+7f1eb6e00000-7f1eb6f00000 rw-s 00000000 00:01 32770                      /SYSV0052e2c1 (deleted)
+7f1eb7000000-7f1eb7400000 rw-s 00000000 00:01 1026                       /memfd:weights (deleted)
+7f1eb7800000-7f1eb7900000 rw-s 00000000 00:1a 77                         /dev/shm/m.safetensors
+";
+
+    fn kinds(text: &str) -> Vec<(String, RegionKind, bool)> {
+        ProcMemory::regions(Path::new("maps"), text)
+            .unwrap()
+            .into_iter()
+            .map(|r| (r.label, r.kind, r.key.is_some()))
+            .collect()
+    }
+
+    #[test]
+    fn a_cuda_process_has_pinned_memory_and_its_device_memory_is_never_read() {
+        let k = kinds(CUDA_MAPS);
+        let pinned = |l: &str| (l.to_string(), RegionKind::Pinned, false);
+        assert_eq!(
+            k,
+            vec![
+                pinned("/dev/nvidiactl"),
+                pinned("/dev/nvidia-uvm"),
+                // Its anonymous shared memory is the driver's pinned memory too.
+                pinned("/dev/zero (deleted)"),
+                // A memfd is a file: a copy there makes it a copy of the model.
+                (
+                    "/memfd:weights (deleted)".into(),
+                    RegionKind::SharedAnon,
+                    true
+                ),
+                ("[anon]".into(), RegionKind::Anon, false),
+            ]
+        );
+        assert!(!k.iter().any(|(l, _, _)| l == "/dev/nvidia0"), "{k:?}");
+    }
+
+    #[test]
+    fn anonymous_shared_memory_and_huge_pages_are_no_files() {
+        assert_eq!(
+            kinds(PLAIN_MAPS),
+            vec![
+                (
+                    "/anon_hugepage (deleted)".into(),
+                    RegionKind::Hugetlb,
+                    false
+                ),
+                ("/dev/zero (deleted)".into(), RegionKind::SharedAnon, false),
+                (
+                    "/SYSV0052e2c1 (deleted)".into(),
+                    RegionKind::SharedAnon,
+                    false
+                ),
+                (
+                    "/memfd:weights (deleted)".into(),
+                    RegionKind::SharedAnon,
+                    true
+                ),
+                (
+                    "/dev/shm/m.safetensors".into(),
+                    RegionKind::SharedAnon,
+                    true
+                ),
+            ]
+        );
+    }
+
+    #[test]
+    fn huge_pages_count_as_resident_in_smaps() {
+        let smaps = "\
+7f1eb6400000-7f1eb6800000 rw-p 00000000 00:11 20828                      /anon_hugepage (deleted)
+Size:               4096 kB
+KernelPageSize:     2048 kB
+Rss:                   0 kB
+Pss:                   0 kB
+Shared_Hugetlb:        0 kB
+Private_Hugetlb:    4096 kB
+";
+        let s = parse_smaps_sizes(smaps);
+        assert_eq!(s.len(), 1);
+        assert_eq!(s[0].rss_bytes, 4 << 20);
     }
 }

@@ -1,7 +1,7 @@
 //! Per-process readers over a procfs root (`/proc` on a live system, a fixture tree in tests).
 //!
-//! - `/proc/PID/status`: `Name`, `Uid`, `VmRSS`, `RssAnon`, `RssFile`, `RssShmem`, `VmSwap`
-//!   (kB → bytes). World-readable.
+//! - `/proc/PID/status`: `Name`, `Uid`, `VmRSS`, `RssAnon`, `RssFile`, `RssShmem`, `VmSwap`,
+//!   `HugetlbPages` (kB → bytes). World-readable.
 //! - `/proc/PID/smaps_rollup`: sums of the `smaps` fields (Linux ≥ 4.14; `Pss_Anon`,
 //!   `Pss_File`, `Pss_Shmem` since 5.x). Needs `PTRACE_MODE_READ` (same user, or root /
 //!   `CAP_SYS_PTRACE`); empty for kernel threads.
@@ -226,7 +226,13 @@ pub fn parse_status(path: &Path, text: &str) -> Result<StatusRead> {
     };
     let s = &mut read.status;
     let numeric = [
-        "VmRSS", "RssAnon", "RssFile", "RssShmem", "VmSwap", "VmSize",
+        "VmRSS",
+        "RssAnon",
+        "RssFile",
+        "RssShmem",
+        "VmSwap",
+        "VmSize",
+        "HugetlbPages",
     ];
     let mut saw_vm = false;
     keyvalue::for_each_field(path, text, &numeric, |k, v| match k {
@@ -236,6 +242,7 @@ pub fn parse_status(path: &Path, text: &str) -> Result<StatusRead> {
         "RssFile" => s.rss_file_bytes = Some(v),
         "RssShmem" => s.rss_shmem_bytes = Some(v),
         "VmSwap" => s.vm_swap_bytes = Some(v),
+        "HugetlbPages" => s.hugetlb_bytes = Some(v),
         _ => {}
     })?;
     read.kernel_thread = !saw_vm;

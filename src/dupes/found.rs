@@ -55,7 +55,8 @@ impl Proof {
 pub type KnownCopies = BTreeMap<i32, Vec<(u64, u64)>>;
 
 /// Credits `mem_bytes` of a copy of `key` found in region `r` to `p`: inside the
-/// process's own private mapping of the file, its copy-on-write pages; elsewhere a copy.
+/// process's own private mapping of the file, its copy-on-write pages; elsewhere a copy,
+/// whose place (shared memory, huge pages, driver memory) the proof notes.
 pub fn credit(p: &mut ProofSample, key: FileKey, kind: CopyKind, r: &Region, mem_bytes: u64) {
     let file_bytes = mem_bytes / kind.factor();
     if r.kind == RegionKind::PrivateFile && r.key == Some(key) {
@@ -70,6 +71,12 @@ pub fn credit(p: &mut ProofSample, key: FileKey, kind: CopyKind, r: &Region, mem
             Some(k) if !p.shmem_files.contains(&k) => p.shmem_files.push(k),
             _ => {}
         }
+    }
+    match r.kind {
+        RegionKind::SharedAnon if r.key.is_none() => p.places.shared_anon_bytes += mem_bytes,
+        RegionKind::Hugetlb => p.places.hugetlb_bytes += mem_bytes,
+        RegionKind::Pinned => p.places.pinned_bytes += mem_bytes,
+        _ => {}
     }
     if kind == CopyKind::Identical {
         p.identical_file_bytes += file_bytes;

@@ -15,6 +15,7 @@
 //! Only the page map is read: no memory, nothing that faults or copies a page.
 
 use std::collections::{BTreeMap, BTreeSet};
+use std::os::unix::fs::FileExt;
 use std::path::Path;
 
 use super::prove::Found;
@@ -58,6 +59,10 @@ struct Read {
 
 /// Marks a shared frame as shared memory (frame numbers use bits 0–54).
 const SHMEM_BIT: u64 = 1 << 63;
+/// Marks a shared frame as merged by KSM.
+const KSM_BIT: u64 = 1 << 62;
+/// `KPF_KSM`: the frame's flag in `/proc/kpageflags` for a page KSM merged.
+const KPF_KSM: u64 = 1 << 21;
 
 /// Reads the page map of each proof's copies and sets `physical` on every proof that
 /// found a copy. `ranges[i]` belongs to `proofs[i]`. A process whose page map cannot be
@@ -80,7 +85,7 @@ pub fn weigh(proc_root: &Path, proofs: &mut [ProofSample], ranges: &[CopyRanges]
         let file = files.iter().position(|f| *f == files[i]).unwrap_or(i) as u32;
         occurrences.extend(r.shared.iter().map(|&pfn| (file, pfn, i as u32)));
     }
-    occurrences.sort_unstable();
+    occurrences.sort_unstable_by_key(|o| (o.0, o.1 & PM_PFN, o.2));
     let pids: Vec<i32> = proofs.iter().map(|p| p.pid).collect();
     let mut with: Vec<BTreeSet<i32>> = vec![BTreeSet::new(); proofs.len()];
     // The processes mapping a frame; consecutive frames are mostly mapped by the same
@@ -88,7 +93,8 @@ pub fn weigh(proc_root: &Path, proofs: &mut [ProofSample], ranges: &[CopyRanges]
     // when they differ from the last frame's.
     let mut distinct: Vec<i32> = Vec::new();
     let mut last: Vec<Vec<i32>> = vec![Vec::new(); proofs.len()];
-    for run in occurrences.chunk_by(|a, b| (a.0, a.1 & !SHMEM_BIT) == (b.0, b.1 & !SHMEM_BIT)) {
+    let frame = |o: &(u32, u64, u32)| (o.0, o.1 & PM_PFN);
+    for run in occurrences.chunk_by(|a, b| frame(a) == frame(b)) {
         distinct.clear();
         distinct.extend(run.iter().map(|o| pids[o.2 as usize]));
         distinct.sort_unstable();
@@ -99,6 +105,7 @@ pub fn weigh(proc_root: &Path, proofs: &mut [ProofSample], ranges: &[CopyRanges]
             r.w.share_pages += 1.0 / run.len() as f64;
             r.w.shared_by = r.w.shared_by.max(distinct.len() as u32);
             r.w.shmem |= o.1 & SHMEM_BIT != 0 && distinct.len() > 1;
+            r.w.ksm |= o.1 & KSM_BIT != 0 && distinct.len() > 1;
             if last[i] != distinct {
                 with[i].extend(distinct.iter().filter(|p| **p != pids[i]));
                 last[i].clone_from(&distinct);
@@ -153,11 +160,7 @@ fn read_pages(proc_root: &Path, pid: i32, r: &CopyRanges) -> Option<Read> {
                 if e & PM_EXCLUSIVE != 0 {
                     out.w.share_pages += 1.0;
                 } else if pfn != 0 {
-                    let shmem = if kind == RegionKind::SharedAnon {
-                        SHMEM_BIT
-                    } else {
-                        0
-                    };
+                    let shmem = if shared_memory(kind) { SHMEM_BIT } else { 0 };
                     out.shared.push(pfn | shmem);
                 } else {
                     // No frame number: the mapping's Pss/Rss says how shared it is.
@@ -174,13 +177,59 @@ fn read_pages(proc_root: &Path, pid: i32, r: &CopyRanges) -> Option<Read> {
                     out.w.share_pages += ratio;
                     let by = (1.0 / ratio).round().max(1.0) as u32;
                     out.w.shared_by = out.w.shared_by.max(by);
-                    out.w.shmem |= kind == RegionKind::SharedAnon && by > 1;
+                    out.w.shmem |= shared_memory(kind) && by > 1;
                 }
             }
             w0 = w1;
         }
     }
+    mark_ksm(proc_root, &mut out.shared);
     Some(out)
+}
+
+/// Memory processes share by mapping it (shmem, memfd, driver memory), not by fork.
+fn shared_memory(kind: RegionKind) -> bool {
+    matches!(kind, RegionKind::SharedAnon | RegionKind::Pinned)
+}
+
+/// Marks the frames of `shared` that KSM merged ([`KSM_BIT`]), from their flags in
+/// `/proc/kpageflags` (one u64 per frame, root only; read like the page map, never a
+/// page): a copy two processes read into `MADV_MERGEABLE` memory is one physical copy,
+/// but not fork's. Unreadable flags mark nothing.
+fn mark_ksm(proc_root: &Path, shared: &mut [u64]) {
+    if shared.is_empty() {
+        return;
+    }
+    let Ok(flags) = std::fs::File::open(proc_root.join("kpageflags")) else {
+        return;
+    };
+    let mut pfns: Vec<u64> = shared.iter().map(|p| p & PM_PFN).collect();
+    pfns.sort_unstable();
+    pfns.dedup();
+    let mut merged: Vec<u64> = Vec::new();
+    let mut buf: Vec<u64> = Vec::new();
+    // Runs of consecutive frames, one read each (at most 4096 frames at a time).
+    for run in pfns.chunk_by(|a, b| *b == a + 1 && b % 4096 != 0) {
+        buf.clear();
+        buf.resize(run.len(), 0);
+        // SAFETY: u64 has no invalid bit patterns; the byte view covers exactly `buf`.
+        let bytes =
+            unsafe { std::slice::from_raw_parts_mut(buf.as_mut_ptr().cast::<u8>(), buf.len() * 8) };
+        if flags.read_exact_at(bytes, run[0] * 8).is_err() {
+            return;
+        }
+        merged.extend(
+            run.iter()
+                .zip(&buf)
+                .filter(|(_, f)| *f & KPF_KSM != 0)
+                .map(|(p, _)| *p),
+        );
+    }
+    for p in shared.iter_mut() {
+        if merged.binary_search(&(*p & PM_PFN)).is_ok() {
+            *p |= KSM_BIT;
+        }
+    }
 }
 
 /// The host's counters of what changes how pages are shared without a page fault in any

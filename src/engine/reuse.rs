@@ -390,6 +390,7 @@ fn carry(p: &mut Proof, k: Proof) {
     s.copies += c.copies;
     s.cow_file_bytes += c.cow_file_bytes;
     s.compared_bytes += c.compared_bytes;
+    s.places.add(&c.places);
     for f in c.shmem_files {
         if !s.shmem_files.contains(&f) {
             s.shmem_files.push(f);

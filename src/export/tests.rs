@@ -58,6 +58,7 @@ fn file_series_follow_the_report() {
         how: CopyHow::Read,
         traced_read_bytes: None,
         mapped: false,
+        huge_pages: false,
     });
     r.files[0].representations.proven = Some(2.0);
     r.files[0].size_bytes = Some(4096);

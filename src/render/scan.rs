@@ -29,6 +29,18 @@ fn how(h: CopyHow) -> &'static str {
         CopyHow::Converted => "converted to F32 from its mapping",
         CopyHow::Copied => "copied",
         CopyHow::SharedMemory => "in shared memory",
+        CopyHow::Pinned => "pinned host memory",
+    }
+}
+
+/// How one physical copy is shared: merged by KSM, shared memory, or fork.
+fn sharing(s: &crate::model::SharedCopy) -> &'static str {
+    if s.ksm {
+        "merged by KSM"
+    } else if s.shmem {
+        "shared memory"
+    } else {
+        "fork"
     }
 }
 
@@ -36,13 +48,18 @@ fn how(h: CopyHow) -> &'static str {
 pub(crate) fn copy_note(f: &FileModel, pid: i32, plus: bool) -> String {
     let plus = if plus { "+ " } else { "" };
     if let Some(c) = f.proven_copies.iter().find(|c| c.pid == pid) {
+        let kind = match c.how {
+            CopyHow::Pinned => "pinned host copy",
+            _ if c.huge_pages => "private copy in huge pages (hugetlbfs)",
+            _ => "private copy",
+        };
         if let Some(s) = &c.shared {
             return format!(
-                "{plus}private copy, {:.0}% of the file ({}, proven), shared by {} processes ({}{}): {:.0}% counted here",
+                "{plus}{kind}, {:.0}% of the file ({}, proven), shared by {} processes ({}{}): {:.0}% counted here",
                 c.fraction / c.share.max(1e-9) * 100.0,
                 how(c.how),
                 s.by,
-                if s.shmem { "shared memory" } else { "fork" },
+                sharing(s),
                 if s.estimated { ", estimated" } else { "" },
                 c.fraction * 100.0
             );
@@ -54,7 +71,7 @@ pub(crate) fn copy_note(f: &FileModel, pid: i32, plus: bool) -> String {
             );
         }
         return format!(
-            "{plus}private copy, {:.0}% of the file ({}, proven)",
+            "{plus}{kind}, {:.0}% of the file ({}, proven)",
             c.fraction * 100.0,
             how(c.how)
         );

@@ -122,6 +122,7 @@ pub fn report() -> Report {
         how: CopyHow::Read,
         traced_read_bytes: None,
         mapped: false,
+        huge_pages: false,
     });
     llama.candidates = CandidateCounts {
         could_hold: 1,

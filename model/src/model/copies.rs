@@ -43,6 +43,24 @@ fn how(p: Option<&ProcessSample>, mapped: bool, pr: &ProofSample, traced: Option
     }
 }
 
+/// At least half of `whole` (and something).
+fn most(part: u64, whole: u64) -> bool {
+    part > 0 && part.saturating_mul(2) >= whole
+}
+
+/// The cause a copy's place tells: most of it in host memory the NVIDIA driver maps, a
+/// pinned staging copy; in a shmem file or anonymous shared memory, a shared-memory copy.
+fn place_how(pr: &ProofSample) -> Option<CopyHow> {
+    let all = pr.copy_memory_bytes;
+    if most(pr.places.pinned_bytes, all) {
+        Some(CopyHow::Pinned)
+    } else if !pr.shmem_files.is_empty() || most(pr.places.shared_anon_bytes, all) {
+        Some(CopyHow::SharedMemory)
+    } else {
+        None
+    }
+}
+
 /// Fills each file's proven and suspected copies and candidate counts; `reads` is the
 /// read() ledger (bytes each process read of each file while traced).
 pub fn attribute(sample: &Sample, reads: &BTreeMap<(i32, FileKey), u64>, files: &mut [FileModel]) {
@@ -88,6 +106,7 @@ pub fn attribute(sample: &Sample, reads: &BTreeMap<(i32, FileKey), u64>, files: 
                     by: w.shared_by,
                     with: w.shared_with.clone(),
                     shmem: w.shmem,
+                    ksm: w.ksm,
                     estimated: w.estimated,
                 });
             f.proven_copies.push(ProvenCopy {
@@ -100,13 +119,10 @@ pub fn attribute(sample: &Sample, reads: &BTreeMap<(i32, FileKey), u64>, files: 
                 fraction: fraction(bytes, size) * share,
                 share,
                 shared,
-                how: if pr.shmem_files.is_empty() {
-                    how(p, mapped, pr, traced)
-                } else {
-                    CopyHow::SharedMemory
-                },
+                how: place_how(pr).unwrap_or_else(|| how(p, mapped, pr, traced)),
                 traced_read_bytes: traced,
                 mapped,
+                huge_pages: most(pr.places.hugetlb_bytes, pr.copy_memory_bytes),
             });
         }
         for &c in candidates_of.get(&key).into_iter().flatten() {
@@ -222,5 +238,66 @@ pub fn representations(f: &FileModel) -> Representations {
         suspected_device: 0.0,
         unsearched,
         lower_bound: unsearched > 0 || cow.is_none() || f.resident_fraction.is_none(),
+    }
+}
+
+#[cfg(test)]
+mod place_tests {
+    use super::*;
+    use crate::sample::places::Places;
+
+    fn proof(places: Places, shmem_file: bool) -> ProofSample {
+        ProofSample {
+            identical_file_bytes: 64 << 20,
+            copy_memory_bytes: 64 << 20,
+            places,
+            shmem_files: if shmem_file {
+                vec![FileKey::default()]
+            } else {
+                Vec::new()
+            },
+            ..ProofSample::default()
+        }
+    }
+
+    /// A copy's place names its cause where the place tells it: pinned driver memory, shared
+    /// memory (a file or anonymous); huge pages and private memory leave it to the process.
+    #[test]
+    fn the_place_of_a_copy_names_its_cause() {
+        let all = 64u64 << 20;
+        let pinned = Places {
+            pinned_bytes: all,
+            ..Places::default()
+        };
+        assert_eq!(place_how(&proof(pinned, false)), Some(CopyHow::Pinned));
+        let anon = Places {
+            shared_anon_bytes: all / 2,
+            ..Places::default()
+        };
+        assert_eq!(place_how(&proof(anon, false)), Some(CopyHow::SharedMemory));
+        assert_eq!(
+            place_how(&proof(Places::default(), true)),
+            Some(CopyHow::SharedMemory)
+        );
+        let little = Places {
+            pinned_bytes: all / 4,
+            hugetlb_bytes: all,
+            ..Places::default()
+        };
+        assert_eq!(place_how(&proof(little, false)), None);
+        assert_eq!(place_how(&proof(Places::default(), false)), None);
+        assert!(most(all, all) && most(all / 2, all) && !most(all / 2 - 1, all));
+        assert!(!most(0, 0));
+    }
+
+    /// Old recordings (no `places`, no `ksm`) still read, as private memory and fork.
+    #[test]
+    fn recordings_without_places_read_back() {
+        let p: ProofSample = serde_json::from_str(
+            r#"{"pid":1,"file":{"major":8,"minor":1,"inode":2},"searchable_fraction":1.0,"stride_pages":1,"sampled_bytes":0,"physical":{"pages":4,"share_pages":2.0,"shared_by":2}}"#,
+        )
+        .unwrap();
+        assert!(p.places.is_empty());
+        assert!(!p.physical.unwrap().ksm);
     }
 }

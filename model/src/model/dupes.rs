@@ -15,6 +15,12 @@ pub enum RegionKind {
     SharedAnon,
     /// Anonymous (copy-on-write) pages inside a private writable file mapping.
     PrivateFile,
+    /// Huge pages from the hugetlbfs pool (`MAP_HUGETLB`: `/anon_hugepage`).
+    Hugetlb,
+    /// Host memory the NVIDIA driver maps (`/dev/nvidiactl`: pinned memory; managed
+    /// memory resident on the CPU), or anonymous shared memory of a process that maps the
+    /// driver (its pinned allocations).
+    Pinned,
 }
 
 /// How a copy relates to the file's bytes.

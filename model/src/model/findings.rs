@@ -43,6 +43,8 @@ pub enum Code {
         fraction: f64,
         widened_bytes: u64,
         traced_read_bytes: Option<u64>,
+        /// Most of it lies in huge pages from the hugetlbfs pool.
+        huge_pages: bool,
     },
     /// One physical private copy mapped by several processes (after `fork()`, or in
     /// shared memory): counted once, shared out among them.
@@ -53,6 +55,8 @@ pub enum Code {
         pids: Vec<i32>,
         /// Shared memory (shmem, memfd) rather than fork.
         shmem: bool,
+        /// Merged by KSM rather than shared after fork.
+        ksm: bool,
         /// Fraction of the file the one physical copy holds.
         fraction: f64,
         /// Weighed without page frame numbers: an estimate.
@@ -313,6 +317,9 @@ fn file_findings(f: &FileModel, reader: Option<Privilege>, out: &mut Vec<Finding
                 shmem: members
                     .iter()
                     .any(|c| c.shared.as_ref().is_some_and(|s| s.shmem)),
+                ksm: members
+                    .iter()
+                    .any(|c| c.shared.as_ref().is_some_and(|s| s.ksm)),
                 fraction: members.iter().map(|c| c.fraction).sum(),
                 estimated: members
                     .iter()
@@ -353,6 +360,7 @@ fn file_findings(f: &FileModel, reader: Option<Privilege>, out: &mut Vec<Finding
                 fraction,
                 widened_bytes: c.widened_bytes,
                 traced_read_bytes: c.traced_read_bytes,
+                huge_pages: c.huge_pages,
             },
         ));
     }

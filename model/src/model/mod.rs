@@ -190,6 +190,9 @@ pub struct ProvenCopy {
     pub traced_read_bytes: Option<u64>,
     /// The process also maps the file.
     pub mapped: bool,
+    /// Most of the copy lies in huge pages from the hugetlbfs pool (`MAP_HUGETLB`).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub huge_pages: bool,
 }
 
 fn one() -> f64 {
@@ -213,6 +216,10 @@ pub struct SharedCopy {
     pub with: Vec<i32>,
     /// Shared memory (shmem, memfd, tmpfs) mapped by several processes; else fork.
     pub shmem: bool,
+    /// Merged by KSM (`MADV_MERGEABLE` memory, `/proc/kpageflags` `KSM`): copies the
+    /// processes made each on its own, merged since; neither fork nor shared memory.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub ksm: bool,
     /// Weighed without page frame numbers (not `CAP_SYS_ADMIN`): an estimate.
     pub estimated: bool,
 }
@@ -234,6 +241,9 @@ pub enum CopyHow {
     /// Found in shared memory (a shmem, tmpfs such as /dev/shm, or memfd file): a copy
     /// made into memory that processes share, instead of mapping the file itself.
     SharedMemory,
+    /// Found in host memory the NVIDIA driver maps (`/dev/nvidiactl`, a CUDA process's
+    /// shared memory): a pinned staging copy (`cudaHostAlloc`, PyTorch's `pin_memory()`).
+    Pinned,
 }
 
 /// A process whose private memory could hold a copy that was not (fully) searched.

@@ -52,6 +52,17 @@ pub fn gpu_label(gpu: Option<u32>, name: Option<&str>, integrated: Option<bool>)
     }
 }
 
+/// How one physical copy came to be mapped by several processes.
+fn shared_how(shmem: bool, ksm: bool) -> &'static str {
+    if ksm {
+        "merged by KSM (same-page merging of copies each made on its own)"
+    } else if shmem {
+        "mapped from shared memory"
+    } else {
+        "shared copy-on-write after fork()"
+    }
+}
+
 /// The subject, sentence and remedy of a finding.
 pub fn render(code: &Code) -> Text {
     match code {
@@ -64,12 +75,14 @@ pub fn render(code: &Code) -> Text {
             fraction,
             widened_bytes,
             traced_read_bytes,
+            huge_pages,
             ..
         } => {
-            let (kind, place) = if *how == CopyHow::SharedMemory {
-                ("copy", "shared memory")
-            } else {
-                ("private copy", "private memory")
+            let (kind, place) = match how {
+                CopyHow::SharedMemory => ("copy", "shared memory"),
+                CopyHow::Pinned => ("pinned host copy", "host memory the NVIDIA driver maps"),
+                _ if *huge_pages => ("private copy", "huge pages (hugetlbfs)"),
+                _ => ("private copy", "private memory"),
             };
             let (how, remedy) = match how {
                 CopyHow::Read if *widened_bytes > 0 => (
@@ -88,8 +101,12 @@ pub fn render(code: &Code) -> Text {
                     "converted out of its mapping of the file (a dtype conversion, such as .float() or .astype(float32), not a read)",
                     "keep the stored dtype (use the mapped tensors as they are), or convert the file once on disk to the dtype it runs in and load that",
                 ),
+                CopyHow::Pinned => (
+                    "copied into pinned (page-locked) host memory, a staging copy for the GPU (cudaHostAlloc, pin_memory())",
+                    "free the pinned copy once it is uploaded, or register the file's own mapping for device access in place (cudaHostRegister with cudaHostRegisterReadOnly) instead of staging a copy",
+                ),
                 CopyHow::SharedMemory => (
-                    "copied into shared memory (a shmem, tmpfs or memfd file)",
+                    "copied into shared memory (anonymous shared memory, or a shmem, tmpfs or memfd file)",
                     "map the model file itself (read-only, MAP_SHARED): its page cache is already shared between processes, a shared-memory copy is one more",
                 ),
                 CopyHow::Copied => (
@@ -123,6 +140,7 @@ pub fn render(code: &Code) -> Text {
             path,
             pids,
             shmem,
+            ksm,
             fraction,
             estimated,
             ..
@@ -137,9 +155,11 @@ pub fn render(code: &Code) -> Text {
                     name(path),
                     fraction * 100.0,
                     if *estimated { ", estimated without page frame numbers" } else { "" },
-                    if *shmem { "mapped from shared memory" } else { "shared copy-on-write after fork()" }
+                    shared_how(*shmem, *ksm)
                 ),
-                Some(if *shmem {
+                Some(if *ksm {
+                    "KSM merged the copies (MADV_MERGEABLE, PR_SET_MEMORY_MERGE, systemd MemoryKSM=): load the file with mmap to share its page cache instead; merging costs ksmd CPU time, and a write unmerges a page"
+                } else if *shmem {
                     "map the model file itself instead of a shared-memory copy of it: the page cache is already shared"
                 } else {
                     "load it with mmap before forking, so that the workers share the page cache; a worker that writes to the copy unshares its pages"

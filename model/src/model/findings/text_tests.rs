@@ -24,22 +24,46 @@ fn p() -> String {
 fn every_code_reads_as_before() {
     let cases: Vec<(Code, &str, &str, Option<&str>)> = vec![
         (
-            Code::ProvenPrivateCopy { file: k(), path: p(), size_bytes: Some(1 << 30), pid: 7, comm: "py".into(), how: CopyHow::Read, fraction: 1.0, widened_bytes: 512 * MIB, traced_read_bytes: Some(1 << 30) },
+            Code::ProvenPrivateCopy { file: k(), path: p(), size_bytes: Some(1 << 30), pid: 7, comm: "py".into(), how: CopyHow::Read, fraction: 1.0, widened_bytes: 512 * MIB, traced_read_bytes: Some(1 << 30), huge_pages: false },
             "/m/model.gguf",
             "pid 7 (py) holds a private copy of 'model.gguf' copied with read(): 100% of the file found byte by byte in its private memory (512.0 MiB of it widened to F32); it read() 100% of the file during the trace",
             Some("load it with mmap (llama.cpp's default, np.load(mmap_mode='r'), torch.load(mmap=True)) to share the page cache instead of copying it, and keep the stored dtype (or convert the file once on disk)"),
         ),
         (
-            Code::ProvenPrivateCopy { file: k(), path: p(), size_bytes: None, pid: 7, comm: "py".into(), how: CopyHow::CopiedFromMapping, fraction: 0.5, widened_bytes: 0, traced_read_bytes: Some(1) },
+            Code::ProvenPrivateCopy { file: k(), path: p(), size_bytes: None, pid: 7, comm: "py".into(), how: CopyHow::CopiedFromMapping, fraction: 0.5, widened_bytes: 0, traced_read_bytes: Some(1), huge_pages: false },
             "/m/model.gguf",
             "pid 7 (py) holds a private copy of 'model.gguf' copied out of its mapping of the file: 50% of the file found byte by byte in its private memory",
             Some("use the mapped tensors in place instead of copying them (no .clone()/.copy() of weights at load)"),
         ),
         (
-            Code::ProvenPrivateCopy { file: k(), path: p(), size_bytes: Some(1 << 30), pid: 7, comm: "py".into(), how: CopyHow::Converted, fraction: 0.5, widened_bytes: 512 * MIB, traced_read_bytes: None },
+            Code::ProvenPrivateCopy { file: k(), path: p(), size_bytes: Some(1 << 30), pid: 7, comm: "py".into(), how: CopyHow::Converted, fraction: 0.5, widened_bytes: 512 * MIB, traced_read_bytes: None, huge_pages: false },
             "/m/model.gguf",
             "pid 7 (py) holds a private copy of 'model.gguf' converted out of its mapping of the file (a dtype conversion, such as .float() or .astype(float32), not a read): 50% of the file found byte by byte in its private memory (512.0 MiB of it widened to F32)",
             Some("keep the stored dtype (use the mapped tensors as they are), or convert the file once on disk to the dtype it runs in and load that"),
+        ),
+        (
+            Code::ProvenPrivateCopy { file: k(), path: p(), size_bytes: Some(1 << 30), pid: 7, comm: "py".into(), how: CopyHow::Read, fraction: 1.0, widened_bytes: 0, traced_read_bytes: None, huge_pages: true },
+            "/m/model.gguf",
+            "pid 7 (py) holds a private copy of 'model.gguf' copied with read(): 100% of the file found byte by byte in its huge pages (hugetlbfs)",
+            Some("load it with mmap (llama.cpp's default, np.load(mmap_mode='r'), torch.load(mmap=True)) to share the page cache instead of copying it"),
+        ),
+        (
+            Code::ProvenPrivateCopy { file: k(), path: p(), size_bytes: Some(1 << 30), pid: 7, comm: "py".into(), how: CopyHow::Pinned, fraction: 1.0, widened_bytes: 0, traced_read_bytes: None, huge_pages: false },
+            "/m/model.gguf",
+            "pid 7 (py) holds a pinned host copy of 'model.gguf' copied into pinned (page-locked) host memory, a staging copy for the GPU (cudaHostAlloc, pin_memory()): 100% of the file found byte by byte in its host memory the NVIDIA driver maps",
+            Some("free the pinned copy once it is uploaded, or register the file's own mapping for device access in place (cudaHostRegister with cudaHostRegisterReadOnly) instead of staging a copy"),
+        ),
+        (
+            Code::SharedPrivateCopy { file: k(), path: p(), pids: vec![7, 8], shmem: false, ksm: true, fraction: 1.0, estimated: false },
+            "/m/model.gguf",
+            "2 processes (pids 7, 8) share one private copy of 'model.gguf' (100% of the file), merged by KSM (same-page merging of copies each made on its own): it is counted once",
+            Some("KSM merged the copies (MADV_MERGEABLE, PR_SET_MEMORY_MERGE, systemd MemoryKSM=): load the file with mmap to share its page cache instead; merging costs ksmd CPU time, and a write unmerges a page"),
+        ),
+        (
+            Code::SharedPrivateCopy { file: k(), path: p(), pids: vec![7, 8], shmem: false, ksm: false, fraction: 1.0, estimated: false },
+            "/m/model.gguf",
+            "2 processes (pids 7, 8) share one private copy of 'model.gguf' (100% of the file), shared copy-on-write after fork(): it is counted once",
+            Some("load it with mmap before forking, so that the workers share the page cache; a worker that writes to the copy unshares its pages"),
         ),
         (
             Code::SuspectedPrivateCopy { file: k(), path: p(), size_bytes: Some(256 * MIB), pid: 8, comm: "vllm".into(), anon_bytes: 260 * MIB, unsearched: "over the budget".into(), reader: None },
