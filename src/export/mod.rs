@@ -218,7 +218,7 @@ fn file_series(acc: &mut Acc, f: &FileModel, id: &str) {
     for alias in &f.seen_as {
         acc.gauge(
             "twofold_file_alias_info",
-            "Another name of a model file (a hard link, a symlink, another mount namespace's name); twofold_file_info has its one path",
+            "Another name of a model file (a hard link, a symlink, another mount namespace's name, an overlay's path over it); twofold_file_info has its one path",
             l(&[("file_id", id), ("path", alias)]),
             1.0,
         );

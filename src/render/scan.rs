@@ -176,7 +176,7 @@ fn file_section(f: &FileModel, out: &mut String) {
     for other in &f.seen_as {
         let _ = writeln!(
             out,
-            "    seen as {} (another mount namespace's name)",
+            "    seen as {} (another name of the same inode: another mount namespace's, or an overlay's over it)",
             shown(other, None)
         );
     }
