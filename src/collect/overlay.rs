@@ -118,7 +118,11 @@ impl Overlays {
         // The mount is a superblock's: known to the host, or only inside the process's
         // namespace (then its mountinfo tells).
         let known = ours.iter().any(|m| m.majmin == majmin);
-        if known && !ours.iter().any(|m| m.majmin == majmin && m.layers.is_some()) {
+        if known
+            && !ours
+                .iter()
+                .any(|m| m.majmin == majmin && m.layers.is_some())
+        {
             return None;
         }
         let theirs = std::fs::read_to_string(self.proc_root.join(format!("{pid}/mountinfo")))
@@ -135,7 +139,12 @@ impl Overlays {
         }
         // The path inside the overlay: from the process's own mounts first.
         let all: Vec<&Mount> = theirs.iter().chain(ours.iter()).collect();
-        real_in(&all, majmin, Path::new(super::reopen::strip_deleted(path)), &meta)
+        real_in(
+            &all,
+            majmin,
+            Path::new(super::reopen::strip_deleted(path)),
+            &meta,
+        )
     }
 }
 
@@ -201,7 +210,9 @@ fn unescape(s: &str) -> String {
     let mut out = Vec::with_capacity(b.len());
     let mut i = 0;
     while i < b.len() {
-        let oct = b.get(i + 1..i + 4).filter(|d| d.iter().all(|c| (b'0'..=b'7').contains(c)));
+        let oct = b
+            .get(i + 1..i + 4)
+            .filter(|d| d.iter().all(|c| (b'0'..=b'7').contains(c)));
         match (b[i], oct) {
             (b'\\', Some(d)) => {
                 let v = d.iter().fold(0u32, |a, c| a * 8 + u32::from(c - b'0'));
@@ -316,7 +327,7 @@ mod tests {
         std::fs::create_dir_all(low.join("m")).unwrap();
         std::fs::write(low.join("m/a.bin"), b"lower").unwrap();
         std::fs::write(low.join("m/b.bin"), b"lower b").unwrap();
-        std::fs::write(up.join("m/b.bin"), b"upper b").unwrap();
+        std::fs::write(up.join("m/b.bin"), b"upper b, copied up").unwrap();
         let mount = Mount {
             majmin: (0, 40),
             root: PathBuf::from("/"),
@@ -338,7 +349,13 @@ mod tests {
         let r = real_in(&all, (0, 40), Path::new("/merged/m/b.bin"), &b_up).unwrap();
         assert_eq!(r.path, up.join("m/b.bin"));
         // Another device, or a path outside the mount: nothing.
-        assert_eq!(real_in(&all, (0, 41), Path::new("/merged/m/a.bin"), &a), None);
-        assert_eq!(real_in(&all, (0, 40), Path::new("/other/m/a.bin"), &a), None);
+        assert_eq!(
+            real_in(&all, (0, 41), Path::new("/merged/m/a.bin"), &a),
+            None
+        );
+        assert_eq!(
+            real_in(&all, (0, 40), Path::new("/other/m/a.bin"), &a),
+            None
+        );
     }
 }

@@ -14,6 +14,7 @@ mod fincore;
 mod gate;
 mod holders;
 mod live;
+mod overlay;
 mod readonly;
 mod record;
 mod runtimes;
