@@ -456,6 +456,7 @@ fn file_sample(key: FileKey, i: Interest, ways: &[PathBuf], method: Method) -> F
         deleted: i.shown.ends_with(reopen::DELETED) || now_at_path.is_some(),
         now_at_path,
         seen_as: Vec::new(),
+        same_bytes: Vec::new(),
         path: i.shown,
         path_bytes: i.raw,
         size_bytes: i.size_bytes,

@@ -168,6 +168,7 @@ pub(crate) fn test_file_sample(
         deleted: false,
         now_at_path: None,
         seen_as: Vec::new(),
+        same_bytes: Vec::new(),
     }
 }
 

@@ -131,6 +131,15 @@ fn build_with(sample: &Sample, trace: Option<TraceInput>) -> Report {
                 now_at_path: f.now_at_path,
                 seen_as: f.seen_as.clone(),
                 shmem_copy_of: None,
+                same_bytes: f
+                    .same_bytes
+                    .iter()
+                    .filter_map(|k| sample.files.iter().find(|o| o.key == *k))
+                    .map(|o| super::CopyOf {
+                        key: o.key,
+                        path: o.path.clone(),
+                    })
+                    .collect(),
                 representations: Representations::default(),
             }
         })

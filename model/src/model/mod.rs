@@ -354,6 +354,11 @@ pub struct FileModel {
     /// proven to be a copy of another model file: that file's path and identity.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub shmem_copy_of: Option<CopyOf>,
+    /// Other files of interest with the same bytes (same size and fingerprint of blocks
+    /// spread over them): each has its own page cache, so what is cached of both is in
+    /// memory twice. Never summed into this file's count.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub same_bytes: Vec<CopyOf>,
 }
 
 /// The model file another one is a copy of.
