@@ -223,6 +223,16 @@ fn file_series(acc: &mut Acc, f: &FileModel, id: &str) {
             1.0,
         );
     }
+    for twin in &f.same_bytes {
+        let k = twin.key;
+        let twin_id = format!("{}:{}:{}", k.major, k.minor, k.inode);
+        acc.gauge(
+            "twofold_file_same_bytes_info",
+            "Another model file of the same bytes (same size and fingerprint), with its own page cache: what both have cached is in memory twice",
+            l(&[("file_id", id), ("twin_file_id", &twin_id)]),
+            1.0,
+        );
+    }
     gauge(acc, FileField::Size, f, idl());
     for (kind, v) in KINDS.iter().zip(held_bytes(f)) {
         if let Some(v) = v {

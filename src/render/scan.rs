@@ -173,6 +173,13 @@ fn file_section(f: &FileModel, out: &mut String) {
             shown(&of.path, None)
         );
     }
+    for twin in &f.same_bytes {
+        let _ = writeln!(
+            out,
+            "    same bytes as {} (another file with its own page cache: see the findings)",
+            shown(&twin.path, None)
+        );
+    }
     for other in &f.seen_as {
         let _ = writeln!(
             out,

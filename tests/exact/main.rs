@@ -21,3 +21,4 @@ mod runtimes;
 mod serve;
 mod top;
 mod truth;
+mod twins;
