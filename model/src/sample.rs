@@ -5,12 +5,10 @@
 
 use serde::{Deserialize, Serialize};
 
-/// `skip_serializing_if`: a count of 0 is left out of the JSON (read back as 0).
-pub(crate) fn is_zero(v: &u64) -> bool {
-    *v == 0
-}
-
 pub mod campaign;
+mod marks;
+pub(crate) use marks::is_zero;
+pub use marks::{strip_deleted, DELETED};
 mod gpu;
 pub mod places;
 mod referrers;
@@ -24,14 +22,6 @@ pub mod warning;
 pub use warning::{Warning, WarningKind};
 
 pub use gpu::*;
-
-/// What `/proc/PID/maps` and `/proc/PID/fd` append to the name of an unlinked file.
-pub const DELETED: &str = " (deleted)";
-
-/// The path without the kernel's ` (deleted)` mark.
-pub fn strip_deleted(path: &str) -> &str {
-    path.strip_suffix(DELETED).unwrap_or(path)
-}
 
 /// Identity of a file: `(major, minor, inode)`, as `/proc/PID/maps` and `stat(2)` give it.
 #[derive(
@@ -254,6 +244,10 @@ pub struct FileSample {
     /// host's name), as they give them.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub seen_as: Vec<String>,
+    /// Other files of interest with the same bytes (same size and fingerprint:
+    /// `dupes::twins`), by key; each is its own inode with its own page cache.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub same_bytes: Vec<FileKey>,
 }
 
 /// A memory cgroup (v1 or v2), bytes and event counts.

@@ -92,12 +92,19 @@ impl<'a> Gatherer<'a> {
     fn insert_explicit(&mut self, path: &Path, meta: &std::fs::Metadata) {
         let abs = std::path::absolute(path).unwrap_or_else(|_| path.to_path_buf());
         self.explicit.insert(abs.clone());
+        // A file named through an overlay is the file that holds its bytes, opened there
+        // and shown by the name given.
+        let real = super::overlay::real_here(self.procs.root(), path, meta);
+        let (key, open_path) = match real {
+            Some(r) => (r.key, r.path),
+            None => (FileKey::from_dev(meta.dev(), meta.ino()), abs.clone()),
+        };
         self.decided.insert(
-            FileKey::from_dev(meta.dev(), meta.ino()),
+            key,
             Some(Interest {
                 shown: abs.display().to_string(),
                 raw: raw_if_lossy(&abs),
-                open_path: abs,
+                open_path,
                 size_bytes: Some(meta.len()),
                 explicit: true,
                 store: false,
@@ -137,8 +144,13 @@ impl<'a> Gatherer<'a> {
         // Never through a path with " (deleted)" appended; the inode itself through `alt`
         // (its map_files or fd) when the path is gone or names another one.
         let open_path = reopen::in_root(self.procs.root(), pid, path);
+        // An overlay file's bytes are in the file below it ([`super::overlay`]).
+        let real = (!path.ends_with(reopen::DELETED))
+            .then(|| self.procs.overlays().real_at(pid, path))
+            .flatten()
+            .map(|r| r.path);
         let size = size.or_else(|| {
-            [Some(&open_path), alt.as_ref()]
+            [Some(&open_path), alt.as_ref(), real.as_ref()]
                 .into_iter()
                 .flatten()
                 .filter_map(|p| std::fs::metadata(p).ok())
@@ -186,6 +198,10 @@ impl<'a> Gatherer<'a> {
         }
         if is_it(p) {
             return Some(p.to_path_buf());
+        }
+        // An overlay file: the file that holds its bytes (its identity is that one's).
+        if let Some(r) = self.procs.overlays().real_at(pid, path) {
+            return (r.key == key).then_some(r.path);
         }
         let proc = self.procs.root().to_path_buf();
         let ours = self
@@ -446,6 +462,7 @@ fn file_sample(key: FileKey, i: Interest, ways: &[PathBuf], method: Method) -> F
         deleted: i.shown.ends_with(reopen::DELETED) || now_at_path.is_some(),
         now_at_path,
         seen_as: Vec::new(),
+        same_bytes: Vec::new(),
         path: i.shown,
         path_bytes: i.raw,
         size_bytes: i.size_bytes,

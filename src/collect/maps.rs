@@ -129,12 +129,24 @@ pub fn parse_smaps(
     text: &str,
     wanted: &HashSet<FileKey>,
 ) -> Result<(Vec<MappingSample>, RollupSample)> {
+    parse_smaps_with(path, text, wanted, &|_| {})
+}
+
+/// [`parse_smaps`], each VMA's identity first set by `identify` (an overlay file's made
+/// the real file's: [`super::overlay`]).
+pub fn parse_smaps_with(
+    path: &Path,
+    text: &str,
+    wanted: &HashSet<FileKey>,
+    identify: &dyn Fn(&mut MappingSample),
+) -> Result<(Vec<MappingSample>, RollupSample)> {
     let mut out = Vec::new();
     let mut totals = RollupSample::default();
     let mut exact_split = true;
     let mut current: Option<MappingSample> = None;
-    let mut finish = |done: MappingSample, out: &mut Vec<MappingSample>| {
+    let mut finish = |mut done: MappingSample, out: &mut Vec<MappingSample>| {
         exact_split &= accumulate(&mut totals, &done);
+        identify(&mut done);
         if wanted.contains(&done.key()) {
             out.push(done);
         }

@@ -19,6 +19,7 @@ pub mod maps;
 pub mod memory;
 pub mod mounts;
 pub mod names;
+pub mod overlay;
 pub mod own;
 pub mod pagescan;
 mod phases;
@@ -167,6 +168,7 @@ pub(crate) fn test_file_sample(
         deleted: false,
         now_at_path: None,
         seen_as: Vec::new(),
+        same_bytes: Vec::new(),
     }
 }
 

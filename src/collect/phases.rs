@@ -220,9 +220,15 @@ fn named_files(procs: &ProcReader, pid: i32, cmdline: &[String]) -> Vec<cache::N
             continue;
         };
         if meta.is_file() {
+            // An overlay file is the file that holds its bytes ([`super::overlay`]).
+            let key = FileKey::from_dev(meta.dev(), meta.ino());
+            let (key, open_path) = match procs.overlays().real(pid, key, &shown.to_string_lossy()) {
+                Some(r) => (r.key, r.path),
+                None => (key, open_path),
+            };
             out.push(cache::NamedFile {
                 shown,
-                key: FileKey::from_dev(meta.dev(), meta.ino()),
+                key,
                 size_bytes: meta.len(),
                 open_path,
             });

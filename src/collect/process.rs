@@ -44,13 +44,31 @@ pub struct ProcReader {
     /// This process's pid, taken once (`getpid` is a system call; it is compared with
     /// every process at every snapshot).
     own_pid: i32,
+    /// Overlay files resolved to the files that hold their bytes (see
+    /// [`super::overlay`]): every identity read here is the real file's.
+    overlays: std::sync::Arc<super::overlay::Overlays>,
 }
 
 impl ProcReader {
     pub fn new(root: impl Into<PathBuf>) -> Self {
+        let root = root.into();
         ProcReader {
-            root: root.into(),
+            overlays: std::sync::Arc::new(super::overlay::Overlays::new(&root)),
+            root,
             own_pid: std::process::id() as i32,
+        }
+    }
+
+    /// The overlay resolver this reader's identities go through.
+    pub fn overlays(&self) -> &super::overlay::Overlays {
+        &self.overlays
+    }
+
+    /// A mapping's identity made the real file's (see [`super::overlay`]).
+    fn real_mapping(&self, pid: i32, m: &mut MappingSample) {
+        if m.major == 0 {
+            let k = self.overlays.translate(pid, m.key(), &m.path);
+            (m.major, m.minor, m.inode) = (k.major, k.minor, k.inode);
         }
     }
 
@@ -95,7 +113,11 @@ impl ProcReader {
 
     pub fn maps(&self, pid: i32) -> Result<Vec<MappingSample>> {
         let path = self.file(pid, "maps");
-        keyvalue::with_text(&path, |text| maps::parse_maps(&path, text))
+        let mut maps = keyvalue::with_text(&path, |text| maps::parse_maps(&path, text))?;
+        for m in &mut maps {
+            self.real_mapping(pid, m);
+        }
+        Ok(maps)
     }
 
     /// The VMAs of `wanted` files, and process totals summed over all VMAs.
@@ -105,7 +127,10 @@ impl ProcReader {
         wanted: &HashSet<FileKey>,
     ) -> Result<(Vec<MappingSample>, RollupSample)> {
         let path = self.file(pid, "smaps");
-        keyvalue::with_text(&path, |text| maps::parse_smaps(&path, text, wanted))
+        let real = |m: &mut MappingSample| self.real_mapping(pid, m);
+        keyvalue::with_text(&path, |text| {
+            maps::parse_smaps_with(&path, text, wanted, &real)
+        })
     }
 
     /// By hand rather than procfs's `Process::cmdline`, which fails on an argument that is
@@ -195,10 +220,12 @@ impl ProcReader {
             if !target.starts_with('/') {
                 continue;
             }
+            let key = FileKey::from_dev(meta.st_dev, meta.st_ino);
+            let key = self.overlays.translate(pid, key, &target);
             out.push(FdTarget {
                 fd,
                 path: target.into_owned(),
-                key: FileKey::from_dev(meta.st_dev, meta.st_ino),
+                key,
                 size_bytes: meta.st_size as u64,
             });
         }

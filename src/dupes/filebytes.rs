@@ -21,7 +21,6 @@ use std::os::unix::fs::{FileExt, OpenOptionsExt};
 use std::path::Path;
 
 use crate::sample::FileKey;
-use crate::sample::PAGE_BYTES as PAGE;
 
 /// `O_DIRECT` transfers are done in blocks of this size and alignment.
 const BLOCK: u64 = 4096;
@@ -199,12 +198,9 @@ pub fn open_container(
     Ok((bytes, c))
 }
 
-/// Blocks compared to tell two files of one size apart (and the last block).
-const SAME_BYTES_BLOCKS: u64 = 64;
-
 /// Removes from `keys`/`inputs` each file whose bytes are another's (same size, and the
-/// same bytes in [`SAME_BYTES_BLOCKS`] 4 KiB blocks spread over it, read without touching
-/// the page cache); keeps the one not in shared memory (device major 0: tmpfs, shmem).
+/// same [`super::twins::fingerprint`]: blocks spread over it, read without touching the
+/// page cache); keeps the one not in shared memory (device major 0: tmpfs, shmem).
 /// Returns (removed, kept) pairs.
 pub(super) fn same_bytes(
     keys: &mut Vec<FileKey>,
@@ -214,51 +210,35 @@ pub(super) fn same_bytes(
         crate::container::Format,
     )>,
 ) -> Vec<(FileKey, FileKey)> {
-    let block = |b: &FileBytes, off: u64, buf: &mut Vec<u8>| -> bool {
-        let n = PAGE.min(b.size - off) as usize;
-        buf.resize(n, 0);
-        b.read_exact_at(buf, off).is_ok()
-    };
-    // Each file's first block, hashed once: only files of one size and one first block
-    // are compared block by block (2,000 files of one size are 4 million pairs).
-    let mut first: Vec<Option<u64>> = {
-        let mut buf = Vec::new();
-        inputs
-            .iter()
-            .map(|(b, ..)| {
-                (b.size > 0 && block(b, 0, &mut buf)).then(|| xxhash_rust::xxh3::xxh3_64(&buf))
-            })
-            .collect()
-    };
+    // Each file's fingerprint, read once and only where another file has its size.
+    let mut sizes = std::collections::HashMap::<u64, usize>::new();
+    for (b, ..) in inputs.iter() {
+        *sizes.entry(b.size).or_default() += 1;
+    }
+    let mut print: Vec<Option<u128>> = inputs
+        .iter()
+        .map(|(b, ..)| {
+            (sizes[&b.size] > 1)
+                .then(|| super::twins::fingerprint(b))
+                .flatten()
+        })
+        .collect();
     let mut out = Vec::new();
     let mut i = 0;
     while i < keys.len() {
         let mut removed = false;
         for j in 0..keys.len() {
-            let (a, b) = (&inputs[i].0, &inputs[j].0);
-            if i == j
-                || a.size != b.size
-                || a.size == 0
-                || first[i].is_none()
-                || first[i] != first[j]
-            {
+            if i == j || print[i].is_none() || print[i] != print[j] {
                 continue;
             }
-            let (mut x, mut y) = (Vec::new(), Vec::new());
-            let last = (a.size - 1) / PAGE * PAGE;
-            let equal = (0..=SAME_BYTES_BLOCKS).all(|k| {
-                let off = (last / SAME_BYTES_BLOCKS * k) / PAGE * PAGE;
-                let off = if k == SAME_BYTES_BLOCKS { last } else { off };
-                block(a, off, &mut x) && block(b, off, &mut y) && x == y
-            });
             // Drop i for j: i in shared memory and j not, or both alike and i later.
             let shm = |k: FileKey| k.major == 0;
             let drop_i = shm(keys[i]) && !shm(keys[j]) || (shm(keys[i]) == shm(keys[j]) && i > j);
-            if equal && drop_i {
+            if drop_i {
                 out.push((keys[i], keys[j]));
                 keys.remove(i);
                 inputs.remove(i);
-                first.remove(i);
+                print.remove(i);
                 removed = true;
                 break;
             }
@@ -275,6 +255,7 @@ pub(super) fn same_bytes(
 mod tests {
     #![allow(clippy::unwrap_used)]
     use super::*;
+    use crate::sample::PAGE_BYTES as PAGE;
 
     #[test]
     fn reads_any_range_exactly() {

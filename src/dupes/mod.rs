@@ -24,6 +24,7 @@ pub mod recheck;
 pub mod runs;
 pub mod search;
 pub mod sweep;
+pub mod twins;
 pub mod uploads;
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};

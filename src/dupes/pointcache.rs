@@ -56,6 +56,9 @@ pub struct FilePoints {
     pub points: Vec<FilePoint>,
 }
 
+/// The "pieces" key a file's fingerprint is kept under (no pieces key of tensors is
+/// this: theirs are hashes of their offsets).
+pub const FINGERPRINT: u64 = u64::from_le_bytes(*b"twinprnt");
 /// Changes whenever the points of the same bytes would differ (the hash, the windows).
 const SCHEME: u32 = 1;
 const MAGIC: &[u8; 8] = b"TWOFOLDX";
@@ -167,6 +170,23 @@ impl PointCache {
         if let Ok(mut m) = self.mem.lock() {
             m.insert((*v, pieces), Arc::new(points));
         }
+    }
+
+    /// The fingerprint of this version of a file's bytes ([`super::twins::fingerprint`]),
+    /// if kept: an entry of its own "pieces" ([`FINGERPRINT`]) holding its two halves.
+    pub fn fingerprint(&self, v: &Version) -> Option<u128> {
+        let p = self.get(v, FINGERPRINT, u64::MAX)?;
+        match p.points.as_slice() {
+            [lo, hi] => Some(u128::from(lo.key) | u128::from(hi.key) << 64),
+            _ => None,
+        }
+    }
+
+    /// Keeps the fingerprint of this version of a file's bytes.
+    pub fn put_fingerprint(&self, v: &Version, print: u128) {
+        let half = |k: u32, key: u64| FilePoint { piece: 0, k, key };
+        let points = vec![half(0, print as u64), half(1, (print >> 64) as u64)];
+        self.put(v, FINGERPRINT, FilePoints { every: 1, points });
     }
 
     fn load(&self, v: &Version, pieces: u64) -> Option<FilePoints> {

@@ -83,6 +83,9 @@ pub struct Engine {
     manual: BTreeMap<(i32, FileKey), manual::Manual>,
     /// When the free heap was last looked at ([`give_back_free_heap`]).
     trimmed: Option<std::time::Instant>,
+    /// The fingerprints of the files of interest, kept per version to link twins
+    /// ([`crate::dupes::twins`]); made when two files first have one size.
+    twin_points: Option<crate::dupes::pointcache::PointCache>,
 }
 
 impl Engine {
@@ -105,6 +108,7 @@ impl Engine {
             weighed: std::collections::BTreeMap::new(),
             manual: BTreeMap::new(),
             trimmed: None,
+            twin_points: None,
         }
     }
 
@@ -165,6 +169,7 @@ impl Engine {
         let mut sample =
             gather::gather_cached(&self.roots, &self.req, warnings, self.cache.as_mut())?;
         sample.gpu = gpu;
+        crate::dupes::twins::link(&self.roots.proc, &mut sample, &mut self.twin_points);
         self.last_proof_seconds = None;
         if let Some(opts) = self.prove {
             let began = std::time::Instant::now();

@@ -218,8 +218,18 @@ fn file_series(acc: &mut Acc, f: &FileModel, id: &str) {
     for alias in &f.seen_as {
         acc.gauge(
             "twofold_file_alias_info",
-            "Another name of a model file (a hard link, a symlink, another mount namespace's name); twofold_file_info has its one path",
+            "Another name of a model file (a hard link, a symlink, another mount namespace's name, an overlay's path over it); twofold_file_info has its one path",
             l(&[("file_id", id), ("path", alias)]),
+            1.0,
+        );
+    }
+    for twin in &f.same_bytes {
+        let k = twin.key;
+        let twin_id = format!("{}:{}:{}", k.major, k.minor, k.inode);
+        acc.gauge(
+            "twofold_file_same_bytes_info",
+            "Another model file of the same bytes (same size and fingerprint), with its own page cache: what both have cached is in memory twice",
+            l(&[("file_id", id), ("twin_file_id", &twin_id)]),
             1.0,
         );
     }

@@ -204,10 +204,17 @@ fn file_section(f: &FileModel, out: &mut String) {
             iec_opt(p.resident_bytes),
         );
     }
+    for twin in &f.same_bytes {
+        let _ = writeln!(
+            out,
+            "    same bytes as {} (another file with its own page cache: see the findings)",
+            shown(&twin.path, None)
+        );
+    }
     for other in &f.seen_as {
         let _ = writeln!(
             out,
-            "    seen as {} (another mount namespace's name)",
+            "    seen as {} (another name of the same inode: another mount namespace's, or an overlay's over it)",
             shown(other, None)
         );
     }

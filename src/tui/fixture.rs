@@ -78,6 +78,7 @@ fn file(path: &str, inode: u64, size: u64) -> FileModel {
         deleted: false,
         now_at_path: None,
         seen_as: Vec::new(),
+        same_bytes: Vec::new(),
         shmem_copy_of: None,
         shmem_places: Vec::new(),
         representations: Representations::default(),

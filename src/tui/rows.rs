@@ -152,6 +152,7 @@ fn named<'r>(report: &'r Report, f: &'r Finding) -> (Option<FileKey>, Vec<i32>, 
         | Code::MultipleRepresentations { file, .. }
         | Code::CountIsLowerBound { file, .. }
         | Code::Refaults { file, .. } => (Some(*file), Vec::new(), None),
+        Code::SameBytesCached { files, .. } => (files.first().map(|f| f.0), Vec::new(), None),
         Code::DirectReclaim { pid, .. } | Code::OomKill { pid, .. } => (None, vec![*pid], None),
         Code::CgroupOomKills { cgroup, .. } | Code::CgroupNearLimit { cgroup, .. } => {
             (None, Vec::new(), Some(cgroup.as_str()))

@@ -132,6 +132,15 @@ fn build_with(sample: &Sample, trace: Option<TraceInput>) -> Report {
                 seen_as: f.seen_as.clone(),
                 shmem_copy_of: None,
                 shmem_places: Vec::new(),
+                same_bytes: f
+                    .same_bytes
+                    .iter()
+                    .filter_map(|k| sample.files.iter().find(|o| o.key == *k))
+                    .map(|o| super::CopyOf {
+                        key: o.key,
+                        path: o.path.clone(),
+                    })
+                    .collect(),
                 representations: Representations::default(),
             }
         })

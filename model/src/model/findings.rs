@@ -106,6 +106,14 @@ pub enum Code {
         size_bytes: Option<u64>,
         sharers: usize,
     },
+    /// Files of the same bytes (`FileModel::same_bytes`), each cached: the bytes are in
+    /// memory once per file. (key, path, page cache bytes) of each cached one, by key.
+    SameBytesCached {
+        files: Vec<(FileKey, String, u64)>,
+        /// The page cache beyond the largest file's: what one file instead of these
+        /// would save at most.
+        extra_bytes: u64,
+    },
     /// A mapped file mostly not in the page cache.
     LowResidency {
         file: FileKey,
@@ -231,6 +239,7 @@ impl Code {
             Code::MappingBeyondEof { .. } => "mapping-beyond-eof",
             Code::FileThp { .. } => "file-thp",
             Code::SharedMapping { .. } => "shared-mapping",
+            Code::SameBytesCached { .. } => "same-bytes-cached",
             Code::LowResidency { .. } => "low-residency",
             Code::ReplacedFileHeld { .. } => "replaced-file-held",
             Code::ResidencyUnknown { .. } => "residency-unknown",
@@ -284,8 +293,40 @@ pub fn evaluate(
     for c in cgroups {
         cgroup_findings(c, &mut out);
     }
+    same_bytes_findings(files, &mut out);
     out.sort_by_key(|f| f.severity);
     out
+}
+
+/// One finding per group of files of the same bytes of which two or more are cached.
+fn same_bytes_findings(files: &[FileModel], out: &mut Vec<Finding>) {
+    for f in files.iter().filter(|f| !f.same_bytes.is_empty()) {
+        // Said once, by the group's least key.
+        if f.same_bytes.iter().any(|o| o.key < f.key) {
+            continue;
+        }
+        let mut cached: Vec<(FileKey, String, u64)> = std::iter::once(f)
+            .chain(
+                files
+                    .iter()
+                    .filter(|o| f.same_bytes.iter().any(|t| t.key == o.key)),
+            )
+            .filter_map(|o| Some((o.key, o.path.clone(), o.resident_bytes.filter(|b| *b > 0)?)))
+            .collect();
+        if cached.len() < 2 {
+            continue;
+        }
+        cached.sort();
+        let total: u64 = cached.iter().map(|c| c.2).sum();
+        let largest = cached.iter().map(|c| c.2).max().unwrap_or(0);
+        out.push(finding(
+            Severity::Notice,
+            Code::SameBytesCached {
+                files: cached,
+                extra_bytes: total - largest,
+            },
+        ));
+    }
 }
 
 fn file_findings(f: &FileModel, reader: Option<Privilege>, out: &mut Vec<Finding>) {

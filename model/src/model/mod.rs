@@ -369,6 +369,11 @@ pub struct FileModel {
     /// are counted in this file's private copies (through the processes that map it).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub shmem_places: Vec<ShmemPlace>,
+    /// Other files of interest with the same bytes (same size and fingerprint of blocks
+    /// spread over them): each has its own page cache, so what is cached of both is in
+    /// memory twice. Never summed into this file's count.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub same_bytes: Vec<CopyOf>,
 }
 
 /// A copy of a model file in shared memory: the shmem, tmpfs or memfd file that holds it.

@@ -29,6 +29,7 @@ fn file(inode: u64, size: u64, cached: Option<u64>) -> FileSample {
         deleted: false,
         now_at_path: None,
         seen_as: Vec::new(),
+        same_bytes: Vec::new(),
     }
 }
 
@@ -249,6 +250,36 @@ fn shared_low_residency_and_beyond_eof() {
         .findings
         .iter()
         .any(|x| x.message().contains("44% resident")));
+}
+
+/// Files of the same bytes are linked by name both ways; each keeps its own count, and
+/// one finding says the bytes are cached twice (the page cache beyond the larger one).
+#[test]
+fn twins_are_linked_each_counted_alone_and_said_once() {
+    let mut a = file(1, 64 * MIB, Some(64 * MIB));
+    let mut b = file(2, 64 * MIB, Some(48 * MIB));
+    let c = file(3, 64 * MIB, Some(64 * MIB));
+    a.same_bytes = vec![key(2)];
+    b.same_bytes = vec![key(1)];
+    let r = from_sample(&sample(vec![a, b, c], vec![]));
+    let f = |inode: u64| r.files.iter().find(|f| f.key == key(inode)).unwrap();
+    let names = |inode: u64| -> Vec<String> {
+        f(inode).same_bytes.iter().map(|t| t.path.clone()).collect()
+    };
+    assert_eq!(names(1), ["/m/f2.gguf"]);
+    assert_eq!(names(2), ["/m/f1.gguf"]);
+    assert!(f(3).same_bytes.is_empty());
+    assert_eq!(f(1).representations.page_cache, Some(1.0));
+    assert_eq!(f(2).representations.page_cache, Some(0.75));
+    let same: Vec<_> = r
+        .findings
+        .iter()
+        .filter(|x| x.code == "same-bytes-cached")
+        .collect();
+    assert_eq!(same.len(), 1, "{:?}", r.findings);
+    assert!(same[0].message().starts_with(
+        "the same bytes are cached 2 times: '/m/f1.gguf', '/m/f2.gguf' (up to 48.0 MiB"
+    ));
 }
 
 #[test]

@@ -245,6 +245,19 @@ pub fn render(code: &Code) -> Text {
             ),
             None,
         ),
+        Code::SameBytesCached { files, extra_bytes } => {
+            let names: Vec<String> = files.iter().map(|f| format!("'{}'", f.1)).collect();
+            text(
+                files.first().map_or("", |f| f.1.as_str()),
+                format!(
+                    "the same bytes are cached {} times: {} (up to {} that one copy would not need)",
+                    files.len(),
+                    names.join(", "),
+                    iec(*extra_bytes)
+                ),
+                Some("keep one file: hard-link the others to it (ln -f, on one file system) or delete the duplicates and point their users at the one left; a reflink (cp --reflink) saves the disk space but not the memory, as each file keeps its own page cache"),
+            )
+        }
         Code::LowResidency {
             path,
             resident_fraction,

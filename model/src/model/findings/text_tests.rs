@@ -269,3 +269,31 @@ fn json_is_written_from_the_code_and_reads_back_as_text() {
     assert_eq!(back.message(), f.message());
     assert_eq!(serde_json::to_string(&back).unwrap(), json);
 }
+
+/// Files of the same bytes, both cached: their paths in full (twins often share a base
+/// name), and what one file would save.
+#[test]
+fn same_bytes_cached_names_every_file_and_the_saving() {
+    let k2 = FileKey { inode: 9, ..k() };
+    let code = Code::SameBytesCached {
+        files: vec![
+            (k(), "/cache/a/model.safetensors".into(), 64 * MIB),
+            (k2, "/cache/b/model.safetensors".into(), 48 * MIB),
+        ],
+        extra_bytes: 48 * MIB,
+    };
+    let t = Finding {
+        severity: Severity::Notice,
+        code,
+    }
+    .text();
+    assert_eq!(t.subject, "/cache/a/model.safetensors");
+    assert_eq!(
+        t.message,
+        "the same bytes are cached 2 times: '/cache/a/model.safetensors', '/cache/b/model.safetensors' (up to 48.0 MiB that one copy would not need)"
+    );
+    assert_eq!(
+        t.remedy.as_deref(),
+        Some("keep one file: hard-link the others to it (ln -f, on one file system) or delete the duplicates and point their users at the one left; a reflink (cp --reflink) saves the disk space but not the memory, as each file keeps its own page cache")
+    );
+}

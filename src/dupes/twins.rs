@@ -1,0 +1,159 @@
+//! Files of interest with the same bytes ("twins"): one checkpoint in two caches, a model
+//! copied to an offload folder. Each is its own inode with its own page cache, so bytes
+//! cached in both are in memory twice, though no process holds a copy of the other.
+//!
+//! Two files are twins when they have the same size and the same [`fingerprint`]: the
+//! hash of [`BLOCKS`] 4 KiB blocks spread evenly over the file, its first and its last
+//! block, read without changing its page cache ([`super::filebytes::FileBytes`]). Only
+//! files of a size another file of interest has are read, and a fingerprint is kept per
+//! version of a file (device, inode, size, mtime, ctime) in the [`super::pointcache`], so
+//! it is read once per version, not once per snapshot. Each file's count stays its own:
+//! the link is said beside it, never summed into it.
+
+use std::collections::{BTreeMap, HashMap};
+use std::path::Path;
+
+use super::filebytes::FileBytes;
+use super::pointcache::{self, PointCache};
+use crate::collect::reopen;
+use crate::sample::{FileKey, Sample, PAGE_BYTES as PAGE};
+
+/// Blocks spread over a file besides its last one (the first is block 0).
+pub const BLOCKS: u64 = 64;
+
+/// The offsets of the blocks a fingerprint reads: 0, [`BLOCKS`] − 1 more spread evenly
+/// over the file, and the last block (page-aligned, ascending, once each).
+pub fn block_offsets(size: u64) -> Vec<u64> {
+    if size == 0 {
+        return Vec::new();
+    }
+    let last = (size - 1) / PAGE * PAGE;
+    let mut v: Vec<u64> = (0..BLOCKS)
+        .map(|k| (last / BLOCKS * k) / PAGE * PAGE)
+        .chain([last])
+        .collect();
+    v.dedup();
+    v
+}
+
+/// The fingerprint of a file's bytes: its size and the blocks of [`block_offsets`]
+/// (xxh3, 128 bits); `None` for an empty file or a read that failed.
+pub fn fingerprint(b: &FileBytes) -> Option<u128> {
+    if b.size == 0 {
+        return None;
+    }
+    let mut h = xxhash_rust::xxh3::Xxh3::new();
+    h.update(&b.size.to_le_bytes());
+    let mut buf = Vec::new();
+    for off in block_offsets(b.size) {
+        buf.resize(PAGE.min(b.size - off) as usize, 0);
+        b.read_exact_at(&mut buf, off).ok()?;
+        h.update(&off.to_le_bytes());
+        h.update(&buf);
+    }
+    Some(h.digest128())
+}
+
+/// The fingerprint of the file `key` of `sample`, from `points` when this version of it
+/// was read before; opened through its path or its holders ([`reopen::ways`]).
+fn print_of(proc_root: &Path, sample: &Sample, i: usize, points: &PointCache) -> Option<u128> {
+    let f = &sample.files[i];
+    let shown = Path::new(&f.path);
+    // A file named through an overlay is shown by that name: its bytes are below it.
+    let real = std::fs::metadata(shown)
+        .ok()
+        .and_then(|m| crate::collect::overlay::real_here(proc_root, shown, &m))
+        .map(|r| r.path);
+    let mut ways = reopen::ways(proc_root, &sample.processes, f.key, Some(shown));
+    ways.extend(real);
+    let way = reopen::first_way(&ways, f.key)?;
+    let version = pointcache::version(f.key, &std::fs::metadata(way).ok()?);
+    if let Some(p) = points.fingerprint(&version) {
+        return Some(p);
+    }
+    let b = FileBytes::open(way).ok()?;
+    if b.version != version {
+        return None;
+    }
+    let p = fingerprint(&b)?;
+    points.put_fingerprint(&version, p);
+    Some(p)
+}
+
+/// Links the files of interest with the same bytes: each one's `same_bytes` names the
+/// others (sorted). `points` is made only when two files have one size.
+pub fn link(proc_root: &Path, sample: &mut Sample, points: &mut Option<PointCache>) {
+    let mut by_size: BTreeMap<u64, Vec<usize>> = BTreeMap::new();
+    for (i, f) in sample.files.iter_mut().enumerate() {
+        f.same_bytes.clear();
+        if let Some(s) = f.size_bytes.filter(|s| *s > 0) {
+            by_size.entry(s).or_default().push(i);
+        }
+    }
+    let mut groups: HashMap<(u64, u128), Vec<usize>> = HashMap::new();
+    for (size, files) in by_size.into_iter().filter(|(_, v)| v.len() > 1) {
+        let points = points.get_or_insert_with(PointCache::new);
+        for i in files {
+            if let Some(p) = print_of(proc_root, sample, i, points) {
+                groups.entry((size, p)).or_default().push(i);
+            }
+        }
+    }
+    for members in groups.into_values().filter(|v| v.len() > 1) {
+        let keys: Vec<FileKey> = members.iter().map(|&i| sample.files[i].key).collect();
+        for &i in &members {
+            let me = sample.files[i].key;
+            let mut others: Vec<FileKey> = keys.iter().copied().filter(|k| *k != me).collect();
+            others.sort();
+            sample.files[i].same_bytes = others;
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+
+    #[test]
+    fn blocks_cover_first_spread_and_last() {
+        assert!(block_offsets(0).is_empty());
+        assert_eq!(block_offsets(100), [0]);
+        assert_eq!(block_offsets(3 * PAGE + 1), [0, 3 * PAGE]);
+        let big = block_offsets(1 << 30);
+        assert_eq!(big.len() as u64, BLOCKS + 1);
+        assert_eq!(big[0], 0);
+        assert_eq!(*big.last().unwrap(), (1 << 30) - PAGE);
+        assert!(big.windows(2).all(|w| w[0] < w[1] && w[0] % PAGE == 0));
+    }
+
+    /// Files of one size are twins only with the same bytes in every block read; a
+    /// fingerprint is read once per version (the second is from the cache).
+    #[test]
+    fn same_bytes_same_fingerprint_one_changed_block_not() {
+        let dir = tempfile::tempdir().unwrap();
+        let data: Vec<u8> = (0..(70 * PAGE + 9) as u32)
+            .map(|b| (b.wrapping_mul(2_654_435_761) >> 13) as u8)
+            .collect();
+        let (a, b, c) = (
+            dir.path().join("a"),
+            dir.path().join("b"),
+            dir.path().join("c"),
+        );
+        std::fs::write(&a, &data).unwrap();
+        std::fs::write(&b, &data).unwrap();
+        let mut other = data.clone();
+        *other.last_mut().unwrap() ^= 1;
+        std::fs::write(&c, &other).unwrap();
+        let [fa, fb, fc] = [&a, &b, &c].map(|p| fingerprint(&FileBytes::open(p).unwrap()));
+        assert!(fa.is_some());
+        assert_eq!(fa, fb);
+        assert_ne!(fa, fc);
+        let points = PointCache::with_dir(Some(&dir.path().join("cache")));
+        let v = FileBytes::open(&a).unwrap().version;
+        assert_eq!(points.fingerprint(&v), None);
+        points.put_fingerprint(&v, fa.unwrap());
+        let again = PointCache::with_dir(Some(&dir.path().join("cache")));
+        assert_eq!(again.fingerprint(&v), fa, "kept on disk by version");
+    }
+}
