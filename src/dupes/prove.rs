@@ -339,6 +339,11 @@ fn prove_group(
     .flatten()
     .collect();
 
+    // The search is done with the files: twofold maps none of their pages any more (a kept
+    // index keeps its files open).
+    for f in &grid.files {
+        f.bytes.release();
+    }
     if std::env::var_os("TWOFOLD_PROFILE").is_some() {
         eprintln!(
             "twofold: proof of {} files in {} processes {:?}: index {:.3} s ({} points, stride {}, pairs every {} pages), search {:.3} s",

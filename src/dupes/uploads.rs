@@ -69,6 +69,13 @@ impl Matcher {
         }
     }
 
+    /// Done matching for now: twofold maps none of the files' pages any more.
+    pub fn release(&self) {
+        for f in &self.grid.files {
+            f.bytes.release();
+        }
+    }
+
     /// The files indexed.
     pub fn keys(&self) -> &[FileKey] {
         &self.keys

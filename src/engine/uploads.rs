@@ -273,6 +273,10 @@ impl Ledger {
     }
 
     fn snapshot(&self) -> UploadsSample {
+        // Once per snapshot: the matcher's reads since the last one leave no page mapped.
+        if let Some(m) = &self.matcher {
+            m.release();
+        }
         let mut s = self.sample.clone();
         s.samples_per_copy = SAMPLES as u32;
         s.processes = self
