@@ -277,6 +277,16 @@ fn a_copy_in_huge_pages_counts_and_is_named() {
     let text = twofold(&["scan", f, BUDGET[0], BUDGET[1]]);
     assert!(text.contains("in memory 2.00 times"), "{text}");
     assert!(text.contains("huge pages (hugetlbfs)"), "{text}");
+    // `dupes` names the region for what it is.
+    let d = dupes_report(copier.pid(), &file, &[]);
+    let regions = &d.processes[0].files[0].regions;
+    assert!(!regions.is_empty());
+    assert!(
+        regions
+            .iter()
+            .all(|r| r.kind == twofold::model::dupes::RegionKind::Hugetlb),
+        "{regions:?}"
+    );
     drop(copier);
 }
 
