@@ -101,6 +101,8 @@ pub struct MappingSizes {
     pub end: u64,
     pub rss_bytes: u64,
     pub pss_bytes: u64,
+    /// `KSM:`: its pages KSM merged (Linux 6.1 and later; 0 where the kernel has none).
+    pub ksm_bytes: u64,
 }
 
 /// `Rss:` and `Pss:` of each mapping of an smaps text, huge pages of the hugetlbfs pool
@@ -128,6 +130,10 @@ pub fn parse_smaps_sizes(text: &str) -> Vec<MappingSizes> {
             if let (Some(m), Some(k)) = (out.last_mut(), kb(rest)) {
                 m.rss_bytes = m.rss_bytes.saturating_add(k.saturating_mul(1024));
             }
+        } else if let Some(rest) = line.strip_prefix("KSM:") {
+            if let Some(m) = out.last_mut() {
+                m.ksm_bytes = kb(rest).map_or(0, |k| k.saturating_mul(1024));
+            }
         } else if let Some(rest) = line.strip_prefix("Pss:") {
             if let Some(m) = out.last_mut() {
                 m.pss_bytes = kb(rest).map_or(0, |k| k.saturating_mul(1024));
@@ -140,6 +146,7 @@ pub fn parse_smaps_sizes(text: &str) -> Vec<MappingSizes> {
                         end: b,
                         rss_bytes: u64::MAX,
                         pss_bytes: 0,
+                        ksm_bytes: 0,
                     });
                 }
             }
@@ -558,9 +565,15 @@ Rss:                   0 kB
 Pss:                   0 kB
 Shared_Hugetlb:        0 kB
 Private_Hugetlb:    4096 kB
+7f1eb8000000-7f1eb8400000 rw-p 00000000 00:00 0 
+Rss:                4096 kB
+Pss:                2048 kB
+KSM:                4096 kB
 ";
         let s = parse_smaps_sizes(smaps);
-        assert_eq!(s.len(), 1);
+        assert_eq!(s.len(), 2);
         assert_eq!(s[0].rss_bytes, 4 << 20);
+        assert_eq!((s[1].rss_bytes, s[1].pss_bytes), (4 << 20, 2 << 20));
+        assert_eq!((s[0].ksm_bytes, s[1].ksm_bytes), (0, 4 << 20));
     }
 }

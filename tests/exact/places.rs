@@ -365,4 +365,25 @@ fn copies_merged_by_ksm_count_once_and_are_not_fork() {
     assert!(text.contains("merged by KSM"), "{text}");
     assert!(!text.contains("(fork"), "{text}");
     assert!(!text.contains("before forking"), "{text}");
+    // Without CAP_SYS_ADMIN there are no frame numbers: smaps' `Pss` and `KSM:` tell it,
+    // as an estimate.
+    if !require(have("capsh"), "capsh (to drop CAP_SYS_ADMIN)") {
+        return;
+    }
+    let scan = format!(
+        "'{}' scan --json {} {} '{f}'",
+        exe().display(),
+        BUDGET[0],
+        BUDGET[1]
+    );
+    let out = run_ok(Command::new("capsh").args(["--drop=cap_sys_admin", "--", "-c", &scan]));
+    let r: Report = serde_json::from_slice(&out).unwrap();
+    let m = the_file(&r, &file);
+    let private = m.representations.private_copies;
+    assert!((private - 1.0).abs() < 0.02, "{:?}", m.representations);
+    for pid in [a.pid(), b.pid()] {
+        let c = m.proven_copies.iter().find(|c| c.pid == pid).unwrap();
+        let s = c.shared.as_ref().unwrap();
+        assert!(s.ksm && s.estimated && !s.shmem, "{c:?}");
+    }
 }
