@@ -101,10 +101,12 @@ pub struct MappingSizes {
     pub end: u64,
     pub rss_bytes: u64,
     pub pss_bytes: u64,
+    /// `KSM:`: its pages KSM merged (Linux 6.1 and later; 0 where the kernel has none).
+    pub ksm_bytes: u64,
 }
 
 /// `Rss:` and `Pss:` of each mapping of an smaps text, huge pages of the hugetlbfs pool
-/// (`Private_Hugetlb:`, `Shared_Hugetlb:`) counted in `Rss` (unreadable values: unknown,
+/// (`Private_Hugetlb:`, `Shared_Hugetlb:`) counted in both (unreadable values: unknown,
 /// taken as huge for `Rss`, so a huge region is never skipped for want of a number).
 pub fn parse_smaps_sizes(text: &str) -> Vec<MappingSizes> {
     let kb = |rest: &str| -> Option<u64> {
@@ -124,9 +126,16 @@ pub fn parse_smaps_sizes(text: &str) -> Vec<MappingSizes> {
             .strip_prefix("Private_Hugetlb:")
             .or_else(|| line.strip_prefix("Shared_Hugetlb:"))
         {
-            // Huge pages of the hugetlbfs pool are not in `Rss`: they are resident too.
+            // Huge pages of the hugetlbfs pool are in neither `Rss` nor `Pss`: they are
+            // resident, and with no proportional size they count whole (how many share a
+            // shared one is known only from frame numbers).
             if let (Some(m), Some(k)) = (out.last_mut(), kb(rest)) {
                 m.rss_bytes = m.rss_bytes.saturating_add(k.saturating_mul(1024));
+                m.pss_bytes = m.pss_bytes.saturating_add(k.saturating_mul(1024));
+            }
+        } else if let Some(rest) = line.strip_prefix("KSM:") {
+            if let Some(m) = out.last_mut() {
+                m.ksm_bytes = kb(rest).map_or(0, |k| k.saturating_mul(1024));
             }
         } else if let Some(rest) = line.strip_prefix("Pss:") {
             if let Some(m) = out.last_mut() {
@@ -140,6 +149,7 @@ pub fn parse_smaps_sizes(text: &str) -> Vec<MappingSizes> {
                         end: b,
                         rss_bytes: u64::MAX,
                         pss_bytes: 0,
+                        ksm_bytes: 0,
                     });
                 }
             }
@@ -558,9 +568,15 @@ Rss:                   0 kB
 Pss:                   0 kB
 Shared_Hugetlb:        0 kB
 Private_Hugetlb:    4096 kB
+7f1eb8000000-7f1eb8400000 rw-p 00000000 00:00 0 
+Rss:                4096 kB
+Pss:                2048 kB
+KSM:                4096 kB
 ";
         let s = parse_smaps_sizes(smaps);
-        assert_eq!(s.len(), 1);
-        assert_eq!(s[0].rss_bytes, 4 << 20);
+        assert_eq!(s.len(), 2);
+        assert_eq!((s[0].rss_bytes, s[0].pss_bytes), (4 << 20, 4 << 20));
+        assert_eq!((s[1].rss_bytes, s[1].pss_bytes), (4 << 20, 2 << 20));
+        assert_eq!((s[0].ksm_bytes, s[1].ksm_bytes), (0, 4 << 20));
     }
 }

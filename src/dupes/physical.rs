@@ -166,18 +166,20 @@ fn read_pages(proc_root: &Path, pid: i32, r: &CopyRanges) -> Option<Read> {
                     // No frame number: the mapping's Pss/Rss says how shared it is.
                     let s = sizes.get_or_insert_with(|| target.smaps_sizes().unwrap_or_default());
                     let addr = w0 + k as u64 * PAGE;
-                    let ratio = s
+                    let mapping = s
                         .iter()
                         .find(|m| m.start <= addr && addr < m.end)
-                        .filter(|m| m.rss_bytes > 0 && m.rss_bytes != u64::MAX)
-                        .map_or(1.0, |m| {
-                            (m.pss_bytes as f64 / m.rss_bytes as f64).clamp(1e-9, 1.0)
-                        });
+                        .filter(|m| m.rss_bytes > 0 && m.rss_bytes != u64::MAX);
+                    let ratio = mapping.map_or(1.0, |m| {
+                        (m.pss_bytes as f64 / m.rss_bytes as f64).clamp(1e-9, 1.0)
+                    });
                     out.w.estimated = true;
                     out.w.share_pages += ratio;
                     let by = (1.0 / ratio).round().max(1.0) as u32;
                     out.w.shared_by = out.w.shared_by.max(by);
                     out.w.shmem |= shared_memory(kind) && by > 1;
+                    // Its mapping's pages KSM merged (smaps `KSM:`): merged, not forked.
+                    out.w.ksm |= by > 1 && mapping.is_some_and(|m| m.ksm_bytes > 0);
                 }
             }
             w0 = w1;

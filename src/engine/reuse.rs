@@ -105,9 +105,16 @@ impl Reused {
     }
 }
 
-/// What a proof of a (process, file) depends on: the process's `RssAnon` and `rchar`, the
-/// file's size.
+/// What a proof of a (process, file) depends on: the process's private memory (`RssAnon`
+/// and `HugetlbPages`) and `rchar`, the file's size.
 pub(crate) type Fingerprint = (Option<u64>, Option<u64>, Option<u64>);
+
+/// `RssAnon` plus the huge pages of the hugetlbfs pool (`HugetlbPages`, not in `RssAnon`):
+/// a copy made into either changes it.
+fn private_bytes(p: &crate::sample::ProcessSample) -> Option<u64> {
+    let huge = p.status.hugetlb_bytes.unwrap_or(0);
+    p.status.rss_anon_bytes.map(|a| a + huge)
+}
 
 /// The [`Fingerprint`]s of one sample's (process, file) pairs: its processes and files
 /// looked up by key (a host with 200 files and 2,000 candidates: no linear scan each).
@@ -125,7 +132,7 @@ impl Fingerprints {
             // The first of a pid, as `fingerprint` finds it.
             procs
                 .entry(p.pid)
-                .or_insert((p.status.rss_anon_bytes, p.rchar_bytes));
+                .or_insert((private_bytes(p), p.rchar_bytes));
         }
         let mut files = HashMap::with_capacity_and_hasher(sample.files.len(), fast);
         for f in &sample.files {

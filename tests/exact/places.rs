@@ -184,6 +184,56 @@ fn anonymous_shared_memory_is_no_model_file() {
         "processes",
     ]);
     assert!(procs.contains(&format!("\"pid\":{pid}")), "{procs}");
+    // The exporter: no series of it, after a collection that saw the bystander.
+    let zero = maps
+        .lines()
+        .find(|l| l.ends_with("/dev/zero (deleted)"))
+        .unwrap();
+    let f: Vec<&str> = zero.split_whitespace().collect();
+    let (dev, inode) = (f[3], f[4]);
+    let (major, minor) = dev.split_once(':').unwrap();
+    let id = format!(
+        "{}:{}:{inode}",
+        u32::from_str_radix(major, 16).unwrap(),
+        u32::from_str_radix(minor, 16).unwrap()
+    );
+    let port = free_port();
+    let serve = Command::new(exe())
+        .args(["serve", "--listen", &format!("127.0.0.1:{port}")])
+        .args(["--interval", "1s", "--no-prove"])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let _serve = Killed(serve);
+    let start = Instant::now();
+    let collected = |b: &str| {
+        b.lines()
+            .find_map(|l| l.strip_prefix("twofold_collect_duration_seconds_count "))
+            .and_then(|v| v.trim().parse::<f64>().ok())
+            .is_some_and(|n| n >= 1.0)
+    };
+    let body = loop {
+        match metrics_text(port) {
+            Some(b) if collected(&b) => break b,
+            _ => {
+                assert!(start.elapsed() < Duration::from_secs(120), "no collection");
+                std::thread::sleep(Duration::from_millis(200));
+            }
+        }
+    };
+    assert!(!body.contains("/dev/zero"), "{body}");
+    assert!(!body.contains(&format!("file_id=\"{id}\"")), "{id}: {body}");
+}
+
+/// A child killed and reaped when dropped.
+struct Killed(std::process::Child);
+
+impl Drop for Killed {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
 }
 
 /// A copy read into `MAP_SHARED|MAP_ANONYMOUS` memory is a copy of the model file, in
@@ -277,6 +327,16 @@ fn a_copy_in_huge_pages_counts_and_is_named() {
     let text = twofold(&["scan", f, BUDGET[0], BUDGET[1]]);
     assert!(text.contains("in memory 2.00 times"), "{text}");
     assert!(text.contains("huge pages (hugetlbfs)"), "{text}");
+    // `dupes` names the region for what it is.
+    let d = dupes_report(copier.pid(), &file, &[]);
+    let regions = &d.processes[0].files[0].regions;
+    assert!(!regions.is_empty());
+    assert!(
+        regions
+            .iter()
+            .all(|r| r.kind == twofold::model::dupes::RegionKind::Hugetlb),
+        "{regions:?}"
+    );
     drop(copier);
 }
 
@@ -355,4 +415,25 @@ fn copies_merged_by_ksm_count_once_and_are_not_fork() {
     assert!(text.contains("merged by KSM"), "{text}");
     assert!(!text.contains("(fork"), "{text}");
     assert!(!text.contains("before forking"), "{text}");
+    // Without CAP_SYS_ADMIN there are no frame numbers: smaps' `Pss` and `KSM:` tell it,
+    // as an estimate.
+    if !require(have("capsh"), "capsh (to drop CAP_SYS_ADMIN)") {
+        return;
+    }
+    let scan = format!(
+        "'{}' scan --json {} {} '{f}'",
+        exe().display(),
+        BUDGET[0],
+        BUDGET[1]
+    );
+    let out = run_ok(Command::new("capsh").args(["--drop=cap_sys_admin", "--", "-c", &scan]));
+    let r: Report = serde_json::from_slice(&out).unwrap();
+    let m = the_file(&r, &file);
+    let private = m.representations.private_copies;
+    assert!((private - 1.0).abs() < 0.02, "{:?}", m.representations);
+    for pid in [a.pid(), b.pid()] {
+        let c = m.proven_copies.iter().find(|c| c.pid == pid).unwrap();
+        let s = c.shared.as_ref().unwrap();
+        assert!(s.ksm && s.estimated && !s.shmem, "{c:?}");
+    }
 }
