@@ -96,6 +96,7 @@ mod tests {
                 deleted: false,
                 now_at_path: None,
                 seen_as: seen_as.iter().map(|s| s.to_string()).collect(),
+                same_bytes: Vec::new(),
             }],
             ..Default::default()
         };
