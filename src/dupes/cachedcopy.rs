@@ -205,7 +205,12 @@ impl CachedCopy {
             }
             if inside {
                 if let Some(kb) = l.strip_prefix("Rss:") {
-                    let kb: u64 = kb.trim().trim_end_matches(" kB").trim().parse().unwrap_or(0);
+                    let kb: u64 = kb
+                        .trim()
+                        .trim_end_matches(" kB")
+                        .trim()
+                        .parse()
+                        .unwrap_or(0);
                     return kb * 1024 / self.page;
                 }
             }

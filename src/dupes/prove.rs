@@ -12,13 +12,13 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
-use super::filebytes::same_bytes;
 use super::grid::{Grid, PAGE};
 use super::index::CopyKind;
 use super::indexcache::{self, IndexCache};
 use super::opening::{open_all, open_path_stat};
 use super::pointcache::PointCache;
 use super::sweep::{Hit, Sweep, SweepStats};
+use super::twins::same_bytes;
 use crate::collect::memory::{ProcMemory, Region};
 use crate::collect::Roots;
 use crate::sample::unsearched::Unsearched;

@@ -54,6 +54,55 @@ pub fn fingerprint(b: &FileBytes) -> Option<u128> {
     Some(h.digest128())
 }
 
+/// Removes from `keys`/`inputs` each file whose bytes are another's (same size, and the
+/// same [`fingerprint`]: blocks spread over it, read without touching the
+/// page cache); keeps the one not in shared memory (device major 0: tmpfs, shmem).
+/// Returns (removed, kept) pairs.
+pub(super) fn same_bytes(
+    keys: &mut Vec<FileKey>,
+    inputs: &mut Vec<(
+        FileBytes,
+        Vec<crate::container::Tensor>,
+        crate::container::Format,
+    )>,
+) -> Vec<(FileKey, FileKey)> {
+    // Each file's fingerprint, read once and only where another file has its size.
+    let mut sizes = std::collections::HashMap::<u64, usize>::new();
+    for (b, ..) in inputs.iter() {
+        *sizes.entry(b.size).or_default() += 1;
+    }
+    let mut print: Vec<Option<u128>> = inputs
+        .iter()
+        .map(|(b, ..)| (sizes[&b.size] > 1).then(|| fingerprint(b)).flatten())
+        .collect();
+    let mut out = Vec::new();
+    let mut i = 0;
+    while i < keys.len() {
+        let mut removed = false;
+        for j in 0..keys.len() {
+            if i == j || print[i].is_none() || print[i] != print[j] {
+                continue;
+            }
+            // Drop i for j: i in shared memory and j not, or both alike and i later.
+            let shm = |k: FileKey| k.major == 0;
+            let drop_i = shm(keys[i]) && !shm(keys[j]) || (shm(keys[i]) == shm(keys[j]) && i > j);
+            if drop_i {
+                out.push((keys[i], keys[j]));
+                keys.remove(i);
+                inputs.remove(i);
+                print.remove(i);
+                removed = true;
+                break;
+            }
+        }
+        if !removed {
+            i += 1;
+        }
+    }
+    // A kept file's index moved when an earlier one was removed: resolve by key later.
+    out
+}
+
 /// The fingerprint of the file `key` of `sample`, from `points` when this version of it
 /// was read before; opened through its path or its holders ([`reopen::ways`]).
 fn print_of(proc_root: &Path, sample: &Sample, i: usize, points: &PointCache) -> Option<u128> {
@@ -119,7 +168,8 @@ mod tests {
     fn blocks_cover_first_spread_and_last() {
         assert!(block_offsets(0).is_empty());
         assert_eq!(block_offsets(100), [0]);
-        assert_eq!(block_offsets(3 * PAGE + 1), [0, 3 * PAGE]);
+        // A file of a few blocks is read whole.
+        assert_eq!(block_offsets(3 * PAGE + 1), [0, PAGE, 2 * PAGE, 3 * PAGE]);
         let big = block_offsets(1 << 30);
         assert_eq!(big.len() as u64, BLOCKS + 1);
         assert_eq!(big[0], 0);
@@ -155,5 +205,41 @@ mod tests {
         points.put_fingerprint(&v, fa.unwrap());
         let again = PointCache::with_dir(Some(&dir.path().join("cache")));
         assert_eq!(again.fingerprint(&v), fa, "kept on disk by version");
+    }
+
+    /// Of 40 files of one size, those with the same bytes are paired (the later goes) and
+    /// one that differs from them only in its last block is not.
+    #[test]
+    fn only_files_of_the_same_bytes_are_paired() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut keys = Vec::new();
+        let mut inputs = Vec::new();
+        for i in 0..40u32 {
+            let mut data: Vec<u8> = (0..3 * PAGE as u32 + 100)
+                .map(|b| (b.wrapping_mul(31) ^ i.min(7).wrapping_mul(97)) as u8)
+                .collect();
+            if i == 9 {
+                // The bytes of file 7 (i.min(7) == 7) but its last block.
+                *data.last_mut().unwrap() ^= 1;
+            }
+            let path = dir.path().join(format!("f{i}"));
+            std::fs::write(&path, &data).unwrap();
+            keys.push(FileKey::from_dev(1, u64::from(i) + 1));
+            inputs.push((
+                FileBytes::open(&path).unwrap(),
+                Vec::new(),
+                crate::container::Format::Safetensors,
+            ));
+        }
+        let pairs = same_bytes(&mut keys, &mut inputs);
+        // Files 7, 8 and 10 to 39 (inodes 8, 9, 11 to 40) have the same bytes: each later
+        // one is paired with the first and dropped; file 9 (inode 10) differs in its last
+        // block and stays, as do files 0 to 6.
+        assert_eq!(pairs.len(), 31, "{pairs:?}");
+        assert!(pairs
+            .iter()
+            .all(|(a, b)| b.inode == 8 && a.inode > 8 && a.inode != 10));
+        assert!(keys.iter().any(|k| k.inode == 10), "file 9 is kept");
+        assert_eq!(keys.len(), 40 - 31);
     }
 }

@@ -211,6 +211,12 @@ pub fn fold_shmem_copies(files: &mut Vec<FileModel>) {
         ));
         false
     });
+    // A folded copy is no twin of anything shown: its bytes are counted (and named) under
+    // the original already.
+    for f in files.iter_mut() {
+        f.same_bytes
+            .retain(|t| !places.iter().any(|(_, p)| p.key == t.key));
+    }
     for (of, place) in places {
         if let Some(original) = files.iter_mut().find(|f| f.key == of) {
             original.shmem_places.push(place);

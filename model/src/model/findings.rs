@@ -107,7 +107,7 @@ pub enum Code {
         sharers: usize,
     },
     /// Files of the same bytes (`FileModel::same_bytes`), each cached: the bytes are in
-    /// memory once per file. (key, path, page cache bytes) of each cached one, by key.
+    /// memory once per file. (key, path, page cache bytes) of each cached one, by path.
     SameBytesCached {
         files: Vec<(FileKey, String, u64)>,
         /// The page cache beyond the largest file's: what one file instead of these
@@ -316,7 +316,7 @@ fn same_bytes_findings(files: &[FileModel], out: &mut Vec<Finding>) {
         if cached.len() < 2 {
             continue;
         }
-        cached.sort();
+        cached.sort_by(|x, y| (&x.1, x.0).cmp(&(&y.1, y.0)));
         let total: u64 = cached.iter().map(|c| c.2).sum();
         let largest = cached.iter().map(|c| c.2).max().unwrap_or(0);
         out.push(finding(
