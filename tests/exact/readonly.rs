@@ -465,7 +465,19 @@ fn without_frame_numbers_the_share_is_estimated() {
         ]);
         c
     };
-    let mut cmd = as_nobody(python.trim());
+    // An interpreter nobody can run (a pyenv under a private /root) is started as root and
+    // becomes nobody before it reads the file (fork.py's FORK_PY_RUN_AS).
+    let reachable = as_nobody(python.trim())
+        .args(["-c", "import numpy"])
+        .output()
+        .is_ok_and(|o| o.status.success());
+    let mut cmd = if reachable {
+        as_nobody(python.trim())
+    } else {
+        let mut c = Command::new(python.trim());
+        c.env("FORK_PY_RUN_AS", "65534");
+        c
+    };
     cmd.arg(&script).arg("fork").arg(&file).arg("3");
     let s = spawn_shared(cmd);
     let before = frames(&s);

@@ -5,6 +5,9 @@ only read it. Waits for stdin to close, then ends every worker.
     python3 fork.py MODE FILE N
 MODE: fork (N children by os.fork), pool (a multiprocessing 'fork' Pool of N workers).
 Prints one JSON line {"addr": data address, "len": bytes, "pids": [parent, workers...]}.
+With FORK_PY_RUN_AS=UID (started as root), it becomes that user (and group) once its modules
+are loaded, before it reads FILE: for an interpreter other users cannot reach (a pyenv under
+a private /root), and its memory stays readable by that user (dumpable).
 """
 import json
 import os
@@ -14,6 +17,16 @@ import sys
 import numpy as np
 
 mode, path, n = sys.argv[1], sys.argv[2], int(sys.argv[3])
+
+if os.environ.get("FORK_PY_RUN_AS"):
+    import ctypes
+
+    uid = int(os.environ["FORK_PY_RUN_AS"])
+    os.setgroups([])
+    os.setgid(uid)
+    os.setuid(uid)
+    PR_SET_DUMPABLE = 4
+    ctypes.CDLL(None, use_errno=True).prctl(PR_SET_DUMPABLE, 1)
 
 
 def die_with_parent():
