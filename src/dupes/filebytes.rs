@@ -14,13 +14,11 @@
 //! [`crate::container::Source`]), so no read of twofold's adds a page to a model's cache
 //! except one evicted between the check and the copy.
 
-use std::cell::RefCell;
 use std::fs::{File, OpenOptions};
 use std::io;
 use std::os::fd::AsRawFd;
 use std::os::unix::fs::{FileExt, OpenOptionsExt};
 use std::path::Path;
-use std::sync::atomic::{AtomicU64, Ordering};
 
 use crate::sample::FileKey;
 
@@ -38,30 +36,8 @@ pub struct FileBytes {
     /// The version opened (device, inode, size, mtime, ctime): what comparisons keep
     /// the hashes of its bytes under ([`super::chunkmemo`]).
     pub version: super::pointcache::Version,
-    /// This opening, and how many times it was released: a thread's block of it
-    /// ([`BLOCK_BUF`]) is good for one (id, generation).
-    id: u64,
-    generation: AtomicU64,
-}
-
-/// Reads up to this size are served from a block of [`DIRECT_MAX`] bytes read at once and
-/// kept by the reading thread: the index reads 2 KiB every 2 KiB (or every few pages), and
-/// one `O_DIRECT` read per 4 KiB block made an index of an evicted 1 GiB file take 17 s.
-const SMALL_READ: usize = 64 << 10;
-
-static NEXT_ID: AtomicU64 = AtomicU64::new(1);
-
-/// The last block a thread read of a file: (opening id, generation, offset, bytes).
-#[derive(Default)]
-struct Block {
-    id: u64,
-    generation: u64,
-    start: u64,
-    data: Vec<u8>,
-}
-
-thread_local! {
-    static BLOCK_BUF: RefCell<Block> = RefCell::new(Block::default());
+    /// Blocks of it read at once, for small reads ([`super::blocks`]).
+    blocks: super::blocks::Blocks,
 }
 
 impl FileBytes {
@@ -99,8 +75,7 @@ impl FileBytes {
             super::pointcache::version(FileKey::from_dev(m.dev(), m.ino()), &m)
         };
         Ok(FileBytes {
-            id: NEXT_ID.fetch_add(1, Ordering::Relaxed),
-            generation: AtomicU64::new(0),
+            blocks: super::blocks::Blocks::default(),
             file,
             direct,
             mapped,
@@ -112,8 +87,8 @@ impl FileBytes {
     /// Done reading for now: twofold maps none of the file's pages any more (see
     /// [`super::cachedcopy::CachedCopy::release`]). A kept index calls it after each use.
     pub fn release(&self) {
-        // Blocks threads kept are read again (the file may change between uses).
-        self.generation.fetch_add(1, Ordering::Relaxed);
+        // Blocks kept are unmapped (and read again: the file may change between uses).
+        self.blocks.clear();
         if let Some(m) = &self.mapped {
             m.release();
         }
@@ -135,39 +110,16 @@ impl FileBytes {
                 "file shorter than expected",
             ));
         }
-        if self.direct.is_some() && buf.len() <= SMALL_READ {
+        if self.direct.is_some() && buf.len() <= super::blocks::SMALL_READ {
             return self.read_small(buf, off);
         }
         self.read_span(buf, off)
     }
 
-    /// A small read, from the thread's block of this file (read whole when missing).
+    /// A small read, from a block of this file read whole ([`super::blocks`]).
     fn read_small(&self, buf: &mut [u8], off: u64) -> io::Result<()> {
-        let generation = self.generation.load(Ordering::Relaxed);
-        BLOCK_BUF.with(|b| {
-            let mut b = b.borrow_mut();
-            let mut done = 0usize;
-            while done < buf.len() {
-                let at = off + done as u64;
-                let have = b.id == self.id
-                    && b.generation == generation
-                    && at >= b.start
-                    && at < b.start + b.data.len() as u64;
-                if !have {
-                    let start = at / DIRECT_MAX as u64 * DIRECT_MAX as u64;
-                    let len = (DIRECT_MAX as u64).min(self.size - start) as usize;
-                    b.id = 0;
-                    b.data.resize(len, 0);
-                    self.read_span(&mut b.data, start)?;
-                    (b.id, b.generation, b.start) = (self.id, generation, start);
-                }
-                let from = (at - b.start) as usize;
-                let take = (b.data.len() - from).min(buf.len() - done);
-                buf[done..done + take].copy_from_slice(&b.data[from..from + take]);
-                done += take;
-            }
-            Ok(())
-        })
+        self.blocks
+            .read(buf, off, self.size, |block, at| self.read_span(block, at))
     }
 
     /// Fills `buf` from `off`, at most [`DIRECT_MAX`] at a time: a part every page of
@@ -266,10 +218,28 @@ impl crate::container::Source for FileBytes {
 pub fn open_container(
     path: &Path,
 ) -> Result<(FileBytes, crate::container::Container), crate::container::ContainerError> {
-    let bytes = FileBytes::open(path).map_err(|source| crate::container::ContainerError::Open {
+    let open_err = |source| crate::container::ContainerError::Open {
         path: path.to_path_buf(),
         source,
-    })?;
+    };
+    // Only a regular file (said as `container::open` says it); FIFOs are not waited on.
+    let m = OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NONBLOCK | libc::O_NOCTTY)
+        .open(path)
+        .and_then(|f| f.metadata())
+        .map_err(open_err)?;
+    if !m.is_file() {
+        return Err(crate::container::ContainerError::NotAFile {
+            path: path.to_path_buf(),
+            kind: if m.is_dir() {
+                "a directory"
+            } else {
+                "a device, socket or pipe"
+            },
+        });
+    }
+    let bytes = FileBytes::open(path).map_err(open_err)?;
     let c = crate::container::parse(&bytes)?;
     Ok((bytes, c))
 }

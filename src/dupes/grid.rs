@@ -415,6 +415,10 @@ impl Grid {
                 }
             }
         }
+        // The index is read: no block or mapped page of the files stays in twofold's memory.
+        for f in &grid_files {
+            f.bytes.release();
+        }
         let failed: Vec<bool> = grid_files.iter().map(|f| f.error.is_some()).collect();
         let keys = merge_points(&failed, &kept, by_file, every, points, &mut low_entropy);
         for (pi, p) in pieces.iter().enumerate() {

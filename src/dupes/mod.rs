@@ -6,6 +6,7 @@
 //! [`prove`] runs it for the candidates of a snapshot, [`search`] for `twofold dupes`;
 //! both report how far they came through one [`Progress`].
 
+pub mod blocks;
 pub mod cachedcopy;
 pub mod chunkmemo;
 pub mod compare;
