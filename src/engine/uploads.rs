@@ -361,11 +361,20 @@ impl Uploads {
     /// Processes that exited are forgotten first.
     pub(crate) fn sample(&mut self, sample: &Sample, warnings: &mut Vec<String>) -> UploadsSample {
         lock(&self.ledger).forget_exited();
+        let proc_root = lock(&self.ledger).proc_root.clone();
+        // Opened through a way that reaches the inode (a memfd or an unlinked file has no
+        // path: its holders' map_files or fd), as the proof opens them.
         let files: Vec<(PathBuf, FileKey)> = sample
             .files
             .iter()
             .filter(|f| f.size_bytes.is_some())
-            .map(|f| (PathBuf::from(&f.path), f.key))
+            .map(|f| {
+                let shown = std::path::Path::new(&f.path);
+                let ways =
+                    crate::collect::reopen::ways(&proc_root, &sample.processes, f.key, Some(shown));
+                let way = crate::collect::reopen::first_way(&ways, f.key).unwrap_or(shown);
+                (way.to_path_buf(), f.key)
+            })
             .collect();
         self.ledger(&files, &sample.gpu, warnings)
     }
