@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Where copies live on a real CUDA host (issue 39), on the GPU machine: the CUDA driver's
+# Where copies live on a real CUDA host (issue 39), on the GPU machine (H100 or H200): the CUDA driver's
 # shared anonymous regions (`/dev/zero (deleted)`) are no model files, and a PyTorch
 # `pin_memory()` copy of a model is a pinned host copy.
 #
@@ -65,7 +65,7 @@ twofold scan --json --prove-budget 120s > "$OUT/scan-all.json" 2>"$OUT/scan-all.
 twofold serve --listen 127.0.0.1:19464 --interval 1s --prove-budget 60s > /dev/null 2>&1 &
 S=$!
 sleep 12
-curl -s http://127.0.0.1:19464/metrics > "$OUT/metrics.txt"
+python3 -c "import urllib.request,sys; sys.stdout.write(urllib.request.urlopen(\"http://127.0.0.1:19464/metrics\").read().decode())" > "$OUT/metrics.txt"
 kill $S; wait $S 2>/dev/null
 python3 - "$OUT" "$M" <<'PY' | tee "$OUT/summary.txt"
 import json, sys
