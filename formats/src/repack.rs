@@ -225,7 +225,9 @@ pub enum RepackError {
         interleave: usize,
     },
     /// The tensor's bytes are not `rows × row_bytes`.
-    #[error("the tensor has '{got}' bytes, '{rows}' rows of '{row_bytes}' bytes need '{expected}'")]
+    #[error(
+        "the tensor has '{got}' bytes, '{rows}' rows of '{row_bytes}' bytes need '{expected}'"
+    )]
     TensorBytes {
         rows: usize,
         row_bytes: usize,

@@ -109,7 +109,10 @@ fn registry_matches_the_block_structs_of_repack_h() {
         assert_eq!(Layout::from_name(s.name), Some(l));
         let id = (0..64).find(|&i| crate::gguf::ggml_type(i).map(|t| t.0) == Some(s.source_type));
         let (_, elems, bytes) = crate::gguf::ggml_type(id.unwrap()).unwrap();
-        assert_eq!((elems, bytes), (s.block_elements as u64, s.source_block_bytes as u64));
+        assert_eq!(
+            (elems, bytes),
+            (s.block_elements as u64, s.source_block_bytes as u64)
+        );
     }
 }
 
@@ -147,7 +150,10 @@ fn output_order_is_row_groups_then_columns() {
 fn refuses_wrong_shapes_in_words() {
     let l = Layout::Q4_0_8x8;
     let e = repack(l, 12, 18, &[0; 12 * 18]).unwrap_err();
-    assert_eq!(e.to_string(), "'12' rows are not a multiple of '8' (layout 'q4_0_8x8')");
+    assert_eq!(
+        e.to_string(),
+        "'12' rows are not a multiple of '8' (layout 'q4_0_8x8')"
+    );
     assert!(repack(l, 8, 18, &[0; 10]).is_err());
     assert!(repack(l, 8, 17, &[0; 8 * 17]).is_err());
     let row = [0u8; 36];
@@ -167,11 +173,20 @@ fn refuses_wrong_shapes_in_words() {
 fn choice_follows_ggml_by_build_and_rows() {
     let avx2 = CpuFeatures::X86_AVX2;
     let c = |t, r, cpu: &CpuFeatures| choose(t, r, cpu);
-    assert_eq!(c("Q4_0", 576, &avx2), Some(Choice::Layout(Layout::Q4_0_8x8)));
+    assert_eq!(
+        c("Q4_0", 576, &avx2),
+        Some(Choice::Layout(Layout::Q4_0_8x8))
+    );
     assert_eq!(c("Q4_0", 12, &avx2), None);
     assert_eq!(c("Q4_K", 64, &avx2), Some(Choice::Layout(Layout::Q4_K_8x8)));
-    assert_eq!(c("IQ4_NL", 64, &avx2), Some(Choice::Layout(Layout::IQ4_NL_8x8)));
-    assert_eq!(c("MXFP4", 64, &avx2), Some(Choice::Layout(Layout::MXFP4_8x8)));
+    assert_eq!(
+        c("IQ4_NL", 64, &avx2),
+        Some(Choice::Layout(Layout::IQ4_NL_8x8))
+    );
+    assert_eq!(
+        c("MXFP4", 64, &avx2),
+        Some(Choice::Layout(Layout::MXFP4_8x8))
+    );
     assert_eq!(c("Q8_0", 64, &avx2), None);
     assert_eq!(c("Q6_K", 64, &avx2), None);
     assert_eq!(c("Q2_K", 64, &avx2), None);
@@ -187,12 +202,18 @@ fn choice_follows_ggml_by_build_and_rows() {
     let m1 = CpuFeatures::from_variant("apple_m1", 0).unwrap();
     assert_eq!(c("Q4_0", 12, &m1), Some(Choice::Layout(Layout::Q4_0_4x4)));
     assert_eq!(c("Q4_K", 64, &m1), Some(Choice::Layout(Layout::Q4_K_8x4)));
-    assert_eq!(c("IQ4_NL", 12, &m1), Some(Choice::Layout(Layout::IQ4_NL_4x4)));
+    assert_eq!(
+        c("IQ4_NL", 12, &m1),
+        Some(Choice::Layout(Layout::IQ4_NL_4x4))
+    );
     assert_eq!(c("MXFP4", 12, &m1), Some(Choice::Layout(Layout::MXFP4_4x4)));
     let sve = CpuFeatures::from_variant("armv8.6_1", 32).unwrap();
     assert_eq!(c("Q4_0", 64, &sve), Some(Choice::Layout(Layout::Q4_0_8x8)));
     let sve128 = CpuFeatures::from_variant("armv8.6_1", 16).unwrap();
-    assert_eq!(c("Q4_0", 64, &sve128), Some(Choice::Layout(Layout::Q4_0_4x8)));
+    assert_eq!(
+        c("Q4_0", 64, &sve128),
+        Some(Choice::Layout(Layout::Q4_0_4x8))
+    );
     assert_eq!(CpuFeatures::from_variant("nonesuch", 0), None);
     assert_eq!(layouts_for("Q4_0", 576, 576, &avx2), vec![Layout::Q4_0_8x8]);
     assert_eq!(layouts_for("Q4_0", 576, 100, &avx2), vec![]);
@@ -216,13 +237,21 @@ fn weight_use_follows_llama_arch() {
 
 /// Golden vectors written by ggml itself (`scripts/repack-golden.sh`: an x86 AVX2 build
 /// without AMX, `tests/runtimes/repack_dump.cpp`): `NAME.in` the GGUF-order rows, `NAME.out`
-/// the CPU_REPACK buffer after `ggml_backend_tensor_set`.
+/// the CPU_REPACK buffer after `ggml_backend_tensor_set`. Also checks that ggml's choice
+/// (which the script checked against ggml's log) is the one [`choose`] makes.
 #[test]
 fn matches_bytes_ggml_wrote() {
-    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/repack");
+    // scripts/repack-golden.sh --check points this at vectors it has just made
+    let dir = std::env::var_os("TWOFOLD_REPACK_FIXTURES").map_or_else(
+        || std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/repack"),
+        std::path::PathBuf::from,
+    );
     let list = std::fs::read_to_string(dir.join("MANIFEST")).unwrap();
     let mut seen = Vec::new();
-    for line in list.lines().filter(|l| !l.starts_with('#') && !l.is_empty()) {
+    for line in list
+        .lines()
+        .filter(|l| !l.starts_with('#') && !l.is_empty())
+    {
         // layout ggml_type rows cols file-stem
         let f: Vec<&str> = line.split_whitespace().collect();
         let l = Layout::from_name(f[0]).unwrap();
@@ -248,6 +277,10 @@ fn matches_bytes_ggml_wrote() {
         Layout::IQ4_NL_8x8,
         Layout::MXFP4_8x8,
     ] {
-        assert!(seen.contains(&l), "no golden vector for '{}'", l.spec().name);
+        assert!(
+            seen.contains(&l),
+            "no golden vector for '{}'",
+            l.spec().name
+        );
     }
 }
