@@ -41,14 +41,17 @@
 //! in `repack.cpp`, and `ggml_repack_get_optimal_repack_type` (which layout; see
 //! [`choose`]). The code here is written from that description, not copied.
 //!
-//! Every layout is tested against bytes that ggml itself wrote: `tests/runtimes/repack_dump.cpp`
-//! allocates a tensor in ggml's `CPU_REPACK` buffer and lets `ggml_backend_tensor_set` repack
-//! it. An x86 AVX2 build (no AMX, no AVX-512) picks `q4_0_8x8`, `q4_K_8x8`, `iq4_nl_8x8` and
-//! `mxfp4_8x8`; those four have golden vectors from that build in
-//! `formats/tests/fixtures/repack/` (made by `scripts/repack-golden.sh`), checked by this
-//! module's tests. The ARM layouts (`*_4x4`, `*_4x8`, `q4_K_8x4`) share the same code paths
-//! with other `R` and `C`; they are checked against a literal transcription of `make_block_*`
-//! only, as no ARM build ran here.
+//! Every layout is tested against bytes that ggml itself wrote, from an x86 AVX2 build
+//! without AMX or AVX-512 (`scripts/llama-cache.sh`), through `tests/runtimes/repack_dump.cpp`;
+//! the golden vectors are in `formats/tests/fixtures/repack/` (made by
+//! `scripts/repack-golden.sh`, which `--check`s fresh random ones against this code):
+//! - `q4_0_8x8`, `q4_K_8x8`, `iq4_nl_8x8`, `mxfp4_8x8`, the layouts that build chooses,
+//!   through the path llama.cpp takes: a tensor in ggml's `CPU_REPACK` buffer, repacked by
+//!   `ggml_backend_tensor_set`, with ggml's log naming the layout it chose;
+//! - the ARM layouts (`*_4x4`, `*_4x8`, `q4_K_8x4`), by calling ggml's repack
+//!   function of each layout directly (an exported template specialisation of `repack.cpp`,
+//!   compiled on every architecture). Which layout an ARM build chooses ([`choose`]) is read
+//!   from the source only: no ARM build ran here.
 //!
 //! Not modelled (a caller gets [`Choice::Unmodelled`]): `q2_K_8x8` (x86 AVX-512), `q5_K`,
 //! `q6_K` and `q1_0` (ARM), the RISC-V `*_16x1` layouts, and the other extra buffers (AMX on

@@ -1,16 +1,21 @@
 // repack_dump: run ggml's own CPU repack (ggml-cpu/repack.cpp) on a quantised tensor and
 // dump the repacked bytes, for twofold's `formats::repack` tests.
 //
-// usage: repack_dump TYPE ROWS COLS IN OUT
-//   TYPE  a ggml type name as ggml_type_name() spells it (q4_0, q4_K, iq4_nl, mxfp4, q8_0)
-//   IN    ROWS x (COLS / block elements) source blocks, as a GGUF stores them
-//   OUT   written with the bytes ggml's CPU_REPACK buffer holds after set_tensor
-//
-// Only public API is used: the CPU backend's extra buffer types are listed through
-// ggml_backend_reg_get_proc_address("ggml_backend_dev_get_extra_bufts") and the one named
-// "CPU_REPACK" is taken; a tensor allocated in it is repacked by ggml_backend_tensor_set.
-// Which layout ggml chose is not printed: the caller knows it from the build (AVX2 here).
-// Exit status: 0 written, 2 usage or I/O error, 3 no CPU_REPACK buffer type, 4 unknown type.
+// usage: repack_dump TYPE ROWS COLS IN OUT [LAYOUT]
+//   TYPE    a ggml type name as ggml_type_name() spells it (q4_0, q4_K, iq4_nl, mxfp4, q8_0)
+//   IN      ROWS x (COLS / block elements) source blocks, as a GGUF stores them
+//   OUT     written with the repacked bytes
+//   LAYOUT  absent: the path llama.cpp takes. The CPU backend's extra buffer types are listed
+//           through ggml_backend_reg_get_proc_address("ggml_backend_dev_get_extra_bufts"),
+//           the one named "CPU_REPACK" is taken, and a tensor allocated in it is repacked by
+//           ggml_backend_tensor_set with the layout ggml chooses for this build (it logs
+//           "repack tensor NAME with LAYOUT" on stderr).
+//           present (q4_0_4x8, q8_0_4x4...): ggml's repack function of that layout is called
+//           directly (ggml::cpu::repack::repack<BLOCK, INTER_SIZE, NB_COLS>, an exported
+//           template specialisation of repack.cpp, built on every architecture), so the ARM
+//           layouts run on x86 too. This relies on a ggml-internal symbol.
+// Exit status: 0 written, 2 usage or I/O error, 3 no CPU_REPACK buffer type, 4 unknown type
+// or layout, 5 ggml picks no layout, 6 ggml's repack refused the shape.
 
 #include "ggml.h"
 #include "ggml-alloc.h"
@@ -23,6 +28,51 @@
 #include <vector>
 
 typedef ggml_backend_buffer_type_t * (*extra_bufts_fn)(ggml_backend_dev_t);
+
+// ggml's block types, declared only to name the template specialisations (repack.h).
+struct block_q4_0;
+struct block_q4_K;
+struct block_iq4_nl;
+struct block_mxfp4;
+struct block_q8_0;
+
+namespace ggml::cpu::repack {
+template <typename BLOC_TYPE, int64_t INTER_SIZE, int64_t NB_COLS>
+int repack(struct ggml_tensor *, const void *, size_t);
+}
+
+typedef int (*repack_fn)(struct ggml_tensor *, const void *, size_t);
+
+// NAME_RxC: R rows (NB_COLS), C bytes a chunk (INTER_SIZE), as ggml logs them.
+static repack_fn layout_fn(const char * name) {
+    using namespace ggml::cpu::repack;
+    static const struct {
+        const char * name;
+        repack_fn    fn;
+    } table[] = {
+        { "q4_0_4x4", repack<block_q4_0, 4, 4> },     { "q4_0_4x8", repack<block_q4_0, 8, 4> },
+        { "q4_0_8x8", repack<block_q4_0, 8, 8> },     { "q4_K_8x4", repack<block_q4_K, 4, 8> },
+        { "q4_K_8x8", repack<block_q4_K, 8, 8> },     { "iq4_nl_4x4", repack<block_iq4_nl, 4, 4> },
+        { "iq4_nl_8x8", repack<block_iq4_nl, 8, 8> }, { "mxfp4_4x4", repack<block_mxfp4, 4, 4> },
+        { "mxfp4_8x8", repack<block_mxfp4, 8, 8> },   { "q8_0_4x4", repack<block_q8_0, 4, 4> },
+        { "q8_0_4x8", repack<block_q8_0, 8, 4> },
+    };
+    for (const auto & e : table) {
+        if (strcmp(e.name, name) == 0) {
+            return e.fn;
+        }
+    }
+    return nullptr;
+}
+
+static bool write_all(const char * path, const void * data, size_t n) {
+    FILE * f = fopen(path, "wb");
+    if (!f) {
+        return false;
+    }
+    bool ok = fwrite(data, 1, n, f) == n;
+    return fclose(f) == 0 && ok;
+}
 
 static ggml_backend_buffer_type_t repack_buft() {
     ggml_backend_reg_t reg = ggml_backend_cpu_reg();
@@ -55,8 +105,8 @@ static bool read_all(const char * path, std::vector<unsigned char> & out) {
 }
 
 int main(int argc, char ** argv) {
-    if (argc != 6) {
-        fprintf(stderr, "usage: %s TYPE ROWS COLS IN OUT\n", argv[0]);
+    if (argc != 6 && argc != 7) {
+        fprintf(stderr, "usage: %s TYPE ROWS COLS IN OUT [LAYOUT]\n", argv[0]);
         return 2;
     }
     ggml_type type = GGML_TYPE_COUNT;
@@ -77,6 +127,32 @@ int main(int argc, char ** argv) {
     if (!read_all(argv[4], src)) {
         fprintf(stderr, "cannot read '%s'\n", argv[4]);
         return 2;
+    }
+
+    if (argc == 7) {
+        repack_fn fn = layout_fn(argv[6]);
+        if (!fn) {
+            fprintf(stderr, "unknown layout '%s'\n", argv[6]);
+            return 4;
+        }
+        ggml_init_params params = { /*.mem_size =*/ ggml_tensor_overhead() * 4 + src.size() + 256,
+                                    /*.mem_buffer =*/ nullptr, /*.no_alloc =*/ false };
+        ggml_context * ctx = ggml_init(params);
+        ggml_tensor * t = ggml_new_tensor_2d(ctx, type, cols, rows);
+        if (src.size() != ggml_nbytes(t)) {
+            fprintf(stderr, "'%s' has %zu bytes, the tensor needs %zu\n", argv[4], src.size(), ggml_nbytes(t));
+            return 2;
+        }
+        if (fn(t, src.data(), src.size()) != 0) {
+            fprintf(stderr, "ggml's %s refused %lld x %lld\n", argv[6], (long long) rows, (long long) cols);
+            return 6;
+        }
+        if (!write_all(argv[5], t->data, ggml_nbytes(t))) {
+            fprintf(stderr, "cannot write '%s'\n", argv[5]);
+            return 2;
+        }
+        ggml_free(ctx);
+        return 0;
     }
 
     ggml_backend_buffer_type_t buft = repack_buft();
@@ -108,8 +184,7 @@ int main(int argc, char ** argv) {
     // set_tensor repacks (ggml_backend_cpu_repack_buffer_set_tensor); the buffer is host memory.
     ggml_backend_tensor_set(t, src.data(), 0, src.size());
 
-    FILE * f = fopen(argv[5], "wb");
-    if (!f || fwrite(t->data, 1, ggml_nbytes(t), f) != ggml_nbytes(t) || fclose(f) != 0) {
+    if (!write_all(argv[5], t->data, ggml_nbytes(t))) {
         fprintf(stderr, "cannot write '%s'\n", argv[5]);
         return 2;
     }

@@ -236,9 +236,10 @@ fn weight_use_follows_llama_arch() {
 }
 
 /// Golden vectors written by ggml itself (`scripts/repack-golden.sh`: an x86 AVX2 build
-/// without AMX, `tests/runtimes/repack_dump.cpp`): `NAME.in` the GGUF-order rows, `NAME.out`
-/// the CPU_REPACK buffer after `ggml_backend_tensor_set`. Also checks that ggml's choice
-/// (which the script checked against ggml's log) is the one [`choose`] makes.
+/// without AMX, `tests/runtimes/repack_dump.cpp`): `LAYOUT.in` the GGUF-order rows,
+/// `LAYOUT.out` ggml's repacked bytes, for every layout. Those made through the CPU_REPACK
+/// buffer (`buffer`) are the ones ggml chose on that build (the script checks ggml's log),
+/// and [`choose`] must make the same choice; the others (`direct`) it must not.
 #[test]
 fn matches_bytes_ggml_wrote() {
     // scripts/repack-golden.sh --check points this at vectors it has just made
@@ -252,12 +253,13 @@ fn matches_bytes_ggml_wrote() {
         .lines()
         .filter(|l| !l.starts_with('#') && !l.is_empty())
     {
-        // layout ggml_type rows cols file-stem
+        // layout ggml-type rows cols via; the files are LAYOUT.in and LAYOUT.out
         let f: Vec<&str> = line.split_whitespace().collect();
         let l = Layout::from_name(f[0]).unwrap();
         let (rows, cols): (usize, usize) = (f[2].parse().unwrap(), f[3].parse().unwrap());
-        let src = std::fs::read(dir.join(format!("{}.in", f[4]))).unwrap();
-        let want = std::fs::read(dir.join(format!("{}.out", f[4]))).unwrap();
+        assert_eq!(f[1], l.spec().source_type, "{line}");
+        let src = std::fs::read(dir.join(format!("{}.in", f[0]))).unwrap();
+        let want = std::fs::read(dir.join(format!("{}.out", f[0]))).unwrap();
         let s = l.spec();
         let row_bytes = cols / s.block_elements * s.source_block_bytes;
         let got = repack(l, rows, row_bytes, &src).unwrap();
@@ -265,18 +267,12 @@ fn matches_bytes_ggml_wrote() {
         if let Some(at) = got.iter().zip(&want).position(|(a, b)| a != b) {
             panic!("{line}: first difference at byte {at} of {}", got.len());
         }
-        assert_eq!(
-            choose(s.source_type, rows as u64, &CpuFeatures::X86_AVX2),
-            Some(Choice::Layout(l))
-        );
+        // "buffer": ggml chose the layout on its x86 AVX2 build, as `choose` does
+        let x86 = choose(s.source_type, rows as u64, &CpuFeatures::X86_AVX2);
+        assert_eq!(x86 == Some(Choice::Layout(l)), f[4] == "buffer", "{line}");
         seen.push(l);
     }
-    for l in [
-        Layout::Q4_0_8x8,
-        Layout::Q4_K_8x8,
-        Layout::IQ4_NL_8x8,
-        Layout::MXFP4_8x8,
-    ] {
+    for l in Layout::ALL {
         assert!(
             seen.contains(&l),
             "no golden vector for '{}'",
