@@ -3,7 +3,10 @@
 # runtime; later calls reuse what is there and print the same paths.
 #
 #   scripts/llama-cache.sh ggml    ggml-base + ggml-cpu (static) and tests/runtimes/repack_dump
-#   scripts/llama-cache.sh tools   the above, plus llama-cli, llama-simple, llama-quantize
+#   scripts/llama-cache.sh tools   the above, plus llama-simple, llama-completion, llama-quantize
+#
+# (In this llama.cpp, llama-cli is a client of llama-server's code and needs the server
+# build; llama-completion is the former llama-cli: prompt in, tokens out, `-no-repack`.)
 #   scripts/llama-cache.sh path    prints the cache directory and exits
 #
 # The source is llama.cpp as vendored by the PyPI sdist of llama-cpp-python (network access
@@ -69,6 +72,8 @@ for u in json.load(sys.stdin)["urls"]:
     tar -xzf "$tarball" -C "$cache/src.tmp" --wildcards '*/vendor/llama.cpp/*'
     mkdir -p "$cache/src"
     mv "$cache"/src.tmp/*/vendor/llama.cpp "$src"
+    # a submodule's gitfile pointing into the sdist's absent .git: cmake's git calls fail on it
+    [ -f "$src/.git" ] && rm -f "$src/.git"
     rm -rf "$cache/src.tmp"
 }
 
@@ -108,7 +113,7 @@ if [ ! -x "$bin/repack_dump" ] || [ "$repo/tests/runtimes/repack_dump.cpp" -nt "
 fi
 
 if [ "$what" = tools ]; then
-    for t in llama-cli llama-simple llama-quantize; do
+    for t in llama-simple llama-completion llama-quantize; do
         if [ ! -x "$bin/$t" ]; then
             timed nice cmake --build "$build" -j "$jobs" --target "$t" >"$cache/build-$t.log"
             cp "$build/bin/$t" "$bin/$t"

@@ -392,7 +392,8 @@ pub fn repack(
         });
     }
     let mut out = vec![0u8; src.len()];
-    if row_bytes == 0 {
+    if src.is_empty() {
+        // no rows or empty rows (`rows × row_bytes` may not even fit in a usize then)
         return Ok(out);
     }
     let per_row = row_bytes / s.source_block_bytes;

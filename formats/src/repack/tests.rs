@@ -167,6 +167,31 @@ fn refuses_wrong_shapes_in_words() {
     assert_eq!(origin(l, 0, 0), None);
     assert_eq!(origin(l, 17, 0), None);
     assert_eq!(repack(l, 0, 0, &[]).unwrap(), Vec::<u8>::new());
+    assert_eq!(
+        repack(l, 0, usize::MAX / 36 * 18, &[]).unwrap(),
+        Vec::<u8>::new()
+    );
+    assert!(repack(l, 16, 0, &[]).unwrap().is_empty());
+    assert!(repack(l, usize::MAX, 2, &[0; 8]).is_err());
+}
+
+/// Any shape and any bytes: an answer or an error, never a panic.
+#[test]
+fn never_panics_on_any_shape() {
+    for l in Layout::ALL {
+        for rows in [0, 1, 4, 7, 8, 9, 16] {
+            for row_bytes in [0, 1, 17, 18, 34, 36, 144, 288] {
+                let src = bytes(rows as u64 ^ row_bytes as u64, rows * row_bytes);
+                if let Ok(out) = repack(l, rows, row_bytes, &src) {
+                    assert_eq!(out.len(), src.len());
+                }
+                let _ = origin(l, row_bytes, rows * row_bytes);
+                let group: Vec<&[u8]> = src.chunks(row_bytes.max(1)).take(8).collect();
+                let mut out = vec![0u8; l.spec().out_block_bytes()];
+                let _ = out_block(l, &group, 0, &mut out);
+            }
+        }
+    }
 }
 
 #[test]
