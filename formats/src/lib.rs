@@ -23,6 +23,7 @@ pub mod npz;
 pub mod onnx;
 pub mod pickle;
 mod pyliteral;
+pub mod repack;
 pub mod safetensors;
 pub mod source;
 pub mod torch;
