@@ -32,13 +32,16 @@ pub struct Blocks {
 }
 
 impl Blocks {
-    /// Fills `buf` from `off` (at most [`SMALL_READ`] bytes), reading a missing block with
-    /// `fill(block bytes, block offset)`; `size` is the file's.
+    /// Fills `buf` from `off` (at most [`SMALL_READ`] bytes): from a kept block, else with
+    /// `cached(part, offset)` where it can (true: done; the page cache's pages copied as
+    /// they are, no block needed), else from a block read with `fill(block, offset)`;
+    /// `size` is the file's.
     pub fn read(
         &self,
         buf: &mut [u8],
         off: u64,
         size: u64,
+        cached: impl Fn(&mut [u8], u64) -> io::Result<bool>,
         fill: impl Fn(&mut [u8], u64) -> io::Result<()>,
     ) -> io::Result<()> {
         let mut done = 0usize;
@@ -54,6 +57,13 @@ impl Blocks {
             let b = match found {
                 Some(b) => b,
                 None => {
+                    // The rest of this read within the block, straight from the cache.
+                    let end = (start + BLOCK).min(off + buf.len() as u64);
+                    let part = &mut buf[done..(end - off) as usize];
+                    if cached(part, at)? {
+                        done += part.len();
+                        continue;
+                    }
                     let len = BLOCK.min(size - start) as usize;
                     let mut data = memmap2::MmapMut::map_anon(BLOCK as usize)?;
                     fill(&mut data[..len], start)?;

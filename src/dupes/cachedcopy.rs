@@ -115,6 +115,8 @@ pub struct CachedCopy {
 /// [`CachedCopy::release`]): dropping them after every small read (the index reads 2 KiB
 /// every 2 KiB) cost a fault and a TLB flush per read, 5x the index's time on a cached file.
 const RELEASE_EVERY: u64 = 16 << 20;
+/// The kernel's default `fault_around_bytes`.
+const FAULT_AROUND: u64 = 64 << 10;
 
 impl CachedCopy {
     /// Maps `file` (`len` bytes); `None` where it cannot be mapped (empty, or a file system
@@ -157,7 +159,9 @@ impl CachedCopy {
         }
         COPYING.with(|c| c.set(false));
         let faulted = FAULTED.with(Cell::get);
-        let copied = end - off;
+        // What the copy may have mapped: fault-around maps up to 64 KiB of cached pages
+        // around each page touched.
+        let copied = (end - off).max(FAULT_AROUND);
         if self.pending.fetch_add(copied, Ordering::Relaxed) + copied >= RELEASE_EVERY {
             self.release();
         }

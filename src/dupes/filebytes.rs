@@ -118,8 +118,24 @@ impl FileBytes {
 
     /// A small read, from a block of this file read whole ([`super::blocks`]).
     fn read_small(&self, buf: &mut [u8], off: u64) -> io::Result<()> {
-        self.blocks
-            .read(buf, off, self.size, |block, at| self.read_span(block, at))
+        let cached = |part: &mut [u8], at: u64| -> io::Result<bool> {
+            match &self.mapped {
+                Some(map)
+                    if crate::collect::residency::range_cached(
+                        &self.file,
+                        at,
+                        part.len() as u64,
+                    ) == Some(true) =>
+                {
+                    map.copy(part, at)?;
+                    Ok(true)
+                }
+                _ => Ok(false),
+            }
+        };
+        self.blocks.read(buf, off, self.size, cached, |block, at| {
+            self.read_span(block, at)
+        })
     }
 
     /// Fills `buf` from `off`, at most [`DIRECT_MAX`] at a time: a part every page of
