@@ -80,6 +80,16 @@ pub fn model_file(dir: &Path, name: &str, size: u64) -> PathBuf {
 }
 
 /// Drops the whole file from the page cache (it must not be mapped anywhere).
+/// Resident pages of `path` by util-linux `fincore` (the ground truth: not twofold's reader).
+pub fn fincore_pages(path: &Path) -> u64 {
+    let out = run_ok(
+        std::process::Command::new("fincore")
+            .args(["--bytes", "--noheadings", "--output", "PAGES"])
+            .arg(path),
+    );
+    String::from_utf8_lossy(&out).trim().parse().unwrap()
+}
+
 pub fn evict(path: &Path) {
     let f = std::fs::File::open(path).unwrap();
     // SAFETY: plain syscall on an fd we own.

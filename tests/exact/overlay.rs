@@ -43,21 +43,6 @@ fn mount_overlay(dir: &Path) -> Option<(PathBuf, Mounted)> {
     Some((merged.clone(), Mounted(merged)))
 }
 
-/// Resident pages of `path` as util-linux `fincore` counts them (ground truth).
-fn fincore_pages(path: &Path) -> u64 {
-    let out = Command::new("fincore")
-        .args(["--bytes", "--noheadings", "--output", "PAGES"])
-        .arg(path)
-        .output()
-        .unwrap();
-    assert!(out.status.success());
-    String::from_utf8(out.stdout)
-        .unwrap()
-        .trim()
-        .parse()
-        .unwrap()
-}
-
 /// (Rss, Pss) bytes of the mapping of `path` in `/proc/PID/smaps` (ground truth).
 fn smaps_of(pid: i32, path: &Path) -> (u64, u64) {
     let text = std::fs::read_to_string(format!("/proc/{pid}/smaps")).unwrap();

@@ -506,16 +506,6 @@ fn without_frame_numbers_the_share_is_estimated() {
     }
 }
 
-/// Resident pages of `file` by util-linux `fincore` (the ground truth: not twofold's reader).
-fn fincore_pages(file: &Path) -> u64 {
-    let out = run_ok(
-        Command::new("fincore")
-            .args(["--bytes", "--noheadings", "--output", "PAGES"])
-            .arg(file),
-    );
-    String::from_utf8_lossy(&out).trim().parse().unwrap()
-}
-
 /// The proof reads the model file to compare it with memory, and must not bring back the
 /// pages that were evicted: `preadv2(RWF_NOWAIT)` of an uncached page starts readahead
 /// before it fails. A file half evicted (every other 4 MiB) stays half evicted through

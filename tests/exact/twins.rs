@@ -21,21 +21,6 @@ impl Drop for Killed {
     }
 }
 
-/// Resident pages of `path` as util-linux `fincore` counts them (ground truth).
-fn fincore_pages(path: &Path) -> u64 {
-    let out = Command::new("fincore")
-        .args(["--bytes", "--noheadings", "--output", "PAGES"])
-        .arg(path)
-        .output()
-        .unwrap();
-    assert!(out.status.success());
-    String::from_utf8(out.stdout)
-        .unwrap()
-        .trim()
-        .parse()
-        .unwrap()
-}
-
 fn scan(paths: &[&PathBuf]) -> Report {
     let mut all: Vec<&std::ffi::OsStr> =
         vec!["scan".as_ref(), "--json".as_ref(), "--no-prove".as_ref()];

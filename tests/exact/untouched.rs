@@ -12,21 +12,6 @@ use std::time::Duration;
 use crate::common::tmux::Tmux;
 use crate::common::*;
 
-/// Pages of `path` in the page cache, by util-linux `fincore` (ground truth).
-fn fincore_pages(path: &Path) -> u64 {
-    let out = Command::new("fincore")
-        .args(["--bytes", "--noheadings", "--output", "PAGES"])
-        .arg(path)
-        .output()
-        .unwrap();
-    assert!(out.status.success(), "fincore failed");
-    String::from_utf8(out.stdout)
-        .unwrap()
-        .trim()
-        .parse()
-        .unwrap()
-}
-
 /// At most this many pages more after a command: a page evicted between twofold's check
 /// and its copy is read back (one page), and nothing reads ahead.
 const SLACK: u64 = 16;
