@@ -80,7 +80,8 @@ pub struct ChildArgs {
     /// is, as an inference server between requests, with no page faulted in.
     #[arg(long)]
     pub io_loop: bool,
-    /// Source element type for widen mode: f16 or bf16.
+    /// Source element type for widen mode: f16 or bf16 (widened to F32), or a conversion
+    /// by name (`f32_to_f16`, `f32_to_bf16`, `bf16_to_f16`, `f16_to_bf16`, ...).
     #[arg(long, default_value = "f16")]
     pub dtype: String,
     /// Print `armed` and wait for a line on stdin before doing anything (so a tracer can

@@ -22,13 +22,15 @@ fn fraction(part: u64, whole: u64) -> f64 {
 }
 
 /// The cause of a proven copy. A process that maps the file made it from its mapping: a
-/// conversion when most of the bytes found are widened, else a copy (its `rchar` counts
+/// conversion when most of the bytes found are converted, else a copy (its `rchar` counts
 /// every file it read, this one's bytes are already in its mapping). One that does not map
 /// it and read() as many bytes (this file's in a trace, else any) copied it with read().
 fn how(p: Option<&ProcessSample>, mapped: bool, pr: &ProofSample, traced: Option<u64>) -> CopyHow {
-    let bytes = pr.identical_file_bytes + pr.widened_file_bytes;
+    let bytes = pr.identical_file_bytes + pr.converted_file_bytes;
     if mapped {
-        return if pr.widened_file_bytes > 0 && pr.widened_file_bytes >= pr.identical_file_bytes {
+        return if pr.converted_file_bytes > 0
+            && pr.converted_file_bytes >= pr.identical_file_bytes
+        {
             CopyHow::Converted
         } else {
             CopyHow::CopiedFromMapping
@@ -90,7 +92,7 @@ pub fn attribute(sample: &Sample, reads: &BTreeMap<(i32, FileKey), u64>, files: 
         let key = f.key;
         let size = f.size_bytes.unwrap_or(0);
         for &pr in proofs_of.get(&key).into_iter().flatten() {
-            let bytes = pr.identical_file_bytes + pr.widened_file_bytes;
+            let bytes = pr.identical_file_bytes + pr.converted_file_bytes;
             if bytes == 0 {
                 continue;
             }
@@ -113,10 +115,12 @@ pub fn attribute(sample: &Sample, reads: &BTreeMap<(i32, FileKey), u64>, files: 
                 pid: pr.pid,
                 comm: p.map(|p| p.comm.clone()).unwrap_or_default(),
                 identical_bytes: pr.identical_file_bytes,
-                widened_bytes: pr.widened_file_bytes,
+                converted_bytes: pr.converted_file_bytes,
                 memory_bytes: pr.copy_memory_bytes,
+                conversions: pr.conversions.clone(),
                 copies: pr.copies,
-                fraction: fraction(bytes, size) * share,
+                // By the memory the copy occupies: a converted copy counts its own bytes.
+                fraction: fraction(pr.copy_memory_bytes, size) * share,
                 share,
                 shared,
                 how: place_how(pr).unwrap_or_else(|| how(p, mapped, pr, traced)),

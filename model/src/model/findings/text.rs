@@ -73,11 +73,15 @@ pub fn render(code: &Code) -> Text {
             comm,
             how,
             fraction,
-            widened_bytes,
+            file_bytes,
+            converted_bytes,
+            conversion,
             traced_read_bytes,
             huge_pages,
             ..
         } => {
+            let conv = conversion.map_or_else(|| "to another dtype".to_string(), |c| c.name());
+            let converted_how = format!("converted {conv} out of its mapping of the file (a dtype conversion, such as .float(), .half() or .astype(np.float16), not a read)");
             let (kind, place) = match how {
                 CopyHow::SharedMemory => ("copy", "shared memory"),
                 CopyHow::Pinned => ("pinned host copy", "host memory the NVIDIA driver maps"),
@@ -85,7 +89,7 @@ pub fn render(code: &Code) -> Text {
                 _ => ("private copy", "private memory"),
             };
             let (how, remedy) = match how {
-                CopyHow::Read if *widened_bytes > 0 => (
+                CopyHow::Read if *converted_bytes > 0 => (
                     "copied with read()",
                     "load it with mmap (llama.cpp's default, np.load(mmap_mode='r'), torch.load(mmap=True)) to share the page cache instead of copying it, and keep the stored dtype (or convert the file once on disk)",
                 ),
@@ -98,8 +102,8 @@ pub fn render(code: &Code) -> Text {
                     "use the mapped tensors in place instead of copying them (no .clone()/.copy() of weights at load)",
                 ),
                 CopyHow::Converted => (
-                    "converted out of its mapping of the file (a dtype conversion, such as .float() or .astype(float32), not a read)",
-                    "keep the stored dtype (use the mapped tensors as they are), or convert the file once on disk to the dtype it runs in and load that",
+                    converted_how.as_str(),
+                    "store the dtype it runs in: keep the stored dtype (use the mapped tensors as they are), or convert the file once on disk to the dtype it runs in and load that",
                 ),
                 CopyHow::Pinned => (
                     "copied into pinned (page-locked) host memory, a staging copy for the GPU (cudaHostAlloc, pin_memory())",
@@ -121,8 +125,15 @@ pub fn render(code: &Code) -> Text {
                 ),
                 _ => String::new(),
             };
-            let widened = if *widened_bytes > 0 {
-                format!(" ({} of it widened to F32)", iec(*widened_bytes))
+            let found = match size_bytes {
+                Some(size) if *size > 0 => *file_bytes as f64 / *size as f64,
+                _ => *fraction,
+            };
+            let widened = if *converted_bytes > 0 {
+                format!(
+                    " ({} of it converted {conv}; the copy counts {fraction:.2} of the file by the bytes it holds)",
+                    iec(*converted_bytes)
+                )
             } else {
                 String::new()
             };
@@ -131,7 +142,7 @@ pub fn render(code: &Code) -> Text {
                 format!(
                     "pid {pid} ({comm}) holds a {kind} of '{}' {how}: {:.0}% of the file found byte by byte in its {place}{widened}{traced}",
                     name(path),
-                    fraction * 100.0
+                    found * 100.0
                 ),
                 Some(remedy),
             )
