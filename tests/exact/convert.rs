@@ -33,9 +33,13 @@ fn python_has(modules: &str) -> bool {
     )
 }
 
-fn write(dir: &Path, dtype: &str) -> PathBuf {
+/// A safetensors file of `dtype` from random values of `seed`: a seed per test, as files
+/// of one seed are conversions of each other (an F16 file's tensors are another test's
+/// F32 → F16 arrays, found as identical copies of it while both tests run).
+fn write(dir: &Path, dtype: &str, seed: u32) -> PathBuf {
     let path = dir.join(format!("model-{dtype}.safetensors"));
-    run_ok(Command::new("python3").arg(script()).args(["write", dtype]).arg(&path).arg("40"));
+    let seed = seed.to_string();
+    run_ok(Command::new("python3").arg(script()).args(["write", dtype]).arg(&path).arg(seed));
     path
 }
 
@@ -194,7 +198,7 @@ fn numpy_f32_astype_f16_counts_half_the_file() {
         return;
     }
     let dir = tempfile::tempdir().unwrap();
-    let file = write(dir.path(), "F32");
+    let file = write(dir.path(), "F32", 41);
     let held = hold("np-f16", &file);
     let all: Vec<usize> = (0..12).collect();
     check(&file, &held, Conversion::F32ToF16, &all, "numpy F32 → F16");
@@ -207,7 +211,7 @@ fn numpy_f16_astype_f32_of_half_the_tensors() {
         return;
     }
     let dir = tempfile::tempdir().unwrap();
-    let file = write(dir.path(), "F16");
+    let file = write(dir.path(), "F16", 42);
     let held = hold("np-f32-part", &file);
     let even: Vec<usize> = (0..12).step_by(2).collect();
     check(&file, &held, Conversion::F16ToF32, &even, "numpy F16 → F32 (every other tensor)");
@@ -220,7 +224,7 @@ fn torch_bf16_half_counts_the_whole_file_again() {
         return;
     }
     let dir = tempfile::tempdir().unwrap();
-    let file = write(dir.path(), "BF16");
+    let file = write(dir.path(), "BF16", 43);
     let held = hold("torch-half", &file);
     let all: Vec<usize> = (0..12).collect();
     check(&file, &held, Conversion::Bf16ToF16, &all, "torch BF16 .half()");
@@ -233,7 +237,7 @@ fn torch_f32_to_bf16_counts_half_the_file() {
         return;
     }
     let dir = tempfile::tempdir().unwrap();
-    let file = write(dir.path(), "F32");
+    let file = write(dir.path(), "F32", 44);
     let held = hold("torch-bf16", &file);
     let all: Vec<usize> = (0..12).collect();
     check(&file, &held, Conversion::F32ToBf16, &all, "torch F32 .to(bfloat16)");
@@ -248,7 +252,7 @@ fn random_memory_is_no_converted_copy() {
         return;
     }
     let dir = tempfile::tempdir().unwrap();
-    let file = write(dir.path(), "F32");
+    let file = write(dir.path(), "F32", 45);
     let held = hold("random", &file);
     assert!(held.rss_anon_growth > 10 << 20, "{}", held.rss_anon_growth);
     let cached = cached(&file);
