@@ -16,8 +16,8 @@ pub enum ChildMode {
     PrivateWrite,
     /// Allocate and touch --bytes of anonymous memory (holding FILE open, if given).
     Anon,
-    /// Copy the --range byte ranges (F16 or BF16 per --dtype) widened to F32 into a heap
-    /// buffer.
+    /// Copy the --range byte ranges converted per --dtype (F16/BF16 widened to F32, or a
+    /// named conversion) into a heap buffer.
     Widen,
     /// mmap read-only (MAP_SHARED, or MAP_PRIVATE with --private) and read every page
     /// over and over, appending each pass's time to --stats.

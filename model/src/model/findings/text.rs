@@ -129,7 +129,7 @@ pub fn render(code: &Code) -> Text {
                 Some(size) if *size > 0 => *file_bytes as f64 / *size as f64,
                 _ => *fraction,
             };
-            let widened = if *converted_bytes > 0 {
+            let converted = if *converted_bytes > 0 {
                 format!(
                     " ({} of it converted {conv}; the copy counts {fraction:.2} of the file by the bytes it holds)",
                     iec(*converted_bytes)
@@ -140,7 +140,7 @@ pub fn render(code: &Code) -> Text {
             text(
                 path,
                 format!(
-                    "pid {pid} ({comm}) holds a {kind} of '{}' {how}: {:.0}% of the file found byte by byte in its {place}{widened}{traced}",
+                    "pid {pid} ({comm}) holds a {kind} of '{}' {how}: {:.0}% of the file found byte by byte in its {place}{converted}{traced}",
                     name(path),
                     found * 100.0
                 ),
