@@ -4,9 +4,9 @@
 //! A *piece* is one (tensor, copy kind) pair: the tensor's bytes as they would lie in
 //! memory if copied identically, or converted to another dtype ([`Layouts`]: F16/BF16 →
 //! F32, F32 → F16/BF16, F16 ↔ BF16, each only from a tensor of its source dtype). Its
-//! *points* are the 16-byte windows at memory offsets `k × 2048` with `k mod 2M ∈ {0, 1}`: every 2048 bytes for
-//! `M = 1`, and a pair of points every `4096 × M` bytes when the file is too large to
-//! index densely (at most [`MAX_POINTS`] points in all).
+//! *points* are the 16-byte windows at memory offsets `k × 2048` with `k mod 2M ∈ {0, 1}`:
+//! every 2048 bytes for `M = 1`, and a pair of points every `4096 × M` bytes when the file
+//! is too large to index densely (at most [`MAX_POINTS`] points in all).
 //!
 //! Memory is sampled one page in `S` (the *stride*), and in each sampled page the 16-byte
 //! windows starting in its first 2048 bytes at the allowed byte *residues* (positions mod
@@ -32,8 +32,7 @@
 use serde::{Deserialize, Serialize};
 
 use super::filebytes::FileBytes;
-pub use super::index::Piece;
-pub use super::index::Layouts;
+pub use super::index::{Layouts, Piece};
 use super::index::{is_point, periodic, Convert, CopyKind, Slot, Unsearchable};
 use super::pointcache::{kept_points, merge_points, PointCache};
 use super::runs::searchable_tensors;

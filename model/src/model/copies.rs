@@ -310,4 +310,27 @@ mod place_tests {
         assert!(p.places.is_empty());
         assert!(!p.physical.unwrap().ksm);
     }
+
+    /// A converted copy is the cause when it holds most of the bytes found; old
+    /// recordings' `widened_file_bytes` read as converted bytes.
+    #[test]
+    fn converted_copies_are_conversions_and_old_widened_bytes_read_back() {
+        use crate::sample::converted::{Conversion, Converted};
+        let narrowed = ProofSample {
+            converted_file_bytes: 64 << 20,
+            copy_memory_bytes: 32 << 20,
+            conversions: vec![Converted {
+                conversion: Conversion::F32ToF16,
+                file_bytes: 64 << 20,
+                memory_bytes: 32 << 20,
+            }],
+            ..ProofSample::default()
+        };
+        assert_eq!(how(None, true, &narrowed, None), CopyHow::Converted);
+        let p: ProofSample = serde_json::from_str(
+            r#"{"pid":1,"file":{"major":8,"minor":1,"inode":2},"widened_file_bytes":4096,"copy_memory_bytes":8192,"searchable_fraction":1.0,"stride_pages":1,"sampled_bytes":0}"#,
+        )
+        .unwrap();
+        assert_eq!((p.converted_file_bytes, p.conversions.len()), (4096, 0));
+    }
 }
