@@ -107,12 +107,8 @@ impl Conversion {
         match self {
             Conversion::F16ToF32 => each16(src, out, |h| f16_to_f32(h).to_le_bytes()),
             Conversion::Bf16ToF32 => each16(src, out, |h| bf16_to_f32(h).to_le_bytes()),
-            Conversion::Bf16ToF16 => {
-                each16(src, out, |h| f32_to_f16(bf16_to_f32(h)).to_le_bytes())
-            }
-            Conversion::F16ToBf16 => {
-                each16(src, out, |h| f32_to_bf16(f16_to_f32(h)).to_le_bytes())
-            }
+            Conversion::Bf16ToF16 => each16(src, out, |h| f32_to_f16(bf16_to_f32(h)).to_le_bytes()),
+            Conversion::F16ToBf16 => each16(src, out, |h| f32_to_bf16(f16_to_f32(h)).to_le_bytes()),
             Conversion::F32ToF16 => each32(src, out, |w| f32_to_f16(w).to_le_bytes()),
             Conversion::F32ToBf16 => each32(src, out, |w| f32_to_bf16(w).to_le_bytes()),
         }

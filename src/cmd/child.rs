@@ -7,8 +7,8 @@ use std::fs::File;
 use anyhow::Context;
 
 use crate::cli::{ChildArgs, ChildMode};
-use crate::dupes::index::{Convert, CopyKind};
 use crate::container::convert::Conversion;
+use crate::dupes::index::{Convert, CopyKind};
 
 /// One byte touched per 4 KiB touches every page whatever the system's page size.
 const PAGE: usize = crate::sample::PAGE_BYTES as usize;

@@ -32,8 +32,8 @@
 use serde::{Deserialize, Serialize};
 
 use super::filebytes::FileBytes;
-pub use super::index::{Layouts, Piece};
 use super::index::{is_point, periodic, Convert, CopyKind, Slot, Unsearchable};
+pub use super::index::{Layouts, Piece};
 use super::pointcache::{kept_points, merge_points, PointCache};
 use super::runs::searchable_tensors;
 use crate::container::{Format, Tensor};

@@ -45,7 +45,13 @@ fn small_tensors_are_indexed_and_looked_up_over_whole_pages() {
     std::fs::write(&path, &bytes).unwrap();
     let tensors = vec![t(0, 100), t(100, 300), t(400, 1000), t(1400, 6000)];
     let fb = FileBytes::open(&path).unwrap();
-    let g = Grid::build(vec![(fb, tensors, Format::Safetensors)], 16, Layouts::Identical, false).unwrap();
+    let g = Grid::build(
+        vec![(fb, tensors, Format::Safetensors)],
+        16,
+        Layouts::Identical,
+        false,
+    )
+    .unwrap();
     let lens: Vec<u64> = g.pieces.iter().map(|p| p.mem_len).collect();
     assert_eq!(lens, [300, 1000, 6000], "under SMALL_MIN is too small");
     assert_eq!(
@@ -137,13 +143,15 @@ fn points_taken_from_the_cache_make_the_grid_read_from_the_files() {
     assert_eq!(exact.every, 1);
     assert_eq!(*c.stats.lock().unwrap(), (0, 1));
     // The same run: a from memory, b read.
-    let g = Grid::build_cached(inputs(&["a", "b"]), 16, Layouts::Converted, false, Some(&c)).unwrap();
+    let g =
+        Grid::build_cached(inputs(&["a", "b"]), 16, Layouts::Converted, false, Some(&c)).unwrap();
     assert_eq!(shape_of(&g), shape_of(&reference));
     assert_eq!(*c.stats.lock().unwrap(), (1, 2));
     drop(c);
     // A later run: both from disk, and the same grid.
     let c = PointCache::with_dir(Some(store.path()));
-    let g = Grid::build_cached(inputs(&["a", "b"]), 16, Layouts::Converted, false, Some(&c)).unwrap();
+    let g =
+        Grid::build_cached(inputs(&["a", "b"]), 16, Layouts::Converted, false, Some(&c)).unwrap();
     assert_eq!(shape_of(&g), shape_of(&reference));
     assert_eq!(*c.stats.lock().unwrap(), (2, 0));
     // A rewritten file (its mtime moves) is read again.
@@ -156,7 +164,8 @@ fn points_taken_from_the_cache_make_the_grid_read_from_the_files() {
     f.set_modified(std::time::SystemTime::now() + std::time::Duration::from_secs(5))
         .unwrap();
     let c = PointCache::with_dir(Some(store.path()));
-    let g = Grid::build_cached(inputs(&["a", "b"]), 16, Layouts::Converted, false, Some(&c)).unwrap();
+    let g =
+        Grid::build_cached(inputs(&["a", "b"]), 16, Layouts::Converted, false, Some(&c)).unwrap();
     let fresh = Grid::build(inputs(&["a", "b"]), 16, Layouts::Converted, false).unwrap();
     assert_eq!(shape_of(&g), shape_of(&fresh));
     assert_ne!(shape_of(&g), shape_of(&reference));
@@ -173,7 +182,13 @@ fn the_filter_passes_every_point_and_few_others() {
     std::fs::write(&path, &bytes).unwrap();
     let tensors = (0..16u64).map(|i| t(i << 20, 1 << 20)).collect();
     let fb = FileBytes::open(&path).unwrap();
-    let g = Grid::build(vec![(fb, tensors, Format::Safetensors)], 16, Layouts::Identical, false).unwrap();
+    let g = Grid::build(
+        vec![(fb, tensors, Format::Safetensors)],
+        16,
+        Layouts::Identical,
+        false,
+    )
+    .unwrap();
     let keys: std::collections::HashSet<u64> =
         g.table.iter().map(|s| s.key).filter(|k| *k != 0).collect();
     assert!(keys.len() > 1000, "{} points", keys.len());

@@ -2,9 +2,9 @@
 //! `twofold_formats::convert`), which layouts an index holds, and why a tensor cannot be
 //! searched for. The index itself is [`super::grid`].
 
-pub use crate::model::dupes::{CopyKind, Unsearchable};
 use crate::container::convert::Conversion;
 use crate::container::Dtype;
+pub use crate::model::dupes::{CopyKind, Unsearchable};
 
 /// The in-memory form of a [`CopyKind`] (the kind itself is the model's, the conversion
 /// the formats crate's).
@@ -44,7 +44,9 @@ impl Layouts {
         let widening = |c: &Conversion| c.to_dtype() == Dtype::F32;
         match self {
             Layouts::Identical => {}
-            Layouts::Widened => v.extend(Conversion::of(dtype).filter(widening).map(CopyKind::from)),
+            Layouts::Widened => {
+                v.extend(Conversion::of(dtype).filter(widening).map(CopyKind::from))
+            }
             Layouts::Converted => v.extend(Conversion::of(dtype).map(CopyKind::from)),
         }
         v
@@ -85,9 +87,18 @@ mod tests {
     #[test]
     fn layouts_index_only_what_a_dtype_can_produce() {
         use CopyKind::*;
-        assert_eq!(Layouts::Converted.kinds(&Dtype::F32), [Identical, F32ToF16, F32ToBf16]);
-        assert_eq!(Layouts::Converted.kinds(&Dtype::BF16), [Identical, WidenedBf16, Bf16ToF16]);
-        assert_eq!(Layouts::Converted.kinds(&Dtype::F16), [Identical, WidenedF16, F16ToBf16]);
+        assert_eq!(
+            Layouts::Converted.kinds(&Dtype::F32),
+            [Identical, F32ToF16, F32ToBf16]
+        );
+        assert_eq!(
+            Layouts::Converted.kinds(&Dtype::BF16),
+            [Identical, WidenedBf16, Bf16ToF16]
+        );
+        assert_eq!(
+            Layouts::Converted.kinds(&Dtype::F16),
+            [Identical, WidenedF16, F16ToBf16]
+        );
         assert_eq!(Layouts::Widened.kinds(&Dtype::F16), [Identical, WidenedF16]);
         assert_eq!(Layouts::Widened.kinds(&Dtype::F32), [Identical]);
         assert_eq!(Layouts::Converted.kinds(&Dtype::I8), [Identical]);

@@ -298,8 +298,8 @@ pub fn search(
     } else {
         Layouts::Identical
     };
-    let grid = Grid::build(inputs, args.align, layouts, true)
-        .context("cannot index the model files")?;
+    let grid =
+        Grid::build(inputs, args.align, layouts, true).context("cannot index the model files")?;
     let mut processes = Vec::new();
     for (pid, comm, chosen) in chosen_by_pid {
         match search_process(roots, pid, &grid, &prepared, &chosen) {

@@ -394,7 +394,12 @@ fn carry(p: &mut Proof, k: Proof) {
     s.identical_file_bytes += c.identical_file_bytes;
     s.converted_file_bytes += c.converted_file_bytes;
     for x in &c.conversions {
-        crate::sample::converted::add(&mut s.conversions, x.conversion, x.file_bytes, x.memory_bytes);
+        crate::sample::converted::add(
+            &mut s.conversions,
+            x.conversion,
+            x.file_bytes,
+            x.memory_bytes,
+        );
     }
     s.copy_memory_bytes += c.copy_memory_bytes;
     s.copies += c.copies;

@@ -39,7 +39,13 @@ fn python_has(modules: &str) -> bool {
 fn write(dir: &Path, dtype: &str, seed: u32) -> PathBuf {
     let path = dir.join(format!("model-{dtype}.safetensors"));
     let seed = seed.to_string();
-    run_ok(Command::new("python3").arg(script()).args(["write", dtype]).arg(&path).arg(seed));
+    run_ok(
+        Command::new("python3")
+            .arg(script())
+            .args(["write", dtype])
+            .arg(&path)
+            .arg(seed),
+    );
     path
 }
 
@@ -94,7 +100,13 @@ fn cached(file: &Path) -> f64 {
     let pages = map.len().div_ceil(4096);
     let mut vec = vec![0u8; pages];
     // SAFETY: `map` is a live mapping of `map.len()` bytes; `vec` holds one byte per page.
-    let rc = unsafe { libc::mincore(map.as_ptr() as *mut libc::c_void, map.len(), vec.as_mut_ptr()) };
+    let rc = unsafe {
+        libc::mincore(
+            map.as_ptr() as *mut libc::c_void,
+            map.len(),
+            vec.as_mut_ptr(),
+        )
+    };
     assert_eq!(rc, 0);
     vec.iter().filter(|b| *b & 1 != 0).count() as f64 / pages as f64
 }
@@ -124,7 +136,11 @@ fn converted_truth(held: &Held, file: &Path, conv: Conversion, which: &[usize]) 
         conv.convert(&src, &mut want);
         got.resize(n as usize, 0);
         mem.read_exact_at(&mut got, addr).unwrap();
-        assert!(got == want, "array at {addr:#x} is not tensor {ti} converted {}", conv.name());
+        assert!(
+            got == want,
+            "array at {addr:#x} is not tensor {ti} converted {}",
+            conv.name()
+        );
         total += n;
     }
     // Nothing of the file stays in this process's heap while twofold scans next.
@@ -161,16 +177,25 @@ fn check(file: &Path, held: &Held, conv: Conversion, which: &[usize], what: &str
         copy.how,
         copy.conversion()
     );
-    assert!((count - truth).abs() <= 0.02, "{what}: twofold {count}, truth {truth}");
+    assert!(
+        (count - truth).abs() <= 0.02,
+        "{what}: twofold {count}, truth {truth}"
+    );
     assert_eq!(copy.how, CopyHow::Converted, "{what}: {copy:?}");
     assert_eq!(copy.conversion(), Some(conv), "{what}: {copy:?}");
     let name = conv.name();
     let finding = r
         .findings
         .iter()
-        .find(|x| x.code.as_str() == "proven-private-copy" && x.message().contains(&format!("pid {pid}")))
+        .find(|x| {
+            x.code.as_str() == "proven-private-copy" && x.message().contains(&format!("pid {pid}"))
+        })
         .unwrap_or_else(|| panic!("{what}: no finding: {:#?}", r.findings));
-    assert!(finding.message().contains(&format!("converted {name}")), "{}", finding.message());
+    assert!(
+        finding.message().contains(&format!("converted {name}")),
+        "{}",
+        finding.message()
+    );
     assert!(finding.remedy().unwrap_or_default().contains("dtype"));
     let json = serde_json::to_value(&r).unwrap();
     let conversions = json["files"]
@@ -181,7 +206,12 @@ fn check(file: &Path, held: &Held, conv: Conversion, which: &[usize], what: &str
         .find(|c| c["pid"] == pid)
         .map(|c| c["conversions"].clone())
         .unwrap();
-    assert!(conversions.to_string().contains(&serde_json::to_string(&conv).unwrap()), "{conversions}");
+    assert!(
+        conversions
+            .to_string()
+            .contains(&serde_json::to_string(&conv).unwrap()),
+        "{conversions}"
+    );
     let human = run_ok(Command::new(exe()).arg("scan").arg(file));
     let human = String::from_utf8_lossy(&human);
     let row = human
@@ -214,7 +244,13 @@ fn numpy_f16_astype_f32_of_half_the_tensors() {
     let file = write(dir.path(), "F16", 42);
     let held = hold("np-f32-part", &file);
     let even: Vec<usize> = (0..12).step_by(2).collect();
-    check(&file, &held, Conversion::F16ToF32, &even, "numpy F16 → F32 (every other tensor)");
+    check(
+        &file,
+        &held,
+        Conversion::F16ToF32,
+        &even,
+        "numpy F16 → F32 (every other tensor)",
+    );
 }
 
 #[test]
@@ -227,7 +263,13 @@ fn torch_bf16_half_counts_the_whole_file_again() {
     let file = write(dir.path(), "BF16", 43);
     let held = hold("torch-half", &file);
     let all: Vec<usize> = (0..12).collect();
-    check(&file, &held, Conversion::Bf16ToF16, &all, "torch BF16 .half()");
+    check(
+        &file,
+        &held,
+        Conversion::Bf16ToF16,
+        &all,
+        "torch BF16 .half()",
+    );
 }
 
 #[test]
@@ -240,7 +282,13 @@ fn torch_f32_to_bf16_counts_half_the_file() {
     let file = write(dir.path(), "F32", 44);
     let held = hold("torch-bf16", &file);
     let all: Vec<usize> = (0..12).collect();
-    check(&file, &held, Conversion::F32ToBf16, &all, "torch F32 .to(bfloat16)");
+    check(
+        &file,
+        &held,
+        Conversion::F32ToBf16,
+        &all,
+        "torch F32 .to(bfloat16)",
+    );
 }
 
 /// A process mapping the file and holding random F16 arrays as large as its F32 → F16
@@ -263,5 +311,8 @@ fn random_memory_is_no_converted_copy() {
         m.proven_copies
     );
     let count = m.representations.proven.unwrap();
-    assert!((count - cached).abs() <= 0.02, "twofold {count}, cached {cached}");
+    assert!(
+        (count - cached).abs() <= 0.02,
+        "twofold {count}, cached {cached}"
+    );
 }

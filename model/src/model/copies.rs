@@ -28,8 +28,7 @@ fn fraction(part: u64, whole: u64) -> f64 {
 fn how(p: Option<&ProcessSample>, mapped: bool, pr: &ProofSample, traced: Option<u64>) -> CopyHow {
     let bytes = pr.identical_file_bytes + pr.converted_file_bytes;
     if mapped {
-        return if pr.converted_file_bytes > 0
-            && pr.converted_file_bytes >= pr.identical_file_bytes
+        return if pr.converted_file_bytes > 0 && pr.converted_file_bytes >= pr.identical_file_bytes
         {
             CopyHow::Converted
         } else {

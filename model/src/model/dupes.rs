@@ -333,8 +333,7 @@ pub fn file_dupes(file: &Searched, hits: &[HitIn], stats: SweepStats) -> FileDup
     f.copies.sort_by_key(|c| c.address);
     f.regions.sort_by_key(|r| r.start);
     if searchable && f.size_bytes > 0 {
-        f.private_copies =
-            Some(
+        f.private_copies = Some(
             (f.identical.memory_bytes + f.converted.memory_bytes) as f64 / f.size_bytes as f64,
         );
     }
