@@ -1,6 +1,7 @@
 //! Every finding's words, pinned; the advice for each reader; the JSON of a finding.
 
 use super::*;
+use crate::model::CopyHow;
 use crate::sample::unsearched::Unsearched;
 use crate::sample::Privilege;
 
