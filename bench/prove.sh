@@ -10,6 +10,7 @@
 # the bandwidth baseline), medians of 3.
 #
 # Usage: bash bench/prove.sh [MODEL_SIZE] [OTHER_SIZE] [NOCOPY_SIZE]   (defaults 4G 8G 12G)
+# MODEL_DTYPE=F32 or BF16 writes the model in that dtype (NumPy), F16 by default.
 # Each scan is timed twice: with the run's point cache (TWOFOLD_INDEX_CACHE) and with it
 # off, every point of the index read from the file (a first run on a host).
 # DUPES=0 leaves out the `dupes` runs (minutes on 64 GiB). With TWOFOLD_PROFILE=1 one more
@@ -36,8 +37,34 @@ cleanup() {
 }
 trap cleanup EXIT INT TERM
 
-echo "writing a $model_size safetensors model..." >&2
-"$bin" __bench write-model "$work/model.safetensors" "$model_size" >/dev/null
+echo "writing a $model_size ${MODEL_DTYPE:-F16} safetensors model..." >&2
+if [ "${MODEL_DTYPE:-F16}" = F16 ]; then
+  "$bin" __bench write-model "$work/model.safetensors" "$model_size" >/dev/null
+else
+  # MODEL_DTYPE=F32 (or BF16): the same layout (8 MiB tensors) in that dtype, finite
+  # normal values, written by NumPy: the conversions twofold indexes depend on the dtype.
+  python3 - "$work/model.safetensors" "$model_size" "$MODEL_DTYPE" <<'PY'
+import json, struct, sys
+import numpy as np
+path, size, dtype = sys.argv[1], sys.argv[2], sys.argv[3]
+size = int(size[:-1]) << {"K": 10, "M": 20, "G": 30}[size[-1]] if size[-1] in "KMG" else int(size)
+per = 8 << 20
+n = size // per
+header = {f"layers.{i}.weight": {"dtype": dtype, "shape": [per // (4 if dtype == "F32" else 2)],
+          "data_offsets": [i * per, (i + 1) * per]} for i in range(n)}
+h = json.dumps(header).encode()
+h += b" " * (-len(h) % 8)
+rng = np.random.default_rng(1)
+with open(path, "wb") as f:
+    f.write(struct.pack("<Q", len(h)) + h)
+    for i in range(n):
+        v = (rng.standard_normal(per // 4) * 0.05).astype(np.float32)
+        if dtype == "BF16":
+            v = np.concatenate([v, (rng.standard_normal(per // 4) * 0.05).astype(np.float32)])
+            v = (v.view(np.uint32) >> 16).astype(np.uint16)
+        f.write(v.tobytes())
+PY
+fi
 cat "$work/model.safetensors" >/dev/null
 
 start_child() { # fd, ready-fifo, args...

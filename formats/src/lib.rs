@@ -16,6 +16,7 @@
 //!
 //! See `docs/containers.md` for what each parser reads and its limits.
 
+pub mod convert;
 mod error;
 pub mod gguf;
 pub mod npy;

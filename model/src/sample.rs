@@ -6,6 +6,7 @@
 use serde::{Deserialize, Serialize};
 
 pub mod campaign;
+pub mod converted;
 mod marks;
 pub(crate) use marks::is_zero;
 pub use marks::{strip_deleted, DELETED};
@@ -477,10 +478,14 @@ pub struct ProofSample {
     /// File bytes found copied in private memory (heap, anonymous mappings), identical.
     #[serde(default, skip_serializing_if = "is_zero")]
     pub identical_file_bytes: u64,
-    /// File bytes found widened (F16/BF16 → F32) in private memory.
-    #[serde(default, skip_serializing_if = "is_zero")]
-    pub widened_file_bytes: u64,
-    /// Memory those copies occupy.
+    /// File bytes found converted to another dtype (F16/BF16 → F32, F32 → F16/BF16,
+    /// F16 ↔ BF16) in private memory.
+    #[serde(default, alias = "widened_file_bytes", skip_serializing_if = "is_zero")]
+    pub converted_file_bytes: u64,
+    /// Those converted copies per conversion, with the memory they occupy.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub conversions: Vec<converted::Converted>,
+    /// Memory those copies occupy (identical and converted): what they add to the count.
     #[serde(default, skip_serializing_if = "is_zero")]
     pub copy_memory_bytes: u64,
     /// Copies (tensor runs) found.

@@ -16,8 +16,8 @@ pub enum ChildMode {
     PrivateWrite,
     /// Allocate and touch --bytes of anonymous memory (holding FILE open, if given).
     Anon,
-    /// Copy the --range byte ranges (F16 or BF16 per --dtype) widened to F32 into a heap
-    /// buffer.
+    /// Copy the --range byte ranges converted per --dtype (F16/BF16 widened to F32, or a
+    /// named conversion) into a heap buffer.
     Widen,
     /// mmap read-only (MAP_SHARED, or MAP_PRIVATE with --private) and read every page
     /// over and over, appending each pass's time to --stats.
@@ -80,7 +80,8 @@ pub struct ChildArgs {
     /// is, as an inference server between requests, with no page faulted in.
     #[arg(long)]
     pub io_loop: bool,
-    /// Source element type for widen mode: f16 or bf16.
+    /// Source element type for widen mode: f16 or bf16 (widened to F32), or a conversion
+    /// by name (`f32_to_f16`, `f32_to_bf16`, `bf16_to_f16`, `f16_to_bf16`, ...).
     #[arg(long, default_value = "f16")]
     pub dtype: String,
     /// Print `armed` and wait for a line on stdin before doing anything (so a tracer can

@@ -44,7 +44,7 @@ pub enum Command {
     Scan(ScanArgs),
     /// Page-cache residency of files (like fincore; --map draws it like vmtouch -v).
     Residency(ResidencyArgs),
-    /// Proves private and widened copies of model files in processes' memory, tensor by
+    /// Proves private and converted copies of model files in processes' memory, tensor by
     /// tensor, byte by byte.
     Dupes(DupesArgs),
     /// Runs a command inside a memory-limited cgroup and reports its peak footprint,

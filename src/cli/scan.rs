@@ -160,7 +160,8 @@ pub struct DupesArgs {
     /// offset at proportionally more work.
     #[arg(long, default_value_t = 16, value_parser = clap::value_parser!(u64).range(1..=16))]
     pub align: u64,
-    /// Do not look for F16/BF16 tensors widened to F32.
+    /// Do not look for tensors converted to another dtype (F16/BF16 widened to F32, F32
+    /// narrowed to F16/BF16, F16 ↔ BF16).
     #[arg(long)]
     pub no_widen: bool,
     #[command(flatten)]

@@ -7,6 +7,7 @@ use std::fs::File;
 use anyhow::Context;
 
 use crate::cli::{ChildArgs, ChildMode};
+use crate::container::convert::Conversion;
 use crate::dupes::index::{Convert, CopyKind};
 
 /// One byte touched per 4 KiB touches every page whatever the system's page size.
@@ -148,11 +149,17 @@ pub fn run(args: &ChildArgs) -> anyhow::Result<()> {
                 (ChildMode::Copy, _) => CopyKind::Identical,
                 (_, "f16") => CopyKind::WidenedF16,
                 (_, "bf16") => CopyKind::WidenedBf16,
-                (_, other) => anyhow::bail!("unknown --dtype '{other}' (f16 or bf16)"),
+                (_, other) => serde_json::from_value::<Conversion>(other.into())
+                    .map(CopyKind::from)
+                    .map_err(|_| {
+                        anyhow::anyhow!(
+                            "unknown --dtype '{other}' (f16, bf16 or a conversion: f32_to_f16, bf16_to_f16, ...)"
+                        )
+                    })?,
             };
             let total: u64 = ranges
                 .iter()
-                .map(|r| (r.1 * kind.factor()).next_multiple_of(16))
+                .map(|r| kind.mem_bytes(r.1).next_multiple_of(16))
                 .sum();
             let mut buf = vec![0u8; args.offset + total as usize];
             let mut at = args.offset;

@@ -1,4 +1,4 @@
-//! `twofold dupes`: byte-level proof of private and widened copies ([`crate::dupes::search`]).
+//! `twofold dupes`: byte-level proof of private and converted copies ([`crate::dupes::search`]).
 
 use std::io::Write;
 

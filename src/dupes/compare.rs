@@ -39,8 +39,8 @@ pub struct Span<'a> {
     pub bytes: &'a FileBytes,
     pub kind: CopyKind,
     pub file_offset: u64,
-    /// Its length in memory: the file's bytes times the kind's factor (widened copies
-    /// are larger).
+    /// Its length in memory: the file's bytes as the kind converts them (widened copies
+    /// are larger, narrowed ones smaller).
     pub mem_len: u64,
 }
 
@@ -119,10 +119,10 @@ impl Compare<'_> {
     /// Compares `[x, y)` of the target with the file bytes of `span` copied at `a`.
     /// `false` if the memory could not be read.
     fn equal(&self, b: &mut Buffers, span: &Span, a: u64, x: u64, y: u64) -> io::Result<bool> {
-        let factor = span.kind.factor();
-        // Widened copies are compared in whole elements (4 bytes in memory).
-        let (x, y) = if factor > 1 {
-            (a + (x - a) / 4 * 4, a + (y - a).div_ceil(4) * 4)
+        // Converted copies are compared in whole elements (of their dtype in memory).
+        let (_, elem) = span.kind.elements();
+        let (x, y) = if elem > 1 {
+            (a + (x - a) / elem * elem, a + (y - a).div_ceil(elem) * elem)
         } else {
             (x, y)
         };
@@ -137,7 +137,11 @@ impl Compare<'_> {
         if got != n {
             return Ok(false);
         }
-        let (off, len) = (span.file_offset + (x - a) / factor, n / factor as usize);
+        let kind = span.kind;
+        let (off, len) = (
+            span.file_offset + kind.file_bytes(x - a),
+            kind.file_bytes(n as u64) as usize,
+        );
         b.compared_bytes += n as u64;
         // The file's bytes of this chunk were read before: compare with their hash.
         let version = &span.bytes.version;

@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use super::index::CopyKind;
 use crate::collect::memory::{Region, RegionKind};
-use crate::sample::{FileKey, ProofSample};
+use crate::sample::{converted, FileKey, ProofSample};
 
 /// A copy a search found: where it is, and which bytes of which file it holds. Kept by
 /// the engine so that a later snapshot can check it again in place ([`super::recheck`]).
@@ -58,7 +58,7 @@ pub type KnownCopies = BTreeMap<i32, Vec<(u64, u64)>>;
 /// process's own private mapping of the file, its copy-on-write pages; elsewhere a copy,
 /// whose place (shared memory, huge pages, driver memory) the proof notes.
 pub fn credit(p: &mut ProofSample, key: FileKey, kind: CopyKind, r: &Region, mem_bytes: u64) {
-    let file_bytes = mem_bytes / kind.factor();
+    let file_bytes = kind.file_bytes(mem_bytes);
     if r.kind == RegionKind::PrivateFile && r.key == Some(key) {
         p.cow_file_bytes += file_bytes;
         return;
@@ -78,10 +78,12 @@ pub fn credit(p: &mut ProofSample, key: FileKey, kind: CopyKind, r: &Region, mem
         RegionKind::Pinned => p.places.pinned_bytes += mem_bytes,
         _ => {}
     }
-    if kind == CopyKind::Identical {
-        p.identical_file_bytes += file_bytes;
-    } else {
-        p.widened_file_bytes += file_bytes;
+    match kind.conversion() {
+        None => p.identical_file_bytes += file_bytes,
+        Some(c) => {
+            p.converted_file_bytes += file_bytes;
+            converted::add(&mut p.conversions, c, file_bytes, mem_bytes);
+        }
     }
     p.copy_memory_bytes += mem_bytes;
     p.copies += 1;

@@ -2,10 +2,11 @@
 //! that a *sparse* sample of a process's memory still finds their copies.
 //!
 //! A *piece* is one (tensor, copy kind) pair: the tensor's bytes as they would lie in
-//! memory if copied identically, or widened F16/BF16 → F32. Its *points* are the 16-byte
-//! windows at memory offsets `k × 2048` with `k mod 2M ∈ {0, 1}`: every 2048 bytes for
-//! `M = 1`, and a pair of points every `4096 × M` bytes when the file is too large to
-//! index densely (at most [`MAX_POINTS`] points in all).
+//! memory if copied identically, or converted to another dtype ([`Layouts`]: F16/BF16 →
+//! F32, F32 → F16/BF16, F16 ↔ BF16, each only from a tensor of its source dtype). Its
+//! *points* are the 16-byte windows at memory offsets `k × 2048` with `k mod 2M ∈ {0, 1}`:
+//! every 2048 bytes for `M = 1`, and a pair of points every `4096 × M` bytes when the file
+//! is too large to index densely (at most [`MAX_POINTS`] points in all).
 //!
 //! Memory is sampled one page in `S` (the *stride*), and in each sampled page the 16-byte
 //! windows starting in its first 2048 bytes at the allowed byte *residues* (positions mod
@@ -31,11 +32,11 @@
 use serde::{Deserialize, Serialize};
 
 use super::filebytes::FileBytes;
-pub use super::index::Piece;
 use super::index::{is_point, periodic, Convert, CopyKind, Slot, Unsearchable};
+pub use super::index::{Layouts, Piece};
 use super::pointcache::{kept_points, merge_points, PointCache};
 use super::runs::searchable_tensors;
-use crate::container::{Dtype, Format, Tensor};
+use crate::container::{Format, Tensor};
 
 pub const WIN: usize = 16;
 /// Spacing of points, and the part of each sampled page whose windows are looked up.
@@ -151,14 +152,6 @@ pub fn hash(w: &[u8]) -> u64 {
     h | 1
 }
 
-fn kinds(dtype: &Dtype, widen: bool) -> &'static [CopyKind] {
-    match (dtype, widen) {
-        (Dtype::F16, true) => &[CopyKind::Identical, CopyKind::WidenedF16],
-        (Dtype::BF16, true) => &[CopyKind::Identical, CopyKind::WidenedBf16],
-        _ => &[CopyKind::Identical],
-    }
-}
-
 /// Whether pieces under a page hold [`SMALL_SHARE`] of these bytes or more.
 fn small_heavy(lens: &[u64]) -> bool {
     let all: u64 = lens.iter().sum();
@@ -243,16 +236,16 @@ fn neighbours(pieces: &[Piece], informative: &[bool]) -> (Links, Links) {
 
 impl Grid {
     /// Indexes `files` (their tensor tables). `align`: allocation alignment of copies
-    /// (16 for malloc'd buffers); `widen`: also index F16/BF16 → F32 widenings; `exact`:
+    /// (16 for malloc'd buffers); `layouts`: the conversions indexed too; `exact`:
     /// every tensor of 4 KiB or more must be found with every page sampled (`dupes`),
     /// else the stride and the point spacing are planned together (see [`Grid::stride`]).
     pub fn build(
         files: Vec<(FileBytes, Vec<Tensor>, Format)>,
         align: u64,
-        widen: bool,
+        layouts: Layouts,
         exact: bool,
     ) -> std::io::Result<Grid> {
-        Grid::build_cached(files, align, widen, exact, None)
+        Grid::build_cached(files, align, layouts, exact, None)
     }
 
     /// [`Grid::build`], taking the points of files `points` keeps instead of reading them
@@ -260,7 +253,7 @@ impl Grid {
     pub fn build_cached(
         files: Vec<(FileBytes, Vec<Tensor>, Format)>,
         align: u64,
-        widen: bool,
+        layouts: Layouts,
         exact: bool,
         points: Option<&PointCache>,
     ) -> std::io::Result<Grid> {
@@ -280,8 +273,8 @@ impl Grid {
             let (tensors, runs_from) = searchable_tensors(&format, tensors, bytes.size);
             let mut unsearchable = Vec::new();
             for (ti, t) in tensors.iter().enumerate() {
-                for &kind in kinds(&t.dtype, widen) {
-                    let mem_len = t.len.saturating_mul(kind.factor());
+                for kind in layouts.kinds(&t.dtype) {
+                    let mem_len = kind.mem_bytes(t.len);
                     if mem_len < SMALL_MIN {
                         unsearchable.push((ti, kind, Unsearchable::TooSmall));
                         continue;
@@ -363,7 +356,6 @@ impl Grid {
             &parts,
             |&(pi, k0)| -> Result<(Vec<Slot>, bool), String> {
                 let p = &pieces_ref[pi];
-                let factor = p.kind.factor();
                 let (mut keys, mut span, mut mem) = (Vec::new(), Vec::new(), Vec::new());
                 let mut all_periodic = true;
                 // Points come in pairs 2048 bytes apart: one read per pair.
@@ -375,18 +367,18 @@ impl Grid {
                     }
                     let m = k * HALF;
                     let span_mem = (HALF + WIN as u64).min(p.mem_len - m);
-                    span.resize((span_mem / factor) as usize, 0);
+                    span.resize(p.kind.file_bytes(span_mem) as usize, 0);
                     files_ref[p.file]
                         .bytes
-                        .read_exact_at(&mut span, p.file_offset + m / factor)
+                        .read_exact_at(&mut span, p.file_offset + p.kind.file_bytes(m))
                         .map_err(|e| format!("the file could not be read: {e}"))?;
                     for (j, at) in [(k, 0u64), (k + 1, HALF)] {
                         if at + WIN as u64 > span_mem || !is_point(j, every) {
                             continue;
                         }
-                        let from = (at / factor) as usize;
-                        p.kind
-                            .convert(&span[from..from + WIN / factor as usize], &mut mem);
+                        let from = p.kind.file_bytes(at) as usize;
+                        let to = from + p.kind.file_bytes(WIN as u64) as usize;
+                        p.kind.convert(&span[from..to], &mut mem);
                         if !periodic(&mem) {
                             all_periodic = false;
                             keys.push(Slot {

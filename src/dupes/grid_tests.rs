@@ -45,7 +45,13 @@ fn small_tensors_are_indexed_and_looked_up_over_whole_pages() {
     std::fs::write(&path, &bytes).unwrap();
     let tensors = vec![t(0, 100), t(100, 300), t(400, 1000), t(1400, 6000)];
     let fb = FileBytes::open(&path).unwrap();
-    let g = Grid::build(vec![(fb, tensors, Format::Safetensors)], 16, false, false).unwrap();
+    let g = Grid::build(
+        vec![(fb, tensors, Format::Safetensors)],
+        16,
+        Layouts::Identical,
+        false,
+    )
+    .unwrap();
     let lens: Vec<u64> = g.pieces.iter().map(|p| p.mem_len).collect();
     assert_eq!(lens, [300, 1000, 6000], "under SMALL_MIN is too small");
     assert_eq!(
@@ -124,7 +130,7 @@ fn points_taken_from_the_cache_make_the_grid_read_from_the_files() {
             })
             .collect::<Vec<_>>()
     };
-    let reference = Grid::build(inputs(&["a", "b"]), 16, true, false).unwrap();
+    let reference = Grid::build(inputs(&["a", "b"]), 16, Layouts::Converted, false).unwrap();
     assert!(reference.every > 1, "the test needs spaced points");
     assert!(reference.files[0]
         .unsearchable
@@ -133,17 +139,19 @@ fn points_taken_from_the_cache_make_the_grid_read_from_the_files() {
     let store = tempfile::tempdir().unwrap();
     // Built exact first (every point): kept at the finest spacing.
     let c = PointCache::with_dir(Some(store.path()));
-    let exact = Grid::build_cached(inputs(&["a"]), 16, true, true, Some(&c)).unwrap();
+    let exact = Grid::build_cached(inputs(&["a"]), 16, Layouts::Converted, true, Some(&c)).unwrap();
     assert_eq!(exact.every, 1);
     assert_eq!(*c.stats.lock().unwrap(), (0, 1));
     // The same run: a from memory, b read.
-    let g = Grid::build_cached(inputs(&["a", "b"]), 16, true, false, Some(&c)).unwrap();
+    let g =
+        Grid::build_cached(inputs(&["a", "b"]), 16, Layouts::Converted, false, Some(&c)).unwrap();
     assert_eq!(shape_of(&g), shape_of(&reference));
     assert_eq!(*c.stats.lock().unwrap(), (1, 2));
     drop(c);
     // A later run: both from disk, and the same grid.
     let c = PointCache::with_dir(Some(store.path()));
-    let g = Grid::build_cached(inputs(&["a", "b"]), 16, true, false, Some(&c)).unwrap();
+    let g =
+        Grid::build_cached(inputs(&["a", "b"]), 16, Layouts::Converted, false, Some(&c)).unwrap();
     assert_eq!(shape_of(&g), shape_of(&reference));
     assert_eq!(*c.stats.lock().unwrap(), (2, 0));
     // A rewritten file (its mtime moves) is read again.
@@ -156,8 +164,9 @@ fn points_taken_from_the_cache_make_the_grid_read_from_the_files() {
     f.set_modified(std::time::SystemTime::now() + std::time::Duration::from_secs(5))
         .unwrap();
     let c = PointCache::with_dir(Some(store.path()));
-    let g = Grid::build_cached(inputs(&["a", "b"]), 16, true, false, Some(&c)).unwrap();
-    let fresh = Grid::build(inputs(&["a", "b"]), 16, true, false).unwrap();
+    let g =
+        Grid::build_cached(inputs(&["a", "b"]), 16, Layouts::Converted, false, Some(&c)).unwrap();
+    let fresh = Grid::build(inputs(&["a", "b"]), 16, Layouts::Converted, false).unwrap();
     assert_eq!(shape_of(&g), shape_of(&fresh));
     assert_ne!(shape_of(&g), shape_of(&reference));
     assert_eq!(*c.stats.lock().unwrap(), (1, 1));
@@ -173,7 +182,13 @@ fn the_filter_passes_every_point_and_few_others() {
     std::fs::write(&path, &bytes).unwrap();
     let tensors = (0..16u64).map(|i| t(i << 20, 1 << 20)).collect();
     let fb = FileBytes::open(&path).unwrap();
-    let g = Grid::build(vec![(fb, tensors, Format::Safetensors)], 16, false, false).unwrap();
+    let g = Grid::build(
+        vec![(fb, tensors, Format::Safetensors)],
+        16,
+        Layouts::Identical,
+        false,
+    )
+    .unwrap();
     let keys: std::collections::HashSet<u64> =
         g.table.iter().map(|s| s.key).filter(|k| *k != 0).collect();
     assert!(keys.len() > 1000, "{} points", keys.len());

@@ -1,10 +1,13 @@
-//! How a copy relates to the file's bytes (identical, or widened F16/BF16 → F32), and why
-//! a tensor cannot be searched for. The index itself is [`super::grid`].
+//! How a copy relates to the file's bytes (identical, or converted to another dtype:
+//! `twofold_formats::convert`), which layouts an index holds, and why a tensor cannot be
+//! searched for. The index itself is [`super::grid`].
 
+use crate::container::convert::Conversion;
+use crate::container::Dtype;
 pub use crate::model::dupes::{CopyKind, Unsearchable};
 
-/// The in-memory form of a [`CopyKind`] (the kind itself is the model's; the conversion
-/// needs `half`, which the model does not import).
+/// The in-memory form of a [`CopyKind`] (the kind itself is the model's, the conversion
+/// the formats crate's).
 pub trait Convert {
     /// Converts source bytes (a whole number of elements) into their in-memory form.
     fn convert(self, src: &[u8], out: &mut Vec<u8>);
@@ -12,21 +15,41 @@ pub trait Convert {
 
 impl Convert for CopyKind {
     fn convert(self, src: &[u8], out: &mut Vec<u8>) {
-        out.clear();
-        match self {
-            CopyKind::Identical => out.extend_from_slice(src),
-            CopyKind::WidenedF16 => {
-                for h in src.chunks_exact(2) {
-                    let v = half::f16::from_bits(u16::from_le_bytes([h[0], h[1]])).to_f32();
-                    out.extend_from_slice(&v.to_le_bytes());
-                }
+        match self.conversion() {
+            None => {
+                out.clear();
+                out.extend_from_slice(src);
             }
-            CopyKind::WidenedBf16 => {
-                for h in src.chunks_exact(2) {
-                    out.extend_from_slice(&[0, 0, h[0], h[1]]);
-                }
-            }
+            Some(c) => c.convert(src, out),
         }
+    }
+}
+
+/// Which in-memory layouts of each tensor an index holds besides its bytes as they are.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Layouts {
+    /// The bytes as they are only.
+    Identical,
+    /// And F16/BF16 tensors widened to F32 (what uploads are matched against).
+    Widened,
+    /// And every conversion the tensor's dtype can be made into (F32 → F16/BF16,
+    /// F16/BF16 → F32, F16 ↔ BF16): only those whose source dtype the tensor has.
+    Converted,
+}
+
+impl Layouts {
+    /// The kinds of copy indexed for a tensor of `dtype`, [`CopyKind::Identical`] first.
+    pub fn kinds(self, dtype: &Dtype) -> Vec<CopyKind> {
+        let mut v = vec![CopyKind::Identical];
+        let widening = |c: &Conversion| c.to_dtype() == Dtype::F32;
+        match self {
+            Layouts::Identical => {}
+            Layouts::Widened => {
+                v.extend(Conversion::of(dtype).filter(widening).map(CopyKind::from))
+            }
+            Layouts::Converted => v.extend(Conversion::of(dtype).map(CopyKind::from)),
+        }
+        v
     }
 }
 
@@ -55,6 +78,31 @@ mod tests {
         assert_eq!(f, [1.0, -2.0, 65504.0, 5.960_464_5e-8]);
         CopyKind::WidenedBf16.convert(&[0x80, 0x3f], &mut out);
         assert_eq!(f32::from_le_bytes([out[0], out[1], out[2], out[3]]), 1.0);
+        CopyKind::F32ToF16.convert(&1.0f32.to_le_bytes(), &mut out);
+        assert_eq!(out, [0x00, 0x3c]);
+        CopyKind::Identical.convert(&[1, 2], &mut out);
+        assert_eq!(out, [1, 2]);
+    }
+
+    #[test]
+    fn layouts_index_only_what_a_dtype_can_produce() {
+        use CopyKind::*;
+        assert_eq!(
+            Layouts::Converted.kinds(&Dtype::F32),
+            [Identical, F32ToF16, F32ToBf16]
+        );
+        assert_eq!(
+            Layouts::Converted.kinds(&Dtype::BF16),
+            [Identical, WidenedBf16, Bf16ToF16]
+        );
+        assert_eq!(
+            Layouts::Converted.kinds(&Dtype::F16),
+            [Identical, WidenedF16, F16ToBf16]
+        );
+        assert_eq!(Layouts::Widened.kinds(&Dtype::F16), [Identical, WidenedF16]);
+        assert_eq!(Layouts::Widened.kinds(&Dtype::F32), [Identical]);
+        assert_eq!(Layouts::Converted.kinds(&Dtype::I8), [Identical]);
+        assert_eq!(Layouts::Identical.kinds(&Dtype::BF16), [Identical]);
     }
 
     #[test]

@@ -1,4 +1,4 @@
-//! Byte-level proof that a process holds a private (or widened) copy of a model file.
+//! Byte-level proof that a process holds a private (or converted) copy of a model file.
 //!
 //! [`index`] fingerprints the file's tensors; [`sweep`] samples the target's anonymous
 //! memory once per page, looks the samples up, and confirms each candidate by comparing

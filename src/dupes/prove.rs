@@ -13,7 +13,7 @@ use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use super::grid::{Grid, PAGE};
-use super::index::CopyKind;
+use super::index::{CopyKind, Layouts};
 use super::indexcache::{self, IndexCache};
 use super::opening::{open_all, open_path_stat};
 use super::pointcache::PointCache;
@@ -257,7 +257,13 @@ fn prove_group(
             // indexed, the one not in shared memory, so a copy found is the original's;
             // the other is searched as it (its candidates' copies count under the original).
             let aliases = same_bytes(&mut keys, &mut inputs);
-            let grid = match Grid::build_cached(inputs, 16, true, opts.exact, Some(points)) {
+            let grid = match Grid::build_cached(
+                inputs,
+                16,
+                Layouts::Converted,
+                opts.exact,
+                Some(points),
+            ) {
                 Ok(g) => g,
                 Err(e) => {
                     warnings.push(Warning::host(

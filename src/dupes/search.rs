@@ -20,7 +20,7 @@ use crate::sample::FileKey;
 
 use super::filebytes::FileBytes;
 use super::grid::Grid;
-use super::index::CopyKind;
+use super::index::{CopyKind, Layouts};
 use super::sweep::Sweep;
 
 /// A file prepared for searching: opened once (the inode parsed is the inode searched for).
@@ -201,7 +201,7 @@ fn weigh(roots: &Roots, prepared: &[Prepared], processes: &mut [ProcessDupes]) {
             proofs.push(crate::sample::ProofSample {
                 pid: p.pid,
                 file: key,
-                copy_memory_bytes: f.identical.memory_bytes + f.widened.memory_bytes,
+                copy_memory_bytes: f.identical.memory_bytes + f.converted.memory_bytes,
                 ..Default::default()
             });
             ranges.push(CopyRanges { ranges: r });
@@ -221,7 +221,8 @@ fn weigh(roots: &Roots, prepared: &[Prepared], processes: &mut [ProcessDupes]) {
 }
 
 /// What to search: the processes, the files (none: each process's own model files), the
-/// alignment copies may start at, and whether to look for widened tensors.
+/// alignment copies may start at, and whether to look for tensors converted to another
+/// dtype (widened, narrowed, F16 ↔ BF16).
 #[derive(Debug, Clone)]
 pub struct SearchRequest {
     pub pids: Vec<i32>,
@@ -292,8 +293,13 @@ pub fn search(
         .zip(&prepared)
         .map(|(b, p)| (b, p.container.tensors.clone(), p.container.format.clone()))
         .collect();
-    let grid = Grid::build(inputs, args.align, args.widen, true)
-        .context("cannot index the model files")?;
+    let layouts = if args.widen {
+        Layouts::Converted
+    } else {
+        Layouts::Identical
+    };
+    let grid =
+        Grid::build(inputs, args.align, layouts, true).context("cannot index the model files")?;
     let mut processes = Vec::new();
     for (pid, comm, chosen) in chosen_by_pid {
         match search_process(roots, pid, &grid, &prepared, &chosen) {

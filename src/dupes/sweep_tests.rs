@@ -58,7 +58,7 @@ fn threads_and_windows_credit_each_copy_once() {
             Format::Safetensors,
         )],
         16,
-        false,
+        crate::dupes::grid::Layouts::Identical,
         false,
     )
     .unwrap();

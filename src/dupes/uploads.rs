@@ -60,7 +60,7 @@ impl Matcher {
         if inputs.is_empty() {
             return (None, warnings);
         }
-        match Grid::build(inputs, 1, true, true) {
+        match Grid::build(inputs, 1, super::index::Layouts::Widened, true) {
             Ok(grid) => (Some(Matcher { grid, keys }), warnings),
             Err(e) => {
                 warnings.push(format!("cannot index the model files for uploads: {e}"));

@@ -392,7 +392,15 @@ fn still_there(roots: &Roots, sample: &Sample, r: &Reused, exact: bool) -> Optio
 fn carry(p: &mut Proof, k: Proof) {
     let (s, c) = (&mut p.sample, k.sample);
     s.identical_file_bytes += c.identical_file_bytes;
-    s.widened_file_bytes += c.widened_file_bytes;
+    s.converted_file_bytes += c.converted_file_bytes;
+    for x in &c.conversions {
+        crate::sample::converted::add(
+            &mut s.conversions,
+            x.conversion,
+            x.file_bytes,
+            x.memory_bytes,
+        );
+    }
     s.copy_memory_bytes += c.copy_memory_bytes;
     s.copies += c.copies;
     s.cow_file_bytes += c.cow_file_bytes;

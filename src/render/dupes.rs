@@ -28,12 +28,12 @@ pub fn human(r: &DupesReport) -> String {
             );
             let _ = writeln!(
                 out,
-                "    identical copies: {}, {}   widened to F32: {}, {} (from {} of the file)",
+                "    identical copies: {}, {}   converted to another dtype: {}, {} (from {} of the file)",
                 count(f.identical.tensors as u64, "tensor", "tensors"),
                 iec(f.identical.memory_bytes),
-                count(f.widened.tensors as u64, "tensor", "tensors"),
-                iec(f.widened.memory_bytes),
-                iec(f.widened.file_bytes)
+                count(f.converted.tensors as u64, "tensor", "tensors"),
+                iec(f.converted.memory_bytes),
+                iec(f.converted.file_bytes)
             );
             let _ = writeln!(
                 out,
@@ -74,7 +74,7 @@ pub fn human(r: &DupesReport) -> String {
                     ("mapping", Align::Left),
                     ("kind", Align::Left),
                     ("identical", Align::Right),
-                    ("widened", Align::Right),
+                    ("converted", Align::Right),
                     ("where", Align::Left),
                 ]);
                 for g in &f.regions {
@@ -82,7 +82,7 @@ pub fn human(r: &DupesReport) -> String {
                         format!("{:x}-{:x}", g.start, g.end),
                         format!("{:?}", g.kind).to_lowercase(),
                         iec(g.identical_bytes),
-                        iec(g.widened_bytes),
+                        iec(g.converted_bytes),
                         g.label.clone(),
                     ]);
                 }

@@ -22,14 +22,23 @@ fn short(s: &str, max: usize) -> String {
     out
 }
 
-fn how(h: CopyHow) -> &'static str {
-    match h {
+/// How the copy was made, with the conversion when it holds converted tensors.
+fn how(c: &crate::model::ProvenCopy) -> String {
+    let conversion = c.conversion().map(|x| x.name());
+    let base = match c.how {
         CopyHow::Read => "read()",
         CopyHow::CopiedFromMapping => "copied from its mapping",
-        CopyHow::Converted => "converted to F32 from its mapping",
+        CopyHow::Converted => {
+            let x = conversion.as_deref().unwrap_or("to another dtype");
+            return format!("converted {x} from its mapping");
+        }
         CopyHow::Copied => "copied",
         CopyHow::SharedMemory => "in shared memory",
         CopyHow::Pinned => "pinned host memory",
+    };
+    match conversion {
+        Some(x) => format!("{base}, converted {x}"),
+        None => base.to_string(),
     }
 }
 
@@ -57,7 +66,7 @@ pub(crate) fn copy_note(f: &FileModel, pid: i32, plus: bool) -> String {
             return format!(
                 "{plus}{kind}, {:.0}% of the file ({}, proven), shared by {} processes ({}{}): {:.0}% counted here",
                 c.fraction / c.share.max(1e-9) * 100.0,
-                how(c.how),
+                how(c),
                 s.by,
                 sharing(s),
                 if s.estimated { ", estimated" } else { "" },
@@ -73,7 +82,7 @@ pub(crate) fn copy_note(f: &FileModel, pid: i32, plus: bool) -> String {
         return format!(
             "{plus}{kind}, {:.0}% of the file ({}, proven)",
             c.fraction * 100.0,
-            how(c.how)
+            how(c)
         );
     }
     if let Some(s) = f.suspected_copies.iter().find(|s| s.pid == pid) {

@@ -68,7 +68,7 @@ fn whole_copy_at_an_unaligned_heap_offset() {
     let bytes: u64 = searchable.iter().map(|t| t.len).sum();
     assert_eq!(f.identical.file_bytes, bytes);
     assert_eq!(f.identical.memory_bytes, bytes);
-    assert_eq!(f.widened.tensors, 0);
+    assert_eq!(f.converted.tensors, 0);
     assert_eq!(f.too_small.tensors, 1);
     assert_eq!(f.low_entropy.tensors, 2);
     assert_eq!(f.regions.len(), 1);
@@ -138,11 +138,11 @@ fn f16_widened_to_f32() {
     assert_eq!(whole, names(&widened), "{:#?}", f.copies);
     assert!(found_names(&f, false).is_empty());
     let src: u64 = widened.iter().map(|t| t.len).sum();
-    let scratch = f.widened.file_bytes - src;
+    let scratch = f.converted.file_bytes - src;
     assert!(scratch <= 8192, "{:#?}", f.copies);
-    assert_eq!(f.widened.memory_bytes, 2 * (src + scratch));
+    assert_eq!(f.converted.memory_bytes, 2 * (src + scratch));
     // --no-widen does not look for them.
-    assert_eq!(dupes(c.pid(), &file, &["--no-widen"]).widened.tensors, 0);
+    assert_eq!(dupes(c.pid(), &file, &["--no-widen"]).converted.tensors, 0);
 }
 
 #[test]
@@ -164,7 +164,7 @@ fn no_false_positives() {
         };
         let f = dupes(c.pid(), &file, &[]);
         assert_eq!(f.identical.tensors, 0, "{mode}: {:?}", f.copies);
-        assert_eq!(f.widened.tensors, 0, "{mode}: {:?}", f.copies);
+        assert_eq!(f.converted.tensors, 0, "{mode}: {:?}", f.copies);
         assert_eq!(f.private_copies, Some(0.0));
     }
 }

@@ -8,6 +8,7 @@
 #[path = "../common/mod.rs"]
 mod common;
 
+mod convert;
 mod dupes;
 mod engine_live;
 mod fincore;

@@ -22,13 +22,14 @@ fn fraction(part: u64, whole: u64) -> f64 {
 }
 
 /// The cause of a proven copy. A process that maps the file made it from its mapping: a
-/// conversion when most of the bytes found are widened, else a copy (its `rchar` counts
+/// conversion when most of the bytes found are converted, else a copy (its `rchar` counts
 /// every file it read, this one's bytes are already in its mapping). One that does not map
 /// it and read() as many bytes (this file's in a trace, else any) copied it with read().
 fn how(p: Option<&ProcessSample>, mapped: bool, pr: &ProofSample, traced: Option<u64>) -> CopyHow {
-    let bytes = pr.identical_file_bytes + pr.widened_file_bytes;
+    let bytes = pr.identical_file_bytes + pr.converted_file_bytes;
     if mapped {
-        return if pr.widened_file_bytes > 0 && pr.widened_file_bytes >= pr.identical_file_bytes {
+        return if pr.converted_file_bytes > 0 && pr.converted_file_bytes >= pr.identical_file_bytes
+        {
             CopyHow::Converted
         } else {
             CopyHow::CopiedFromMapping
@@ -90,7 +91,7 @@ pub fn attribute(sample: &Sample, reads: &BTreeMap<(i32, FileKey), u64>, files: 
         let key = f.key;
         let size = f.size_bytes.unwrap_or(0);
         for &pr in proofs_of.get(&key).into_iter().flatten() {
-            let bytes = pr.identical_file_bytes + pr.widened_file_bytes;
+            let bytes = pr.identical_file_bytes + pr.converted_file_bytes;
             if bytes == 0 {
                 continue;
             }
@@ -113,10 +114,12 @@ pub fn attribute(sample: &Sample, reads: &BTreeMap<(i32, FileKey), u64>, files: 
                 pid: pr.pid,
                 comm: p.map(|p| p.comm.clone()).unwrap_or_default(),
                 identical_bytes: pr.identical_file_bytes,
-                widened_bytes: pr.widened_file_bytes,
+                converted_bytes: pr.converted_file_bytes,
                 memory_bytes: pr.copy_memory_bytes,
+                conversions: pr.conversions.clone(),
                 copies: pr.copies,
-                fraction: fraction(bytes, size) * share,
+                // By the memory the copy occupies: a converted copy counts its own bytes.
+                fraction: fraction(pr.copy_memory_bytes, size) * share,
                 share,
                 shared,
                 how: place_how(pr).unwrap_or_else(|| how(p, mapped, pr, traced)),
@@ -305,5 +308,28 @@ mod place_tests {
         .unwrap();
         assert!(p.places.is_empty());
         assert!(!p.physical.unwrap().ksm);
+    }
+
+    /// A converted copy is the cause when it holds most of the bytes found; old
+    /// recordings' `widened_file_bytes` read as converted bytes.
+    #[test]
+    fn converted_copies_are_conversions_and_old_widened_bytes_read_back() {
+        use crate::sample::converted::{Conversion, Converted};
+        let narrowed = ProofSample {
+            converted_file_bytes: 64 << 20,
+            copy_memory_bytes: 32 << 20,
+            conversions: vec![Converted {
+                conversion: Conversion::F32ToF16,
+                file_bytes: 64 << 20,
+                memory_bytes: 32 << 20,
+            }],
+            ..ProofSample::default()
+        };
+        assert_eq!(how(None, true, &narrowed, None), CopyHow::Converted);
+        let p: ProofSample = serde_json::from_str(
+            r#"{"pid":1,"file":{"major":8,"minor":1,"inode":2},"widened_file_bytes":4096,"copy_memory_bytes":8192,"searchable_fraction":1.0,"stride_pages":1,"sampled_bytes":0}"#,
+        )
+        .unwrap();
+        assert_eq!((p.converted_file_bytes, p.conversions.len()), (4096, 0));
     }
 }

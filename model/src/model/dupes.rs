@@ -3,6 +3,7 @@
 
 use serde::{Deserialize, Serialize};
 
+use twofold_formats::convert::Conversion;
 use twofold_formats::{Format, Tensor};
 
 /// What kind of memory a searched range is.
@@ -23,7 +24,8 @@ pub enum RegionKind {
     Pinned,
 }
 
-/// How a copy relates to the file's bytes.
+/// How a copy relates to the file's bytes: as they are, or converted to another dtype
+/// ([`Conversion`]). The first three keep their names of old (`widened_f16`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum CopyKind {
@@ -32,14 +34,57 @@ pub enum CopyKind {
     WidenedF16,
     /// BF16 widened to F32.
     WidenedBf16,
+    /// F32 narrowed to F16.
+    F32ToF16,
+    /// F32 narrowed to BF16.
+    F32ToBf16,
+    /// BF16 to F16 (through F32).
+    Bf16ToF16,
+    /// F16 to BF16 (through F32).
+    F16ToBf16,
 }
 
 impl CopyKind {
-    /// Bytes in memory per byte of the file.
-    pub fn factor(self) -> u64 {
-        match self {
-            CopyKind::Identical => 1,
-            CopyKind::WidenedF16 | CopyKind::WidenedBf16 => 2,
+    /// The dtype conversion it is (`None`: identical bytes).
+    pub fn conversion(self) -> Option<Conversion> {
+        Some(match self {
+            CopyKind::Identical => return None,
+            CopyKind::WidenedF16 => Conversion::F16ToF32,
+            CopyKind::WidenedBf16 => Conversion::Bf16ToF32,
+            CopyKind::F32ToF16 => Conversion::F32ToF16,
+            CopyKind::F32ToBf16 => Conversion::F32ToBf16,
+            CopyKind::Bf16ToF16 => Conversion::Bf16ToF16,
+            CopyKind::F16ToBf16 => Conversion::F16ToBf16,
+        })
+    }
+
+    /// Bytes of one element: (in the file, in memory); (1, 1) for identical bytes.
+    pub fn elements(self) -> (u64, u64) {
+        self.conversion().map_or((1, 1), Conversion::elements)
+    }
+
+    /// Memory bytes of `file_bytes` of the file (whole elements).
+    pub fn mem_bytes(self, file_bytes: u64) -> u64 {
+        let (f, m) = self.elements();
+        (file_bytes / f).saturating_mul(m)
+    }
+
+    /// File bytes of `mem_bytes` of memory (whole elements).
+    pub fn file_bytes(self, mem_bytes: u64) -> u64 {
+        let (f, m) = self.elements();
+        (mem_bytes / m).saturating_mul(f)
+    }
+}
+
+impl From<Conversion> for CopyKind {
+    fn from(c: Conversion) -> CopyKind {
+        match c {
+            Conversion::F16ToF32 => CopyKind::WidenedF16,
+            Conversion::Bf16ToF32 => CopyKind::WidenedBf16,
+            Conversion::F32ToF16 => CopyKind::F32ToF16,
+            Conversion::F32ToBf16 => CopyKind::F32ToBf16,
+            Conversion::Bf16ToF16 => CopyKind::Bf16ToF16,
+            Conversion::F16ToBf16 => CopyKind::F16ToBf16,
         }
     }
 }
@@ -104,7 +149,9 @@ pub struct RegionHits {
     pub start: u64,
     pub end: u64,
     pub identical_bytes: u64,
-    pub widened_bytes: u64,
+    /// Memory bytes of copies converted to another dtype (widened, narrowed, F16 ↔ BF16).
+    #[serde(alias = "widened_bytes")]
+    pub converted_bytes: u64,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -127,15 +174,18 @@ pub struct FileDupes {
     /// Tensors whose indexed windows are all constant runs: not searched.
     pub low_entropy: Tally,
     pub identical: Tally,
-    pub widened: Tally,
+    /// Copies converted to another dtype ([`CopyKind::conversion`]).
+    #[serde(alias = "widened")]
+    pub converted: Tally,
     pub regions: Vec<RegionHits>,
     pub copies: Vec<CopyHit>,
     /// File bytes found inside the process's own private mapping of this file: its
     /// copy-on-write pages, not a private copy.
     #[serde(default)]
     pub cow_bytes: u64,
-    /// (identical + widened file bytes) / file size × `share`: private copies of the file
-    /// this process holds, its physical share. `None` when nothing in the file can be
+    /// (identical + converted memory bytes) / file size × `share`: private copies of the
+    /// file this process holds, a converted copy by the bytes it occupies (F32 → F16 of a
+    /// whole file: 0.5), its physical share. `None` when nothing in the file can be
     /// searched for (unknown, not 0).
     pub private_copies: Option<f64>,
     /// The part of the copies' pages that is this process's (1: its own; 1/4 for a copy
@@ -216,7 +266,7 @@ pub fn file_dupes(file: &Searched, hits: &[HitIn], stats: SweepStats) -> FileDup
         too_small: Tally::default(),
         low_entropy: Tally::default(),
         identical: Tally::default(),
-        widened: Tally::default(),
+        converted: Tally::default(),
         regions: Vec::new(),
         copies: Vec::new(),
         cow_bytes: 0,
@@ -239,7 +289,7 @@ pub fn file_dupes(file: &Searched, hits: &[HitIn], stats: SweepStats) -> FileDup
     }
     for hit in hits {
         let tensor = &tensors[hit.tensor];
-        let file_bytes = hit.memory_bytes / hit.kind.factor();
+        let file_bytes = hit.kind.file_bytes(hit.memory_bytes);
         if hit.own_mapping {
             f.cow_bytes += file_bytes;
             continue;
@@ -247,7 +297,7 @@ pub fn file_dupes(file: &Searched, hits: &[HitIn], stats: SweepStats) -> FileDup
         let tally = if hit.kind == CopyKind::Identical {
             &mut f.identical
         } else {
-            &mut f.widened
+            &mut f.converted
         };
         tally.tensors += 1;
         tally.file_bytes += file_bytes;
@@ -264,14 +314,14 @@ pub fn file_dupes(file: &Searched, hits: &[HitIn], stats: SweepStats) -> FileDup
                     start: *start,
                     end: *end,
                     identical_bytes: 0,
-                    widened_bytes: 0,
+                    converted_bytes: 0,
                 });
                 f.regions.len() - 1
             });
         if hit.kind == CopyKind::Identical {
             f.regions[pos].identical_bytes += hit.memory_bytes;
         } else {
-            f.regions[pos].widened_bytes += hit.memory_bytes;
+            f.regions[pos].converted_bytes += hit.memory_bytes;
         }
         f.copies.push(CopyHit {
             tensor: tensor.name.clone(),
@@ -283,8 +333,9 @@ pub fn file_dupes(file: &Searched, hits: &[HitIn], stats: SweepStats) -> FileDup
     f.copies.sort_by_key(|c| c.address);
     f.regions.sort_by_key(|r| r.start);
     if searchable && f.size_bytes > 0 {
-        f.private_copies =
-            Some((f.identical.file_bytes + f.widened.file_bytes) as f64 / f.size_bytes as f64);
+        f.private_copies = Some(
+            (f.identical.memory_bytes + f.converted.memory_bytes) as f64 / f.size_bytes as f64,
+        );
     }
     f
 }

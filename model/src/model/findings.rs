@@ -40,9 +40,13 @@ pub enum Code {
         pid: i32,
         comm: String,
         how: CopyHow,
-        /// Fraction of the file found.
+        /// What the copy adds to the count (its memory / the file's size).
         fraction: f64,
-        widened_bytes: u64,
+        /// File bytes found (identical and converted).
+        file_bytes: u64,
+        /// File bytes found converted to another dtype, and the main conversion.
+        converted_bytes: u64,
+        conversion: Option<crate::sample::converted::Conversion>,
         traced_read_bytes: Option<u64>,
         /// Most of it lies in huge pages from the hugetlbfs pool.
         huge_pages: bool,
@@ -369,7 +373,9 @@ fn file_findings(f: &FileModel, reader: Option<Privilege>, out: &mut Vec<Finding
                 comm: c.comm.clone(),
                 how: c.how,
                 fraction,
-                widened_bytes: c.widened_bytes,
+                file_bytes: c.identical_bytes + c.converted_bytes,
+                converted_bytes: c.converted_bytes,
+                conversion: c.conversion(),
                 traced_read_bytes: c.traced_read_bytes,
                 huge_pages: c.huge_pages,
             },

@@ -167,14 +167,21 @@ pub struct Holder {
 pub struct ProvenCopy {
     pub pid: i32,
     pub comm: String,
-    /// File bytes found identical / widened to F32, and the memory they occupy.
+    /// File bytes found identical / converted to another dtype, and the memory they
+    /// occupy (identical bytes once, converted ones as their dtype takes).
     pub identical_bytes: u64,
-    pub widened_bytes: u64,
+    #[serde(alias = "widened_bytes")]
+    pub converted_bytes: u64,
     pub memory_bytes: u64,
+    /// The converted bytes per conversion (`converted F32→F16`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub conversions: Vec<crate::sample::converted::Converted>,
     /// Tensor runs found.
     pub copies: u64,
-    /// (identical + widened) / file size × [`ProvenCopy::share`]: this copy's part of the
-    /// count (one physical copy shared by several processes is shared out among them).
+    /// `memory_bytes` / file size × [`ProvenCopy::share`]: this copy's part of the count,
+    /// by the bytes it holds (an F32 → F16 conversion of the whole file counts 0.5, an
+    /// F16 → F32 one 2; one physical copy shared by several processes is shared out among
+    /// them).
     pub fraction: f64,
     /// The part of the copy's pages that is this process's: 1 when no other copy found
     /// maps them, 1/4 for a copy four processes share after `fork()`.
@@ -200,9 +207,15 @@ fn one() -> f64 {
 }
 
 impl ProvenCopy {
-    /// The file bytes of the copy that count for this process: its physical share.
+    /// The bytes of the copy that count for this process (the memory it occupies, as
+    /// [`ProvenCopy::fraction`]): its physical share.
     pub fn physical_bytes(&self) -> f64 {
-        (self.identical_bytes + self.widened_bytes) as f64 * self.share
+        self.memory_bytes as f64 * self.share
+    }
+
+    /// The conversion holding most of the copy's converted bytes, if any.
+    pub fn conversion(&self) -> Option<crate::sample::converted::Conversion> {
+        crate::sample::converted::dominant(&self.conversions)
     }
 }
 
@@ -233,8 +246,10 @@ pub enum CopyHow {
     /// It maps the file and holds the bytes as they are, out of the mapping (a copy loop,
     /// `.clone()`, `.copy()`).
     CopiedFromMapping,
-    /// It maps the file and holds its tensors converted: F16/BF16 widened to F32
-    /// (`.float()`, `.astype(np.float32)`), for most of the bytes found.
+    /// It maps the file and holds its tensors converted to another dtype, for most of
+    /// the bytes found: F16/BF16 widened to F32 (`.float()`, `.astype(np.float32)`), F32
+    /// narrowed (`.half()`, `.astype(np.float16)`), BF16 ↔ F16
+    /// ([`ProvenCopy::conversions`] says which).
     Converted,
     /// Not known (rchar unreadable, or too small for a read() copy).
     Copied,

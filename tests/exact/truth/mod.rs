@@ -162,7 +162,7 @@ fn assert_proof_matches_own_search(f: &FileModel, pid: i32, file: &Path, residue
     let own = own_search(pid, file, residues);
     let size = std::fs::metadata(file).unwrap().len();
     let c = f.proven_copies.iter().find(|c| c.pid == pid);
-    let twofold = c.map_or(0, |c| c.identical_bytes + c.widened_bytes);
+    let twofold = c.map_or(0, |c| c.identical_bytes + c.converted_bytes);
     let tol = size / 100 + 2 * BLOCK as u64;
     assert!(
         own.abs_diff(twofold) <= tol,

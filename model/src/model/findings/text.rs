@@ -8,9 +8,10 @@ use serde::{Deserialize, Serialize};
 
 use super::remedy::{residency_remedy, suspect_remedy};
 use crate::model::findings::{Code, Finding, Severity};
-use crate::model::CopyHow;
 use crate::sample::FileKey;
 use crate::units::{count, iec, iec_opt};
+
+mod proven;
 
 /// A finding as people read it.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -66,76 +67,7 @@ fn shared_how(shmem: bool, ksm: bool) -> &'static str {
 /// The subject, sentence and remedy of a finding.
 pub fn render(code: &Code) -> Text {
     match code {
-        Code::ProvenPrivateCopy {
-            path,
-            size_bytes,
-            pid,
-            comm,
-            how,
-            fraction,
-            widened_bytes,
-            traced_read_bytes,
-            huge_pages,
-            ..
-        } => {
-            let (kind, place) = match how {
-                CopyHow::SharedMemory => ("copy", "shared memory"),
-                CopyHow::Pinned => ("pinned host copy", "host memory the NVIDIA driver maps"),
-                _ if *huge_pages => ("private copy", "huge pages (hugetlbfs)"),
-                _ => ("private copy", "private memory"),
-            };
-            let (how, remedy) = match how {
-                CopyHow::Read if *widened_bytes > 0 => (
-                    "copied with read()",
-                    "load it with mmap (llama.cpp's default, np.load(mmap_mode='r'), torch.load(mmap=True)) to share the page cache instead of copying it, and keep the stored dtype (or convert the file once on disk)",
-                ),
-                CopyHow::Read => (
-                    "copied with read()",
-                    "load it with mmap (llama.cpp's default, np.load(mmap_mode='r'), torch.load(mmap=True)) to share the page cache instead of copying it",
-                ),
-                CopyHow::CopiedFromMapping => (
-                    "copied out of its mapping of the file",
-                    "use the mapped tensors in place instead of copying them (no .clone()/.copy() of weights at load)",
-                ),
-                CopyHow::Converted => (
-                    "converted out of its mapping of the file (a dtype conversion, such as .float() or .astype(float32), not a read)",
-                    "keep the stored dtype (use the mapped tensors as they are), or convert the file once on disk to the dtype it runs in and load that",
-                ),
-                CopyHow::Pinned => (
-                    "copied into pinned (page-locked) host memory, a staging copy for the GPU (cudaHostAlloc, pin_memory())",
-                    "free the pinned copy once it is uploaded, or register the file's own mapping for device access in place (cudaHostRegister with cudaHostRegisterReadOnly) instead of staging a copy",
-                ),
-                CopyHow::SharedMemory => (
-                    "copied into shared memory (anonymous shared memory, or a shmem, tmpfs or memfd file)",
-                    "map the model file itself (read-only, MAP_SHARED): its page cache is already shared between processes, a shared-memory copy is one more",
-                ),
-                CopyHow::Copied => (
-                    "copied",
-                    "load it with mmap to share the page cache instead of copying it",
-                ),
-            };
-            let traced = match (traced_read_bytes, size_bytes) {
-                (Some(r), Some(size)) if *size > 0 => format!(
-                    "; it read() {:.0}% of the file during the trace",
-                    *r as f64 * 100.0 / *size as f64
-                ),
-                _ => String::new(),
-            };
-            let widened = if *widened_bytes > 0 {
-                format!(" ({} of it widened to F32)", iec(*widened_bytes))
-            } else {
-                String::new()
-            };
-            text(
-                path,
-                format!(
-                    "pid {pid} ({comm}) holds a {kind} of '{}' {how}: {:.0}% of the file found byte by byte in its {place}{widened}{traced}",
-                    name(path),
-                    fraction * 100.0
-                ),
-                Some(remedy),
-            )
-        }
+        c @ Code::ProvenPrivateCopy { .. } => proven::render(c),
         Code::SharedPrivateCopy {
             path,
             pids,

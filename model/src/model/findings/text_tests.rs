@@ -1,6 +1,7 @@
 //! Every finding's words, pinned; the advice for each reader; the JSON of a finding.
 
 use super::*;
+use crate::model::CopyHow;
 use crate::sample::unsearched::Unsearched;
 use crate::sample::Privilege;
 
@@ -24,31 +25,31 @@ fn p() -> String {
 fn every_code_reads_as_before() {
     let cases: Vec<(Code, &str, &str, Option<&str>)> = vec![
         (
-            Code::ProvenPrivateCopy { file: k(), path: p(), size_bytes: Some(1 << 30), pid: 7, comm: "py".into(), how: CopyHow::Read, fraction: 1.0, widened_bytes: 512 * MIB, traced_read_bytes: Some(1 << 30), huge_pages: false },
+            Code::ProvenPrivateCopy { file: k(), path: p(), size_bytes: Some(1 << 30), pid: 7, comm: "py".into(), how: CopyHow::Read, fraction: 1.5, file_bytes: 1 << 30, converted_bytes: 512 * MIB, conversion: Some(twofold_formats::convert::Conversion::F16ToF32), traced_read_bytes: Some(1 << 30), huge_pages: false },
             "/m/model.gguf",
-            "pid 7 (py) holds a private copy of 'model.gguf' copied with read(): 100% of the file found byte by byte in its private memory (512.0 MiB of it widened to F32); it read() 100% of the file during the trace",
+            "pid 7 (py) holds a private copy of 'model.gguf' copied with read(): 100% of the file found byte by byte in its private memory (512.0 MiB of it converted F16→F32; the copy counts 1.50 of the file by the bytes it holds); it read() 100% of the file during the trace",
             Some("load it with mmap (llama.cpp's default, np.load(mmap_mode='r'), torch.load(mmap=True)) to share the page cache instead of copying it, and keep the stored dtype (or convert the file once on disk)"),
         ),
         (
-            Code::ProvenPrivateCopy { file: k(), path: p(), size_bytes: None, pid: 7, comm: "py".into(), how: CopyHow::CopiedFromMapping, fraction: 0.5, widened_bytes: 0, traced_read_bytes: Some(1), huge_pages: false },
+            Code::ProvenPrivateCopy { file: k(), path: p(), size_bytes: None, pid: 7, comm: "py".into(), how: CopyHow::CopiedFromMapping, fraction: 0.5, file_bytes: 0, converted_bytes: 0, conversion: None, traced_read_bytes: Some(1), huge_pages: false },
             "/m/model.gguf",
             "pid 7 (py) holds a private copy of 'model.gguf' copied out of its mapping of the file: 50% of the file found byte by byte in its private memory",
             Some("use the mapped tensors in place instead of copying them (no .clone()/.copy() of weights at load)"),
         ),
         (
-            Code::ProvenPrivateCopy { file: k(), path: p(), size_bytes: Some(1 << 30), pid: 7, comm: "py".into(), how: CopyHow::Converted, fraction: 0.5, widened_bytes: 512 * MIB, traced_read_bytes: None, huge_pages: false },
+            Code::ProvenPrivateCopy { file: k(), path: p(), size_bytes: Some(1 << 30), pid: 7, comm: "py".into(), how: CopyHow::Converted, fraction: 0.25, file_bytes: 512 * MIB, converted_bytes: 512 * MIB, conversion: Some(twofold_formats::convert::Conversion::F32ToF16), traced_read_bytes: None, huge_pages: false },
             "/m/model.gguf",
-            "pid 7 (py) holds a private copy of 'model.gguf' converted out of its mapping of the file (a dtype conversion, such as .float() or .astype(float32), not a read): 50% of the file found byte by byte in its private memory (512.0 MiB of it widened to F32)",
-            Some("keep the stored dtype (use the mapped tensors as they are), or convert the file once on disk to the dtype it runs in and load that"),
+            "pid 7 (py) holds a private copy of 'model.gguf' converted F32→F16 out of its mapping of the file (a dtype conversion, such as .float(), .half() or .astype(np.float16), not a read): 50% of the file found byte by byte in its private memory (512.0 MiB of it converted F32→F16; the copy counts 0.25 of the file by the bytes it holds)",
+            Some("store the dtype it runs in: keep the stored dtype (use the mapped tensors as they are), or convert the file once on disk to the dtype it runs in and load that"),
         ),
         (
-            Code::ProvenPrivateCopy { file: k(), path: p(), size_bytes: Some(1 << 30), pid: 7, comm: "py".into(), how: CopyHow::Read, fraction: 1.0, widened_bytes: 0, traced_read_bytes: None, huge_pages: true },
+            Code::ProvenPrivateCopy { file: k(), path: p(), size_bytes: Some(1 << 30), pid: 7, comm: "py".into(), how: CopyHow::Read, fraction: 1.0, file_bytes: 1 << 30, converted_bytes: 0, conversion: None, traced_read_bytes: None, huge_pages: true },
             "/m/model.gguf",
             "pid 7 (py) holds a private copy of 'model.gguf' copied with read(): 100% of the file found byte by byte in its huge pages (hugetlbfs)",
             Some("load it with mmap (llama.cpp's default, np.load(mmap_mode='r'), torch.load(mmap=True)) to share the page cache instead of copying it"),
         ),
         (
-            Code::ProvenPrivateCopy { file: k(), path: p(), size_bytes: Some(1 << 30), pid: 7, comm: "py".into(), how: CopyHow::Pinned, fraction: 1.0, widened_bytes: 0, traced_read_bytes: None, huge_pages: false },
+            Code::ProvenPrivateCopy { file: k(), path: p(), size_bytes: Some(1 << 30), pid: 7, comm: "py".into(), how: CopyHow::Pinned, fraction: 1.0, file_bytes: 1 << 30, converted_bytes: 0, conversion: None, traced_read_bytes: None, huge_pages: false },
             "/m/model.gguf",
             "pid 7 (py) holds a pinned host copy of 'model.gguf' copied into pinned (page-locked) host memory, a staging copy for the GPU (cudaHostAlloc, pin_memory()): 100% of the file found byte by byte in its host memory the NVIDIA driver maps",
             Some("free the pinned copy once it is uploaded, or register the file's own mapping for device access in place (cudaHostRegister with cudaHostRegisterReadOnly) instead of staging a copy"),
