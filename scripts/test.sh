@@ -46,9 +46,11 @@ fi
 # kubernetes-validate: the Kubernetes OpenAPI schemas, offline, for deploy/k8s
 # (tests/it/deploy.rs; the kustomize base is rendered with `kubectl kustomize`).
 # bcrypt: the hashes of serve's --web.config.file test (tests/exact/serve/web.rs).
-if ! python3 -c "import numpy, safetensors, onnx, onnxruntime, prometheus_client, kubernetes_validate, bcrypt" >/dev/null 2>&1; then
-  echo "test.sh: installing numpy, safetensors, onnx, onnxruntime, prometheus-client, kubernetes-validate and bcrypt (pip)"
-  python3 -m pip install -q numpy safetensors onnx onnxruntime prometheus-client kubernetes-validate bcrypt
+# ml_dtypes: bfloat16 for NumPy (JAX's), the BF16 conversions of tests/exact/convert.rs where
+# torch is not installed.
+if ! python3 -c "import numpy, safetensors, onnx, onnxruntime, prometheus_client, kubernetes_validate, bcrypt, ml_dtypes" >/dev/null 2>&1; then
+  echo "test.sh: installing numpy, safetensors, onnx, onnxruntime, prometheus-client, kubernetes-validate, bcrypt and ml_dtypes (pip)"
+  python3 -m pip install -q numpy safetensors onnx onnxruntime prometheus-client kubernetes-validate bcrypt ml_dtypes
 fi
 command -v kubectl >/dev/null 2>&1 || echo "test.sh: kubectl is missing (tests/it/deploy.rs renders the kustomize base with it)" >&2
 

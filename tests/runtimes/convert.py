@@ -5,7 +5,8 @@ for tests/exact/convert.rs.
     python3 convert.py hold MODE FILE          maps FILE and converts tensors (MODE below)
 
 MODE: np-f16 (NumPy: every F32 tensor .astype(np.float16)), torch-half (torch: every BF16
-tensor .half()), torch-bf16 (torch: every F32 tensor .to(torch.bfloat16)), np-f32-part
+tensor .half()), torch-bf16 (torch: every F32 tensor .to(torch.bfloat16)), mld-half and
+mld-bf16 (the same with ml_dtypes, the bfloat16 NumPy type of JAX: .astype), np-f32-part
 (NumPy: every other F16 tensor .astype(np.float32)), random (the file mapped and read, and
 random F16 arrays as large as the file: no copy of it). The mapping stays.
 Prints one JSON line: {"arrays": [[address, bytes], ...], "rss_anon_growth": bytes} (the
@@ -81,6 +82,10 @@ def hold(mode, path):
         src = torch.bfloat16 if mode == "torch-half" else torch.float32
         dst = torch.float16 if mode == "torch-half" else torch.bfloat16
         torch.zeros(1024, dtype=src).to(dst)  # torch's own start-up, before the measure
+    if mode in ("mld-half", "mld-bf16"):
+        import ml_dtypes  # loaded before the measure, as torch is
+
+        np.zeros(1024, dtype=np.float32).astype(ml_dtypes.bfloat16).astype(np.float16)
     before = rss_anon()
     kept = []
     if torch_mode:
@@ -92,6 +97,16 @@ def hold(mode, path):
         for i, (_, dtype, off, n) in enumerate(ts):
             if mode == "np-f16":
                 c = whole[off:off + n].view(np.float32).astype(np.float16)
+            elif mode in ("mld-half", "mld-bf16"):
+                if mode == "mld-half":
+                    src, dst = whole[off:off + n].view(ml_dtypes.bfloat16), np.float16
+                else:
+                    src, dst = whole[off:off + n].view(np.float32), ml_dtypes.bfloat16
+                # In parts: .astype of a whole tensor goes through an F32 temporary as
+                # large as it, which stays in the heap (RssAnon) after it is freed.
+                c = np.empty(src.size, dtype=dst)
+                for i in range(0, src.size, 1 << 14):
+                    c[i:i + (1 << 14)] = src[i:i + (1 << 14)].astype(dst)
             elif mode == "np-f32-part":
                 if i % 2:
                     continue
