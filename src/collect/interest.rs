@@ -294,6 +294,9 @@ impl<'a> Gatherer<'a> {
         if pid == self.procs.own_pid() {
             return true;
         }
+        if another_build(&parts.cmdline) {
+            return true;
+        }
         let Some(exe) = self.own_exe else {
             return false;
         };
@@ -392,6 +395,41 @@ impl<'a> Gatherer<'a> {
 /// The (dev, inode) of the executable this process runs, through `PROC/self/exe` (the
 /// inode it runs, even when the path was replaced since); `None` under a procfs root that
 /// has no `self` (a fixture tree).
+/// twofold's commands that observe (everything but the `__child` workloads and `__bench`).
+const OBSERVING: &[&str] = &[
+    "scan",
+    "residency",
+    "dupes",
+    "run",
+    "compare",
+    "pressure",
+    "demo",
+    "inspect",
+    "trace",
+    "probe",
+    "top",
+    "record",
+    "replay",
+    "dump",
+    "snapshot",
+    "serve",
+];
+
+/// A twofold of another build or path (another checkout's `serve`, the DaemonSet's image
+/// beside an admin's binary): a program named `twofold` running one of its observing
+/// commands. Its executable is another inode, but what it maps or holds is there because
+/// it observes (its index keeps model files open), never a holder's.
+fn another_build(cmdline: &[String]) -> bool {
+    let named = cmdline
+        .first()
+        .and_then(|a| Path::new(a).file_name())
+        .is_some_and(|n| n == "twofold");
+    named
+        && cmdline
+            .get(1)
+            .is_some_and(|c| OBSERVING.contains(&c.as_str()))
+}
+
 fn own_exe(proc_root: &Path) -> Option<FileKey> {
     let m = std::fs::metadata(proc_root.join("self").join("exe")).ok()?;
     Some(FileKey::from_dev(m.dev(), m.ino()))
@@ -482,4 +520,34 @@ fn file_sample(key: FileKey, i: Interest, ways: &[PathBuf], method: Method) -> F
         Err(misses) => f.residency_error = Some(misses.describe()),
     }
     f
+}
+
+#[cfg(test)]
+mod tests {
+    use super::another_build;
+
+    fn v(a: &[&str]) -> Vec<String> {
+        a.iter().map(|s| s.to_string()).collect()
+    }
+
+    #[test]
+    fn another_build_is_known_by_its_program_and_command() {
+        assert!(another_build(&v(&[
+            "/opt/other/target/release/twofold",
+            "serve",
+            "--listen",
+            "x"
+        ])));
+        assert!(another_build(&v(&["twofold", "record", "--store", "s"])));
+        // Its readers are workloads, and a program of another name is not twofold.
+        assert!(!another_build(&v(&[
+            "/usr/bin/twofold",
+            "__child",
+            "copy",
+            "m"
+        ])));
+        assert!(!another_build(&v(&["/usr/bin/python3", "serve"])));
+        assert!(!another_build(&v(&["twofold"])));
+        assert!(!another_build(&[]));
+    }
 }
