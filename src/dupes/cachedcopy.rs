@@ -28,7 +28,7 @@
 use std::cell::Cell;
 use std::io;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Once, OnceLock};
+use std::sync::{Once, OnceLock, RwLock, RwLockReadGuard};
 
 thread_local! {
     /// Set while this thread copies from a file mapping.
@@ -103,56 +103,87 @@ fn install() {
 }
 
 /// A read-only shared mapping of a whole file, advised `MADV_RANDOM`, to copy cached
-/// pages from.
+/// pages from: made at the first copy and unmapped by [`CachedCopy::release`], so that it
+/// exists only while a caller reads (a long-lived index keeps its files open, but no
+/// mapping: another tool would see twofold as a mapper, and pages it mapped could not be
+/// evicted).
 pub struct CachedCopy {
-    map: memmap2::Mmap,
+    file: std::fs::File,
+    len: u64,
+    map: RwLock<Option<memmap2::Mmap>>,
     page: u64,
     /// Bytes copied since the page tables were last dropped.
     pending: AtomicU64,
 }
 
-/// The page tables of the mapping are dropped after this many bytes copied (and by
-/// [`CachedCopy::release`]): dropping them after every small read (the index reads 2 KiB
-/// every 2 KiB) cost a fault and a TLB flush per read, 5x the index's time on a cached file.
+/// The page tables of the mapping are dropped after this many bytes copied (and the
+/// mapping removed by [`CachedCopy::release`]): dropping them after every small read (the
+/// index reads 2 KiB every 2 KiB) cost a fault and a TLB flush per read, 5x the index's
+/// time on a cached file.
 const RELEASE_EVERY: u64 = 16 << 20;
 /// The kernel's default `fault_around_bytes`.
 const FAULT_AROUND: u64 = 64 << 10;
 
 impl CachedCopy {
-    /// Maps `file` (`len` bytes); `None` where it cannot be mapped (empty, or a file system
-    /// without mmap).
+    /// For `file` (`len` bytes); `None` where it cannot be mapped (empty).
     pub fn new(file: &std::fs::File, len: u64) -> Option<CachedCopy> {
         if len == 0 {
             return None;
         }
-        // SAFETY: a read-only shared mapping: the file may change under it (we only copy
-        // bytes out, checked by the caller's comparisons), and truncation is handled by
-        // the SIGBUS handler above.
-        let map = unsafe { memmap2::MmapOptions::new().len(len as usize).map(file) }.ok()?;
-        map.advise(memmap2::Advice::Random).ok()?;
         install();
         Some(CachedCopy {
-            map,
+            file: file.try_clone().ok()?,
+            len,
+            map: RwLock::new(None),
             page: crate::collect::system::page_size(),
             pending: AtomicU64::new(0),
         })
     }
 
+    /// The mapping, made when there is none.
+    fn mapped(&self) -> io::Result<RwLockReadGuard<'_, Option<memmap2::Mmap>>> {
+        {
+            let m = self.map.read().unwrap_or_else(|e| e.into_inner());
+            if m.is_some() {
+                return Ok(m);
+            }
+        }
+        let mut w = self.map.write().unwrap_or_else(|e| e.into_inner());
+        if w.is_none() {
+            // SAFETY: a read-only shared mapping: the file may change under it (we only
+            // copy bytes out, checked by the caller's comparisons), and truncation is
+            // handled by the SIGBUS handler above.
+            let map = unsafe {
+                memmap2::MmapOptions::new()
+                    .len(self.len as usize)
+                    .map(&self.file)
+            }?;
+            map.advise(memmap2::Advice::Random)?;
+            *w = Some(map);
+        }
+        drop(w);
+        Ok(self.map.read().unwrap_or_else(|e| e.into_inner()))
+    }
+
     /// Copies `buf.len()` bytes at `off` out of the mapping; the caller has checked that
-    /// they are cached. Fails with `EIO` where the file was truncated under the mapping.
+    /// they are cached. Fails where the file was truncated under the mapping.
     pub fn copy(&self, buf: &mut [u8], off: u64) -> io::Result<()> {
         let end = off
             .checked_add(buf.len() as u64)
-            .filter(|e| *e <= self.map.len() as u64)
+            .filter(|e| *e <= self.len)
             .ok_or_else(|| io::Error::from_raw_os_error(libc::EINVAL))?;
+        let guard = self.mapped()?;
+        let Some(map) = guard.as_ref() else {
+            return Err(io::Error::from_raw_os_error(libc::EINVAL));
+        };
         PAGE.with(|p| p.set(self.page));
         FAULTED.with(|f| f.set(false));
         COPYING.with(|c| c.set(true));
-        // SAFETY: `off..end` lies inside the mapping (checked above); the source is read
-        // with volatile-free memcpy, and a SIGBUS in it is turned into a zero page.
+        // SAFETY: `off..end` lies inside the mapping (checked above), which the read guard
+        // keeps; a SIGBUS in the copy is turned into a zero page.
         unsafe {
             std::ptr::copy_nonoverlapping(
-                self.map.as_ptr().add(off as usize),
+                map.as_ptr().add(off as usize),
                 buf.as_mut_ptr(),
                 buf.len(),
             );
@@ -162,9 +193,20 @@ impl CachedCopy {
         // What the copy may have mapped: fault-around maps up to 64 KiB of cached pages
         // around each page touched.
         let copied = (end - off).max(FAULT_AROUND);
-        if self.pending.fetch_add(copied, Ordering::Relaxed) + copied >= RELEASE_EVERY {
-            self.release();
+        if self.pending.fetch_add(copied, Ordering::Relaxed) + copied >= RELEASE_EVERY
+            && self.pending.swap(0, Ordering::Relaxed) > 0
+        {
+            // SAFETY: the whole of our own mapping, kept by the guard; MADV_DONTNEED of a
+            // shared file mapping only drops our page table entries, it never evicts.
+            unsafe {
+                libc::madvise(
+                    map.as_ptr() as *mut libc::c_void,
+                    map.len(),
+                    libc::MADV_DONTNEED,
+                );
+            }
         }
+        drop(guard);
         if faulted {
             return Err(io::Error::new(
                 io::ErrorKind::UnexpectedEof,
@@ -174,28 +216,20 @@ impl CachedCopy {
         Ok(())
     }
 
-    /// Drops the page tables of the whole mapping, so that twofold does not stay a mapper
-    /// of the pages it copied: on a shared file mapping `MADV_DONTNEED` unmaps, it never
-    /// evicts (the page cache stays as it is). Cheap where nothing is mapped.
+    /// Removes the mapping: twofold maps none of the file (the page cache stays as it is).
+    /// The next copy maps it again.
     pub fn release(&self) {
-        if self.pending.swap(0, Ordering::Relaxed) == 0 {
-            return;
-        }
-        // SAFETY: the whole of our own mapping; see above.
-        unsafe {
-            libc::madvise(
-                self.map.as_ptr() as *mut libc::c_void,
-                self.map.len(),
-                libc::MADV_DONTNEED,
-            );
-        }
+        self.pending.store(0, Ordering::Relaxed);
+        self.map.write().unwrap_or_else(|e| e.into_inner()).take();
     }
 
     /// Pages of the mapping mapped now, from its `Rss` in `/proc/self/smaps` (`mincore`
     /// would report the page cache): for tests of [`CachedCopy::release`].
     #[cfg(test)]
     fn mapped_pages(&self) -> u64 {
-        let start = self.map.as_ptr() as u64;
+        let Some(start) = self.map.read().unwrap().as_ref().map(|m| m.as_ptr() as u64) else {
+            return 0;
+        };
         let smaps = std::fs::read_to_string("/proc/self/smaps").unwrap_or_default();
         let mut inside = false;
         for l in smaps.lines() {
@@ -256,5 +290,8 @@ mod tests {
         assert!(c.mapped_pages() > 0);
         c.release();
         assert_eq!(c.mapped_pages(), 0);
+        // Not even a mapping is left: another tool sees no mapper of the file.
+        let maps = std::fs::read_to_string("/proc/self/maps").unwrap();
+        assert!(!maps.contains(path.to_str().unwrap()), "{maps}");
     }
 }
