@@ -172,7 +172,11 @@ impl CachedCopy {
             .checked_add(buf.len() as u64)
             .filter(|e| *e <= self.len)
             .ok_or_else(|| io::Error::from_raw_os_error(libc::EINVAL))?;
-        let guard = self.mapped()?;
+        // A mapping that cannot be made (an address space limited below the file's size)
+        // is said as `Unsupported`: the caller reads from storage instead.
+        let guard = self
+            .mapped()
+            .map_err(|e| io::Error::new(io::ErrorKind::Unsupported, e))?;
         let Some(map) = guard.as_ref() else {
             return Err(io::Error::from_raw_os_error(libc::EINVAL));
         };

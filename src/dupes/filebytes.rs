@@ -127,8 +127,12 @@ impl FileBytes {
                         part.len() as u64,
                     ) == Some(true) =>
                 {
-                    map.copy(part, at)?;
-                    Ok(true)
+                    match map.copy(part, at) {
+                        Ok(()) => Ok(true),
+                        // No mapping to be had (the address space is limited): from storage.
+                        Err(e) if e.kind() == io::ErrorKind::Unsupported => Ok(false),
+                        Err(e) => Err(e),
+                    }
                 }
                 _ => Ok(false),
             }
@@ -153,8 +157,14 @@ impl FileBytes {
                     if crate::collect::residency::range_cached(&self.file, at, len as u64)
                         == Some(true) =>
                 {
-                    map.copy(part, at)?;
-                    len
+                    match map.copy(part, at) {
+                        Ok(()) => len,
+                        // No mapping to be had (the address space is limited): from storage.
+                        Err(e) if e.kind() == io::ErrorKind::Unsupported => {
+                            self.read_uncached(part, at)?
+                        }
+                        Err(e) => return Err(e),
+                    }
                 }
                 (Some(_), _) => self.read_uncached(part, at)?,
             };

@@ -90,6 +90,20 @@ pub fn fincore_pages(path: &Path) -> u64 {
     String::from_utf8_lossy(&out).trim().parse().unwrap()
 }
 
+/// Evicts `path` until `fincore` says no page of it is cached (10 s at most): a page some
+/// process maps at that moment (another twofold copying it out of its mapping, for one)
+/// is not evicted, and goes a moment later.
+pub fn evict_all(path: &Path) {
+    let start = std::time::Instant::now();
+    loop {
+        evict(path);
+        if fincore_pages(path) == 0 || start.elapsed() > Duration::from_secs(10) {
+            return;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
 pub fn evict(path: &Path) {
     let f = std::fs::File::open(path).unwrap();
     // SAFETY: plain syscall on an fd we own.

@@ -211,7 +211,7 @@ fn record_trace_stores_counters_that_replay_and_dump_agree_with_bpftrace() {
          tracepoint:syscalls:sys_exit_read /pid == {pid} && args->ret > 0/ {{ @read = sum(args->ret); }}",
         ino = k.inode
     ));
-    evict(&file);
+    evict_all(&file);
     assert_eq!(copy.go(), "ready");
     // Three more snapshots (32-byte index entries), however slow a snapshot is here.
     let index = store.join(format!(
