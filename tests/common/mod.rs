@@ -90,6 +90,38 @@ pub fn fincore_pages(path: &Path) -> u64 {
     String::from_utf8_lossy(&out).trim().parse().unwrap()
 }
 
+/// `true` if python3 imports `modules` (a comma list); says why not otherwise (and fails in
+/// CI).
+pub fn python_has(modules: &str) -> bool {
+    require(
+        std::process::Command::new("python3")
+            .args(["-c", &format!("import {modules}")])
+            .output()
+            .is_ok_and(|o| o.status.success()),
+        &format!("python3 with {modules}"),
+    )
+}
+
+/// `twofold scan --json FILE` and the file's model in it. (The proof given 300 s: on a
+/// loaded host, other processes that read as much as the file, searched first as the
+/// cheaper, must not cut a runtime's search short.)
+pub fn scan_file(file: &Path) -> (twofold::model::Report, twofold::model::FileModel) {
+    let r: twofold::model::Report = twofold_json(&[
+        "scan".as_ref(),
+        "--json".as_ref(),
+        "--prove-budget".as_ref(),
+        "300s".as_ref(),
+        file.as_os_str(),
+    ]);
+    let f = r
+        .files
+        .iter()
+        .find(|f| Path::new(&f.path) == file)
+        .unwrap_or_else(|| panic!("{} not in the report", file.display()))
+        .clone();
+    (r, f)
+}
+
 /// Evicts `path` until `fincore` says no page of it is cached (10 s at most): a page some
 /// process maps at that moment (another twofold copying it out of its mapping, for one)
 /// is not evicted, and goes a moment later.

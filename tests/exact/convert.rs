@@ -17,22 +17,11 @@ use std::time::Duration;
 
 use crate::common::*;
 use twofold::container::convert::Conversion;
-use twofold::model::{CopyHow, FileModel, Report};
+use twofold::model::CopyHow;
 
 fn script() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/runtimes/convert.py")
 }
-
-fn python_has(modules: &str) -> bool {
-    require(
-        Command::new("python3")
-            .args(["-c", &format!("import {modules}")])
-            .output()
-            .is_ok_and(|o| o.status.success()),
-        &format!("python3 with {modules}"),
-    )
-}
-
 /// The runtime that converts to and from BF16: torch where it is installed (a 4 GiB wheel
 /// with its CUDA libraries from PyPI, which `scripts/test.sh` does not install), else
 /// ml_dtypes (JAX's bfloat16 NumPy type, which it does); said on stderr.
@@ -99,24 +88,6 @@ fn hold(mode: &str, file: &Path) -> Held {
         rss_anon_growth: v["rss_anon_growth"].as_i64().unwrap(),
     }
 }
-
-fn scan(file: &Path) -> (Report, FileModel) {
-    let r: Report = twofold_json(&[
-        "scan".as_ref(),
-        "--json".as_ref(),
-        "--prove-budget".as_ref(),
-        "300s".as_ref(),
-        file.as_os_str(),
-    ]);
-    let f = r
-        .files
-        .iter()
-        .find(|f| Path::new(&f.path) == file)
-        .unwrap_or_else(|| panic!("{} not in the report", file.display()))
-        .clone();
-    (r, f)
-}
-
 /// Resident fraction of `file` by `mincore(2)` on the test's own mapping (unmapped after).
 fn cached(file: &Path) -> f64 {
     let f = std::fs::File::open(file).unwrap();
@@ -185,7 +156,7 @@ fn converted_truth(held: &Held, file: &Path, conv: Conversion, which: &[usize]) 
 fn check(file: &Path, held: &Held, conv: Conversion, which: &[usize], what: &str) {
     let size = std::fs::metadata(file).unwrap().len();
     let cached = cached(file);
-    let (r, m) = scan(file);
+    let (r, m) = scan_file(file);
     let bytes = converted_truth(held, file, conv, which);
     let truth = cached + bytes as f64 / size as f64;
     let count = m.representations.proven.unwrap();
@@ -329,7 +300,7 @@ fn random_memory_is_no_converted_copy() {
     let held = hold("random", &file);
     assert!(held.rss_anon_growth > 10 << 20, "{}", held.rss_anon_growth);
     let cached = cached(&file);
-    let (_, m) = scan(&file);
+    let (_, m) = scan_file(&file);
     assert!(
         !m.proven_copies.iter().any(|c| c.pid == held.child.pid()),
         "{:#?}",

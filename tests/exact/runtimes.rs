@@ -126,37 +126,6 @@ fn safetensors_load_file_copies_exactly_what_the_kernel_says() {
         );
     }
 }
-
-fn python_has(modules: &str) -> bool {
-    require(
-        Command::new("python3")
-            .args(["-c", &format!("import {modules}")])
-            .output()
-            .is_ok_and(|o| o.status.success()),
-        &format!("python3 with {modules}"),
-    )
-}
-
-/// `twofold scan --json FILE` and the file's model in it.
-/// (The proof given 300 s: on a loaded host, other processes that read as
-/// much as the file, searched first as the cheaper, must not cut the runtime's search short.)
-fn scan(file: &Path) -> (twofold::model::Report, twofold::model::FileModel) {
-    let r: twofold::model::Report = twofold_json(&[
-        "scan".as_ref(),
-        "--json".as_ref(),
-        "--prove-budget".as_ref(),
-        "300s".as_ref(),
-        file.as_os_str(),
-    ]);
-    let f = r
-        .files
-        .iter()
-        .find(|f| Path::new(&f.path) == file)
-        .unwrap_or_else(|| panic!("{} not in the report", file.display()))
-        .clone();
-    (r, f)
-}
-
 /// The present pages of `pid`'s readable anonymous mappings (by its maps and pagemap),
 /// read through `/proc/PID/mem` (never `process_vm_readv`, which can unshare what it
 /// reads) into anonymous mappings of this process: `(start, bytes)`.
@@ -280,7 +249,7 @@ print(json.dumps(ranges))
         truth >= all,
         "onnxruntime holds fewer copies than expected: {truth} of {all}"
     );
-    let (r, m) = scan(&path);
+    let (r, m) = scan_file(&path);
     let copy = m
         .proven_copies
         .iter()
@@ -369,7 +338,7 @@ sys.stdin.read()
         .sum();
     // F32 in memory: two bytes per byte of the F16 file.
     let truth = 2.0 * truth as f64 / size as f64;
-    let (r, m) = scan(&file);
+    let (r, m) = scan_file(&file);
     let copy = m
         .proven_copies
         .iter()
