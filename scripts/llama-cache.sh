@@ -59,10 +59,13 @@ fetch_source() {
             # pip prepares the package's metadata, which needs its build backend; the file
             # itself comes from the registry's JSON API, checked against its sha256
             local meta url
-            meta=$(curl -fsS "https://pypi.org/pypi/llama-cpp-python/$VERSION/json")
-            url=$(printf '%s' "$meta" | python3 -c 'import json,sys
-for u in json.load(sys.stdin)["urls"]:
-    if u["packagetype"] == "sdist": print(u["url"], u["digests"]["sha256"])')
+            # (the project's JSON, not the version's: a registry mirror may serve only the
+            # former, with links relative to it)
+            local index=https://pypi.org/pypi/llama-cpp-python/json
+            meta=$(curl -fsS "$index")
+            url=$(printf '%s' "$meta" | python3 -c 'import json,sys,urllib.parse
+for u in json.load(sys.stdin)["releases"][sys.argv[2]]:
+    if u["packagetype"] == "sdist": print(urllib.parse.urljoin(sys.argv[1], u["url"]), u["digests"]["sha256"])' "$index" "$VERSION")
             SDIST_SHA256=${url#* }
             curl -fsSL -o "$cache/dl/llama_cpp_python-$VERSION.tar.gz" "${url%% *}"
             echo "$SDIST_SHA256  $cache/dl/llama_cpp_python-$VERSION.tar.gz" | sha256sum -c --quiet
