@@ -23,6 +23,7 @@
 
 use serde::{Deserialize, Serialize};
 
+use crate::repack::Layout;
 use crate::Dtype;
 
 /// One dtype conversion of a tensor's elements.
@@ -41,6 +42,10 @@ pub enum Conversion {
     Bf16ToF16,
     /// F16 to BF16 through F32 (round to nearest even).
     F16ToBf16,
+    /// A quantised weight repacked by llama.cpp's CPU backend into `Layout` (rows
+    /// interleaved, [`crate::repack`]): the same size, other byte order. Serialized as
+    /// `{"repack": "q4_0_8x8"}`.
+    Repack(Layout),
 }
 
 impl Conversion {
@@ -57,23 +62,29 @@ impl Conversion {
     /// The dtype of the file's elements.
     pub fn from_dtype(self) -> Dtype {
         match self {
+            Conversion::Repack(l) => Dtype::Quant(l.spec().source_type.to_string()),
             Conversion::F16ToF32 | Conversion::F16ToBf16 => Dtype::F16,
             Conversion::Bf16ToF32 | Conversion::Bf16ToF16 => Dtype::BF16,
             Conversion::F32ToF16 | Conversion::F32ToBf16 => Dtype::F32,
         }
     }
 
-    /// The dtype of the elements in memory.
+    /// The dtype of the elements in memory (a repacked layout's own name: `q4_0_8x8`).
     pub fn to_dtype(self) -> Dtype {
         match self {
+            Conversion::Repack(l) => Dtype::Other(l.spec().name.to_string()),
             Conversion::F16ToF32 | Conversion::Bf16ToF32 => Dtype::F32,
             Conversion::F32ToF16 | Conversion::Bf16ToF16 => Dtype::F16,
             Conversion::F32ToBf16 | Conversion::F16ToBf16 => Dtype::BF16,
         }
     }
 
-    /// Bytes of one element: (in the file, in memory).
+    /// Bytes of one element: (in the file, in memory); (1, 1) for a repack, which keeps
+    /// the size (its unit is a group of rows, see [`crate::repack`]).
     pub fn elements(self) -> (u64, u64) {
+        if let Conversion::Repack(_) = self {
+            return (1, 1);
+        }
         let size = |d: Dtype| u64::from(d.bits().unwrap_or(8) / 8);
         (size(self.from_dtype()), size(self.to_dtype()))
     }
@@ -93,15 +104,31 @@ impl Conversion {
             .filter(move |c| c.from_dtype() == *dtype)
     }
 
-    /// Its name for people: `F32→F16`.
+    /// Whether it is a llama.cpp repack (a layout), not a dtype conversion.
+    pub fn is_repack(self) -> bool {
+        matches!(self, Conversion::Repack(_))
+    }
+
+    /// Its name for people: `F32→F16`, `Q4_0→q4_0_8x8`.
     pub fn name(self) -> String {
         format!("{}→{}", self.from_dtype().name(), self.to_dtype().name())
     }
 
     /// Converts `src` (whole elements, little-endian; a trailing part is ignored) into
-    /// `out`, which is cleared first.
+    /// `out`, which is cleared first. For a repack `src` is one group of the layout's `R`
+    /// rows (so a row is `src.len() / R` bytes); bytes that are no such group (rows not
+    /// whole blocks) give an empty `out`.
     pub fn convert(self, src: &[u8], out: &mut Vec<u8>) {
         out.clear();
+        if let Conversion::Repack(l) = self {
+            let rows = l.spec().rows;
+            if src.len() % rows == 0 {
+                if let Ok(v) = crate::repack::repack(l, rows, src.len() / rows, src) {
+                    *out = v;
+                }
+            }
+            return;
+        }
         let (file, mem) = self.elements();
         out.reserve(src.len() / file as usize * mem as usize);
         match self {
@@ -111,6 +138,7 @@ impl Conversion {
             Conversion::F16ToBf16 => each16(src, out, |h| f32_to_bf16(f16_to_f32(h)).to_le_bytes()),
             Conversion::F32ToF16 => each32(src, out, |w| f32_to_f16(w).to_le_bytes()),
             Conversion::F32ToBf16 => each32(src, out, |w| f32_to_bf16(w).to_le_bytes()),
+            Conversion::Repack(_) => {}
         }
     }
 }

@@ -190,6 +190,27 @@ impl Layout {
     pub fn from_name(name: &str) -> Option<Layout> {
         Layout::ALL.into_iter().find(|l| l.spec().name == name)
     }
+
+    /// Bytes of one group of rows interleaved together (`R` rows of `row_bytes`): the unit
+    /// a repacked tensor is recomputed in, file and memory alike.
+    pub const fn group_bytes(self, row_bytes: u64) -> u64 {
+        self.spec().rows as u64 * row_bytes
+    }
+}
+
+/// A layout is written by its name (`"q4_0_8x8"`), as ggml logs it.
+impl serde::Serialize for Layout {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(self.spec().name)
+    }
+}
+
+impl<'de> serde::Deserialize<'de> for Layout {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Layout, D::Error> {
+        let name = String::deserialize(d)?;
+        Layout::from_name(&name)
+            .ok_or_else(|| serde::de::Error::custom(format!("unknown repack layout '{name}'")))
+    }
 }
 
 /// Why a repack could not be computed. Messages are lower-case and quote values.

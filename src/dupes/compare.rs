@@ -7,7 +7,7 @@ use std::io;
 use super::chunkmemo;
 use super::filebytes::FileBytes;
 use super::grid::{PAGE, WIN};
-use super::index::{periodic, Convert, CopyKind};
+use super::index::{expected, periodic, Convert, CopyKind};
 use super::pagemap::PageMap;
 use crate::collect::memory::{ProcMemory, Region};
 
@@ -148,9 +148,15 @@ impl Compare<'_> {
         if let Some(h) = chunkmemo::get(version, off, len, span.kind) {
             return Ok(chunkmemo::hash(&b.mem) == h);
         }
-        b.src.resize(len, 0);
-        span.bytes.read_exact_at(&mut b.src, off)?;
-        span.kind.convert(&b.src, &mut b.conv);
+        if let CopyKind::Repacked { .. } = kind {
+            // Interleaved rows: the output blocks of [x, y), each made from its rows.
+            b.conv.resize(n, 0);
+            expected(kind, span.bytes, span.file_offset, x - a, &mut b.src, &mut b.conv)?;
+        } else {
+            b.src.resize(len, 0);
+            span.bytes.read_exact_at(&mut b.src, off)?;
+            span.kind.convert(&b.src, &mut b.conv);
+        }
         chunkmemo::put(version, off, len, span.kind, chunkmemo::hash(&b.conv));
         Ok(b.mem == b.conv)
     }

@@ -32,7 +32,9 @@
 use serde::{Deserialize, Serialize};
 
 use super::filebytes::FileBytes;
-use super::index::{is_point, periodic, Convert, CopyKind, Slot, Unsearchable};
+use super::index::{
+    expected, is_point, periodic, Convert, CopyKind, FileContext, Slot, Unsearchable,
+};
 pub use super::index::{Layouts, Piece};
 use super::pointcache::{kept_points, merge_points, PointCache};
 use super::runs::searchable_tensors;
@@ -272,8 +274,9 @@ impl Grid {
         for (fi, (bytes, tensors, format)) in files.into_iter().enumerate() {
             let (tensors, runs_from) = searchable_tensors(&format, tensors, bytes.size);
             let mut unsearchable = Vec::new();
+            let ctx = FileContext::of(&format, &tensors);
             for (ti, t) in tensors.iter().enumerate() {
-                for kind in layouts.kinds(&t.dtype) {
+                for kind in layouts.kinds_of(t, &ctx) {
                     let mem_len = kind.mem_bytes(t.len);
                     if mem_len < SMALL_MIN {
                         unsearchable.push((ti, kind, Unsearchable::TooSmall));
@@ -367,6 +370,28 @@ impl Grid {
                     }
                     let m = k * HALF;
                     let span_mem = (HALF + WIN as u64).min(p.mem_len - m);
+                    if let CopyKind::Repacked { .. } = p.kind {
+                        // Only the output blocks under the two windows are made.
+                        for (j, at) in [(k, 0u64), (k + 1, HALF)] {
+                            if at + WIN as u64 > span_mem || !is_point(j, every) {
+                                continue;
+                            }
+                            mem.resize(WIN, 0);
+                            let file = &files_ref[p.file].bytes;
+                            expected(p.kind, file, p.file_offset, m + at, &mut span, &mut mem)
+                                .map_err(|e| format!("the file could not be read: {e}"))?;
+                            if !periodic(&mem) {
+                                all_periodic = false;
+                                keys.push(Slot {
+                                    key: hash(&mem),
+                                    piece: pi as u32,
+                                    k: j as u32,
+                                });
+                            }
+                        }
+                        k += 2;
+                        continue;
+                    }
                     span.resize(p.kind.file_bytes(span_mem) as usize, 0);
                     files_ref[p.file]
                         .bytes

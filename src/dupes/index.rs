@@ -2,8 +2,12 @@
 //! `twofold_formats::convert`), which layouts an index holds, and why a tensor cannot be
 //! searched for. The index itself is [`super::grid`].
 
+use super::filebytes::FileBytes;
 use crate::container::convert::Conversion;
-use crate::container::Dtype;
+use crate::container::repack::{
+    interleave, layouts_for, origin, weight_use, CpuFeatures, Layout, MAX_ROWS,
+};
+use crate::container::{Dtype, Format, Tensor};
 pub use crate::model::dupes::{CopyKind, Unsearchable};
 
 /// The in-memory form of a [`CopyKind`] (the kind itself is the model's, the conversion
@@ -14,16 +18,93 @@ pub trait Convert {
 }
 
 impl Convert for CopyKind {
+    /// For a repack `src` is whole groups of rows (a trailing part is ignored).
     fn convert(self, src: &[u8], out: &mut Vec<u8>) {
-        match self.conversion() {
-            None => {
+        match (self, self.conversion()) {
+            (_, None) => {
                 out.clear();
                 out.extend_from_slice(src);
             }
-            Some(c) => c.convert(src, out),
+            (CopyKind::Repacked { row_bytes, .. }, Some(c)) if row_bytes > 0 => {
+                out.clear();
+                let (g, _) = self.granule();
+                let mut group = Vec::new();
+                for src in src.chunks_exact(g as usize) {
+                    c.convert(src, &mut group);
+                    out.extend_from_slice(&group);
+                }
+            }
+            (_, Some(c)) => c.convert(src, out),
         }
     }
 }
+
+/// Bytes `[m, m + out.len())` of a piece's memory (`m` from the start of its copy) as
+/// `kind` makes them from the file's bytes at `file_offset` (`mem_len` long in memory):
+/// the whole units ([`CopyKind::granule`]) around them are read and converted, and the
+/// part asked for is cut out. For a repack only the output blocks asked for are made,
+/// each from its `R` source blocks (a few dozen bytes each, where a group of rows is
+/// kilobytes).
+pub fn expected(
+    kind: CopyKind,
+    bytes: &FileBytes,
+    file_offset: u64,
+    m: u64,
+    src: &mut Vec<u8>,
+    out: &mut [u8],
+) -> std::io::Result<()> {
+    if let CopyKind::Repacked { layout, row_bytes } = kind {
+        if row_bytes > 0 {
+            return repacked(layout, u64::from(row_bytes), bytes, file_offset, m, out);
+        }
+    }
+    let (fg, mg) = kind.granule();
+    let n = out.len() as u64;
+    let (u0, u1) = (m / mg, (m + n).div_ceil(mg));
+    src.resize(((u1 - u0) * fg) as usize, 0);
+    bytes.read_exact_at(src, file_offset + u0 * fg)?;
+    let mut conv = Vec::new();
+    kind.convert(src, &mut conv);
+    let from = (m - u0 * mg) as usize;
+    out.copy_from_slice(&conv[from..from + out.len()]);
+    Ok(())
+}
+
+/// [`expected`] of a repacked tensor: output block by output block.
+fn repacked(
+    layout: Layout,
+    row_bytes: u64,
+    bytes: &FileBytes,
+    file_offset: u64,
+    m: u64,
+    out: &mut [u8],
+) -> std::io::Result<()> {
+    let s = layout.spec();
+    let (ob, sb) = (s.out_block_bytes() as u64, s.source_block_bytes as u64);
+    let n = out.len() as u64;
+    let mut blocks = [[0u8; MAX_BLOCK]; MAX_ROWS];
+    let mut made = [0u8; MAX_ROWS * MAX_BLOCK];
+    let made = &mut made[..ob as usize];
+    for i in m / ob..(m + n).div_ceil(ob) {
+        let Some((row, x, _)) = origin(layout, row_bytes as usize, (i * ob) as usize) else {
+            return Err(std::io::Error::other("a row is no whole number of blocks"));
+        };
+        for (r, b) in blocks.iter_mut().enumerate().take(s.rows) {
+            let at = file_offset + (row + r) as u64 * row_bytes + x as u64 * sb;
+            bytes.read_exact_at(&mut b[..sb as usize], at)?;
+        }
+        let picked: Vec<&[u8]> = blocks[..s.rows].iter().map(|b| &b[..sb as usize]).collect();
+        interleave(layout, &picked, made).map_err(std::io::Error::other)?;
+        // The part of this block inside [m, m + n).
+        let (lo, hi) = ((i * ob).max(m), ((i + 1) * ob).min(m + n));
+        out[(lo - m) as usize..(hi - m) as usize]
+            .copy_from_slice(&made[(lo - i * ob) as usize..(hi - i * ob) as usize]);
+    }
+    Ok(())
+}
+
+/// Largest source block of a repack layout (`Q4_K`: 144 bytes).
+const MAX_BLOCK: usize = 144;
 
 /// Which in-memory layouts of each tensor an index holds besides its bytes as they are.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -37,7 +118,89 @@ pub enum Layouts {
     Converted,
 }
 
+/// What decides the layouts a runtime may give a file's tensors besides their dtype.
+#[derive(Debug, Clone, Copy)]
+pub struct FileContext {
+    /// A GGUF file (llama.cpp's repacks apply).
+    pub gguf: bool,
+    /// It has an `output.weight` (else `token_embd` is loaded a second time as the tied
+    /// output, and repacked).
+    pub has_output_weight: bool,
+    /// The features of the llama.cpp build whose repack layouts are looked for: a build
+    /// for this host's CPU ([`host_features`]).
+    pub cpu: CpuFeatures,
+}
+
+impl FileContext {
+    pub fn of(format: &Format, tensors: &[Tensor]) -> FileContext {
+        FileContext {
+            gguf: matches!(format, Format::Gguf { .. }),
+            has_output_weight: tensors.iter().any(|t| t.name == "output.weight"),
+            cpu: host_features(),
+        }
+    }
+}
+
+/// The CPU features a llama.cpp built for this host has (x86: AVX2 and AVX-512F; ARM:
+/// dot product and i8mm; the SVE length is not read, so SVE-only choices are not made).
+pub fn host_features() -> CpuFeatures {
+    #[cfg(target_arch = "x86_64")]
+    {
+        CpuFeatures {
+            avx2: std::arch::is_x86_feature_detected!("avx2"),
+            avx512: std::arch::is_x86_feature_detected!("avx512f"),
+            ..CpuFeatures::default()
+        }
+    }
+    #[cfg(target_arch = "aarch64")]
+    {
+        CpuFeatures {
+            neon: true,
+            dotprod: std::arch::is_aarch64_feature_detected!("dotprod"),
+            i8mm: std::arch::is_aarch64_feature_detected!("i8mm"),
+            ..CpuFeatures::default()
+        }
+    }
+    #[cfg(not(any(target_arch = "x86_64", target_arch = "aarch64")))]
+    {
+        CpuFeatures::default()
+    }
+}
+
+/// The repacked layout llama.cpp's CPU backend gives tensor `t` of a GGUF file, if any
+/// (a matrix weight of a type and row count it repacks on a build for `ctx.cpu`).
+pub fn repacked_kind(t: &Tensor, ctx: &FileContext) -> Option<CopyKind> {
+    let Dtype::Quant(ty) = &t.dtype else {
+        return None;
+    };
+    if !ctx.gguf
+        || t.shape.len() < 2
+        || !weight_use(&t.name, t.shape.len(), ctx.has_output_weight).may_repack()
+    {
+        return None;
+    }
+    let (cols, rows) = (t.shape[0], t.shape[1]);
+    let layout = *layouts_for(ty, rows, cols, &ctx.cpu).first()?;
+    let all_rows: u64 = t.shape[1..].iter().product();
+    let row_bytes = u32::try_from(t.len.checked_div(all_rows)?).ok()?;
+    (row_bytes > 0 && u64::from(row_bytes) * all_rows == t.len).then_some(CopyKind::Repacked {
+        layout,
+        row_bytes,
+    })
+}
+
 impl Layouts {
+    /// The kinds of copy indexed for tensor `t` of a file: identical bytes first, then the
+    /// dtype conversions [`Layouts::kinds`] gives, then (with [`Layouts::Converted`]) the
+    /// layout llama.cpp repacks it into ([`repacked_kind`]).
+    pub fn kinds_of(self, t: &Tensor, ctx: &FileContext) -> Vec<CopyKind> {
+        let mut v = self.kinds(&t.dtype);
+        if self == Layouts::Converted {
+            v.extend(repacked_kind(t, ctx));
+        }
+        v
+    }
+
     /// The kinds of copy indexed for a tensor of `dtype`, [`CopyKind::Identical`] first.
     pub fn kinds(self, dtype: &Dtype) -> Vec<CopyKind> {
         let mut v = vec![CopyKind::Identical];
@@ -103,6 +266,86 @@ mod tests {
         assert_eq!(Layouts::Widened.kinds(&Dtype::F32), [Identical]);
         assert_eq!(Layouts::Converted.kinds(&Dtype::I8), [Identical]);
         assert_eq!(Layouts::Identical.kinds(&Dtype::BF16), [Identical]);
+    }
+
+    #[test]
+    fn expected_bytes_of_a_repack_are_the_whole_repack_cut() {
+        use crate::container::repack::repack;
+        use std::io::Write;
+        // 16 rows of 4 Q4_K blocks (576 bytes a row) after 100 bytes of something else.
+        let (rows, row_bytes, at) = (16usize, 576usize, 100u64);
+        let data: Vec<u8> = (0..rows * row_bytes + at as usize)
+            .map(|i| (i * 2_654_435_761usize >> 7) as u8)
+            .collect();
+        let mut f = tempfile::NamedTempFile::new().unwrap();
+        f.write_all(&data).unwrap();
+        let bytes = FileBytes::open(f.path()).unwrap();
+        let layout = Layout::Q4_K_8x8;
+        let want = repack(layout, rows, row_bytes, &data[at as usize..]).unwrap();
+        let kind = CopyKind::Repacked {
+            layout,
+            row_bytes: row_bytes as u32,
+        };
+        let mut src = Vec::new();
+        for (m, n) in [(0, 16), (1150, 16), (1152, 1152), (4000, 4096), (9200, 16)] {
+            let mut out = vec![0u8; n];
+            expected(kind, &bytes, at, m as u64, &mut src, &mut out).unwrap();
+            assert_eq!(out, want[m..m + n], "[{m}, +{n})");
+        }
+        // Whole groups through `convert` too; a group cut short is left out.
+        let mut out = Vec::new();
+        kind.convert(&data[at as usize..], &mut out);
+        assert_eq!(out, want);
+        kind.convert(&data[at as usize..at as usize + 8 * row_bytes + 10], &mut out);
+        assert_eq!(out, want[..8 * row_bytes]);
+        // A dtype conversion through `expected`: the elements around the bytes asked for.
+        let mut out = vec![0u8; 6];
+        expected(CopyKind::WidenedF16, &bytes, 0, 3, &mut src, &mut out).unwrap();
+        let mut all = Vec::new();
+        CopyKind::WidenedF16.convert(&data[..8], &mut all);
+        assert_eq!(out, all[3..9]);
+    }
+
+    #[test]
+    fn repacked_kinds_follow_llama_cpp_choice() {
+        let t = |name: &str, ty: &str, shape: &[u64], len: u64| Tensor {
+            name: name.into(),
+            dtype: Dtype::Quant(ty.into()),
+            shape: shape.to_vec(),
+            offset: 0,
+            len,
+        };
+        let ctx = FileContext {
+            gguf: true,
+            has_output_weight: true,
+            cpu: CpuFeatures::X86_AVX2,
+        };
+        let up = t("blk.0.ffn_up.weight", "Q4_0", &[4096, 64], 4096 / 32 * 18 * 64);
+        assert_eq!(
+            repacked_kind(&up, &ctx),
+            Some(CopyKind::Repacked {
+                layout: Layout::Q4_0_8x8,
+                row_bytes: 2304
+            })
+        );
+        // Looked up by token, never repacked; tied, it is (its second copy is the output).
+        let embd = t("token_embd.weight", "Q4_0", &[4096, 64], 4096 / 32 * 18 * 64);
+        assert_eq!(repacked_kind(&embd, &ctx), None);
+        let tied = FileContext {
+            has_output_weight: false,
+            ..ctx
+        };
+        assert!(repacked_kind(&embd, &tied).is_some());
+        // Rows not a multiple of 8, a type the build does not repack, a safetensors file.
+        let odd = t("blk.0.ffn_up.weight", "Q4_0", &[4096, 60], 4096 / 32 * 18 * 60);
+        assert_eq!(repacked_kind(&odd, &ctx), None);
+        let q8 = t("blk.0.ffn_up.weight", "Q8_0", &[4096, 64], 4096 / 32 * 34 * 64);
+        assert_eq!(repacked_kind(&q8, &ctx), None);
+        let st = FileContext { gguf: false, ..ctx };
+        assert_eq!(repacked_kind(&up, &st), None);
+        // Only Converted indexes it, after the identical bytes.
+        assert_eq!(Layouts::Identical.kinds_of(&up, &ctx), [CopyKind::Identical]);
+        assert_eq!(Layouts::Converted.kinds_of(&up, &ctx).len(), 2);
     }
 
     #[test]

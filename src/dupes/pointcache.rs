@@ -23,7 +23,7 @@ use std::os::unix::fs::{DirBuilderExt, MetadataExt};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 
-use super::index::{is_point, Piece, Slot};
+use super::index::{is_point, CopyKind, Piece, Slot};
 use crate::sample::FileKey;
 
 /// One file's version: key, size, mtime and ctime (ns).
@@ -299,14 +299,37 @@ fn prune(dir: &Path, max: u64) {
 }
 
 /// A file's pieces, as the points depend on them: (file offset, bytes in memory, kind).
-pub fn pieces_key(pieces: impl Iterator<Item = (u64, u64, u8)>) -> u64 {
+pub fn pieces_key(pieces: impl Iterator<Item = (u64, u64, CopyKind)>) -> u64 {
     let mut h = xxhash_rust::xxh3::Xxh3::new();
     for (off, len, kind) in pieces {
         h.update(&off.to_le_bytes());
         h.update(&len.to_le_bytes());
-        h.update(&[kind]);
+        // One byte per dtype kind, as ever (entries kept before repacks stay valid); a
+        // repack adds its layout's name and row length.
+        match kind {
+            CopyKind::Repacked { layout, row_bytes } => {
+                h.update(&[0xff]);
+                h.update(layout.spec().name.as_bytes());
+                h.update(&row_bytes.to_le_bytes());
+            }
+            other => h.update(&[dtype_code(other)]),
+        }
     }
     h.digest()
+}
+
+/// The byte a kind of copy other than a repack added to the key (its declaration order).
+fn dtype_code(kind: CopyKind) -> u8 {
+    match kind {
+        CopyKind::Identical => 0,
+        CopyKind::WidenedF16 => 1,
+        CopyKind::WidenedBf16 => 2,
+        CopyKind::F32ToF16 => 3,
+        CopyKind::F32ToBf16 => 4,
+        CopyKind::Bf16ToF16 => 5,
+        CopyKind::F16ToBf16 => 6,
+        CopyKind::Repacked { .. } => 0xff,
+    }
 }
 
 /// What [`super::grid::Grid::build_cached`] takes from a cache, per file of the grid: the
@@ -332,7 +355,7 @@ pub(super) fn kept_points(
         first[fi] = at;
         at += run.len();
         if cache.is_some() {
-            let of = run.iter().map(|p| (p.file_offset, p.mem_len, p.kind as u8));
+            let of = run.iter().map(|p| (p.file_offset, p.mem_len, p.kind));
             keys[fi] = Some(pieces_key(of));
         }
     }

@@ -24,20 +24,20 @@ fn short(s: &str, max: usize) -> String {
 
 /// How the copy was made, with the conversion when it holds converted tensors.
 fn how(c: &crate::model::ProvenCopy) -> String {
-    let conversion = c.conversion().map(|x| x.name());
+    let conversion = c.conversion().map(crate::sample::converted::words);
     let base = match c.how {
         CopyHow::Read => "read()",
         CopyHow::CopiedFromMapping => "copied from its mapping",
         CopyHow::Converted => {
-            let x = conversion.as_deref().unwrap_or("to another dtype");
-            return format!("converted {x} from its mapping");
+            let x = conversion.as_deref().unwrap_or("converted to another dtype");
+            return format!("{x} from its mapping");
         }
         CopyHow::Copied => "copied",
         CopyHow::SharedMemory => "in shared memory",
         CopyHow::Pinned => "pinned host memory",
     };
     match conversion {
-        Some(x) => format!("{base}, converted {x}"),
+        Some(x) => format!("{base}, {x}"),
         None => base.to_string(),
     }
 }

@@ -7,6 +7,8 @@
 
 #[path = "../common/mod.rs"]
 mod common;
+#[path = "../writers/mod.rs"]
+mod writers;
 
 mod convert;
 mod dupes;
@@ -19,6 +21,7 @@ mod overlay;
 mod places;
 mod readonly;
 mod record;
+mod repack;
 mod runtimes;
 mod serve;
 mod top;

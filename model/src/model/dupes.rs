@@ -42,6 +42,13 @@ pub enum CopyKind {
     Bf16ToF16,
     /// F16 to BF16 (through F32).
     F16ToBf16,
+    /// A quantised weight repacked by llama.cpp's CPU backend into `layout`, rows of
+    /// `row_bytes` bytes interleaved `R` at a time (`twofold_formats::repack`): the same
+    /// size as the file's tensor, recomputed a group of `R` rows at a time.
+    Repacked {
+        layout: twofold_formats::repack::Layout,
+        row_bytes: u32,
+    },
 }
 
 impl CopyKind {
@@ -55,7 +62,21 @@ impl CopyKind {
             CopyKind::F32ToBf16 => Conversion::F32ToBf16,
             CopyKind::Bf16ToF16 => Conversion::Bf16ToF16,
             CopyKind::F16ToBf16 => Conversion::F16ToBf16,
+            CopyKind::Repacked { layout, .. } => Conversion::Repack(layout),
         })
+    }
+
+    /// The unit its bytes are made in: (file bytes, memory bytes). An element for a
+    /// conversion, a byte for identical bytes, a group of `R` rows for a repack (a tensor's
+    /// memory is recomputed from whole units, starting at the tensor's start).
+    pub fn granule(self) -> (u64, u64) {
+        match self {
+            CopyKind::Repacked { layout, row_bytes } => {
+                let g = layout.group_bytes(u64::from(row_bytes)).max(1);
+                (g, g)
+            }
+            other => other.elements(),
+        }
     }
 
     /// Bytes of one element: (in the file, in memory); (1, 1) for identical bytes.
@@ -85,6 +106,11 @@ impl From<Conversion> for CopyKind {
             Conversion::F32ToBf16 => CopyKind::F32ToBf16,
             Conversion::Bf16ToF16 => CopyKind::Bf16ToF16,
             Conversion::F16ToBf16 => CopyKind::F16ToBf16,
+            // The row length is the tensor's: 0 takes the bytes converted as one group.
+            Conversion::Repack(layout) => CopyKind::Repacked {
+                layout,
+                row_bytes: 0,
+            },
         }
     }
 }

@@ -32,6 +32,19 @@ pub fn add(list: &mut Vec<Converted>, conversion: Conversion, file_bytes: u64, m
     }
 }
 
+/// How a transformed copy came to be, in words: `converted F32→F16`, or `repacked by
+/// llama.cpp (Q4_0 → q4_0_8x8)`.
+pub fn words(c: Conversion) -> String {
+    match c {
+        Conversion::Repack(l) => format!(
+            "repacked by llama.cpp ({} → {})",
+            l.spec().source_type,
+            l.spec().name
+        ),
+        other => format!("converted {}", other.name()),
+    }
+}
+
 /// The conversion that holds the most memory of `list`.
 pub fn dominant(list: &[Converted]) -> Option<Conversion> {
     list.iter()
@@ -54,5 +67,8 @@ mod tests {
         assert_eq!((l[1].file_bytes, l[1].memory_bytes), (16, 8));
         assert_eq!(dominant(&l), Some(Conversion::F32ToF16));
         assert_eq!(dominant(&[]), None);
+        assert_eq!(words(Conversion::F32ToF16), "converted F32→F16");
+        let r = Conversion::Repack(twofold_formats::repack::Layout::Q4_K_8x8);
+        assert_eq!(words(r), "repacked by llama.cpp (Q4_K → q4_K_8x8)");
     }
 }

@@ -26,11 +26,19 @@ pub(super) fn render(code: &Code) -> Text {
     else {
         return text("", String::new(), None);
     };
-    let conv = conversion.map_or_else(|| "to another dtype".to_string(), |c| c.name());
-    let converted_how = format!(
-        "converted {conv} out of its mapping of the file (a dtype conversion, {})",
-        "such as .float(), .half() or .astype(np.float16), not a read"
+    let repack = conversion.is_some_and(|c| c.is_repack());
+    let conv = conversion.map_or_else(
+        || "converted to another dtype".to_string(),
+        crate::sample::converted::words,
     );
+    let converted_how = if repack {
+        format!("{conv} out of its mapping of the file (its CPU_REPACK buffer: rows interleaved for SIMD, the same size as the tensors)")
+    } else {
+        format!(
+            "{conv} out of its mapping of the file (a dtype conversion, {})",
+            "such as .float(), .half() or .astype(np.float16), not a read"
+        )
+    };
     let (kind, place) = match how {
         CopyHow::SharedMemory => ("copy", "shared memory"),
         CopyHow::Pinned => ("pinned host copy", "host memory the NVIDIA driver maps"),
@@ -38,6 +46,10 @@ pub(super) fn render(code: &Code) -> Text {
         _ => ("private copy", "private memory"),
     };
     let (how, remedy) = match how {
+        CopyHow::Read if repack => (
+            "copied with read()",
+            "the file's pages cached are the second copy of the repacked tensors: evict them after load (or read with O_DIRECT); --no-repack (-nr) keeps one copy at some speed",
+        ),
         CopyHow::Read if *converted_bytes > 0 => (
             "copied with read()",
             "load it with mmap (llama.cpp's default, np.load(mmap_mode='r'), torch.load(mmap=True)) to share the page cache instead of copying it, and keep the stored dtype (or convert the file once on disk)",
@@ -49,6 +61,10 @@ pub(super) fn render(code: &Code) -> Text {
         CopyHow::CopiedFromMapping => (
             "copied out of its mapping of the file",
             "use the mapped tensors in place instead of copying them (no .clone()/.copy() of weights at load)",
+        ),
+        CopyHow::Converted if repack => (
+            converted_how.as_str(),
+            "the mapped pages of the repacked tensors are the waste: load with --no-mmap (each weight is read and repacked, no mapped copy stays; or a llama.cpp that releases the mapped source of repacked tensors), or run with --no-repack (-nr) to keep one copy at some speed",
         ),
         CopyHow::Converted => (
             converted_how.as_str(),
@@ -80,7 +96,7 @@ pub(super) fn render(code: &Code) -> Text {
     };
     let converted = if *converted_bytes > 0 {
         format!(
-            " ({} of it converted {conv}; the copy counts {fraction:.2} of the file by the bytes it holds)",
+            " ({} of it {conv}; the copy counts {fraction:.2} of the file by the bytes it holds)",
             iec(*converted_bytes)
         )
     } else {
