@@ -151,7 +151,14 @@ impl Compare<'_> {
         if let CopyKind::Repacked { .. } = kind {
             // Interleaved rows: the output blocks of [x, y), each made from its rows.
             b.conv.resize(n, 0);
-            expected(kind, span.bytes, span.file_offset, x - a, &mut b.src, &mut b.conv)?;
+            expected(
+                kind,
+                span.bytes,
+                span.file_offset,
+                x - a,
+                &mut b.src,
+                &mut b.conv,
+            )?;
         } else {
             b.src.resize(len, 0);
             span.bytes.read_exact_at(&mut b.src, off)?;

@@ -183,10 +183,8 @@ pub fn repacked_kind(t: &Tensor, ctx: &FileContext) -> Option<CopyKind> {
     let layout = *layouts_for(ty, rows, cols, &ctx.cpu).first()?;
     let all_rows: u64 = t.shape[1..].iter().product();
     let row_bytes = u32::try_from(t.len.checked_div(all_rows)?).ok()?;
-    (row_bytes > 0 && u64::from(row_bytes) * all_rows == t.len).then_some(CopyKind::Repacked {
-        layout,
-        row_bytes,
-    })
+    (row_bytes > 0 && u64::from(row_bytes) * all_rows == t.len)
+        .then_some(CopyKind::Repacked { layout, row_bytes })
 }
 
 impl Layouts {
@@ -275,7 +273,7 @@ mod tests {
         // 16 rows of 4 Q4_K blocks (576 bytes a row) after 100 bytes of something else.
         let (rows, row_bytes, at) = (16usize, 576usize, 100u64);
         let data: Vec<u8> = (0..rows * row_bytes + at as usize)
-            .map(|i| (i * 2_654_435_761usize >> 7) as u8)
+            .map(|i| ((i * 2_654_435_761usize) >> 7) as u8)
             .collect();
         let mut f = tempfile::NamedTempFile::new().unwrap();
         f.write_all(&data).unwrap();
@@ -296,7 +294,10 @@ mod tests {
         let mut out = Vec::new();
         kind.convert(&data[at as usize..], &mut out);
         assert_eq!(out, want);
-        kind.convert(&data[at as usize..at as usize + 8 * row_bytes + 10], &mut out);
+        kind.convert(
+            &data[at as usize..at as usize + 8 * row_bytes + 10],
+            &mut out,
+        );
         assert_eq!(out, want[..8 * row_bytes]);
         // A dtype conversion through `expected`: the elements around the bytes asked for.
         let mut out = vec![0u8; 6];
@@ -320,7 +321,12 @@ mod tests {
             has_output_weight: true,
             cpu: CpuFeatures::X86_AVX2,
         };
-        let up = t("blk.0.ffn_up.weight", "Q4_0", &[4096, 64], 4096 / 32 * 18 * 64);
+        let up = t(
+            "blk.0.ffn_up.weight",
+            "Q4_0",
+            &[4096, 64],
+            4096 / 32 * 18 * 64,
+        );
         assert_eq!(
             repacked_kind(&up, &ctx),
             Some(CopyKind::Repacked {
@@ -329,7 +335,12 @@ mod tests {
             })
         );
         // Looked up by token, never repacked; tied, it is (its second copy is the output).
-        let embd = t("token_embd.weight", "Q4_0", &[4096, 64], 4096 / 32 * 18 * 64);
+        let embd = t(
+            "token_embd.weight",
+            "Q4_0",
+            &[4096, 64],
+            4096 / 32 * 18 * 64,
+        );
         assert_eq!(repacked_kind(&embd, &ctx), None);
         let tied = FileContext {
             has_output_weight: false,
@@ -337,14 +348,27 @@ mod tests {
         };
         assert!(repacked_kind(&embd, &tied).is_some());
         // Rows not a multiple of 8, a type the build does not repack, a safetensors file.
-        let odd = t("blk.0.ffn_up.weight", "Q4_0", &[4096, 60], 4096 / 32 * 18 * 60);
+        let odd = t(
+            "blk.0.ffn_up.weight",
+            "Q4_0",
+            &[4096, 60],
+            4096 / 32 * 18 * 60,
+        );
         assert_eq!(repacked_kind(&odd, &ctx), None);
-        let q8 = t("blk.0.ffn_up.weight", "Q8_0", &[4096, 64], 4096 / 32 * 34 * 64);
+        let q8 = t(
+            "blk.0.ffn_up.weight",
+            "Q8_0",
+            &[4096, 64],
+            4096 / 32 * 34 * 64,
+        );
         assert_eq!(repacked_kind(&q8, &ctx), None);
         let st = FileContext { gguf: false, ..ctx };
         assert_eq!(repacked_kind(&up, &st), None);
         // Only Converted indexes it, after the identical bytes.
-        assert_eq!(Layouts::Identical.kinds_of(&up, &ctx), [CopyKind::Identical]);
+        assert_eq!(
+            Layouts::Identical.kinds_of(&up, &ctx),
+            [CopyKind::Identical]
+        );
         assert_eq!(Layouts::Converted.kinds_of(&up, &ctx).len(), 2);
     }
 

@@ -29,7 +29,9 @@ fn how(c: &crate::model::ProvenCopy) -> String {
         CopyHow::Read => "read()",
         CopyHow::CopiedFromMapping => "copied from its mapping",
         CopyHow::Converted => {
-            let x = conversion.as_deref().unwrap_or("converted to another dtype");
+            let x = conversion
+                .as_deref()
+                .unwrap_or("converted to another dtype");
             return format!("{x} from its mapping");
         }
         CopyHow::Copied => "copied",

@@ -152,7 +152,10 @@ fn repacked_weights_count_by_their_bytes_and_name_the_layout() {
     assert_eq!(copy.how, CopyHow::Converted, "{copy:?}");
     let json = serde_json::to_value(&r).unwrap().to_string();
     for layout in ["q4_0_8x8", "q4_K_8x8"] {
-        assert!(json.contains(&format!("{{\"repack\":\"{layout}\"}}")), "{json}");
+        assert!(
+            json.contains(&format!("{{\"repack\":\"{layout}\"}}")),
+            "{json}"
+        );
     }
     let finding = r
         .findings
