@@ -12,7 +12,7 @@
 # Not part of the default test command: it builds a second ggml-cpu, with GGML_AMX_INT8=ON
 # and AVX-512 (scripts/llama-cache.sh's build has neither), from the llama.cpp source that
 # scripts/llama-cache.sh keeps (fetched by it if absent), into a temporary directory removed
-# on exit (AMX_BUILD=DIR keeps it there instead). About 2 minutes on the 2-core machine.
+# on exit (AMX_BUILD=DIR keeps it there instead): 90 s for `--check` on the 2-core machine.
 # AMX_DUMP names an amx_dump binary already built (then nothing is built). The machine must
 # run AVX-512 (F, BW, VL, DQ, VNNI) code.
 #
