@@ -9,6 +9,8 @@
 #   direct  ggml's repack function of the named layout called directly (the ARM layouts,
 #           compiled on x86 too but never chosen here)
 # REPACK_DUMP names another repack_dump binary (then the cache is not built).
+# The AMX buffer's layouts have their own script, scripts/amx-golden.sh (another ggml-cpu
+# build, with AVX-512 and AMX).
 #
 #   scripts/repack-golden.sh            rewrite the fixtures
 #   scripts/repack-golden.sh --check    fresh random inputs into a temporary directory, then

@@ -54,14 +54,22 @@
 //!   from the source only: no ARM build ran here.
 //!
 //! Not modelled (a caller gets [`Choice::Unmodelled`]): `q2_K_8x8` (x86 AVX-512), `q5_K`,
-//! `q6_K` and `q1_0` (ARM), the RISC-V `*_16x1` layouts, and the other extra buffers (AMX on
-//! x86, KleidiAI on ARM), which have layouts of their own.
+//! `q6_K` and `q1_0` (ARM), the RISC-V `*_16x1` layouts, and KleidiAI's extra buffer on ARM.
+//!
+//! # The AMX buffer
+//!
+//! A ggml-cpu built with AMX (`GGML_AMX_INT8`, the `sapphirerapids` variant) lists its `AMX`
+//! buffer before `CPU_REPACK`: a weight it takes ([`amx::choose`]) is packed into 16-row VNNI
+//! tiles instead, and that copy can be larger than the file's (up to 38/34 for `Q8_0`). See
+//! [`amx`]; [`AnyLayout`] names the layouts of both buffers for reports.
 
+pub mod amx;
 mod q4_k;
 mod select;
 #[cfg(test)]
 mod tests;
 
+pub use amx::AmxLayout;
 pub use select::{choose, layouts_for, weight_use, Choice, CpuFeatures, WeightUse};
 
 /// A repack layout of ggml's CPU backend, named as ggml logs it
@@ -213,6 +221,71 @@ impl<'de> serde::Deserialize<'de> for Layout {
     }
 }
 
+/// Any layout modelled here, by the name reports use: a `CPU_REPACK` [`Layout`]
+/// (`q4_0_8x8`) or an AMX one ([`AmxLayout`], `amx_q4_1`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum AnyLayout {
+    /// ggml-cpu's `CPU_REPACK` buffer: rows interleaved, the size kept.
+    Repack(Layout),
+    /// ggml-cpu's `AMX` buffer: 16-row VNNI tiles, the size kept or grown ([`amx`]).
+    Amx(AmxLayout),
+}
+
+impl AnyLayout {
+    /// The name (`q4_0_8x8`, `amx_q4_1`).
+    pub const fn name(self) -> &'static str {
+        match self {
+            AnyLayout::Repack(l) => l.spec().name,
+            AnyLayout::Amx(l) => l.spec().name,
+        }
+    }
+
+    /// The source type as [`crate::gguf::ggml_type`] names it (`Q4_1`).
+    pub const fn source_type(self) -> &'static str {
+        match self {
+            AnyLayout::Repack(l) => l.spec().source_type,
+            AnyLayout::Amx(l) => l.spec().source_type,
+        }
+    }
+
+    /// The layout named `name`, of either kind.
+    pub fn from_name(name: &str) -> Option<AnyLayout> {
+        Layout::from_name(name)
+            .map(AnyLayout::Repack)
+            .or_else(|| AmxLayout::from_name(name).map(AnyLayout::Amx))
+    }
+
+    /// Bytes of a `rows` × `cols` tensor in this layout (`None` for a shape it cannot have):
+    /// the file's size for `CPU_REPACK`, [`amx::packed_size`] for AMX.
+    pub fn out_bytes(self, rows: u64, cols: u64) -> Option<u64> {
+        match self {
+            AnyLayout::Repack(l) => {
+                let s = l.spec();
+                let elems = s.block_elements as u64;
+                if cols % elems != 0 {
+                    return None;
+                }
+                rows.checked_mul(cols / elems)?
+                    .checked_mul(s.source_block_bytes as u64)
+            }
+            AnyLayout::Amx(l) => amx::packed_size(l, rows, cols),
+        }
+    }
+
+    /// For reports: `repacked by llama.cpp's CPU backend (Q4_0 → q4_0_8x8)`,
+    /// `repacked by llama.cpp's AMX backend (Q4_1 → amx_q4_1)`.
+    pub fn describe(self) -> String {
+        match self {
+            AnyLayout::Repack(l) => format!(
+                "repacked by llama.cpp's CPU backend ({} → {})",
+                l.spec().source_type,
+                l.spec().name
+            ),
+            AnyLayout::Amx(l) => l.describe(),
+        }
+    }
+}
+
 /// Why a repack could not be computed. Messages are lower-case and quote values.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum RepackError {
@@ -247,6 +320,16 @@ pub enum RepackError {
         layout: &'static str,
         rows: usize,
         interleave: usize,
+    },
+    /// The packed tensor's offsets overflow ggml's `int` arithmetic (AMX's `PACKED_INDEX`:
+    /// a packed tensor past 2 GiB), where what ggml writes is undefined.
+    #[error(
+        "'{rows}' rows of '{row_bytes}' bytes overflow ggml's int offsets in layout '{layout}'"
+    )]
+    IndexOverflow {
+        layout: &'static str,
+        rows: usize,
+        row_bytes: usize,
     },
     /// The tensor's bytes are not `rows × row_bytes`.
     #[error(

@@ -30,6 +30,9 @@ pub struct CpuFeatures {
     pub sve_bytes: u32,
     /// s390x vector extensions (`ggml_cpu_has_vxe`).
     pub vxe: bool,
+    /// x86 `__AMX_INT8__` with `__AVX512VNNI__` (ggml-cpu then has an `AMX` buffer, listed
+    /// before `CPU_REPACK`: [`super::amx::choose`]), on a host whose kernel grants AMX state.
+    pub amx: bool,
 }
 
 impl CpuFeatures {
@@ -43,6 +46,7 @@ impl CpuFeatures {
         i8mm: false,
         sve_bytes: 0,
         vxe: false,
+        amx: false,
     };
 
     /// The features of one of ggml's CPU backend variants (`ggml_add_cpu_backend_variant`
@@ -53,6 +57,10 @@ impl CpuFeatures {
             avx2,
             avx512,
             ..CpuFeatures::default()
+        };
+        let amx = CpuFeatures {
+            amx: true,
+            ..x86(true, true)
         };
         let arm = |dotprod, i8mm, sve| CpuFeatures {
             neon: true,
@@ -65,8 +73,11 @@ impl CpuFeatures {
         Some(match v {
             "x64" | "sse42" | "sandybridge" | "ivybridge" | "piledriver" => x86(false, false),
             "haswell" | "alderlake" => x86(true, false),
-            "skylakex" | "cannonlake" | "cascadelake" | "icelake" | "cooperlake" | "zen4"
-            | "sapphirerapids" => x86(true, true),
+            "skylakex" | "cannonlake" | "cascadelake" | "icelake" | "cooperlake" | "zen4" => {
+                x86(true, true)
+            }
+            // the one variant built with GGML_AMX_INT8 (ggml/src/CMakeLists.txt)
+            "sapphirerapids" => amx,
             "armv8.0_1" => arm(false, false, false),
             "armv8.2_1" | "armv8.2_2" | "apple_m1" => arm(true, false, false),
             "armv8.2_3" => arm(true, false, true),
