@@ -15,6 +15,7 @@ mod fincore;
 mod gate;
 mod holders;
 mod live;
+mod llama;
 mod overlay;
 mod places;
 mod readonly;
