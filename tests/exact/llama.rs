@@ -56,17 +56,21 @@ struct Tensor {
     bytes: u64,
 }
 
-impl Tensor {
-    /// Weights of a matrix multiply: what CPU repack may take (never the embedding, which
-    /// is read by rows, nor the norms).
-    fn matmul(&self) -> bool {
-        self.name != "token_embd.weight" && !self.name.contains("norm")
-    }
+/// Weights of matrix multiplies: what CPU repack may take. Never the norms; the embedding
+/// (read by rows) only when it is the output too (tied: no `output.weight`), then under
+/// its own name (llama.cpp's duplicate of it for the output is repacked, the embedding
+/// stays mapped).
+fn matmul(ts: &[Tensor]) -> Vec<&Tensor> {
+    let tied = !ts.iter().any(|t| t.name == "output.weight");
+    ts.iter()
+        .filter(|t| !t.name.contains("norm") && (tied || t.name != "token_embd.weight"))
+        .collect()
 }
 
-/// The random-weight F16 model of `seed`, quantized to `qtype` (`--pure`: every tensor of
-/// that type, no k-quant mixture); the F16 file is removed.
-fn model(cache: &Path, dir: &Path, seed: u32, qtype: &str) -> PathBuf {
+/// The random-weight F16 model of `seed` (`tied`: without `output.weight`), quantized to
+/// `qtype` (`--pure`: every tensor of that type, no k-quant mixture); the F16 file is
+/// removed.
+fn model(cache: &Path, dir: &Path, seed: u32, tied: bool, qtype: &str) -> PathBuf {
     let f16 = dir.join("model-f16.gguf");
     let out = dir.join(format!("model-{qtype}.gguf"));
     run_ok(
@@ -75,7 +79,8 @@ fn model(cache: &Path, dir: &Path, seed: u32, qtype: &str) -> PathBuf {
             .arg(script())
             .arg("write")
             .arg(&f16)
-            .arg(seed.to_string()),
+            .arg(seed.to_string())
+            .args(if tied { &["tied"][..] } else { &[][..] }),
     );
     let (status, _, err) = bounded(
         Command::new(cache.join("bin/llama-quantize"))
@@ -239,7 +244,7 @@ fn scan(file: &Path) -> (f64, f64, String) {
 /// Only one model at a time (each test holds two llama.cpp processes; 2-core machines).
 static SERIAL: std::sync::Mutex<()> = std::sync::Mutex::new(());
 
-fn repack_end_to_end(seed: u32, qtype: &str, layout: &str) {
+fn repack_end_to_end(seed: u32, tied: bool, qtype: &str, layout: &str) {
     let _group = crate::common::group(module_path!());
     let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
     if !require(is_root(), "root (to read llama.cpp's memory)")
@@ -249,24 +254,26 @@ fn repack_end_to_end(seed: u32, qtype: &str, layout: &str) {
         return;
     }
     let test_start = Instant::now();
+    let what = if tied {
+        format!("{qtype} tied")
+    } else {
+        qtype.to_string()
+    };
     let cache = llama_cache();
     let dir = tempfile::tempdir().unwrap();
-    let file = model(&cache, dir.path(), seed, qtype);
+    let file = model(&cache, dir.path(), seed, tied, qtype);
     let size = std::fs::metadata(&file).unwrap().len();
 
     let ts = tensors(&cache, &file);
     let wanted = qtype.trim_end_matches("_M").to_uppercase();
-    let matmul: BTreeSet<&str> = ts
-        .iter()
-        .filter(|t| t.matmul())
-        .map(|t| t.name.as_str())
-        .collect();
-    for t in ts.iter().filter(|t| t.matmul()) {
+    let weights = matmul(&ts);
+    for t in &weights {
         assert_eq!(t.kind.to_uppercase(), wanted, "{t:?}");
     }
-    let tensor_sum: u64 = ts.iter().filter(|t| t.matmul()).map(|t| t.bytes).sum();
+    let matmul: BTreeSet<&str> = weights.iter().map(|t| t.name.as_str()).collect();
+    let tensor_sum: u64 = weights.iter().map(|t| t.bytes).sum();
     eprintln!(
-        "{qtype}: {} tensors, {} matmul weights of {qtype} ({:.2} MiB), file {:.2} MiB",
+        "{what}: {} tensors, {} matmul weights of {qtype} ({:.2} MiB), file {:.2} MiB",
         ts.len(),
         matmul.len(),
         tensor_sum as f64 / MIB as f64,
@@ -280,12 +287,12 @@ fn repack_end_to_end(seed: u32, qtype: &str, layout: &str) {
     let anon_plain = status_bytes(plain.pid(), "RssAnon");
     let (cached, count, _) = scan(&file);
     eprintln!(
-        "{qtype} --no-repack: RssAnon {:.2} MiB; truth {cached:.4} (page cache), twofold {count:.4}",
+        "{what} --no-repack: RssAnon {:.2} MiB; truth {cached:.4} (page cache), twofold {count:.4}",
         anon_plain as f64 / MIB as f64
     );
     assert!(
         (count - cached).abs() <= 0.02,
-        "{qtype} --no-repack: twofold {count}, truth {cached}"
+        "{what} --no-repack: twofold {count}, truth {cached}"
     );
 
     // With repack, beside it: every matmul weight copied into the CPU_REPACK buffer.
@@ -304,7 +311,7 @@ fn repack_end_to_end(seed: u32, qtype: &str, layout: &str) {
     let anon_plain_now = status_bytes(plain.pid(), "RssAnon");
     let extra = anon_packed as f64 - anon_plain_now as f64;
     eprintln!(
-        "{qtype} repack: RssAnon {:.2} MiB vs {:.2} MiB without (was {:.2}): extra {:.2} MiB; \
+        "{what} repack: RssAnon {:.2} MiB vs {:.2} MiB without (was {:.2}): extra {:.2} MiB; \
          CPU_REPACK log {:.2} MiB; {layout} tensors {:.2} MiB",
         anon_packed as f64 / MIB as f64,
         anon_plain_now as f64 / MIB as f64,
@@ -326,20 +333,20 @@ fn repack_end_to_end(seed: u32, qtype: &str, layout: &str) {
     let (cached, count, json) = scan(&file);
     let truth = cached + extra / size as f64;
     eprintln!(
-        "{qtype} repack: truth {truth:.4} = page cache {cached:.4} + repacked {:.4}; twofold {count:.4}",
+        "{what} repack: truth {truth:.4} = page cache {cached:.4} + repacked {:.4}; twofold {count:.4}",
         extra / size as f64
     );
     eprintln!(
-        "{qtype}: test took {:.1} s",
+        "{what}: test took {:.1} s",
         test_start.elapsed().as_secs_f64()
     );
     assert!(
         (count - truth).abs() <= 0.02,
-        "{qtype} repack: twofold {count}, truth {truth}"
+        "{what} repack: twofold {count}, truth {truth}"
     );
     assert!(
         json.contains(layout),
-        "{qtype}: the report does not name {layout}"
+        "{what}: the report does not name {layout}"
     );
     drop(packed);
     drop(plain);
@@ -347,10 +354,17 @@ fn repack_end_to_end(seed: u32, qtype: &str, layout: &str) {
 
 #[test]
 fn llama_cpp_repack_q4_0_is_a_second_copy() {
-    repack_end_to_end(4000, "Q4_0", "q4_0_8x8");
+    repack_end_to_end(4000, false, "Q4_0", "q4_0_8x8");
+}
+
+/// Tied embeddings: the embedding is repacked for the output and stays mapped for the
+/// rows it is read by.
+#[test]
+fn llama_cpp_repack_of_a_tied_embedding_is_a_second_copy() {
+    repack_end_to_end(4002, true, "Q4_0", "q4_0_8x8");
 }
 
 #[test]
 fn llama_cpp_repack_q4_k_is_a_second_copy() {
-    repack_end_to_end(4001, "Q4_K", "q4_K_8x8");
+    repack_end_to_end(4001, false, "Q4_K", "q4_K_8x8");
 }

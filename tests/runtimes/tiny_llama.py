@@ -1,6 +1,8 @@
 """A small llama-architecture GGUF with random weights, for tests/exact/llama.rs.
 
-    tiny_llama.py write OUT.gguf SEED   F16 matmul weights, F32 norms, a minimal SPM vocab
+    tiny_llama.py write OUT.gguf SEED [tied]
+                                        F16 matmul weights, F32 norms, a minimal SPM vocab;
+                                        `tied`: no output.weight (token_embd serves as both)
     tiny_llama.py tensors FILE          one JSON line: [[name, type, offset, bytes], ...]
 
 gguf-py, the package of the llama.cpp source tree, is used as a library: the llama.cpp
@@ -8,9 +10,10 @@ cache (scripts/llama-cache.sh) is named by TWOFOLD_LLAMA_CACHE, or found beside 
 checkout in target/llama-cache.
 
 Shapes (all deterministic from SEED): hidden 1024, 16 heads, FFN 4096, 8 layers, vocab
-4096, untied output.weight. Every matmul weight has rows divisible by 8 and columns by
-256, so llama.cpp's CPU repack applies to Q4_0 (q4_0_8x8) and Q4_K (q4_K_8x8) alike. The
-F16 file is about 272 MiB; its Q4_0 quantization about 76 MiB.
+4096, an output.weight of its own unless `tied`. Every matmul weight has rows divisible by
+8 and columns by 256, so llama.cpp's CPU repack applies to Q4_0 (q4_0_8x8) and Q4_K
+(q4_K_8x8) alike. The F16 file is about 272 MiB; its Q4_0 or Q4_K quantization (--pure)
+76.7 MiB (74.4 MiB tied).
 """
 
 import json
@@ -60,7 +63,7 @@ def vocab():
     return tokens, scores, types
 
 
-def write(out, seed):
+def write(out, seed, tied=False):
     import numpy as np
 
     gguf = gguf_module()
@@ -107,7 +110,8 @@ def write(out, seed):
         w.add_tensor(b + "ffn_up.weight", weight(FFN, HIDDEN))
         w.add_tensor(b + "ffn_down.weight", weight(HIDDEN, FFN))
     w.add_tensor("output_norm.weight", norm())
-    w.add_tensor("output.weight", weight(VOCAB, HIDDEN))
+    if not tied:
+        w.add_tensor("output.weight", weight(VOCAB, HIDDEN))
 
     w.write_header_to_file()
     w.write_kv_data_to_file()
@@ -128,7 +132,7 @@ def tensors(path):
 def main():
     cmd = sys.argv[1]
     if cmd == "write":
-        write(sys.argv[2], int(sys.argv[3]))
+        write(sys.argv[2], int(sys.argv[3]), sys.argv[4:] == ["tied"])
     elif cmd == "tensors":
         tensors(sys.argv[2])
     else:
