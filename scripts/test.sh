@@ -50,10 +50,11 @@ fi
 # (tests/it/deploy.rs; the kustomize base is rendered with `kubectl kustomize`).
 # bcrypt: the hashes of serve's --web.config.file test (tests/exact/serve/web.rs).
 # ml_dtypes: bfloat16 for NumPy (JAX's), the BF16 conversions of tests/exact/convert.rs where
-# torch is not installed.
-if ! python3 -c "import numpy, safetensors, onnx, onnxruntime, prometheus_client, kubernetes_validate, bcrypt, ml_dtypes" >/dev/null 2>&1; then
-  echo "test.sh: installing numpy, safetensors, onnx, onnxruntime, prometheus-client, kubernetes-validate, bcrypt and ml_dtypes (pip)"
-  python3 -m pip install -q numpy safetensors onnx onnxruntime prometheus-client kubernetes-validate bcrypt ml_dtypes
+# torch is not installed. pyyaml: imported by llama.cpp's gguf-py, which writes the model of
+# tests/exact/llama.rs.
+if ! python3 -c "import numpy, safetensors, onnx, onnxruntime, prometheus_client, kubernetes_validate, bcrypt, ml_dtypes, yaml" >/dev/null 2>&1; then
+  echo "test.sh: installing numpy, safetensors, onnx, onnxruntime, prometheus-client, kubernetes-validate, bcrypt, ml_dtypes and pyyaml (pip)"
+  python3 -m pip install -q numpy safetensors onnx onnxruntime prometheus-client kubernetes-validate bcrypt ml_dtypes pyyaml
 fi
 # llama.cpp (tests/exact/llama.rs: CPU repack end to end), built once into target/llama-cache
 # before the tests (about 15 minutes on a 2-core machine the first time, then nothing); the

@@ -249,7 +249,7 @@ fn repack_end_to_end(seed: u32, tied: bool, qtype: &str, layout: &str) {
     let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
     if !require(is_root(), "root (to read llama.cpp's memory)")
         || !require(have("fincore"), "util-linux fincore")
-        || !python_has("numpy")
+        || !python_has("numpy, yaml")
     {
         return;
     }

@@ -7,7 +7,7 @@
 
 gguf-py, the package of the llama.cpp source tree, is used as a library: the llama.cpp
 cache (scripts/llama-cache.sh) is named by TWOFOLD_LLAMA_CACHE, or found beside this
-checkout in target/llama-cache.
+checkout in target/llama-cache. gguf-py needs numpy and pyyaml.
 
 Shapes (all deterministic from SEED): hidden 1024, 16 heads, FFN 4096, 8 layers, vocab
 4096, an output.weight of its own unless `tied`. Every matmul weight has rows divisible by
