@@ -28,6 +28,9 @@ command -v tmux >/dev/null 2>&1 || need+=(tmux)
 command -v buildah >/dev/null 2>&1 || need+=(buildah)
 command -v podman >/dev/null 2>&1 || need+=(podman)
 command -v runc >/dev/null 2>&1 || need+=(runc)
+# llama.cpp, built from source for tests/exact/llama.rs (scripts/llama-cache.sh): a C++
+# compiler (cmake and ninja come from pip).
+command -v g++ >/dev/null 2>&1 || need+=(g++)
 ls /usr/share/vulkan/icd.d/lvp_icd.*.json >/dev/null 2>&1 || need+=(mesa-vulkan-drivers)
 ldconfig -p 2>/dev/null | grep 'libvulkan.so.1 ' >/dev/null || need+=(libvulkan1)
 if [ ${#need[@]} -gt 0 ]; then
@@ -47,10 +50,22 @@ fi
 # (tests/it/deploy.rs; the kustomize base is rendered with `kubectl kustomize`).
 # bcrypt: the hashes of serve's --web.config.file test (tests/exact/serve/web.rs).
 # ml_dtypes: bfloat16 for NumPy (JAX's), the BF16 conversions of tests/exact/convert.rs where
-# torch is not installed.
-if ! python3 -c "import numpy, safetensors, onnx, onnxruntime, prometheus_client, kubernetes_validate, bcrypt, ml_dtypes" >/dev/null 2>&1; then
-  echo "test.sh: installing numpy, safetensors, onnx, onnxruntime, prometheus-client, kubernetes-validate, bcrypt and ml_dtypes (pip)"
-  python3 -m pip install -q numpy safetensors onnx onnxruntime prometheus-client kubernetes-validate bcrypt ml_dtypes
+# torch is not installed. pyyaml: imported by llama.cpp's gguf-py, which writes the model of
+# tests/exact/llama.rs.
+if ! python3 -c "import numpy, safetensors, onnx, onnxruntime, prometheus_client, kubernetes_validate, bcrypt, ml_dtypes, yaml" >/dev/null 2>&1; then
+  echo "test.sh: installing numpy, safetensors, onnx, onnxruntime, prometheus-client, kubernetes-validate, bcrypt, ml_dtypes and pyyaml (pip)"
+  python3 -m pip install -q numpy safetensors onnx onnxruntime prometheus-client kubernetes-validate bcrypt ml_dtypes pyyaml
+fi
+# llama.cpp (tests/exact/llama.rs: CPU repack end to end), built once into target/llama-cache
+# before the tests (about 15 minutes on a 2-core machine the first time, then nothing); the
+# build's output stays in the cache's log files. A failed build fails those tests, not this.
+llama_cache=$(scripts/llama-cache.sh path)
+mkdir -p "$llama_cache"
+llama_start=$SECONDS
+if scripts/llama-cache.sh tools >/dev/null 2>"$llama_cache/tools.log"; then
+  echo "test.sh: llama.cpp tools in $llama_cache ($((SECONDS - llama_start)) s)"
+else
+  echo "test.sh: building llama.cpp failed (scripts/llama-cache.sh tools; see $llama_cache/*.log)" >&2
 fi
 command -v kubectl >/dev/null 2>&1 || echo "test.sh: kubectl is missing (tests/it/deploy.rs renders the kustomize base with it)" >&2
 

@@ -17,6 +17,7 @@ mod fincore;
 mod gate;
 mod holders;
 mod live;
+mod llama;
 mod overlay;
 mod places;
 mod readonly;
