@@ -33,7 +33,7 @@ use serde::{Deserialize, Serialize};
 
 use super::filebytes::FileBytes;
 use super::index::{
-    expected, is_point, periodic, Convert, CopyKind, FileContext, Slot, Unsearchable,
+    is_point, periodic, repacked_from, Convert, CopyKind, FileContext, Slot, Unsearchable,
 };
 pub use super::index::{Layouts, Piece};
 use super::pointcache::{kept_points, merge_points, PointCache};
@@ -361,6 +361,8 @@ impl Grid {
                 let p = &pieces_ref[pi];
                 let (mut keys, mut span, mut mem) = (Vec::new(), Vec::new(), Vec::new());
                 let mut all_periodic = true;
+                // The memory range whose groups of rows `span` holds (repacked pieces).
+                let mut have: Option<(u64, u64)> = None;
                 // Points come in pairs 2048 bytes apart: one read per pair.
                 let mut k = k0;
                 while k < k0 + part_k && k * HALF + WIN as u64 <= p.mem_len {
@@ -370,15 +372,35 @@ impl Grid {
                     }
                     let m = k * HALF;
                     let span_mem = (HALF + WIN as u64).min(p.mem_len - m);
-                    if let CopyKind::Repacked { .. } = p.kind {
-                        // Only the output blocks under the two windows are made.
+                    if let CopyKind::Repacked { layout, row_bytes } = p.kind {
+                        // Made from the groups of rows under the windows, read once for the
+                        // whole part where its points are dense enough to need every group
+                        // (else for each pair).
+                        let rb = u64::from(row_bytes);
+                        let g = layout.group_bytes(rb);
+                        let need = (m + HALF + WIN as u64).min(p.mem_len);
+                        if !have.is_some_and(|(a, b)| a <= m && need <= b) {
+                            let to = if g <= 2 * PAGE * every {
+                                ((k0 + part_k) * HALF + WIN as u64).min(p.mem_len)
+                            } else {
+                                need
+                            };
+                            let (a, b) = (m / g * g, to.div_ceil(g).saturating_mul(g));
+                            let b = b.min(p.mem_len);
+                            span.resize((b - a) as usize, 0);
+                            files_ref[p.file]
+                                .bytes
+                                .read_exact_at(&mut span, p.file_offset + a)
+                                .map_err(|e| format!("the file could not be read: {e}"))?;
+                            have = Some((a, b));
+                        }
+                        let base = have.map_or(0, |h| h.0);
                         for (j, at) in [(k, 0u64), (k + 1, HALF)] {
                             if at + WIN as u64 > span_mem || !is_point(j, every) {
                                 continue;
                             }
                             mem.resize(WIN, 0);
-                            let file = &files_ref[p.file].bytes;
-                            expected(p.kind, file, p.file_offset, m + at, &mut span, &mut mem)
+                            repacked_from(layout, rb, &span, base, m + at, &mut mem)
                                 .map_err(|e| format!("the file could not be read: {e}"))?;
                             if !periodic(&mem) {
                                 all_periodic = false;

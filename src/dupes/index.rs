@@ -70,7 +70,8 @@ pub fn expected(
     Ok(())
 }
 
-/// [`expected`] of a repacked tensor: output block by output block.
+/// [`expected`] of a repacked tensor: the groups of rows under `[m, m + out.len())` read at
+/// once, then the output blocks made from them ([`repacked_from`]).
 fn repacked(
     layout: Layout,
     row_bytes: u64,
@@ -79,22 +80,42 @@ fn repacked(
     m: u64,
     out: &mut [u8],
 ) -> std::io::Result<()> {
+    let g = layout.group_bytes(row_bytes);
+    let (a, b) = (m / g * g, (m + out.len() as u64).div_ceil(g) * g);
+    let mut groups = vec![0u8; (b - a) as usize];
+    bytes.read_exact_at(&mut groups, file_offset + a)?;
+    repacked_from(layout, row_bytes, &groups, a, m, out)
+}
+
+/// Bytes `[m, m + out.len())` of a tensor repacked into `layout` (rows of `row_bytes`),
+/// made from `groups`: the tensor's file bytes from offset `base` (a multiple of the
+/// layout's group of rows) on, covering the groups under the range.
+pub fn repacked_from(
+    layout: Layout,
+    row_bytes: u64,
+    groups: &[u8],
+    base: u64,
+    m: u64,
+    out: &mut [u8],
+) -> std::io::Result<()> {
     let s = layout.spec();
     let (ob, sb) = (s.out_block_bytes() as u64, s.source_block_bytes as u64);
     let n = out.len() as u64;
-    let mut blocks = [[0u8; MAX_BLOCK]; MAX_ROWS];
+    let first_row = base / row_bytes;
     let mut made = [0u8; MAX_ROWS * MAX_BLOCK];
     let made = &mut made[..ob as usize];
+    let short = || std::io::Error::other("the groups read do not cover the range");
     for i in m / ob..(m + n).div_ceil(ob) {
         let Some((row, x, _)) = origin(layout, row_bytes as usize, (i * ob) as usize) else {
             return Err(std::io::Error::other("a row is no whole number of blocks"));
         };
-        for (r, b) in blocks.iter_mut().enumerate().take(s.rows) {
-            let at = file_offset + (row + r) as u64 * row_bytes + x as u64 * sb;
-            bytes.read_exact_at(&mut b[..sb as usize], at)?;
+        let row = (row as u64).checked_sub(first_row).ok_or_else(short)?;
+        let mut picked: [&[u8]; MAX_ROWS] = [&[]; MAX_ROWS];
+        for (r, p) in picked.iter_mut().enumerate().take(s.rows) {
+            let at = ((row + r as u64) * row_bytes + x as u64 * sb) as usize;
+            *p = groups.get(at..at + sb as usize).ok_or_else(short)?;
         }
-        let picked: Vec<&[u8]> = blocks[..s.rows].iter().map(|b| &b[..sb as usize]).collect();
-        interleave(layout, &picked, made).map_err(std::io::Error::other)?;
+        interleave(layout, &picked[..s.rows], made).map_err(std::io::Error::other)?;
         // The part of this block inside [m, m + n).
         let (lo, hi) = ((i * ob).max(m), ((i + 1) * ob).min(m + n));
         out[(lo - m) as usize..(hi - m) as usize]
