@@ -23,6 +23,7 @@
 
 use serde::{Deserialize, Serialize};
 
+use crate::repack::amx::{AmxLayout, TILE_ROWS};
 use crate::repack::Layout;
 use crate::Dtype;
 
@@ -46,6 +47,9 @@ pub enum Conversion {
     /// interleaved, [`crate::repack`]): the same size, other byte order. Serialized as
     /// `{"repack": "q4_0_8x8"}`.
     Repack(Layout),
+    /// A quantised weight packed into 16-row tiles by llama.cpp's AMX backend
+    /// ([`crate::repack::amx`]); some types grow (`Q8_0` 38/34). `{"amx": "amx_q4_1"}`.
+    Amx(AmxLayout),
 }
 
 impl Conversion {
@@ -63,6 +67,7 @@ impl Conversion {
     pub fn from_dtype(self) -> Dtype {
         match self {
             Conversion::Repack(l) => Dtype::Quant(l.spec().source_type.to_string()),
+            Conversion::Amx(l) => Dtype::Quant(l.spec().source_type.to_string()),
             Conversion::F16ToF32 | Conversion::F16ToBf16 => Dtype::F16,
             Conversion::Bf16ToF32 | Conversion::Bf16ToF16 => Dtype::BF16,
             Conversion::F32ToF16 | Conversion::F32ToBf16 => Dtype::F32,
@@ -73,6 +78,7 @@ impl Conversion {
     pub fn to_dtype(self) -> Dtype {
         match self {
             Conversion::Repack(l) => Dtype::Other(l.spec().name.to_string()),
+            Conversion::Amx(l) => Dtype::Other(l.spec().name.to_string()),
             Conversion::F16ToF32 | Conversion::Bf16ToF32 => Dtype::F32,
             Conversion::F32ToF16 | Conversion::Bf16ToF16 => Dtype::F16,
             Conversion::F32ToBf16 | Conversion::F16ToBf16 => Dtype::BF16,
@@ -82,8 +88,17 @@ impl Conversion {
     /// Bytes of one element: (in the file, in memory); (1, 1) for a repack, which keeps
     /// the size (its unit is a group of rows, see [`crate::repack`]).
     pub fn elements(self) -> (u64, u64) {
-        if let Conversion::Repack(_) = self {
-            return (1, 1);
+        match self {
+            Conversion::Repack(_) => return (1, 1),
+            // 16 source blocks make one tile.
+            Conversion::Amx(l) => {
+                let s = l.spec();
+                return (
+                    (TILE_ROWS * s.source_block_bytes) as u64,
+                    s.tile_bytes() as u64,
+                );
+            }
+            _ => {}
         }
         let size = |d: Dtype| u64::from(d.bits().unwrap_or(8) / 8);
         (size(self.from_dtype()), size(self.to_dtype()))
@@ -104,9 +119,10 @@ impl Conversion {
             .filter(move |c| c.from_dtype() == *dtype)
     }
 
-    /// Whether it is a llama.cpp repack (a layout), not a dtype conversion.
+    /// Whether it is a llama.cpp repack (a layout of its CPU or AMX buffer), not a dtype
+    /// conversion.
     pub fn is_repack(self) -> bool {
-        matches!(self, Conversion::Repack(_))
+        matches!(self, Conversion::Repack(_) | Conversion::Amx(_))
     }
 
     /// Its name for people: `F32→F16`, `Q4_0→q4_0_8x8`.
@@ -129,6 +145,15 @@ impl Conversion {
             }
             return;
         }
+        if let Conversion::Amx(l) = self {
+            // `src`: 16 rows.
+            if src.len() % TILE_ROWS == 0 {
+                if let Ok(v) = crate::repack::amx::pack(l, TILE_ROWS, src.len() / TILE_ROWS, src) {
+                    *out = v;
+                }
+            }
+            return;
+        }
         let (file, mem) = self.elements();
         out.reserve(src.len() / file as usize * mem as usize);
         match self {
@@ -138,7 +163,7 @@ impl Conversion {
             Conversion::F16ToBf16 => each16(src, out, |h| f32_to_bf16(f16_to_f32(h)).to_le_bytes()),
             Conversion::F32ToF16 => each32(src, out, |w| f32_to_f16(w).to_le_bytes()),
             Conversion::F32ToBf16 => each32(src, out, |w| f32_to_bf16(w).to_le_bytes()),
-            Conversion::Repack(_) => {}
+            Conversion::Repack(_) | Conversion::Amx(_) => {}
         }
     }
 }

@@ -7,7 +7,7 @@ use std::io;
 use super::chunkmemo;
 use super::filebytes::FileBytes;
 use super::grid::{PAGE, WIN};
-use super::index::{expected, periodic, Convert, CopyKind};
+use super::index::{expected, periodic, Convert, CopyKind, Grouped};
 use super::pagemap::PageMap;
 use crate::collect::memory::{ProcMemory, Region};
 
@@ -138,17 +138,23 @@ impl Compare<'_> {
             return Ok(false);
         }
         let kind = span.kind;
-        let (off, len) = (
-            span.file_offset + kind.file_bytes(x - a),
-            kind.file_bytes(n as u64) as usize,
-        );
+        // (A grouped kind's memory offsets key its hashes: a tile may be larger than the
+        // file bytes it is made of, so file offsets of two chunks could coincide.)
+        let (off, len) = if kind.grouped() {
+            (span.file_offset + (x - a), n)
+        } else {
+            (
+                span.file_offset + kind.file_bytes(x - a),
+                kind.file_bytes(n as u64) as usize,
+            )
+        };
         b.compared_bytes += n as u64;
         // The file's bytes of this chunk were read before: compare with their hash.
         let version = &span.bytes.version;
         if let Some(h) = chunkmemo::get(version, off, len, span.kind) {
             return Ok(chunkmemo::hash(&b.mem) == h);
         }
-        if let CopyKind::Repacked { .. } = kind {
+        if kind.grouped() {
             // Interleaved rows: the output blocks of [x, y), each made from its rows.
             b.conv.resize(n, 0);
             expected(

@@ -33,7 +33,7 @@ use serde::{Deserialize, Serialize};
 
 use super::filebytes::FileBytes;
 use super::index::{
-    is_point, periodic, repacked_from, Convert, CopyKind, FileContext, Slot, Unsearchable,
+    grouped_from, is_point, periodic, Convert, CopyKind, FileContext, Grouped, Slot, Unsearchable,
 };
 pub use super::index::{Layouts, Piece};
 use super::pointcache::{kept_points, merge_points, PointCache};
@@ -372,12 +372,11 @@ impl Grid {
                     }
                     let m = k * HALF;
                     let span_mem = (HALF + WIN as u64).min(p.mem_len - m);
-                    if let CopyKind::Repacked { layout, row_bytes } = p.kind {
+                    if p.kind.grouped() {
                         // Made from the groups of rows under the windows, read once for the
                         // whole part where its points are dense enough to need every group
                         // (else for each pair).
-                        let rb = u64::from(row_bytes);
-                        let g = layout.group_bytes(rb);
+                        let (fg, g) = p.kind.granule();
                         let need = (m + HALF + WIN as u64).min(p.mem_len);
                         if !have.is_some_and(|(a, b)| a <= m && need <= b) {
                             let to = if g <= 2 * PAGE * every {
@@ -385,14 +384,13 @@ impl Grid {
                             } else {
                                 need
                             };
-                            let (a, b) = (m / g * g, to.div_ceil(g).saturating_mul(g));
-                            let b = b.min(p.mem_len);
-                            span.resize((b - a) as usize, 0);
+                            let (a, b) = (m / g, to.div_ceil(g).min(p.mem_len.div_ceil(g)));
+                            span.resize(((b - a) * fg) as usize, 0);
                             files_ref[p.file]
                                 .bytes
-                                .read_exact_at(&mut span, p.file_offset + a)
+                                .read_exact_at(&mut span, p.file_offset + a * fg)
                                 .map_err(|e| format!("the file could not be read: {e}"))?;
-                            have = Some((a, b));
+                            have = Some((a * g, b * g));
                         }
                         let base = have.map_or(0, |h| h.0);
                         for (j, at) in [(k, 0u64), (k + 1, HALF)] {
@@ -400,7 +398,7 @@ impl Grid {
                                 continue;
                             }
                             mem.resize(WIN, 0);
-                            repacked_from(layout, rb, &span, base, m + at, &mut mem)
+                            grouped_from(p.kind, &span, base, m + at, &mut mem)
                                 .map_err(|e| format!("the file could not be read: {e}"))?;
                             if !periodic(&mem) {
                                 all_periodic = false;

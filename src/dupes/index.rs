@@ -4,6 +4,7 @@
 
 use super::filebytes::FileBytes;
 use crate::container::convert::Conversion;
+use crate::container::repack::amx::{self, pack_tile, AmxChoice, AmxLayout, TILE_ROWS};
 use crate::container::repack::{
     interleave, layouts_for, origin, weight_use, CpuFeatures, Layout, MAX_ROWS,
 };
@@ -25,7 +26,10 @@ impl Convert for CopyKind {
                 out.clear();
                 out.extend_from_slice(src);
             }
-            (CopyKind::Repacked { row_bytes, .. }, Some(c)) if row_bytes > 0 => {
+            (
+                CopyKind::Repacked { row_bytes, .. } | CopyKind::AmxPacked { row_bytes, .. },
+                Some(c),
+            ) if row_bytes > 0 => {
                 out.clear();
                 let (g, _) = self.granule();
                 let mut group = Vec::new();
@@ -53,10 +57,12 @@ pub fn expected(
     src: &mut Vec<u8>,
     out: &mut [u8],
 ) -> std::io::Result<()> {
-    if let CopyKind::Repacked { layout, row_bytes } = kind {
-        if row_bytes > 0 {
-            return repacked(layout, u64::from(row_bytes), bytes, file_offset, m, out);
-        }
+    if kind.grouped() {
+        let (fg, mg) = kind.granule();
+        let (u0, u1) = (m / mg, (m + out.len() as u64).div_ceil(mg));
+        src.resize(((u1 - u0) * fg) as usize, 0);
+        bytes.read_exact_at(src, file_offset + u0 * fg)?;
+        return grouped_from(kind, src, u0 * mg, m, out);
     }
     let (fg, mg) = kind.granule();
     let n = out.len() as u64;
@@ -70,21 +76,74 @@ pub fn expected(
     Ok(())
 }
 
-/// [`expected`] of a repacked tensor: the groups of rows under `[m, m + out.len())` read at
-/// once, then the output blocks made from them ([`repacked_from`]).
-fn repacked(
-    layout: Layout,
-    row_bytes: u64,
-    bytes: &FileBytes,
-    file_offset: u64,
+/// Whether a kind's bytes are made from groups of rows ([`grouped_from`]): a llama.cpp
+/// repack of a tensor whose row length is known.
+pub trait Grouped {
+    fn grouped(self) -> bool;
+}
+
+impl Grouped for CopyKind {
+    fn grouped(self) -> bool {
+        matches!(
+            self,
+            CopyKind::Repacked { row_bytes, .. } | CopyKind::AmxPacked { row_bytes, .. }
+                if row_bytes > 0
+        )
+    }
+}
+
+/// Bytes `[m, m + out.len())` of a piece of a grouped kind ([`Grouped`]), made from
+/// `groups`: the file bytes of the whole groups from memory offset `base` (a multiple of
+/// the kind's memory granule) on, covering the range.
+pub fn grouped_from(
+    kind: CopyKind,
+    groups: &[u8],
+    base: u64,
     m: u64,
     out: &mut [u8],
 ) -> std::io::Result<()> {
-    let g = layout.group_bytes(row_bytes);
-    let (a, b) = (m / g * g, (m + out.len() as u64).div_ceil(g) * g);
-    let mut groups = vec![0u8; (b - a) as usize];
-    bytes.read_exact_at(&mut groups, file_offset + a)?;
-    repacked_from(layout, row_bytes, &groups, a, m, out)
+    match kind {
+        CopyKind::Repacked { layout, row_bytes } => {
+            repacked_from(layout, u64::from(row_bytes), groups, base, m, out)
+        }
+        CopyKind::AmxPacked { layout, row_bytes } => {
+            let (_, mg) = kind.granule();
+            amx_from(layout, u64::from(row_bytes), groups, base / mg, m, out)
+        }
+        _ => Err(std::io::Error::other("not a grouped kind")),
+    }
+}
+
+/// [`grouped_from`] for AMX tiles: `groups` starts at group `first_group` (16 rows each).
+fn amx_from(
+    layout: AmxLayout,
+    row_bytes: u64,
+    groups: &[u8],
+    first_group: u64,
+    m: u64,
+    out: &mut [u8],
+) -> std::io::Result<()> {
+    let s = layout.spec();
+    let (tb, sb) = (s.tile_bytes() as u64, s.source_block_bytes as u64);
+    let per_row = row_bytes / sb;
+    let n = out.len() as u64;
+    let first_row = first_group * TILE_ROWS as u64;
+    let mut made = vec![0u8; tb as usize];
+    let short = || std::io::Error::other("the groups read do not cover the range");
+    for t in m / tb..(m + n).div_ceil(tb) {
+        let (row, k) = ((t / per_row) * TILE_ROWS as u64, t % per_row);
+        let row = row.checked_sub(first_row).ok_or_else(short)?;
+        let mut picked: [&[u8]; TILE_ROWS] = [&[]; TILE_ROWS];
+        for (r, p) in picked.iter_mut().enumerate() {
+            let at = ((row + r as u64) * row_bytes + k * sb) as usize;
+            *p = groups.get(at..at + sb as usize).ok_or_else(short)?;
+        }
+        pack_tile(layout, &picked, &mut made).map_err(std::io::Error::other)?;
+        let (lo, hi) = ((t * tb).max(m), ((t + 1) * tb).min(m + n));
+        out[(lo - m) as usize..(hi - m) as usize]
+            .copy_from_slice(&made[(lo - t * tb) as usize..(hi - t * tb) as usize]);
+    }
+    Ok(())
 }
 
 /// Bytes `[m, m + out.len())` of a tensor repacked into `layout` (rows of `row_bytes`),
@@ -162,14 +221,40 @@ impl FileContext {
     }
 }
 
-/// The CPU features a llama.cpp built for this host has (x86: AVX2 and AVX-512F; ARM:
-/// dot product and i8mm; the SVE length is not read, so SVE-only choices are not made).
+/// The CPU features of the llama.cpp build whose layouts are looked for: the ggml CPU
+/// variant named by `TWOFOLD_LLAMA_CPU` (`haswell`, `sapphirerapids`, `armv8.6_1`...: the
+/// `libggml-cpu-VARIANT.so` a runtime loads, or what a build was compiled for), else a build
+/// for this host ([`detected_features`]).
 pub fn host_features() -> CpuFeatures {
+    std::env::var("TWOFOLD_LLAMA_CPU")
+        .ok()
+        .and_then(|v| CpuFeatures::from_variant(v.trim(), 0))
+        .unwrap_or_else(detected_features)
+}
+
+/// Whether the kernel lets processes use AMX tiles (`ARCH_GET_XCOMP_SUPP` has
+/// `XFEATURE_XTILEDATA`), which ggml's AMX buffer needs: without it ggml says "AMX is not
+/// ready to be used!" and lists no AMX buffer.
+#[cfg(target_arch = "x86_64")]
+fn amx_granted() -> bool {
+    const ARCH_GET_XCOMP_SUPP: libc::c_long = 0x1021;
+    const XFEATURE_XTILEDATA: u32 = 18;
+    let mut bits: u64 = 0;
+    // SAFETY: arch_prctl writes one u64 through the pointer, which is ours and live.
+    let rc = unsafe { libc::syscall(libc::SYS_arch_prctl, ARCH_GET_XCOMP_SUPP, &mut bits) };
+    rc == 0 && bits & (1 << XFEATURE_XTILEDATA) != 0
+}
+
+/// The CPU features a llama.cpp built for this host has (x86: AVX2, AVX-512F, and AMX where
+/// the kernel grants it; ARM: dot product and i8mm; the SVE length is not read, so
+/// SVE-only choices are not made).
+pub fn detected_features() -> CpuFeatures {
     #[cfg(target_arch = "x86_64")]
     {
         CpuFeatures {
             avx2: std::arch::is_x86_feature_detected!("avx2"),
             avx512: std::arch::is_x86_feature_detected!("avx512f"),
+            amx: amx_granted(),
             ..CpuFeatures::default()
         }
     }
@@ -201,11 +286,20 @@ pub fn repacked_kind(t: &Tensor, ctx: &FileContext) -> Option<CopyKind> {
         return None;
     }
     let (cols, rows) = (t.shape[0], t.shape[1]);
-    let layout = *layouts_for(ty, rows, cols, &ctx.cpu).first()?;
     let all_rows: u64 = t.shape[1..].iter().product();
     let row_bytes = u32::try_from(t.len.checked_div(all_rows)?).ok()?;
-    (row_bytes > 0 && u64::from(row_bytes) * all_rows == t.len)
-        .then_some(CopyKind::Repacked { layout, row_bytes })
+    if row_bytes == 0 || u64::from(row_bytes) * all_rows != t.len {
+        return None;
+    }
+    // ggml lists the AMX buffer before CPU_REPACK: a weight it takes is not repacked.
+    let use_ = weight_use(&t.name, t.shape.len(), ctx.has_output_weight);
+    match amx::choose(ty, cols, rows, use_, &ctx.cpu) {
+        Some(AmxChoice::Packed(layout)) => return Some(CopyKind::AmxPacked { layout, row_bytes }),
+        Some(AmxChoice::Copied) => return None,
+        None => {}
+    }
+    let layout = *layouts_for(ty, rows, cols, &ctx.cpu).first()?;
+    Some(CopyKind::Repacked { layout, row_bytes })
 }
 
 impl Layouts {
@@ -329,6 +423,36 @@ mod tests {
     }
 
     #[test]
+    fn expected_bytes_of_amx_tiles_are_the_whole_pack_cut() {
+        use std::io::Write;
+        // 32 rows of 3 Q8_0 blocks (102 bytes a row; a tile of 16 blocks grows 544 → 608).
+        let (rows, row_bytes, at) = (32usize, 102usize, 7u64);
+        let data: Vec<u8> = (0..rows * row_bytes + at as usize)
+            .map(|i| ((i * 2_654_435_761usize) >> 9) as u8)
+            .collect();
+        let mut f = tempfile::NamedTempFile::new().unwrap();
+        f.write_all(&data).unwrap();
+        let bytes = FileBytes::open(f.path()).unwrap();
+        let layout = AmxLayout::Q8_0;
+        let want = amx::pack(layout, rows, row_bytes, &data[at as usize..]).unwrap();
+        let kind = CopyKind::AmxPacked {
+            layout,
+            row_bytes: row_bytes as u32,
+        };
+        assert_eq!(kind.mem_bytes((rows * row_bytes) as u64), want.len() as u64);
+        assert_eq!(kind.granule(), (16 * 102, 3 * 608));
+        let mut src = Vec::new();
+        for (m, n) in [(0, 16), (600, 16), (1800, 100), (2000, 1648)] {
+            let mut out = vec![0u8; n];
+            expected(kind, &bytes, at, m as u64, &mut src, &mut out).unwrap();
+            assert_eq!(out, want[m..m + n], "[{m}, +{n})");
+        }
+        let mut out = Vec::new();
+        kind.convert(&data[at as usize..], &mut out);
+        assert_eq!(out, want);
+    }
+
+    #[test]
     fn repacked_kinds_follow_llama_cpp_choice() {
         let t = |name: &str, ty: &str, shape: &[u64], len: u64| Tensor {
             name: name.into(),
@@ -385,6 +509,29 @@ mod tests {
         assert_eq!(repacked_kind(&q8, &ctx), None);
         let st = FileContext { gguf: false, ..ctx };
         assert_eq!(repacked_kind(&up, &st), None);
+        // A build with the AMX buffer packs what it takes (rows of 32) and leaves the rest
+        // to CPU_REPACK.
+        let amx_cpu = FileContext {
+            cpu: CpuFeatures::from_variant("sapphirerapids", 0).unwrap(),
+            ..ctx
+        };
+        assert!(matches!(
+            repacked_kind(&up, &amx_cpu),
+            Some(CopyKind::AmxPacked {
+                layout: AmxLayout::Q4_0,
+                ..
+            })
+        ));
+        let rows8 = t(
+            "blk.0.ffn_up.weight",
+            "Q4_0",
+            &[4096, 8],
+            4096 / 32 * 18 * 8,
+        );
+        assert!(matches!(
+            repacked_kind(&rows8, &amx_cpu),
+            Some(CopyKind::Repacked { .. })
+        ));
         // Only Converted indexes it, after the identical bytes.
         assert_eq!(
             Layouts::Identical.kinds_of(&up, &ctx),

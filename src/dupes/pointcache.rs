@@ -312,6 +312,11 @@ pub fn pieces_key(pieces: impl Iterator<Item = (u64, u64, CopyKind)>) -> u64 {
                 h.update(layout.spec().name.as_bytes());
                 h.update(&row_bytes.to_le_bytes());
             }
+            CopyKind::AmxPacked { layout, row_bytes } => {
+                h.update(&[0xfe]);
+                h.update(layout.spec().name.as_bytes());
+                h.update(&row_bytes.to_le_bytes());
+            }
             other => h.update(&[dtype_code(other)]),
         }
     }
@@ -329,6 +334,7 @@ fn dtype_code(kind: CopyKind) -> u8 {
         CopyKind::Bf16ToF16 => 5,
         CopyKind::F16ToBf16 => 6,
         CopyKind::Repacked { .. } => 0xff,
+        CopyKind::AmxPacked { .. } => 0xfe,
     }
 }
 

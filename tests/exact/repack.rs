@@ -16,12 +16,15 @@ use std::time::Duration;
 
 use crate::common::*;
 use crate::writers::{gguf, GgufTensor};
+use twofold::container::repack::amx::{pack, AmxLayout};
 use twofold::container::repack::{repack, Layout};
 use twofold::container::{Dtype, Tensor};
 use twofold::model::CopyHow;
 
 /// ggml type ids (`ggml.h`).
 const Q4_0: u32 = 2;
+const Q4_1: u32 = 3;
+const Q8_0: u32 = 8;
 const Q4_K: u32 = 12;
 
 /// A small llama-like GGUF: two repacked weights of each kind, a `token_embd` that is
@@ -54,6 +57,8 @@ fn model(dir: &Path, seed: u64) -> (std::path::PathBuf, Vec<Tensor>) {
         ),
     ];
     let (bytes, table) = gguf(3, None, &[], &tensors);
+    let mut tensors = tensors;
+    tensors.iter_mut().for_each(|t| t.data.fill(0));
     let path = dir.join("model-q4.gguf");
     std::fs::write(&path, bytes).unwrap();
     (path, table)
@@ -121,6 +126,8 @@ fn repacked_weights_count_by_their_bytes_and_name_the_layout() {
     // Nothing of the file, repacked or not, stays in this process's heap while twofold scans.
     copy.fill(0);
     drop(copy);
+    let mut data = data;
+    data.fill(0);
     drop(data);
     let held = hold(&file, &copy_path);
     let size = std::fs::metadata(&file).unwrap().len();
@@ -178,4 +185,121 @@ fn repacked_weights_count_by_their_bytes_and_name_the_layout() {
         .find(|l| l.trim_start().starts_with(&pid.to_string()))
         .unwrap_or_else(|| panic!("{human}"));
     assert!(row.contains("repacked"), "{row}");
+}
+
+/// llama.cpp's AMX buffer (ggml-cpu's `sapphirerapids` variant, on a kernel that grants AMX
+/// state): it takes `MUL_MAT` weights of rows a multiple of 32 before `CPU_REPACK` does, and
+/// packs them into 16-row tiles; `Q8_0` grows to 38/34 of its size. These machines grant no
+/// AMX state, so no llama.cpp here uses that buffer: the tiles are laid out by the test with
+/// `formats::repack::amx` (byte-exact against ggml's own packing, see
+/// `formats/tests/fixtures/repack/amx/`), and twofold is told the build's variant with
+/// `TWOFOLD_LLAMA_CPU=sapphirerapids`.
+#[test]
+fn amx_packed_weights_count_by_the_bytes_they_occupy() {
+    let _group = crate::common::group(module_path!());
+    if !require(is_root(), "root") || !python_has("mmap") {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let quant = |name: &str, ty: u32, cols: u64, rows: u64, s: u64| {
+        let (block, dtype) = if ty == Q8_0 {
+            (34, "Q8_0")
+        } else {
+            (20, "Q4_1")
+        };
+        let len = (cols / 32 * block * rows) as usize;
+        GgufTensor::new(
+            name,
+            &[cols, rows],
+            ty,
+            crate::writers::bytes(7200 + s, len),
+            Dtype::Quant(dtype.into()),
+        )
+    };
+    let tensors = vec![
+        quant("token_embd.weight", Q4_1, 2048, 256, 1),
+        quant("blk.0.ffn_up.weight", Q4_1, 2048, 1024, 2),
+        quant("blk.0.attn_q.weight", Q8_0, 2048, 512, 3),
+        quant("output.weight", Q4_1, 2048, 512, 4),
+    ];
+    let (bytes, table) = gguf(3, None, &[], &tensors);
+    let mut tensors = tensors;
+    tensors.iter_mut().for_each(|t| t.data.fill(0));
+    let file = dir.path().join("model-amx.gguf");
+    std::fs::write(&file, &bytes).unwrap();
+    let mut copy = Vec::new();
+    let mut packed = 0u64;
+    for t in table.iter().filter(|t| t.name != "token_embd.weight") {
+        let layout = if t.dtype == Dtype::Quant("Q8_0".into()) {
+            AmxLayout::Q8_0
+        } else {
+            AmxLayout::Q4_1
+        };
+        let rows = t.shape[1] as usize;
+        let src = &bytes[t.offset as usize..(t.offset + t.len) as usize];
+        let out = pack(layout, rows, t.len as usize / rows, src).unwrap();
+        packed += out.len() as u64;
+        copy.extend_from_slice(&out);
+    }
+    let copy_path = dir.path().join("packed.bin");
+    std::fs::write(&copy_path, &copy).unwrap();
+    // Freed, a buffer's bytes stay in this process's heap: a copy twofold would rightly find.
+    copy.fill(0);
+    drop(copy);
+    let mut bytes = bytes;
+    bytes.fill(0);
+    drop(bytes);
+    let held = hold(&file, &copy_path);
+    let size = std::fs::metadata(&file).unwrap().len();
+    let cached = fincore_pages(&file) as f64 * 4096.0 / size.next_multiple_of(4096) as f64;
+    let truth = cached + packed as f64 / size as f64;
+    let scan = |variant: Option<&str>| -> twofold::model::Report {
+        let mut cmd = Command::new(exe());
+        cmd.args(["scan", "--json", "--prove-budget", "300s"])
+            .arg(&file);
+        match variant {
+            Some(v) => cmd.env("TWOFOLD_LLAMA_CPU", v),
+            None => cmd.env_remove("TWOFOLD_LLAMA_CPU"),
+        };
+        serde_json::from_slice(&run_ok(&mut cmd)).unwrap()
+    };
+    let r = scan(Some("sapphirerapids"));
+    let m = r.files.iter().find(|f| Path::new(&f.path) == file).unwrap();
+    let count = m.representations.proven.unwrap();
+    eprintln!(
+        "amx: truth {truth:.3} (cached {cached:.3} + packed {:.3}), twofold {count:.3}",
+        packed as f64 / size as f64
+    );
+    assert!(
+        (count - truth).abs() <= 0.02,
+        "twofold {count}, truth {truth}: {:#?}",
+        m.proven_copies
+    );
+    let json = serde_json::to_string(&r).unwrap();
+    for layout in ["amx_q4_1", "amx_q8_0"] {
+        assert!(
+            json.contains(&format!("{{\"amx\":\"{layout}\"}}")),
+            "{json}"
+        );
+    }
+    let finding = r
+        .findings
+        .iter()
+        .find(|x| x.code.as_str() == "proven-private-copy")
+        .unwrap_or_else(|| panic!("no finding: {:#?}", r.findings));
+    assert!(
+        finding.message().contains("llama.cpp's AMX backend"),
+        "{}",
+        finding.message()
+    );
+    // An AVX2 build (no AMX buffer) would not make these tiles: no copy is claimed for them
+    // (Q4_1 and Q8_0 are not repacked on x86 by CPU_REPACK either).
+    let r = scan(Some("haswell"));
+    let m = r.files.iter().find(|f| Path::new(&f.path) == file).unwrap();
+    let plain = m.representations.proven.unwrap();
+    assert!(
+        (plain - cached).abs() <= 0.02,
+        "haswell: {plain}, cached {cached}"
+    );
+    drop(held);
 }

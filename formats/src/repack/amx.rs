@@ -624,3 +624,18 @@ fn copy_column(blocks: &[&[u8]], out: &mut [u8], to: usize, from: usize) {
         out[to + 2 * n..to + 2 * n + 2].copy_from_slice(&b[from..from + 2]);
     }
 }
+
+/// A layout is written by its name (`"amx_q4_1"`).
+impl serde::Serialize for AmxLayout {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(self.spec().name)
+    }
+}
+
+impl<'de> serde::Deserialize<'de> for AmxLayout {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<AmxLayout, D::Error> {
+        let name = String::deserialize(d)?;
+        AmxLayout::from_name(&name)
+            .ok_or_else(|| serde::de::Error::custom(format!("unknown AMX layout '{name}'")))
+    }
+}

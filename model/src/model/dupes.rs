@@ -49,6 +49,12 @@ pub enum CopyKind {
         layout: twofold_formats::repack::Layout,
         row_bytes: u32,
     },
+    /// A quantised weight packed by llama.cpp's AMX backend into 16-row tiles
+    /// (`twofold_formats::repack::amx`), recomputed 16 rows at a time; some types grow.
+    AmxPacked {
+        layout: twofold_formats::repack::amx::AmxLayout,
+        row_bytes: u32,
+    },
 }
 
 impl CopyKind {
@@ -63,6 +69,7 @@ impl CopyKind {
             CopyKind::Bf16ToF16 => Conversion::Bf16ToF16,
             CopyKind::F16ToBf16 => Conversion::F16ToBf16,
             CopyKind::Repacked { layout, .. } => Conversion::Repack(layout),
+            CopyKind::AmxPacked { layout, .. } => Conversion::Amx(layout),
         })
     }
 
@@ -74,6 +81,15 @@ impl CopyKind {
             CopyKind::Repacked { layout, row_bytes } => {
                 let g = layout.group_bytes(u64::from(row_bytes)).max(1);
                 (g, g)
+            }
+            CopyKind::AmxPacked { layout, row_bytes } if row_bytes > 0 => {
+                use twofold_formats::repack::amx::TILE_ROWS;
+                let s = layout.spec();
+                let tiles = u64::from(row_bytes) / s.source_block_bytes as u64;
+                (
+                    TILE_ROWS as u64 * u64::from(row_bytes),
+                    (tiles * s.tile_bytes() as u64).max(1),
+                )
             }
             other => other.elements(),
         }
@@ -108,6 +124,10 @@ impl From<Conversion> for CopyKind {
             Conversion::F16ToBf16 => CopyKind::F16ToBf16,
             // The row length is the tensor's: 0 takes the bytes converted as one group.
             Conversion::Repack(layout) => CopyKind::Repacked {
+                layout,
+                row_bytes: 0,
+            },
+            Conversion::Amx(layout) => CopyKind::AmxPacked {
                 layout,
                 row_bytes: 0,
             },

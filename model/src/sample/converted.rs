@@ -41,6 +41,7 @@ pub fn words(c: Conversion) -> String {
             l.spec().source_type,
             l.spec().name
         ),
+        Conversion::Amx(l) => l.describe(),
         other => format!("converted {}", other.name()),
     }
 }
