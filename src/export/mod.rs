@@ -244,12 +244,46 @@ fn file_series(acc: &mut Acc, f: &FileModel, id: &str) {
             );
         }
     }
+    // Proven copies in another form, by transform: the cause beside the count.
+    let mut transformed: Vec<(String, f64)> = Vec::new();
+    for c in &f.proven_copies {
+        for t in &c.conversions {
+            let name = transform_label(t.conversion);
+            let bytes = t.memory_bytes as f64 * c.share;
+            match transformed.iter_mut().find(|(n, _)| *n == name) {
+                Some(e) => e.1 += bytes,
+                None => transformed.push((name, bytes)),
+            }
+        }
+    }
+    for (name, bytes) in transformed {
+        acc.gauge(
+            "twofold_file_transformed_bytes",
+            "Bytes of the file's proven private copies held in another dtype or layout, by transform (f32_to_f16, repack_q4_0_8x8, amx_q4_1...): part of private_copy_proven",
+            l(&[("file_id", id), ("transform", &name)]),
+            bytes,
+        );
+    }
     if f.representations.proven.is_some() {
         gauge(acc, FileField::Count, f, idl());
         gauge(acc, FileField::Excess, f, idl());
     }
     gauge(acc, FileField::LowerBound, f, idl());
     gauge(acc, FileField::Resident, f, idl());
+}
+
+/// A transform's label value: the conversion's JSON name (`f32_to_f16`), `repack_` and the
+/// layout (`repack_q4_0_8x8`), or the AMX layout (`amx_q4_1`).
+fn transform_label(c: crate::sample::converted::Conversion) -> String {
+    use crate::sample::converted::Conversion;
+    match c {
+        Conversion::Repack(l) => format!("repack_{}", l.spec().name),
+        Conversion::Amx(l) => l.spec().name.to_string(),
+        other => serde_json::to_value(other)
+            .ok()
+            .and_then(|v| v.as_str().map(str::to_string))
+            .unwrap_or_default(),
+    }
 }
 
 /// The help of [`FILE_HELD_BYTES`].

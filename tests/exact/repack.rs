@@ -87,9 +87,17 @@ sys.stdin.read()
     child
 }
 
-#[test]
-fn repacked_weights_count_by_their_bytes_and_name_the_layout() {
-    let _group = crate::common::group(module_path!());
+/// A GGUF held mapped beside its weights repacked as an AVX2 build lays them out: the
+/// holder, the file, the truth, and the repacked bytes by layout (`q4_0_8x8`, `q4_K_8x8`).
+struct Repacked {
+    held: twofold::spawn::Reader,
+    file: std::path::PathBuf,
+    truth: f64,
+    bytes: Vec<(Layout, u64)>,
+    _dir: tempfile::TempDir,
+}
+
+fn repacked_holder(seed: u64) -> Option<Repacked> {
     if !require(is_root(), "root")
         || !require(
             std::arch::is_x86_feature_detected!("avx2"),
@@ -97,14 +105,14 @@ fn repacked_weights_count_by_their_bytes_and_name_the_layout() {
         )
         || !python_has("mmap")
     {
-        return;
+        return None;
     }
     let dir = tempfile::tempdir().unwrap();
-    let (file, table) = model(dir.path(), 7100);
+    let (file, table) = model(dir.path(), seed);
     let data = std::fs::read(&file).unwrap();
     // The weights ggml repacks, each in the layout it picks on an AVX2 build.
     let mut copy = Vec::new();
-    let mut repacked_bytes = 0u64;
+    let mut bytes: Vec<(Layout, u64)> = Vec::new();
     for t in &table {
         let layout = match (t.name.as_str(), &t.dtype) {
             ("token_embd.weight", _) | (_, Dtype::F32) => continue,
@@ -116,7 +124,10 @@ fn repacked_weights_count_by_their_bytes_and_name_the_layout() {
         let out = repack(layout, rows, t.len as usize / rows, src).unwrap();
         copy.extend_from_slice(&out);
         // ggml aligns each tensor of a buffer to 32 bytes; the sizes here are multiples.
-        repacked_bytes += out.len() as u64;
+        match bytes.iter_mut().find(|(l, _)| *l == layout) {
+            Some(e) => e.1 += out.len() as u64,
+            None => bytes.push((layout, out.len() as u64)),
+        }
     }
     let copy_path = dir.path().join("repacked.bin");
     std::fs::File::create(&copy_path)
@@ -132,8 +143,36 @@ fn repacked_weights_count_by_their_bytes_and_name_the_layout() {
     let held = hold(&file, &copy_path);
     let size = std::fs::metadata(&file).unwrap().len();
     let cached = fincore_pages(&file) as f64 * 4096.0 / size.next_multiple_of(4096) as f64;
-    let truth = cached + repacked_bytes as f64 / size as f64;
+    let all: u64 = bytes.iter().map(|b| b.1).sum();
+    let truth = cached + all as f64 / size as f64;
+    eprintln!(
+        "repack: truth {truth:.3} (cached {cached:.3} + repacked {:.3})",
+        all as f64 / size as f64
+    );
+    Some(Repacked {
+        held,
+        file,
+        truth,
+        bytes,
+        _dir: dir,
+    })
+}
 
+#[test]
+fn repacked_weights_count_by_their_bytes_and_name_the_layout() {
+    let _group = crate::common::group(module_path!());
+    let Some(Repacked {
+        held,
+        file,
+        truth,
+        bytes,
+        _dir,
+    }) = repacked_holder(7100)
+    else {
+        return;
+    };
+    let size = std::fs::metadata(&file).unwrap().len();
+    let repacked_bytes: u64 = bytes.iter().map(|b| b.1).sum();
     let (r, m) = scan_file(&file);
     let count = m.representations.proven.unwrap();
     let pid = held.pid();
@@ -143,10 +182,8 @@ fn repacked_weights_count_by_their_bytes_and_name_the_layout() {
         .find(|c| c.pid == pid)
         .unwrap_or_else(|| panic!("no copy found: {m:#?}"));
     eprintln!(
-        "repack: truth {truth:.3} (cached {cached:.3} + repacked {:.3}), twofold {count:.3} (copy {:.3}, {:?})",
-        repacked_bytes as f64 / size as f64,
-        copy.fraction,
-        copy.how,
+        "repack: twofold {count:.3} (copy {:.3}, {:?})",
+        copy.fraction, copy.how,
     );
     assert!(
         (count - truth).abs() <= 0.02,
@@ -302,4 +339,100 @@ fn amx_packed_weights_count_by_the_bytes_they_occupy() {
         "haswell: {plain}, cached {cached}"
     );
     drop(held);
+}
+
+/// `serve`, `record`/`replay` and `top` show the same count as `scan`, and the cause:
+/// serve's `twofold_file_transformed_bytes` by layout, the recording's JSON, top's row.
+#[test]
+fn every_view_shows_the_repacked_copy() {
+    let _group = crate::common::group(module_path!());
+    if !require(have("tmux"), "tmux (to drive top)") {
+        return;
+    }
+    let Some(r) = repacked_holder(7300) else {
+        return;
+    };
+    let pid = r.held.pid().to_string();
+    let id = file_id(&r.file);
+    // serve: the layouts' bytes, exactly, and the count.
+    let port = free_port();
+    let mut serve = Command::new(exe())
+        .args(["serve", "--listen", &format!("127.0.0.1:{port}")])
+        .args(["--interval", "1s", "--prove-budget", "60s"])
+        .arg(&r.file)
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let start = std::time::Instant::now();
+    let value = |body: &str, series: &str| {
+        body.lines()
+            .find_map(|l| l.strip_prefix(series))
+            .and_then(|v| v.trim().parse::<f64>().ok())
+    };
+    let body = loop {
+        match metrics_text(port) {
+            Some(b) if b.contains("twofold_file_transformed_bytes") => break b,
+            _ => {
+                if start.elapsed() > Duration::from_secs(120) {
+                    let _ = serve.kill();
+                    let _ = serve.wait();
+                    panic!("no transformed bytes from serve");
+                }
+                std::thread::sleep(Duration::from_millis(300));
+            }
+        }
+    };
+    let _ = serve.kill();
+    let _ = serve.wait();
+    for (layout, bytes) in &r.bytes {
+        let series = format!(
+            "twofold_file_transformed_bytes{{file_id=\"{id}\",transform=\"repack_{}\"}} ",
+            layout.spec().name
+        );
+        assert_eq!(value(&body, &series), Some(*bytes as f64), "{series}: {body}");
+    }
+    let count = value(&body, &format!("twofold_file_copies{{file_id=\"{id}\"}} ")).unwrap();
+    assert!((count - r.truth).abs() <= 0.02, "serve {count}, truth {}", r.truth);
+
+    // record / replay: the count and the layouts in the recorded snapshot.
+    let store = tempfile::tempdir().unwrap();
+    run_ok(
+        Command::new(exe())
+            .args(["record", "--count", "1", "--prove-budget", "60s", "--store"])
+            .arg(store.path())
+            .arg(&r.file),
+    );
+    let out = run_ok(
+        Command::new(exe())
+            .args(["replay", "--json", "--store"])
+            .arg(store.path()),
+    );
+    let rep: twofold::model::Report = serde_json::from_slice(&out).unwrap();
+    let f = rep.files.iter().find(|f| Path::new(&f.path) == r.file).unwrap();
+    let count = f.representations.proven.unwrap();
+    assert!((count - r.truth).abs() <= 0.02, "replay {count}, truth {}", r.truth);
+    let text = String::from_utf8_lossy(&out);
+    assert!(text.contains("{\"repack\":\"q4_0_8x8\"}"), "{text}");
+
+    // top: the file's row has the count; the holder's row says how it holds the copy.
+    let tmux = crate::common::tmux::Tmux::new("repack");
+    let exit = store.path().join("exit");
+    tmux.start(
+        160,
+        40,
+        &format!(
+            "sh -c '{} top --interval 1s --prove-budget 60s --pid {pid} {}; echo EXIT=$? > {}'",
+            exe().display(),
+            r.file.display(),
+            exit.display()
+        ),
+    );
+    let shown = format!(" {:.2} ", r.truth);
+    let s = tmux.wait_for("the repacked count", Duration::from_secs(90), |s| {
+        s.lines()
+            .any(|l| l.contains("model-q4.gguf") && l.contains(&shown))
+    });
+    assert!(s.contains(&shown), "{s}");
+    tmux.keys(&["q"]);
 }
