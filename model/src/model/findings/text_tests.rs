@@ -123,13 +123,13 @@ fn every_code_reads_as_before() {
         (
             Code::MultipleRepresentations { file: k(), path: p(), total: 2.0, page_cache: 1.0, cow: Some(0.0), private_copies: 1, private_fraction: 1.0, lower_bound: true },
             "/m/model.gguf",
-            "'model.gguf' is in memory at least 2.00 times, proven: page cache 100% + 1 private copy (100%)",
+            "'model.gguf' is in memory at least 2.00 times, proven: page cache 100% + private copies 1.00 (in 1 process)",
             Some("on unified memory the GPU can read the page cache in place: the copies are waste; on a discrete GPU only the device copy is needed"),
         ),
         (
             Code::MultipleRepresentations { file: k(), path: p(), total: 3.5, page_cache: 0.5, cow: Some(0.25), private_copies: 2, private_fraction: 2.0, lower_bound: false },
             "/m/model.gguf",
-            "'model.gguf' is in memory 3.50 times, proven: page cache 50% + CoW 25% + 2 private copies (200%)",
+            "'model.gguf' is in memory 3.50 times, proven: page cache 50% + CoW 25% + private copies 2.00 (in 2 processes)",
             Some("on unified memory the GPU can read the page cache in place: the copies are waste; on a discrete GPU only the device copy is needed"),
         ),
         (
