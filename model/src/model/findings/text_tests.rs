@@ -31,6 +31,18 @@ fn every_code_reads_as_before() {
             Some("load it with mmap (llama.cpp's default, np.load(mmap_mode='r'), torch.load(mmap=True)) to share the page cache instead of copying it, and keep the stored dtype (or convert the file once on disk)"),
         ),
         (
+            Code::ProvenPrivateCopy { file: k(), path: p(), size_bytes: Some(1 << 30), pid: 7, comm: "py".into(), how: CopyHow::Copied, fraction: 3.8, file_bytes: 3891 * MIB, converted_bytes: 0, conversion: None, traced_read_bytes: None, huge_pages: false },
+            "/m/model.gguf",
+            "pid 7 (py) holds 3.80 private copies of 'model.gguf' copied: 3.80 times the file's bytes found byte by byte in its private memory",
+            Some("load it with mmap to share the page cache instead of copying it"),
+        ),
+        (
+            Code::UnexplainedMemory { file: k(), path: p(), size_bytes: Some(1 << 30), pid: 7, comm: "py".into(), estimated_bytes: 768 * MIB, sampled_pages: 1548 },
+            "/m/model.gguf",
+            "pid 7 (py) holds 768.0 MiB of private memory that is no known form of 'model.gguf' (not counted): an estimate from 1548 sampled pages whose bytes are distributed like the model's (1.0 GiB file), in no copy twofold proved",
+            Some("a runtime may keep a transformed copy (repacked or converted) twofold does not know; compare RssAnon with the runtime's own buffer sizes"),
+        ),
+        (
             Code::ProvenPrivateCopy { file: k(), path: p(), size_bytes: None, pid: 7, comm: "py".into(), how: CopyHow::CopiedFromMapping, fraction: 0.5, file_bytes: 0, converted_bytes: 0, conversion: None, traced_read_bytes: Some(1), huge_pages: false },
             "/m/model.gguf",
             "pid 7 (py) holds a private copy of 'model.gguf' copied out of its mapping of the file: 50% of the file found byte by byte in its private memory",
