@@ -45,12 +45,24 @@ pub struct Signature {
     pub usable: bool,
 }
 
-/// `n ln n` for the counts of one sample.
+/// `n ln n` for the counts of one sample (a table up to a page: one lookup per bin on
+/// every sampled page).
 fn nln(n: u32) -> f64 {
-    if n == 0 {
-        0.0
-    } else {
-        f64::from(n) * f64::from(n).ln()
+    static TABLE: std::sync::OnceLock<Vec<f64>> = std::sync::OnceLock::new();
+    let t = TABLE.get_or_init(|| {
+        (0..=4096u32)
+            .map(|n| {
+                if n == 0 {
+                    0.0
+                } else {
+                    f64::from(n) * f64::from(n).ln()
+                }
+            })
+            .collect()
+    });
+    match t.get(n as usize) {
+        Some(v) => *v,
+        None => f64::from(n) * f64::from(n).ln(),
     }
 }
 

@@ -511,6 +511,8 @@ print(json.dumps([[data.index(r), len(r)] for r in raws]))
     assert!(got >= truth - 0.02, "twofold {got}, whole copies {truth}");
     assert!(got <= anon / size as f64, "twofold {got} beyond RssAnon");
     assert!(!m.representations.lower_bound, "{:?}", m.representations);
+    // A runtime's heap of copies, buffers and activations is no unknown form of it.
+    assert!(m.unexplained.is_empty(), "{:#?}", m.unexplained);
     // Worded as copies.
     let text = |code: &str| {
         r.findings

@@ -6,9 +6,10 @@
 //! and that no proven copy covers ([`crate::sample::ProofSample::unexplained_bytes`]: the
 //! sampled pages like the file times the pages each stands for). A runtime that keeps a
 //! transformed copy twofold cannot recompute (a repacked or prepacked layout it does not
-//! know) shows here rather than as a bare count. It is shown for a process related to the
-//! file (it maps it, holds it open, names it or read() as many bytes) when it is at least
-//! [`UNEXPLAINED_FRACTION`] of the file.
+//! know) shows here rather than as a bare count. It is shown for a process tied to the
+//! file (it maps it, holds it open or names it, or it read() as many bytes and holds bytes
+//! of it proven) when it is at least [`UNEXPLAINED_FRACTION`] of the file. Call it after
+//! the proven copies are attributed.
 
 use serde::{Deserialize, Serialize};
 
@@ -55,11 +56,18 @@ pub fn attribute(sample: &Sample, files: &mut [FileModel]) {
             else {
                 continue;
             };
-            if !matches!(
-                c.why,
-                CandidateWhy::Holder | CandidateWhy::Named | CandidateWhy::Read
-            ) || f.unexplained.iter().any(|u| u.pid == pr.pid)
-            {
+            // Tied to this file: it maps it, holds it open or names it, or it read() as
+            // much and holds bytes of it proven (a runtime that read the model, closed it
+            // and transformed it keeps some of it: onnxruntime's unpacked initializers).
+            // A process that read() much of anything, holding another model distributed
+            // like this one, is not.
+            let proven = f.proven_copies.iter().any(|p| p.pid == pr.pid);
+            let tied = match c.why {
+                CandidateWhy::Holder | CandidateWhy::Named => true,
+                CandidateWhy::Read => proven,
+                CandidateWhy::Unknown | CandidateWhy::SharedMemory => false,
+            };
+            if !tied || f.unexplained.iter().any(|u| u.pid == pr.pid) {
                 continue;
             }
             let comm = sample
