@@ -331,6 +331,18 @@ mod tests {
         assert_eq!(likes(&s, &vec![0u8; SAMPLE * 8]), 0);
         let kv = f16_normal(4, SAMPLE * 64, 1.0);
         assert_eq!(likes(&s, &kv), 0);
+        // F32 weights (three of four bytes near uniform): still usable, still apart.
+        let f32s: Vec<u8> = f16_normal(7, SAMPLE * 256, 0.02)
+            .chunks_exact(2)
+            .flat_map(|h| {
+                let x = half::f16::from_le_bytes([h[0], h[1]]).to_f32();
+                (x * (1.0 + f32::from(h[0]) / 4096.0)).to_le_bytes()
+            })
+            .collect();
+        let s32 = sig_of(&f32s);
+        assert!(s32.usable, "{s32:?}");
+        assert_eq!(likes(&s32, &noise(8, SAMPLE * 64)), 0);
+        assert_eq!(likes(&s32, &other), 0);
         let flat = sig_of(&noise(5, SAMPLE * 256));
         assert!(!flat.usable);
         assert_eq!(likes(&flat, &noise(6, SAMPLE * 8)), 0);
