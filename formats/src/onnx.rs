@@ -1,5 +1,9 @@
-//! ONNX: a protobuf `ModelProto` (`onnx.proto3`). The tensors are the main graph's
-//! initializers (`ModelProto.graph` = 7 → `GraphProto.initializer` = 5, `TensorProto`s).
+//! ONNX: a protobuf `ModelProto` (`onnx.proto3`). The tensors are the graph's
+//! initializers (`ModelProto.graph` = 7 → `GraphProto.initializer` = 5, `TensorProto`s),
+//! the values of its nodes' tensor attributes (`NodeProto.attribute` = 5 →
+//! `AttributeProto.t` = 5 / `tensors` = 10: `Constant` nodes) and the same in subgraphs
+//! (`AttributeProto.g` = 6 / `graphs` = 11: `If`, `Loop`, `Scan` bodies), to a depth of 16.
+//! onnxruntime copies every one of them into its heap.
 //!
 //! Protobuf has no magic and no end marker, so a file is taken as ONNX only when its whole
 //! top level walks as a `ModelProto`: `ir_version` (field 1, tag `0x08`) first, every
@@ -155,21 +159,8 @@ pub fn parse(src: &dyn Source) -> Result<Container, ContainerError> {
 pub fn parse_model(src: &dyn Source, model: &Model) -> Result<Container, ContainerError> {
     let mut out = Tables::default();
     for &(start, len) in &model.graphs {
-        let end = start.saturating_add(len);
         let mut r = Seq::new(src, start).with_chunk(CHUNK);
-        while let Some(f) = wire::field(&mut r, end, "onnx graph field")? {
-            match (f.number, f.value) {
-                (5, Value::Len { start, len }) => initializer(&mut r, start, len, &mut out)?,
-                (5, _) => {
-                    return Err(ContainerError::invalid(
-                        FORMAT,
-                        format!("initializer at offset '{}' is not a message", f.at),
-                    ))
-                }
-                (_, Value::Len { len, .. }) => r.skip(len, "onnx graph field")?,
-                _ => {}
-            }
-        }
+        graph(&mut r, start, len, 0, &mut out)?;
     }
     sort_tensors(&mut out.tensors);
     Ok(Container {
@@ -181,6 +172,83 @@ pub fn parse_model(src: &dyn Source, model: &Model) -> Result<Container, Contain
         external: out.external,
         unmapped: out.unmapped,
     })
+}
+
+/// Graphs nested deeper than this (subgraphs of subgraphs...) are not walked: their
+/// tensors are searched as the file's uncovered bytes, like any unparsed data.
+const MAX_GRAPH_DEPTH: u32 = 16;
+
+/// Walks one `GraphProto` at `start..start + len` (the reader at `start`): its
+/// initializers (5), and the tensors its nodes (1) hold, at any depth up to
+/// [`MAX_GRAPH_DEPTH`].
+fn graph(
+    r: &mut Seq,
+    start: u64,
+    len: u64,
+    depth: u32,
+    out: &mut Tables,
+) -> Result<(), ContainerError> {
+    let end = start.saturating_add(len);
+    while let Some(f) = wire::field(r, end, "onnx graph field")? {
+        match (f.number, f.value) {
+            (5, Value::Len { start, len }) => initializer(r, start, len, None, out)?,
+            (5, _) => {
+                return Err(ContainerError::invalid(
+                    FORMAT,
+                    format!("initializer at offset '{}' is not a message", f.at),
+                ))
+            }
+            (1, Value::Len { start, len }) => node(r, start, len, depth, out)?,
+            (_, Value::Len { len, .. }) => r.skip(len, "onnx graph field")?,
+            _ => {}
+        }
+    }
+    Ok(())
+}
+
+/// Walks one `NodeProto`: the tensors of its attributes (5), as a `Constant` node holds
+/// its value (`AttributeProto.t` = 5, `tensors` = 10), and the subgraphs of an `If`,
+/// `Loop` or `Scan` (`g` = 6, `graphs` = 11), whose initializers are the model's weights
+/// in exports such as silero_vad's. A tensor with no name of its own is named after the
+/// node's first output (`Constant`'s value usually is).
+fn node(
+    r: &mut Seq,
+    start: u64,
+    len: u64,
+    depth: u32,
+    out: &mut Tables,
+) -> Result<(), ContainerError> {
+    let end = start.saturating_add(len);
+    let mut output: Option<String> = None;
+    while let Some(f) = wire::field(r, end, "onnx node field")? {
+        match (f.number, f.value) {
+            (2, Value::Len { len, .. }) if output.is_none() && len <= 4096 => {
+                let b = r.take(len, "onnx node output")?;
+                output = Some(String::from_utf8_lossy(b).into_owned());
+            }
+            (5, Value::Len { start: a, len: n }) => {
+                let aend = a.saturating_add(n);
+                while let Some(g) = wire::field(r, aend, "onnx attribute field")? {
+                    match (g.number, g.value) {
+                        (5 | 10, Value::Len { start, len }) => {
+                            let fallback = output
+                                .clone()
+                                .unwrap_or_else(|| format!("constant@{start}"));
+                            initializer(r, start, len, Some(fallback), out)?
+                        }
+                        (6 | 11, Value::Len { start, len }) if depth < MAX_GRAPH_DEPTH => {
+                            graph(r, start, len, depth + 1, out)?
+                        }
+                        (_, Value::Len { len, .. }) => r.skip(len, "onnx attribute field")?,
+                        _ => {}
+                    }
+                }
+            }
+            (_, Value::Len { len, .. }) => r.skip(len, "onnx node field")?,
+            _ => {}
+        }
+    }
+    Ok(())
 }
 
 #[derive(Default)]
@@ -202,8 +270,15 @@ struct Data {
 }
 
 /// Walks one `TensorProto` at `start..start + len`: locates its data, copies its small
-/// fields into a bounded buffer and decodes that with prost.
-fn initializer(r: &mut Seq, start: u64, len: u64, out: &mut Tables) -> Result<(), ContainerError> {
+/// fields into a bounded buffer and decodes that with prost. `unnamed`: the name of a
+/// tensor that has none (a `Constant` node's value), else a nameless one is an error.
+fn initializer(
+    r: &mut Seq,
+    start: u64,
+    len: u64,
+    unnamed: Option<String>,
+    out: &mut Tables,
+) -> Result<(), ContainerError> {
     let end = start.saturating_add(len);
     let mut meta = Vec::new();
     let mut data = Data::default();
@@ -256,9 +331,12 @@ fn initializer(r: &mut Seq, start: u64, len: u64, out: &mut Tables) -> Result<()
             _ => {}
         }
     }
-    let t = proto::TensorProto::decode(&meta[..]).map_err(|e| {
+    let mut t = proto::TensorProto::decode(&meta[..]).map_err(|e| {
         ContainerError::invalid(FORMAT, format!("initializer at offset '{start}': {e}"))
     })?;
+    if t.name.is_empty() {
+        t.name = unnamed.unwrap_or_default();
+    }
     place(t, start, data, out)
 }
 

@@ -516,6 +516,15 @@ pub struct ProofSample {
     /// The copies' memory in anonymous shared memory, huge pages and driver memory.
     #[serde(default, skip_serializing_if = "places::Places::is_empty")]
     pub places: places::Places,
+    /// Estimated private memory (bytes) distributed like this file's bytes (as they are,
+    /// reordered, or relabelled by one XOR constant) that no copy found covers: a form of
+    /// the model twofold does not know, suspected (`dupes::likeness`). Sampled pages like
+    /// the file times the pages each stands for.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub unexplained_bytes: u64,
+    /// Sampled pages behind [`ProofSample::unexplained_bytes`].
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub unexplained_samples: u64,
 }
 
 /// The physical pages under one process's copies of one file, from `/proc/PID/pagemap`

@@ -135,6 +135,7 @@ impl Compare<'_> {
             Err(e) => return Err(e),
         };
         if got != n {
+            b.mem.truncate(got);
             return Ok(false);
         }
         let kind = span.kind;
@@ -172,6 +173,34 @@ impl Compare<'_> {
         }
         chunkmemo::put(version, off, len, span.kind, chunkmemo::hash(&b.conv));
         Ok(b.mem == b.conv)
+    }
+
+    /// Bytes of `[x, y)` (read by [`Compare::equal`] into `b.mem`) in 16-byte windows of
+    /// the identical copy at `a` that equal the file and carry information.
+    fn equal_windows(
+        &self,
+        b: &mut Buffers,
+        span: &Span,
+        a: u64,
+        x: u64,
+        y: u64,
+    ) -> io::Result<u64> {
+        let y = y.min(a + span.mem_len);
+        let n = (y - x) as usize;
+        if b.mem.len() != n {
+            return Ok(0);
+        }
+        b.src.resize(n, 0);
+        span.bytes
+            .read_exact_at(&mut b.src, span.file_offset + (x - a))?;
+        // Windows aligned on the copy's start.
+        let skip = ((WIN as u64 - (x - a) % WIN as u64) % WIN as u64) as usize;
+        let equal = b.mem[skip.min(n)..]
+            .chunks_exact(WIN)
+            .zip(b.src[skip.min(n)..].chunks_exact(WIN))
+            .filter(|(m, f)| m == f && !periodic(m))
+            .count();
+        Ok((equal * WIN) as u64)
     }
 
     /// Confirms a candidate copy (`at`): `Some((credited present bytes, whole))` or
@@ -222,11 +251,20 @@ impl Compare<'_> {
         if all && !clipped {
             return Ok(Some((present, true)));
         }
-        // A partial copy: credit the pages that match and carry information.
+        // A partial copy: credit the pages that match and carry information, and in a
+        // page that does not, its 16-byte windows (of the copy) that do: a freed buffer
+        // written over in part still holds the rest of the file's bytes.
         let mut credited = 0u64;
         for &(x, y, ok) in &chunks {
-            if ok && self.equal(b, &span, a, x, y)? && !b.mem.chunks_exact(WIN).all(periodic) {
-                credited += y - x;
+            if !ok {
+                continue;
+            }
+            if self.equal(b, &span, a, x, y)? {
+                if !b.mem.chunks_exact(WIN).all(periodic) {
+                    credited += y - x;
+                }
+            } else if span.kind == CopyKind::Identical {
+                credited += self.equal_windows(b, &span, a, x, y)?;
             }
         }
         Ok((credited >= PAGE).then_some((credited, false)))

@@ -25,6 +25,8 @@ pub struct Indexed {
     pub grid: Grid,
     pub keys: Vec<FileKey>,
     pub aliases: Vec<(FileKey, FileKey)>,
+    /// The files' byte distributions ([`super::likeness`]), read once with the index.
+    pub likeness: super::likeness::Likeness,
 }
 
 #[derive(Default)]

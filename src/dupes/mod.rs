@@ -15,6 +15,7 @@ pub mod found;
 pub mod grid;
 pub mod index;
 pub mod indexcache;
+pub mod likeness;
 pub mod moved;
 pub mod opening;
 pub mod pagemap;

@@ -15,9 +15,10 @@ use std::time::{Duration, Instant};
 use super::grid::{Grid, PAGE};
 use super::index::{CopyKind, Layouts};
 use super::indexcache::{self, IndexCache};
+use super::likeness::Likeness;
 use super::opening::{open_all, open_path_stat};
 use super::pointcache::PointCache;
-use super::sweep::{Hit, Sweep, SweepStats};
+use super::sweep::{Sweep, SweepStats};
 use super::twins::same_bytes;
 use crate::collect::memory::{ProcMemory, Region};
 use crate::collect::Roots;
@@ -55,7 +56,7 @@ pub struct ProofFile {
 /// Outcome of one process's search.
 struct Searched {
     pid: i32,
-    result: Result<(Vec<Hit>, Vec<Region>, SweepStats, bool), Unsearched>,
+    result: Result<(super::sweep::Outcome, Vec<Region>), Unsearched>,
     took: Duration,
 }
 
@@ -273,7 +274,9 @@ fn prove_group(
                     return unsearched(sample, pids, &Unsearched::not_indexed(&e.to_string()));
                 }
             };
+            let likeness = Likeness::of(&grid);
             let ix = std::sync::Arc::new(indexcache::Indexed {
+                likeness,
                 grid,
                 keys,
                 aliases,
@@ -286,6 +289,8 @@ fn prove_group(
         }
     };
     let (grid, keys, aliases) = (&indexed.grid, &indexed.keys, &indexed.aliases);
+    // Each file's byte distribution, for memory like it that no copy found covers.
+    let likeness = &indexed.likeness;
     let stride = grid.stride;
     let indexed = start.elapsed();
     let searchable: Vec<f64> = (0..grid.files.len())
@@ -322,12 +327,20 @@ fn prove_group(
             opts.exact,
             deadline,
             progress,
-            (inner, known),
+            (inner, known, likeness),
         )
         .map_err(Unsearched::from_error);
         // A process that exited holds no memory: searched, nothing there.
         if result.is_err() && !roots.proc.join(pid.to_string()).exists() {
-            result = Ok((Vec::new(), Vec::new(), SweepStats::default(), true));
+            result = Ok((
+                super::sweep::Outcome {
+                    hits: Vec::new(),
+                    stats: SweepStats::default(),
+                    complete: true,
+                    liked: Vec::new(),
+                },
+                Vec::new(),
+            ));
         }
         Some(Searched {
             pid,
@@ -388,7 +401,13 @@ fn prove_group(
                     out.push(bare(key, &why));
                 }
             }
-            Ok((hits, regions, stats, complete)) => {
+            Ok((outcome, regions)) => {
+                let super::sweep::Outcome {
+                    hits,
+                    stats,
+                    complete,
+                    liked,
+                } = outcome;
                 let fresh = |key: FileKey, fi: usize| Proof {
                     sample: proof_for(s.pid, key, fi, &searchable),
                     found: Vec::new(),
@@ -417,6 +436,22 @@ fn prove_group(
                         whole: h.whole,
                     });
                     credit(&mut p.sample, key, piece.kind, r, h.mem_bytes);
+                }
+                // Memory like each file that no copy covers: an estimate, by the pages
+                // each sample stands for.
+                if std::env::var_os("TWOFOLD_PROFILE").is_some() {
+                    eprintln!(
+                        "twofold: pid {}: {} sampled pages like a file, {} copies",
+                        s.pid,
+                        liked.len(),
+                        hits.len()
+                    );
+                }
+                for l in &liked {
+                    let key = keys[l.file];
+                    let p = per.entry(l.file).or_insert_with(|| fresh(key, l.file));
+                    p.sample.unexplained_bytes += l.pages * PAGE;
+                    p.sample.unexplained_samples += 1;
                 }
                 for p in per.values_mut().map(|p| &mut p.sample) {
                     p.stride_pages = stats.stride_pages;
@@ -514,7 +549,7 @@ fn proof_for(pid: i32, key: FileKey, fi: usize, searchable: &[f64]) -> ProofSamp
     }
 }
 
-type SearchResult = Result<(Vec<Hit>, Vec<Region>, SweepStats, bool), String>;
+type SearchResult = Result<(super::sweep::Outcome, Vec<Region>), String>;
 
 #[allow(clippy::too_many_arguments)]
 fn search_one(
@@ -525,7 +560,7 @@ fn search_one(
     exact: bool,
     deadline: Option<Instant>,
     progress: Option<&Progress>,
-    (threads, known): (usize, &[(u64, u64)]),
+    (threads, known, likeness): (usize, &[(u64, u64)], &Likeness),
 ) -> SearchResult {
     // The whole chain: the refusal's reason is in the source.
     let target =
@@ -544,13 +579,14 @@ fn search_one(
         threads,
         window: super::sweep::WINDOW,
         known,
+        likeness: Some(likeness),
     };
-    let (hits, stats, complete) = sweep.run(&regions).map_err(|e| {
+    let outcome = sweep.run_all(&regions).map_err(|e| {
         if e.raw_os_error() == Some(libc::ESRCH) {
             "the process exited while it was searched".to_string()
         } else {
             format!("cannot search pid {pid}: {e}")
         }
     })?;
-    Ok((hits, regions, stats, complete))
+    Ok((outcome, regions))
 }

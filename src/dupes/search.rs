@@ -112,6 +112,7 @@ fn search_process(
         threads: crate::collect::proof_threads(),
         window: super::sweep::WINDOW,
         known: &[],
+        likeness: None,
     };
     let (hits, stats, _) = sweep
         .run(&regions)

@@ -49,6 +49,29 @@ pub struct Sweep<'a> {
     /// Memory ranges that hold copies already known (an earlier search's, checked in
     /// place since): not sampled, and no copy that overlaps them is confirmed.
     pub known: &'a [(u64, u64)],
+    /// Signatures of the files: sampled pages no copy covers that are like a file are
+    /// kept ([`Liked`]), for the estimate of memory that is no known form of it.
+    pub likeness: Option<&'a super::likeness::Likeness>,
+}
+
+/// A sampled page that is like a file (distributed as its bytes) and was not covered by a
+/// copy when it was sampled.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Liked {
+    pub addr: u64,
+    /// Pages it stands for (the sampling step).
+    pub pages: u64,
+    /// The file, as an index into the grid's files.
+    pub file: usize,
+}
+
+/// What a sweep found: the copies, the work done, whether it ended before the deadline,
+/// and the pages like a file.
+pub struct Outcome {
+    pub hits: Vec<Hit>,
+    pub stats: SweepStats,
+    pub complete: bool,
+    pub liked: Vec<Liked>,
 }
 
 struct State {
@@ -60,6 +83,7 @@ struct State {
     /// Confirmed copies: (piece, address).
     confirmed: HashSet<(usize, u64)>,
     extended: HashSet<(usize, u64)>,
+    liked: Vec<Liked>,
     /// How many of the shared ranges are in `credited`.
     synced: usize,
     buf: Buffers,
@@ -121,6 +145,7 @@ struct Plan<'a> {
     deadline: Option<Instant>,
     progress: Option<&'a super::Progress>,
     window: u64,
+    likeness: Option<&'a super::likeness::Likeness>,
 }
 
 /// The whole pages of `ranges`, sorted and merged.
@@ -176,6 +201,7 @@ impl State {
             seen: HashSet::new(),
             confirmed: HashSet::new(),
             extended: HashSet::new(),
+            liked: Vec::new(),
             buf: Buffers::default(),
         }
     }
@@ -210,6 +236,7 @@ impl Sweep<'_> {
             deadline: self.deadline,
             progress: self.progress,
             window: self.window,
+            likeness: self.likeness,
         }
     }
 
@@ -217,6 +244,12 @@ impl Sweep<'_> {
     /// searched before the deadline. Regions are cut into windows of `window` bytes,
     /// searched on up to `threads` threads, each reading through its own handle.
     pub fn run(&self, regions: &[Region]) -> io::Result<(Vec<Hit>, SweepStats, bool)> {
+        let o = self.run_all(regions)?;
+        Ok((o.hits, o.stats, o.complete))
+    }
+
+    /// [`Sweep::run`], with the sampled pages like a file that no copy found covers.
+    pub fn run_all(&self, regions: &[Region]) -> io::Result<Outcome> {
         let mut stats = SweepStats {
             regions: regions.len(),
             stride_pages: self.stride,
@@ -313,6 +346,7 @@ impl Sweep<'_> {
                                 threads: 1,
                                 window: plan.window,
                                 known,
+                                likeness: plan.likeness,
                             })
                         })
                     })
@@ -328,6 +362,7 @@ impl Sweep<'_> {
         };
         let mut complete = true;
         let mut hits = Vec::new();
+        let mut liked = Vec::new();
         for r in results {
             let (st, done) = r?;
             complete &= done;
@@ -337,8 +372,26 @@ impl Sweep<'_> {
             stats.rejected += st.stats.rejected;
             stats.compared_bytes += st.buf.compared_bytes;
             hits.extend(st.hits);
+            liked.extend(st.liked);
         }
-        Ok((self.once(hits, regions), stats, complete))
+        let hits = self.once(hits, regions);
+        // A page sampled before a copy over it was confirmed is that copy's.
+        let mut spans: Vec<(u64, u64)> = hits
+            .iter()
+            .map(|h| (h.addr, h.addr + self.grid.pieces[h.piece].mem_len))
+            .collect();
+        spans.sort_unstable();
+        liked.retain(|l| {
+            let i = spans.partition_point(|s| s.0 <= l.addr);
+            !spans[..i].iter().rev().take(64).any(|s| s.1 > l.addr)
+        });
+        liked.sort_by_key(|l| l.addr);
+        Ok(Outcome {
+            hits,
+            stats,
+            complete,
+            liked,
+        })
     }
 
     /// The hits of every thread in address order, each memory range credited once: two
@@ -443,6 +496,13 @@ impl Sweep<'_> {
                 }
                 st.stats.sampled_pages += 1;
                 let s = &sc.buf[k * pitch..k * pitch + sample_len];
+                if let Some(file) = self.likeness.and_then(|l| l.like(s)) {
+                    st.liked.push(Liked {
+                        addr: page,
+                        pages: stride,
+                        file,
+                    });
+                }
                 sc.cands.clear();
                 for &d in sampling.positions(page) {
                     let w = &s[d as usize..d as usize + WIN];

@@ -107,6 +107,7 @@ fn threads_and_windows_credit_each_copy_once() {
             threads,
             window,
             known,
+            likeness: None,
         };
         let (hits, stats, complete) = s.run(&regions).unwrap();
         assert!(complete);

@@ -284,3 +284,34 @@ fn uploaded_bytes_keep_what_exited_processes_uploaded() {
     assert_eq!(value(&e, name, &[("gpu", "0")]), Some(150.0));
     assert_eq!(value(&e, name, &[("gpu", "unknown")]), Some(7.0));
 }
+
+/// Memory that is no known form of a file is its own gauge (0 without it), never in the
+/// count.
+#[test]
+fn unexplained_memory_is_a_gauge_beside_the_count() {
+    let mut r = report_with(1);
+    let e = families(&r, Options::default(), &SelfStats::default());
+    let id = "8:1:100";
+    assert_eq!(
+        value(&e, "twofold_file_unexplained_bytes", &[("file_id", id)]),
+        Some(0.0)
+    );
+    let count = value(&e, "twofold_file_copies", &[("file_id", id)]);
+    r.files[0]
+        .unexplained
+        .push(crate::model::unexplained::UnexplainedMemory {
+            pid: 42,
+            comm: "ort".into(),
+            estimated_bytes: 1 << 19,
+            fraction_of_file: 0.5,
+            sampled_pages: 8,
+            stride_pages: 16,
+            why: crate::sample::CandidateWhy::Read,
+        });
+    let e = families(&r, Options::default(), &SelfStats::default());
+    assert_eq!(
+        value(&e, "twofold_file_unexplained_bytes", &[("file_id", id)]),
+        Some(f64::from(1 << 19))
+    );
+    assert_eq!(value(&e, "twofold_file_copies", &[("file_id", id)]), count);
+}

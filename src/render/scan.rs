@@ -81,6 +81,15 @@ pub(crate) fn copy_note(f: &FileModel, pid: i32, plus: bool) -> String {
                 c.fraction * 100.0
             );
         }
+        if c.fraction > 1.005 {
+            // Several copies in one process (a heap that holds each tensor more than once).
+            let kinds = kind.replace("copy", "copies");
+            return format!(
+                "{plus}{kinds}: {:.2} of the file ({}, proven)",
+                c.fraction,
+                how(c)
+            );
+        }
         return format!(
             "{plus}{kind}, {:.0}% of the file ({}, proven)",
             c.fraction * 100.0,
@@ -241,6 +250,13 @@ fn file_section(f: &FileModel, out: &mut String) {
             .unwrap_or_default(),
     );
     let _ = writeln!(out, "    {}", count_line(f));
+    for u in &f.unexplained {
+        let _ = writeln!(
+            out,
+            "    beside it: {}",
+            super::safe::safe(&crate::model::unexplained::beside_line(u))
+        );
+    }
     let c = &f.candidates;
     if c.could_hold > 0 {
         let _ = writeln!(

@@ -69,6 +69,7 @@ fn file(path: &str, inode: u64, size: u64) -> FileModel {
         holders: Vec::new(),
         proven_copies: Vec::new(),
         suspected_copies: Vec::new(),
+        unexplained: Vec::new(),
         device_copies: Vec::new(),
         uploads: Vec::new(),
         uploads_retired: Vec::new(),

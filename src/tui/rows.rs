@@ -137,6 +137,7 @@ fn named<'r>(report: &'r Report, f: &'r Finding) -> (Option<FileKey>, Vec<i32>, 
     match &f.code {
         Code::ProvenPrivateCopy { file, pid, .. }
         | Code::SuspectedPrivateCopy { file, pid, .. }
+        | Code::UnexplainedMemory { file, pid, .. }
         | Code::CowInPrivateMapping { file, pid, .. }
         | Code::MappingBeyondEof { file, pid, .. }
         | Code::FileThp { file, pid, .. }

@@ -226,6 +226,11 @@ pub(super) fn draw_file(
     if let Some(reason) = &f.residency_unknown_reason {
         lines.push(Line::from(format!("residency unknown: {}", safe(reason))));
     }
+    for u in &f.unexplained {
+        lines.push(Line::from(
+            safe(&crate::model::unexplained::beside_line(u)).into_owned(),
+        ));
+    }
     lines.push(Line::from(trace_line(st, report, f)));
     if let Some(l) = device_line(f) {
         lines.push(Line::from(l));

@@ -28,4 +28,5 @@ mod serve;
 mod top;
 mod truth;
 mod twins;
+mod unexplained;
 mod untouched;

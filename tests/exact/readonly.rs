@@ -196,7 +196,10 @@ fn no_command_unshares_a_copy_shared_by_fork_and_it_counts_once() {
     let text = String::from_utf8(run_ok(Command::new(exe()).arg("scan").arg(&file))).unwrap();
     assert!(text.contains("shared by 4 processes (fork)"), "{text}");
     assert!(text.contains("in memory 2.00 times"), "{text}");
-    assert!(text.contains("+ 1 private copy (100%)"), "{text}");
+    assert!(
+        text.contains("+ private copies 1.00 (in 1 process)"),
+        "{text}"
+    );
     assert!(text.contains("share one private copy"), "{text}");
 
     let report = scan_json(&file, &["--exact"]);

@@ -659,6 +659,7 @@ pub fn onnx(initializers: Vec<TensorProto>) -> Vec<u8> {
                 output: vec!["y".into()],
                 name: "matmul".into(),
                 op_type: "MatMul".into(),
+                attribute: Vec::new(),
             }],
             name: "g".into(),
             initializer: initializers,

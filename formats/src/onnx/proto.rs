@@ -37,7 +37,7 @@ pub struct GraphProto {
     pub initializer: Vec<TensorProto>,
 }
 
-/// `NodeProto`: one operator (the parser skips nodes; the writers add some).
+/// `NodeProto`: one operator (the parser walks only its tensor and graph attributes).
 #[derive(Clone, PartialEq, prost::Message)]
 pub struct NodeProto {
     #[prost(string, repeated, tag = "1")]
@@ -48,6 +48,23 @@ pub struct NodeProto {
     pub name: String,
     #[prost(string, tag = "4")]
     pub op_type: String,
+    #[prost(message, repeated, tag = "5")]
+    pub attribute: Vec<AttributeProto>,
+}
+
+/// `AttributeProto`: a node's attribute; only its tensors and graphs hold weights.
+#[derive(Clone, PartialEq, prost::Message)]
+pub struct AttributeProto {
+    #[prost(string, tag = "1")]
+    pub name: String,
+    #[prost(message, optional, tag = "5")]
+    pub t: Option<TensorProto>,
+    #[prost(message, optional, tag = "6")]
+    pub g: Option<GraphProto>,
+    #[prost(message, repeated, tag = "10")]
+    pub tensors: Vec<TensorProto>,
+    #[prost(message, repeated, tag = "11")]
+    pub graphs: Vec<GraphProto>,
 }
 
 /// `TensorProto.DataLocation`.

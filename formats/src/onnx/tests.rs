@@ -21,6 +21,7 @@ fn model(init: Vec<TensorProto>) -> Vec<u8> {
                 output: vec!["y".into()],
                 name: "mm".into(),
                 op_type: "MatMul".into(),
+                attribute: Vec::new(),
             }],
             name: "g".into(),
             initializer: init,
@@ -58,6 +59,96 @@ fn raw_and_packed_float_tensors_at_their_offsets() {
     fl.extend((-2.0f32).to_le_bytes());
     let t = c.tensors.iter().find(|t| t.name == "f").unwrap();
     assert_eq!((t.offset, t.len), (find(&file, &fl), 8));
+}
+
+/// Weights in a `Constant` node (its value unnamed, as exporters write it) and in the
+/// initializers of an `If` branch, nested in another `If` (silero_vad keeps its weights so):
+/// tensors of the file at their offsets, named after the node's output where unnamed.
+#[test]
+fn constant_nodes_and_subgraph_initializers_are_tensors() {
+    let c1: Vec<u8> = (0..32).collect();
+    let s1: Vec<u8> = (100..164).collect();
+    let s2: Vec<u8> = (200..216).collect();
+    let attr = |name: &str| AttributeProto {
+        name: name.into(),
+        ..Default::default()
+    };
+    let inner = GraphProto {
+        name: "inner".into(),
+        initializer: vec![raw("deep", 1, &[4], s2.clone())],
+        ..Default::default()
+    };
+    let branch = GraphProto {
+        name: "then".into(),
+        node: vec![NodeProto {
+            output: vec!["z".into()],
+            op_type: "If".into(),
+            attribute: vec![AttributeProto {
+                g: Some(inner.clone()),
+                ..attr("then_branch")
+            }],
+            ..Default::default()
+        }],
+        initializer: vec![raw("sub", 1, &[16], s1.clone())],
+    };
+    let nodes = vec![
+        NodeProto {
+            output: vec!["k".into()],
+            op_type: "Constant".into(),
+            attribute: vec![AttributeProto {
+                t: Some(raw("", 1, &[8], c1.clone())),
+                ..attr("value")
+            }],
+            ..Default::default()
+        },
+        NodeProto {
+            output: vec!["y".into()],
+            op_type: "If".into(),
+            attribute: vec![
+                AttributeProto {
+                    g: Some(branch),
+                    ..attr("then_branch")
+                },
+                AttributeProto {
+                    graphs: vec![inner],
+                    ..attr("else_branch")
+                },
+            ],
+            ..Default::default()
+        },
+    ];
+    let file = ModelProto {
+        ir_version: 8,
+        graph: Some(GraphProto {
+            node: nodes,
+            name: "g".into(),
+            initializer: vec![raw("w", 1, &[2], vec![1; 8])],
+        }),
+        ..Default::default()
+    }
+    .encode_to_vec();
+    let c = parse(&file).unwrap();
+    let mut got: Vec<(String, u64, u64)> = c
+        .tensors
+        .iter()
+        .map(|t| (t.name.clone(), t.offset, t.len))
+        .collect();
+    got.sort();
+    let deep = find(&file, &s2);
+    let second = deep
+        + 1
+        + file[deep as usize + 1..]
+            .windows(16)
+            .position(|w| w == s2.as_slice())
+            .unwrap() as u64;
+    let want = vec![
+        ("deep".to_string(), deep, 16),
+        ("deep".to_string(), second, 16),
+        ("k".to_string(), find(&file, &c1), 32),
+        ("sub".to_string(), find(&file, &s1), 64),
+        ("w".to_string(), find(&file, &[1; 8]), 8),
+    ];
+    assert_eq!(got, want);
 }
 
 #[test]

@@ -121,6 +121,7 @@ fn build_with(sample: &Sample, trace: Option<TraceInput>) -> Report {
                 holders: holders(refer(), f.key),
                 proven_copies: Vec::new(),
                 suspected_copies: Vec::new(),
+                unexplained: Vec::new(),
                 device_copies: Vec::new(),
                 uploads: Vec::new(),
                 uploads_retired: Vec::new(),
@@ -156,6 +157,7 @@ fn build_with(sample: &Sample, trace: Option<TraceInput>) -> Report {
             .collect(),
     };
     copies::attribute(sample, &reads, &mut files);
+    super::unexplained::attribute(sample, &mut files);
     copies::shmem_copies(sample, &mut files);
     copies::fold_shmem_copies(&mut files);
     for f in &mut files {
@@ -175,6 +177,7 @@ fn build_with(sample: &Sample, trace: Option<TraceInput>) -> Report {
             || !f.holders.is_empty()
             || !f.proven_copies.is_empty()
             || !f.suspected_copies.is_empty()
+            || !f.unexplained.is_empty()
             || !f.device_copies.is_empty()
     });
     files.sort_by(|a, b| {

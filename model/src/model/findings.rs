@@ -80,6 +80,17 @@ pub enum Code {
         /// Who read the sample (the remedy fits them); `None`: not known.
         reader: Option<Privilege>,
     },
+    /// Private memory of a process related to the file, distributed like its bytes, that
+    /// no proven copy covers: a form of the model twofold does not know (suspected).
+    UnexplainedMemory {
+        file: FileKey,
+        path: String,
+        size_bytes: Option<u64>,
+        pid: i32,
+        comm: String,
+        estimated_bytes: u64,
+        sampled_pages: u64,
+    },
     /// A private writable mapping written in place: copy-on-write pages.
     CowInPrivateMapping {
         file: FileKey,
@@ -240,6 +251,7 @@ impl Code {
             Code::ProvenPrivateCopy { .. } => "proven-private-copy",
             Code::SharedPrivateCopy { .. } => "shared-private-copy",
             Code::SuspectedPrivateCopy { .. } => "suspected-private-copy",
+            Code::UnexplainedMemory { .. } => "unexplained-memory",
             Code::CowInPrivateMapping { .. } => "cow-in-private-mapping",
             Code::MappingBeyondEof { .. } => "mapping-beyond-eof",
             Code::FileThp { .. } => "file-thp",
@@ -393,6 +405,20 @@ fn file_findings(f: &FileModel, reader: Option<Privilege>, out: &mut Vec<Finding
                 anon_bytes: s.anon_bytes,
                 unsearched: s.unsearched.clone(),
                 reader,
+            },
+        ));
+    }
+    for u in &f.unexplained {
+        out.push(finding(
+            Severity::Notice,
+            Code::UnexplainedMemory {
+                file,
+                path: path.clone(),
+                size_bytes: f.size_bytes,
+                pid: u.pid,
+                comm: u.comm.clone(),
+                estimated_bytes: u.estimated_bytes,
+                sampled_pages: u.sampled_pages,
             },
         ));
     }

@@ -24,6 +24,7 @@ pub mod rates;
 pub mod residency;
 pub mod timeline;
 pub mod trace;
+pub mod unexplained;
 
 pub use build::{build, from_sample, trace_context, TRACE_TOP};
 
@@ -349,6 +350,10 @@ pub struct FileModel {
     pub holders: Vec<Holder>,
     pub proven_copies: Vec<ProvenCopy>,
     pub suspected_copies: Vec<SuspectedCopy>,
+    /// Private memory of related processes that is distributed like the file but is no
+    /// form of it twofold knows: suspected, beside the count, never in it.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub unexplained: Vec<unexplained::UnexplainedMemory>,
     /// Device copies, proven (twofold's own loaders) or suspected (NVML sizes).
     #[serde(default)]
     pub device_copies: Vec<device::DeviceCopy>,

@@ -174,7 +174,7 @@ fn searched_and_nothing_found_is_one_exactly() {
     s.proofs = vec![found(10, 1, 0)];
     let r = from_sample(&s);
     let f = &r.files[0];
-    assert_eq!(f.representations.proven, Some(1.0));
+    assert_eq!(f.representations.proven, Some(1.0 + 16.0 / 256.0));
     assert!(!f.representations.lower_bound);
     assert!(f.suspected_copies.is_empty() && f.proven_copies.is_empty());
     assert!(r.findings.is_empty(), "{:?}", r.findings);
@@ -575,4 +575,59 @@ fn the_gate_names_each_condition_a_file_meets() {
     // A file only in the page cache meets none.
     let s = sample(vec![file(1, 256 * MIB, Some(256 * MIB))], vec![]);
     assert!(check(&from_sample(&s), &all).is_empty());
+}
+
+/// Memory like the file that no copy covers is shown from 25% of the file, for processes
+/// tied to it only (not one that only maps shared memory, nor one that read() much of
+/// anything and holds nothing of it proven), once per process, and it is never in the
+/// count; its finding names the estimate and says it is not counted.
+#[test]
+fn unexplained_memory_is_beside_the_count_never_in_it() {
+    let mut s = sample(
+        vec![file(1, 256 * MIB, Some(256 * MIB))],
+        vec![
+            proc_(10, 600 * MIB),
+            proc_(11, 600 * MIB),
+            proc_(12, 600 * MIB),
+            proc_(13, 600 * MIB),
+        ],
+    );
+    for (pid, why, bytes) in [
+        (10, CandidateWhy::Holder, 64 * MIB),
+        (11, CandidateWhy::Holder, 63 * MIB),
+        (12, CandidateWhy::SharedMemory, 256 * MIB),
+        (13, CandidateWhy::Read, 300 * MIB),
+        (14, CandidateWhy::Read, 300 * MIB),
+    ] {
+        s.candidates.push(candidate(pid, 1, 512 * MIB, why));
+        // 13 read() the file and holds some of it proven; 14 read() as much of anything.
+        s.proofs.push(ProofSample {
+            unexplained_bytes: bytes,
+            unexplained_samples: bytes / 4096 / 9,
+            stride_pages: 9,
+            ..found(pid, 1, if pid == 13 { 16 * MIB } else { 0 })
+        });
+    }
+    let r = from_sample(&s);
+    let f = &r.files[0];
+    let got: Vec<(i32, u64)> = f
+        .unexplained
+        .iter()
+        .map(|u| (u.pid, u.estimated_bytes))
+        .collect();
+    assert_eq!(got, vec![(10, 64 * MIB), (13, 300 * MIB)]);
+    assert!((f.unexplained[1].fraction_of_file - 300.0 / 256.0).abs() < 1e-9);
+    assert_eq!(f.representations.proven, Some(1.0 + 16.0 / 256.0));
+    assert!(!f.representations.lower_bound);
+    let texts: Vec<String> = r
+        .findings
+        .iter()
+        .filter(|x| x.code.as_str() == "unexplained-memory")
+        .map(|x| x.message())
+        .collect();
+    assert_eq!(texts.len(), 2, "{texts:?}");
+    assert!(
+        texts[0].starts_with("pid 10 (p10) holds 64.0 MiB of private memory that is no known form of 'f1.gguf' (not counted)"),
+        "{texts:?}"
+    );
 }

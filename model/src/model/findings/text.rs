@@ -117,6 +117,24 @@ pub fn render(code: &Code) -> Text {
             ),
             Some(suspect_remedy(unsearched, *reader)),
         ),
+        Code::UnexplainedMemory {
+            path,
+            size_bytes,
+            pid,
+            comm,
+            estimated_bytes,
+            sampled_pages,
+            ..
+        } => text(
+            path,
+            format!(
+                "pid {pid} ({comm}) holds {} of private memory that is no known form of '{}' (not counted): an estimate from {sampled_pages} sampled pages whose bytes are distributed like the model's ({} file), in no copy twofold proved",
+                iec(*estimated_bytes),
+                name(path),
+                iec_opt(*size_bytes)
+            ),
+            Some("a runtime may keep a transformed copy (repacked or converted) twofold does not know; compare RssAnon with the runtime's own buffer sizes"),
+        ),
         Code::CowInPrivateMapping {
             path,
             pid,
@@ -283,10 +301,11 @@ pub fn render(code: &Code) -> Text {
                 parts.push(format!("CoW {:.0}%", cow * 100.0));
             }
             if *private_copies > 0 {
+                // By the bytes they hold ("private copies 3.80"), and how many processes
+                // hold them: a heap can hold a file's tensors several times.
                 parts.push(format!(
-                    "{private_copies} private cop{} ({:.0}%)",
-                    if *private_copies == 1 { "y" } else { "ies" },
-                    private_fraction * 100.0
+                    "private copies {private_fraction:.2} (in {})",
+                    count(*private_copies as u64, "process", "processes")
                 ));
             }
             let at_least = if *lower_bound { "at least " } else { "" };

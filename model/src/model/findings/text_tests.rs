@@ -31,6 +31,18 @@ fn every_code_reads_as_before() {
             Some("load it with mmap (llama.cpp's default, np.load(mmap_mode='r'), torch.load(mmap=True)) to share the page cache instead of copying it, and keep the stored dtype (or convert the file once on disk)"),
         ),
         (
+            Code::ProvenPrivateCopy { file: k(), path: p(), size_bytes: Some(1 << 30), pid: 7, comm: "py".into(), how: CopyHow::Copied, fraction: 3.8, file_bytes: 3891 * MIB, converted_bytes: 0, conversion: None, traced_read_bytes: None, huge_pages: false },
+            "/m/model.gguf",
+            "pid 7 (py) holds 3.80 private copies of 'model.gguf' copied: 3.80 times the file's bytes found byte by byte in its private memory",
+            Some("load it with mmap to share the page cache instead of copying it"),
+        ),
+        (
+            Code::UnexplainedMemory { file: k(), path: p(), size_bytes: Some(1 << 30), pid: 7, comm: "py".into(), estimated_bytes: 768 * MIB, sampled_pages: 1548 },
+            "/m/model.gguf",
+            "pid 7 (py) holds 768.0 MiB of private memory that is no known form of 'model.gguf' (not counted): an estimate from 1548 sampled pages whose bytes are distributed like the model's (1.0 GiB file), in no copy twofold proved",
+            Some("a runtime may keep a transformed copy (repacked or converted) twofold does not know; compare RssAnon with the runtime's own buffer sizes"),
+        ),
+        (
             Code::ProvenPrivateCopy { file: k(), path: p(), size_bytes: None, pid: 7, comm: "py".into(), how: CopyHow::CopiedFromMapping, fraction: 0.5, file_bytes: 0, converted_bytes: 0, conversion: None, traced_read_bytes: Some(1), huge_pages: false },
             "/m/model.gguf",
             "pid 7 (py) holds a private copy of 'model.gguf' copied out of its mapping of the file: 50% of the file found byte by byte in its private memory",
@@ -123,13 +135,13 @@ fn every_code_reads_as_before() {
         (
             Code::MultipleRepresentations { file: k(), path: p(), total: 2.0, page_cache: 1.0, cow: Some(0.0), private_copies: 1, private_fraction: 1.0, lower_bound: true },
             "/m/model.gguf",
-            "'model.gguf' is in memory at least 2.00 times, proven: page cache 100% + 1 private copy (100%)",
+            "'model.gguf' is in memory at least 2.00 times, proven: page cache 100% + private copies 1.00 (in 1 process)",
             Some("on unified memory the GPU can read the page cache in place: the copies are waste; on a discrete GPU only the device copy is needed"),
         ),
         (
             Code::MultipleRepresentations { file: k(), path: p(), total: 3.5, page_cache: 0.5, cow: Some(0.25), private_copies: 2, private_fraction: 2.0, lower_bound: false },
             "/m/model.gguf",
-            "'model.gguf' is in memory 3.50 times, proven: page cache 50% + CoW 25% + 2 private copies (200%)",
+            "'model.gguf' is in memory 3.50 times, proven: page cache 50% + CoW 25% + private copies 2.00 (in 2 processes)",
             Some("on unified memory the GPU can read the page cache in place: the copies are waste; on a discrete GPU only the device copy is needed"),
         ),
         (

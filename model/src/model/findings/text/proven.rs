@@ -102,12 +102,25 @@ pub(super) fn render(code: &Code) -> Text {
     } else {
         String::new()
     };
+    // More than the file's bytes: a heap that holds each tensor several times (onnxruntime
+    // keeps the parsed protobuf, the initializers and their session copies) holds copies.
+    let (kind, amount) = if found > 1.005 {
+        let plural = kind.replace("copy", "copies");
+        (
+            format!("{found:.2} {plural}"),
+            format!("{found:.2} times the file's bytes"),
+        )
+    } else {
+        (
+            format!("a {kind}"),
+            format!("{:.0}% of the file", found * 100.0),
+        )
+    };
     text(
         path,
         format!(
-            "pid {pid} ({comm}) holds a {kind} of '{}' {how}: {:.0}% of the file found byte by byte in its {place}{converted}{traced}",
+            "pid {pid} ({comm}) holds {kind} of '{}' {how}: {amount} found byte by byte in its {place}{converted}{traced}",
             name(path),
-            found * 100.0
         ),
         Some(remedy),
     )
