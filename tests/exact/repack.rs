@@ -359,7 +359,6 @@ fn every_view_shows_the_repacked_copy() {
     let mut serve = Command::new(exe())
         .args(["serve", "--listen", &format!("127.0.0.1:{port}")])
         .args(["--interval", "1s", "--prove-budget", "60s"])
-        .arg(&r.file)
         .stdout(std::process::Stdio::null())
         .stderr(std::process::Stdio::null())
         .spawn()
@@ -390,10 +389,18 @@ fn every_view_shows_the_repacked_copy() {
             "twofold_file_transformed_bytes{{file_id=\"{id}\",transform=\"repack_{}\"}} ",
             layout.spec().name
         );
-        assert_eq!(value(&body, &series), Some(*bytes as f64), "{series}: {body}");
+        assert_eq!(
+            value(&body, &series),
+            Some(*bytes as f64),
+            "{series}: {body}"
+        );
     }
     let count = value(&body, &format!("twofold_file_copies{{file_id=\"{id}\"}} ")).unwrap();
-    assert!((count - r.truth).abs() <= 0.02, "serve {count}, truth {}", r.truth);
+    assert!(
+        (count - r.truth).abs() <= 0.02,
+        "serve {count}, truth {}",
+        r.truth
+    );
 
     // record / replay: the count and the layouts in the recorded snapshot.
     let store = tempfile::tempdir().unwrap();
@@ -409,10 +416,18 @@ fn every_view_shows_the_repacked_copy() {
             .arg(store.path()),
     );
     let rep: twofold::model::Report = serde_json::from_slice(&out).unwrap();
-    let f = rep.files.iter().find(|f| Path::new(&f.path) == r.file).unwrap();
+    let f = rep
+        .files
+        .iter()
+        .find(|f| Path::new(&f.path) == r.file)
+        .unwrap();
     let count = f.representations.proven.unwrap();
-    assert!((count - r.truth).abs() <= 0.02, "replay {count}, truth {}", r.truth);
-    let text = String::from_utf8_lossy(&out);
+    assert!(
+        (count - r.truth).abs() <= 0.02,
+        "replay {count}, truth {}",
+        r.truth
+    );
+    let text = serde_json::to_string(&rep).unwrap();
     assert!(text.contains("{\"repack\":\"q4_0_8x8\"}"), "{text}");
 
     // top: the file's row has the count; the holder's row says how it holds the copy.
