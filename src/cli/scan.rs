@@ -161,7 +161,7 @@ pub struct DupesArgs {
     #[arg(long, default_value_t = 16, value_parser = clap::value_parser!(u64).range(1..=16))]
     pub align: u64,
     /// Do not look for tensors converted to another dtype (F16/BF16 widened to F32, F32
-    /// narrowed to F16/BF16, F16 ↔ BF16).
+    /// narrowed to F16/BF16, F16 ↔ BF16) or repacked by llama.cpp (q4_0_8x8, AMX tiles...).
     #[arg(long)]
     pub no_widen: bool,
     #[command(flatten)]

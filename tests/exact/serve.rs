@@ -44,6 +44,9 @@ fn live() -> std::sync::MutexGuard<'static, ()> {
 }
 
 /// A tiny HTTP/1.0 GET: (status, body).
+/// An Accept header that asks for OpenMetrics (Prometheus's own asks for it first).
+pub const OPENMETRICS: &str = "application/openmetrics-text; version=1.0.0";
+
 fn get(port: u16, path: &str, accept: Option<&str>) -> std::io::Result<(u16, String)> {
     let mut s = TcpStream::connect(("127.0.0.1", port))?;
     s.set_read_timeout(Some(Duration::from_secs(10)))?;
@@ -124,7 +127,7 @@ fn poll_metrics(port: u16, secs: u64, done: impl Fn(&str) -> bool) -> String {
     let until = Instant::now() + Duration::from_secs(secs);
     let mut last = String::new();
     while Instant::now() < until {
-        if let Ok((200, body)) = get(port, "/metrics", None) {
+        if let Ok((200, body)) = get(port, "/metrics", Some(OPENMETRICS)) {
             if done(&body) {
                 return body;
             }
@@ -295,11 +298,29 @@ fn exporter_counts_the_two_representations() {
     );
     assert!(!body.contains("pid=\""), "no pid label without --per-pid");
 
-    // Both formats through promtool, and OpenMetrics through two OpenMetrics parsers.
+    // Both formats through promtool, and OpenMetrics through two OpenMetrics parsers. A
+    // request without an Accept header (a plain `curl`) gets the 0.0.4 text, as from
+    // node_exporter; so does one that refuses OpenMetrics.
     let (status, text) = get(port, "/metrics", Some("text/plain; version=0.0.4")).unwrap();
     assert_eq!(status, 200);
     assert!(!text.contains("# EOF"));
+    for accept in [
+        None,
+        Some("*/*"),
+        Some("application/openmetrics-text;q=0, text/plain"),
+    ] {
+        let (status, plain) = get(port, "/metrics", accept).unwrap();
+        assert_eq!(status, 200);
+        assert!(!plain.contains("# EOF"), "{accept:?}: {plain}");
+    }
     if require(have("promtool"), "promtool") {
+        let (plain_status, plain) = get(port, "/metrics", None).unwrap();
+        assert_eq!(plain_status, 200);
+        let (ok, problems) = promtool_lint(&plain);
+        assert!(
+            ok && problems.is_empty(),
+            "no Accept: {problems:?}\n{plain}"
+        );
         let (ok, problems) = promtool_lint(&text);
         assert!(ok && problems.is_empty(), "0.0.4: {problems:?}\n{text}");
         check_openmetrics_with_promtool(&body);
@@ -400,7 +421,7 @@ fn fifty_concurrent_scrapers_while_processes_churn() {
                     let (mut ok, mut bad, mut lat, mut stamps) = (0u64, vec![], vec![], vec![]);
                     while Instant::now() < until {
                         let t0 = Instant::now();
-                        match get(port, "/metrics", None) {
+                        match get(port, "/metrics", Some(OPENMETRICS)) {
                             Ok((200, body)) if well_formed(&body) && true_to_the_scene(&body) => {
                                 ok += 1;
                                 let at = value(
@@ -641,7 +662,7 @@ fn healthz_fails_when_the_last_good_collection_is_older_than_3_intervals() {
         took >= Duration::from_secs(2) && took <= Duration::from_secs(10),
         "503 after {took:?} (last 200 at {seen_200_late:?})"
     );
-    let (code, b) = get(port, "/metrics", None).unwrap();
+    let (code, b) = get(port, "/metrics", Some(OPENMETRICS)).unwrap();
     assert_eq!(code, 200, "the last good numbers are still served");
     assert!(errors(&b).unwrap() >= 2.0, "{b}");
     assert!(value(&b, "twofold_collect_last_success_age_seconds", &[]).unwrap() > 3.0);

@@ -282,12 +282,22 @@ fn count_errors(stats: &mut SelfStats, r: &crate::model::Report) {
     stats.error("process_unreadable", unreadable as u64);
 }
 
-/// OpenMetrics unless the Accept header asks for the 0.0.4 text format and not for
-/// OpenMetrics.
+/// The Prometheus text format 0.0.4 unless the Accept header asks for OpenMetrics (with a
+/// quality above 0), as node_exporter and the client libraries negotiate: a plain `curl`
+/// gets the text format (`promtool check metrics` reads it); Prometheus asks for
+/// OpenMetrics first and gets it.
 pub fn wants_text_004(accept: Option<&str>) -> bool {
-    accept.is_some_and(|a| {
-        let a = a.to_ascii_lowercase();
-        !a.contains("application/openmetrics-text") && a.contains("text/plain")
+    !accept.is_some_and(|a| {
+        a.split(',').any(|range| {
+            let mut parts = range.split(';').map(str::trim);
+            let media = parts.next().unwrap_or("").to_ascii_lowercase();
+            let refused = parts.any(|p| {
+                p.strip_prefix("q=")
+                    .and_then(|q| q.trim().parse::<f64>().ok())
+                    .is_some_and(|q| q <= 0.0)
+            });
+            media == "application/openmetrics-text" && !refused
+        })
     })
 }
 
@@ -379,3 +389,26 @@ pub fn run(args: &ServeArgs, out: &mut dyn Write) -> anyhow::Result<()> {
 
 mod http;
 mod web;
+
+#[cfg(test)]
+mod tests {
+    use super::wants_text_004;
+
+    #[test]
+    fn text_unless_openmetrics_is_asked_for() {
+        // Prometheus 3's scrape Accept header (OpenMetrics first), and 2.x's.
+        let prometheus = "application/openmetrics-text;version=1.0.0;escaping=allow-utf-8;q=0.6,application/openmetrics-text;version=0.0.1;q=0.5,text/plain;version=1.0.0;escaping=allow-utf-8;q=0.4,text/plain;version=0.0.4;q=0.3,*/*;q=0.2";
+        assert!(!wants_text_004(Some(prometheus)));
+        assert!(!wants_text_004(Some(
+            "application/openmetrics-text; version=1.0.0"
+        )));
+        assert!(!wants_text_004(Some("Application/OpenMetrics-Text")));
+        // curl, a browser, a 0.0.4 client, OpenMetrics refused.
+        assert!(wants_text_004(None));
+        assert!(wants_text_004(Some("*/*")));
+        assert!(wants_text_004(Some("text/plain; version=0.0.4")));
+        assert!(wants_text_004(Some(
+            "application/openmetrics-text; q=0, text/plain"
+        )));
+    }
+}

@@ -191,7 +191,7 @@ fn one_inode_under_three_names_has_one_path_and_every_join_answers() {
     assert!(n >= 6, "{rules}");
     // The other names are aliases: the real path (the readers' maps name it), beside
     // the hard link's, whichever is the path.
-    let body = get(port, "/metrics", None).unwrap().1;
+    let body = get(port, "/metrics", Some(OPENMETRICS)).unwrap().1;
     let aliases: Vec<&str> = body
         .lines()
         .filter(|l| l.starts_with("twofold_file_alias_info{") && l.contains(&format!("\"{id}\"")))

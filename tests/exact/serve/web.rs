@@ -16,6 +16,7 @@ fn curl(cert: &Path, url: &str, user: Option<&str>) -> (u16, String, String) {
         .arg(cert)
         .arg("-D")
         .arg(&headers)
+        .args(["-H", "Accept: application/openmetrics-text; version=1.0.0"])
         .arg(url);
     if let Some(u) = user {
         c.args(["-u", u]);
