@@ -60,6 +60,12 @@ const ENVIRONMENT: &[(&str, &str)] = &[
          at most 256 MiB); off: read them from the files at every run.",
     ),
     (
+        "TWOFOLD_LLAMA_CPU",
+        "The ggml CPU variant of the llama.cpp whose repacked layouts the proof looks for \
+         (haswell, sapphirerapids, armv8.2_1...: the libggml-cpu-VARIANT.so it loads); \
+         unset: a build for this host.",
+    ),
+    (
         "TWOFOLD_BPF_OBJECTS",
         "A directory of BPF objects to load instead of the built-in ones.",
     ),

@@ -7,8 +7,9 @@ use std::io;
 use super::chunkmemo;
 use super::filebytes::FileBytes;
 use super::grid::{PAGE, WIN};
-use super::index::{expected, periodic, Convert, CopyKind, Grouped};
+use super::index::{periodic, Convert, CopyKind};
 use super::pagemap::PageMap;
+use super::transform::{expected, Grouped};
 use crate::collect::memory::{ProcMemory, Region};
 
 /// Scratch space of comparisons, and the bytes they compared.

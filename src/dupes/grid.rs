@@ -32,12 +32,11 @@
 use serde::{Deserialize, Serialize};
 
 use super::filebytes::FileBytes;
-use super::index::{
-    grouped_from, is_point, periodic, Convert, CopyKind, FileContext, Grouped, Slot, Unsearchable,
-};
+use super::index::{is_point, periodic, Convert, CopyKind, FileContext, Slot, Unsearchable};
 pub use super::index::{Layouts, Piece};
 use super::pointcache::{kept_points, merge_points, PointCache};
 use super::runs::searchable_tensors;
+use super::transform::{grouped_from, Grouped};
 use crate::container::{Format, Tensor};
 
 pub const WIN: usize = 16;

@@ -26,6 +26,8 @@ pub mod recheck;
 pub mod runs;
 pub mod search;
 pub mod sweep;
+pub mod sweep_parts;
+pub mod transform;
 pub mod twins;
 pub mod uploads;
 

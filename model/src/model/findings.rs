@@ -7,6 +7,7 @@ use serde::{Deserialize, Serialize};
 use super::{CgroupModel, CopyHow, FileModel, MapKind};
 use crate::sample::{FileKey, Privilege};
 
+mod device;
 pub mod remedy;
 pub mod text;
 mod twins;
@@ -422,7 +423,7 @@ fn file_findings(f: &FileModel, reader: Option<Privilege>, out: &mut Vec<Finding
             },
         ));
     }
-    device_findings(f, out);
+    device::device_findings(f, out);
     for m in &f.mappers {
         let cow = m.cow_anon_bytes.unwrap_or(0);
         if m.kind != MapKind::Shared && m.writable && cow > 0 {
@@ -577,31 +578,5 @@ fn cgroup_findings(c: &CgroupModel, out: &mut Vec<Finding>) {
                 },
             ));
         }
-    }
-}
-
-/// Device copies: proven ones (twofold's loaders) and suspected ones (NVML sizes), with the
-/// facts the placement verdict is written from (discrete or integrated GPU).
-fn device_findings(f: &FileModel, out: &mut Vec<Finding>) {
-    for d in &f.device_copies {
-        out.push(finding(
-            if d.proven {
-                Severity::Info
-            } else {
-                Severity::Notice
-            },
-            Code::DeviceCopy {
-                file: f.key,
-                path: f.path.clone(),
-                pid: d.pid,
-                comm: d.comm.clone(),
-                gpu: d.gpu,
-                gpu_name: d.gpu_name.clone(),
-                integrated: d.integrated,
-                device_bytes: d.device_bytes,
-                proven: d.proven,
-                via: d.via.clone(),
-            },
-        ));
     }
 }

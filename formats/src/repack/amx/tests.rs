@@ -1,5 +1,6 @@
 use super::*;
 use crate::repack::{AnyLayout, Layout};
+use crate::repack::{CpuFeatures, WeightUse};
 
 /// Deterministic bytes (splitmix64).
 fn bytes(seed: u64, n: usize) -> Vec<u8> {
