@@ -312,4 +312,39 @@ mod tests {
         st.handle(Key::Char('w'));
         assert_eq!(st.workload, Workload::Off);
     }
+
+    #[test]
+    fn a_copy_forked_workers_share_counts_once_in_their_workload() {
+        let mut r = fixture::report();
+        let f = r
+            .files
+            .iter_mut()
+            .find(|f| !f.proven_copies.is_empty())
+            .unwrap();
+        let c = f.proven_copies[0].clone();
+        // The copy, shared by it and 8 forked children (the shares the count takes).
+        f.proven_copies.clear();
+        let mut p = r.processes[0].clone();
+        for i in 0..9 {
+            let mut w = c.clone();
+            w.pid = 70_000 + i;
+            w.comm = "worker".into();
+            w.share = 1.0 / 9.0;
+            f.proven_copies.push(w);
+            p.pid = 70_000 + i;
+            p.comm = "worker".into();
+            r.processes.push(p.clone());
+        }
+        let mut st = State::new(View::Files);
+        st.handle(Key::Char('w'));
+        let w = st.workloads(&r);
+        let workers = w.iter().find(|w| w.name == "worker").unwrap();
+        assert_eq!(workers.procs, 9);
+        assert!(
+            workers.copies_bytes.abs_diff(c.memory_bytes) <= 9,
+            "{} for one copy of {}",
+            workers.copies_bytes,
+            c.memory_bytes
+        );
+    }
 }

@@ -84,13 +84,14 @@ impl FileModel {
             || self.suspected_copies.iter().any(|c| of(&c.pid))
     }
 
-    /// Memory of the proven private copies held by the processes `of` picks (whole
-    /// copies, not their physical shares).
+    /// Memory of the proven private copies held by the processes `of` picks, by their
+    /// physical shares as the count takes them: one copy nine forked workers share counts
+    /// once in their workload, not nine times.
     pub fn proven_copy_memory_of(&self, of: impl Fn(&i32) -> bool) -> u64 {
         self.proven_copies
             .iter()
             .filter(|c| of(&c.pid))
-            .map(|c| c.memory_bytes)
+            .map(|c| (c.memory_bytes as f64 * c.share).round() as u64)
             .sum()
     }
 
