@@ -167,7 +167,7 @@ fn build_with(sample: &Sample, trace: Option<TraceInput>) -> Report {
     for f in &mut files {
         let r = &mut f.representations;
         if let (Some(p), Some(d)) = (r.proven, r.device) {
-            r.proven = Some(p + d);
+            r.proven = Some(copies::round_count(p + d));
         }
     }
     // A store file nothing holds and no process holds a copy of is not news.

@@ -227,15 +227,23 @@ pub fn fold_shmem_copies(files: &mut Vec<FileModel>) {
     }
 }
 
+/// A count rounded to 9 decimals (what bytes over sizes measure; no float noise).
+pub fn round_count(x: f64) -> f64 {
+    (x * 1e9).round() / 1e9
+}
+
 /// The count of one file from its parts.
 pub fn representations(f: &FileModel) -> Representations {
     let size = f.size_bytes.unwrap_or(0);
     let cow = f.cow_bytes().map(|b| fraction(b, size));
     let private_copies = f.proven_copies.iter().fold(0.0, |a, c| a + c.fraction);
     let suspected = f.suspected_copies.iter().fold(0.0, |a, s| a + s.fraction);
+    // Each part is a ratio of byte counts; their float sum is rounded to 1e-9 (well below
+    // a byte of any model) so that one copy of a file reads 2, not 2.0000000000015357.
+    let private_copies = round_count(private_copies);
     let proven = f
         .resident_fraction
-        .map(|pc| pc + cow.unwrap_or(0.0) + private_copies);
+        .map(|pc| round_count(pc + cow.unwrap_or(0.0) + private_copies));
     let unsearched = f.candidates.not_searched;
     Representations {
         page_cache: f.resident_fraction,

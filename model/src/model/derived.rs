@@ -35,10 +35,8 @@ impl FileModel {
     /// Memory the proven private copies occupy, each physical page once (a copy shared
     /// after fork counts its share in each process), rounded per copy.
     pub fn private_copy_memory_bytes(&self) -> u64 {
-        self.proven_copies
-            .iter()
-            .map(|c| (c.memory_bytes as f64 * c.share).round() as u64)
-            .sum()
+        let total: f64 = self.proven_copies.iter().map(|c| c.physical_bytes()).sum();
+        total.round() as u64
     }
 
     /// File bytes of the proven private copies, each its physical share
@@ -49,10 +47,10 @@ impl FileModel {
 
     /// As [`FileModel::proven_copy_bytes`], each copy rounded to whole bytes first.
     pub fn proven_copy_whole_bytes(&self) -> u64 {
-        self.proven_copies
-            .iter()
-            .map(|c| c.physical_bytes().round() as u64)
-            .sum()
+        // Shares summed before rounding: nine thirds of a 512 MiB copy are 512 MiB, not 4
+        // bytes more.
+        let total: f64 = self.proven_copies.iter().map(|c| c.physical_bytes()).sum();
+        total.round() as u64
     }
 
     /// Private memory attributed to the suspected (unsearched) copies.
@@ -91,8 +89,9 @@ impl FileModel {
         self.proven_copies
             .iter()
             .filter(|c| of(&c.pid))
-            .map(|c| (c.memory_bytes as f64 * c.share).round() as u64)
-            .sum()
+            .map(|c| c.physical_bytes())
+            .sum::<f64>()
+            .round() as u64
     }
 
     /// Bytes held beyond one copy of the file: (count − 1) × size, when both are known.
