@@ -28,16 +28,22 @@ pub fn human(r: &DupesReport) -> String {
             );
             let _ = writeln!(
                 out,
-                "    identical copies: {}, {}   converted to another dtype: {}, {} (from {} of the file)",
-                count(f.identical.tensors as u64, "tensor", "tensors"),
+                "    identical copies: {} of {}, {}   converted or repacked: {}, {} (from {} of the file)",
+                f.identical.tensors,
+                count(f.tensors as u64, "tensor", "tensors"),
                 iec(f.identical.memory_bytes),
                 count(f.converted.tensors as u64, "tensor", "tensors"),
                 iec(f.converted.memory_bytes),
                 iec(f.converted.file_bytes)
             );
+            let twice = if f.stats.compared_bytes > f.stats.present_bytes {
+                "; more than searched: the pages of a partial copy are compared to confirm it, then again to credit the ones that match"
+            } else {
+                ""
+            };
             let _ = writeln!(
                 out,
-                "    private copies of the file: {}   (searched {} of private memory, {} compared byte by byte)",
+                "    private copies of the file: {}   (searched {} of private memory, {} compared byte by byte{twice})",
                 f.private_copies
                     .map(|v| format!("{v:.2}"))
                     .unwrap_or_else(|| "unknown (nothing in the file can be searched for)".into()),
@@ -91,8 +97,21 @@ pub fn human(r: &DupesReport) -> String {
         }
     }
     if !r.files.is_empty() {
-        out.push_str(
-            "\nREPRESENTATIONS (page cache + CoW + proven private copies, all processes searched; a copy shared by several counts once)\n",
+        let searched: Vec<String> = r
+            .processes
+            .iter()
+            .filter(|p| p.error.is_none())
+            .map(|p| p.pid.to_string())
+            .collect();
+        let _ = writeln!(
+            out,
+            "\nREPRESENTATIONS (page cache + CoW + proven private copies in the {} searched: {}; a copy shared by several counts once; other processes' copies are not in it, `twofold scan FILE` searches the host)",
+            count(searched.len() as u64, "process", "processes"),
+            if searched.is_empty() {
+                "none".to_string()
+            } else {
+                format!("pid {}", searched.join(", "))
+            }
         );
         let mut t = Table::new(&[
             ("file", Align::Left),

@@ -333,6 +333,12 @@ pub fn file_dupes(file: &Searched, hits: &[HitIn], stats: SweepStats) -> FileDup
         tally.file_bytes += tensors[*ti].len;
         tally.memory_bytes += tensors[*ti].len;
     }
+    // Tensors are counted once each, however many pieces of them were found (a copy that
+    // spans two mappings is found as two pieces of one tensor).
+    let mut seen = (
+        std::collections::HashSet::new(),
+        std::collections::HashSet::new(),
+    );
     for hit in hits {
         let tensor = &tensors[hit.tensor];
         let file_bytes = hit.kind.file_bytes(hit.memory_bytes);
@@ -340,12 +346,14 @@ pub fn file_dupes(file: &Searched, hits: &[HitIn], stats: SweepStats) -> FileDup
             f.cow_bytes += file_bytes;
             continue;
         }
-        let tally = if hit.kind == CopyKind::Identical {
-            &mut f.identical
+        let (tally, seen) = if hit.kind == CopyKind::Identical {
+            (&mut f.identical, &mut seen.0)
         } else {
-            &mut f.converted
+            (&mut f.converted, &mut seen.1)
         };
-        tally.tensors += 1;
+        if seen.insert(hit.tensor) {
+            tally.tensors += 1;
+        }
         tally.file_bytes += file_bytes;
         tally.memory_bytes += hit.memory_bytes;
         let (label, kind, start, end) = &hit.region;
