@@ -119,10 +119,13 @@ pub fn render(cmd: clap::Command, w: &mut dyn Write) -> std::io::Result<()> {
     let top = cmd.get_name() == "twofold";
     let has_subcommands = cmd.get_subcommands().any(|s| !s.is_hide_set());
     let extra = cmd.get_after_help().is_some() || cmd.get_after_long_help().is_some();
+    let cmd_name = cmd.get_name().to_string();
+    let synopsis = synopsis(&cmd);
     let man = clap_mangen::Man::new(cmd);
     man.render_title(w)?;
     man.render_name_section(w)?;
-    man.render_synopsis_section(w)?;
+    writeln!(w, ".SH SYNOPSIS")?;
+    writeln!(w, "{synopsis}")?;
     man.render_description_section(w)?;
     man.render_options_section(w)?;
     if has_subcommands {
@@ -131,7 +134,17 @@ pub fn render(cmd: clap::Command, w: &mut dyn Write) -> std::io::Result<()> {
     if extra {
         man.render_extra_section(w)?;
     }
-    section(w, "EXIT STATUS", EXIT_STATUS)?;
+    let name = cmd_name.as_str();
+    let statuses: Vec<(&str, &str)> = EXIT_STATUS
+        .iter()
+        .copied()
+        .filter(|(code, _)| match *code {
+            "1" => top || name == "scan",
+            "128+N" => top || CAMPAIGNS.contains(&name),
+            _ => true,
+        })
+        .collect();
+    section(w, "EXIT STATUS", &statuses)?;
     section(w, "ENVIRONMENT", ENVIRONMENT)?;
     writeln!(w, ".SH \"SEE ALSO\"")?;
     if top {
@@ -144,6 +157,85 @@ pub fn render(cmd: clap::Command, w: &mut dyn Write) -> std::io::Result<()> {
     }
     man.render_version_section(w)?;
     Ok(())
+}
+
+/// The commands that run campaigns (and exit 128+N when interrupted).
+const CAMPAIGNS: [&str; 3] = ["run", "compare", "pressure"];
+
+/// The SYNOPSIS line: each option with its value's name (`[--pid PID]...`), flags bare,
+/// then the positional arguments.
+fn synopsis(cmd: &clap::Command) -> String {
+    let bin = match cmd.get_name() {
+        "twofold" => "twofold".to_string(),
+        other => format!("twofold {other}"),
+    };
+    let mut parts = vec![format!("\\fB{}\\fR", roff(&bin))];
+    let many = |a: &clap::Arg| matches!(a.get_action(), clap::ArgAction::Append);
+    for a in cmd.get_arguments().filter(|a| !a.is_hide_set()) {
+        if a.is_positional() {
+            continue;
+        }
+        let flag = match (a.get_long(), a.get_short()) {
+            (Some(l), _) => format!("\\fB\\-\\-{}\\fR", roff(l)),
+            (None, Some(c)) => format!("\\fB\\-{c}\\fR"),
+            _ => continue,
+        };
+        let takes = a.get_num_args().is_some_and(|n| n.takes_values())
+            && !matches!(
+                a.get_action(),
+                clap::ArgAction::SetTrue
+                    | clap::ArgAction::SetFalse
+                    | clap::ArgAction::Count
+                    | clap::ArgAction::Help
+                    | clap::ArgAction::Version
+            );
+        let value = if takes {
+            let names = a
+                .get_value_names()
+                .map(|v| {
+                    v.iter()
+                        .map(|n| n.to_string())
+                        .collect::<Vec<_>>()
+                        .join(" ")
+                })
+                .unwrap_or_else(|| a.get_id().as_str().to_uppercase());
+            if a.get_num_args().is_some_and(|n| n.min_values() == 0) {
+                format!(" [\\fI{}\\fR]", roff(&names))
+            } else {
+                format!(" \\fI{}\\fR", roff(&names))
+            }
+        } else {
+            String::new()
+        };
+        let dots = if many(a) { "..." } else { "" };
+        let body = format!("{flag}{value}");
+        parts.push(if a.is_required_set() {
+            format!("{body}{dots}")
+        } else {
+            format!("[{body}]{dots}")
+        });
+    }
+    for a in cmd.get_positionals().filter(|a| !a.is_hide_set()) {
+        let name = a
+            .get_value_names()
+            .and_then(|v| v.first().map(|n| n.to_string()))
+            .unwrap_or_else(|| a.get_id().as_str().to_uppercase());
+        let dots = if a.get_num_args().is_some_and(|n| n.max_values() > 1) {
+            "..."
+        } else {
+            ""
+        };
+        let body = format!("\\fI{}\\fR", roff(&name));
+        parts.push(if a.is_required_set() {
+            format!("{body}{dots}")
+        } else {
+            format!("[{body}]{dots}")
+        });
+    }
+    if cmd.get_subcommands().any(|s| !s.is_hide_set()) {
+        parts.push("\\fICOMMAND\\fR".to_string());
+    }
+    parts.join(" ")
 }
 
 /// `cmd` and every command under it without clap's `help` subcommand (it has no page).
@@ -200,8 +292,9 @@ pub fn run(args: &ManArgs, out: &mut dyn Write) -> anyhow::Result<()> {
         )?;
         return Ok(());
     }
+    let mut page = Vec::new();
     match &args.command {
-        None => render(top(), out)?,
+        None => render(top(), &mut page)?,
         Some(name) => {
             let Some(c) = commands().into_iter().find(|c| c.get_name() == name) else {
                 let names: Vec<String> = commands()
@@ -210,8 +303,32 @@ pub fn run(args: &ManArgs, out: &mut dyn Write) -> anyhow::Result<()> {
                     .collect();
                 anyhow::bail!("no command '{name}' (one of: {})", names.join(", "));
             };
-            render(c, out)?;
+            render(c, &mut page)?;
         }
     }
+    // On a terminal the page is read, not its roff: through man(1) and its pager, as `git
+    // help` does; anywhere else (a pipe, a file) the roff itself.
+    use std::io::IsTerminal;
+    if std::io::stdout().is_terminal() && show_with_man(&page) {
+        return Ok(());
+    }
+    out.write_all(&page)?;
     Ok(())
+}
+
+/// Shows a page with `man -l -` (its formatter and pager); false if man(1) cannot run.
+fn show_with_man(page: &[u8]) -> bool {
+    use std::process::{Command, Stdio};
+    let Ok(mut child) = Command::new("man")
+        .args(["-l", "-"])
+        .stdin(Stdio::piped())
+        .spawn()
+    else {
+        return false;
+    };
+    if let Some(mut stdin) = child.stdin.take() {
+        // A pager quit early closes the pipe: that is not an error.
+        let _ = stdin.write_all(page);
+    }
+    child.wait().is_ok_and(|s| s.success())
 }

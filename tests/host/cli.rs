@@ -132,6 +132,52 @@ fn man_page_and_completions_come_from_the_cli() {
     assert!(man.contains(".TH twofold") && man.contains("scan"), "{man}");
     let bash = text(&twofold(&["completions", "bash"]).stdout);
     assert!(bash.contains("_twofold") && bash.contains("residency"));
+    // The synopsis names each option's value; exit statuses are the command's own.
+    let scan = text(&twofold(&["man", "scan"]).stdout).replace("\\-", "-");
+    let synopsis = scan
+        .split(".SH SYNOPSIS\n")
+        .nth(1)
+        .unwrap()
+        .lines()
+        .next()
+        .unwrap();
+    assert!(
+        synopsis.contains(r"[\fB--pid\fR \fIPID\fR]..."),
+        "{synopsis}"
+    );
+    assert!(synopsis.contains(r"\fISIZE\fR"), "{synopsis}");
+    assert!(
+        scan.contains("--fail-on holds"),
+        "scan exits 1 on --fail-on"
+    );
+    let residency = text(&twofold(&["man", "residency"]).stdout).replace("\\-", "-");
+    let status = residency.split(".SH \"EXIT STATUS\"").nth(1).unwrap();
+    let status = status.split(".SH").next().unwrap();
+    assert!(
+        !status.contains("fail-on") && !status.contains("128+N"),
+        "{status}"
+    );
+    // On a terminal the page is shown through man(1) and its pager, not as roff.
+    if require(
+        have("script") && have("man"),
+        "script and man (util-linux, man-db)",
+    ) {
+        let out = std::process::Command::new("script")
+            .args(["-qec"])
+            .arg(format!("{} man scan", exe().display()))
+            .arg("/dev/null")
+            .env("MANPAGER", "cat")
+            .env("PAGER", "cat")
+            .env("MANWIDTH", "100")
+            .output()
+            .unwrap();
+        let shown = String::from_utf8_lossy(&out.stdout);
+        assert!(out.status.success(), "{shown}");
+        assert!(
+            shown.contains("twofold-scan(1)") && !shown.contains(".SH") && !shown.contains(".TH"),
+            "{shown}"
+        );
+    }
 }
 
 fn leftover_readers(marker: &str) -> Vec<i32> {
