@@ -83,9 +83,10 @@ pub fn write_timeline(
     )?;
     let series = |name: &str, get: &dyn Fn(&TimelinePoint) -> Option<u64>| Series {
         name: name.to_string(),
+        // A sample not measured is NaN: a gap in the line, not a ramp across it.
         points: points
             .iter()
-            .filter_map(|p| get(p).map(|v| (p.t_seconds, v as f64 / MIB)))
+            .map(|p| (p.t_seconds, get(p).map_or(f64::NAN, |v| v as f64 / MIB)))
             .collect(),
         markers: false,
     };

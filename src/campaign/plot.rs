@@ -16,7 +16,9 @@ fn register_font() {
 }
 
 /// One line of a chart: a name and (x, y) points; with `markers`, each point is also
-/// drawn as a dot (for a few measured points, like reader counts).
+/// drawn as a dot (for a few measured points, like reader counts). A point whose `y` is NaN
+/// was not measured: the line stops there and starts again at the next measured point
+/// (a gap, never a ramp drawn across it).
 pub struct Series {
     pub name: String,
     pub points: Vec<(f64, f64)>,
@@ -45,6 +47,10 @@ const COLORS: [RGBColor; 6] = [
     RGBColor(140, 86, 75),
 ];
 
+/// Each series' dashes (on, off pixels; `None` solid) beside its colour, so that lines
+/// lying on each other (anon and page cache when the model is both) stay apart.
+const DASHES: [Option<(u32, u32)>; 4] = [None, Some((10, 5)), Some((3, 4)), Some((14, 4))];
+
 /// The limit line's colour (no series uses it).
 const LIMIT: RGBColor = RGBColor(60, 60, 60);
 
@@ -62,6 +68,16 @@ fn shorten(s: &str, max: usize) -> String {
     let mut t: String = s.chars().take(max - 1).collect();
     t.push('…');
     t
+}
+
+/// A title in at most two lines of about `max` characters, broken at a space.
+fn split_title(s: &str, max: usize) -> (String, Option<String>) {
+    if s.chars().count() <= max {
+        return (s.to_string(), None);
+    }
+    let cut: String = s.chars().take(max).collect();
+    let at = cut.rfind(' ').filter(|&i| i > max / 2).unwrap_or(cut.len());
+    (s[..at].to_string(), Some(s[at..].trim_start().to_string()))
 }
 
 /// Tick positions (of the labels) from 0 to at least `max`: steps of 1, 2 or 5 times a power of ten,
@@ -100,14 +116,21 @@ where
     root.fill(&WHITE).map_err(err)?;
     // The title over the whole width (long commands shortened), then the plot and, in a
     // column of its own, the legend.
-    let body = root
-        .titled(&shorten(chart.title, TITLE_CHARS), ("sans-serif", 22))
-        .map_err(err)?;
+    // A long title wraps onto a second line (then is shortened), never cut mid-command.
+    let (first, rest) = split_title(chart.title, TITLE_CHARS);
+    let body = match rest {
+        None => root.titled(&first, ("sans-serif", 22)).map_err(err)?,
+        Some(second) => {
+            let body = root.titled(&first, ("sans-serif", 20)).map_err(err)?;
+            body.titled(&shorten(&second, TITLE_CHARS + 8), ("sans-serif", 16))
+                .map_err(err)?
+        }
+    };
     let (w, _) = body.dim_in_pixel();
     let (plot, legend) = body.split_horizontally(w.saturating_sub(LEGEND_WIDTH));
     let all = chart.series.iter().flat_map(|s| s.points.iter());
     let (mut x_max, mut y_max) = (0.0f64, 0.0f64);
-    for (x, y) in all {
+    for (x, y) in all.filter(|(_, y)| y.is_finite()) {
         x_max = x_max.max(*x);
         y_max = y_max.max(*y);
     }
@@ -145,19 +168,39 @@ where
         .label_style(("sans-serif", 14))
         .draw()
         .map_err(err)?;
-    let mut names: Vec<(String, RGBColor, bool, bool)> = Vec::new();
+    let mut names: Vec<(String, RGBColor, bool, Option<(u32, u32)>)> = Vec::new();
     for (i, s) in chart.series.iter().enumerate() {
         let color = COLORS[i % COLORS.len()];
-        ctx.draw_series(LineSeries::new(
-            s.points.iter().copied(),
-            color.stroke_width(2),
-        ))
-        .map_err(err)?;
+        let dash = DASHES[i % DASHES.len()];
+        // Each run of measured points is a line of its own; a lone one is a dot.
+        for run in s.points.split(|(_, y)| !y.is_finite()) {
+            match (run.len(), dash) {
+                (0, _) => {}
+                (1, _) => {
+                    ctx.draw_series(run.iter().map(|p| Circle::new(*p, 3, color.filled())))
+                        .map_err(err)?;
+                }
+                (_, None) => {
+                    ctx.draw_series(LineSeries::new(run.iter().copied(), color.stroke_width(2)))
+                        .map_err(err)?;
+                }
+                (_, Some((on, off))) => {
+                    ctx.draw_series(DashedLineSeries::new(
+                        run.iter().copied(),
+                        on,
+                        off,
+                        color.stroke_width(2),
+                    ))
+                    .map_err(err)?;
+                }
+            }
+        }
         if s.markers {
-            ctx.draw_series(s.points.iter().map(|p| Circle::new(*p, 5, color.filled())))
+            let measured = s.points.iter().filter(|(_, y)| y.is_finite());
+            ctx.draw_series(measured.map(|p| Circle::new(*p, 5, color.filled())))
                 .map_err(err)?;
         }
-        names.push((s.name.clone(), color, s.markers, false));
+        names.push((s.name.clone(), color, s.markers, dash));
     }
     if let Some(l) = chart.limit {
         ctx.draw_series(DashedLineSeries::new(
@@ -167,25 +210,25 @@ where
             LIMIT.stroke_width(2),
         ))
         .map_err(err)?;
-        names.push((l.name.clone(), LIMIT, false, true));
+        names.push((l.name.clone(), LIMIT, false, Some((8, 6))));
     }
     // The legend, in its own column: a swatch and the name of each line.
     let font = ("sans-serif", 14).into_font().color(&BLACK);
     for (i, (name, color, markers, dashed)) in names.iter().enumerate() {
         let y = 60 + 24 * i as i32;
-        if *dashed {
-            legend
-                .draw(&PathElement::new(
-                    vec![(8, y), (16, y)],
-                    color.stroke_width(2),
-                ))
-                .map_err(err)?;
-            legend
-                .draw(&PathElement::new(
-                    vec![(22, y), (30, y)],
-                    color.stroke_width(2),
-                ))
-                .map_err(err)?;
+        if let Some((on, off)) = *dashed {
+            // The swatch in the line's own dashes.
+            let mut x = 8i32;
+            while x < 30 {
+                let end = (x + on as i32).min(30);
+                legend
+                    .draw(&PathElement::new(
+                        vec![(x, y), (end, y)],
+                        color.stroke_width(2),
+                    ))
+                    .map_err(err)?;
+                x = end + off as i32;
+            }
         } else {
             legend
                 .draw(&PathElement::new(
@@ -280,6 +323,47 @@ pub fn line_chart(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_long_title_wraps_at_a_space() {
+        let t = "twofold run: python3 -c 'import torch; m = torch.load(\"/models/llama/consolidated.00.pth\", mmap=True)'";
+        let (a, b) = split_title(t, 80);
+        assert!(a.chars().count() <= 80 && !a.ends_with(' '), "{a}");
+        assert_eq!(format!("{a} {}", b.unwrap()), t);
+        assert_eq!(split_title("short", 80), ("short".to_string(), None));
+    }
+
+    /// Unmeasured samples are gaps: the SVG has two line pieces for one series with a gap,
+    /// and no segment crosses the gap.
+    #[test]
+    fn an_unmeasured_stretch_is_a_gap_not_a_ramp() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut points: Vec<(f64, f64)> = (0..5).map(|i| (i as f64, 10.0)).collect();
+        points.extend((5..14).map(|i| (i as f64, f64::NAN)));
+        points.extend((14..20).map(|i| (i as f64, 90.0)));
+        let series = [Series {
+            name: "model resident".into(),
+            points,
+            markers: false,
+        }];
+        let chart = Chart {
+            title: "gaps",
+            x_label: "seconds",
+            y_label: "MiB",
+            series: &series,
+            limit: None,
+            x_ticks: XTicks::Continuous,
+        };
+        write_chart(dir.path(), "g", &chart).unwrap();
+        let svg = std::fs::read_to_string(dir.path().join("g.svg")).unwrap();
+        // The series' colour: two pieces of line and the legend's swatch.
+        let lines = svg
+            .lines()
+            .filter(|l| l.starts_with("<polyline") && l.contains("stroke=\"#1F77B4\""))
+            .count();
+        assert_eq!(lines, 3, "{svg}");
+        assert!(!svg.contains("NaN"), "{svg}");
+    }
 
     #[test]
     fn integer_ticks_are_whole_numbers() {

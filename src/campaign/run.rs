@@ -200,8 +200,8 @@ pub fn run(
     let mut copies = None;
     let bar = super::progress(0, req.quiet);
     bar.set_message(format!(
-        "running '{}' in the sandbox",
-        req.command.join(" ")
+        "running {} in the sandbox",
+        crate::render::safe::shell_words(&req.command)
     ));
     let status = loop {
         // Interrupted: the signal thread kills the command; this is no result to report.

@@ -115,7 +115,10 @@ pub fn run(args: &RunArgs, w: &mut dyn Write) -> anyhow::Result<()> {
             dir,
             "timeline",
             &points,
-            &crate::render::safe::terminal(&format!("twofold run: {}", summary.command.join(" "))),
+            &crate::render::safe::terminal(&format!(
+                "twofold run: {}",
+                crate::render::safe::shell_words(&summary.command)
+            )),
             Some(summary.memory_max_bytes),
         )?;
         out::write(dir, "summary.json", &serde_json::to_vec_pretty(&summary)?)?;

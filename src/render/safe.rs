@@ -53,6 +53,23 @@ fn escape(s: &str, keep_newlines: bool) -> Cow<'_, str> {
 
 /// One line's worth of outside text (a table cell, a path, a `comm`): every control
 /// character escaped, newlines included.
+/// A command line as a shell would take it back: each word that is not plain
+/// (`[A-Za-z0-9_@%+=:,./-]`) in single quotes, a quote in it as `'\''`.
+pub fn shell_words(words: &[String]) -> String {
+    let plain = |c: char| c.is_ascii_alphanumeric() || "_@%+=:,./-".contains(c);
+    words
+        .iter()
+        .map(|w| {
+            if !w.is_empty() && w.chars().all(plain) {
+                w.clone()
+            } else {
+                format!("'{}'", w.replace('\'', "'\\''"))
+            }
+        })
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
 pub fn safe(s: &str) -> Cow<'_, str> {
     escape(s, false)
 }
@@ -121,6 +138,19 @@ pub fn width(s: &str) -> usize {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_command_line_keeps_its_quoting() {
+        let w = |v: &[&str]| shell_words(&v.iter().map(|s| s.to_string()).collect::<Vec<_>>());
+        assert_eq!(
+            w(&["python3", "-c", "import x; x.load('m')"]),
+            "python3 -c 'import x; x.load('\\''m'\\'')'"
+        );
+        assert_eq!(
+            w(&["llama-cli", "-m", "/m/a.gguf", ""]),
+            "llama-cli -m /m/a.gguf ''"
+        );
+    }
 
     #[test]
     fn escapes_c0_del_and_c1() {
