@@ -47,9 +47,12 @@ const COLORS: [RGBColor; 6] = [
     RGBColor(140, 86, 75),
 ];
 
+/// A line's dashes: (on, off) pixels, `None` for a solid line.
+type Dash = Option<(u32, u32)>;
+
 /// Each series' dashes (on, off pixels; `None` solid) beside its colour, so that lines
 /// lying on each other (anon and page cache when the model is both) stay apart.
-const DASHES: [Option<(u32, u32)>; 4] = [None, Some((10, 5)), Some((3, 4)), Some((14, 4))];
+const DASHES: [Dash; 4] = [None, Some((10, 5)), Some((3, 4)), Some((14, 4))];
 
 /// The limit line's colour (no series uses it).
 const LIMIT: RGBColor = RGBColor(60, 60, 60);
@@ -168,7 +171,7 @@ where
         .label_style(("sans-serif", 14))
         .draw()
         .map_err(err)?;
-    let mut names: Vec<(String, RGBColor, bool, Option<(u32, u32)>)> = Vec::new();
+    let mut names: Vec<(String, RGBColor, bool, Dash)> = Vec::new();
     for (i, s) in chart.series.iter().enumerate() {
         let color = COLORS[i % COLORS.len()];
         let dash = DASHES[i % DASHES.len()];
