@@ -71,6 +71,8 @@ pub struct BasicParts {
     /// Model files its command line names, resolved when the command line was read.
     pub named: Vec<NamedFile>,
     pub denied: bool,
+    /// It carries twofold's observer mark ([`super::observer`]): another twofold.
+    pub observer: bool,
     /// Open descriptors when `fds` was read: the size `stat` gives `/proc/PID/fd`
     /// (Linux 6.2 and later; `None` where it reads 0).
     pub fd_count: Option<u64>,

@@ -294,7 +294,7 @@ impl<'a> Gatherer<'a> {
         if pid == self.procs.own_pid() {
             return true;
         }
-        if another_build(&parts.cmdline) {
+        if parts.observer || another_build(&parts.cmdline) {
             return true;
         }
         let Some(exe) = self.own_exe else {

@@ -19,6 +19,7 @@ pub mod maps;
 pub mod memory;
 pub mod mounts;
 pub mod names;
+pub mod observer;
 pub mod overlay;
 pub mod own;
 pub mod pagescan;

@@ -133,9 +133,10 @@ pub(super) fn read_basic(
         }
         // Counters moved: `maps` again too (an unmap and a map of the same size leave
         // `vsize` alone, a mapping touched moves `RssFile`), the fds and command line kept.
-        Some(old) => read_maps(procs, pid, status.kernel_thread).map(|(maps, denied)| {
+        Some(old) => read_maps(procs, pid, status.kernel_thread).map(|(maps, denied, mark)| {
             let parts = Arc::new(BasicParts {
                 maps,
+                observer: mark,
                 fds: old.fds.clone(),
                 cmdline: old.cmdline.clone(),
                 named: old.named.clone(),
@@ -174,18 +175,19 @@ fn same_mapped(a: &StatusSample, b: &StatusSample) -> bool {
         && a.rss_shmem_bytes == b.rss_shmem_bytes
 }
 
-/// `maps` of a process, and whether it was refused (nothing for a kernel thread).
+/// `maps` of a process, whether it was refused, and whether it carries the observer mark
+/// (nothing for a kernel thread).
 fn read_maps(
     procs: &ProcReader,
     pid: i32,
     kernel_thread: bool,
-) -> CResult<(Vec<MappingSample>, bool)> {
+) -> CResult<(Vec<MappingSample>, bool, bool)> {
     if kernel_thread {
-        return Ok((Vec::new(), false));
+        return Ok((Vec::new(), false, false));
     }
-    match procs.maps(pid) {
-        Ok(m) => Ok((m, false)),
-        Err(e) if e.is_denied() => Ok((Vec::new(), true)),
+    match procs.maps_marked(pid) {
+        Ok((m, mark)) => Ok((m, false, mark)),
+        Err(e) if e.is_denied() => Ok((Vec::new(), true, false)),
         Err(e) => Err(e),
     }
 }
@@ -244,8 +246,11 @@ fn read_parts(procs: &ProcReader, pid: i32, kernel_thread: bool) -> CResult<Basi
     }
     b.cmdline = procs.cmdline(pid).unwrap_or_default();
     b.named = named_files(procs, pid, &b.cmdline);
-    match procs.maps(pid) {
-        Ok(m) => b.maps = m,
+    match procs.maps_marked(pid) {
+        Ok((m, mark)) => {
+            b.maps = m;
+            b.observer = mark;
+        }
         Err(e) if e.is_denied() => b.denied = true,
         Err(e) => return Err(e),
     }

@@ -112,12 +112,20 @@ impl ProcReader {
     }
 
     pub fn maps(&self, pid: i32) -> Result<Vec<MappingSample>> {
+        self.maps_marked(pid).map(|m| m.0)
+    }
+
+    /// [`ProcReader::maps`], and whether the process carries twofold's observer mark
+    /// ([`super::observer`]).
+    pub fn maps_marked(&self, pid: i32) -> Result<(Vec<MappingSample>, bool)> {
         let path = self.file(pid, "maps");
-        let mut maps = keyvalue::with_text(&path, |text| maps::parse_maps(&path, text))?;
+        let (mut maps, marked) = keyvalue::with_text(&path, |text| {
+            maps::parse_maps(&path, text).map(|m| (m, super::observer::marked(text)))
+        })?;
         for m in &mut maps {
             self.real_mapping(pid, m);
         }
-        Ok(maps)
+        Ok((maps, marked))
     }
 
     /// The VMAs of `wanted` files, and process totals summed over all VMAs.

@@ -52,7 +52,34 @@ fn holds_fd(pid: u32, file: &Path) -> bool {
 fn a_second_twofold_is_an_observer_not_a_holder() {
     let _group = crate::common::group(module_path!());
     let dir = tempfile::tempdir().unwrap();
-    let file = model_file(dir.path(), "m.gguf", 16 * MIB);
+    second_twofold_observes(dir.path(), &exe());
+}
+
+/// A twofold of another build under another name (a copy of this binary: another inode,
+/// named `tf-other`): neither the executable nor the name tells it, the mark it carries
+/// does ([`twofold::collect::observer`]).
+#[test]
+fn a_renamed_twofold_of_another_inode_is_an_observer_too() {
+    let _group = crate::common::group(module_path!());
+    let supported = std::fs::read_to_string("/proc/self/maps").is_ok_and(|_| {
+        twofold::collect::observer::mark();
+        std::fs::read_to_string("/proc/self/maps")
+            .is_ok_and(|m| twofold::collect::observer::marked(&m))
+    });
+    if !require(
+        supported,
+        "a kernel that names anonymous memory (PR_SET_VMA_ANON_NAME, 5.17)",
+    ) {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let copy = dir.path().join("tf-other");
+    std::fs::copy(exe(), &copy).unwrap();
+    second_twofold_observes(dir.path(), &copy);
+}
+
+fn second_twofold_observes(dir: &Path, program: &Path) {
+    let file = model_file(dir, "m.gguf", 16 * MIB);
     let map = reader("map", Some(&file), &[]);
     // A recorder that holds the model open: it inherits an fd of it (no close-on-exec),
     // as an exporter that has the file open between snapshots does.
@@ -60,8 +87,8 @@ fn a_second_twofold_is_an_observer_not_a_holder() {
     // SAFETY: plain syscall on an fd we own; the duplicate is closed below.
     let inherited = unsafe { libc::dup(f.as_raw_fd()) };
     assert!(inherited >= 0);
-    let store = dir.path().join("store");
-    let mut cmd = Command::new(exe());
+    let store = dir.join("store");
+    let mut cmd = Command::new(program);
     cmd.args(["record", "--no-prove", "--interval", "1h", "--store"])
         .arg(&store)
         .arg(&file)
