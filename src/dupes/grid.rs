@@ -371,7 +371,8 @@ impl Grid {
                     }
                     let m = k * HALF;
                     let span_mem = (HALF + WIN as u64).min(p.mem_len - m);
-                    if p.kind.grouped() {
+                    let grouped = p.kind.grouped();
+                    if grouped {
                         // Made from the groups of rows under the windows, read once for the
                         // whole part where its points are dense enough to need every group
                         // (else for each pair).
@@ -391,38 +392,27 @@ impl Grid {
                                 .map_err(|e| format!("the file could not be read: {e}"))?;
                             have = Some((a * g, b * g));
                         }
-                        let base = have.map_or(0, |h| h.0);
-                        for (j, at) in [(k, 0u64), (k + 1, HALF)] {
-                            if at + WIN as u64 > span_mem || !is_point(j, every) {
-                                continue;
-                            }
-                            mem.resize(WIN, 0);
-                            grouped_from(p.kind, &span, base, m + at, &mut mem)
-                                .map_err(|e| format!("the file could not be read: {e}"))?;
-                            if !periodic(&mem) {
-                                all_periodic = false;
-                                keys.push(Slot {
-                                    key: hash(&mem),
-                                    piece: pi as u32,
-                                    k: j as u32,
-                                });
-                            }
-                        }
-                        k += 2;
-                        continue;
+                    } else {
+                        span.resize(p.kind.file_bytes(span_mem) as usize, 0);
+                        files_ref[p.file]
+                            .bytes
+                            .read_exact_at(&mut span, p.file_offset + p.kind.file_bytes(m))
+                            .map_err(|e| format!("the file could not be read: {e}"))?;
                     }
-                    span.resize(p.kind.file_bytes(span_mem) as usize, 0);
-                    files_ref[p.file]
-                        .bytes
-                        .read_exact_at(&mut span, p.file_offset + p.kind.file_bytes(m))
-                        .map_err(|e| format!("the file could not be read: {e}"))?;
                     for (j, at) in [(k, 0u64), (k + 1, HALF)] {
                         if at + WIN as u64 > span_mem || !is_point(j, every) {
                             continue;
                         }
-                        let from = p.kind.file_bytes(at) as usize;
-                        let to = from + p.kind.file_bytes(WIN as u64) as usize;
-                        p.kind.convert(&span[from..to], &mut mem);
+                        if grouped {
+                            mem.resize(WIN, 0);
+                            let base = have.map_or(0, |h| h.0);
+                            grouped_from(p.kind, &span, base, m + at, &mut mem)
+                                .map_err(|e| format!("the file could not be read: {e}"))?;
+                        } else {
+                            let from = p.kind.file_bytes(at) as usize;
+                            let to = from + p.kind.file_bytes(WIN as u64) as usize;
+                            p.kind.convert(&span[from..to], &mut mem);
+                        }
                         if !periodic(&mem) {
                             all_periodic = false;
                             keys.push(Slot {
