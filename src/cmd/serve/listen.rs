@@ -36,6 +36,9 @@ const ANSWERING: usize = 4;
 /// At most one warning about exhausted descriptors in this long.
 const WARN_EVERY: Duration = Duration::from_secs(60);
 
+/// A connection handed to a parked thread: its slot's id and its socket.
+type Handed = (u64, TcpStream);
+
 /// One open connection.
 struct Slot {
     id: u64,
@@ -66,7 +69,7 @@ pub struct Conns {
     turn: Condvar,
     /// Threads waiting for their next connection ([`KEEP`] at most): a connection is
     /// handed to one of them rather than to a new thread.
-    parked: Mutex<Vec<(u64, SyncSender<(u64, TcpStream)>)>>,
+    parked: Mutex<Vec<(u64, SyncSender<Handed>)>>,
     /// False once the accept loop has ended on an error.
     pub listening: AtomicBool,
 }
@@ -179,7 +182,7 @@ impl Conns {
     }
 
     /// Hands a connection to a parked thread; gives it back when none is parked.
-    fn hand_over(&self, mut conn: (u64, TcpStream)) -> Result<(), (u64, TcpStream)> {
+    fn hand_over(&self, mut conn: Handed) -> Result<(), Handed> {
         let mut parked = self.parked.lock().unwrap_or_else(|e| e.into_inner());
         // Sent under the lock: a thread that finds itself no longer parked has it queued.
         while let Some((_, tx)) = parked.pop() {
@@ -192,7 +195,7 @@ impl Conns {
     }
 
     /// After a connection: waits up to [`KEEP`] for the next one handed over.
-    fn next_conn(&self, worker: u64) -> Option<(u64, TcpStream)> {
+    fn next_conn(&self, worker: u64) -> Option<Handed> {
         let (tx, rx) = sync_channel(1);
         {
             let mut parked = self.parked.lock().unwrap_or_else(|e| e.into_inner());

@@ -125,7 +125,7 @@ fn serve_answers_after_1100_idle_connections_under_nofile_1024() {
         let t0 = Instant::now();
         let idle: Vec<TcpStream> = (0..1_100)
             .filter_map(|_| {
-                let addr = ("127.0.0.1", s.port).into();
+                let addr = std::net::SocketAddr::from(([127, 0, 0, 1], s.port));
                 TcpStream::connect_timeout(&addr, Duration::from_secs(5)).ok()
             })
             .collect();
