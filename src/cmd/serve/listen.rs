@@ -3,7 +3,7 @@
 //! One thread accepts (blocking in `accept(2)`; woken to stop by `shutdown(2)` of the
 //! listening socket); each connection is answered on a thread of its own (`conn.rs`), so a
 //! slow client holds only its own. A thread whose connection closed waits up to [`KEEP`]
-//! for the next one (starting a thread per connection showed in the p99 of 50 concurrent
+//! for the next one (at most [`PARKED`] wait) (starting a thread per connection showed in the p99 of 50 concurrent
 //! scrapers). At most [`Conns::max`] connections are open at once: a
 //! new one beyond it closes the oldest idle one (waiting for, or still reading, a request;
 //! never one being answered), or, when every one is being answered, is answered 503 and
@@ -31,6 +31,8 @@ const STACK: usize = 512 << 10;
 const MAX_BACKOFF: Duration = Duration::from_secs(1);
 /// How long a thread waits for another connection after one has closed.
 const KEEP: Duration = Duration::from_secs(60);
+/// Threads kept waiting for a connection at most (each keeps its stack's touched pages).
+const PARKED: usize = 8;
 /// Answers built at once (as many as the 4 workers before).
 const ANSWERING: usize = 4;
 /// At most one warning about exhausted descriptors in this long.
@@ -199,7 +201,7 @@ impl Conns {
         let (tx, rx) = sync_channel(1);
         {
             let mut parked = self.parked.lock().unwrap_or_else(|e| e.into_inner());
-            if self.lock().closing {
+            if self.lock().closing || parked.len() >= PARKED {
                 return None;
             }
             parked.push((worker, tx));
