@@ -85,6 +85,13 @@ pub struct ServeArgs {
     /// bcrypt hash). See docs/serve.md.
     #[arg(long = "web.config.file", value_name = "FILE")]
     pub web_config: Option<PathBuf>,
+    /// Connections open at once; beyond it the oldest idle one is closed (503 when none
+    /// is idle). Default 256, at most a quarter of the soft limit of open files.
+    #[arg(long = "web.max-connections", value_name = "N", value_parser = clap::value_parser!(u32).range(1..))]
+    pub max_connections: Option<u32>,
+    /// Close a connection that sent no request for this long.
+    #[arg(long = "web.idle-timeout", value_name = "DURATION", default_value = "2m", value_parser = parse_positive_duration)]
+    pub idle_timeout: Duration,
     #[command(flatten)]
     pub collect: CollectArgs,
 }

@@ -13,6 +13,7 @@ use std::time::{Duration, Instant};
 
 use crate::common::{exe, free_port, have, model_file, reader, require, MIB};
 
+mod limits;
 mod names;
 mod prometheus;
 mod web;

@@ -1,14 +1,11 @@
-//! The HTTP side of `serve`: one [`answer`] for every request, whichever listener took it:
-//! `tiny_http` for plain HTTP, or a TLS listener (rustls) when `--web.config.file` has a
-//! `tls_server_config`. The TLS listener answers one request per connection (`Connection:
-//! close`), reading at most 16 KiB of request head within 10 s; at most
-//! [`MAX_TLS_CONNECTIONS`] are served at once, more are closed unanswered.
+//! The HTTP side of `serve`: one [`answer`] for every request, from the request head a
+//! connection read ([`respond`]: HTTP/1.1, keep-alive, HEAD) to the bytes it writes back.
+//! The connections themselves (plain or TLS, their timeouts): `conn.rs`; the listener and
+//! the bound on connections: `listen.rs`.
 
-use std::io::{Read, Write};
-use std::net::{TcpListener, TcpStream};
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use super::web::Auth;
 use super::{scrape_body, wants_text_004, Bodies, Clock, Latest, STALE_INTERVALS};
@@ -16,9 +13,15 @@ use super::{scrape_body, wants_text_004, Bodies, Clock, Latest, STALE_INTERVALS}
 pub const OPENMETRICS: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
 pub const TEXT_004: &str = "text/plain; version=0.0.4; charset=utf-8";
 const PLAIN: &str = "text/plain; charset=utf-8";
-pub const MAX_TLS_CONNECTIONS: usize = 64;
-const MAX_HEAD: usize = 16 * 1024;
-const TIMEOUT: Duration = Duration::from_secs(10);
+
+/// What every answer needs: the latest bodies, the clock, the users, and whether the
+/// listener still accepts connections.
+pub struct Site<'a> {
+    pub latest: &'a Latest,
+    pub clock: Clock,
+    pub auth: &'a Auth,
+    pub listening: &'a AtomicBool,
+}
 
 /// What a request says that matters here.
 pub struct Request<'a> {
@@ -48,7 +51,8 @@ fn plain(code: u16, body: &str) -> Reply {
 }
 
 /// The answer to one request.
-pub fn answer(req: &Request, latest: &Latest, clock: Clock, auth: &Auth) -> Reply {
+pub fn answer(req: &Request, site: &Site) -> Reply {
+    let (latest, clock, auth) = (site.latest, site.clock, site.auth);
     if !req.read_only {
         return plain(405, "method not allowed\n");
     }
@@ -74,6 +78,10 @@ pub fn answer(req: &Request, latest: &Latest, clock: Clock, auth: &Auth) -> Repl
                 challenge: false,
             }
         }
+        "/healthz" if !site.listening.load(Ordering::Relaxed) => plain(
+            503,
+            "the listener has stopped: new connections are refused\n",
+        ),
         "/healthz" if clock.healthy(&bodies, Instant::now()) => plain(200, "ok\n"),
         "/healthz" => {
             let why = match bodies.at {
@@ -94,49 +102,6 @@ pub fn answer(req: &Request, latest: &Latest, clock: Clock, auth: &Auth) -> Repl
     }
 }
 
-/// A header of this module's ASCII constants (never refused; if it were, it is left out).
-fn header(name: &str, value: &str) -> Vec<tiny_http::Header> {
-    tiny_http::Header::from_bytes(name.as_bytes(), value.as_bytes())
-        .into_iter()
-        .collect()
-}
-
-/// Answers a request `tiny_http` read.
-pub fn respond(req: tiny_http::Request, latest: &Latest, clock: Clock, auth: &Auth) {
-    use tiny_http::{Method, Response, StatusCode};
-    let field = |name: &'static str| {
-        req.headers()
-            .iter()
-            .find(|h| h.field.equiv(name))
-            .map(|h| h.value.as_str().to_string())
-    };
-    let (accept, authorization) = (field("Accept"), field("Authorization"));
-    let r = answer(
-        &Request {
-            read_only: matches!(req.method(), Method::Get | Method::Head),
-            path: req.url(),
-            accept: accept.as_deref(),
-            authorization: authorization.as_deref(),
-        },
-        latest,
-        clock,
-        auth,
-    );
-    let mut headers = header("Content-Type", r.content_type);
-    if r.challenge {
-        headers.extend(header("WWW-Authenticate", "Basic realm=\"twofold\""));
-    }
-    let len = r.body.len();
-    let resp = Response::new(
-        StatusCode(r.code),
-        headers,
-        std::io::Cursor::new(r.body),
-        Some(len),
-        None,
-    );
-    let _ = req.respond(resp);
-}
-
 fn reason(code: u16) -> &'static str {
     match code {
         200 => "OK",
@@ -149,122 +114,179 @@ fn reason(code: u16) -> &'static str {
     }
 }
 
-/// Reads one request head (to the blank line), at most [`MAX_HEAD`] bytes.
-fn read_head(s: &mut impl Read) -> std::io::Result<Option<String>> {
-    let mut head = Vec::new();
-    let mut buf = [0u8; 2048];
-    while !head.windows(4).any(|w| w == b"\r\n\r\n") {
-        if head.len() > MAX_HEAD {
-            return Ok(None);
-        }
-        let n = s.read(&mut buf)?;
-        if n == 0 {
-            return Ok(None);
-        }
-        head.extend_from_slice(&buf[..n]);
-    }
-    Ok(String::from_utf8(head).ok())
+/// A request head (request line and fields, up to the blank line), parsed.
+struct Head<'a> {
+    method: &'a str,
+    path: &'a str,
+    /// HTTP/1.0: the connection closes after the answer.
+    http10: bool,
+    fields: Vec<(&'a str, &'a str)>,
 }
 
-/// One TLS connection: the handshake, one request, one answer, close.
-fn tls_connection(
-    tcp: TcpStream,
-    cfg: Arc<rustls::ServerConfig>,
-    latest: &Latest,
-    clock: Clock,
-    auth: &Auth,
-) -> std::io::Result<()> {
-    tcp.set_read_timeout(Some(TIMEOUT))?;
-    tcp.set_write_timeout(Some(TIMEOUT))?;
-    let conn = rustls::ServerConnection::new(cfg).map_err(std::io::Error::other)?;
-    let mut s = rustls::StreamOwned::new(conn, tcp);
-    let reply = match read_head(&mut s)? {
-        None => plain(400, "bad request\n"),
-        Some(head) => {
-            let mut lines = head.split("\r\n");
-            let mut first = lines.next().unwrap_or("").split(' ');
-            let (method, path) = (first.next().unwrap_or(""), first.next().unwrap_or(""));
-            let field = |name: &str| {
-                head.split("\r\n").skip(1).find_map(|l| {
-                    let (k, v) = l.split_once(':')?;
-                    k.trim().eq_ignore_ascii_case(name).then(|| v.trim())
-                })
-            };
-            let r = answer(
-                &Request {
-                    read_only: method == "GET" || method == "HEAD",
-                    path,
-                    accept: field("Accept"),
-                    authorization: field("Authorization"),
-                },
-                latest,
-                clock,
-                auth,
-            );
-            if method == "HEAD" {
-                Reply {
-                    body: Vec::new(),
-                    ..r
-                }
-            } else {
-                r
-            }
+impl<'a> Head<'a> {
+    /// None when it is not an HTTP/1.x request head.
+    fn parse(raw: &'a [u8]) -> Option<Head<'a>> {
+        let text = std::str::from_utf8(raw).ok()?;
+        // A client may send an empty line before a request (RFC 9112, 2.2).
+        let mut lines = text.trim_start_matches("\r\n").split("\r\n");
+        let mut first = lines.next()?.split(' ');
+        let (method, path, version) = (first.next()?, first.next()?, first.next()?);
+        if first.next().is_some() || method.is_empty() || !path.starts_with('/') {
+            return None;
         }
+        let http10 = match version {
+            "HTTP/1.1" => false,
+            "HTTP/1.0" => true,
+            _ => return None,
+        };
+        let mut fields = Vec::new();
+        for l in lines.take_while(|l| !l.is_empty()) {
+            let (k, v) = l.split_once(':')?;
+            fields.push((k.trim(), v.trim()));
+        }
+        Some(Head {
+            method,
+            path,
+            http10,
+            fields,
+        })
+    }
+
+    fn field(&self, name: &str) -> Option<&'a str> {
+        self.fields
+            .iter()
+            .find(|(k, _)| k.eq_ignore_ascii_case(name))
+            .map(|(_, v)| *v)
+    }
+
+    /// Whether the connection closes after this answer: HTTP/1.0, `Connection: close`, or a
+    /// request with a body (never read: nothing here takes one).
+    fn closes(&self) -> bool {
+        let has = |name: &str, token: &str| {
+            self.field(name)
+                .is_some_and(|v| v.split(',').any(|t| t.trim().eq_ignore_ascii_case(token)))
+        };
+        self.http10
+            || has("Connection", "close")
+            || self.field("Transfer-Encoding").is_some()
+            || self
+                .field("Content-Length")
+                .is_some_and(|n| n.trim() != "0")
+    }
+}
+
+/// The bytes to write for one request head, and whether to close the connection after
+/// them. A head that is not HTTP/1.x is answered 400 and the connection closed.
+pub fn respond(raw_head: &[u8], site: &Site) -> (Vec<u8>, bool) {
+    let Some(head) = Head::parse(raw_head) else {
+        return (bad_request(), true);
     };
-    let challenge = if reply.challenge {
+    let reply = answer(
+        &Request {
+            read_only: head.method == "GET" || head.method == "HEAD",
+            path: head.path,
+            accept: head.field("Accept"),
+            authorization: head.field("Authorization"),
+        },
+        site,
+    );
+    let close = head.closes();
+    (encode(&reply, head.method == "HEAD", close), close)
+}
+
+/// 400, for a head that is not HTTP/1.x or is too long (the connection closes after it).
+pub fn bad_request() -> Vec<u8> {
+    encode(&plain(400, "bad request\n"), false, true)
+}
+
+/// The status line, fields and (unless `head_only`) body of `r`.
+fn encode(r: &Reply, head_only: bool, close: bool) -> Vec<u8> {
+    let challenge = if r.challenge {
         "WWW-Authenticate: Basic realm=\"twofold\"\r\n"
     } else {
         ""
     };
-    write!(
-        s,
-        "HTTP/1.1 {} {}\r\nContent-Type: {}\r\nContent-Length: {}\r\n{challenge}Connection: close\r\n\r\n",
-        reply.code,
-        reason(reply.code),
-        reply.content_type,
-        reply.body.len()
-    )?;
-    s.write_all(&reply.body)?;
-    s.conn.send_close_notify();
-    s.flush()
+    let connection = if close { "Connection: close\r\n" } else { "" };
+    let head = format!(
+        "HTTP/1.1 {} {}\r\nContent-Type: {}\r\nContent-Length: {}\r\n{challenge}{connection}\r\n",
+        r.code,
+        reason(r.code),
+        r.content_type,
+        r.body.len()
+    );
+    let mut out = Vec::with_capacity(head.len() + if head_only { 0 } else { r.body.len() });
+    out.extend_from_slice(head.as_bytes());
+    if !head_only {
+        out.extend_from_slice(&r.body);
+    }
+    out
 }
 
-/// Accepts TLS connections on `listener` until `stop`, each answered on a thread of its
-/// own within `scope`.
-pub fn serve_tls<'s>(
-    scope: &'s std::thread::Scope<'s, '_>,
-    listener: TcpListener,
-    cfg: Arc<rustls::ServerConfig>,
-    latest: &'s Latest,
-    clock: Clock,
-    auth: &'s Auth,
-    stop: &'s AtomicBool,
-) {
-    let active = Arc::new(AtomicUsize::new(0));
-    if let Err(e) = listener.set_nonblocking(true) {
-        eprintln!("twofold: warning: https: {e}");
+/// What a connection beyond the bound gets when no idle one can be closed for it.
+pub const TOO_MANY: &[u8] = b"HTTP/1.1 503 Service Unavailable\r\nContent-Type: text/plain; charset=utf-8\r\nContent-Length: 21\r\nConnection: close\r\n\r\ntoo many connections\n";
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::RwLock;
+    use std::time::Duration;
+
+    fn site_answers(raw: &str) -> (String, bool) {
+        let latest: Latest = Arc::new(RwLock::new(Arc::new(Bodies::default())));
+        let auth = Auth::default();
+        let listening = AtomicBool::new(true);
+        let site = Site {
+            latest: &latest,
+            clock: Clock {
+                started: Instant::now(),
+                interval: Duration::from_secs(5),
+            },
+            auth: &auth,
+            listening: &listening,
+        };
+        let (bytes, close) = respond(raw.as_bytes(), &site);
+        (String::from_utf8(bytes).unwrap(), close)
     }
-    while !stop.load(Ordering::Relaxed) {
-        match listener.accept() {
-            Ok((tcp, _)) => {
-                let _ = tcp.set_nonblocking(false);
-                if active.fetch_add(1, Ordering::AcqRel) >= MAX_TLS_CONNECTIONS {
-                    active.fetch_sub(1, Ordering::AcqRel);
-                    continue;
-                }
-                let (cfg, active) = (Arc::clone(&cfg), Arc::clone(&active));
-                scope.spawn(move || {
-                    let _ = tls_connection(tcp, cfg, latest, clock, auth);
-                    active.fetch_sub(1, Ordering::AcqRel);
-                });
-            }
-            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
-                std::thread::sleep(Duration::from_millis(50));
-            }
-            Err(e) => {
-                eprintln!("twofold: warning: https: {e}");
-                std::thread::sleep(Duration::from_millis(50));
-            }
+
+    #[test]
+    fn heads_keep_alive_and_bad_requests() {
+        let (r, close) = site_answers("GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n");
+        assert!(
+            r.starts_with("HTTP/1.1 200 OK\r\n") && r.ends_with("\r\n\r\nok\n"),
+            "{r}"
+        );
+        assert!(!close && !r.contains("Connection: close"));
+        let (r, close) = site_answers("\r\nHEAD /metrics HTTP/1.0\r\n\r\n");
+        assert!(
+            r.starts_with("HTTP/1.1 503 ") && r.ends_with("\r\n\r\n"),
+            "{r}"
+        );
+        assert!(close && r.contains("Content-Length: 38\r\n"), "{r}");
+        let (r, close) = site_answers("GET /x HTTP/1.1\r\nconnection: Close\r\n\r\n");
+        assert!(r.starts_with("HTTP/1.1 404 ") && close);
+        let (r, close) = site_answers("POST /metrics HTTP/1.1\r\nContent-Length: 3\r\n\r\n");
+        assert!(r.starts_with("HTTP/1.1 405 ") && close);
+        for bad in [
+            "GET\r\n\r\n",
+            "GET /metrics HTTP/2.0\r\n\r\n",
+            "GET /m HTTP/1.1\r\nno colon\r\n\r\n",
+        ] {
+            let (r, close) = site_answers(bad);
+            assert!(r.starts_with("HTTP/1.1 400 ") && close, "{bad:?}: {r}");
         }
+        let listening = AtomicBool::new(false);
+        let latest: Latest = Arc::new(RwLock::new(Arc::new(Bodies::default())));
+        let auth = Auth::default();
+        let site = Site {
+            latest: &latest,
+            clock: Clock {
+                started: Instant::now(),
+                interval: Duration::from_secs(5),
+            },
+            auth: &auth,
+            listening: &listening,
+        };
+        let (r, _) = respond(b"GET /healthz HTTP/1.1\r\n\r\n", &site);
+        assert!(String::from_utf8_lossy(&r).contains("the listener has stopped"));
     }
 }

@@ -32,7 +32,9 @@ use crate::export::{self, Options, SelfStats};
 use crate::sample::warning::Said;
 use crate::sample::{Warning, WarningKind};
 
-const WORKERS: usize = 4;
+/// `--web.max-connections` unless given: 256, at most a quarter of the soft limit of open
+/// files (the rest is the collector's: it keeps a `/proc/PID/statm` open per process).
+const MAX_CONNECTIONS: usize = 256;
 /// `/healthz` fails when the last good collection is older than this many intervals.
 pub const STALE_INTERVALS: u32 = 3;
 
@@ -326,21 +328,20 @@ pub fn run(args: &ServeArgs, out: &mut dyn Write) -> anyhow::Result<()> {
     };
     let auth = web::Auth::new(web.users);
     let listen_err = |e: &dyn std::fmt::Display| anyhow!("cannot listen on '{}': {e}", args.listen);
-    let (plain, tls) = match web.tls {
-        Some(cfg) => {
-            let l = std::net::TcpListener::bind(args.listen).map_err(|e| listen_err(&e))?;
-            (None, Some((l, cfg)))
-        }
-        None => {
-            let server = tiny_http::Server::http(args.listen).map_err(|e| listen_err(&e))?;
-            (Some(server), None)
-        }
-    };
+    let listener = std::net::TcpListener::bind(args.listen).map_err(|e| listen_err(&e))?;
+    let tls = web.tls;
+    let conns = listen::Conns::new(max_connections(args.max_connections));
     let latest: Latest = Arc::new(RwLock::new(Arc::new(Bodies::default())));
     let stop = super::common::stop_flag();
     let clock = Clock {
         started: Instant::now(),
         interval: args.interval,
+    };
+    let site = http::Site {
+        latest: &latest,
+        clock,
+        auth: &auth,
+        listening: &conns.listening,
     };
     writeln!(
         out,
@@ -351,43 +352,46 @@ pub fn run(args: &ServeArgs, out: &mut dyn Write) -> anyhow::Result<()> {
         args.interval.as_secs_f64()
     )?;
     out.flush()?;
-    std::thread::scope(|s| {
+    let accepted = std::thread::scope(|s| {
         s.spawn(|| {
             collect_loop(args, &latest, &stop);
-            // The workers wait for requests without a timeout: each is woken to stop.
-            if let Some(p) = plain.as_ref() {
-                for _ in 0..WORKERS {
-                    p.unblock();
-                }
-            }
+            // The accept loop and the connections wait without a timeout: woken to stop.
+            conns.close_all(&listener);
         });
-        if let Some((listener, cfg)) = tls {
-            let (latest, auth, stop) = (&latest, &auth, &stop);
-            s.spawn(move || http::serve_tls(s, listener, cfg, latest, clock, auth, stop));
+        let (site, conns, stop, listener) = (&site, &conns, &*stop, &listener);
+        let accepted = listen::accept_loop(s, listener, tls, site, conns, args.idle_timeout, stop);
+        if accepted.is_err() {
+            // The collector sees it at its next wake-up, then closes the connections.
+            stop.store(true, Ordering::Relaxed);
         }
-        if let Some(server) = plain.as_ref() {
-            for _ in 0..WORKERS {
-                s.spawn(|| {
-                    while !stop.load(Ordering::Relaxed) {
-                        match server.recv() {
-                            Ok(req) => http::respond(req, &latest, clock, &auth),
-                            // Woken to stop (the collection loop has ended).
-                            Err(_) if stop.load(Ordering::Relaxed) => break,
-                            Err(e) => {
-                                eprintln!("twofold: warning: http: {e}");
-                                std::thread::sleep(Duration::from_millis(50));
-                            }
-                        }
-                    }
-                });
-            }
-        }
+        accepted
     });
+    accepted.map_err(|e| anyhow!("http: the listener on '{}' failed: {e}", args.listen))?;
     writeln!(out, "twofold serve: stopped")?;
     Ok(())
 }
 
+/// The bound on open connections: `--web.max-connections`, else [`MAX_CONNECTIONS`] or a
+/// quarter of the soft limit of open files if less (at least 16).
+fn max_connections(given: Option<u32>) -> usize {
+    if let Some(n) = given {
+        return n as usize;
+    }
+    let mut lim = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: getrlimit writes the limits into `lim`, a valid rlimit.
+    let soft = match unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) } {
+        0 => usize::try_from(lim.rlim_cur).unwrap_or(usize::MAX),
+        _ => 1024,
+    };
+    (soft / 4).clamp(16, MAX_CONNECTIONS)
+}
+
+mod conn;
 mod http;
+mod listen;
 mod web;
 
 #[cfg(test)]
