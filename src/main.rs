@@ -46,7 +46,9 @@ fn parse() -> Result<Cli, ExitCode> {
     use clap::error::ErrorKind;
     match Cli::try_parse() {
         Ok(cli) => Ok(cli),
-        Err(e) if matches!(e.kind(), ErrorKind::DisplayHelp | ErrorKind::DisplayVersion) => e.exit(),
+        Err(e) if matches!(e.kind(), ErrorKind::DisplayHelp | ErrorKind::DisplayVersion) => {
+            e.exit()
+        }
         Err(e) if e.kind() == ErrorKind::DisplayHelpOnMissingArgumentOrSubcommand => {
             // No command: one line naming what is missing, not the help with no error.
             let names: Vec<String> = Cli::command()

@@ -154,7 +154,8 @@ fn store_error(dir: &Path, path: &Path, e: std::io::Error) -> anyhow::Error {
         return anyhow::anyhow!("{head}: '{}' is on a read-only file system", path.display());
     }
     if e.kind() != std::io::ErrorKind::PermissionDenied {
-        return anyhow::Error::from(e).context(format!("{head}: cannot access '{}'", path.display()));
+        return anyhow::Error::from(e)
+            .context(format!("{head}: cannot access '{}'", path.display()));
     }
     // The nearest of the path and its parents that can be looked at: the one in the way.
     use std::os::unix::fs::MetadataExt;

@@ -371,7 +371,10 @@ mod tests {
         if fb.holes.is_empty() {
             eprintln!("skipped the hole check: this file system does not report holes");
         } else {
-            assert_eq!(fb.holes, vec![(65_536, 4 << 20), ((4 << 20) + 65_536, 8 << 20)]);
+            assert_eq!(
+                fb.holes,
+                vec![(65_536, 4 << 20), ((4 << 20) + 65_536, 8 << 20)]
+            );
         }
         for (off, len) in [
             (0usize, 8 << 20),

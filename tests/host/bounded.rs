@@ -261,7 +261,8 @@ fn sparse_safetensors(dir: &std::path::Path) -> (std::path::PathBuf, u64) {
     let path = dir.join("sparse15t.safetensors");
     let f = std::fs::File::create(&path).unwrap();
     use std::os::unix::fs::FileExt;
-    f.write_all_at(&(header.len() as u64).to_le_bytes(), 0).unwrap();
+    f.write_all_at(&(header.len() as u64).to_le_bytes(), 0)
+        .unwrap();
     f.write_all_at(&header, 8).unwrap();
     let data_at = 8 + header.len() as u64;
     let mut x = 0x9e37_79b9_7f4a_7c15u64;
@@ -317,5 +318,8 @@ fn dupes_and_the_upload_index_skip_the_holes_of_a_15_tib_file() {
     let (matcher, warnings) = twofold::dupes::uploads::Matcher::build(&[(file.clone(), key)]);
     let took = start.elapsed();
     assert!(matcher.is_some(), "{warnings:?}");
-    assert!(took < Duration::from_secs(20), "the upload index took {took:?}");
+    assert!(
+        took < Duration::from_secs(20),
+        "the upload index took {took:?}"
+    );
 }
