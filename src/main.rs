@@ -51,15 +51,21 @@ fn parse() -> Result<Cli, ExitCode> {
     use clap::error::ErrorKind;
     match Cli::try_parse() {
         Ok(cli) => Ok(cli),
-        Err(e)
-            if matches!(
-                e.kind(),
-                ErrorKind::DisplayHelp
-                    | ErrorKind::DisplayVersion
-                    | ErrorKind::DisplayHelpOnMissingArgumentOrSubcommand
-            ) =>
-        {
+        Err(e) if matches!(e.kind(), ErrorKind::DisplayHelp | ErrorKind::DisplayVersion) => {
             e.exit()
+        }
+        Err(e) if e.kind() == ErrorKind::DisplayHelpOnMissingArgumentOrSubcommand => {
+            // No command: one line naming what is missing, not the help with no error.
+            let names: Vec<String> = Cli::command()
+                .get_subcommands()
+                .filter(|c| !c.is_hide_set() && c.get_name() != "help")
+                .map(|c| c.get_name().to_string())
+                .collect();
+            eprintln!(
+                "twofold: error: no command given: one of {} ('twofold --help' says what each does)",
+                names.join(", ")
+            );
+            Err(ExitCode::from(2))
         }
         Err(e) => {
             let text = e.render().to_string();

@@ -80,14 +80,15 @@ pub(super) fn parse_fraction(s: &str) -> Result<f64, String> {
     Ok(f)
 }
 
-/// A tolerance band in [0, 1).
+/// A tolerance band in (0, 1): 0 would make a tie of two measured times a matter of
+/// exact equality, never met.
 pub(super) fn parse_band(s: &str) -> Result<f64, String> {
     let f: f64 = s
         .trim()
         .parse()
         .map_err(|_| format!("'{s}' is not a number"))?;
-    if !(0.0..1.0).contains(&f) {
-        return Err(format!("'{s}' is not a fraction in [0, 1)"));
+    if !(f > 0.0 && f < 1.0) {
+        return Err(format!("'{s}' is not a fraction in (0, 1)"));
     }
     Ok(f)
 }

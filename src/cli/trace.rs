@@ -104,7 +104,7 @@ pub struct ProbeArgs {
     #[arg(long, value_name = "SIZE", default_value = "64M", value_parser = parse_page_size)]
     pub chunk: u64,
     /// Endpoints whose path times differ by at most this fraction are a tie, resolved
-    /// to map (in [0, 1)).
+    /// to map (in (0, 1)).
     #[arg(long, default_value_t = crate::model::probe::TIE_BAND, value_parser = parse_band)]
     pub tie_band: f64,
     /// Skip the import tests and the ceiling search.

@@ -118,11 +118,63 @@ pub fn open_read(arg: &Option<PathBuf>) -> anyhow::Result<Store> {
 /// in its status line: stderr would land over its screen).
 pub fn open_read_quiet(arg: &Option<PathBuf>) -> anyhow::Result<(Store, Vec<String>)> {
     let dir = store_dir(arg);
-    if !dir.join("store.json").is_file() {
-        bail!("no recording store at '{}'", dir.display());
+    let header = dir.join("store.json");
+    match std::fs::metadata(&header) {
+        Ok(_) => {}
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            bail!("no recording store at '{}'", dir.display())
+        }
+        Err(e) if e.raw_os_error() == Some(libc::ENOTDIR) => {
+            bail!("the store '{}' is not a directory", dir.display())
+        }
+        Err(e) => return Err(store_error(&dir, &header, e)),
     }
-    Store::open_read_only(&dir)
-        .with_context(|| format!("cannot open the store '{}'", dir.display()))
+    Store::open_read_only(&dir).map_err(|e| open_error(&dir, e))
+}
+
+/// The error of opening the store `dir`: one denied access names the file, its owner and
+/// mode, and who may (`cannot open the store 'S': permission denied on 'S/store.json'
+/// (mode 0600, owner uid 0): run as its owner or as root`).
+pub fn open_error(dir: &Path, e: crate::store::StoreError) -> anyhow::Error {
+    match e {
+        crate::store::StoreError::Io { path, source, .. }
+            if source.kind() == std::io::ErrorKind::PermissionDenied
+                || source.raw_os_error() == Some(libc::EROFS) =>
+        {
+            store_error(dir, &path, source)
+        }
+        e => anyhow::Error::from(e).context(format!("cannot open the store '{}'", dir.display())),
+    }
+}
+
+/// [`open_error`] of an I/O error met on `path` in the store `dir`.
+fn store_error(dir: &Path, path: &Path, e: std::io::Error) -> anyhow::Error {
+    let head = format!("cannot open the store '{}'", dir.display());
+    if e.raw_os_error() == Some(libc::EROFS) {
+        return anyhow::anyhow!("{head}: '{}' is on a read-only file system", path.display());
+    }
+    if e.kind() != std::io::ErrorKind::PermissionDenied {
+        return anyhow::Error::from(e)
+            .context(format!("{head}: cannot access '{}'", path.display()));
+    }
+    // The nearest of the path and its parents that can be looked at: the one in the way.
+    use std::os::unix::fs::MetadataExt;
+    let owner = path
+        .ancestors()
+        .find_map(|p| std::fs::metadata(p).ok().map(|m| (p, m)))
+        .map(|(p, m)| {
+            let (mode, uid) = (m.mode() & 0o7777, m.uid());
+            if p == path {
+                format!(" (mode {mode:04o}, owner uid {uid})")
+            } else {
+                format!(" ('{}' is mode {mode:04o}, owner uid {uid})", p.display())
+            }
+        })
+        .unwrap_or_default();
+    anyhow::anyhow!(
+        "{head}: permission denied on '{}'{owner}: run as its owner or as root",
+        path.display()
+    )
 }
 
 /// A recorded snapshot: any version up to this build's (a version-1 one has no trace).
@@ -151,8 +203,7 @@ pub fn append(store: &mut Store, snap: &Snapshot, buf: &mut Vec<u8>) -> anyhow::
 
 /// `scan --record DIR`: appends the scan's snapshot.
 pub fn append_to(dir: &Path, snap: &Snapshot) -> anyhow::Result<()> {
-    let (mut store, damage) = Store::open_or_create(dir)
-        .with_context(|| format!("cannot open the store '{}'", dir.display()))?;
+    let (mut store, damage) = Store::open_or_create(dir).map_err(|e| open_error(dir, e))?;
     warn_damage(&damage);
     append(&mut store, snap, &mut Vec::new())
 }

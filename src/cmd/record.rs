@@ -60,8 +60,8 @@ pub fn record(args: &RecordArgs, out: &mut dyn Write) -> anyhow::Result<()> {
     check_store_dir(&dir)?;
     std::fs::create_dir_all(&dir)
         .with_context(|| format!("cannot create the store '{}'", dir.display()))?;
-    let (mut store, damage) = Store::open_or_create(&dir)
-        .with_context(|| format!("cannot open the store '{}'", dir.display()))?;
+    let (mut store, damage) =
+        Store::open_or_create(&dir).map_err(|e| super::common::open_error(&dir, e))?;
     warn_damage(&damage);
     let req = args.collect.request(&args.selection);
     let mut engine = Engine::new(req, args.collect.proof()).incremental(cache::MAX_AGE);

@@ -226,9 +226,6 @@ pub fn run(args: &TopArgs, _out: &mut dyn Write) -> anyhow::Result<()> {
     // Bad paths and pids end here with exit 2, as in `scan`, not on a screen that waits
     // for a first snapshot that never comes.
     crate::input::check_targets(&args.selection.paths, &args.selection.pids)?;
-    if !std::io::stdout().is_terminal() {
-        bail!("top needs a terminal on stdout (use 'twofold scan' or 'record' otherwise)");
-    }
     let mut state = State::new(match args.view {
         TopView::Files => View::Files,
         TopView::Processes => View::Processes,
@@ -242,7 +239,12 @@ pub fn run(args: &TopArgs, _out: &mut dyn Write) -> anyhow::Result<()> {
         }
     }
     if let Some(f) = &args.filter {
+        // Refused here, as a bad --sort is, not shown as "not applied" on a screen.
+        crate::tui::filter::Filter::parse(f).map_err(|e| anyhow::anyhow!("--filter '{f}': {e}"))?;
         state.filter = f.clone();
+    }
+    if !std::io::stdout().is_terminal() {
+        bail!("top needs a terminal on stdout (use 'twofold scan' or 'record' otherwise)");
     }
     let stop = Arc::new(AtomicBool::new(false));
     for sig in [

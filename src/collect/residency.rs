@@ -329,7 +329,7 @@ fn hole_range(
 
 /// The next data extent at or after `at` (page-aligned, within `size`): `(data, hole)`,
 /// `(size, size)` when only a hole is left, `(at, size)` where the file system cannot say.
-fn next_data(file: &File, at: u64, size: u64, ps: u64) -> (u64, u64) {
+pub(crate) fn next_data(file: &File, at: u64, size: u64, ps: u64) -> (u64, u64) {
     let seek = |off: u64, whence| {
         // SAFETY: lseek on a descriptor we own; it moves only this descriptor's offset,
         // which nothing else here uses (every read is positioned).

@@ -12,6 +12,8 @@ pub enum StoreError {
         #[source]
         source: std::io::Error,
     },
+    #[error("store file '{}' is {kind}, not a regular file", path.display())]
+    NotRegular { path: PathBuf, kind: &'static str },
     #[error("'{}' is not a twofold store: it has files but no store.json", path.display())]
     NotAStore { path: PathBuf },
     #[error("'{}' is not a twofold store header", path.display())]
@@ -52,4 +54,48 @@ pub(crate) fn io<'a>(
         path: path.to_path_buf(),
         source,
     }
+}
+
+/// What a file that is not a regular one is, for [`StoreError::NotRegular`].
+pub(crate) fn kind(ft: std::fs::FileType) -> &'static str {
+    use std::os::unix::fs::FileTypeExt;
+    if ft.is_dir() {
+        "a directory"
+    } else if ft.is_fifo() {
+        "a pipe"
+    } else if ft.is_socket() {
+        "a socket"
+    } else if ft.is_char_device() || ft.is_block_device() {
+        "a device"
+    } else {
+        "a special file"
+    }
+}
+
+/// `Err(NotRegular)` unless `meta` (of `path`) is a regular file.
+pub(crate) fn regular(path: &std::path::Path, meta: &std::fs::Metadata) -> Result<()> {
+    if meta.is_file() {
+        return Ok(());
+    }
+    Err(StoreError::NotRegular {
+        path: path.to_path_buf(),
+        kind: kind(meta.file_type()),
+    })
+}
+
+/// Opens the store file `path` with `opts` without blocking (`O_NONBLOCK`: a FIFO put in
+/// a store opens at once, and a FIFO opened to write with no reader fails) and refuses
+/// anything but a regular file, checked on the descriptor opened (no race).
+pub(crate) fn open_regular(
+    path: &std::path::Path,
+    opts: &mut std::fs::OpenOptions,
+) -> Result<std::fs::File> {
+    use std::os::unix::fs::OpenOptionsExt;
+    let file = opts
+        .custom_flags(libc::O_NONBLOCK | libc::O_NOCTTY)
+        .open(path)
+        .map_err(io("open", path))?;
+    let meta = file.metadata().map_err(io("stat", path))?;
+    regular(path, &meta)?;
+    Ok(file)
 }

@@ -38,7 +38,7 @@ mod tests_damage;
 
 use std::collections::HashSet;
 use std::fs::{File, OpenOptions};
-use std::io::Write;
+use std::io::{Read, Write};
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 
@@ -48,7 +48,7 @@ pub use error::{Result, StoreError};
 pub use query::Range;
 
 use dirfiles::{lock, read_header, sync_dir, write_header};
-use error::io;
+use error::{io, open_regular};
 use format::{day_of, parse_day_name, Entry, ENTRY_BYTES, ZSTD_LEVEL};
 use shard::Shard;
 
@@ -109,6 +109,7 @@ impl Store {
     /// are cut off; the returned lines report them and any other damage found on the way.
     pub fn open_or_create(dir: &Path) -> Result<(Store, Vec<String>)> {
         std::fs::create_dir_all(dir).map_err(io("create", dir))?;
+        dirfiles::check_writable(dir)?;
         let header = dir.join("store.json");
         if !header.exists() {
             let mut entries = std::fs::read_dir(dir).map_err(io("read", dir))?;
@@ -279,13 +280,7 @@ impl Store {
             }
             let frames_path = Shard::frames_path(&self.dir, day);
             let index_path = Shard::index_path(&self.dir, day);
-            let open = |p: &Path| {
-                OpenOptions::new()
-                    .create(true)
-                    .append(true)
-                    .open(p)
-                    .map_err(io("open", p))
-            };
+            let open = |p: &Path| open_regular(p, OpenOptions::new().create(true).append(true));
             // Frames first: an index never exists without its frames file.
             let frames = open(&frames_path)?;
             let index = open(&index_path)?;
@@ -335,7 +330,10 @@ impl Store {
         for shard in &self.shards {
             st.bytes += shard.bytes();
             let path = Shard::index_path(&self.dir, shard.day);
-            let bytes = std::fs::read(&path).map_err(io("read", &path))?;
+            let mut bytes = Vec::new();
+            open_regular(&path, OpenOptions::new().read(true))?
+                .read_to_end(&mut bytes)
+                .map_err(io("read", &path))?;
             let valid = bytes
                 .chunks_exact(ENTRY_BYTES)
                 .take(shard.entries as usize)

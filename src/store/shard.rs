@@ -6,7 +6,7 @@ use std::fs::{File, OpenOptions};
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 
-use super::error::{io, Result};
+use super::error::{io, open_regular, regular, Result};
 use super::format::{day_name, Entry, ENTRY_BYTES, MAX_FRAME_BYTES};
 
 /// What the store knows about one shard: its day and its valid extent.
@@ -38,8 +38,8 @@ impl Shard {
     pub fn open(&self, dir: &Path) -> Result<ShardFiles> {
         let index_path = Shard::index_path(dir, self.day);
         let frames_path = Shard::frames_path(dir, self.day);
-        let index = File::open(&index_path).map_err(io("open", &index_path))?;
-        let frames = File::open(&frames_path).map_err(io("open", &frames_path))?;
+        let index = open_regular(&index_path, OpenOptions::new().read(true))?;
+        let frames = open_regular(&frames_path, OpenOptions::new().read(true))?;
         Ok(ShardFiles {
             index,
             index_path,
@@ -166,13 +166,21 @@ impl Recovery {
 pub fn recover(dir: &Path, day: u32, truncate: bool) -> Result<(Shard, Recovery)> {
     let index_path = Shard::index_path(dir, day);
     let frames_path = Shard::frames_path(dir, day);
-    let index_len = std::fs::metadata(&index_path)
-        .map_err(io("stat", &index_path))?
-        .len();
+    // A FIFO or a device in the store is refused here, before any report of a torn tail
+    // (its length reads as 0) and before an open that would wait for a writer.
+    let meta = std::fs::metadata(&index_path).map_err(io("stat", &index_path))?;
+    regular(&index_path, &meta)?;
+    let index_len = meta.len();
     let frames_len = match std::fs::metadata(&frames_path) {
-        Ok(m) => m.len(),
+        Ok(m) => {
+            regular(&frames_path, &m)?;
+            m.len()
+        }
         Err(e) if e.kind() == std::io::ErrorKind::NotFound && truncate => {
-            File::create(&frames_path).map_err(io("create", &frames_path))?;
+            open_regular(
+                &frames_path,
+                OpenOptions::new().write(true).create(true).truncate(true),
+            )?;
             0
         }
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => 0,
@@ -207,10 +215,7 @@ pub fn recover(dir: &Path, day: u32, truncate: bool) -> Result<(Shard, Recovery)
             (&frames_path, end),
             (&index_path, keep * ENTRY_BYTES as u64),
         ] {
-            let f = OpenOptions::new()
-                .write(true)
-                .open(path)
-                .map_err(io("open", path))?;
+            let f = open_regular(path, OpenOptions::new().write(true))?;
             f.set_len(len).map_err(io("truncate", path))?;
             f.sync_all().map_err(io("sync", path))?;
         }

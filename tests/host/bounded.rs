@@ -241,3 +241,164 @@ fn integrity_refuses_a_file_larger_than_memory() {
     );
     evict(&path);
 }
+
+/// A 15 TiB sparse safetensors (15 tensors of 1 TiB, 4 MiB of data after the header, the
+/// rest a hole) and the offset of its data.
+fn sparse_safetensors(dir: &std::path::Path) -> (std::path::PathBuf, u64) {
+    const TIB: u64 = 1 << 40;
+    let entries: Vec<String> = (0..15u64)
+        .map(|i| {
+            format!(
+                r#""t{i}":{{"dtype":"F32","shape":[{},4096],"data_offsets":[{},{}]}}"#,
+                TIB / 4 / 4096,
+                i * TIB,
+                (i + 1) * TIB
+            )
+        })
+        .collect();
+    let mut header = format!("{{{}}}", entries.join(",")).into_bytes();
+    header.resize(header.len().next_multiple_of(8), b' ');
+    let path = dir.join("sparse15t.safetensors");
+    let f = std::fs::File::create(&path).unwrap();
+    use std::os::unix::fs::FileExt;
+    f.write_all_at(&(header.len() as u64).to_le_bytes(), 0)
+        .unwrap();
+    f.write_all_at(&header, 8).unwrap();
+    let data_at = 8 + header.len() as u64;
+    let mut x = 0x9e37_79b9_7f4a_7c15u64;
+    let data: Vec<u8> = (0..4 << 20)
+        .map(|_| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x as u8
+        })
+        .collect();
+    f.write_all_at(&data, data_at).unwrap();
+    f.set_len(data_at + 15 * TIB).unwrap();
+    (path, data_at)
+}
+
+/// `dupes --pid` of a 15 TiB sparse safetensors, under a 4 GiB address-space limit, and
+/// the index `trace --file` builds of it to match GPU uploads: the holes are not read
+/// (zeros, told by `SEEK_DATA`), and the index steps from point to point, not through
+/// every 2 KiB of the file. Took about 40 hours (27,000 reads of holes a second) and
+/// over 60 s, now well under a second each (debug build).
+#[test]
+fn dupes_and_the_upload_index_skip_the_holes_of_a_15_tib_file() {
+    let _group = crate::common::group(module_path!());
+    if !require(have("prlimit"), "prlimit") {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let (file, data_at) = sparse_safetensors(dir.path());
+    let range = format!("{data_at}:{}", 4 << 20);
+    let holder = reader("copy", Some(&file), &["--range", &range]);
+    let pid = holder.pid().to_string();
+    let start = Instant::now();
+    let (status, out, err) = bounded(
+        Command::new("prlimit")
+            .arg("--as=4294967296")
+            .arg(exe())
+            .args(["dupes", "--json", "--pid", &pid])
+            .arg(&file),
+        Duration::from_secs(120),
+    );
+    let took = start.elapsed();
+    assert_eq!(status.code(), Some(0), "stdout: {out}\nstderr: {err}");
+    let r: twofold::model::dupes::DupesReport = serde_json::from_str(&out).unwrap();
+    let f = &r.processes[0].files[0];
+    // The 4 MiB copied, and the zeros after it in the heap, as zeros follow in the file.
+    let found = f.identical.memory_bytes;
+    assert!((4 << 20..(4 << 20) + 65536).contains(&found), "{out}");
+    eprintln!("dupes --pid of 15 TiB sparse: {took:?}");
+    assert!(took < Duration::from_secs(20), "dupes took {took:?}");
+
+    let key = file_key(&file);
+    let start = Instant::now();
+    let (matcher, warnings) = twofold::dupes::uploads::Matcher::build(&[(file.clone(), key)]);
+    let took = start.elapsed();
+    eprintln!("the upload index of 15 TiB sparse: {took:?}");
+    assert!(matcher.is_some(), "{warnings:?}");
+    assert!(
+        took < Duration::from_secs(20),
+        "the upload index took {took:?}"
+    );
+}
+
+/// Peak RSS in KiB of `bin args...` as its python parent sees it (`RUSAGE_CHILDREN`),
+/// run as 'nobody' with `nobody`, and its exit code.
+fn peak_kib(bin: &std::path::Path, args: &[&std::ffi::OsStr], nobody: bool) -> (i32, u64) {
+    let code = "import resource, subprocess, sys\n\
+                r = subprocess.run(sys.argv[1:], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)\n\
+                print(r.returncode, resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss)";
+    // setpriv execs twofold: the same child, its peak the one measured.
+    let mut cmd = Command::new("python3");
+    cmd.args(["-c", code]);
+    if nobody {
+        cmd.args([
+            "setpriv",
+            "--reuid=65534",
+            "--regid=65534",
+            "--clear-groups",
+        ]);
+    }
+    let out = run_ok(cmd.arg(bin).args(args));
+    let out = String::from_utf8(out).unwrap();
+    let mut it = out.split_whitespace();
+    let rc = it.next().unwrap().parse().unwrap();
+    (rc, it.next().unwrap().parse().unwrap())
+}
+
+/// `pressure --experiment integrity` of an empty, a truncated and a small ONNX file
+/// peaks well under 200 MB, as root and as 'nobody': its memcpy reference no longer
+/// takes two 256 MiB buffers whatever the file (531–534 MB before, 153 MB after).
+#[test]
+fn integrity_of_a_small_file_peaks_under_200_mb() {
+    let _group = crate::common::group(module_path!());
+    let nobody = nobody_setup();
+    let tmp = tempfile::tempdir().unwrap();
+    let (dir, bin) = match &nobody {
+        Some((d, b, _)) => (d.path(), b.clone()),
+        None => (tmp.path(), exe()),
+    };
+    // ir_version 8, then a graph field cut off: its length runs past the end.
+    let small: Vec<u8> = [0x08, 0x08].iter().copied().chain([0x5au8; 4096]).collect();
+    let truncated = [0x08, 0x08, 0x3a, 0xff, 0xff, 0x03, 0x0a, 0x01];
+    let mut files = Vec::new();
+    for (name, bytes) in [
+        ("empty.onnx", &[][..]),
+        ("truncated.onnx", &truncated[..]),
+        ("small.onnx", &small[..]),
+    ] {
+        let p = dir.join(name);
+        std::fs::write(&p, bytes).unwrap();
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(&p, std::fs::Permissions::from_mode(0o644)).unwrap();
+        files.push(p);
+    }
+    let users: &[bool] = if nobody.is_some() {
+        &[false, true]
+    } else {
+        &[false]
+    };
+    for &as_nobody in users {
+        for f in &files {
+            let args = [
+                "pressure".as_ref(),
+                f.as_os_str(),
+                "--experiment".as_ref(),
+                "integrity".as_ref(),
+            ];
+            let (rc, kib) = peak_kib(&bin, &args, as_nobody);
+            let who = if as_nobody { "nobody" } else { "root" };
+            eprintln!("{} as {who}: exit {rc}, peak {kib} KiB", f.display());
+            assert!(rc == 0 || rc == 2, "{}: exit {rc}", f.display());
+            assert!(
+                kib < 200 * 1000,
+                "{} as {who} peaked at {kib} KiB",
+                f.display()
+            );
+        }
+    }
+}

@@ -11,6 +11,7 @@ use std::time::{Duration, Instant};
 use crate::common::tmux::Tmux;
 use crate::common::*;
 
+mod store;
 mod terminal;
 
 /// The tests here and in `terminal` run as one group (beside each other, never beside
@@ -190,7 +191,7 @@ fn bad_arguments_battery() {
         let f: &'static str = Box::leak(f.into_boxed_str());
         cases.push((vec!["pressure", m, f], "--competitor-fraction"));
     }
-    for v in ["NaN", "-0.1", "1", "inf"] {
+    for v in ["NaN", "-0.1", "0", "1", "inf"] {
         let f = format!("--tie-band={v}");
         let f: &'static str = Box::leak(f.into_boxed_str());
         cases.push((vec!["probe", m, f], "--tie-band"));
@@ -226,6 +227,9 @@ fn bad_arguments_battery() {
         (vec!["compare", "--", "a", "b"], "':::'"),
         (vec!["compare", "--", "a", ":::"], "two non-empty commands"),
         (vec!["run"], "required"),
+        (vec![], "no command given: one of scan, "),
+        (vec!["top", "--filter", "anon>>>1Q"], "--filter 'anon>>>1Q'"),
+        (vec!["top", "--sort", "nope"], "column 'nope'"),
     ];
     cases.extend(more);
     eprintln!("bad-argument battery: {} command lines", cases.len());

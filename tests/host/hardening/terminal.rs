@@ -33,6 +33,8 @@ fn top_refuses_bad_input_in_a_terminal_with_exit_2() {
         ("/dev/zero", "'/dev/zero' is a device"),
         ("--pid 99999999", "no process with pid '99999999'"),
         ("/proc/self/mem", "is on procfs"),
+        // Refused, not shown as "not applied" on a screen that keeps running.
+        (r#"--filter "anon>>>1Q""#, "--filter 'anon>>>1Q'"),
     ];
     for (i, (args, needle)) in cases.iter().enumerate() {
         let (exit, err) = (format!("{d}/exit{i}"), format!("{d}/err{i}"));
