@@ -227,6 +227,11 @@ pub struct FileSample {
     pub residency: Option<ResidencySample>,
     /// Why residency is unknown, when it is.
     pub residency_error: Option<String>,
+    /// Why twofold did not open the file, when it did not: its filesystem did not answer
+    /// in time, or it is one where opening a file drops its page cache (FUSE). The proof
+    /// does not open it either (`dupes FILE` does, when asked).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub unopened: Option<String>,
     /// Named on the command line (rather than found in a process).
     pub explicit: bool,
     /// Found in a well-known model store (Hugging Face, ollama, torch hub,

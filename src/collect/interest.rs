@@ -11,13 +11,13 @@ use std::sync::Arc;
 
 use anyhow::Context;
 
+use super::answer::Place;
 use super::cache::{self, BasicParts};
 use super::decisions::{Decided, Interest};
 use super::phases::Basic;
 use super::process::ProcReader;
 use super::reopen;
 use super::request::Request;
-use super::residency::{self, Method};
 use super::{has_model_extension, Roots};
 use crate::sample::{FileKey, FileSample, OpenFileSample, ProcessSample, Sample, Unreadable};
 
@@ -65,7 +65,7 @@ impl<'a> Gatherer<'a> {
 
     pub(super) fn add_explicit_paths(&mut self) -> anyhow::Result<()> {
         for path in &self.req.paths {
-            let meta = std::fs::metadata(path)
+            let meta = super::answer::metadata(Place::Path(path.clone()), path)?
                 .with_context(|| format!("cannot access '{}'", path.display()))?;
             if meta.is_dir() {
                 crate::input::refuse_pseudo(path, "directory")?;
@@ -153,7 +153,7 @@ impl<'a> Gatherer<'a> {
             [Some(&open_path), alt.as_ref(), real.as_ref()]
                 .into_iter()
                 .flatten()
-                .filter_map(|p| std::fs::metadata(p).ok())
+                .filter_map(|p| super::answer::metadata(Place::of_key(key), p).ok()?.ok())
                 .find(|m| reopen::identity(m) == key)
                 .map(|m| m.len())
         });
@@ -192,7 +192,12 @@ impl<'a> Gatherer<'a> {
     /// ([`super::mounts::host_candidates`]); `None` when the host has no name for it.
     fn host_path(&mut self, pid: i32, key: FileKey, path: &str) -> Option<PathBuf> {
         let p = Path::new(path);
-        let is_it = |p: &Path| std::fs::metadata(p).is_ok_and(|m| reopen::identity(&m) == key);
+        // Under the deadline: a hung mount answers "not this one" (the name shown is then
+        // the process's own).
+        let is_it = |p: &Path| {
+            super::answer::metadata(Place::of_key(key), p)
+                .is_ok_and(|m| m.is_ok_and(|m| reopen::identity(&m) == key))
+        };
         if !p.is_absolute() {
             return None;
         }
@@ -382,7 +387,8 @@ impl<'a> Gatherer<'a> {
                     .map(|&i| &sample.processes[i]);
                 let ways =
                     reopen::ways_among(self.procs.root(), holders.clone(), key, Some(&i.open_path));
-                let mut f = file_sample(key, i, &ways, self.req.residency);
+                let mapped = super::measure::mapped_bytes(holders.clone(), key);
+                let mut f = super::measure::file_sample(key, i, ways, self.req.residency, mapped);
                 f.seen_as = seen_as(holders, key, &f.path);
                 f
             })
@@ -470,56 +476,6 @@ pub fn raw_if_lossy(p: &Path) -> Option<Vec<u8>> {
     p.to_str()
         .is_none()
         .then(|| p.as_os_str().as_bytes().to_vec())
-}
-
-fn file_sample(key: FileKey, i: Interest, ways: &[PathBuf], method: Method) -> FileSample {
-    // Each way is opened and its identity taken from the same fstat that gives its size;
-    // what the name it is shown by names now comes from that when it was opened.
-    let mut at_path: Option<Option<FileKey>> = None;
-    let opened = reopen::open_inode(ways, key, |p| {
-        let r = residency::open(p);
-        if let (true, Ok(o)) = (p == i.open_path, &r) {
-            at_path = Some(Some(o.2));
-        }
-        let (file, size, k) = r.map_err(|e| match e {
-            residency::ResidencyError::Open { source, .. } => source,
-            other => std::io::Error::other(other.to_string()),
-        })?;
-        Ok(((file, size), k))
-    });
-    // What the name it is shown by names now: this inode, another one, or nothing.
-    let now_at_path = at_path
-        .unwrap_or_else(|| {
-            std::fs::metadata(&i.open_path)
-                .ok()
-                .map(|m| reopen::identity(&m))
-        })
-        .filter(|k| *k != key);
-    let mut f = FileSample {
-        key,
-        deleted: i.shown.ends_with(reopen::DELETED) || now_at_path.is_some(),
-        now_at_path,
-        seen_as: Vec::new(),
-        same_bytes: Vec::new(),
-        path: i.shown,
-        path_bytes: i.raw,
-        size_bytes: i.size_bytes,
-        residency: None,
-        residency_error: None,
-        explicit: i.explicit,
-        store: i.store,
-    };
-    match opened {
-        Ok(((file, size), path)) => {
-            f.size_bytes = Some(size);
-            match residency::query(&file, &path, size, method) {
-                Ok(r) => f.residency = Some(r),
-                Err(e) => f.residency_error = Some(format!("{:#}", anyhow::Error::from(e))),
-            }
-        }
-        Err(misses) => f.residency_error = Some(misses.describe()),
-    }
-    f
 }
 
 #[cfg(test)]

@@ -3,6 +3,7 @@
 //! Every reader takes a root path; the live roots are named once, in [`Roots::live`].
 
 pub mod access;
+pub mod answer;
 pub mod bpf;
 pub mod cache;
 pub mod candidates;
@@ -16,6 +17,7 @@ pub mod interest;
 pub mod keyvalue;
 pub mod mapped;
 pub mod maps;
+mod measure;
 pub mod memory;
 pub mod mounts;
 pub mod names;
@@ -164,6 +166,7 @@ pub(crate) fn test_file_sample(
             ..Default::default()
         }),
         residency_error: None,
+        unopened: None,
         explicit: true,
         store: false,
         deleted: false,

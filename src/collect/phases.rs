@@ -218,7 +218,10 @@ fn named_files(procs: &ProcReader, pid: i32, cmdline: &[String]) -> Vec<cache::N
             continue;
         };
         let open_path = root.join(shown.to_string_lossy().trim_start_matches('/'));
-        let Ok(meta) = std::fs::metadata(&open_path) else {
+        // Under the deadline: a name on a hung mount is passed over (the files the
+        // process maps or holds are still found, by their inode).
+        let place = super::answer::Place::Path(shown.clone());
+        let Ok(Ok(meta)) = super::answer::metadata(place, &open_path) else {
             continue;
         };
         if meta.is_file() {

@@ -31,6 +31,10 @@ const BLOCK: u64 = 4096;
 /// Largest `O_DIRECT` read at once.
 const DIRECT_MAX: usize = 1 << 20;
 
+/// Why a file on FUSE is not opened.
+pub const ON_FUSE: &str =
+    "not opened: it is on a FUSE filesystem, where opening a file drops its page cache";
+
 pub struct FileBytes {
     file: File,
     direct: Option<File>,
@@ -70,8 +74,19 @@ fn holes_of(file: &File, size: u64) -> Vec<(u64, u64)> {
 }
 
 impl FileBytes {
-    /// Opens `path` read-only (and a second, `O_DIRECT` descriptor where allowed).
+    /// Opens `path` read-only (and a second, `O_DIRECT` descriptor where allowed); refuses
+    /// a file on FUSE, where opening it drops its page cache ([`FileBytes::open_even_on_fuse`]).
     pub fn open(path: &Path) -> io::Result<FileBytes> {
+        if nix::sys::statfs::statfs(path)
+            .is_ok_and(|s| s.filesystem_type().0 == crate::collect::answer::FUSE_SUPER_MAGIC)
+        {
+            return Err(io::Error::other(ON_FUSE));
+        }
+        Self::open_even_on_fuse(path)
+    }
+
+    /// [`FileBytes::open`], on FUSE too (`dupes FILE`, where the user asked for its bytes).
+    pub fn open_even_on_fuse(path: &Path) -> io::Result<FileBytes> {
         // O_NONBLOCK: opening a FIFO for reading would block until a writer comes; the
         // fstat of the very descriptor opened then refuses anything but a regular file.
         let file = OpenOptions::new()

@@ -30,7 +30,8 @@ pub fn open_path_stat(
     proc_root: &Path,
 ) -> (PathBuf, Option<Metadata>) {
     let is_it = |p: &Path| {
-        std::fs::metadata(p)
+        crate::collect::answer::metadata(crate::collect::answer::Place::of_key(key), p)
+            .ok()?
             .ok()
             .filter(|m| reopen::identity(m) == key)
     };
@@ -72,4 +73,19 @@ pub fn open_all(
         }
     }
     (opened, unopened)
+}
+
+/// Why the candidates of files the collection did not open (their filesystem did not
+/// answer, or opening drops their page cache: `FileSample::unopened`) go unsearched.
+pub fn not_opened(files: &[&FileSample]) -> Vec<(FileKey, Unsearched)> {
+    files
+        .iter()
+        .filter_map(|f| {
+            let why = f.unopened.as_deref()?;
+            Some((
+                f.key,
+                Unsearched::from_error(format!("not searched: {why}")),
+            ))
+        })
+        .collect()
 }

@@ -211,10 +211,14 @@ fn prove_group(
     }
     // Where each file is, and its version there: a long-running engine keeps the index
     // of each version of the files ([`IndexCache`]), and then opens none of them.
-    let files: Vec<_> = sample
+    // Never a file the collection did not open ([`super::opening::not_opened`]).
+    let (files, skipped): (Vec<_>, Vec<_>) = sample
         .files
         .iter()
         .filter(|f| wanted.contains(&f.key))
+        .partition(|f| f.unopened.is_none());
+    let files: Vec<_> = files
+        .into_iter()
         .map(|f| (f, open_path_stat(sample, f.key, &f.path, &roots.proc)))
         .collect();
     let stated: Option<Vec<indexcache::Version>> = files
@@ -231,6 +235,7 @@ fn prove_group(
         Some(_) => Default::default(),
         None => open_all(&files),
     };
+    unopened.extend(super::opening::not_opened(&skipped));
     let versions: Vec<indexcache::Version> = opened.iter().map(|o| o.0).collect();
     // (A file that could not be `stat`ed by its path may still have opened.)
     let kept = kept.or_else(|| {

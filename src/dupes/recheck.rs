@@ -55,6 +55,9 @@ pub fn recheck(
     let Some(f) = sample.files.iter().find(|f| f.key == key) else {
         return Ok(Rechecked::Changed);
     };
+    if let Some(why) = &f.unopened {
+        return Err(format!("not checked: {why}"));
+    }
     let target = ProcMemory::open(&roots.proc, pid).map_err(|e| format!("{e:#}"))?;
     let path = open_path(sample, key, &f.path, &roots.proc);
     let bytes =

@@ -35,7 +35,13 @@ struct Prepared {
 fn prepare(shown: &str, open_path: &Path) -> anyhow::Result<(Prepared, FileBytes)> {
     use std::os::unix::fs::MetadataExt;
     let what = || format!("cannot read '{}'", open_path.display());
-    let bytes = FileBytes::open(open_path).with_context(what)?;
+    // Asked for by name: opened on FUSE too, where the open drops its page cache, so its
+    // residency is read before (and is unknown on FUSE, said by the caller).
+    let fuse = crate::collect::answer::is_fuse(
+        crate::collect::answer::Place::Path(open_path.to_path_buf()),
+        open_path,
+    )?;
+    let bytes = FileBytes::open_even_on_fuse(open_path).with_context(what)?;
     let meta = bytes.file().metadata().with_context(what)?;
     if !meta.is_file() {
         bail!("'{}' is not a regular file", open_path.display());
@@ -44,6 +50,7 @@ fn prepare(shown: &str, open_path: &Path) -> anyhow::Result<(Prepared, FileBytes
     let container = crate::container::parse(&bytes).with_context(what)?;
     let page_cache = residency::query(bytes.file(), open_path, size, residency::Method::Auto)
         .ok()
+        .filter(|_| !fuse)
         .map(|r| {
             crate::model::page_cache_fraction(
                 r.cached_bytes,

@@ -107,6 +107,9 @@ pub(super) fn same_bytes(
 /// was read before; opened through its path or its holders ([`reopen::ways`]).
 fn print_of(proc_root: &Path, sample: &Sample, i: usize, points: &PointCache) -> Option<u128> {
     let f = &sample.files[i];
+    if f.unopened.is_some() {
+        return None;
+    }
     let shown = Path::new(&f.path);
     // A file named through an overlay is shown by that name: its bytes are below it.
     let real = std::fs::metadata(shown)

@@ -91,6 +91,7 @@ mod tests {
                 size_bytes: Some(4096),
                 residency: None,
                 residency_error: None,
+                unopened: None,
                 explicit: false,
                 store: false,
                 deleted: false,

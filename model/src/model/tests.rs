@@ -24,6 +24,7 @@ fn file(inode: u64, size: u64, cached: Option<u64>) -> FileSample {
             ..ResidencySample::default()
         }),
         residency_error: cached.is_none().then(|| "denied".to_string()),
+        unopened: None,
         explicit: false,
         store: false,
         deleted: false,
