@@ -66,6 +66,11 @@ const ENVIRONMENT: &[(&str, &str)] = &[
          unset: a build for this host.",
     ),
     (
+        "TWOFOLD_FS_DEADLINE",
+        "How long a file's stat, open or residency read may take before its filesystem is \
+         said not to answer (seconds; default 2).",
+    ),
+    (
         "TWOFOLD_BPF_OBJECTS",
         "A directory of BPF objects to load instead of the built-in ones.",
     ),

@@ -61,17 +61,6 @@ fn a_second_twofold_is_an_observer_not_a_holder() {
 #[test]
 fn a_renamed_twofold_of_another_inode_is_an_observer_too() {
     let _group = crate::common::group(module_path!());
-    let supported = std::fs::read_to_string("/proc/self/maps").is_ok_and(|_| {
-        twofold::collect::observer::mark();
-        std::fs::read_to_string("/proc/self/maps")
-            .is_ok_and(|m| twofold::collect::observer::marked(&m))
-    });
-    if !require(
-        supported,
-        "a kernel that names anonymous memory (PR_SET_VMA_ANON_NAME, 5.17)",
-    ) {
-        return;
-    }
     let dir = tempfile::tempdir().unwrap();
     let copy = dir.path().join("tf-other");
     std::fs::copy(exe(), &copy).unwrap();
