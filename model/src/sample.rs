@@ -431,6 +431,22 @@ pub struct Sample {
     /// Who read it; `None`: not known (a fixture tree, a recording made before).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub privilege: Option<Privilege>,
+    /// A collection of named processes (`scan --pid P`) without named files: the files
+    /// of interest of the whole host (mapped, held or named by any process) they were
+    /// looked at for; the files kept are those they map, hold, name or may hold a copy
+    /// of. `None`: not such a collection.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub host_files: Option<HostFiles>,
+}
+
+/// What a collection of named processes looked for ([`Sample::host_files`]).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct HostFiles {
+    /// The host's files of interest the processes were searched for.
+    pub considered: u64,
+    /// Of those, the files left out: no named process maps, holds or names them, and
+    /// none holds a copy of them (searched, or too little private memory to hold one).
+    pub left_out: u64,
 }
 
 /// One (process, file) entry of the read() ledger.

@@ -153,7 +153,8 @@ pub struct DupesArgs {
     #[arg(long = "pid", value_name = "PID", required = true)]
     pub pids: Vec<i32>,
     /// Model files to look for (default: every model file each process maps or holds
-    /// open).
+    /// open, and those of the host's files of interest it has the private memory and
+    /// the reads to hold a copy of: a file it read and closed).
     pub files: Vec<PathBuf>,
     /// Alignment copies may start at: 16 covers heap allocators (and whole-file copies
     /// into an aligned buffer are always covered); smaller values find copies at any

@@ -126,14 +126,26 @@ pub fn gather_cached(
         None => None,
     };
 
+    // Named processes without named files (`scan --pid P`): every process is read (phase
+    // 1 is cheap) to learn the host's files of interest, since P may hold a copy of a file
+    // it read and closed; only the named ones are kept.
+    let asked: Option<HashSet<i32>> =
+        (!req.pids.is_empty()).then(|| req.pids.iter().copied().collect());
+    let host_wide = g.host_wide();
     let pids = if req.pids.is_empty() {
         g.procs.pids()?
     } else {
         for pid in &req.pids {
             crate::input::check_pid(&roots.proc, *pid)?;
         }
-        req.pids.clone()
+        let mut pids = req.pids.clone();
+        if host_wide {
+            let named: HashSet<i32> = pids.iter().copied().collect();
+            pids.extend(g.procs.pids()?.into_iter().filter(|p| !named.contains(p)));
+        }
+        pids
     };
+    let is_asked = |pid: &i32| asked.as_ref().is_none_or(|a| a.contains(pid));
 
     lap("setup");
     // Phase 1, in parallel: status, maps and fds of every process (cheap).
@@ -164,6 +176,13 @@ pub fn gather_cached(
     let mut kept = Vec::new();
     let mut others = Vec::new();
     for (pid, basic) in pids.iter().zip(basics) {
+        if !is_asked(pid) {
+            // Another process of the host: only what it maps, holds or names counts.
+            if let Ok(Some(b)) = basic {
+                let _ = g.admit(*pid, b);
+            }
+            continue;
+        }
         match basic {
             Ok(Some(b)) => {
                 // Counted whether it is kept or not: whether another user's process
@@ -282,6 +301,12 @@ pub fn gather_cached(
         c.walks = std::mem::take(&mut g.walks);
     }
     sample.files = g.files(&sample);
+    if host_wide {
+        sample.host_files = Some(crate::sample::HostFiles {
+            considered: g.considered,
+            left_out: g.considered - sample.files.len() as u64,
+        });
+    }
     lap("files (residency)");
     sample.cgroups = phases::read_cgroups(&cgroups, &sample.processes, only_cgroup, g.warnings);
     lap("cgroups");
@@ -298,4 +323,42 @@ pub use crate::model::SUSPECT_FRACTION as COPY_FRACTION;
 fn unreadable(e: super::error::CollectError) -> Warning {
     let text = format!("{:#}", anyhow::Error::from(e));
     Warning::new(WarningKind::ProcessUnreadable, text.clone(), text)
+}
+
+/// `scan --pid P` without named files, after the proof: the host's files that P neither
+/// maps, holds nor names and in which every search of P found nothing are left out (and
+/// counted in [`crate::sample::HostFiles::left_out`]). A file whose search of P did not
+/// finish, or that was not searched, stays: P may hold a copy of it.
+pub fn keep_related(sample: &mut Sample) {
+    let Some(host) = sample.host_files.as_mut() else {
+        return;
+    };
+    let refs = crate::sample::referrers(&sample.processes);
+    let related = |k: &crate::sample::FileKey| {
+        refs.contains_key(k)
+            || sample.named.iter().any(|(_, f)| f == k)
+            || sample.candidates.iter().any(|c| {
+                c.file == *k
+                    && sample
+                        .proofs
+                        .iter()
+                        .find(|p| p.pid == c.pid && p.file == *k)
+                        .is_none_or(|p| {
+                            p.unsearched.is_some()
+                                || p.copy_memory_bytes > 0
+                                || p.cow_file_bytes > 0
+                                || !p.shmem_files.is_empty()
+                        })
+            })
+    };
+    let keep: HashSet<crate::sample::FileKey> = sample
+        .files
+        .iter()
+        .map(|f| f.key)
+        .filter(|k| related(k))
+        .collect();
+    host.left_out += (sample.files.len() - keep.len()) as u64;
+    sample.files.retain(|f| keep.contains(&f.key));
+    sample.candidates.retain(|c| keep.contains(&c.file));
+    sample.proofs.retain(|p| keep.contains(&p.file));
 }

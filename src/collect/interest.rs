@@ -44,6 +44,8 @@ pub(super) struct Gatherer<'a> {
     /// [`super::walkmemo::WalkMemo`]).
     pub(super) walks: super::walkmemo::WalkMemo,
     pub(super) warnings: &'a mut Vec<Warning>,
+    /// How many files of interest [`Gatherer::files`] looked at.
+    pub(super) considered: u64,
 }
 
 impl<'a> Gatherer<'a> {
@@ -60,6 +62,7 @@ impl<'a> Gatherer<'a> {
             decisions: Decided::default(),
             walks: super::walkmemo::WalkMemo::default(),
             warnings,
+            considered: 0,
         }
     }
 
@@ -364,6 +367,12 @@ impl<'a> Gatherer<'a> {
 
     /// Files of interest with their residency, largest first. Store files are kept only
     /// when a process holds them or could hold a copy of them.
+    /// Named processes without named files: the whole host's files of interest are
+    /// looked at for them (`scan --pid P`).
+    pub(super) fn host_wide(&self) -> bool {
+        !self.req.pids.is_empty() && !self.req.only_paths && self.req.candidates
+    }
+
     pub(super) fn files(&mut self, sample: &Sample) -> Vec<FileSample> {
         let mut by_key: BTreeMap<FileKey, Interest> = BTreeMap::new();
         for (k, v) in self.decided.drain() {
@@ -376,9 +385,13 @@ impl<'a> Gatherer<'a> {
         let refs = crate::sample::referrers(&sample.processes);
         let referenced =
             |k: &FileKey| refs.contains_key(k) || sample.candidates.iter().any(|c| c.file == *k);
+        // `scan --pid P`: the host's files of interest, of which those P maps, holds or
+        // could hold a copy of are kept (its candidates: it read enough, or names them).
+        let host_wide = self.host_wide();
+        self.considered = by_key.len() as u64;
         let mut out: Vec<FileSample> = by_key
             .into_iter()
-            .filter(|(k, i)| !i.store || referenced(k))
+            .filter(|(k, i)| (!i.store && !host_wide) || referenced(k))
             .map(|(key, i)| {
                 let holders = refs
                     .get(&key)

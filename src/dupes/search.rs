@@ -71,28 +71,34 @@ fn prepare(shown: &str, open_path: &Path) -> anyhow::Result<(Prepared, FileBytes
 }
 
 /// Files the process maps or holds open (files of interest, as `scan` finds them).
+/// A file as shown (the path the process sees) and the path it is opened by.
+type ShownPath = (String, PathBuf);
+
+/// The files to search `pid` for when none is named: those it maps or holds, and those
+/// of the host's files of interest it could hold a copy of (it read and closed them: its
+/// private memory and its reads are large enough), with how many were looked at.
 fn files_of(
     roots: &Roots,
     pid: i32,
     out_warnings: &mut Vec<Warning>,
-) -> anyhow::Result<Vec<(String, PathBuf)>> {
+) -> anyhow::Result<(Vec<ShownPath>, Option<crate::sample::HostFiles>)> {
     let req = Request {
         pids: vec![pid],
-        candidates: false,
         ..Request::default()
     };
     let mut warnings = Vec::new();
     let sample = gather::gather(roots, &req, &mut warnings)?;
     out_warnings.append(&mut warnings);
     let root = roots.proc.join(pid.to_string()).join("root");
-    Ok(sample
+    let files = sample
         .files
         .iter()
         .map(|f| {
             let p = f.path.strip_suffix(" (deleted)").unwrap_or(&f.path);
             (f.path.clone(), root.join(p.trim_start_matches('/')))
         })
-        .collect())
+        .collect();
+    Ok((files, sample.host_files))
 }
 
 /// Searches one process with the grid (every page, every copy compared in full) and
@@ -263,12 +269,16 @@ pub fn search(
         bytes.push(b);
     }
     let explicit = prepared.len();
-    let mut chosen_by_pid: Vec<(i32, String, Vec<usize>)> = Vec::new();
+    let mut chosen_by_pid: Vec<(i32, String, Vec<usize>, Option<crate::sample::HostFiles>)> =
+        Vec::new();
     for &pid in &args.pids {
         let comm = procs.status(pid).map(|s| s.comm).unwrap_or_default();
         let mut chosen: Vec<usize> = (0..explicit).collect();
+        let mut host = None;
         if explicit == 0 {
-            for (shown, open_path) in files_of(roots, pid, warnings)? {
+            let (files, h) = files_of(roots, pid, warnings)?;
+            host = h;
+            for (shown, open_path) in files {
                 let i = match prepared.iter().position(|p| p.path == shown) {
                     Some(i) => i,
                     None => match prepare(&shown, &open_path) {
@@ -290,7 +300,7 @@ pub fn search(
                 chosen.push(i);
             }
         }
-        chosen_by_pid.push((pid, comm, chosen));
+        chosen_by_pid.push((pid, comm, chosen, host));
     }
     let page_cache: Vec<(String, Option<f64>)> = prepared
         .iter()
@@ -309,19 +319,21 @@ pub fn search(
     let grid =
         Grid::build(inputs, args.align, layouts, true).context("cannot index the model files")?;
     let mut processes = Vec::new();
-    for (pid, comm, chosen) in chosen_by_pid {
+    for (pid, comm, chosen, host_files) in chosen_by_pid {
         match search_process(roots, pid, &grid, &prepared, &chosen) {
             Ok(files) => processes.push(ProcessDupes {
                 pid,
                 comm,
                 error: None,
                 files,
+                host_files,
             }),
             Err(e) => processes.push(ProcessDupes {
                 pid,
                 comm,
                 error: Some(format!("{e:#}")),
                 files: Vec::new(),
+                host_files,
             }),
         }
     }

@@ -192,6 +192,7 @@ impl Engine {
             }
             self.last_proof_seconds = Some(began.elapsed().as_secs_f64());
         }
+        gather::keep_related(&mut sample);
         crate::collect::gpu::settle(self.gpu.as_mut(), &mut sample.gpu);
         self.merge_manual(&mut sample);
         // An index of files that left, or were deleted, is let go now (its open files

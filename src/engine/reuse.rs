@@ -555,6 +555,7 @@ pub(super) fn pending(sample: &Sample, todo: Vec<CandidateSample>) -> Sample {
         named,
         observers,
         privilege,
+        host_files,
     } = sample;
     Sample {
         system: system.clone(),
@@ -569,5 +570,6 @@ pub(super) fn pending(sample: &Sample, todo: Vec<CandidateSample>) -> Sample {
         named: named.clone(),
         observers: observers.clone(),
         privilege: *privilege,
+        host_files: host_files.clone(),
     }
 }

@@ -14,8 +14,31 @@ pub fn human(r: &DupesReport) -> String {
             let _ = writeln!(out, "  not searched: {e}");
             continue;
         }
-        if p.files.is_empty() {
-            let _ = writeln!(out, "  maps or holds no model file");
+        match (&p.host_files, p.files.is_empty()) {
+            (Some(h), true) if h.considered > 0 => {
+                let _ = writeln!(
+                    out,
+                    "  maps or holds no model file, and could hold a copy of none of the host's {} (its private memory or its reads are smaller); for a file it read and closed that no process maps, name it: twofold dupes --pid {} FILE",
+                    count(h.considered, "model file", "model files"),
+                    p.pid
+                );
+            }
+            (_, true) => {
+                let _ = writeln!(
+                    out,
+                    "  maps or holds no model file, and no process of the host maps, holds or names one; for a file it read and closed, name it: twofold dupes --pid {} FILE",
+                    p.pid
+                );
+            }
+            (Some(h), false) if h.considered > 0 => {
+                let _ = writeln!(
+                    out,
+                    "  searched for {} of the host's {} (those it maps or holds, and those it could hold a copy of)",
+                    p.files.len(),
+                    count(h.considered, "model file", "model files"),
+                );
+            }
+            _ => {}
         }
         for f in &p.files {
             let _ = writeln!(

@@ -4,6 +4,7 @@
 pub mod dump;
 pub mod dupes;
 pub mod findings;
+mod head;
 pub mod inspect;
 pub mod probe;
 pub mod residency;

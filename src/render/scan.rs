@@ -362,45 +362,7 @@ fn file_section(f: &FileModel, out: &mut String) {
 /// Renders the whole report for a terminal.
 pub fn human(report: &Report) -> String {
     let mut out = String::new();
-    let holders = report
-        .processes
-        .iter()
-        .filter(|p| p.holds_files.is_some_and(|n| n > 0))
-        .count();
-    let _ = writeln!(
-        out,
-        "twofold scan: {} model file{} held by {} process{}{}",
-        report.files.len(),
-        if report.files.len() == 1 { "" } else { "s" },
-        holders,
-        if holders == 1 { "" } else { "es" },
-        match report.skipped.denied {
-            0 => String::new(),
-            n => format!(" (and unknown for {n} unreadable)"),
-        }
-    );
-    if let (Some(total), Some(avail), Some(cache)) = (
-        report.system.mem_total_bytes,
-        report.system.mem_available_bytes,
-        report.system.page_cache_bytes,
-    ) {
-        let _ = writeln!(
-            out,
-            "memory: total {}  available {}  page cache {}  anon {}",
-            iec(total),
-            iec(avail),
-            iec(cache),
-            iec_opt(report.system.anon_bytes)
-        );
-    }
-    if !report.observers.is_empty() {
-        let pids: Vec<String> = report.observers.iter().map(|p| p.to_string()).collect();
-        let _ = writeln!(
-            out,
-            "observers: pid {} (twofold itself: never counted as holders or candidates)",
-            pids.join(", ")
-        );
-    }
+    super::head::head(report, &mut out);
     if !report.files.is_empty() {
         out.push_str("\nMODEL FILES\n");
         for f in &report.files {

@@ -308,6 +308,7 @@ pub fn report() -> Report {
         },
         trace: None,
         observers: Vec::new(),
+        host_files: None,
         privilege: None,
         at_unix_ns: Some(1_764_460_800_000_000_000),
         rates: Some(Rates {

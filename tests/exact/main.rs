@@ -19,6 +19,7 @@ mod holders;
 mod live;
 mod llama;
 mod overlay;
+mod pidscan;
 mod places;
 mod readonly;
 mod record;

@@ -238,6 +238,7 @@ fn build_with(sample: &Sample, trace: Option<TraceInput>) -> Report {
         at_unix_ns: None,
         rates: None,
         observers: sample.observers.clone(),
+        host_files: sample.host_files.clone(),
         privilege: sample.privilege,
     }
 }

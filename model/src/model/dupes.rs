@@ -177,6 +177,11 @@ pub struct ProcessDupes {
     /// unknown then, not zero.
     pub error: Option<String>,
     pub files: Vec<FileDupes>,
+    /// Without named files: the host's files of interest (mapped, held or named by any
+    /// process) it was looked at for; its files are those it maps or holds and those it
+    /// has the private memory and the reads to hold a copy of.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub host_files: Option<crate::sample::HostFiles>,
 }
 
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]

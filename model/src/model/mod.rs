@@ -69,6 +69,10 @@ pub struct Report {
     /// twofold's own processes seen (never holders, mappers or candidates).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub observers: Vec<i32>,
+    /// Named processes without named files: the host's files of interest looked at for
+    /// them, and those left out ([`crate::sample::HostFiles`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub host_files: Option<crate::sample::HostFiles>,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
