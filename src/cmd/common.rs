@@ -237,6 +237,7 @@ pub fn replayed_quiet(
 /// Set on SIGINT or SIGTERM: a long-running command stops at its next check (and, say,
 /// flushes or prints its summary first).
 pub fn stop_flag() -> Arc<AtomicBool> {
+    crate::collect::stop::watch_signals(&[]);
     let stop = Arc::new(AtomicBool::new(false));
     for sig in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {
         let _ = signal_hook::flag::register(sig, stop.clone());

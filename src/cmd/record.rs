@@ -93,6 +93,10 @@ pub fn record(args: &RecordArgs, out: &mut dyn Write) -> anyhow::Result<()> {
     while !stop.load(Ordering::Relaxed) {
         let mut warnings = Vec::new();
         let snap = engine.snapshot(&mut warnings)?;
+        if crate::collect::stop::stopping() {
+            // Stopped mid-snapshot: its proof was cut short, so it is not written.
+            break;
+        }
         super::warn_fresh(&mut said, &warnings);
         append(&mut store, &snap, &mut payload)?;
         n += 1;

@@ -246,6 +246,7 @@ pub fn run(args: &TopArgs, _out: &mut dyn Write) -> anyhow::Result<()> {
     if !std::io::stdout().is_terminal() {
         bail!("top needs a terminal on stdout (use 'twofold scan' or 'record' otherwise)");
     }
+    crate::collect::stop::watch_signals(&[signal_hook::consts::SIGHUP]);
     let stop = Arc::new(AtomicBool::new(false));
     for sig in [
         signal_hook::consts::SIGINT,

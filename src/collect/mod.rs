@@ -31,6 +31,7 @@ pub mod reopen;
 pub mod request;
 pub mod residency;
 pub mod statfiles;
+pub mod stop;
 pub mod stores;
 pub mod system;
 pub mod walk;

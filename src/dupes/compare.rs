@@ -244,6 +244,10 @@ impl Compare<'_> {
             if sparse && !on_stride {
                 continue;
             }
+            // A stop asked (SIGTERM to serve or record): the copy is left unconfirmed.
+            if crate::collect::stop::stopping() {
+                return Ok(None);
+            }
             if !self.equal(b, &span, a, x, y)? {
                 all = false;
                 break;
@@ -259,6 +263,9 @@ impl Compare<'_> {
         for &(x, y, ok) in &chunks {
             if !ok {
                 continue;
+            }
+            if crate::collect::stop::stopping() {
+                return Ok(None);
             }
             if self.equal(b, &span, a, x, y)? {
                 if !b.mem.chunks_exact(WIN).all(periodic) {

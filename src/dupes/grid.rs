@@ -357,6 +357,10 @@ impl Grid {
             crate::collect::proof_threads(),
             &parts,
             |&(pi, k0)| -> Result<(Vec<Slot>, bool), String> {
+                // A stop asked (SIGTERM to serve or record) ends the index here.
+                if crate::collect::stop::stopping() {
+                    return Err("not indexed: twofold is stopping".into());
+                }
                 let p = &pieces_ref[pi];
                 let (mut keys, mut span, mut mem) = (Vec::new(), Vec::new(), Vec::new());
                 let mut all_periodic = true;

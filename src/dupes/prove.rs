@@ -205,7 +205,7 @@ fn prove_group(
     known: Option<&KnownCopies>,
 ) -> Vec<Proof> {
     let start = Instant::now();
-    if deadline.is_some_and(|d| start >= d) {
+    if deadline.is_some_and(|d| start >= d) || crate::collect::stop::stopping() {
         let why = Unsearched::over_budget(opts.budget.unwrap_or_default().as_secs_f64());
         return unsearched(sample, pids, &why);
     }
@@ -311,7 +311,7 @@ fn prove_group(
         if pid == self_pid {
             return None;
         }
-        if deadline.is_some_and(|d| Instant::now() >= d) {
+        if deadline.is_some_and(|d| Instant::now() >= d) || crate::collect::stop::stopping() {
             return Some(Searched {
                 pid,
                 result: Err(Unsearched::over_budget(

@@ -160,6 +160,7 @@ impl Sweep<'_> {
     fn stopped(&self) -> bool {
         self.deadline.is_some_and(|d| Instant::now() >= d)
             || self.progress.is_some_and(|p| p.cancelled())
+            || crate::collect::stop::stopping()
     }
 
     fn plan(&self) -> Plan<'_> {

@@ -454,7 +454,26 @@ impl State {
             .or_else(|| f.suspected_copies.first());
         match suspect {
             Some(c) => Ok((c.pid, c.comm.clone())),
-            None => Err("no suspected copy of this file to prove".into()),
+            None => {
+                // Another file's suspicion (the count line of the screen may be about it).
+                let name = |f: &crate::model::FileModel| {
+                    crate::render::safe::safe(f.path.rsplit('/').next().unwrap_or(&f.path))
+                        .into_owned()
+                };
+                match report
+                    .files
+                    .iter()
+                    .find(|g| g.key != f.key && !g.suspected_copies.is_empty())
+                {
+                    Some(g) => Err(format!(
+                        "no suspected copy of '{}' to prove; '{}' has one (pid {}): select it",
+                        name(f),
+                        name(g),
+                        g.suspected_copies[0].pid
+                    )),
+                    None => Err(format!("no suspected copy of '{}' to prove", name(f))),
+                }
+            }
         }
     }
 }

@@ -262,3 +262,41 @@ fn t_asks_to_toggle_tracing_in_every_view_but_not_while_filtering() {
     assert!(!acts.contains(&Action::ToggleTrace), "{acts:?}");
     assert_eq!(st.filter, "t");
 }
+
+#[test]
+fn p_on_a_file_without_a_suspect_names_the_file_that_has_one() {
+    let r = fixture::report();
+    let mut st = State::new(View::Files);
+    st.clamp_to(&r);
+    // The llama file (no suspected copy) selected; qwen has one.
+    let llama = st
+        .file_rows(&r)
+        .iter()
+        .position(|f| f.path.ends_with(".gguf"))
+        .unwrap();
+    while st.selected(View::Files) < llama {
+        press(&mut st, &r, &[Key::Down]);
+    }
+    let qwen = r.files.iter().find(|f| f.path.contains("qwen")).unwrap();
+    let why = st.prove_target(&r).unwrap_err();
+    assert_eq!(
+        why,
+        format!(
+            "no suspected copy of 'llama-3-8b.Q4_K_M.gguf' to prove; 'qwen2-7b.safetensors' has one (pid {}): select it",
+            qwen.suspected_copies[0].pid
+        )
+    );
+    // On qwen, `p` proves the process the screen shows as suspected.
+    let at = st
+        .file_rows(&r)
+        .iter()
+        .position(|f| f.key == qwen.key)
+        .unwrap();
+    while st.selected(View::Files) < at {
+        press(&mut st, &r, &[Key::Down]);
+    }
+    while st.selected(View::Files) > at {
+        press(&mut st, &r, &[Key::Up]);
+    }
+    assert_eq!(st.prove_target(&r).unwrap().0, qwen.suspected_copies[0].pid);
+}

@@ -26,6 +26,7 @@ mod record;
 mod repack;
 mod runtimes;
 mod serve;
+mod stops;
 mod top;
 mod truth;
 mod twins;
