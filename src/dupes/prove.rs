@@ -13,11 +13,12 @@ use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use super::grid::{Grid, PAGE};
-use super::index::{CopyKind, Layouts};
+use super::index::Layouts;
 use super::indexcache::{self, IndexCache};
 use super::likeness::Likeness;
 use super::opening::{open_all, open_path_stat};
 use super::pointcache::PointCache;
+use super::prove_parts::{grid_index, proof_for, searchable_fraction};
 use super::sweep::{Sweep, SweepStats};
 use super::twins::same_bytes;
 use crate::collect::memory::{ProcMemory, Region};
@@ -307,7 +308,7 @@ fn prove_group(
     // threads left: one large candidate gets every core.
     let outer = crate::collect::proof_threads().min(pids.len()).max(1);
     let inner = (crate::collect::proof_threads() / outer).max(1);
-    let search = |&pid: &i32| {
+    let search = |pid: i32, carried: &[super::family::Carried]| {
         if pid == self_pid {
             return None;
         }
@@ -321,9 +322,13 @@ fn prove_group(
             });
         }
         let began = Instant::now();
-        let known = known
+        // Copies known in place, and those of its family's first on the same frames: the
+        // search passes over both.
+        let mut known = known
             .and_then(|k| k.get(&pid))
-            .map_or(&[][..], Vec::as_slice);
+            .map_or(&[][..], Vec::as_slice)
+            .to_vec();
+        known.extend(carried.iter().map(|c| (c.lo, c.hi)));
         let mut result = search_one(
             roots,
             grid,
@@ -332,9 +337,14 @@ fn prove_group(
             opts.exact,
             deadline,
             progress,
-            (inner, known, likeness),
+            (inner, &known, likeness),
         )
         .map_err(Unsearched::from_error);
+        if let Ok((outcome, regions)) = result.as_mut() {
+            outcome
+                .hits
+                .extend(super::family::as_hits(carried, regions));
+        }
         // A process that exited holds no memory: searched, nothing there.
         if result.is_err() && !roots.proc.join(pid.to_string()).exists() {
             result = Ok((
@@ -354,14 +364,37 @@ fn prove_group(
         })
     };
     // A search that panics loses that process's proof, not the others'.
-    let searched: Vec<Searched> = crate::collect::par_map_on(outer, pids, |pid| {
-        std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| search(pid)))
-            .ok()
-            .flatten()
-    })
-    .into_iter()
-    .flatten()
-    .collect();
+    let run = |list: &[(i32, Vec<super::family::Carried>)]| -> Vec<Searched> {
+        crate::collect::par_map_on(outer.min(list.len()).max(1), list, |(pid, carried)| {
+            std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| search(*pid, carried)))
+                .ok()
+                .flatten()
+        })
+        .into_iter()
+        .flatten()
+        .collect()
+    };
+    // One search per physical frame: the first of each fork family, then the others,
+    // which pass over the copies they share with it frame for frame.
+    let families = super::family::of(&roots.proc, pids);
+    let first: Vec<_> = families.first.iter().map(|&p| (p, Vec::new())).collect();
+    let mut searched = run(&first);
+    let later: Vec<_> = families
+        .later
+        .iter()
+        .map(|&(pid, of)| {
+            let carried = searched
+                .iter()
+                .find(|s| s.pid == of)
+                .and_then(|s| s.result.as_ref().ok())
+                .map(|(o, regions)| {
+                    super::family::carried(&roots.proc, grid, of, &o.hits, regions, pid)
+                })
+                .unwrap_or_default();
+            (pid, carried)
+        })
+        .collect();
+    searched.extend(run(&later));
 
     // The search is done with the files: twofold maps none of their pages any more (a kept
     // index keeps its files open).
@@ -515,43 +548,6 @@ fn unsearched(sample: &Sample, pids: &[i32], why: &Unsearched) -> Vec<Proof> {
             took: Duration::ZERO,
         })
         .collect()
-}
-
-/// Fraction of file `fi`'s bytes the search looks for: the union of the file ranges of its
-/// identical pieces with information (tensors, small ones included, and runs of bytes no
-/// tensor covers). A file whose bytes are in neither is 0: its copies are unknown.
-fn searchable_fraction(grid: &Grid, fi: usize) -> f64 {
-    let gf = &grid.files[fi];
-    let mut spans: Vec<(u64, u64)> = grid
-        .pieces
-        .iter()
-        .enumerate()
-        .filter(|(i, p)| p.file == fi && p.kind == CopyKind::Identical && grid.informative[*i])
-        .map(|(_, p)| (p.file_offset, p.file_offset + p.mem_len))
-        .collect();
-    spans.sort_unstable();
-    let (mut covered, mut end) = (0u64, 0u64);
-    for (a, b) in spans {
-        let a = a.max(end);
-        if b > a {
-            covered += b - a;
-            end = b;
-        }
-    }
-    (covered as f64 / gf.bytes.size.max(1) as f64).min(1.0)
-}
-
-fn grid_index(keys: &[FileKey], key: FileKey) -> usize {
-    keys.iter().position(|k| *k == key).unwrap_or(0)
-}
-
-fn proof_for(pid: i32, key: FileKey, fi: usize, searchable: &[f64]) -> ProofSample {
-    ProofSample {
-        pid,
-        file: key,
-        searchable_fraction: searchable[fi],
-        ..ProofSample::default()
-    }
 }
 
 type SearchResult = Result<(super::sweep::Outcome, Vec<Region>), String>;

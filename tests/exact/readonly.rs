@@ -205,6 +205,15 @@ fn no_command_unshares_a_copy_shared_by_fork_and_it_counts_once() {
     let report = scan_json(&file, &["--exact"]);
     assert_unchanged(&before, &s, "scan --exact");
     assert_counted_once(&report, &file, &s.pids);
+    // One search per physical frame: the workers' copy is the parent's frames, compared
+    // once (each of the 4 processes compared it whole before: 4 times the copy).
+    let f = &report["files"][0];
+    let compared = f["candidates"]["compared_bytes"].as_u64().unwrap();
+    assert!(
+        compared < 2 * s.len,
+        "compared {compared} bytes for a {} byte copy",
+        s.len
+    );
 
     run_ok(
         Command::new(exe())
