@@ -11,7 +11,9 @@ mod marks;
 pub(crate) use marks::is_zero;
 pub use marks::{strip_deleted, DELETED};
 mod gpu;
+mod hostfiles;
 pub mod places;
+pub use hostfiles::HostFiles;
 mod referrers;
 pub use referrers::referrers;
 pub mod snapshot;
@@ -322,21 +324,7 @@ impl PressureSample {
     }
 }
 
-/// `Option<Option<u64>>` that survives a JSON round trip: absent, `null`, or a value.
-mod double_option {
-    use serde::{Deserialize, Deserializer, Serialize, Serializer};
-
-    pub fn serialize<S: Serializer>(v: &Option<Option<u64>>, s: S) -> Result<S::Ok, S::Error> {
-        match v {
-            Some(inner) => inner.serialize(s),
-            None => s.serialize_none(),
-        }
-    }
-
-    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Option<u64>>, D::Error> {
-        Option::<u64>::deserialize(d).map(Some)
-    }
-}
+mod double_option;
 
 /// A 4 KiB page: the unit the byte-level search samples in, and the page size assumed
 /// where no sample gives the system's (see [`SystemSample::page_bytes`]).
@@ -437,16 +425,6 @@ pub struct Sample {
     /// of. `None`: not such a collection.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub host_files: Option<HostFiles>,
-}
-
-/// What a collection of named processes looked for ([`Sample::host_files`]).
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
-pub struct HostFiles {
-    /// The host's files of interest the processes were searched for.
-    pub considered: u64,
-    /// Of those, the files left out: no named process maps, holds or names them, and
-    /// none holds a copy of them (searched, or too little private memory to hold one).
-    pub left_out: u64,
 }
 
 /// One (process, file) entry of the read() ledger.

@@ -257,16 +257,8 @@ fn file_section(f: &FileModel, out: &mut String) {
             super::safe::safe(&crate::model::unexplained::beside_line(u))
         );
     }
-    let c = &f.candidates;
-    if c.could_hold > 0 {
-        let _ = writeln!(
-            out,
-            "    {} process{} could hold a copy: {} searched byte by byte, {} not",
-            c.could_hold,
-            if c.could_hold == 1 { "" } else { "es" },
-            c.searched,
-            c.not_searched
-        );
+    if let Some(l) = super::findings::searched_line(f) {
+        let _ = writeln!(out, "    {l}");
     }
     let mut t = Table::new(&[
         ("pid", Align::Right),

@@ -217,6 +217,9 @@ pub(super) fn draw_file(
         )),
         Line::from(Span::styled(count_line(f), t.fg(Color::Yellow))),
     ];
+    if let Some(l) = crate::render::findings::searched_line(f) {
+        lines.push(Line::from(l));
+    }
     if st.replay {
         lines.push(Line::from(
             "recorded: the count, residency, mappers and proven copies as collected then; \

@@ -168,3 +168,30 @@ fn scan_pid_says_to_name_a_file_no_process_holds() {
         "{text}"
     );
 }
+
+/// A candidate not searched is named with its reason, in `scan` as in the summary.
+#[test]
+fn the_unsearched_are_named_with_their_reason() {
+    let _group = crate::common::group(module_path!());
+    let dir = tempfile::tempdir().unwrap();
+    let (file, _) = safetensors(dir.path(), &[("a", 8 * MIB, Fill::Random(5))]);
+    let loader = Loader::start(&file);
+    let out = run_ok(
+        Command::new(exe())
+            .args(["scan", "--prove-budget", "1ms", "--pid"])
+            .arg(loader.pid().to_string())
+            .arg(&file),
+    );
+    let text = String::from_utf8_lossy(&out);
+    let line = text
+        .lines()
+        .find(|l| l.contains("could hold a copy"))
+        .unwrap_or_else(|| panic!("{text}"));
+    assert!(
+        line.ends_with(&format!(
+            "1 process could hold a copy: 0 searched byte by byte, 1 not: pid {} (over the proof budget (0.0 s; raise --prove-budget))",
+            loader.pid()
+        )),
+        "{line}"
+    );
+}
