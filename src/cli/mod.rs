@@ -141,9 +141,9 @@ pub struct Selection {
     /// Model files or directories to include, as for `scan` (none: every model file a
     /// process holds, names or could hold a copy of, and the model stores).
     pub paths: Vec<PathBuf>,
-    /// Only this process (repeatable). Without FILEs it is searched for the host's files
-    /// of interest (those any process maps, holds or names), so a copy of a file it read
-    /// and closed is found; a file no process maps or holds must be named.
+    /// Only this process (repeatable). `scan` without FILEs searches it for the host's
+    /// files of interest (those any process maps, holds or names), so a copy of a file it
+    /// read and closed is found; a file no process maps or holds must be named.
     #[arg(long = "pid", value_name = "PID")]
     pub pids: Vec<i32>,
 }

@@ -20,6 +20,7 @@ pub fn request(args: &ScanArgs) -> Request {
         // `scan FILE...` is about those files; `--all` keeps the whole host. A bare scan
         // (or one by pid) also looks for copies of stored models (the selection's default).
         only_paths: named && !args.all,
+        host_files: !named,
         ..Request::from(&args.selection)
     }
 }

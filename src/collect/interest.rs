@@ -370,7 +370,10 @@ impl<'a> Gatherer<'a> {
     /// Named processes without named files: the whole host's files of interest are
     /// looked at for them (`scan --pid P`).
     pub(super) fn host_wide(&self) -> bool {
-        !self.req.pids.is_empty() && !self.req.only_paths && self.req.candidates
+        self.req.host_files
+            && !self.req.pids.is_empty()
+            && !self.req.only_paths
+            && self.req.candidates
     }
 
     pub(super) fn files(&mut self, sample: &Sample) -> Vec<FileSample> {

@@ -27,6 +27,10 @@ pub struct Request {
     /// Only the files in `paths` (and an older inode still held at one of their paths),
     /// with their holders and candidates: `scan FILE...` without `--all`.
     pub only_paths: bool,
+    /// With `pids` and no `paths` (`scan --pid P`, `dupes --pid P`): every process is read
+    /// to learn the host's files of interest, and the named processes are searched for
+    /// them (a copy of a file P read and closed is found); only those are kept.
+    pub host_files: bool,
     /// Processes holding device memory (NVML): kept in the sample even when they hold no
     /// file, so that a device copy made by one that read or named the file and closed it
     /// can be suspected (filled in by the engine each snapshot).
@@ -49,6 +53,7 @@ impl Default for Request {
             stores: false,
             candidates: true,
             only_paths: false,
+            host_files: false,
             gpu_pids: Vec::new(),
             defer_rollups: false,
         }

@@ -99,6 +99,38 @@ impl Placement {
         })
     }
 
+    /// The memory present now that is where `old` saw it: present both times, outside
+    /// the blocks whose sampled frame changed. What is not in it moved (faulted in since,
+    /// or freed and faulted again) and is all a search needs to look at again.
+    pub fn unmoved_since(&self, old: &Placement) -> Vec<(u64, u64)> {
+        // Present both times (both lists sorted, disjoint).
+        let mut both = Vec::new();
+        let (mut i, mut j) = (0, 0);
+        while i < self.ranges.len() && j < old.ranges.len() {
+            let (a, b) = (self.ranges[i], old.ranges[j]);
+            let (lo, hi) = (a.0.max(b.0), a.1.min(b.1));
+            if lo < hi {
+                both.push((lo, hi));
+            }
+            if a.1 < b.1 {
+                i += 1;
+            } else {
+                j += 1;
+            }
+        }
+        let before: std::collections::HashMap<u64, u64> = old.frames.iter().copied().collect();
+        let mut changed: Vec<(u64, u64)> = self
+            .frames
+            .iter()
+            .filter(|(a, f)| before.get(a).is_some_and(|g| g != f))
+            .map(|&(a, _)| (a, (a / FRAME_EVERY + 1) * FRAME_EVERY))
+            .collect();
+        changed.sort_unstable();
+        both.into_iter()
+            .flat_map(|(lo, hi)| super::sweep_parts::uncovered(lo, hi, &changed))
+            .collect()
+    }
+
     /// Present bytes.
     pub fn present_bytes(&self) -> u64 {
         crate::collect::pagescan::bytes(&self.ranges)

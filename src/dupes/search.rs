@@ -84,6 +84,7 @@ fn files_of(
 ) -> anyhow::Result<(Vec<ShownPath>, Option<crate::sample::HostFiles>)> {
     let req = Request {
         pids: vec![pid],
+        host_files: true,
         ..Request::default()
     };
     let mut warnings = Vec::new();

@@ -13,7 +13,9 @@ use crate::sample::Warning;
 use std::collections::BTreeMap;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
+mod carry;
 mod manual;
+mod placed;
 mod reuse;
 mod tracing;
 mod uploads;
@@ -57,6 +59,9 @@ pub struct Engine {
     pub last_reused: usize,
     /// How many it checked again in place (memory changed within the search cadence).
     pub last_rechecked: usize,
+    /// How many it searched again only where the process's memory moved since its last
+    /// search (the rest passed over: the count stays exact).
+    pub last_moved: usize,
     /// Of the proofs searched again in the last snapshot, those that kept the copies
     /// found before (checked in place) and searched the rest only.
     pub last_carried: usize,
@@ -97,6 +102,7 @@ impl Engine {
             reuse: BTreeMap::new(),
             last_reused: 0,
             last_rechecked: 0,
+            last_moved: 0,
             last_carried: 0,
             last_weighed: 0,
             last_proof_seconds: None,

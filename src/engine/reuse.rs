@@ -7,6 +7,8 @@ use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use super::carry::{carry, still_there};
+use super::placed::Placed;
 use super::Engine;
 use crate::collect::Roots;
 use crate::dupes::moved::Placement;
@@ -200,6 +202,7 @@ impl Engine {
         let mut todo = Vec::new();
         self.last_reused = 0;
         self.last_rechecked = 0;
+        self.last_moved = 0;
         self.last_carried = 0;
         // Where each changed process's memory is now, read once per process.
         let mut placed = Placed::default();
@@ -207,9 +210,17 @@ impl Engine {
         let mut carried: HashMap<(i32, FileKey), (Proof, Instant, u64)> = HashMap::new();
         let mut known = crate::dupes::prove::KnownCopies::new();
         let prints = Fingerprints::of(sample);
+        // Processes whose memory moved since their search: only what moved is searched
+        // now (the memory where it was passes over), so the count stays exact. Per pid,
+        // the memory that did not move; the pids searched in full for some file; and the
+        // time of each partial search's last full one (the cadence of full searches).
+        let mut unmoved_known: HashMap<i32, Vec<(u64, u64)>> = HashMap::new();
+        let mut full: HashSet<i32> = HashSet::new();
+        let mut partial_at: HashMap<(i32, FileKey), Instant> = HashMap::new();
         for c in &sample.candidates {
             let fp = prints.get(c.pid, c.file);
             let Some(r) = self.reuse.get_mut(&(c.pid, c.file)) else {
+                full.insert(c.pid);
                 todo.push(c.clone());
                 continue;
             };
@@ -231,12 +242,40 @@ impl Engine {
                         carried.insert((c.pid, c.file), (k, r.verified, r.confirmed_bytes));
                     }
                 }
+                full.insert(c.pid);
                 todo.push(c.clone());
             } else if r.fingerprint == fp {
                 self.last_reused += 1;
                 let ranges = CopyRanges::of(c.file, &r.proof.found);
                 kept.push((r.proof.sample.clone(), ranges));
             } else {
+                let moved = match (&r.placement, self.cache.is_some()) {
+                    (Some(then), true) if !placed.unmoved(&self.roots, c.pid, then) => {
+                        placed.unmoved_ranges(&self.roots, c.pid, then)
+                    }
+                    _ => None,
+                };
+                if let Some(unmoved) = moved {
+                    // The copies found before, checked in place, are kept; a copy gone or
+                    // changed makes the search a full one.
+                    match still_there(&self.roots, sample, r, opts.exact) {
+                        Some(k) => {
+                            known.entry(c.pid).or_default().extend(k.ranges());
+                            carried.insert((c.pid, c.file), (k, r.verified, r.confirmed_bytes));
+                            unmoved_known.entry(c.pid).or_default().extend(unmoved);
+                            partial_at.insert((c.pid, c.file), r.at);
+                        }
+                        None if r.proof.found.is_empty() => {
+                            unmoved_known.entry(c.pid).or_default().extend(unmoved);
+                            partial_at.insert((c.pid, c.file), r.at);
+                        }
+                        None => {
+                            full.insert(c.pid);
+                        }
+                    }
+                    todo.push(c.clone());
+                    continue;
+                }
                 match stale(&self.roots, sample, r, now, opts.exact, &mut placed) {
                     Some(p) => {
                         self.last_rechecked += 1;
@@ -246,10 +285,22 @@ impl Engine {
                         kept.push((p, ranges));
                     }
                     // A copy found before is gone or changed: search it again now.
-                    None => todo.push(c.clone()),
+                    None => {
+                        full.insert(c.pid);
+                        todo.push(c.clone());
+                    }
                 }
             }
         }
+        // A process searched in full for one file is searched in full for all of them.
+        for (pid, ranges) in unmoved_known {
+            if full.contains(&pid) {
+                partial_at.retain(|k, _| k.0 != pid);
+            } else {
+                known.entry(pid).or_default().extend(ranges);
+            }
+        }
+        self.last_moved = partial_at.len();
         let mut fresh = Vec::new();
         // Where each process's memory is, read before its search: what appears during
         // the search counts as moved next time (searched then), never as searched.
@@ -295,7 +346,11 @@ impl Engine {
                 (p.sample.pid, p.sample.file),
                 Reused {
                     fingerprint: prints.get(p.sample.pid, p.sample.file),
-                    at: now,
+                    // A search of what moved keeps the time of the last full one.
+                    at: partial_at
+                        .get(&(p.sample.pid, p.sample.file))
+                        .copied()
+                        .unwrap_or(now),
                     placement: placements.get(&p.sample.pid).cloned().flatten(),
                     proof: p,
                     checked: None,
@@ -375,43 +430,6 @@ impl Engine {
         }
         proofs
     }
-}
-
-/// The whole copies of `r` still in place ([`crate::dupes::recheck`]); `None` when one is
-/// gone or changed, or the check failed (the process is then searched in full).
-fn still_there(roots: &Roots, sample: &Sample, r: &Reused, exact: bool) -> Option<Proof> {
-    use crate::dupes::recheck::{recheck, Rechecked};
-    match recheck(roots, sample, &r.proof, exact) {
-        Ok(Rechecked::Still(p)) if !p.found.is_empty() => Some(*p),
-        _ => None,
-    }
-}
-
-/// Adds the copies `k` kept (checked in place) to the search `p` of the rest of the
-/// process's memory (which passed over them).
-fn carry(p: &mut Proof, k: Proof) {
-    let (s, c) = (&mut p.sample, k.sample);
-    s.identical_file_bytes += c.identical_file_bytes;
-    s.converted_file_bytes += c.converted_file_bytes;
-    for x in &c.conversions {
-        crate::sample::converted::add(
-            &mut s.conversions,
-            x.conversion,
-            x.file_bytes,
-            x.memory_bytes,
-        );
-    }
-    s.copy_memory_bytes += c.copy_memory_bytes;
-    s.copies += c.copies;
-    s.cow_file_bytes += c.cow_file_bytes;
-    s.compared_bytes += c.compared_bytes;
-    s.places.add(&c.places);
-    for f in c.shmem_files {
-        if !s.shmem_files.contains(&f) {
-            s.shmem_files.push(f);
-        }
-    }
-    p.found.extend(k.found);
 }
 
 /// The proof of a process whose memory changed since its last full search `r`: the
@@ -501,33 +519,6 @@ fn stale(
             ..ProofSample::default()
         },
     })
-}
-
-/// Where each changed process's memory is now (read once per process and snapshot), and
-/// whether it moved since a placement of an earlier search: one verdict per placement, as
-/// the files of one search share it (a process that is a candidate for 200 small models
-/// compared the same two placements 200 times a snapshot).
-#[derive(Default)]
-pub(super) struct Placed {
-    now: std::collections::BTreeMap<i32, Option<Placement>>,
-    verdicts: HashMap<(i32, *const Placement), bool>,
-}
-
-impl Placed {
-    /// Whether `pid`'s memory is where it was at `then` (`false` when it cannot be known).
-    fn unmoved(&mut self, roots: &Roots, pid: i32, then: &Arc<Placement>) -> bool {
-        let now = self
-            .now
-            .entry(pid)
-            .or_insert_with(|| Placement::of(roots, pid));
-        let Some(now) = now else {
-            return false;
-        };
-        *self
-            .verdicts
-            .entry((pid, Arc::as_ptr(then)))
-            .or_insert_with(|| !now.moved_since(then))
-    }
 }
 
 /// The sample a search of `todo` needs: `sample` with those candidates, and of its

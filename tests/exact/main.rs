@@ -18,6 +18,7 @@ mod gate;
 mod holders;
 mod live;
 mod llama;
+mod moving;
 mod overlay;
 mod pidscan;
 mod places;

@@ -1,0 +1,123 @@
+//! Exact while memory moves: a serving process that holds a read() copy and allocates
+//! and frees buffers every 100 ms (as Python does with each request's tensors) is
+//! searched again, in the same snapshot, only where its memory moved; every snapshot of
+//! a long-running engine (top, serve, record) is exact, and a second copy made in new
+//! memory is found in the first snapshot after it.
+
+#![allow(clippy::unwrap_used)]
+
+use std::io::{BufRead, BufReader, Write};
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+use crate::common::*;
+use twofold::collect::gather::Request;
+use twofold::engine::{report, Engine};
+
+/// python3: reads MODEL into a bytes object (closed), then every 100 ms allocates a new
+/// 4 MiB buffer of random bytes and frees the oldest of 8; on "copy" from stdin, makes a
+/// second copy of the model in new memory and says "copied".
+const CHURN: &str = r#"
+import os, sys, select, collections
+d = open(os.environ['MODEL'], 'rb').read()
+bufs = collections.deque()
+keep = []
+print('ready', flush=True)
+while True:
+    r, _, _ = select.select([sys.stdin], [], [], 0.1)
+    if r:
+        line = sys.stdin.readline()
+        if not line:
+            break
+        keep.append(bytearray(d))
+        print('copied', flush=True)
+    bufs.append(bytearray(os.urandom(4 << 20)))
+    if len(bufs) > 8:
+        bufs.popleft()
+"#;
+
+struct Churn(Child, BufReader<std::process::ChildStdout>);
+
+impl Churn {
+    fn line(&mut self) -> String {
+        let mut l = String::new();
+        self.1.read_line(&mut l).unwrap();
+        l.trim().to_string()
+    }
+}
+
+impl Drop for Churn {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+#[test]
+fn a_process_whose_memory_moves_stays_exact_at_every_snapshot() {
+    let _group = crate::common::group(module_path!());
+    if !require(
+        is_root(),
+        "frame numbers and other processes' memory need root",
+    ) {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let (file, _) = safetensors(dir.path(), &[("w", 16 * MIB, Fill::Random(21))]);
+    let size = std::fs::metadata(&file).unwrap().len();
+    let mut c = Command::new("python3")
+        .args(["-c", CHURN])
+        .env("MODEL", &file)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let out = BufReader::new(c.stdout.take().unwrap());
+    let mut churn = Churn(c, out);
+    assert_eq!(churn.line(), "ready");
+    let pid = churn.0.id() as i32;
+    let req = Request {
+        paths: vec![file.clone()],
+        pids: vec![pid],
+        candidates: true,
+        ..Request::default()
+    };
+    let mut engine =
+        Engine::new(req, Some(Default::default())).incremental(twofold::collect::cache::MAX_AGE);
+    let mut snap = |engine: &mut Engine| {
+        let mut warnings = Vec::new();
+        let s = engine.snapshot(&mut warnings).unwrap();
+        let r = report(&s, None);
+        r.files
+            .into_iter()
+            .find(|f| std::path::Path::new(&f.path) == file)
+            .unwrap()
+    };
+    let tensor = 16.0 * MIB as f64 / size as f64;
+    let mut moved = 0;
+    for i in 0..8 {
+        let f = snap(&mut engine);
+        let r = &f.representations;
+        assert!(
+            !r.lower_bound,
+            "snapshot {i}: {r:?} {:?}",
+            f.suspected_copies
+        );
+        assert!(
+            (r.private_copies - tensor).abs() < 0.01,
+            "snapshot {i}: {r:?}"
+        );
+        moved += engine.last_moved;
+        std::thread::sleep(Duration::from_millis(300));
+    }
+    assert!(moved > 0, "the memory never moved between snapshots");
+
+    // A second copy, in new memory: found in the next snapshot, the count exact.
+    writeln!(churn.0.stdin.as_mut().unwrap(), "copy").unwrap();
+    assert_eq!(churn.line(), "copied");
+    let f = snap(&mut engine);
+    let r = &f.representations;
+    assert!(!r.lower_bound, "{r:?}");
+    assert!((r.private_copies - 2.0 * tensor).abs() < 0.01, "{r:?}");
+    assert!(engine.last_moved >= 1, "searched again only where it moved");
+}
