@@ -84,7 +84,7 @@ fn a_process_whose_memory_moves_stays_exact_at_every_snapshot() {
     };
     let mut engine =
         Engine::new(req, Some(Default::default())).incremental(twofold::collect::cache::MAX_AGE);
-    let mut snap = |engine: &mut Engine| {
+    let snap = |engine: &mut Engine| {
         let mut warnings = Vec::new();
         let s = engine.snapshot(&mut warnings).unwrap();
         let r = report(&s, None);
