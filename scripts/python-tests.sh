@@ -9,6 +9,12 @@ set -euo pipefail
 repo=$(cd "$(dirname "$0")/.." && pwd)
 export CARGO_TARGET_DIR=${CARGO_TARGET_DIR:-$repo/target}
 python=${PYTHON:-python3}
+# Run by `cargo test`, the environment carries the test crate's CARGO_MANIFEST_DIR,
+# CARGO_PKG_* and the like: build scripts that watch them (ring's) would run again and the
+# release build start over (and again at the next plain `cargo build --release`).
+for v in $(compgen -e | grep -E '^CARGO_(MANIFEST_|PKG_|CRATE_NAME|BIN_NAME|PRIMARY_PACKAGE)'); do
+  unset "$v"
+done
 
 tmp=$(mktemp -d /tmp/twofold-python-tests.XXXXXX)
 trap 'rm -rf "$tmp"' EXIT
