@@ -66,8 +66,8 @@ def _paths(paths: Optional[Paths]) -> List[str]:
     if paths is None:
         return []
     if isinstance(paths, (str, bytes, os.PathLike)):
-        paths = [paths]  # type: ignore[list-item]
-    return [os.fsdecode(p) for p in paths]  # type: ignore[union-attr]
+        paths = [paths]
+    return [os.fsdecode(p) for p in paths]
 
 
 def _pids(pids: Optional[Pids]) -> List[int]:

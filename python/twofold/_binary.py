@@ -42,11 +42,11 @@ class SchemaMismatch(TwofoldError):
 def _script_dirs() -> List[str]:
     """Where pip puts the wheel's binary: this interpreter's scripts directory (the
     virtualenv's `bin`), then the user scheme's (`pip install --user`)."""
-    dirs = []
-    schemes = [None]
+    dirs: List[str] = []
+    schemes: List[Optional[str]] = [None]
     try:
-        schemes.append(sysconfig.get_preferred_scheme("user"))  # type: ignore[attr-defined]
-    except (AttributeError, KeyError):
+        schemes.append(sysconfig.get_preferred_scheme("user"))
+    except (AttributeError, KeyError):  # Python < 3.10
         schemes.append(os.name + "_user")
     for scheme in schemes:
         try:

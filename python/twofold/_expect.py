@@ -6,7 +6,7 @@ from __future__ import annotations
 import glob
 import os
 from types import TracebackType
-from typing import List, Optional, Type, Union
+from typing import List, Literal, Optional, Type, Union
 
 from ._binary import TwofoldError
 from ._report import FileReport, Report
@@ -101,7 +101,7 @@ class expect:
         exc_type: Optional[Type[BaseException]],
         exc: Optional[BaseException],
         tb: Optional[TracebackType],
-    ) -> bool:
+    ) -> Literal[False]:
         if exc_type is None:
             self.check()
         return False
@@ -126,12 +126,12 @@ class expect:
         if round(f.count, 2) > self.at_most:
             raise AssertionError(
                 f"twofold.expect: '{f.path}' is in memory {f.count_text()} times ({who}), "
-                f"more than at_most={self.at_most:g}:\n{_why(f)}"
+                f"more than at_most={self.at_most!r}:\n{_why(f)}"
             )
         if f.lower_bound:
             raise AssertionError(
                 f"twofold.expect: '{f.path}' is in memory {f.count_text()} times ({who}): "
                 f"only a lower bound (a process that could hold a copy was not searched), "
-                f"so at most {self.at_most:g} is not proven:\n{_why(f)}"
+                f"so at most {self.at_most!r} is not proven:\n{_why(f)}"
             )
         return f

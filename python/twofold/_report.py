@@ -151,7 +151,7 @@ class FileMap(Mapping[str, FileReport]):
         self._by_path: Dict[str, FileReport] = {f.path: f for f in files}
         self._by_key: Dict[Tuple[int, int, int], FileReport] = {f.key: f for f in files}
 
-    def __getitem__(self, path: PathLike) -> FileReport:  # type: ignore[override]
+    def __getitem__(self, path: PathLike) -> FileReport:
         name = os.fspath(path)
         for candidate in (name, os.path.abspath(name), os.path.realpath(name)):
             if candidate in self._by_path:

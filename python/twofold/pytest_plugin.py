@@ -13,7 +13,7 @@ from typing import Optional, Union
 
 import pytest
 
-from . import Report, count, expect, scan
+from . import Paths, Pids, Report, count, expect, scan
 
 
 class Twofold:
@@ -31,9 +31,15 @@ class Twofold:
         children it left running) holds `path` in memory at most `at_most` times."""
         return expect(path, at_most, exact=exact, children=children)
 
-    def scan(self, *args, **kwargs) -> Report:  # type: ignore[no-untyped-def]
+    def scan(
+        self,
+        paths: Optional[Paths] = None,
+        pids: Optional[Pids] = None,
+        exact: bool = False,
+        trace_uploads: Optional[Union[float, str]] = None,
+    ) -> Report:
         """`twofold.scan`."""
-        return scan(*args, **kwargs)
+        return scan(paths, pids, exact, trace_uploads)
 
     def count(self, path: Union[str, "os.PathLike[str]"]) -> Optional[float]:
         """`twofold.count`."""

@@ -23,7 +23,7 @@ def test_expect_fails_on_a_copy(model):
             weights = np.load(model)
     text = str(e.value)
     assert f"'{model}' is in memory 2.00 times (pid {os.getpid()})" in text, text
-    assert "more than at_most=1" in text
+    assert "more than at_most=1.0:" in text
     assert f"pid {os.getpid()} (" in text and "private copy" in text and "read()" in text
     assert "remedy: load it with mmap" in text
     del weights
