@@ -23,7 +23,7 @@ trap 'rm -rf "$tmp"' EXIT
 "$tmp/build/bin/python" -m pip install -q --disable-pip-version-check maturin
 start=$SECONDS
 # maturin's PEP 517 backend runs the `maturin` on PATH: the build virtualenv's.
-PATH="$tmp/build/bin:$PATH" "$tmp/build/bin/python" -m pip wheel -q --disable-pip-version-check --no-deps \
+PATH="$tmp/build/bin:$PATH" "$tmp/build/bin/python" -m pip wheel -q --disable-pip-version-check --no-cache-dir --no-deps \
   --no-build-isolation --wheel-dir "$tmp/wheels" "$repo"
 build_s=$((SECONDS - start))
 wheel=$(ls "$tmp"/wheels/twofold-*.whl)
