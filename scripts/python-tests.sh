@@ -18,6 +18,7 @@ done
 
 tmp=$(mktemp -d /tmp/twofold-python-tests.XXXXXX)
 trap 'rm -rf "$tmp"' EXIT
+trap 'echo "python-tests: FAILED: $BASH_COMMAND (line $LINENO)" >&2' ERR
 
 "$python" -m venv "$tmp/build"
 "$tmp/build/bin/python" -m pip install -q --disable-pip-version-check maturin

@@ -130,3 +130,13 @@ def test_reports_are_typed_dataclasses(model):
     assert all(isinstance(p, twofold.Process) for p in report.processes)
     assert [p.pid for p in report.processes] == [os.getpid()]
     assert report.privilege is None or isinstance(report.privilege, twofold.Privilege)
+
+
+def test_trace_uploads_and_exact_reach_the_binary(model):
+    weights = np.load(model, mmap_mode="r")
+    float(weights.sum())
+    report = twofold.scan(model, pids=os.getpid(), exact=True, trace_uploads=0.2)
+    assert round(report.files[model].count, 2) == 1.00
+    if os.geteuid() == 0:  # else: a warning that tracing needs root, and the plain scan
+        assert any("tracing for 0.2 s" in w for w in report.warnings), report.warnings
+    del weights
