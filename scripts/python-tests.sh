@@ -18,6 +18,8 @@ done
 
 tmp=$(mktemp -d /tmp/twofold-python-tests.XXXXXX)
 trap 'rm -rf "$tmp"' EXIT
+trap 'exit 130' INT
+trap 'exit 143' TERM
 trap 'echo "python-tests: FAILED: $BASH_COMMAND (line $LINENO)" >&2' ERR
 
 "$python" -m venv "$tmp/build"
