@@ -131,7 +131,8 @@ class expect:
         if f.lower_bound:
             raise AssertionError(
                 f"twofold.expect: '{f.path}' is in memory {f.count_text()} times ({who}): "
-                f"only a lower bound (a process that could hold a copy was not searched), "
+                f"only a lower bound (a process that could hold a copy was not searched, "
+                f"or a part of the count is unknown), "
                 f"so at most {self.at_most!r} is not proven:\n{_why(f)}"
             )
         return f
