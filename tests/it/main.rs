@@ -16,3 +16,4 @@ mod gpu;
 mod inspect;
 mod layers;
 mod probe;
+mod python;
