@@ -1,0 +1,163 @@
+#!/usr/bin/env bash
+# Issue #43's GPU host: the live views' own CPU beside htop and btop (where the machine has
+# them), and every snapshot's exactness, on a host of real PyTorch processes:
+# 6 python3 processes, each with a 512 MiB BF16 safetensors model uploaded to the GPU (3
+# with load_file(device="cuda:0"), the file mapped and closed; 3 holding a host copy
+# made with read() and uploaded with .cuda()), each updating a 512 MiB device buffer every
+# second and rewriting a 256 MiB host buffer at 24 MiB/s.
+# Then, WINDOW s each after WARMUP s: `top --interval 1s` (in a pseudo-terminal of 160x48
+# made by python's pty), htop -d 10 and btop (if installed) together; `serve --interval
+# 5s` (scraped every 5 s: how many scrapes had a lower bound); `record --interval 1s` (how
+# many snapshots had one). CPU = utime + stime of /proc/PID/stat over the window.
+# A profile of serve's snapshots (TWOFOLD_PROFILE: gather phases, NVML, proof) is kept.
+# Run on the GPU machine from the repository root with a stripped release build of twofold
+# in the folder given (default .devcarry). Results in $OUT/cost.md and $OUT/profile.txt.
+set -u
+BIN=$(cd "${1:-.devcarry}" && pwd)/twofold
+OUT=${OUT:-./out}
+WINDOW=${WINDOW:-40}
+WARMUP=${WARMUP:-8}
+mkdir -p "$OUT"
+W=$(mktemp -d /tmp/twofold-cost.XXXXXX)
+PIDS=()
+cleanup() {
+  for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null; done
+  wait 2>/dev/null
+  rm -rf "$W"
+}
+trap cleanup EXIT
+export PYTHONUNBUFFERED=1
+cat > "$W/load.py" <<'PY'
+import os, sys, time, torch
+from safetensors.torch import load_file, save_file
+path, mode = sys.argv[1], sys.argv[2]
+if not os.path.exists(path):
+    g = torch.Generator().manual_seed(int(sys.argv[3]))
+    save_file({f"w{i}": torch.randn(4096, 8192, generator=g).bfloat16() for i in range(8)}, path)
+if mode == "map":
+    model = load_file(path, device="cuda:0")
+else:
+    data = open(path, "rb").read()
+    from safetensors.torch import load as load_bytes
+    host = load_bytes(data)
+    model = {k: v.cuda() for k, v in host.items()}
+dev = torch.zeros(256 << 20, dtype=torch.int16, device="cuda:0")
+buf = bytearray(256 << 20)
+print("ready", flush=True)
+i = 0
+while True:
+    t = time.monotonic()
+    dev.add_(1)
+    for k in range(6):  # 24 MiB a second, in 4 MiB pieces
+        off = ((i * 6 + k) * (4 << 20)) % len(buf)
+        buf[off:off + (4 << 20)] = os.urandom(4 << 20)
+    i += 1
+    torch.cuda.synchronize()
+    time.sleep(max(0.0, 1.0 - (time.monotonic() - t)))
+PY
+for i in 0 1 2 3 4 5; do
+  mode=map; [ "$i" -ge 3 ] && mode=copy
+  python3 "$W/load.py" "$W/m$i.safetensors" "$mode" "$i" > "$W/load$i.out" 2>&1 &
+  PIDS+=($!)
+done
+for i in 0 1 2 3 4 5; do
+  for _ in $(seq 600); do grep -q ready "$W/load$i.out" && break; sleep 0.2; done
+done
+grep -c ready "$W"/load*.out | tr '\n' ' ' > "$OUT/ready.txt"
+nvidia-smi --query-compute-apps=pid,used_memory --format=csv > "$OUT/nvidia-smi.txt" 2>&1
+
+cat > "$W/pty.py" <<'PY'
+import fcntl, os, pty, struct, sys, termios, time
+pid, fd = pty.fork()
+if pid == 0:
+    os.execvp(sys.argv[1], sys.argv[1:])
+fcntl.ioctl(fd, termios.TIOCSWINSZ, struct.pack("HHHH", 48, 160, 0, 0))
+os.kill(pid, 28)  # SIGWINCH
+with open(os.environ["PTY_PIDFILE"], "w") as f:
+    f.write(str(pid))
+while True:
+    try:
+        if not os.read(fd, 65536):
+            break
+    except OSError:
+        break
+PY
+ticks() { awk '{ print $14 + $15 }' "/proc/$1/stat" 2>/dev/null || echo 0; }
+row() { # name pid t0 t1
+  awk -v n="$1" -v a="$3" -v b="$4" -v s="$WINDOW" -v hz="$(getconf CLK_TCK)" \
+    'BEGIN { printf "| %s | %.2f%% |\n", n, 100 * (b - a) / hz / s }'
+}
+{
+  echo "# twofold's live views on the GPU host ($(nproc) cores, $(nvidia-smi --query-gpu=name --format=csv,noheader | head -1))"
+  echo
+  echo "| tool | CPU % of one core |"
+  echo "|---|---|"
+} > "$OUT/cost.md"
+
+declare -A pid
+PTY_PIDFILE="$W/pid.top" python3 "$W/pty.py" "$BIN" top --interval 1s "$W" > /dev/null 2>&1 &
+PIDS+=($!)
+for tool in htop btop; do
+  if command -v $tool > /dev/null; then
+    args=(-d 10); [ $tool = btop ] && args=()
+    PTY_PIDFILE="$W/pid.$tool" python3 "$W/pty.py" $tool "${args[@]}" > /dev/null 2>&1 &
+    PIDS+=($!)
+  fi
+done
+sleep 2
+for tool in top htop btop; do [ -s "$W/pid.$tool" ] && pid[$tool]=$(cat "$W/pid.$tool"); done
+sleep "$WARMUP"
+declare -A t0 t1
+for k in "${!pid[@]}"; do t0[$k]=$(ticks "${pid[$k]}"); done
+sleep "$WINDOW"
+for k in "${!pid[@]}"; do t1[$k]=$(ticks "${pid[$k]}"); done
+for k in top htop btop; do
+  [ -n "${pid[$k]:-}" ] && row "$k" "${pid[$k]}" "${t0[$k]}" "${t1[$k]}" >> "$OUT/cost.md"
+done
+command -v htop > /dev/null || echo "| htop | not installed here |" >> "$OUT/cost.md"
+command -v btop > /dev/null || echo "| btop | not installed here |" >> "$OUT/cost.md"
+for k in "${!pid[@]}"; do kill "${pid[$k]}" 2>/dev/null; done
+
+# serve, scraped every 5 s.
+PORT=19777
+TWOFOLD_PROFILE=1 "$BIN" serve --listen 127.0.0.1:$PORT --interval 5s "$W" > /dev/null 2> "$OUT/profile.txt" &
+SP=$!
+PIDS+=($SP)
+sleep "$WARMUP"
+a=$(ticks $SP)
+low=0; n=0
+end=$((SECONDS + WINDOW))
+while [ $SECONDS -lt $end ]; do
+  body=$(curl -s 127.0.0.1:$PORT/metrics || python3 -c "import urllib.request;print(urllib.request.urlopen('http://127.0.0.1:$PORT/metrics').read().decode())")
+  n=$((n + 1))
+  echo "$body" | grep -q '^twofold_file_copies_lower_bound{[^}]*} 1' && low=$((low + 1))
+  sleep 5
+done
+b=$(ticks $SP)
+row "twofold serve --interval 5s" $SP "$a" "$b" >> "$OUT/cost.md"
+echo "$body" | grep '^twofold_file_copies{' > "$OUT/serve-last.txt"
+kill -INT $SP 2>/dev/null
+
+# record.
+"$BIN" record --store "$W/store" --interval 1s "$W" > /dev/null 2>&1 &
+RP=$!
+PIDS+=($RP)
+sleep "$WARMUP"
+a=$(ticks $RP)
+sleep "$WINDOW"
+b=$(ticks $RP)
+row "twofold record --interval 1s" $RP "$a" "$b" >> "$OUT/cost.md"
+kill -INT $RP 2>/dev/null
+wait $RP 2>/dev/null
+"$BIN" dump --store "$W/store" --format json > "$W/dump.jsonl" 2>/dev/null
+python3 - "$W/dump.jsonl" >> "$OUT/cost.md" <<'PY'
+import json, sys
+snaps = {}
+for line in open(sys.argv[1]):
+    d = json.loads(line)["data"]
+    snaps[d["at"]] = snaps.get(d["at"], False) or d["lower_bound"]
+print(f"\nrecord: {sum(snaps.values())} of {len(snaps)} snapshots had a count marked lower bound")
+PY
+echo "serve: $low of $n scrapes had a count marked lower bound" >> "$OUT/cost.md"
+"$BIN" scan "$W" > "$OUT/scan.txt" 2>&1
+cat "$OUT/cost.md"
