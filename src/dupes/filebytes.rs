@@ -56,7 +56,13 @@ pub struct FileBytes {
     /// never the caller.
     place: Place,
     path: PathBuf,
+    /// Set, with the sentence, when a read of it did not answer ([`FileBytes::hung`]).
+    hung: Hung,
 }
+
+/// Whether a file's filesystem stopped answering while it was read: the sentence that
+/// says so once it did (shared, so a caller that gave the file away can still ask).
+pub type Hung = Arc<std::sync::OnceLock<String>>;
 
 /// Holes remembered per file; past them the rest of the file is read as data. Bounds the
 /// memory a file of millions of holes could make twofold allocate (16 bytes each).
@@ -165,6 +171,7 @@ impl FileBytes {
             version: super::pointcache::version(key, &m),
             place: Place::of_key(key),
             path: path.to_path_buf(),
+            hung: Hung::default(),
         })
     }
 
@@ -302,7 +309,15 @@ impl FileBytes {
             let n = f.read_at(&mut scratch[pad..pad + len], at)?;
             Ok((scratch, pad, n))
         };
-        answer::within(self.place.clone(), &self.path, read)?
+        answer::within(self.place.clone(), &self.path, read).map_err(|e| {
+            let _ = self.hung.set(e.to_string());
+            std::io::Error::from(e)
+        })?
+    }
+
+    /// Set once a read of this file did not answer in time (with the sentence).
+    pub fn hung(&self) -> Hung {
+        Arc::clone(&self.hung)
     }
 
     /// A plain `pread` (under the deadline) into `buf`: at least one byte, 0 at the end.

@@ -305,6 +305,12 @@ pub fn search(
     };
     let grid =
         Grid::build(inputs, args.align, layouts, true).context("cannot index the model files")?;
+    // A file that could not be read whole (its filesystem stopped answering mid-read) is
+    // said, never searched in part as if it had no copy.
+    let mut read = prepared.iter().zip(&grid.files);
+    if let Some((p, e)) = read.find_map(|(p, f)| Some((p, f.error.as_ref()?))) {
+        anyhow::bail!("cannot index '{}': {e}", p.path);
+    }
     let mut processes = Vec::new();
     for (pid, comm, chosen) in chosen_by_pid {
         match search_process(roots, pid, &grid, &prepared, &chosen) {
