@@ -6,6 +6,7 @@ use std::path::{Path, PathBuf};
 use anyhow::{bail, Context};
 
 use crate::cli::ResidencyArgs;
+use crate::collect::answer::{self, Place};
 use crate::collect::residency::{self, Method};
 use crate::collect::system::page_size;
 use crate::model::residency::{build, FileResidency, Totals};
@@ -29,15 +30,22 @@ struct Doc<'a> {
 fn expand(args: &ResidencyArgs) -> anyhow::Result<Vec<PathBuf>> {
     let mut out = Vec::new();
     for p in &args.files {
-        let meta = std::fs::symlink_metadata(p)
-            .and_then(|m| {
+        // Under the deadline: a file whose filesystem does not answer is kept, and its
+        // record says so (unknown, never 0 B).
+        let q = p.clone();
+        let Ok(meta) = answer::within(Place::of(p), p, move || {
+            std::fs::symlink_metadata(&q).and_then(|m| {
                 if m.is_symlink() {
-                    std::fs::metadata(p)
+                    std::fs::metadata(&q)
                 } else {
                     Ok(m)
                 }
             })
-            .with_context(|| format!("cannot access '{}'", p.display()))?;
+        }) else {
+            out.push(p.clone());
+            continue;
+        };
+        let meta = meta.with_context(|| format!("cannot access '{}'", p.display()))?;
         if meta.is_dir() {
             if !args.recursive {
                 bail!("'{}' is a directory (use --recursive)", p.display());
@@ -66,15 +74,58 @@ fn walk(dir: &Path, out: &mut Vec<PathBuf>) -> anyhow::Result<()> {
 }
 
 /// Residency of one file; a file that cannot be opened is "unknown", not an error (its
-/// size still comes from `stat`, which needs no permission on the file itself).
+/// size still comes from `stat`, which needs no permission on the file itself). Read on a
+/// helper thread under the deadline ([`answer::within`]): a filesystem that does not
+/// answer makes the file's residency unknown, with that reason. A file on FUSE is not
+/// opened (opening it there drops its page cache): its residency is not read.
 pub fn file_residency(path: &Path, method: Method, with_map: bool, page: u64) -> FileResidency {
-    let mut r = one_record(path, method, with_map, page);
+    let p = path.to_path_buf();
+    let read = answer::within(Place::of(path), path, move || {
+        one_record(&p, method, with_map, page)
+    });
+    let mut r = read.unwrap_or_else(|e| {
+        build(
+            &path.display().to_string(),
+            None,
+            page,
+            Err(e.unnamed()),
+            None,
+        )
+    });
     r.path_bytes = crate::collect::interest::raw_if_lossy(path);
     r
 }
 
+/// On FUSE: the file's size, and why its residency is not read (`None` elsewhere).
+fn on_fuse(path: &Path) -> Option<(Option<u64>, String)> {
+    let fuse = nix::sys::statfs::statfs(path)
+        .is_ok_and(|s| s.filesystem_type().0 == answer::FUSE_SUPER_MAGIC);
+    fuse.then(|| {
+        let size = std::fs::metadata(path).ok().map(|m| m.len());
+        (size, format!("not read: {}", answer::fuse_why(path)))
+    })
+}
+
+/// The size and cached bytes of one file (`--summary`), or its size and why not.
+fn summary_one(path: &Path, method: Method) -> Result<(u64, u64), (Option<u64>, String)> {
+    if let Some(not) = on_fuse(path) {
+        return Err(not);
+    }
+    residency::open(path)
+        .and_then(|(f, len, _)| {
+            residency::query(&f, path, len, method).map(|r| (len, r.cached_bytes))
+        })
+        .map_err(|e| {
+            let size = std::fs::metadata(path).ok().map(|m| m.len());
+            (size, format!("{:#}", anyhow::Error::from(e)))
+        })
+}
+
 fn one_record(path: &Path, method: Method, with_map: bool, page: u64) -> FileResidency {
     let shown = path.display().to_string();
+    if let Some((size, why)) = on_fuse(path) {
+        return build(&shown, size, page, Err(why), None);
+    }
     let (file, size) = match residency::open(path) {
         Ok((f, size, _)) => (f, size),
         Err(e) => {
@@ -125,13 +176,17 @@ pub fn run(args: &ResidencyArgs, out: &mut dyn Write) -> anyhow::Result<()> {
         // Totals only: no per-file record (10,000 small files are mostly syscalls).
         let mut t = Totals::default();
         for p in &paths {
-            match residency::open(p)
-                .and_then(|(f, len, _)| residency::query(&f, p, len, method).map(|r| (r, len)))
-            {
-                Ok((r, len)) => t.add(Some(len), Some((r.cached_bytes / page * page).min(len))),
+            let q = p.clone();
+            let read = answer::within(Place::of(p), p, move || summary_one(&q, method));
+            match read {
+                Ok(Ok((len, cached))) => t.add(Some(len), Some((cached / page * page).min(len))),
+                Ok(Err((size, why))) => {
+                    t.add(size, None);
+                    reasons.push(why);
+                }
                 Err(e) => {
-                    t.add(std::fs::metadata(p).ok().map(|m| m.len()), None);
-                    reasons.push(format!("{:#}", anyhow::Error::from(e)));
+                    t.add(None, None);
+                    reasons.push(format!("'{}': {}", p.display(), e.unnamed()));
                 }
             }
         }

@@ -24,8 +24,10 @@ use crate::sample::FileKey;
 fn explicit_files(paths: &[PathBuf]) -> anyhow::Result<BTreeMap<FileKey, String>> {
     let mut out = BTreeMap::new();
     for p in paths {
-        let meta =
-            std::fs::metadata(p).with_context(|| format!("cannot access '{}'", p.display()))?;
+        let place = crate::collect::answer::Place::of(p);
+        let meta = crate::collect::answer::metadata(place, p)
+            .map_err(|e| anyhow::anyhow!("{e}"))?
+            .with_context(|| format!("cannot access '{}'", p.display()))?;
         crate::input::refuse_pseudo(p, if meta.is_dir() { "directory" } else { "file" })?;
         if meta.is_file() {
             let abs = std::path::absolute(p).unwrap_or_else(|_| p.clone());

@@ -47,23 +47,124 @@ impl Place {
     pub fn of_key(key: crate::sample::FileKey) -> Place {
         Place::Device(libc::makedev(key.major, key.minor))
     }
+
+    /// Where `path` is, found without asking its filesystem anything: a descriptor or
+    /// mapping of a process (`/proc/PID/fd/N`, `/proc/PID/map_files/A-B`) by a `statx` of
+    /// the link with `AT_STATX_DONT_SYNC` ([`stat_cached`]); a path in a process's root
+    /// (`/proc/PID/root/P`) by the mount of `P` in that process's mount table; any other
+    /// path by the mount that holds it here ([`super::mounts::mount_of`]). The path
+    /// itself where none of these tells.
+    pub fn of(path: &Path) -> Place {
+        let abs = std::path::absolute(path).unwrap_or_else(|_| path.to_path_buf());
+        let dev = match proc_parts(&abs) {
+            Some((_, "fd" | "map_files", _)) => stat_cached(&abs).ok().map(|s| s.st_dev),
+            Some((pid, "root", rest)) => {
+                let t = super::mounts::table(Path::new("/proc"), Some(pid));
+                let inside = Path::new("/").join(rest);
+                t.and_then(|t| super::mounts::mount_of(&t, &inside).map(|m| m.dev))
+            }
+            Some(_) => None,
+            None => super::mounts::table(Path::new("/proc"), None)
+                .and_then(|t| super::mounts::mount_of(&t, &abs).map(|m| m.dev)),
+        };
+        dev.map_or(Place::Path(abs), Place::Device)
+    }
 }
 
-/// A filesystem that did not answer a read of `path` in `waited`.
+/// `/proc/PID/WHAT/REST` of the live procfs: (pid, what, rest).
+fn proc_parts(path: &Path) -> Option<(i32, &str, &Path)> {
+    let rest = path.strip_prefix("/proc").ok()?;
+    let mut c = rest.components();
+    let pid = c.next()?.as_os_str().to_str()?.parse().ok()?;
+    let what = c.next()?.as_os_str().to_str()?;
+    Some((pid, what, c.as_path()))
+}
+
+/// `statx(2)` of `path` with `AT_STATX_DONT_SYNC`, as a `stat`: a network or FUSE
+/// filesystem answers from the attributes it has cached rather than asking its server or
+/// daemon (FUSE: `fuse_update_get_attr`; NFS: `nfs_getattr`). Through a procfs link
+/// (`/proc/PID/fd/N`, `map_files`) no name is looked up on the file's filesystem either,
+/// so it answers while that filesystem hangs; a path elsewhere is still looked up.
+pub fn stat_cached(path: &Path) -> nix::Result<libc::stat> {
+    use std::os::unix::ffi::OsStrExt;
+    let c = std::ffi::CString::new(path.as_os_str().as_bytes())
+        .map_err(|_| nix::errno::Errno::EINVAL)?;
+    stat_cached_at(libc::AT_FDCWD, &c)
+}
+
+/// [`stat_cached`] of `name` relative to the directory `dir`.
+pub fn stat_cached_at(dir: std::os::fd::RawFd, name: &std::ffi::CStr) -> nix::Result<libc::stat> {
+    let mut sx = std::mem::MaybeUninit::<libc::statx>::zeroed();
+    let mask = libc::STATX_TYPE | libc::STATX_MODE | libc::STATX_INO | libc::STATX_SIZE;
+    // SAFETY: `name` is a valid C string, `sx` a valid buffer of the size statx writes.
+    let rc = unsafe {
+        libc::statx(
+            dir,
+            name.as_ptr(),
+            libc::AT_STATX_DONT_SYNC,
+            mask,
+            sx.as_mut_ptr(),
+        )
+    };
+    nix::errno::Errno::result(rc)?;
+    // SAFETY: statx succeeded and filled the buffer.
+    let sx = unsafe { sx.assume_init() };
+    // SAFETY: an all-zero `stat` is a valid value of that plain C struct.
+    let mut st: libc::stat = unsafe { std::mem::zeroed() };
+    st.st_mode = u32::from(sx.stx_mode);
+    st.st_dev = libc::makedev(sx.stx_dev_major, sx.stx_dev_minor);
+    st.st_ino = sx.stx_ino;
+    st.st_size = sx.stx_size as i64;
+    Ok(st)
+}
+
+/// A filesystem that did not answer a read of `path` in `waited` (or, `crowded`, a read
+/// not tried: [`MAX_STUCK`] reads of filesystems that did not answer are still out).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct NotAnswering {
     pub path: PathBuf,
     pub waited: Duration,
+    pub crowded: bool,
+}
+
+/// What every sentence of a filesystem that did not answer says (how a reason is typed).
+pub use crate::sample::unsearched::DID_NOT_ANSWER;
+
+/// Whether `e` is a read that did not answer in time ([`NotAnswering`] as an I/O error).
+pub fn is_not_answering(e: &std::io::Error) -> bool {
+    e.kind() == std::io::ErrorKind::TimedOut && e.get_ref().is_some_and(|i| i.is::<NotAnswering>())
 }
 
 impl std::fmt::Display for NotAnswering {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        if self.crowded {
+            return write!(
+                f,
+                "'{}': not read: {MAX_STUCK} reads where {DID_NOT_ANSWER} are still waiting",
+                self.path.display()
+            );
+        }
         write!(
             f,
-            "'{}': the filesystem did not answer in {}",
+            "'{}': {DID_NOT_ANSWER} in {}",
             self.path.display(),
             seconds(self.waited)
         )
+    }
+}
+
+impl NotAnswering {
+    /// The sentence without the path, for a line that names it already.
+    pub fn unnamed(&self) -> String {
+        let named = self.to_string();
+        let head = format!("'{}': ", self.path.display());
+        named.strip_prefix(&head).unwrap_or(&named).to_string()
+    }
+}
+
+impl From<NotAnswering> for std::io::Error {
+    fn from(e: NotAnswering) -> Self {
+        std::io::Error::new(std::io::ErrorKind::TimedOut, e)
     }
 }
 
@@ -99,6 +200,18 @@ pub fn outstanding() -> usize {
     OUT.lock().map(|o| o.len()).unwrap_or(0)
 }
 
+/// Helpers out past their deadline (stuck in a filesystem) at most: past it, a read of
+/// any other filesystem is refused at once rather than risk one more stuck thread.
+pub const MAX_STUCK: usize = 16;
+
+/// How many helpers are out past their deadline now.
+pub fn stuck_count() -> usize {
+    let limit = deadline();
+    OUT.lock()
+        .map(|o| o.iter().filter(|e| e.2.elapsed() >= limit).count())
+        .unwrap_or(0)
+}
+
 /// Runs `f` (a read of `path`, at `place`) on a helper thread and waits for it at most
 /// [`deadline`]. `Err` when it did not answer in time, or at once when an earlier helper
 /// at `place` is still stuck.
@@ -108,12 +221,16 @@ pub fn within<T: Send + 'static>(
     f: impl FnOnce() -> T + Send + 'static,
 ) -> Result<T, NotAnswering> {
     let limit = deadline();
-    let not = |waited| NotAnswering {
+    let not = |waited, crowded| NotAnswering {
         path: path.to_path_buf(),
         waited,
+        crowded,
     };
     if stuck(&place) {
-        return Err(not(limit));
+        return Err(not(limit, false));
+    }
+    if stuck_count() >= MAX_STUCK {
+        return Err(not(Duration::ZERO, true));
     }
     let id = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
     if let Ok(mut o) = OUT.lock() {
@@ -134,9 +251,9 @@ pub fn within<T: Send + 'static>(
         if let Ok(mut o) = OUT.lock() {
             o.retain(|e| e.0 != id);
         }
-        return Err(not(Duration::ZERO));
+        return Err(not(Duration::ZERO, true));
     }
-    rx.recv_timeout(limit).map_err(|_| not(limit))
+    rx.recv_timeout(limit).map_err(|_| not(limit, false))
 }
 
 /// Whether the file at `path` is on a FUSE filesystem (`statfs(2)`, under the deadline).
@@ -147,6 +264,14 @@ pub fn is_fuse(place: Place, path: &Path) -> Result<bool, NotAnswering> {
             .map(|s| s.filesystem_type().0 == FUSE_SUPER_MAGIC)
             .unwrap_or(false)
     })
+}
+
+/// Why a file on FUSE is not opened to read its residency.
+pub fn fuse_why(path: &Path) -> String {
+    format!(
+        "'{}' is on a FUSE filesystem, where opening a file drops its page cache",
+        path.display()
+    )
 }
 
 /// `std::fs::metadata(path)` under the deadline.

@@ -137,18 +137,24 @@ fn refuse_pseudo_fd(file: &File, path: &Path, what: &str) -> anyhow::Result<()> 
 
 /// Refuses a path (a file or a directory to search) on procfs, sysfs, devtmpfs and the like.
 /// Devices, FIFOs and sockets pass: the caller's own check names them as what they are.
+/// Its `stat` and `statfs` run under the deadline ([`super::answer`]): a path on a mount
+/// that does not answer is no kernel interface (those always answer), and is let through.
 pub fn refuse_pseudo(path: &Path, what: &str) -> anyhow::Result<()> {
     use std::os::unix::fs::MetadataExt;
-    let Ok(meta) = std::fs::metadata(path) else {
-        return Ok(());
-    };
-    if !meta.is_file() && !meta.is_dir() {
-        return Ok(());
-    }
-    let Ok(st) = nix::sys::statfs::statfs(path) else {
-        return Ok(());
-    };
-    match pseudo_name(st.filesystem_type().0, meta.dev()) {
+    let p = path.to_path_buf();
+    let found = super::answer::within(super::answer::Place::of(path), path, move || {
+        let meta = std::fs::metadata(&p).ok()?;
+        if !meta.is_file() && !meta.is_dir() {
+            return None;
+        }
+        let st = nix::sys::statfs::statfs(&p).ok()?;
+        Some((st.filesystem_type().0, meta.dev()))
+    });
+    match found
+        .ok()
+        .flatten()
+        .and_then(|(t, dev)| pseudo_name(t, dev))
+    {
         Some(fs) => Err(pseudo_error(path, what, fs)),
         None => Ok(()),
     }
@@ -172,12 +178,24 @@ pub fn not_file_or_dir(path: &Path, meta: &std::fs::Metadata) -> anyhow::Error {
 /// A model path named on the command line (`scan`, `top`, `record`, `trace`, `serve`):
 /// it exists, is a regular file or a directory, and is not on a kernel-interface file
 /// system. Checked before any work or output.
+///
+/// Under the deadline ([`super::answer`]): a path whose filesystem does not answer is
+/// refused with that sentence. A file on FUSE is not opened (opening it there drops its
+/// page cache): its `stat` says it is regular.
 pub fn check_target(path: &Path) -> anyhow::Result<()> {
-    let meta =
-        std::fs::metadata(path).with_context(|| format!("cannot access '{}'", path.display()))?;
+    use super::answer::{self, Place};
+    let place = Place::of(path);
+    let meta = answer::metadata(place.clone(), path)
+        .map_err(|e| anyhow::anyhow!("{e}"))?
+        .with_context(|| format!("cannot access '{}'", path.display()))?;
     if meta.is_file() {
+        if answer::is_fuse(place.clone(), path).map_err(|e| anyhow::anyhow!("{e}"))? {
+            return Ok(());
+        }
         // Opens without blocking, as a FIFO renamed under us must not hang.
-        open_regular(path, "file")?;
+        let p = path.to_path_buf();
+        answer::within(place, path, move || open_regular(&p, "file").map(drop))
+            .map_err(|e| anyhow::anyhow!("{e}"))??;
         return Ok(());
     }
     if !meta.is_dir() {
@@ -240,8 +258,15 @@ pub fn check_targets(paths: &[std::path::PathBuf], pids: &[i32]) -> anyhow::Resu
 }
 
 /// Checks that `path` is a regular file without opening it for long.
+///
+/// Under the deadline ([`super::answer`]): a filesystem that does not answer is said.
 pub fn check_regular(path: &Path, what: &str) -> anyhow::Result<u64> {
-    Ok(open_regular(path, what)?.metadata()?.len())
+    let (p, w) = (path.to_path_buf(), what.to_string());
+    let place = super::answer::Place::of(path);
+    super::answer::within(place, path, move || {
+        Ok(open_regular(&p, &w)?.metadata()?.len())
+    })
+    .map_err(|e| anyhow::anyhow!("{e}"))?
 }
 
 /// Reads a regular file of at most `max` bytes.

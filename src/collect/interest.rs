@@ -68,7 +68,7 @@ impl<'a> Gatherer<'a> {
 
     pub(super) fn add_explicit_paths(&mut self) -> anyhow::Result<()> {
         for path in &self.req.paths {
-            let meta = super::answer::metadata(Place::Path(path.clone()), path)?
+            let meta = super::answer::metadata(Place::of(path), path)?
                 .with_context(|| format!("cannot access '{}'", path.display()))?;
             if meta.is_dir() {
                 crate::input::refuse_pseudo(path, "directory")?;
@@ -152,7 +152,15 @@ impl<'a> Gatherer<'a> {
             .then(|| self.procs.overlays().real_at(pid, path))
             .flatten()
             .map(|r| r.path);
-        let size = size.or_else(|| {
+        // A mapping's size from its `map_files` link with the attributes its filesystem
+        // has cached (nothing is asked of it, so a hung mount answers too); else by path,
+        // under the deadline.
+        let cached = alt
+            .as_ref()
+            .and_then(|a| super::answer::stat_cached(a).ok())
+            .filter(|st| FileKey::from_dev(st.st_dev, st.st_ino) == key)
+            .map(|st| st.st_size as u64);
+        let size = size.or(cached).or_else(|| {
             [Some(&open_path), alt.as_ref(), real.as_ref()]
                 .into_iter()
                 .flatten()
@@ -339,7 +347,15 @@ impl<'a> Gatherer<'a> {
     /// Model files of the well-known stores (see [`super::stores`]).
     pub(super) fn add_store_files(&mut self) {
         let dirs = super::stores::dirs(|k| std::env::var_os(k));
-        for (path, key, size) in super::stores::model_files(&dirs) {
+        let (found, hung) = super::stores::model_files(&dirs);
+        for e in hung {
+            self.warnings.push(Warning::new(
+                crate::sample::WarningKind::FileSkipped,
+                e.path.display().to_string(),
+                format!("model store not read: {e}"),
+            ));
+        }
+        for (path, key, size) in found {
             self.decided.entry(key).or_insert_with(|| {
                 Some(Interest {
                     shown: path.display().to_string(),

@@ -76,10 +76,7 @@ pub fn file_sample(
     f.now_at_path = m.at_path.filter(|k| *k != key);
     f.deleted |= f.now_at_path.is_some();
     if m.fuse {
-        let why = format!(
-            "'{}' is on a FUSE filesystem, where opening a file drops its page cache",
-            shown.display()
-        );
+        let why = answer::fuse_why(&shown);
         f.residency_error = Some(match mapped {
             Some(b) if b > 0 => format!(
                 "not read: {why} (its holders map {} of it, so at least that much is cached)",

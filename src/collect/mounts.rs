@@ -69,6 +69,96 @@ pub fn host_candidates(theirs: &str, ours: &str, path: &Path) -> Vec<PathBuf> {
         .collect()
 }
 
+/// One mount as a process sees it: its device (`st_dev` of its files, `makedev(major,
+/// minor)` of `mountinfo`'s field 3), where it is mounted, and its filesystem type.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Mounted {
+    pub dev: u64,
+    pub mount_point: PathBuf,
+    pub fs_type: String,
+}
+
+impl Mounted {
+    /// FUSE, or a filesystem built on it (`fuse.sshfs`, `fuseblk`, virtiofs): opening a
+    /// file there drops its page cache unless the daemon says otherwise.
+    pub fn is_fuse(&self) -> bool {
+        let t = self.fs_type.as_str();
+        t == "fuse" || t == "fuseblk" || t == "virtiofs" || t.starts_with("fuse.")
+    }
+}
+
+/// The mounts of a `mountinfo` text, in its order (a later mount over the same point
+/// hides an earlier one).
+pub fn parse_mounted(mountinfo: &str) -> Vec<Mounted> {
+    let Ok(m) = MountInfos::from_buf_read(mountinfo.as_bytes()) else {
+        return Vec::new();
+    };
+    m.0.into_iter()
+        .filter_map(|m| {
+            let (major, minor) = m.majmin.split_once(':')?;
+            Some(Mounted {
+                dev: libc::makedev(major.parse().ok()?, minor.parse().ok()?),
+                mount_point: m.mount_point,
+                fs_type: m.fs_type,
+            })
+        })
+        .collect()
+}
+
+/// The mount that holds `path` (absolute, as named in the namespace of `mounts`): the
+/// longest mount point that is a prefix of it, the latest mount of equals. Symbolic links
+/// on the way are not followed (nothing is asked of any filesystem).
+pub fn mount_of<'a>(mounts: &'a [Mounted], path: &Path) -> Option<&'a Mounted> {
+    mounts
+        .iter()
+        .enumerate()
+        .filter(|(_, m)| path.starts_with(&m.mount_point))
+        .max_by_key(|(i, m)| (m.mount_point.components().count(), *i))
+        .map(|(_, m)| m)
+}
+
+/// How long a namespace's mount table is trusted (a mount made or undone shows within it).
+const TABLE_AGE: std::time::Duration = std::time::Duration::from_secs(2);
+/// Namespaces whose tables are kept at most.
+const TABLES: usize = 64;
+
+type Table = std::sync::Arc<Vec<Mounted>>;
+
+/// The tables read, by mount namespace (`PROC/PID/ns/mnt`'s link, a procfs answer).
+static TABLES_KEPT: std::sync::Mutex<Vec<(String, std::time::Instant, Table)>> =
+    std::sync::Mutex::new(Vec::new());
+
+/// The mounts process `pid` sees (`None`: this process), read from procfs only: its
+/// `mountinfo`, kept per mount namespace for two seconds (most processes share one).
+/// `None` where procfs does not tell (a fixture root, a process gone).
+pub fn table(proc_root: &Path, pid: Option<i32>) -> Option<Table> {
+    let dir = proc_root.join(pid.map_or_else(|| "self".to_string(), |p| p.to_string()));
+    let ns = std::fs::read_link(dir.join("ns/mnt"))
+        .ok()
+        .map(|l| format!("{}:{}", proc_root.display(), l.display()));
+    let now = std::time::Instant::now();
+    if let Some(ns) = &ns {
+        let kept = TABLES_KEPT.lock().unwrap_or_else(|e| e.into_inner());
+        let hit = kept
+            .iter()
+            .find(|(n, at, _)| n == ns && now.duration_since(*at) < TABLE_AGE);
+        if let Some((_, _, t)) = hit {
+            return Some(t.clone());
+        }
+    }
+    let text = std::fs::read_to_string(dir.join("mountinfo")).ok()?;
+    let t: Table = std::sync::Arc::new(parse_mounted(&text));
+    if let Some(ns) = ns {
+        let mut kept = TABLES_KEPT.lock().unwrap_or_else(|e| e.into_inner());
+        kept.retain(|(n, at, _)| *n != ns && now.duration_since(*at) < TABLE_AGE);
+        if kept.len() >= TABLES {
+            kept.remove(0);
+        }
+        kept.push((ns, now, t.clone()));
+    }
+    Some(t)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -93,6 +183,24 @@ mod tests {
         // A file system the host has not mounted: nowhere on the host.
         assert!(host_candidates(theirs, ours, Path::new("/dev/shm/m")).is_empty());
         assert!(host_candidates("garbage", ours, Path::new("/m")).is_empty());
+    }
+
+    #[test]
+    fn the_mount_of_a_path_is_the_longest_prefix_the_latest_of_equals() {
+        let text = "\
+22 1 254:0 / / rw - ext4 /dev/vda rw
+40 22 0:52 / /mnt/m rw - fuse.sshfs host:/x rw
+41 22 0:53 / /mnt/m rw - nfs4 srv:/y rw
+42 22 0:54 / /mnt/mo rw - tmpfs tmpfs rw
+";
+        let t = parse_mounted(text);
+        let of = |p: &str| mount_of(&t, Path::new(p)).unwrap();
+        assert_eq!(of("/etc/hosts").dev, libc::makedev(254, 0));
+        assert_eq!(of("/mnt/m/a.gguf").dev, libc::makedev(0, 53));
+        assert_eq!(of("/mnt/mo/a").fs_type, "tmpfs");
+        assert!(!of("/mnt/m/a").is_fuse());
+        assert!(t[1].is_fuse());
+        assert!(mount_of(&[], Path::new("/a")).is_none());
     }
 
     #[test]

@@ -94,8 +94,16 @@ impl Overlays {
     /// The real file behind `path` as process `pid` names it, when that is an overlay
     /// file.
     pub fn real_at(&self, pid: i32, path: &str) -> Option<Real> {
+        // Only a path on an overlay (in the process's mount table: nothing is asked of
+        // the file's own filesystem, which may be a mount that does not answer).
+        if let Some(t) = super::mounts::table(&self.proc_root, Some(pid)) {
+            let plain = Path::new(super::reopen::strip_deleted(path));
+            if super::mounts::mount_of(&t, plain).is_some_and(|m| m.fs_type != "overlay") {
+                return None;
+            }
+        }
         let seen = super::reopen::in_root(&self.proc_root, pid, path);
-        let key = super::reopen::identity(&std::fs::metadata(seen).ok()?);
+        let key = super::reopen::identity(&stat_within(&seen)?);
         self.real(pid, key, path)
     }
 
@@ -133,7 +141,7 @@ impl Overlays {
             return None;
         }
         let seen = super::reopen::in_root(&self.proc_root, pid, path);
-        let meta = std::fs::metadata(&seen).ok()?;
+        let meta = stat_within(&seen)?;
         if super::reopen::identity(&meta) != key {
             return None;
         }
@@ -173,7 +181,11 @@ fn real_in(
         .ok()?;
     for layer in layers {
         let candidate = layer.join(&inside);
-        let Ok(m) = std::fs::symlink_metadata(&candidate) else {
+        let c = candidate.clone();
+        let place = super::answer::Place::of(&candidate);
+        let Ok(Ok(m)) =
+            super::answer::within(place, &candidate, move || std::fs::symlink_metadata(c))
+        else {
             continue;
         };
         // The first layer that has it is the one the overlay shows.
@@ -199,9 +211,21 @@ pub fn real_here(proc_root: &Path, path: &Path, meta: &std::fs::Metadata) -> Opt
     let ours = std::fs::read_to_string(proc_root.join("self/mountinfo"))
         .map(|t| parse(&t))
         .ok()?;
-    let abs = std::fs::canonicalize(path).ok()?;
+    let p = path.to_path_buf();
+    let abs = super::answer::within(super::answer::Place::of(path), path, move || {
+        std::fs::canonicalize(p)
+    })
+    .ok()?
+    .ok()?;
     let all: Vec<&Mount> = ours.iter().collect();
     real_in(&all, (key.major, key.minor), &abs, meta)
+}
+
+/// `stat(2)` of `path` under the deadline ([`super::answer`]).
+fn stat_within(path: &Path) -> Option<std::fs::Metadata> {
+    super::answer::metadata(super::answer::Place::of(path), path)
+        .ok()?
+        .ok()
 }
 
 /// Undoes mountinfo's octal escapes (`\040` for a space, `\134` for a backslash).

@@ -218,9 +218,11 @@ fn named_files(procs: &ProcReader, pid: i32, cmdline: &[String]) -> Vec<cache::N
             continue;
         };
         let open_path = root.join(shown.to_string_lossy().trim_start_matches('/'));
-        // Under the deadline: a name on a hung mount is passed over (the files the
-        // process maps or holds are still found, by their inode).
-        let place = super::answer::Place::Path(shown.clone());
+        // Under the deadline, at the mount that holds the name (from the process's mount
+        // table: the same place as its files' devices, so a hung mount costs one deadline
+        // a snapshot): a name there is passed over (the files the process maps or holds
+        // are still found, by their inode).
+        let place = super::answer::Place::of(&open_path);
         let Ok(Ok(meta)) = super::answer::metadata(place, &open_path) else {
             continue;
         };

@@ -211,7 +211,9 @@ impl ProcReader {
                 continue;
             };
             // An fd closed while we iterate is skipped.
-            let meta = match stat_cached(raw, name) {
+            // `AT_STATX_DONT_SYNC`: a hung FUSE or NFS mount answers from its cached
+            // attributes, so it cannot stop the walk of every process's fds.
+            let meta = match super::answer::stat_cached_at(raw, name) {
                 Ok(m) => m,
                 Err(nix::errno::Errno::ENOENT) => continue,
                 Err(e) => return Err(errno(e)),
@@ -240,35 +242,6 @@ impl ProcReader {
         out.sort_by_key(|t| t.fd);
         Ok(out)
     }
-}
-
-/// `statx(2)` of the file an fd entry names, with `AT_STATX_DONT_SYNC`: a network or FUSE
-/// filesystem answers from the attributes it has cached rather than asking its server or
-/// daemon, so a hung mount cannot stop the walk of every process's fds (FUSE:
-/// `fuse_update_get_attr`; NFS: `nfs_getattr`). Gives the fields of a `stat`.
-fn stat_cached(dir: std::os::fd::RawFd, name: &std::ffi::CStr) -> nix::Result<libc::stat> {
-    let mut sx = std::mem::MaybeUninit::<libc::statx>::zeroed();
-    let mask = libc::STATX_TYPE | libc::STATX_MODE | libc::STATX_INO | libc::STATX_SIZE;
-    // SAFETY: `name` is a valid C string, `sx` a valid buffer of the size statx writes.
-    let rc = unsafe {
-        libc::statx(
-            dir,
-            name.as_ptr(),
-            libc::AT_STATX_DONT_SYNC,
-            mask,
-            sx.as_mut_ptr(),
-        )
-    };
-    nix::errno::Errno::result(rc)?;
-    // SAFETY: statx succeeded and filled the buffer.
-    let sx = unsafe { sx.assume_init() };
-    // SAFETY: an all-zero `stat` is a valid value of that plain C struct.
-    let mut st: libc::stat = unsafe { std::mem::zeroed() };
-    st.st_mode = u32::from(sx.stx_mode);
-    st.st_dev = libc::makedev(sx.stx_dev_major, sx.stx_dev_minor);
-    st.st_ino = sx.stx_ino;
-    st.st_size = sx.stx_size as i64;
-    Ok(st)
 }
 
 /// `status`, by hand rather than with procfs's `Status::from_buf_read`: that one requires

@@ -175,11 +175,15 @@ pub fn open_inode<T>(
     Err(misses)
 }
 
-/// The first of `ways` whose `stat` is the inode `key` (nothing is opened).
-pub fn first_way(ways: &[PathBuf], key: FileKey) -> Option<&Path> {
-    ways.iter()
-        .find(|w| std::fs::metadata(w).is_ok_and(|m| identity(&m) == key))
-        .map(PathBuf::as_path)
+/// The first of `ways` whose `stat` is the inode `key` (nothing is opened), with that
+/// `stat`; each `stat` under the deadline of [`super::answer`] (a filesystem that does
+/// not answer has none).
+pub fn first_way(ways: &[PathBuf], key: FileKey) -> Option<(&Path, std::fs::Metadata)> {
+    let place = super::answer::Place::of_key(key);
+    ways.iter().find_map(|w| {
+        let m = super::answer::metadata(place.clone(), w).ok()?.ok()?;
+        (identity(&m) == key).then_some((w.as_path(), m))
+    })
 }
 
 /// The identity of what `metadata` describes.
@@ -259,7 +263,7 @@ mod tests {
         let ways = vec![a.clone(), gone.clone(), b.clone()];
         let (_, at) = open_inode(&ways, kb, open).unwrap();
         assert_eq!(at, b);
-        assert_eq!(first_way(&ways, kb), Some(b.as_path()));
+        assert_eq!(first_way(&ways, kb).map(|w| w.0), Some(b.as_path()));
         let misses = open_inode(&[a.clone(), gone.clone()], kb, open).unwrap_err();
         let text = misses.describe();
         assert!(text.starts_with(&format!("'{}' now names another file", a.display())));

@@ -47,7 +47,12 @@ pub fn dirs(env: impl Fn(&str) -> Option<std::ffi::OsString>) -> Vec<PathBuf> {
     if let Some(list) = env("TWOFOLD_MODEL_PATH") {
         out.extend(std::env::split_paths(&list).filter(|p| !p.as_os_str().is_empty()));
     }
-    out.retain(|d| d.is_dir());
+    // Under the deadline: a store on a mount that does not answer is walked (and said)
+    // by [`model_files`].
+    out.retain(|d| {
+        let p = d.clone();
+        super::answer::within(super::answer::Place::of(d), d, move || p.is_dir()) != Ok(false)
+    });
     out.sort();
     out.dedup();
     out
@@ -61,12 +66,33 @@ fn gguf_magic(path: &Path) -> bool {
         && &m == b"GGUF"
 }
 
-/// Model files under `dirs` (symlinks followed), with their size.
-pub fn model_files(dirs: &[PathBuf]) -> Vec<(PathBuf, FileKey, u64)> {
+/// A store's model files: (path, identity, size).
+pub type StoreFiles = Vec<(PathBuf, FileKey, u64)>;
+
+/// Model files under `dirs` (symlinks followed), with their size; and the stores whose
+/// filesystem did not answer (each walked on a helper thread under the deadline of
+/// [`super::answer`]).
+pub fn model_files(dirs: &[PathBuf]) -> (StoreFiles, Vec<super::answer::NotAnswering>) {
     let mut seen = HashSet::new();
     let mut out = Vec::new();
+    let mut hung = Vec::new();
     for d in dirs {
-        let mut stack = vec![(d.clone(), 0usize)];
+        let dir = d.clone();
+        match super::answer::within(super::answer::Place::of(d), d, move || walk_store(&dir)) {
+            Ok(found) => out.extend(found.into_iter().filter(|f| seen.insert(f.1))),
+            Err(e) => hung.push(e),
+        }
+    }
+    out.sort();
+    (out, hung)
+}
+
+/// The model files of one store.
+fn walk_store(d: &Path) -> StoreFiles {
+    let mut seen = HashSet::new();
+    let mut out = Vec::new();
+    {
+        let mut stack = vec![(d.to_path_buf(), 0usize)];
         while let Some((dir, depth)) = stack.pop() {
             let Ok(entries) = std::fs::read_dir(&dir) else {
                 continue;
@@ -97,7 +123,6 @@ pub fn model_files(dirs: &[PathBuf]) -> Vec<(PathBuf, FileKey, u64)> {
             }
         }
     }
-    out.sort();
     out
 }
 
@@ -120,7 +145,8 @@ mod tests {
         std::fs::write(d.path().join("sha256-1"), gguf).unwrap();
         std::fs::write(d.path().join("notes.txt"), vec![0u8; 2 << 20]).unwrap();
         std::fs::write(d.path().join("tiny.gguf"), b"GGUF").unwrap();
-        let found = model_files(&[d.path().to_path_buf()]);
+        let (found, hung) = model_files(&[d.path().to_path_buf()]);
+        assert!(hung.is_empty());
         let names: Vec<String> = found
             .iter()
             .map(|(p, _, _)| p.file_name().unwrap().to_string_lossy().into_owned())

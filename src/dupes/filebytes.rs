@@ -22,8 +22,10 @@ use std::fs::{File, OpenOptions};
 use std::io;
 use std::os::fd::AsRawFd;
 use std::os::unix::fs::{FileExt, OpenOptionsExt};
-use std::path::Path;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
+use crate::collect::answer::{self, Place};
 use crate::sample::FileKey;
 
 /// `O_DIRECT` transfers are done in blocks of this size and alignment.
@@ -36,8 +38,8 @@ pub const ON_FUSE: &str =
     "not opened: it is on a FUSE filesystem, where opening a file drops its page cache";
 
 pub struct FileBytes {
-    file: File,
-    direct: Option<File>,
+    file: Arc<File>,
+    direct: Option<Arc<File>>,
     /// The file mapped, to copy cached ranges from (with `direct` only).
     mapped: Option<super::cachedcopy::CachedCopy>,
     pub size: u64,
@@ -48,7 +50,19 @@ pub struct FileBytes {
     blocks: super::blocks::Blocks,
     /// Its holes, `[start, end)` page-aligned and sorted (at most [`MAX_HOLES`]).
     holes: Vec<(u64, u64)>,
+    /// Where its reads go (its device) and the name they are said by: every read of
+    /// storage runs under [`answer::within`]'s deadline, so a filesystem that stops
+    /// answering mid-read fails the read (`TimedOut`, "the filesystem did not answer"),
+    /// never the caller.
+    place: Place,
+    path: PathBuf,
+    /// Set, with the sentence, when a read of it did not answer ([`FileBytes::hung`]).
+    hung: Hung,
 }
+
+/// Whether a file's filesystem stopped answering while it was read: the sentence that
+/// says so once it did (shared, so a caller that gave the file away can still ask).
+pub type Hung = Arc<std::sync::OnceLock<String>>;
 
 /// Holes remembered per file; past them the rest of the file is read as data. Bounds the
 /// memory a file of millions of holes could make twofold allocate (16 bytes each).
@@ -73,59 +87,91 @@ fn holes_of(file: &File, size: u64) -> Vec<(u64, u64)> {
     holes
 }
 
+/// Why `path` could not be opened or read, in words: a filesystem that did not answer
+/// says so (and names the path) on its own; any other error is said with the path.
+pub fn cannot(path: &Path, e: &io::Error) -> String {
+    if answer::is_not_answering(e) {
+        e.to_string()
+    } else {
+        format!("cannot open '{}': {e}", path.display())
+    }
+}
+
+/// What the helper thread of an open gives: the descriptors, the `fstat`, the holes.
+type Parts = (File, Option<File>, std::fs::Metadata, Vec<(u64, u64)>);
+
+/// Opens `path` (on the helper thread of [`FileBytes::open`]): refused on FUSE unless
+/// `on_fuse`, a regular file only, with a second `O_DIRECT` descriptor where allowed.
+fn open_parts(path: &Path, on_fuse: bool) -> io::Result<Parts> {
+    if !on_fuse
+        && nix::sys::statfs::statfs(path)
+            .is_ok_and(|s| s.filesystem_type().0 == answer::FUSE_SUPER_MAGIC)
+    {
+        return Err(io::Error::other(ON_FUSE));
+    }
+    // O_NONBLOCK: opening a FIFO for reading would block until a writer comes; the
+    // fstat of the very descriptor opened then refuses anything but a regular file.
+    let file = OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NONBLOCK | libc::O_NOCTTY)
+        .open(path)?;
+    let m = file.metadata()?;
+    if !m.is_file() {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidInput,
+            "not a regular file",
+        ));
+    }
+    // Readahead off for this descriptor, should a plain read be needed (tmpfs); advice,
+    // so no error.
+    // SAFETY: a plain syscall on our own open descriptor.
+    unsafe {
+        libc::posix_fadvise(file.as_raw_fd(), 0, 0, libc::POSIX_FADV_RANDOM);
+    }
+    let direct = OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_DIRECT | libc::O_NONBLOCK | libc::O_NOCTTY)
+        .open(path)
+        .ok();
+    // `SEEK_DATA` asks the filesystem (FUSE sends `LSEEK`): here, under the deadline.
+    let holes = holes_of(&file, m.len());
+    Ok((file, direct, m, holes))
+}
+
 impl FileBytes {
     /// Opens `path` read-only (and a second, `O_DIRECT` descriptor where allowed); refuses
     /// a file on FUSE, where opening it drops its page cache ([`FileBytes::open_even_on_fuse`]).
+    /// The open runs under [`answer::within`]'s deadline: a filesystem that does not
+    /// answer fails it (`TimedOut`).
     pub fn open(path: &Path) -> io::Result<FileBytes> {
-        if nix::sys::statfs::statfs(path)
-            .is_ok_and(|s| s.filesystem_type().0 == crate::collect::answer::FUSE_SUPER_MAGIC)
-        {
-            return Err(io::Error::other(ON_FUSE));
-        }
-        Self::open_even_on_fuse(path)
+        Self::open_on(path, false)
     }
 
     /// [`FileBytes::open`], on FUSE too (`dupes FILE`, where the user asked for its bytes).
     pub fn open_even_on_fuse(path: &Path) -> io::Result<FileBytes> {
-        // O_NONBLOCK: opening a FIFO for reading would block until a writer comes; the
-        // fstat of the very descriptor opened then refuses anything but a regular file.
-        let file = OpenOptions::new()
-            .read(true)
-            .custom_flags(libc::O_NONBLOCK | libc::O_NOCTTY)
-            .open(path)?;
-        let m = file.metadata()?;
-        if !m.is_file() {
-            return Err(io::Error::new(
-                io::ErrorKind::InvalidInput,
-                "not a regular file",
-            ));
-        }
-        // Readahead off for this descriptor, should a plain read be needed (tmpfs); advice,
-        // so no error.
-        // SAFETY: a plain syscall on our own open descriptor.
-        unsafe {
-            libc::posix_fadvise(file.as_raw_fd(), 0, 0, libc::POSIX_FADV_RANDOM);
-        }
-        let direct = OpenOptions::new()
-            .read(true)
-            .custom_flags(libc::O_DIRECT | libc::O_NONBLOCK | libc::O_NOCTTY)
-            .open(path)
-            .ok();
+        Self::open_on(path, true)
+    }
+
+    fn open_on(path: &Path, on_fuse: bool) -> io::Result<FileBytes> {
+        use std::os::unix::fs::MetadataExt;
+        let p = path.to_path_buf();
+        let (file, direct, m, holes) =
+            answer::within(Place::of(path), path, move || open_parts(&p, on_fuse))??;
         let mapped = direct
             .as_ref()
             .and_then(|_| super::cachedcopy::CachedCopy::new(&file, m.len()));
-        let version = {
-            use std::os::unix::fs::MetadataExt;
-            super::pointcache::version(FileKey::from_dev(m.dev(), m.ino()), &m)
-        };
+        let key = FileKey::from_dev(m.dev(), m.ino());
         Ok(FileBytes {
             blocks: super::blocks::Blocks::default(),
-            holes: holes_of(&file, m.len()),
-            file,
-            direct,
+            holes,
+            file: Arc::new(file),
+            direct: direct.map(Arc::new),
             mapped,
             size: m.len(),
-            version,
+            version: super::pointcache::version(key, &m),
+            place: Place::of_key(key),
+            path: path.to_path_buf(),
+            hung: Hung::default(),
         })
     }
 
@@ -219,7 +265,7 @@ impl FileBytes {
             let part = &mut buf[done..done + len];
             let got = match (&self.direct, &self.mapped) {
                 // Without O_DIRECT (tmpfs) there is no other way to read.
-                (None, _) => self.file.read_at(part, at)?,
+                (None, _) => self.read_plain(part, at)?,
                 (Some(_), Some(map))
                     if crate::collect::residency::range_cached(&self.file, at, len as u64)
                         == Some(true) =>
@@ -246,25 +292,58 @@ impl FileBytes {
         Ok(())
     }
 
+    /// `pread` of `f` into a buffer of its own (`len` bytes, after `pad` bytes that align
+    /// it), on a helper thread under the deadline: a read the filesystem leaves hanging
+    /// is abandoned (it keeps its buffer) and fails here with `TimedOut`.
+    fn pread_within(
+        &self,
+        f: &Arc<File>,
+        len: usize,
+        align: usize,
+        at: u64,
+    ) -> io::Result<(Vec<u8>, usize, usize)> {
+        let f = Arc::clone(f);
+        let read = move || {
+            let mut scratch = vec![0u8; len + align];
+            let pad = scratch.as_ptr().align_offset(align.max(1));
+            let n = f.read_at(&mut scratch[pad..pad + len], at)?;
+            Ok((scratch, pad, n))
+        };
+        answer::within(self.place.clone(), &self.path, read).map_err(|e| {
+            let _ = self.hung.set(e.to_string());
+            std::io::Error::from(e)
+        })?
+    }
+
+    /// Set once a read of this file did not answer in time (with the sentence).
+    pub fn hung(&self) -> Hung {
+        Arc::clone(&self.hung)
+    }
+
+    /// A plain `pread` (under the deadline) into `buf`: at least one byte, 0 at the end.
+    fn read_plain(&self, buf: &mut [u8], off: u64) -> io::Result<usize> {
+        let (scratch, pad, n) = self.pread_within(&self.file, buf.len(), 1, off)?;
+        buf[..n].copy_from_slice(&scratch[pad..pad + n]);
+        Ok(n)
+    }
+
     /// Reads at least one byte at `off` through `O_DIRECT` (plain `pread` without it).
     fn read_uncached(&self, buf: &mut [u8], off: u64) -> io::Result<usize> {
         let Some(direct) = &self.direct else {
-            return self.file.read_at(buf, off);
+            return self.read_plain(buf, off);
         };
         let start = off / BLOCK * BLOCK;
         let end = (off + buf.len() as u64).next_multiple_of(BLOCK);
         let len = ((end - start) as usize).min(DIRECT_MAX);
         // Over-allocated by one block, for alignment.
-        let mut scratch = vec![0u8; len + BLOCK as usize];
-        let pad = scratch.as_ptr().align_offset(BLOCK as usize);
-        let aligned = &mut scratch[pad..pad + len];
-        let n = match direct.read_at(aligned, start) {
-            Ok(n) => n,
+        let (scratch, pad, n) = match self.pread_within(direct, len, BLOCK as usize, start) {
+            Ok(r) => r,
             Err(e) if e.raw_os_error() == Some(libc::EINVAL) => {
-                return self.file.read_at(buf, off);
+                return self.read_plain(buf, off);
             }
             Err(e) => return Err(e),
         };
+        let aligned = &scratch[pad..pad + len];
         let skip = (off - start) as usize;
         if n <= skip {
             return Ok(0);

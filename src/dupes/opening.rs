@@ -57,7 +57,7 @@ pub fn open_all(
     let mut unopened = BTreeMap::new();
     for (f, (path, _)) in files {
         let o = FileBytes::open(path)
-            .map_err(|e| format!("cannot open '{}': {e}", path.display()))
+            .map_err(|e| super::filebytes::cannot(path, &e))
             .and_then(|b| {
                 let m = b.file().metadata().ok();
                 match m.filter(|m| reopen::identity(m) == f.key) {

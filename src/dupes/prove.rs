@@ -287,8 +287,10 @@ fn prove_group(
                 keys,
                 aliases,
             });
-            // Kept only when every file parsed: a hit must give the same outcome.
-            if let (Some(c), true) = (cache, unopened.is_empty()) {
+            // Kept only when every file parsed and read (a file whose filesystem did not
+            // answer is read again next time): a hit must give the same outcome.
+            let whole = unopened.is_empty() && ix.grid.files.iter().all(|f| f.error.is_none());
+            if let (Some(c), true) = (cache, whole) {
                 c.put(versions, opts.exact, ix.clone());
             }
             ix

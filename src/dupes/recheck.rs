@@ -60,8 +60,7 @@ pub fn recheck(
     }
     let target = ProcMemory::open(&roots.proc, pid).map_err(|e| format!("{e:#}"))?;
     let path = open_path(sample, key, &f.path, &roots.proc);
-    let bytes =
-        FileBytes::open(&path).map_err(|e| format!("cannot open '{}': {e}", path.display()))?;
+    let bytes = FileBytes::open(&path).map_err(|e| super::filebytes::cannot(&path, &e))?;
     let compare = Compare {
         target: &target,
         stride: proof.sample.stride_pages.max(1),

@@ -5,7 +5,7 @@
 use crate::sample::{Warning, WarningKind};
 use std::path::{Path, PathBuf};
 
-use anyhow::{bail, Context};
+use anyhow::Context;
 
 use crate::collect::gather::{self, Request};
 use crate::collect::memory::{ProcMemory, Region, RegionKind};
@@ -33,24 +33,21 @@ struct Prepared {
 }
 
 fn prepare(shown: &str, open_path: &Path) -> anyhow::Result<(Prepared, FileBytes)> {
-    use std::os::unix::fs::MetadataExt;
     let what = || format!("cannot read '{}'", open_path.display());
     // Asked for by name: opened on FUSE too, where the open drops its page cache, so its
     // residency is read before (and is unknown on FUSE, said by the caller).
-    let fuse = crate::collect::answer::is_fuse(
-        crate::collect::answer::Place::Path(open_path.to_path_buf()),
-        open_path,
-    )?;
+    let place = crate::collect::answer::Place::of(open_path);
+    let fuse = crate::collect::answer::is_fuse(place, open_path)?;
+    // Opened (a regular file only), its holes found and every read made under the
+    // deadline: a filesystem that stops answering fails this file, said by its name.
     let bytes = FileBytes::open_even_on_fuse(open_path).with_context(what)?;
-    let meta = bytes.file().metadata().with_context(what)?;
-    if !meta.is_file() {
-        bail!("'{}' is not a regular file", open_path.display());
-    }
     let size = bytes.size;
     let container = crate::container::parse(&bytes).with_context(what)?;
-    let page_cache = residency::query(bytes.file(), open_path, size, residency::Method::Auto)
-        .ok()
-        .filter(|_| !fuse)
+    // The page cache (`cachestat` asks nothing of the filesystem); unknown on FUSE, where
+    // the open dropped it.
+    let page_cache = (!fuse)
+        .then(|| residency::query(bytes.file(), open_path, size, residency::Method::Auto).ok())
+        .flatten()
         .map(|r| {
             crate::model::page_cache_fraction(
                 r.cached_bytes,
@@ -61,7 +58,7 @@ fn prepare(shown: &str, open_path: &Path) -> anyhow::Result<(Prepared, FileBytes
     Ok((
         Prepared {
             path: shown.to_string(),
-            key: FileKey::from_dev(meta.dev(), meta.ino()),
+            key: bytes.version.0,
             size,
             container,
             page_cache,
@@ -319,6 +316,12 @@ pub fn search(
     };
     let grid =
         Grid::build(inputs, args.align, layouts, true).context("cannot index the model files")?;
+    // A file that could not be read whole (its filesystem stopped answering mid-read) is
+    // said, never searched in part as if it had no copy.
+    let mut read = prepared.iter().zip(&grid.files);
+    if let Some((p, e)) = read.find_map(|(p, f)| Some((p, f.error.as_ref()?))) {
+        anyhow::bail!("cannot index '{}': {e}", p.path);
+    }
     let mut processes = Vec::new();
     for (pid, comm, chosen, host_files) in chosen_by_pid {
         match search_process(roots, pid, &grid, &prepared, &chosen) {

@@ -112,14 +112,16 @@ fn print_of(proc_root: &Path, sample: &Sample, i: usize, points: &PointCache) ->
     }
     let shown = Path::new(&f.path);
     // A file named through an overlay is shown by that name: its bytes are below it.
-    let real = std::fs::metadata(shown)
+    let place = crate::collect::answer::Place::of_key(f.key);
+    let real = crate::collect::answer::metadata(place, shown)
         .ok()
+        .and_then(Result::ok)
         .and_then(|m| crate::collect::overlay::real_here(proc_root, shown, &m))
         .map(|r| r.path);
     let mut ways = reopen::ways(proc_root, &sample.processes, f.key, Some(shown));
     ways.extend(real);
-    let way = reopen::first_way(&ways, f.key)?;
-    let version = pointcache::version(f.key, &std::fs::metadata(way).ok()?);
+    let (way, meta) = reopen::first_way(&ways, f.key)?;
+    let version = pointcache::version(f.key, &meta);
     if let Some(p) = points.fingerprint(&version) {
         return Some(p);
     }

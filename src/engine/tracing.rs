@@ -99,9 +99,8 @@ impl Engine {
             .req
             .paths
             .iter()
-            .filter(|p| p.is_file())
             .filter_map(|p| {
-                let m = std::fs::metadata(p).ok()?;
+                let m = stat_within(p).filter(|m| m.is_file())?;
                 Some((p.clone(), FileKey::from_dev(m.dev(), m.ino())))
             })
             .collect();
@@ -317,10 +316,16 @@ fn fold_exited(
 fn explicit_keys(paths: &[std::path::PathBuf]) -> Vec<FileKey> {
     paths
         .iter()
-        .filter_map(|p| std::fs::metadata(p).ok())
+        .filter_map(|p| stat_within(p))
         .filter(|m| m.is_file())
         .map(|m| FileKey::from_dev(m.dev(), m.ino()))
         .collect()
+}
+
+/// `stat(2)` of a path named, under the deadline (`collect::answer`).
+fn stat_within(p: &std::path::Path) -> Option<std::fs::Metadata> {
+    let place = crate::collect::answer::Place::of(p);
+    crate::collect::answer::metadata(place, p).ok()?.ok()
 }
 
 impl Tracing {

@@ -372,7 +372,7 @@ impl Uploads {
                 let shown = std::path::Path::new(&f.path);
                 let ways =
                     crate::collect::reopen::ways(&proc_root, &sample.processes, f.key, Some(shown));
-                let way = crate::collect::reopen::first_way(&ways, f.key).unwrap_or(shown);
+                let way = crate::collect::reopen::first_way(&ways, f.key).map_or(shown, |w| w.0);
                 (way.to_path_buf(), f.key)
             })
             .collect();

@@ -1,12 +1,13 @@
 #!/usr/bin/env python3
 """A passthrough FUSE filesystem (fusepy) whose answers can be made slow or hung.
 
-    slowfuse.py BACKING MOUNTPOINT CONTROL
+    slowfuse.py BACKING MOUNTPOINT CONTROL [LOG]
 
 Mirrors the regular files of BACKING (flat, read-only) at MOUNTPOINT. Before each
 operation it reads CONTROL, lines of `OP SECONDS` (OP: open, read, getattr, statfs;
 SECONDS: a delay, or `inf` to hang until the daemon dies), and sleeps that long
-first. The daemon is multithreaded: one hung operation does not stop the others.
+first; `read>=OFFSET SECONDS` delays only reads at OFFSET or beyond (a read that hangs
+mid-file). The daemon is multithreaded: one hung operation does not stop the others.
 Files are opened without FOPEN_KEEP_CACHE (fusepy's default), so the kernel drops a
 file's page cache at every open, as many FUSE filesystems do. Prints `mounted` once
 the mount answers. Used by tests/exact/hung.rs.
@@ -17,15 +18,22 @@ import sys
 import threading
 import time
 
-from fuse import FUSE, FuseOSError, Operations
+from fuse import FUSE, FuseOSError, Operations, fuse_get_context
 
 
 class Slow(Operations):
-    def __init__(self, backing, control):
+    def __init__(self, backing, control, log=None):
         self.backing = backing
         self.control = control
+        self.log = open(log, "a", buffering=1) if log else None
+        self.lock = threading.Lock()
 
-    def _wait(self, op):
+    def _note(self, line):
+        if self.log:
+            with self.lock:
+                self.log.write(line + "\n")
+
+    def _wait(self, op, offset=None):
         try:
             with open(self.control) as f:
                 lines = f.read().split("\n")
@@ -33,6 +41,9 @@ class Slow(Operations):
             return
         for line in lines:
             parts = line.split()
+            if len(parts) == 2 and offset is not None and parts[0].startswith(op + ">="):
+                if offset >= int(parts[0][len(op) + 2:]):
+                    parts[0] = op
             if len(parts) == 2 and parts[0] == op:
                 if parts[1] == "inf":
                     threading.Event().wait()
@@ -57,12 +68,14 @@ class Slow(Operations):
 
     def open(self, path, flags):
         self._wait("open")
+        self._note("open %d %s" % (fuse_get_context()[2], path))
         if flags & (os.O_WRONLY | os.O_RDWR):
             raise FuseOSError(errno.EROFS)
         return os.open(self._path(path), os.O_RDONLY)
 
     def read(self, path, size, offset, fh):
-        self._wait("read")
+        self._wait("read", offset)
+        self._note("read %d %d %d" % (fuse_get_context()[2], offset, size))
         return os.pread(fh, size, offset)
 
     def release(self, path, fh):
@@ -78,6 +91,7 @@ class Slow(Operations):
 
 def main():
     backing, mountpoint, control = sys.argv[1:4]
+    log = sys.argv[4] if len(sys.argv) > 4 else None
 
     def announce():
         # Ready when the mount answers a stat of the root.
@@ -89,7 +103,7 @@ def main():
         print("not mounted", flush=True)
 
     threading.Thread(target=announce, daemon=True).start()
-    FUSE(Slow(backing, control), mountpoint, foreground=True, nothreads=False,
+    FUSE(Slow(backing, control, log), mountpoint, foreground=True, nothreads=False,
          ro=True, allow_other=False)
 
 

@@ -17,6 +17,10 @@ pub const EXITED: &str = "the process exited";
 /// How the reason of a candidate checked in place between full searches begins.
 pub const CHANGED_SINCE_SEARCH: &str = "its memory changed since its last full search";
 
+/// What the reason of a file whose filesystem did not answer says (the collection's words:
+/// `'/mnt/nfs/m.gguf': the filesystem did not answer in 2 s`).
+pub const DID_NOT_ANSWER: &str = "the filesystem did not answer";
+
 const NOTHING_SEARCHABLE: &str = "nothing in the file can be searched for (no tensor, and no run of its bytes, of 256 bytes or more with information in it)";
 
 /// Why a candidate was not searched, or only in part: the kind of reason, with the
@@ -46,6 +50,9 @@ pub enum Unsearched {
     NoPtrace(String),
     /// The model files could not be indexed.
     NotIndexed(String),
+    /// The file's filesystem did not answer in time ([`DID_NOT_ANSWER`]): a hung
+    /// mount, whose file is not read until it answers again.
+    NotAnswering(String),
     /// The file could not be opened, read or parsed, or the search failed otherwise.
     Other(String),
 }
@@ -72,6 +79,12 @@ impl Unsearched {
         Unsearched::parse(&format!("the model files could not be indexed: {error}"))
     }
 
+    /// The file's filesystem did not answer: `why` is the collection's sentence
+    /// (`'/mnt/x/m.gguf': the filesystem did not answer in 2 s`).
+    pub fn not_answering(why: &str) -> Unsearched {
+        Unsearched::parse(&format!("not searched: {why}"))
+    }
+
     /// No proof was made (`--no-prove`).
     pub fn no_prove() -> Unsearched {
         Unsearched::parse("not searched (--no-prove)")
@@ -95,8 +108,8 @@ impl Unsearched {
 
     /// The reason a sentence gives, for any sentence a recording holds. The words decide,
     /// in this order (the first that applies): a check in place since the last full
-    /// search, a security policy, an exit, nothing searchable, the budget, `--no-prove`,
-    /// no ptrace rights, no index.
+    /// search, a security policy, an exit, a filesystem that did not answer, nothing
+    /// searchable, the budget, `--no-prove`, no ptrace rights, no index.
     pub fn parse(text: &str) -> Unsearched {
         let t = text.to_string();
         if text.contains(CHANGED_SINCE_SEARCH) {
@@ -105,6 +118,8 @@ impl Unsearched {
             Unsearched::Policy(t)
         } else if text.contains(EXITED) {
             Unsearched::Exited(t)
+        } else if text.contains(DID_NOT_ANSWER) {
+            Unsearched::NotAnswering(t)
         } else if text.contains("nothing in the file can be searched") {
             Unsearched::NothingSearchable(t)
         } else if text.contains("budget") {
@@ -131,6 +146,7 @@ impl Unsearched {
             | Unsearched::NoProve(t)
             | Unsearched::NoPtrace(t)
             | Unsearched::NotIndexed(t)
+            | Unsearched::NotAnswering(t)
             | Unsearched::Other(t) => t,
         }
     }
@@ -218,6 +234,12 @@ mod tests {
         let c = U::changed_since_search(Some(&U::partly_over_budget()), when);
         assert_eq!(c.text(), OLD[11]);
         assert_eq!(kind(OLD[11]), d(&c));
+        let hung = U::not_answering("'/mnt/x/m.gguf': the filesystem did not answer in 2 s");
+        assert_eq!(
+            hung.text(),
+            "not searched: '/mnt/x/m.gguf': the filesystem did not answer in 2 s"
+        );
+        assert_eq!(kind(hung.text()), d(&U::NotAnswering(String::new())));
         // A sentence that names the budget in other words is still about the budget.
         assert_eq!(kind(OLD[12]), d(&U::over_budget(1.0)));
     }

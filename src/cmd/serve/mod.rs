@@ -186,15 +186,26 @@ fn collect_loop(args: &ServeArgs, latest: &Latest, stop: &AtomicBool) {
     }
 }
 
-/// `name` resolved (`realpath`) when it names the inode `key` now.
+/// `name` resolved (`realpath`) when it names the inode `key` now; under the deadline of
+/// `collect::answer` (a name on a mount that does not answer is not resolved).
 fn resolve(name: &str, key: crate::sample::FileKey) -> Option<String> {
-    let real = std::fs::canonicalize(name).ok()?;
+    use crate::collect::answer::{within, Place};
+    use std::path::Path;
+    let n = std::path::PathBuf::from(name);
+    let real = within(Place::of_key(key), Path::new(name), move || {
+        std::fs::canonicalize(n)
+    })
+    .ok()?
+    .ok()?;
     names_inode(&real, key).then(|| real.to_str().map(str::to_string))?
 }
 
-/// Whether `path` (symlinks followed) is the inode `key` now.
+/// Whether `path` (symlinks followed) is the inode `key` now (its `stat` under the
+/// deadline: a mount that does not answer says no).
 fn names_inode(path: impl AsRef<std::path::Path>, key: crate::sample::FileKey) -> bool {
-    std::fs::metadata(path).is_ok_and(|m| crate::collect::reopen::identity(&m) == key)
+    use crate::collect::answer::{metadata, Place};
+    metadata(Place::of_key(key), path.as_ref())
+        .is_ok_and(|m| m.is_ok_and(|m| crate::collect::reopen::identity(&m) == key))
 }
 
 /// How long a name's resolution is kept while it and what it resolved to still name the

@@ -24,6 +24,9 @@ pub fn suspect_remedy(unsearched: &Unsearched, reader: Option<Privilege>) -> &'s
             return "raise --prove-budget to prove or rule it out";
         }
         Unsearched::NoProve(_) => return "scan without --no-prove to prove or rule it out",
+        Unsearched::NotAnswering(_) => {
+            return "its filesystem did not answer (a hung NFS server, a stopped FUSE daemon): once it answers, the next scan searches it";
+        }
         Unsearched::NotIndexed(_) | Unsearched::NoPtrace(_) | Unsearched::Other(_) => {}
     }
     match reader {

@@ -110,10 +110,15 @@ pub fn render(code: &Code) -> Text {
         } => text(
             path,
             format!(
-                "pid {pid} ({comm}) could hold a copy of '{}' (private memory {}, {} file) but was not searched: {unsearched}",
+                "pid {pid} ({comm}) could hold a copy of '{}' (private memory {}, {} file) but was not searched: {}",
                 name(path),
                 iec(*anon_bytes),
-                iec_opt(*size_bytes)
+                iec_opt(*size_bytes),
+                // Said once: a reason that begins with the same words does not repeat them.
+                unsearched
+                    .text()
+                    .strip_prefix("not searched: ")
+                    .unwrap_or(unsearched.text())
             ),
             Some(suspect_remedy(unsearched, *reader)),
         ),
