@@ -13,6 +13,8 @@ use crate::sample::Warning;
 use std::collections::BTreeMap;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
+mod held;
+mod ledger;
 mod manual;
 mod reuse;
 mod tracing;
