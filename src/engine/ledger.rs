@@ -434,6 +434,9 @@ impl Ledger {
             m.release();
         }
         let mut s = self.sample.clone();
+        if !s.libraries.is_empty() {
+            s.unavailable = None;
+        }
         s.samples_per_copy = SAMPLES as u32;
         s.processes = self
             .procs

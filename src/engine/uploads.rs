@@ -8,10 +8,12 @@
 
 use std::collections::BTreeSet;
 use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 
 use super::ledger::Ledger;
 use crate::collect::bpf::uploads::{Note, UploadTracer};
+use crate::collect::hostledger::Publisher;
 use crate::collect::Roots;
 use crate::dupes::uploads::Matcher;
 use crate::sample::uploads::UploadsSample;
@@ -23,6 +25,33 @@ pub(crate) struct Uploads {
     _tracer: UploadTracer,
     ledger: Arc<Mutex<Ledger>>,
     indexed: BTreeSet<FileKey>,
+    /// The thread that keeps the ledger where the host's other twofold processes read it
+    /// (a resident tracer), and its stop flag.
+    publishing: Option<(Arc<AtomicBool>, std::thread::JoinHandle<()>)>,
+}
+
+impl Drop for Uploads {
+    fn drop(&mut self) {
+        if let Some((stop, thread)) = self.publishing.take() {
+            stop.store(true, Ordering::Relaxed);
+            let _ = thread.join();
+        }
+    }
+}
+
+/// How often a resident tracer writes its ledger (when it changed).
+const PUBLISH_EVERY: std::time::Duration = std::time::Duration::from_millis(500);
+
+/// Each process of `s` with the GPUs `gpu` says it holds memory on.
+pub(crate) fn with_gpus(s: &mut UploadsSample, gpu: &GpuSample) {
+    for p in &mut s.processes {
+        p.gpus = gpu
+            .devices
+            .iter()
+            .filter(|d| d.processes.iter().any(|g| g.pid == p.pid))
+            .map(|d| d.info.index)
+            .collect();
+    }
 }
 
 impl Uploads {
@@ -58,9 +87,53 @@ impl Uploads {
                 _tracer: tracer,
                 ledger,
                 indexed,
+                publishing: None,
             },
             warnings,
         ))
+    }
+
+    /// Keeps the ledger in `dir` for the host's other twofold processes (`command` names
+    /// this one): written within [`PUBLISH_EVERY`] of each change, removed when tracing
+    /// stops. Returns the file.
+    pub(crate) fn publish(
+        &mut self,
+        dir: &std::path::Path,
+        command: &str,
+    ) -> Result<PathBuf, String> {
+        if self.publishing.is_some() {
+            return Err("the upload ledger is published already".into());
+        }
+        let proc_root = lock(&self.ledger).proc_root.clone();
+        let publisher = Publisher::create(dir, &proc_root, command)
+            .map_err(|e| format!("cannot keep the upload ledger in '{}': {e}", dir.display()))?;
+        let path = publisher.path().to_path_buf();
+        let stop = Arc::new(AtomicBool::new(false));
+        let (ledger, stop2) = (self.ledger.clone(), stop.clone());
+        let thread = std::thread::Builder::new()
+            .name("twofold-ledger".into())
+            .spawn(move || {
+                let mut first = true;
+                while !stop2.load(Ordering::Relaxed) {
+                    let snap = {
+                        let mut l = lock(&ledger);
+                        l.forget_exited();
+                        let changed = std::mem::take(&mut l.changed);
+                        (changed || first).then(|| l.snapshot())
+                    };
+                    if let Some(s) = snap {
+                        if let Err(e) = publisher.write(&s) {
+                            eprintln!("twofold: warning: {e}");
+                        }
+                        first = false;
+                    }
+                    std::thread::sleep(PUBLISH_EVERY);
+                }
+                drop(publisher);
+            })
+            .map_err(|e| format!("cannot start the ledger writer: {e}"))?;
+        self.publishing = Some((stop, thread));
+        Ok(path)
     }
 
     /// Indexes model files of `sample` not indexed yet, and returns the ledger, each
@@ -116,14 +189,7 @@ impl Uploads {
         if !s.libraries.is_empty() {
             s.unavailable = None;
         }
-        for p in &mut s.processes {
-            p.gpus = gpu
-                .devices
-                .iter()
-                .filter(|d| d.processes.iter().any(|g| g.pid == p.pid))
-                .map(|d| d.info.index)
-                .collect();
-        }
+        with_gpus(&mut s, gpu);
         s
     }
 

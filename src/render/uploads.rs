@@ -120,12 +120,40 @@ pub fn section(report: &Report, out: &mut String) {
         let _ = writeln!(out, "\nUPLOADS: none traced ({why})");
         return;
     }
-    let _ = writeln!(
-        out,
-        "\nUPLOADS (traced since {} through {})",
-        clock(u.since_unix_ns),
-        u.libraries.join(", ")
-    );
+    match &u.tracer {
+        Some(t) => {
+            let _ = writeln!(
+                out,
+                "\nUPLOADS (uploads traced by pid {} (twofold {}) since {} through {}; its ledger as of {})",
+                t.pid,
+                t.command,
+                clock(u.since_unix_ns),
+                u.libraries.join(", "),
+                clock(t.written_unix_ns)
+            );
+        }
+        None => {
+            let _ = writeln!(
+                out,
+                "\nUPLOADS (traced since {} through {})",
+                clock(u.since_unix_ns),
+                u.libraries.join(", ")
+            );
+        }
+    }
+    if let Some(g) = &u.gds {
+        let _ = match &g.unavailable {
+            Some(why) => writeln!(
+                out,
+                "  GPUDirect Storage reads (cuFileRead): not traced: {why}"
+            ),
+            None => writeln!(
+                out,
+                "  GPUDirect Storage reads (cuFileRead) traced through {}",
+                g.libraries.join(", ")
+            ),
+        };
+    }
     if u.lost_events > 0 {
         let _ = writeln!(out, "  {} calls lost (ring buffer full)", u.lost_events);
     }
