@@ -178,6 +178,8 @@ struct io_start {
 #define UP_HOST_ALLOC 6   /* pinned host allocation: src, bytes */
 #define UP_HOST_FREE 7    /* pinned host free: src */
 #define UP_TINY_SLOT 8    /* the process took slot `index` of the `tiny` counters */
+#define UP_DTOD 9         /* device -> device copy (cuMemcpyDtoD*, cuMemcpyPeer*,
+			   * a 2D/3D copy between device ranges): dst, src, bytes */
 
 #define UPF_UNIFIED 1     /* cuMemcpy*, batch: the destination is device memory
 			   * only if it lies in a traced device allocation */

@@ -18,6 +18,7 @@ struct uregs {
 #define UARG2(r) ((r)->si)
 #define UARG3(r) ((r)->dx)
 #define UARG4(r) ((r)->cx)
+#define UARG5(r) ((r)->r8)
 #define URET(r) ((r)->ax)
 #elif defined(__TARGET_ARCH_arm64)
 struct uregs {
@@ -28,6 +29,7 @@ struct uregs {
 #define UARG2(r) ((r)->regs[1])
 #define UARG3(r) ((r)->regs[2])
 #define UARG4(r) ((r)->regs[3])
+#define UARG5(r) ((r)->regs[4])
 #define URET(r) ((r)->regs[0])
 #else
 #error "uargs.h: no argument table for this architecture"

@@ -4,6 +4,9 @@
  * allocation entry points (libcuda.so.1; twofold attaches each exported symbol
  * it knows, with the entry point's number as the attach cookie).
  *
+ * A device-to-device copy (cuMemcpyDtoD*, cuMemcpyPeer*) sends its destination,
+ * source and size only: user space knows which device ranges hold model bytes.
+ *
  * A host-to-device copy sends its destination, source and size with content
  * samples of the source taken at the moment of the call: the first UP_ANCHOR
  * bytes and, for a copy longer than that, UP_SAMPLES windows of UP_SAMPLE bytes
@@ -279,6 +282,9 @@ static __always_inline int planar(__u32 entry, __u32 src_type, __u64 src_host, _
 {
 	__u64 src;
 	__u32 flags = 0;
+	if (src_type == MT_DEVICE && dst_type == MT_DEVICE && contiguous)
+		/* On the device: a clone of what the source holds (user space decides). */
+		return small(UP_DTOD, dst_device, src_device + start, width * rows, entry);
 	if (src_type == MT_HOST)
 		src = src_host;
 	else if (src_type == MT_UNIFIED)
@@ -342,6 +348,22 @@ int up_batch(struct uregs *ctx)
 		copy(entry, d, s, n, n, UPF_UNIFIED, i);
 	}
 	return 0;
+}
+
+/* cuMemcpyDtoD*(CUdeviceptr dst, CUdeviceptr src, size_t n, ...): no content (device
+ * memory); whether the source holds model bytes is user space's to say. */
+SEC("uprobe")
+int up_dtod(struct uregs *ctx)
+{
+	return small(UP_DTOD, UARG1(ctx), UARG2(ctx), UARG3(ctx), entry_of(ctx));
+}
+
+/* cuMemcpyPeer*(CUdeviceptr dst, CUcontext dst_ctx, CUdeviceptr src, CUcontext src_ctx,
+ * size_t n, ...) */
+SEC("uprobe")
+int up_peer(struct uregs *ctx)
+{
+	return small(UP_DTOD, UARG1(ctx), UARG3(ctx), UARG5(ctx), entry_of(ctx));
 }
 
 /* cuMemHostRegister*(void *p, size_t bytes, unsigned flags) */

@@ -54,6 +54,13 @@ const ENVIRONMENT: &[(&str, &str)] = &[
          /run/twofold/device as root, else $XDG_RUNTIME_DIR/twofold/device).",
     ),
     (
+        "TWOFOLD_UPLOADS_DIR",
+        "Where a resident upload tracer (serve or record with --trace or --trace-uploads) \
+         keeps its upload ledger for the host's other twofold processes, and where scan, \
+         top and record without tracing of their own read it (default \
+         /run/twofold/uploads as root, else $XDG_RUNTIME_DIR/twofold/uploads).",
+    ),
+    (
         "TWOFOLD_INDEX_CACHE, XDG_CACHE_HOME",
         "Where the proof keeps the content index's points of each model file version \
          (default /var/cache/twofold/index as root, else $XDG_CACHE_HOME/twofold/index, \

@@ -77,6 +77,12 @@ pub fn record(args: &RecordArgs, out: &mut dyn Write) -> anyhow::Result<()> {
             )]);
         }
     }
+    if engine.tracing() {
+        // One tracer per host: the others (a plain scan, top) read what it traces.
+        if let Err(why) = engine.publish_uploads("record") {
+            super::warn_all(&[format!("the upload ledger is not shared: {why}")]);
+        }
+    }
     let stop = stop_flag();
     let wait = super::common::StopWait::new();
     let mut n = 0u64;

@@ -12,6 +12,7 @@ pub mod decisions;
 pub mod error;
 pub mod gather;
 pub mod gpu;
+pub mod hostledger;
 pub mod input;
 pub mod interest;
 pub mod keyvalue;

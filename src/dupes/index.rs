@@ -50,6 +50,9 @@ pub enum Layouts {
     /// And every conversion the tensor's dtype can be made into (F32 → F16/BF16,
     /// F16/BF16 → F32, F16 ↔ BF16): only those whose source dtype the tensor has.
     Converted,
+    /// The dtype conversions of [`Layouts::Converted`] without llama.cpp's CPU repacks:
+    /// what a runtime may upload to a device (`.to("cuda", torch.bfloat16)`).
+    Dtypes,
 }
 
 /// What decides the layouts a runtime may give a file's tensors besides their dtype.
@@ -177,7 +180,9 @@ impl Layouts {
             Layouts::Widened => {
                 v.extend(Conversion::of(dtype).filter(widening).map(CopyKind::from))
             }
-            Layouts::Converted => v.extend(Conversion::of(dtype).map(CopyKind::from)),
+            Layouts::Converted | Layouts::Dtypes => {
+                v.extend(Conversion::of(dtype).map(CopyKind::from))
+            }
         }
         v
     }

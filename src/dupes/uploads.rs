@@ -6,8 +6,10 @@
 //! A copy of `n` bytes is *matched* to `[f, f + n)` of a file when a 16-byte window of its
 //! first 2,064 bytes that is no constant run is a point of the grid, and then every byte
 //! the probe read (those 2,064 bytes and up to 16 windows of 32 bytes spread over the copy)
-//! equals the file's bytes at the offsets that point implies (or, for an F16/BF16 tensor,
-//! its value-exact F32 widening). Bytes between the samples are not read: the claim is that
+//! equals the file's bytes at the offsets that point implies (or their dtype conversion:
+//! F16/BF16 widened to F32, F32 narrowed to F16/BF16, F16 ↔ BF16, as `index::Layouts::Dtypes`
+//! indexes them). Identical tensors of several files match each of them
+//! ([`Matcher::match_all`]). Bytes between the samples are not read: the claim is that
 //! every sampled window of the copy is the file's (the sampling rule, `docs/device.md`).
 //! A copy that continues the last matched copy of its process (its source or destination
 //! right after that copy's) is also confirmed at the file offset right after it
@@ -25,10 +27,18 @@ use crate::sample::FileKey;
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Matched {
     pub file: FileKey,
-    pub widened: bool,
+    /// How the device bytes relate to the file's: as they are, or a dtype conversion.
+    pub kind: CopyKind,
     /// File bytes `[start, end)` the copy carried.
     pub start: u64,
     pub end: u64,
+}
+
+impl Matched {
+    /// The dtype conversion the device holds (`None`: the file's bytes as they are).
+    pub fn conversion(&self) -> Option<crate::sample::converted::Conversion> {
+        self.kind.conversion()
+    }
 }
 
 /// The grid of a set of model files, to match uploads against.
@@ -60,7 +70,7 @@ impl Matcher {
         if inputs.is_empty() {
             return (None, warnings);
         }
-        match Grid::build(inputs, 1, super::index::Layouts::Widened, true) {
+        match Grid::build(inputs, 1, super::index::Layouts::Dtypes, true) {
             Ok(grid) => (Some(Matcher { grid, keys }), warnings),
             Err(e) => {
                 warnings.push(format!("cannot index the model files for uploads: {e}"));
@@ -81,11 +91,15 @@ impl Matcher {
         &self.keys
     }
 
-    /// The file range `c` carried, if its samples are a file's bytes.
-    pub fn match_copy(&self, c: &CopyRecord) -> Option<Matched> {
+    /// The file range `c` carried in each file whose bytes its samples are (one match per
+    /// file, sorted by file: identical tensors of two files match both, and which one the
+    /// upload is counted under is the model's to say, by the uploader's relation to each).
+    pub fn match_all(&self, c: &CopyRecord) -> Vec<Matched> {
+        let mut out: Vec<Matched> = Vec::new();
         if c.anchor.len() < WIN || c.strided {
-            return None;
+            return out;
         }
+        let mut hits = Vec::new();
         for pos in 0..=c.anchor.len() - WIN {
             let w = &c.anchor[pos..pos + WIN];
             if periodic(w) {
@@ -95,15 +109,20 @@ impl Matcher {
             if !self.grid.maybe(key) {
                 continue;
             }
-            let mut hits = Vec::new();
+            hits.clear();
             self.grid.lookup(key, |piece, m| hits.push((piece, m)));
-            for (piece, m) in hits {
+            for &(piece, m) in &hits {
+                let file = self.keys[self.grid.pieces[piece].file];
+                if out.iter().any(|o| o.file == file) {
+                    continue;
+                }
                 if let Some(found) = self.confirm(c, piece, m, pos as u64) {
-                    return Some(found);
+                    out.push(found);
                 }
             }
         }
-        None
+        out.sort_by_key(|m| m.file);
+        out
     }
 
     /// Whether `c` carried `file`'s bytes `[base, base + c.bytes)` as they are: the copy
@@ -133,7 +152,7 @@ impl Matcher {
         }
         Some(Matched {
             file,
-            widened: false,
+            kind: CopyKind::Identical,
             start: base,
             end,
         })
@@ -145,7 +164,6 @@ impl Matcher {
         let file = &self.grid.files[p.file];
         let key = self.keys[p.file];
         let mut buf = Vec::new();
-        let mut conv = Vec::new();
         if p.kind == CopyKind::Identical {
             // Upload byte 0 is file byte `base`; the copy may run past the tensor.
             let base = (p.file_offset + m).checked_sub(pos)?;
@@ -167,23 +185,26 @@ impl Matcher {
             }
             return Some(Matched {
                 file: key,
-                widened: false,
+                kind: p.kind,
                 start: base,
                 end,
             });
         }
-        // Widened: memory offsets of the piece, 4 bytes per 2 of the file.
+        // Converted: memory offsets of the piece, `me` bytes per element in memory for
+        // `fe` in the file; the copy lies within the tensor, whole elements.
+        let (fe, me) = p.kind.elements();
         let mbase = m.checked_sub(pos)?;
-        if mbase % 4 != 0 || mbase + c.bytes > p.mem_len || c.bytes % 4 != 0 {
+        if mbase % me != 0 || c.bytes % me != 0 || mbase + c.bytes > p.mem_len {
             return None;
         }
+        let mut conv = Vec::new();
         let mut same = |off: u64, want: &[u8]| {
-            let a = (mbase + off) / 4 * 4;
-            let b = (mbase + off + want.len() as u64).div_ceil(4) * 4;
-            buf.resize(((b - a) / 2) as usize, 0);
+            let a = (mbase + off) / me * me;
+            let b = (mbase + off + want.len() as u64).div_ceil(me) * me;
+            buf.resize(((b - a) / me * fe) as usize, 0);
             if file
                 .bytes
-                .read_exact_at(&mut buf, p.file_offset + a / 2)
+                .read_exact_at(&mut buf, p.file_offset + a / me * fe)
                 .is_err()
             {
                 return false;
@@ -202,9 +223,9 @@ impl Matcher {
         }
         Some(Matched {
             file: key,
-            widened: true,
-            start: p.file_offset + mbase / 2,
-            end: p.file_offset + (mbase + c.bytes) / 2,
+            kind: p.kind,
+            start: p.file_offset + mbase / me * fe,
+            end: p.file_offset + (mbase + c.bytes) / me * fe,
         })
     }
 }

@@ -14,6 +14,8 @@ use std::collections::BTreeMap;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 mod carry;
+mod held;
+mod ledger;
 mod manual;
 mod placed;
 mod reuse;
@@ -222,6 +224,16 @@ impl Engine {
             let mut said = Vec::new();
             sample.gpu.uploads = Some(u.sample(&sample, &mut said));
             warnings.extend(said.into_iter().map(tracing::upload_warning));
+        } else {
+            // No tracing of its own: what a resident tracer of the host saw (one tracer
+            // per host, `collect::hostledger`).
+            let own = std::process::id() as i32;
+            let dir = crate::collect::hostledger::ledger_dir();
+            sample.gpu.uploads = crate::collect::hostledger::read_host(&dir, &self.roots.proc, own)
+                .map(|mut u| {
+                    uploads::with_gpus(&mut u, &sample.gpu);
+                    u
+                });
         }
         if let (Some(t), Some(cur)) = (self.tracing.as_mut(), trace.as_mut()) {
             if t.once {

@@ -76,6 +76,17 @@ impl Engine {
         self.start_tracing(true)
     }
 
+    /// Keeps the upload ledger where the host's other twofold processes read it (a
+    /// resident tracer: `serve`, `record`; `command` names it), while uploads are traced.
+    /// Returns the ledger file (`None`: uploads are not traced).
+    pub fn publish_uploads(&mut self, command: &str) -> Result<Option<std::path::PathBuf>, String> {
+        let dir = crate::collect::hostledger::ledger_dir();
+        match self.tracing.as_mut().and_then(|t| t.uploads.as_mut()) {
+            Some(u) => u.publish(&dir, command).map(Some),
+            None => Ok(None),
+        }
+    }
+
     fn start_tracing(&mut self, uploads_only: bool) -> Result<(), String> {
         if self.tracing.is_some() {
             return Ok(());

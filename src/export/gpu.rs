@@ -74,7 +74,11 @@ pub(super) fn file_series(acc: &mut Acc, f: &FileModel, id: &str, known: bool) {
     // GPU where NVML shows the process, `unknown` without NVML or with several).
     // Processes that exited keep their bytes here (per the GPU they were last seen on), so
     // the counter never goes down.
-    let living = f.uploads.iter().map(|u| (u.gpu, u.device_bytes));
+    let living = f
+        .uploads
+        .iter()
+        .filter(|u| !u.cloned)
+        .map(|u| (u.gpu, u.device_bytes));
     let exited = f.uploads_retired.iter().map(|r| (r.gpu, r.device_bytes));
     for (gpu, bytes) in living.chain(exited) {
         let gpu = gpu.map_or("unknown".to_string(), |g| g.to_string());

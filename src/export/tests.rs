@@ -60,6 +60,7 @@ fn file_series_follow_the_report() {
         traced_read_bytes: None,
         mapped: false,
         huge_pages: false,
+        attribution: None,
     });
     r.files[0].representations.proven = Some(2.0);
     r.files[0].size_bytes = Some(4096);
@@ -258,6 +259,9 @@ fn uploaded_bytes_keep_what_exited_processes_uploaded() {
         comm: "python3".into(),
         gpu: Some(0),
         widened: false,
+        conversion: None,
+        cloned: false,
+        attribution: None,
         ranges: vec![(0, 100)],
         file_bytes: 100,
         device_bytes: 100,

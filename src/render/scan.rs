@@ -319,32 +319,6 @@ fn file_section(f: &FileModel, out: &mut String) {
     if !t.is_empty() {
         out.push_str(&t.render(4));
     }
-    for d in &f.device_copies {
-        let _ = writeln!(
-            out,
-            "    {} device copy: pid {} ({}) on {}: {} of device memory{}",
-            if d.proven { "proven" } else { "suspected" },
-            d.pid,
-            d.comm,
-            gpu_label(d.gpu, d.gpu_name.as_deref(), d.integrated),
-            iec(d.device_bytes),
-            if d.via == "upload" {
-                format!(
-                    ", proven at upload, {}",
-                    crate::model::device::clock(d.proven_at_unix_ns.unwrap_or(0))
-                )
-            } else if d.proven {
-                ", read back identical to the file".to_string()
-            } else if let Some(note) = &d.note {
-                format!(
-                    " ({} the file; NVML gives sizes, not contents; {note})",
-                    d.via
-                )
-            } else {
-                format!(" ({} the file; NVML gives sizes, not contents)", d.via)
-            }
-        );
-    }
     super::uploads::file_lines(f, out);
     if let Some(reason) = &f.residency_unknown_reason {
         let _ = writeln!(out, "    residency unknown: {reason}");

@@ -182,7 +182,11 @@ fn uploads_tables(files: &[FileUploadTrace], procs: &[ProcessUploadTrace]) -> St
             format!(
                 "{name} ({}{})",
                 iec(f.file_bytes),
-                if f.widened { ", widened to F32" } else { "" }
+                match f.conversion {
+                    Some(c) => format!(", {}", crate::sample::converted::words(c)),
+                    None if f.widened => ", widened to F32".into(),
+                    None => String::new(),
+                }
             ),
         ]);
     }

@@ -126,6 +126,7 @@ pub fn report() -> Report {
         traced_read_bytes: None,
         mapped: false,
         huge_pages: false,
+        attribution: None,
     });
     llama.candidates = CandidateCounts {
         could_hold: 1,

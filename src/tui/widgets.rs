@@ -158,6 +158,9 @@ fn device_line(f: &FileModel) -> Option<String> {
         .map(|d| {
             let gpu = d.gpu.map_or("GPU ?".into(), |g| format!("GPU {g}"));
             let how = match (d.proven, d.proven_at_unix_ns) {
+                (true, Some(at)) if d.via == "clone" => {
+                    format!("cloned on the device {}", clock(at))
+                }
                 (true, Some(at)) => format!("proven at upload {}", clock(at)),
                 (true, None) => "proven".into(),
                 (false, _) => "suspected".into(),

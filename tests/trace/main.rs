@@ -8,6 +8,7 @@
 
 #[path = "../common/mod.rs"]
 mod common;
+mod device_copies;
 mod engine;
 mod loaders;
 mod serve_trace;

@@ -14,13 +14,13 @@ use crate::common::*;
 use crate::serial;
 use twofold::model::Report;
 
-struct Standin {
-    dir: tempfile::TempDir,
-    lib: PathBuf,
-    uploader: PathBuf,
+pub(crate) struct Standin {
+    pub(crate) dir: tempfile::TempDir,
+    pub(crate) lib: PathBuf,
+    pub(crate) uploader: PathBuf,
 }
 
-fn standin() -> Option<Standin> {
+pub(crate) fn standin() -> Option<Standin> {
     if !require(is_root(), "root (to attach uprobes)")
         || !require(have("gcc"), "gcc (to build the stand-in libcuda)")
     {
@@ -97,15 +97,29 @@ fn model(dir: &Path) -> (PathBuf, Vec<(u64, u64)>) {
 }
 
 /// An uploader process: says `armed` before it loads the library, works on a line.
-struct Uploader {
+pub(crate) struct Uploader {
     child: Child,
     out: BufReader<ChildStdout>,
+    /// Where `dump` writes the stand-in's device memory (`UPLOADER_DUMP`).
+    pub(crate) dump_to: Option<PathBuf>,
 }
 
 impl Uploader {
     fn start(s: &Standin, mode: &str, file: &Path, ranges: &[(u64, u64)]) -> Uploader {
+        Uploader::start_with(s, mode, file, ranges, &[])
+    }
+
+    /// [`Uploader::start`] with environment variables (`UPLOADER_CLONE`, ...).
+    pub(crate) fn start_with(
+        s: &Standin,
+        mode: &str,
+        file: &Path,
+        ranges: &[(u64, u64)],
+        env: &[(&str, &std::ffi::OsStr)],
+    ) -> Uploader {
         let list: Vec<String> = ranges.iter().map(|(o, n)| format!("{o}:{n}")).collect();
         let mut child = Command::new(&s.uploader)
+            .envs(env.iter().map(|(k, v)| (*k, *v)))
             .arg(&s.lib)
             .arg(mode)
             .arg(file)
@@ -118,14 +132,27 @@ impl Uploader {
         let mut line = String::new();
         out.read_line(&mut line).unwrap();
         assert_eq!(line.trim(), "armed");
-        Uploader { child, out }
+        Uploader {
+            child,
+            out,
+            dump_to: None,
+        }
     }
 
-    fn pid(&self) -> i32 {
+    pub(crate) fn pid(&self) -> i32 {
         self.child.id() as i32
     }
 
-    fn go(&mut self) {
+    /// Sends `line`, returns the answer.
+    pub(crate) fn say(&mut self, line: &str) -> String {
+        let stdin = self.child.stdin.as_mut().unwrap();
+        stdin.write_all(format!("{line}\n").as_bytes()).unwrap();
+        let mut answer = String::new();
+        self.out.read_line(&mut answer).unwrap();
+        answer.trim().to_string()
+    }
+
+    pub(crate) fn go(&mut self) {
         self.child
             .stdin
             .as_mut()
@@ -146,7 +173,7 @@ impl Drop for Uploader {
 }
 
 /// A GPU fixture: each (pid, bytes) on GPU 0.
-fn fixture(dir: &Path, procs: &[(i32, u64)]) -> PathBuf {
+pub(crate) fn fixture(dir: &Path, procs: &[(i32, u64)]) -> PathBuf {
     let ps: Vec<String> = procs
         .iter()
         .map(|(p, b)| format!("{{\"pid\":{p},\"kind\":\"compute\",\"used_bytes\":{b}}}"))
@@ -165,7 +192,7 @@ fn fixture(dir: &Path, procs: &[(i32, u64)]) -> PathBuf {
 
 /// `twofold ARGS` with the stand-in library named; `during` runs once the tracer said it
 /// started (`tracing for` on stderr, or the store's first frame for `record`).
-fn traced(
+pub(crate) fn traced(
     s: &Standin,
     args: &[&std::ffi::OsStr],
     gpu: Option<&Path>,
@@ -207,14 +234,14 @@ fn traced(
     (out, seen)
 }
 
-fn file<'a>(r: &'a Report, path: &Path) -> &'a twofold::model::FileModel {
+pub(crate) fn file<'a>(r: &'a Report, path: &Path) -> &'a twofold::model::FileModel {
     r.files
         .iter()
         .find(|f| Path::new(&f.path) == path)
         .unwrap_or_else(|| panic!("{} not in the report", path.display()))
 }
 
-fn tensor_bytes(ranges: &[(u64, u64)]) -> u64 {
+pub(crate) fn tensor_bytes(ranges: &[(u64, u64)]) -> u64 {
     ranges.iter().map(|r| r.1).sum()
 }
 
@@ -559,7 +586,7 @@ fn trace_shows_uploads_per_file_and_process_and_small_copies_all_arrive() {
 }
 
 /// Whether the store holds a frame (written after the tracer attached).
-fn walk_has_file(dir: &Path) -> bool {
+pub(crate) fn walk_has_file(dir: &Path) -> bool {
     let Ok(rd) = std::fs::read_dir(dir) else {
         return false;
     };

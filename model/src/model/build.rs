@@ -163,7 +163,7 @@ fn build_with(sample: &Sample, trace: Option<TraceInput>) -> Report {
     for f in &mut files {
         f.representations = copies::representations(f);
     }
-    device::attribute(sample, &mut files);
+    device::attribute(sample, &reads, &mut files);
     for f in &mut files {
         let r = &mut f.representations;
         if let (Some(p), Some(d)) = (r.proven, r.device) {

@@ -72,11 +72,13 @@ pub fn attribute(sample: &Sample, reads: &BTreeMap<(i32, FileKey), u64>, files: 
         procs.entry(p.pid).or_insert(p);
     }
     let proc_of = |pid: i32| procs.get(&pid).copied();
+    let (under, said) = twin_choices(sample, reads);
+    let counted = |p: &ProofSample| under.get(&(p.pid, p.file)).copied().unwrap_or(p.file);
     let mut proofs_of: HashMap<FileKey, Vec<&ProofSample>> = HashMap::new();
     let mut proof_at: HashMap<(i32, FileKey), &ProofSample> = HashMap::new();
     for p in &sample.proofs {
-        proofs_of.entry(p.file).or_default().push(p);
-        proof_at.entry((p.pid, p.file)).or_insert(p);
+        proofs_of.entry(counted(p)).or_default().push(p);
+        proof_at.entry((p.pid, counted(p))).or_insert(p);
     }
     let mut candidates_of: HashMap<FileKey, Vec<&crate::sample::CandidateSample>> = HashMap::new();
     for c in &sample.candidates {
@@ -126,6 +128,7 @@ pub fn attribute(sample: &Sample, reads: &BTreeMap<(i32, FileKey), u64>, files: 
                 traced_read_bytes: traced,
                 mapped,
                 huge_pages: most(pr.places.hugetlb_bytes, pr.copy_memory_bytes),
+                attribution: said.get(&(pr.pid, key)).cloned(),
             });
         }
         for &c in candidates_of.get(&key).into_iter().flatten() {
@@ -168,6 +171,52 @@ pub fn attribute(sample: &Sample, reads: &BTreeMap<(i32, FileKey), u64>, files: 
         f.proven_copies.sort_by_key(|c| c.pid);
         f.suspected_copies.sort_by_key(|c| c.pid);
     }
+}
+
+/// Which file of the same bytes each proof's copy is counted under: the proof found it in
+/// one file's index (the search indexes one of a set of twins), but it is the copy of the
+/// file the process came to ([`super::relation`]), whatever order the files were named in.
+/// Returns (pid, file searched) → file counted (a proof moved to a twin trades places with
+/// that twin's empty proof), and (pid, file counted) → why, in words.
+#[allow(clippy::type_complexity)]
+fn twin_choices(
+    sample: &Sample,
+    reads: &BTreeMap<(i32, FileKey), u64>,
+) -> (
+    HashMap<(i32, FileKey), FileKey>,
+    HashMap<(i32, FileKey), String>,
+) {
+    let mut under = HashMap::new();
+    let mut said = HashMap::new();
+    if sample.files.iter().all(|f| f.same_bytes.is_empty()) {
+        return (under, said);
+    }
+    let relations = super::relation::Relations::new(sample, reads, &[]);
+    let twins: HashMap<FileKey, &Vec<FileKey>> = sample
+        .files
+        .iter()
+        .filter(|f| !f.same_bytes.is_empty())
+        .map(|f| (f.key, &f.same_bytes))
+        .collect();
+    for p in &sample.proofs {
+        let Some(others) = twins.get(&p.file) else {
+            continue;
+        };
+        if p.identical_file_bytes + p.converted_file_bytes == 0 {
+            continue;
+        }
+        let mut options = vec![(p.file, false)];
+        options.extend(others.iter().map(|k| (*k, false)));
+        let choice = relations.choose(p.pid, &options);
+        if let Some(w) = relations.words(&choice) {
+            said.insert((p.pid, choice.file), w);
+        }
+        if choice.file != p.file {
+            under.insert((p.pid, p.file), choice.file);
+            under.insert((p.pid, choice.file), p.file);
+        }
+    }
+    (under, said)
 }
 
 /// Marks each file in shared memory in which a proof found a copy of another file as a

@@ -26,10 +26,12 @@ impl FileModel {
     }
 
     /// Device bytes living processes uploaded from the file, as the upload tracer matched
-    /// them (widened bytes count as the device holds them); `None` when no upload of it
-    /// was traced (tracing off, or nothing uploaded).
+    /// them (converted bytes count as the device holds them; clones made on the device are
+    /// no uploads); `None` when no upload of it was traced (tracing off, or nothing
+    /// uploaded).
     pub fn uploaded_bytes(&self) -> Option<u64> {
-        (!self.uploads.is_empty()).then(|| self.uploads.iter().map(|u| u.device_bytes).sum())
+        let up = self.uploads.iter().filter(|u| !u.cloned);
+        (!self.uploads.is_empty()).then(|| up.map(|u| u.device_bytes).sum())
     }
 
     /// Memory the proven private copies occupy, each physical page once (a copy shared

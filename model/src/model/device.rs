@@ -65,12 +65,14 @@ pub struct DeviceCopy {
     pub fraction: f64,
     pub proven: bool,
     /// How the process came to the file: `mapped`, `open`, `read`, `copied`, `named`,
-    /// `loader` (a twofold loader's attestation), `upload` (its traced uploads matched).
+    /// `loader` (a twofold loader's attestation), `upload` (its traced uploads matched),
+    /// `clone` (cloned on the device from an upload of it).
     pub via: String,
-    /// Wall clock (Unix ns) of the last matched upload (`via: upload`).
+    /// Wall clock (Unix ns) of the last matched upload or clone (`via: upload`, `clone`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub proven_at_unix_ns: Option<u64>,
-    /// What else is known (`tracing started after its load`).
+    /// What else is known (`tracing started after its load`, `cloned on the device`,
+    /// `converted F32→BF16`, `matched by content; also identical to B`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub note: Option<String>,
 }
@@ -83,10 +85,21 @@ pub struct UploadModel {
     /// The GPU it holds device memory on (NVML), when it is one.
     pub gpu: Option<u32>,
     pub widened: bool,
+    /// The dtype conversion the device holds (`None`: the file's bytes as they are).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub conversion: Option<crate::sample::converted::Conversion>,
+    /// Copied on the device from device memory that held these bytes (`cuMemcpyDtoD*`,
+    /// `cuMemcpyPeer*`): a clone, not an upload.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub cloned: bool,
+    /// Why it is this file's when its bytes are other files' too (`the file it read`,
+    /// `matched by content; also identical to B`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub attribution: Option<String>,
     /// `[start, end)` byte ranges of the file.
     pub ranges: Vec<(u64, u64)>,
     pub file_bytes: u64,
-    /// Device bytes these file bytes take (twice them widened).
+    /// Device bytes these file bytes take (as the conversion makes them).
     pub device_bytes: u64,
     pub copies: u64,
     pub first_unix_ns: u64,
@@ -125,6 +138,13 @@ pub struct TracedProcessModel {
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct UploadTraceModel {
     pub since_unix_ns: u64,
+    /// The resident tracer whose ledger this is (`uploads traced by pid N since HH:MM`);
+    /// `None`: this process traced.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tracer: Option<crate::sample::uploads::ResidentTracer>,
+    /// GPUDirect Storage: the libcufile files traced, or why none is.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub gds: Option<crate::sample::uploads::GdsTrace>,
     pub libraries: Vec<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub unavailable: Option<String>,
@@ -161,6 +181,8 @@ pub fn gpus(sample: &Sample) -> GpusModel {
         devices: sample.gpu.devices.iter().map(gpu_model).collect(),
         uploads: sample.gpu.uploads.as_ref().map(|u| UploadTraceModel {
             since_unix_ns: u.since_unix_ns,
+            tracer: u.tracer.clone(),
+            gds: u.gds.clone(),
             libraries: u.libraries.iter().map(|l| l.path.clone()).collect(),
             unavailable: u.unavailable.clone(),
             lost_events: u.lost_events,
@@ -181,7 +203,7 @@ pub fn gpus(sample: &Sample) -> GpusModel {
     }
 }
 
-fn alive(sample: &Sample, pid: i32) -> bool {
+pub(super) fn alive(sample: &Sample, pid: i32) -> bool {
     sample.processes.iter().any(|p| p.pid == pid)
 }
 
@@ -201,7 +223,7 @@ fn verdict(p: &crate::sample::uploads::UploadProcess) -> &'static str {
 }
 
 /// The one GPU `pid` holds memory on, if one.
-fn only_gpu(sample: &Sample, pid: i32) -> Option<u32> {
+pub(super) fn only_gpu(sample: &Sample, pid: i32) -> Option<u32> {
     only_gpu_in(&sample.gpu, pid)
 }
 
@@ -251,7 +273,7 @@ pub fn process_uses(sample: &Sample, pid: i32) -> Option<Vec<GpuUse>> {
     )
 }
 
-fn fraction(part: u64, whole: u64) -> f64 {
+pub(super) fn fraction(part: u64, whole: u64) -> f64 {
     if whole == 0 {
         0.0
     } else {
@@ -260,7 +282,12 @@ fn fraction(part: u64, whole: u64) -> f64 {
 }
 
 /// How `pid` came to the file, if it did.
-fn via(sample: &Sample, f: &FileModel, pid: i32) -> Option<&'static str> {
+fn via(
+    sample: &Sample,
+    reads: &BTreeMap<(i32, crate::sample::FileKey), u64>,
+    f: &FileModel,
+    pid: i32,
+) -> Option<&'static str> {
     let size = f.size_bytes.unwrap_or(0);
     if f.mappers.iter().any(|m| m.pid == pid) {
         Some("mapped")
@@ -268,9 +295,10 @@ fn via(sample: &Sample, f: &FileModel, pid: i32) -> Option<&'static str> {
         Some("open")
     } else if f.proven_copies.iter().any(|c| c.pid == pid) {
         Some("copied")
-    } else if sample.reads.iter().any(|r| {
-        r.pid == pid && r.file == f.key && r.read_bytes as f64 >= SUSPECT_FRACTION * size as f64
-    }) {
+    } else if reads
+        .get(&(pid, f.key))
+        .is_some_and(|b| *b as f64 >= SUSPECT_FRACTION * size as f64)
+    {
         Some("read")
     } else if sample.named.contains(&(pid, f.key))
         || sample
@@ -285,9 +313,15 @@ fn via(sample: &Sample, f: &FileModel, pid: i32) -> Option<&'static str> {
 }
 
 /// Fills each file's device copies (proven, then suspected from what is left of each
-/// process's device memory, largest file first) and the device part of its count.
-pub fn attribute(sample: &Sample, files: &mut [FileModel]) {
+/// process's device memory, largest file first) and the device part of its count; `reads`
+/// is the read() ledger (what [`super::relation`] and the suspicions go by).
+pub fn attribute(
+    sample: &Sample,
+    reads: &BTreeMap<(i32, crate::sample::FileKey), u64>,
+    files: &mut [FileModel],
+) {
     let known = sample.gpu.not_available.is_none();
+    let relations = super::relation::Relations::new(sample, reads, files);
     let comm = |pid: i32| {
         sample
             .processes
@@ -337,8 +371,21 @@ pub fn attribute(sample: &Sample, files: &mut [FileModel]) {
                 note: None,
             });
         }
-        uploads_of(sample, f, &mut left);
-        let uploaders: std::collections::BTreeSet<i32> = f.uploads.iter().map(|u| u.pid).collect();
+        super::device_uploads::uploads_of(sample, &relations, f, &mut left);
+        // Whoever uploaded bytes of it (counted here or under a file of the same bytes).
+        let uploaders: std::collections::BTreeSet<i32> = sample
+            .gpu
+            .uploads
+            .iter()
+            .flat_map(|u| u.uploads.iter())
+            .filter(|u| u.file == f.key)
+            .map(|u| u.pid)
+            .collect();
+        let indexed = sample
+            .gpu
+            .uploads
+            .as_ref()
+            .is_some_and(|u| u.indexed.is_empty() || u.indexed.contains(&f.key));
         if size > 0 {
             for d in &sample.gpu.devices {
                 let pids: std::collections::BTreeSet<i32> =
@@ -350,11 +397,13 @@ pub fn attribute(sample: &Sample, files: &mut [FileModel]) {
                     if (*avail as f64) < SUSPECT_FRACTION * size as f64 {
                         continue;
                     }
-                    let Some(how) = via(sample, f, pid) else {
+                    let Some(how) = via(sample, reads, f, pid) else {
                         continue;
                     };
                     let traced = traced_process(sample, pid);
-                    if uploaders.contains(&pid) || traced.is_some_and(|p| p.traced_from_start) {
+                    if uploaders.contains(&pid)
+                        || (indexed && traced.is_some_and(|p| p.traced_from_start))
+                    {
                         // Its uploads are known: what it uploaded of the file is above,
                         // and nothing else of its device memory is this file's.
                         continue;
@@ -406,103 +455,4 @@ fn traced_process(sample: &Sample, pid: i32) -> Option<&crate::sample::uploads::
         .uploads
         .as_ref()
         .and_then(|u| u.processes.iter().find(|p| p.pid == pid))
-}
-
-/// The traced uploads of `f` and registrations of its mappings; an upload of a live
-/// process that holds at least its bytes of device memory (NVML) is a proven device copy.
-fn uploads_of(sample: &Sample, f: &mut FileModel, left: &mut BTreeMap<(i32, u32), u64>) {
-    let Some(u) = sample.gpu.uploads.as_ref() else {
-        return;
-    };
-    let size = f.size_bytes.unwrap_or(0);
-    let comm = |pid: i32| {
-        sample
-            .processes
-            .iter()
-            .find(|p| p.pid == pid)
-            .map(|p| p.comm.clone())
-            .or_else(|| {
-                u.processes
-                    .iter()
-                    .find(|p| p.pid == pid)
-                    .map(|p| p.comm.clone())
-            })
-            .unwrap_or_default()
-    };
-    for r in u.registrations.iter().filter(|r| r.file == f.key) {
-        if alive(sample, r.pid) {
-            f.in_place.push(InPlaceModel {
-                pid: r.pid,
-                comm: comm(r.pid),
-                file_offset: r.file_offset,
-                bytes: r.bytes,
-                at_unix_ns: r.at_unix_ns,
-            });
-        }
-    }
-    f.uploads_retired = u
-        .retired
-        .iter()
-        .filter(|r| r.file == f.key)
-        .cloned()
-        .collect();
-    for up in u.uploads.iter().filter(|x| x.file == f.key) {
-        let gpu = only_gpu(sample, up.pid);
-        let device_bytes = up.file_bytes * if up.widened { 2 } else { 1 };
-        let held = gpu.and_then(|g| left.get(&(up.pid, g)).copied());
-        let not_proven = if !alive(sample, up.pid) {
-            Some("the process exited".to_string())
-        } else if sample.gpu.not_available.is_some() {
-            Some("its device memory is unknown (no NVML)".to_string())
-        } else if gpu.is_none() {
-            Some(
-                "it holds device memory on no GPU, or on several (the GPU is not known)"
-                    .to_string(),
-            )
-        } else if held.unwrap_or(0) < device_bytes {
-            Some(format!(
-                "it holds {} B of device memory left to attribute, less than the {device_bytes} B uploaded (freed since)",
-                held.unwrap_or(0)
-            ))
-        } else {
-            None
-        };
-        let proven = not_proven.is_none();
-        if let (true, Some(g)) = (proven, gpu) {
-            if let Some(l) = left.get_mut(&(up.pid, g)) {
-                *l = l.saturating_sub(device_bytes);
-            }
-            let d = sample.gpu.devices.iter().find(|d| d.info.index == g);
-            let attributed = up.file_bytes.min(size);
-            f.device_copies.push(DeviceCopy {
-                pid: up.pid,
-                comm: comm(up.pid),
-                gpu: Some(g),
-                gpu_name: d.and_then(|d| d.info.name.clone()),
-                integrated: d.and_then(|d| d.info.integrated),
-                device_bytes,
-                attributed_bytes: attributed,
-                fraction: fraction(attributed, size),
-                proven: true,
-                via: "upload".into(),
-                proven_at_unix_ns: Some(up.last_unix_ns),
-                note: up.widened.then(|| "widened F16/BF16 to F32".to_string()),
-            });
-        }
-        f.uploads.push(UploadModel {
-            pid: up.pid,
-            comm: comm(up.pid),
-            gpu,
-            widened: up.widened,
-            ranges: up.ranges.clone(),
-            file_bytes: up.file_bytes,
-            device_bytes,
-            copies: up.copies,
-            first_unix_ns: up.first_unix_ns,
-            last_unix_ns: up.last_unix_ns,
-            entry: up.entry.clone(),
-            proven,
-            not_proven,
-        });
-    }
 }

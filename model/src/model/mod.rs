@@ -11,6 +11,7 @@ pub mod cgroup;
 pub mod copies;
 mod derived;
 pub mod device;
+mod device_uploads;
 pub mod dupes;
 pub mod fields;
 mod holders;
@@ -21,6 +22,7 @@ pub mod gate;
 pub mod inspect;
 pub mod probe;
 pub mod rates;
+pub mod relation;
 pub mod residency;
 pub mod timeline;
 pub mod trace;
@@ -205,6 +207,10 @@ pub struct ProvenCopy {
     /// Most of the copy lies in huge pages from the hugetlbfs pool (`MAP_HUGETLB`).
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub huge_pages: bool,
+    /// Why it is this file's when other files of interest have the same bytes (`the file
+    /// it read`, `matched by content; also identical to B`: [`relation`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub attribution: Option<String>,
 }
 
 fn one() -> f64 {

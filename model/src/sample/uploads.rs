@@ -6,6 +6,7 @@
 
 use serde::{Deserialize, Serialize};
 
+use super::converted::Conversion;
 use super::FileKey;
 
 /// What the upload tracer saw since it attached. Part of a snapshot's GPU sample.
@@ -31,6 +32,72 @@ pub struct UploadsSample {
     /// Model bytes uploaded by processes that exited since tracing started.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub retired: Vec<RetiredUpload>,
+    /// Device-to-device copies (`cuMemcpyDtoD*`, `cuMemcpyPeer*`, unified `cuMemcpy*`) of
+    /// device ranges holding matched model bytes, still allocated: per (process, file, form).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub clones: Vec<DeviceClone>,
+    /// The files uploads were matched against (empty in recordings made before: every
+    /// file of interest was).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub indexed: Vec<FileKey>,
+    /// The resident tracer this ledger was read from (another twofold process of the host:
+    /// `serve --trace-uploads`, `record --trace-uploads`); `None`: this process traced.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub tracer: Option<ResidentTracer>,
+    /// GPUDirect Storage (`cuFileRead` of libcufile, reads from a file into device memory
+    /// that bypass both the page cache and `cuMemcpyHtoD`): the libraries traced, or why
+    /// none is.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub gds: Option<GdsTrace>,
+}
+
+/// The twofold process whose upload ledger a command read (one tracer per host).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct ResidentTracer {
+    pub pid: i32,
+    /// Its command (`serve`, `record`).
+    pub command: String,
+    /// Wall clock (Unix ns) when it last wrote the ledger.
+    pub written_unix_ns: u64,
+}
+
+/// What GPUDirect Storage tracing saw: the `libcufile` files attached, or why none was.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct GdsTrace {
+    pub libraries: Vec<String>,
+    /// Why reads into device memory by `cuFileRead` are not traced (no libcufile found).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub unavailable: Option<String>,
+}
+
+/// Model bytes one process copied from device memory to device memory (a `clone()`, a
+/// tensor-parallel slice, a fused QKV): another device copy of those file bytes, for as
+/// long as its destination is allocated (`cuMemFree*` of it ends it).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct DeviceClone {
+    pub pid: i32,
+    pub file: FileKey,
+    /// The form of the bytes on the device (`None`: as in the file).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub conversion: Option<Conversion>,
+    /// Other files whose bytes the cloned upload matched too.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub also: Vec<FileKey>,
+    /// The file ranges cloned, merged (for display).
+    pub ranges: Vec<(u64, u64)>,
+    /// File bytes the live clones hold, summed over clones (two clones of one range hold
+    /// its bytes twice).
+    pub file_bytes: u64,
+    /// Device bytes they take.
+    pub device_bytes: u64,
+    pub copies: u64,
+    pub first_unix_ns: u64,
+    pub last_unix_ns: u64,
+    /// The entry point of the last clone (`cuMemcpyDtoDAsync_v2`).
+    pub entry: String,
 }
 
 /// Device bytes of one file that processes uploaded and then exited with, per GPU each was
@@ -89,6 +156,15 @@ pub struct UploadProcess {
     /// GPUs it holds memory on (NVML, when the ledger was read; empty: none or unknown).
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub gpus: Vec<u32>,
+    /// Device-to-device copies seen, and their bytes (model bytes or not).
+    #[serde(skip_serializing_if = "crate::sample::is_zero")]
+    pub device_copies: u64,
+    #[serde(skip_serializing_if = "crate::sample::is_zero")]
+    pub device_copy_bytes: u64,
+    /// Field 22 of `/proc/PID/stat` when the tracer first saw it: a ledger read by another
+    /// process holds this row only while that pid runs with that start time.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub start_ticks: Option<u64>,
 }
 
 /// Bytes of one model file one process uploaded, merged into file ranges.
@@ -97,13 +173,27 @@ pub struct UploadProcess {
 pub struct FileUpload {
     pub pid: i32,
     pub file: FileKey,
-    /// The device holds the F16/BF16 → F32 widening of these bytes.
+    /// The device holds the F16/BF16 → F32 widening of these bytes (also said by
+    /// `conversion`; kept for readers of recordings made before).
     pub widened: bool,
+    /// The dtype conversion the device holds of these bytes (`None`: as in the file).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub conversion: Option<Conversion>,
+    /// Other files whose bytes the same copies matched (identical tensors: a `.bin` or
+    /// `.pt` beside a `.safetensors`, a second download); the model attributes the upload
+    /// to one of them ([`crate::model::relation`]).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub also: Vec<FileKey>,
+    /// The process held this file open or mapped when a copy that matched several files
+    /// was matched.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub held_at_upload: bool,
     /// `[start, end)` byte ranges of the file, merged, sorted.
     pub ranges: Vec<(u64, u64)>,
     /// File bytes in `ranges`.
     pub file_bytes: u64,
-    /// Device bytes written (file bytes, or twice them widened), summed over copies.
+    /// Device bytes written (file bytes, or as the conversion makes them), summed over
+    /// copies.
     pub device_bytes: u64,
     pub copies: u64,
     pub first_unix_ns: u64,

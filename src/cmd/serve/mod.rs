@@ -123,6 +123,12 @@ fn collect_loop(args: &ServeArgs, latest: &Latest, stop: &AtomicBool) {
             super::warn_all(&[format!("--trace-uploads: uploads are not traced: {why}")]);
         }
     }
+    if engine.tracing() {
+        // One tracer per host: the others (a plain scan, top) read what it traces.
+        if let Err(why) = engine.publish_uploads("serve") {
+            super::warn_all(&[format!("the upload ledger is not shared: {why}")]);
+        }
+    }
     let mut stats = SelfStats::default();
     if trace_failed {
         stats.error("trace", 1);

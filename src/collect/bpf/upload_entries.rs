@@ -11,7 +11,8 @@ use aya::{Ebpf, EbpfLoader};
 use super::setup::{ensure_tracefs, raise_memlock};
 
 /// One driver entry point: its symbol, the program that handles it and its number (the
-/// attach cookie). Numbers 100-199 are unified copies (`cuMemcpy`, `cuMemcpyAsync`).
+/// attach cookie). Numbers 30-39 are device-to-device copies, 100-199 unified copies
+/// (`cuMemcpy`, `cuMemcpyAsync`).
 #[derive(Debug, Clone, Copy)]
 pub struct Entry {
     pub id: u32,
@@ -63,6 +64,16 @@ pub static ENTRIES: &[Entry] = &[
     e(23, "cuMemcpy3DAsync", "up_copy3d"),
     e(24, "cuMemcpy3DAsync_v2", "up_copy3d"),
     e(25, "cuMemcpy3DAsync_v2_ptsz", "up_copy3d"),
+    e(30, "cuMemcpyDtoD", "up_dtod"),
+    e(31, "cuMemcpyDtoD_v2", "up_dtod"),
+    e(32, "cuMemcpyDtoD_v2_ptds", "up_dtod"),
+    e(33, "cuMemcpyDtoDAsync", "up_dtod"),
+    e(34, "cuMemcpyDtoDAsync_v2", "up_dtod"),
+    e(35, "cuMemcpyDtoDAsync_v2_ptsz", "up_dtod"),
+    e(36, "cuMemcpyPeer", "up_peer"),
+    e(37, "cuMemcpyPeer_ptds", "up_peer"),
+    e(38, "cuMemcpyPeerAsync", "up_peer"),
+    e(39, "cuMemcpyPeerAsync_ptsz", "up_peer"),
     e(100, "cuMemcpy", "up_copy_unified"),
     e(101, "cuMemcpy_ptds", "up_copy_unified"),
     e(102, "cuMemcpyAsync", "up_copy_unified"),

@@ -99,6 +99,14 @@ pub enum Call {
     TinySlot {
         slot: u32,
     },
+    /// A device-to-device copy (`cuMemcpyDtoD*`, `cuMemcpyPeer*`): no content (device
+    /// memory cannot be read from the host).
+    DeviceCopy {
+        entry: u32,
+        dst: u64,
+        src: u64,
+        bytes: u64,
+    },
 }
 
 /// One record: who, when (wall clock) and what.
@@ -183,6 +191,12 @@ pub fn parse(b: &[u8], mono_to_unix: i128) -> Option<Record> {
         6 => Call::HostAlloc { addr: src, bytes },
         7 => Call::HostFree { addr: src },
         8 => Call::TinySlot { slot: dst as u32 },
+        9 => Call::DeviceCopy {
+            entry,
+            dst,
+            src,
+            bytes,
+        },
         _ => return None,
     };
     Some(Record {

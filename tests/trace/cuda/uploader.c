@@ -6,11 +6,18 @@
  *       chunks   as staging, in copies of 200 bytes (UPLOADER_CHUNK) each;
  *       random   the same sizes from a heap buffer of random bytes;
  *       widen    each range (F16) widened to F32 in the heap, then uploaded;
+ *       narrow   each range (F32) narrowed to BF16 (round to nearest even), uploaded;
  *       register map the file shared, cuMemHostRegister_v2 of each range;
  *       tiny     a serving loop: UPLOADER_STEPS (20,000) copies of 200 bytes, refilled
  *                per step, from one buffer to one device allocation (ranges ignored).
- * Says `armed`, waits for a line, loads LIB (dlopen), works, says `ready`, and
- * waits for stdin to close. */
+ * UPLOADER_CLOSE=1 closes the file once read (heap, widen, narrow: as torch.load
+ * does). UPLOADER_CLONE=dtod|dtoda|peer|peera|copy|copya clones each uploaded range
+ * on the device into an allocation of its own (cuMemcpyDtoD_v2, cuMemcpyDtoDAsync_v2,
+ * cuMemcpyPeer, cuMemcpyPeerAsync, cuMemcpy, cuMemcpyAsync), its first
+ * UPLOADER_CLONE_BYTES bytes (default: all of it).
+ * Says `armed`, waits for a line, loads LIB (dlopen), works, says `ready`, then
+ * answers lines until stdin closes: `free` frees the clones (says `freed`), `dump`
+ * writes the stand-in's device memory to UPLOADER_DUMP (says `dumped`). */
 #include <dlfcn.h>
 #include <fcntl.h>
 #include <math.h>
@@ -26,6 +33,48 @@ typedef int (*alloc_t)(unsigned long long *, size_t);
 typedef int (*htod_t)(unsigned long long, const void *, size_t);
 typedef int (*htoda_t)(unsigned long long, const void *, size_t, void *);
 typedef int (*reg_t)(void *, size_t, unsigned);
+typedef int (*free_t)(unsigned long long);
+typedef int (*dtod_t)(unsigned long long, unsigned long long, size_t);
+typedef int (*dtoda_t)(unsigned long long, unsigned long long, size_t, void *);
+typedef int (*peer_t)(unsigned long long, void *, unsigned long long, void *, size_t);
+typedef int (*peera_t)(unsigned long long, void *, unsigned long long, void *, size_t, void *);
+typedef int (*dump_t)(const char *);
+
+static void *lib;
+static unsigned long long clones[4096];
+static int nclones;
+
+/* Clones `len` device bytes at `d` into an allocation of its own, as UPLOADER_CLONE says. */
+static void clone_range(alloc_t alloc, unsigned long long d, size_t len)
+{
+	const char *how = getenv("UPLOADER_CLONE");
+	if (!how || nclones == 4096)
+		return;
+	size_t n = getenv("UPLOADER_CLONE_BYTES") ? (size_t)atol(getenv("UPLOADER_CLONE_BYTES")) : len;
+	if (n > len)
+		n = len;
+	unsigned long long c = 0;
+	alloc(&c, n);
+	clones[nclones++] = c;
+	if (!strcmp(how, "dtod"))
+		((dtod_t)dlsym(lib, "cuMemcpyDtoD_v2"))(c, d, n);
+	else if (!strcmp(how, "dtoda"))
+		((dtoda_t)dlsym(lib, "cuMemcpyDtoDAsync_v2"))(c, d, n, NULL);
+	else if (!strcmp(how, "peer"))
+		((peer_t)dlsym(lib, "cuMemcpyPeer"))(c, NULL, d, NULL, n);
+	else if (!strcmp(how, "peera"))
+		((peera_t)dlsym(lib, "cuMemcpyPeerAsync"))(c, NULL, d, NULL, n, NULL);
+	else if (!strcmp(how, "copy"))
+		((dtod_t)dlsym(lib, "cuMemcpy"))(c, d, n);
+	else if (!strcmp(how, "copya"))
+		((dtoda_t)dlsym(lib, "cuMemcpyAsync"))(c, d, n, NULL);
+}
+
+/* F32 to BF16, round to nearest even (finite values). */
+static uint16_t bf16(uint32_t u)
+{
+	return (uint16_t)((u + 0x7fff + ((u >> 16) & 1)) >> 16);
+}
 
 static float half_to_float(uint16_t h)
 {
@@ -57,7 +106,7 @@ int main(int argc, char **argv)
 	printf("armed\n");
 	if (!fgets(line, sizeof line, stdin))
 		return 1;
-	void *lib = dlopen(argv[1], RTLD_NOW);
+	lib = dlopen(argv[1], RTLD_NOW);
 	if (!lib) {
 		fprintf(stderr, "%s\n", dlerror());
 		return 1;
@@ -73,7 +122,8 @@ int main(int argc, char **argv)
 		return 1;
 	size_t size = st.st_size;
 	unsigned char *whole = NULL, *stage = NULL, *map = NULL;
-	if (!strcmp(mode, "heap") || !strcmp(mode, "widen") || !strcmp(mode, "random")) {
+	if (!strcmp(mode, "heap") || !strcmp(mode, "widen") || !strcmp(mode, "random") ||
+	    !strcmp(mode, "narrow")) {
 		whole = malloc(size);
 		if (!strcmp(mode, "random")) {
 			int r = open("/dev/urandom", O_RDONLY);
@@ -91,6 +141,8 @@ int main(int argc, char **argv)
 					return 1;
 				d += n;
 			}
+			if (getenv("UPLOADER_CLOSE"))
+				close(fd), fd = -1;
 		}
 	} else if (!strcmp(mode, "staging") || !strcmp(mode, "chunks")) {
 		stage = malloc(64 << 20);
@@ -131,6 +183,20 @@ int main(int argc, char **argv)
 			alloc(&d, len * 2);
 			htod(d, w, len * 2);
 			free(w);
+			clone_range(alloc, d, len * 2);
+			continue;
+		}
+		if (!strcmp(mode, "narrow")) {
+			uint16_t *b = malloc(len / 2);
+			for (size_t i = 0; i < len / 4; i++) {
+				uint32_t u;
+				memcpy(&u, whole + off + 4 * i, 4);
+				b[i] = bf16(u);
+			}
+			alloc(&d, len / 2);
+			htod(d, b, len / 2);
+			free(b);
+			clone_range(alloc, d, len / 2);
 			continue;
 		}
 		alloc(&d, len);
@@ -145,9 +211,21 @@ int main(int argc, char **argv)
 		} else {
 			htod(d, whole + off, len);
 		}
+		clone_range(alloc, d, len);
 	}
 	printf("ready\n");
-	while (fgets(line, sizeof line, stdin))
-		;
+	while (fgets(line, sizeof line, stdin)) {
+		if (!strncmp(line, "free", 4)) {
+			free_t fr = (free_t)dlsym(lib, "cuMemFree_v2");
+			for (int i = 0; i < nclones; i++)
+				fr(clones[i]);
+			nclones = 0;
+			printf("freed\n");
+		} else if (!strncmp(line, "dump", 4)) {
+			dump_t dump = (dump_t)dlsym(lib, "standin_dump");
+			const char *to = getenv("UPLOADER_DUMP");
+			printf("%s\n", dump && to && dump(to) == 0 ? "dumped" : "no dump");
+		}
+	}
 	return 0;
 }

@@ -22,6 +22,9 @@ pub struct FileUploadTrace {
     pub comm: String,
     /// The device holds the F16/BF16 → F32 widening of the file's bytes.
     pub widened: bool,
+    /// The dtype conversion the device holds (`None`: the file's bytes as they are).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub conversion: Option<crate::sample::converted::Conversion>,
     /// Bytes of the file uploaded since attach (merged file ranges).
     pub file_bytes: u64,
     /// Device bytes written: in the interval (the summary: since attach).
@@ -77,9 +80,10 @@ pub fn file_uploads(
     let before = |f: &FileUpload| {
         prev.and_then(|p| p.uploads.as_ref())
             .and_then(|p| {
-                p.uploads
-                    .iter()
-                    .find(|b| (b.pid, b.file, b.widened) == (f.pid, f.file, f.widened))
+                p.uploads.iter().find(|b| {
+                    (b.pid, b.file, b.widened, b.conversion)
+                        == (f.pid, f.file, f.widened, f.conversion)
+                })
             })
             .map_or((0, 0), |b| (b.device_bytes, b.copies))
     };
@@ -101,6 +105,7 @@ pub fn file_uploads(
                 pid: f.pid,
                 comm: p.map(|p| p.comm.clone()).unwrap_or_default(),
                 widened: f.widened,
+                conversion: f.conversion,
                 file_bytes: f.file_bytes,
                 device_bytes,
                 calls,

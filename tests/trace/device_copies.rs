@@ -1,0 +1,644 @@
+//! Device copies II (#44) without a GPU, with real uprobes on the stand-in `libcuda.so.1`
+//! (tests/trace/cuda/): which file an upload is counted under when two files hold its
+//! bytes, clones made on the device, uploads narrowed to BF16, and a plain `scan` that
+//! reads what a resident `record --trace-uploads` traced.
+//!
+//! Ground truth is what the stand-in did: it keeps each allocation's bytes, and the
+//! uploader dumps them (`dump`); the device bytes that hold the file's bytes (or their
+//! BF16 narrowing) are found in that dump by this test, independently of twofold.
+
+use std::path::Path;
+
+use crate::serial;
+use crate::uploads::{file, fixture, standin, traced, Standin, Uploader};
+use twofold::model::{FileModel, Report};
+
+/// A safetensors file of `dtype` (`F16` or `F32`) tensors of random finite values, seeded
+/// by its path (no other test's file has its bytes); its tensors' (offset, len).
+fn model(path: &Path, dtype: &str) -> Vec<(u64, u64)> {
+    let lens: [u64; 4] = [1 << 20, 3 << 19, 300_000, 2 << 20];
+    let elem = if dtype == "F32" { 4 } else { 2 };
+    let mut header = String::from("{");
+    let mut at = 0u64;
+    for (i, n) in lens.iter().enumerate() {
+        if i > 0 {
+            header.push(',');
+        }
+        header.push_str(&format!(
+            "\"w{i}\":{{\"dtype\":\"{dtype}\",\"shape\":[{}],\"data_offsets\":[{at},{}]}}",
+            n / elem,
+            at + n
+        ));
+        at += n;
+    }
+    header.push('}');
+    while header.len() % 8 != 0 {
+        header.push(' ');
+    }
+    let base = 8 + header.len() as u64;
+    let mut bytes = (header.len() as u64).to_le_bytes().to_vec();
+    bytes.extend_from_slice(header.as_bytes());
+    let mut x = 0x2545_f491_4f6c_dd1du64;
+    for b in path.as_os_str().as_encoded_bytes() {
+        x = (x ^ u64::from(*b)).wrapping_mul(0x0100_0000_01b3) | 1;
+    }
+    for _ in 0..at / elem {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        if elem == 4 {
+            // Finite F32 (exponent below 255).
+            bytes.extend_from_slice(&((x as u32) & 0xbfff_ffff).to_le_bytes());
+        } else {
+            bytes.extend_from_slice(&((x as u16) & 0xbbff).to_le_bytes());
+        }
+    }
+    std::fs::write(path, bytes).unwrap();
+    let mut out = Vec::new();
+    let mut off = base;
+    for n in lens {
+        out.push((off, n));
+        off += n;
+    }
+    out
+}
+
+/// The BF16 narrowing (round to nearest even) of every 4-byte group of `bytes`.
+fn bf16_image(bytes: &[u8]) -> Vec<u8> {
+    let mut out = Vec::with_capacity(bytes.len() / 2);
+    for g in bytes.chunks_exact(4) {
+        let u = u32::from_le_bytes(g.try_into().unwrap());
+        let h = ((u + 0x7fff + ((u >> 16) & 1)) >> 16) as u16;
+        out.extend_from_slice(&h.to_le_bytes());
+    }
+    out
+}
+
+/// An uploader whose device memory can be dumped (`UPLOADER_DUMP`).
+fn uploader(
+    s: &Standin,
+    tag: &str,
+    mode: &str,
+    f: &Path,
+    ranges: &[(u64, u64)],
+    env: &[(&str, &str)],
+) -> Uploader {
+    let dump = s.dir.path().join(format!("dump-{tag}"));
+    let mut vars: Vec<(&str, &std::ffi::OsStr)> = vec![("UPLOADER_DUMP", dump.as_os_str())];
+    vars.extend(env.iter().map(|(k, v)| (*k, std::ffi::OsStr::new(*v))));
+    let mut u = Uploader::start_with(s, mode, f, ranges, &vars);
+    u.dump_to = Some(dump);
+    u
+}
+
+/// The stand-in's live allocations in `u`: (address, bytes).
+fn device_memory(u: &mut Uploader) -> Vec<(u64, Vec<u8>)> {
+    assert_eq!(u.say("dump"), "dumped");
+    let raw = std::fs::read(u.dump_to.as_ref().unwrap()).unwrap();
+    let mut out = Vec::new();
+    let mut at = 0;
+    while at + 16 <= raw.len() {
+        let addr = u64::from_le_bytes(raw[at..at + 8].try_into().unwrap());
+        let n = u64::from_le_bytes(raw[at + 8..at + 16].try_into().unwrap()) as usize;
+        out.push((addr, raw[at + 16..at + 16 + n].to_vec()));
+        at += 16 + n;
+    }
+    out
+}
+
+/// Device bytes of `mem` that hold a range of `image` (each allocation whose bytes are
+/// one run of it).
+fn held_bytes(mem: &[(u64, Vec<u8>)], image: &[u8]) -> u64 {
+    let mut total = 0;
+    for (_, b) in mem.iter().filter(|(_, b)| b.len() >= 64) {
+        let head = u64::from_le_bytes(b[..8].try_into().unwrap());
+        let found = (0..=image.len().saturating_sub(b.len())).any(|o| {
+            u64::from_le_bytes(image[o..o + 8].try_into().unwrap()) == head
+                && image[o..o + b.len()] == b[..]
+        });
+        if found {
+            total += b.len() as u64;
+        }
+    }
+    total
+}
+
+/// Proven device copies of `pid` in `f`: their device bytes, and their `via`s.
+fn proven(f: &FileModel, pid: i32) -> (u64, Vec<String>) {
+    let d: Vec<_> = f
+        .device_copies
+        .iter()
+        .filter(|d| d.proven && d.pid == pid)
+        .collect();
+    (
+        d.iter().map(|d| d.device_bytes).sum(),
+        d.iter().map(|d| d.via.clone()).collect(),
+    )
+}
+
+fn scan_json(s: &Standin, args: &[&std::ffi::OsStr], gpu: &Path, during: impl FnOnce()) -> Report {
+    let (out, err) = traced(s, args, Some(gpu), during);
+    serde_json::from_str(&out).unwrap_or_else(|e| panic!("{e}: {err}"))
+}
+
+/// Two files of the same bytes, A and B: the upload (and the private copy) of a process
+/// that read A is A's, whichever order they are named in: it holds A open; or it closed A
+/// before it uploaded, and the read ledger (`--trace`) or its command line says A. One
+/// that read a third file of the same bytes is counted under the same one of A and B in
+/// both orders, "matched by content".
+#[test]
+fn the_upload_is_the_file_the_process_read_in_either_order() {
+    let _serial = serial();
+    let Some(s) = standin() else { return };
+    let d = s.dir.path();
+    let (a, b, c) = (
+        d.join("a.safetensors"),
+        d.join("b.safetensors"),
+        d.join("c.safetensors"),
+    );
+    let ranges = model(&a, "F16");
+    std::fs::copy(&a, &b).unwrap();
+    std::fs::copy(&a, &c).unwrap();
+    let image = std::fs::read(&a).unwrap();
+    let size = image.len() as f64;
+    let mut content_choice: Vec<(String, String)> = Vec::new();
+    for flag in ["--trace", "--trace-uploads"] {
+        for (first, second) in [(&b, &a), (&a, &b)] {
+            let mut open = uploader(&s, "open", "heap", &a, &ranges, &[]);
+            let mut closed = uploader(
+                &s,
+                "closed",
+                "heap",
+                &a,
+                &ranges,
+                &[("UPLOADER_CLOSE", "1")],
+            );
+            let mut other = uploader(&s, "other", "heap", &c, &ranges, &[]);
+            let ctx = 64 << 20;
+            let gpu = fixture(
+                d,
+                &[open.pid(), closed.pid(), other.pid()].map(|p| (p, (8 << 20) + ctx)),
+            );
+            let r = scan_json(
+                &s,
+                &[
+                    "scan".as_ref(),
+                    first.as_os_str(),
+                    second.as_os_str(),
+                    flag.as_ref(),
+                    "4s".as_ref(),
+                    "--json".as_ref(),
+                ],
+                &gpu,
+                || {
+                    for u in [&mut open, &mut closed, &mut other] {
+                        u.go();
+                    }
+                },
+            );
+            let (fa, fb) = (file(&r, &a), file(&r, &b));
+            let truth = |u: &mut Uploader| held_bytes(&device_memory(u), &image);
+            let what = format!("{flag} {} {}", first.display(), second.display());
+            // It holds A open (and read it: the read ledger with --trace).
+            let t = truth(&mut open);
+            assert!(t > 0, "{what}: nothing of A on the device");
+            assert_eq!(
+                proven(fa, open.pid()),
+                (t, vec!["upload".into()]),
+                "{what}: {fa:?}"
+            );
+            assert_eq!(proven(fb, open.pid()).0, 0, "{what}: {fb:?}");
+            let copy_of = |f: &FileModel, pid| f.proven_copies.iter().any(|c| c.pid == pid);
+            assert!(
+                copy_of(fa, open.pid()) && !copy_of(fb, open.pid()),
+                "{what}"
+            );
+            let t = truth(&mut closed);
+            let chosen = |pid| {
+                let (ba, bb) = (proven(fa, pid).0, proven(fb, pid).0);
+                assert!(
+                    (ba == 0) != (bb == 0),
+                    "{what}: one file counts it: {ba} {bb}"
+                );
+                let (f, o) = if ba > 0 { (fa, fb) } else { (fb, fa) };
+                let note = f
+                    .device_copies
+                    .iter()
+                    .find(|d| d.pid == pid)
+                    .and_then(|d| d.note.clone())
+                    .unwrap_or_default();
+                assert!(
+                    note.contains(&format!("matched by content; also identical to {}", o.path)),
+                    "{what}: {note}"
+                );
+                (f.path.clone(), ba + bb)
+            };
+            // It read A and closed it: with --trace the read ledger says which; without,
+            // its command line names A (and its private copy of A is A's by that).
+            assert_eq!(
+                proven(fa, closed.pid()),
+                (t, vec!["upload".into()]),
+                "{what}"
+            );
+            assert_eq!(proven(fb, closed.pid()).0, 0, "{what}");
+            let note = &fa
+                .device_copies
+                .iter()
+                .find(|d| d.pid == closed.pid())
+                .unwrap()
+                .note;
+            let want = if flag == "--trace" {
+                "the file it read"
+            } else {
+                "the file it"
+            };
+            assert!(note.as_deref().unwrap_or("").starts_with(want), "{note:?}");
+            let t = truth(&mut other);
+            let (f, bytes) = chosen(other.pid());
+            assert_eq!(bytes, t);
+            content_choice.push((format!("{flag} other"), f));
+            // The device part of A's count: the related uploads, and the content choice if A.
+            let on_a: u64 = fa
+                .device_copies
+                .iter()
+                .filter(|d| d.proven)
+                .map(|d| d.device_bytes)
+                .sum();
+            assert_eq!(fa.representations.device, Some(on_a as f64 / size));
+        }
+    }
+    // Each content choice is the same in both orders.
+    for w in content_choice.chunks(2) {
+        assert_eq!(w[0], w[1]);
+    }
+}
+
+/// Clones on the device (cuMemcpyDtoDAsync_v2, cuMemcpyPeer of part of each tensor, a
+/// unified cuMemcpyAsync from device to device): each another device copy of the bytes
+/// it holds; a freed clone is no copy any more.
+#[test]
+fn a_clone_on_the_device_is_another_device_copy_until_it_is_freed() {
+    let _serial = serial();
+    let Some(s) = standin() else { return };
+    let d = s.dir.path();
+    let m = d.join("m.safetensors");
+    let ranges = model(&m, "F16");
+    let image = std::fs::read(&m).unwrap();
+    let mut dtod = uploader(
+        &s,
+        "dtod",
+        "heap",
+        &m,
+        &ranges,
+        &[("UPLOADER_CLONE", "dtoda")],
+    );
+    let mut peer = uploader(
+        &s,
+        "peer",
+        "heap",
+        &m,
+        &ranges,
+        &[
+            ("UPLOADER_CLONE", "peer"),
+            ("UPLOADER_CLONE_BYTES", "65536"),
+        ],
+    );
+    let mut unified = uploader(
+        &s,
+        "unified",
+        "staging",
+        &m,
+        &ranges,
+        &[("UPLOADER_CLONE", "copya")],
+    );
+    let mut freed = uploader(
+        &s,
+        "freed",
+        "heap",
+        &m,
+        &ranges,
+        &[("UPLOADER_CLONE", "dtod")],
+    );
+    let all = [dtod.pid(), peer.pid(), unified.pid(), freed.pid()];
+    let gpu = fixture(d, &all.map(|p| (p, (24 << 20) + (64 << 20))));
+    let r = scan_json(
+        &s,
+        &[
+            "scan".as_ref(),
+            m.as_os_str(),
+            "--trace-uploads".as_ref(),
+            "4s".as_ref(),
+            "--json".as_ref(),
+        ],
+        &gpu,
+        || {
+            for u in [&mut dtod, &mut peer, &mut unified, &mut freed] {
+                u.go();
+            }
+            assert_eq!(freed.say("free"), "freed");
+        },
+    );
+    let f = file(&r, &m);
+    let mut total = 0;
+    for (u, clones) in [
+        (&mut dtod, true),
+        (&mut peer, true),
+        (&mut unified, true),
+        (&mut freed, false),
+    ] {
+        let truth = held_bytes(&device_memory(u), &image);
+        total += truth;
+        let (bytes, mut via) = proven(f, u.pid());
+        via.sort();
+        assert_eq!(bytes, truth, "pid {}: {:?}", u.pid(), f.device_copies);
+        let want: Vec<String> = if clones {
+            vec!["clone".into(), "upload".into()]
+        } else {
+            vec!["upload".into()]
+        };
+        assert_eq!(via, want, "pid {}", u.pid());
+    }
+    let c = f.device_copies.iter().find(|c| c.via == "clone").unwrap();
+    assert!(
+        c.note
+            .as_deref()
+            .unwrap_or("")
+            .contains("cloned on the device"),
+        "{c:?}"
+    );
+    assert!(f
+        .uploads
+        .iter()
+        .any(|u| u.cloned && u.pid == peer.pid() && u.copies == 4));
+    let size = f.size_bytes.unwrap() as f64;
+    assert!((f.representations.device.unwrap() - total as f64 / size).abs() < 1e-9);
+    // The process rows count the device-to-device copies.
+    let p = |pid| {
+        r.gpus
+            .uploads
+            .as_ref()
+            .unwrap()
+            .processes
+            .iter()
+            .find(|p| p.seen.pid == pid)
+            .unwrap()
+    };
+    assert_eq!(p(dtod.pid()).seen.device_copies, 4);
+    assert_eq!(p(freed.pid()).seen.device_copies, 4);
+    // The text says it.
+    let mut again = uploader(
+        &s,
+        "again",
+        "heap",
+        &m,
+        &ranges,
+        &[("UPLOADER_CLONE", "dtod")],
+    );
+    let gpu = fixture(d, &[(again.pid(), 80 << 20)]);
+    let (text, _) = traced(
+        &s,
+        &[
+            "scan".as_ref(),
+            m.as_os_str(),
+            "--trace-uploads".as_ref(),
+            "2s".as_ref(),
+        ],
+        Some(&gpu),
+        || again.go(),
+    );
+    assert!(
+        text.lines()
+            .any(|l| l.contains("proven device copy") && l.contains("cloned on the device")),
+        "{text}"
+    );
+}
+
+/// An F32 file uploaded narrowed to BF16 (`.to("cuda", torch.bfloat16)`): a device copy of
+/// half the file's tensor bytes, counted by its bytes and named; a clone of it too.
+#[test]
+fn a_narrowed_upload_counts_by_its_bytes() {
+    let _serial = serial();
+    let Some(s) = standin() else { return };
+    let d = s.dir.path();
+    let m = d.join("f32.safetensors");
+    let ranges = model(&m, "F32");
+    let image = bf16_image(&std::fs::read(&m).unwrap());
+    let mut narrow = uploader(&s, "narrow", "narrow", &m, &ranges, &[]);
+    let mut cloned = uploader(
+        &s,
+        "cloned",
+        "narrow",
+        &m,
+        &ranges[..2],
+        &[("UPLOADER_CLONE", "dtoda")],
+    );
+    let gpu = fixture(d, &[narrow.pid(), cloned.pid()].map(|p| (p, 80 << 20)));
+    let r = scan_json(
+        &s,
+        &[
+            "scan".as_ref(),
+            m.as_os_str(),
+            "--trace-uploads".as_ref(),
+            "4s".as_ref(),
+            "--json".as_ref(),
+        ],
+        &gpu,
+        || {
+            narrow.go();
+            cloned.go();
+        },
+    );
+    let f = file(&r, &m);
+    let size = f.size_bytes.unwrap() as f64;
+    let t_narrow = held_bytes(&device_memory(&mut narrow), &image);
+    let t_cloned = held_bytes(&device_memory(&mut cloned), &image);
+    let tensors: u64 = ranges.iter().map(|r| r.1).sum();
+    // What the stand-in holds: every tensor, at half its bytes.
+    assert_eq!(t_narrow, tensors / 2);
+    assert_eq!(proven(f, narrow.pid()).0, t_narrow, "{:?}", f.device_copies);
+    assert_eq!(proven(f, cloned.pid()).0, t_cloned);
+    let dc = f
+        .device_copies
+        .iter()
+        .find(|c| c.pid == narrow.pid())
+        .unwrap();
+    assert!((dc.fraction - t_narrow as f64 / size).abs() < 1e-9);
+    assert!(dc.fraction < 0.51 && dc.fraction > 0.49, "{dc:?}");
+    assert!(
+        dc.note
+            .as_deref()
+            .unwrap_or("")
+            .contains("converted F32→BF16"),
+        "{dc:?}"
+    );
+    let up = f
+        .uploads
+        .iter()
+        .find(|u| u.pid == narrow.pid() && !u.cloned)
+        .unwrap();
+    assert_eq!(
+        (
+            up.conversion.map(|c| c.name()),
+            up.file_bytes,
+            up.device_bytes
+        ),
+        (Some("F32→BF16".to_string()), tensors, tensors / 2)
+    );
+    let want = (t_narrow + t_cloned) as f64 / size;
+    assert!((f.representations.device.unwrap() - want).abs() < 1e-9);
+}
+
+/// A plain `scan M` (no tracing of its own) with the test's ledger directory and GPU.
+fn plain_scan(m: &Path, ledgers: &Path, gpu: &Path, json: bool) -> String {
+    let mut cmd = std::process::Command::new(crate::common::exe());
+    cmd.arg("scan").arg(m);
+    if json {
+        cmd.arg("--json");
+    }
+    let out = cmd
+        .env("TWOFOLD_UPLOADS_DIR", ledgers)
+        .env("TWOFOLD_GPU_FIXTURE", gpu)
+        .env_remove("TWOFOLD_LIBCUDA")
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout).unwrap()
+}
+
+/// A resident `record --trace-uploads` keeps its ledger for the host: a later plain `scan`
+/// (another process, no tracing of its own) shows the proven device copy and the clone
+/// from it and names the tracer; once the uploader exits it shows neither; the ledger
+/// goes when the recorder stops.
+#[test]
+fn a_plain_scan_proves_device_copies_from_the_resident_tracers_ledger() {
+    use std::process::{Command, Stdio};
+    use std::time::{Duration, Instant};
+    let _serial = serial();
+    let Some(s) = standin() else { return };
+    let d = s.dir.path();
+    let m = d.join("m.safetensors");
+    let ranges = model(&m, "F16");
+    let image = std::fs::read(&m).unwrap();
+    let ledgers = d.join("ledgers");
+    let mut up = uploader(
+        &s,
+        "resident",
+        "heap",
+        &m,
+        &ranges,
+        &[("UPLOADER_CLONE", "dtod")],
+    );
+    let gpu = fixture(d, &[(up.pid(), 80 << 20)]);
+    let mut rec = Command::new(crate::common::exe())
+        .args([
+            "record",
+            "--trace-uploads",
+            "--interval",
+            "1s",
+            "--no-prove",
+            "--store",
+        ])
+        .arg(d.join("store"))
+        .arg(&m)
+        .env("TWOFOLD_LIBCUDA", &s.lib)
+        .env("TWOFOLD_GPU_FIXTURE", &gpu)
+        .env("TWOFOLD_UPLOADS_DIR", &ledgers)
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    struct Stop(std::process::Child);
+    impl Drop for Stop {
+        fn drop(&mut self) {
+            let _ = self.0.kill();
+            let _ = self.0.wait();
+        }
+    }
+    let rec_pid = rec.id() as i32;
+    let ledger_files = || -> Vec<std::path::PathBuf> {
+        std::fs::read_dir(&ledgers)
+            .map(|r| {
+                r.flatten()
+                    .map(|e| e.path())
+                    .filter(|p| p.extension().is_some_and(|x| x == "json"))
+                    .collect()
+            })
+            .unwrap_or_default()
+    };
+    let t0 = Instant::now();
+    while ledger_files().is_empty() {
+        assert!(
+            t0.elapsed() < Duration::from_secs(60),
+            "record wrote no ledger"
+        );
+        assert!(rec.try_wait().unwrap().is_none(), "record exited");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let mut rec = Stop(rec);
+    up.go();
+    let truth = held_bytes(&device_memory(&mut up), &image);
+    assert!(truth > 0);
+    // The ledger is written within a second of a change: scan until it shows the copies.
+    let t0 = Instant::now();
+    let r = loop {
+        let r: Report = serde_json::from_str(&plain_scan(&m, &ledgers, &gpu, true)).unwrap();
+        if proven(file(&r, &m), up.pid()).0 == truth || t0.elapsed() > Duration::from_secs(30) {
+            break r;
+        }
+        std::thread::sleep(Duration::from_millis(300));
+    };
+    let f = file(&r, &m);
+    let (bytes, mut via) = proven(f, up.pid());
+    via.sort();
+    assert_eq!(
+        (bytes, via),
+        (truth, vec!["clone".to_string(), "upload".into()]),
+        "{:?}",
+        f.device_copies
+    );
+    let t = r
+        .gpus
+        .uploads
+        .as_ref()
+        .and_then(|u| u.tracer.clone())
+        .unwrap();
+    assert_eq!((t.pid, t.command.as_str()), (rec_pid, "record"));
+    let text = plain_scan(&m, &ledgers, &gpu, false);
+    assert!(
+        text.contains(&format!(
+            "uploads traced by pid {rec_pid} (twofold record) since "
+        )),
+        "{text}"
+    );
+    assert!(text.contains("proven device copy"), "{text}");
+    // The uploader exits: nothing of it is shown, at once.
+    let gone = up.pid();
+    drop(up);
+    let r: Report = serde_json::from_str(&plain_scan(&m, &ledgers, &gpu, true)).unwrap();
+    let f = file(&r, &m);
+    assert!(
+        f.device_copies.iter().all(|c| c.pid != gone),
+        "{:?}",
+        f.device_copies
+    );
+    assert!(f.uploads.iter().all(|u| u.pid != gone), "{:?}", f.uploads);
+    assert_eq!(f.representations.device, Some(0.0));
+    // The recorder stops: its ledger goes with it.
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(rec_pid),
+        nix::sys::signal::Signal::SIGTERM,
+    )
+    .unwrap();
+    let status = rec.0.wait().unwrap();
+    assert!(
+        status.success() || status.code() == Some(128 + 15),
+        "{status:?}"
+    );
+    assert!(ledger_files().is_empty(), "{:?}", ledger_files());
+    let r: Report = serde_json::from_str(&plain_scan(&m, &ledgers, &gpu, true)).unwrap();
+    assert!(r.gpus.uploads.is_none());
+}
