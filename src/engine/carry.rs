@@ -1,20 +1,19 @@
 //! Copies found before and still in place, kept through a search again of the rest.
 
-use super::reuse::Reused;
 use crate::collect::Roots;
 use crate::dupes::prove::Proof;
 use crate::sample::Sample;
 
-/// The whole copies of `r` still in place ([`crate::dupes::recheck`]); `None` when one is
+/// The whole copies of `proof` still in place ([`crate::dupes::recheck`]); `None` when one is
 /// gone or changed, or the check failed (the process is then searched in full).
 pub(super) fn still_there(
     roots: &Roots,
     sample: &Sample,
-    r: &Reused,
+    proof: &Proof,
     exact: bool,
 ) -> Option<Proof> {
     use crate::dupes::recheck::{recheck, Rechecked};
-    match recheck(roots, sample, &r.proof, exact) {
+    match recheck(roots, sample, proof, exact) {
         Ok(Rechecked::Still(p)) if !p.found.is_empty() => Some(*p),
         _ => None,
     }

@@ -237,7 +237,7 @@ impl Engine {
                     && now.duration_since(r.verified) < REVERIFY_AFTER.max(r.cadence() * 10)
                     && r.confirmed_bytes > SPOT_BYTES
                 {
-                    if let Some(k) = still_there(&self.roots, sample, r, opts.exact) {
+                    if let Some(k) = still_there(&self.roots, sample, &r.proof, opts.exact) {
                         known.entry(c.pid).or_default().extend(k.ranges());
                         carried.insert((c.pid, c.file), (k, r.verified, r.confirmed_bytes));
                     }
@@ -258,7 +258,7 @@ impl Engine {
                 if let Some(unmoved) = moved {
                     // The copies found before, checked in place, are kept; a copy gone or
                     // changed makes the search a full one.
-                    match still_there(&self.roots, sample, r, opts.exact) {
+                    match still_there(&self.roots, sample, &r.proof, opts.exact) {
                         Some(k) => {
                             known.entry(c.pid).or_default().extend(k.ranges());
                             carried.insert((c.pid, c.file), (k, r.verified, r.confirmed_bytes));
