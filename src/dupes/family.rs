@@ -26,38 +26,53 @@ pub struct Families {
     pub later: Vec<(i32, i32)>,
 }
 
-/// A process's parent, from `/proc/PID/stat` (`None`: exited or unreadable).
-fn parent(proc: &Path, pid: i32) -> Option<i32> {
+/// A process's parent and the layout its address space was made with (its stack's start
+/// and its heap's, `/proc/PID/stat` fields 28 and 47), which a child forked without `exec`
+/// keeps and an `exec` draws anew (`None`: exited or unreadable; a layout of 0: hidden).
+fn parent(proc: &Path, pid: i32) -> Option<(i32, (u64, u64))> {
     let stat = std::fs::read_to_string(proc.join(pid.to_string()).join("stat")).ok()?;
     // The name may hold spaces and parentheses: the fields follow the last ')'.
-    let rest = &stat[stat.rfind(')')? + 1..];
-    rest.split_whitespace().nth(1)?.parse().ok()
+    let f: Vec<&str> = stat[stat.rfind(')')? + 1..].split_whitespace().collect();
+    let num = |i: usize| f.get(i).and_then(|v| v.parse::<u64>().ok());
+    Some((f.get(1)?.parse().ok()?, (num(25)?, num(44)?)))
 }
 
-/// Groups `pids` into fork families: a process whose parent is among them belongs to its
-/// parent's family; children of one parent outside them (not init) form one family. The
-/// first of a family is its eldest ancestor among them, else its lowest pid.
+/// Groups `pids` into fork families: a process forked (without `exec`) from a parent
+/// among them belongs to its parent's family; such children of one parent outside them
+/// (not init) form one family. Processes that merely share a parent (a shell's, a test
+/// harness's) are not a family: each `exec` lays its memory out anew. The first of a
+/// family is its eldest ancestor among them, else its lowest pid.
 pub fn of(proc: &Path, pids: &[i32]) -> Families {
     let set: BTreeSet<i32> = pids.iter().copied().collect();
-    let parents: BTreeMap<i32, Option<i32>> = pids.iter().map(|&p| (p, parent(proc, p))).collect();
+    let info: BTreeMap<i32, Option<(i32, (u64, u64))>> =
+        pids.iter().map(|&p| (p, parent(proc, p))).collect();
+    let layout = |p: i32| info.get(&p).copied().flatten().map(|i| i.1);
+    // Forked from its parent: the same layout, and a known one.
+    let forked_from = |p: i32, pp: i32| {
+        let parent_layout = match info.get(&pp) {
+            Some(i) => i.map(|i| i.1),
+            None => parent(proc, pp).map(|i| i.1),
+        };
+        layout(p).is_some_and(|l| l != (0, 0) && Some(l) == parent_layout)
+    };
     let root = |mut p: i32| {
         // Up through parents among the candidates (bounded: a cycle cannot happen in a
         // snapshot of live processes, but pids are reused).
         for _ in 0..64 {
-            match parents.get(&p).copied().flatten() {
-                Some(pp) if set.contains(&pp) && pp != p => p = pp,
+            match info.get(&p).copied().flatten() {
+                Some((pp, _)) if set.contains(&pp) && pp != p && forked_from(p, pp) => p = pp,
                 _ => break,
             }
         }
         p
     };
-    // Family key: the root among the candidates, or for roots whose parent is outside
-    // them, that parent (siblings of one master that holds nothing).
+    // Family key: the root among the candidates, or for roots forked from a parent
+    // outside them, that parent (workers of a master that holds nothing).
     let mut families: BTreeMap<(bool, i32), Vec<i32>> = BTreeMap::new();
     for &p in pids {
         let r = root(p);
-        let key = match parents.get(&r).copied().flatten() {
-            Some(pp) if pp > 1 && !set.contains(&pp) => (true, pp),
+        let key = match info.get(&r).copied().flatten() {
+            Some((pp, _)) if pp > 1 && !set.contains(&pp) && forked_from(r, pp) => (true, pp),
             _ => (false, r),
         };
         families.entry(key).or_default().push(p);
@@ -175,8 +190,8 @@ mod tests {
     use super::*;
 
     #[test]
-    fn a_fork_pool_is_one_family_and_unrelated_processes_are_their_own() {
-        // This test process and two children of it: one family, led by the parent.
+    fn forked_children_are_a_family_and_execed_ones_are_not() {
+        // Children that exec `sleep`: their own layout, no family of this process's.
         let me = std::process::id() as i32;
         let mut kids: Vec<std::process::Child> = (0..2)
             .map(|_| {
@@ -188,19 +203,37 @@ mod tests {
             .collect();
         let pids: Vec<i32> = kids.iter().map(|k| k.id() as i32).collect();
         let f = of(Path::new("/proc"), &[pids[0], me, pids[1]]);
-        assert_eq!(f.first, vec![me]);
-        assert_eq!(f.later.len(), 2);
-        assert!(f.later.iter().all(|(_, first)| *first == me));
-        // Without the parent: the two siblings are one family, led by the lower pid.
-        let f = of(Path::new("/proc"), &pids);
-        assert_eq!(f.first, vec![*pids.iter().min().unwrap()]);
-        assert_eq!(
-            f.later,
-            vec![(*pids.iter().max().unwrap(), *pids.iter().min().unwrap())]
-        );
+        assert_eq!(f.first.len(), 3, "{f:?}");
+        assert!(f.later.is_empty(), "{f:?}");
         for k in &mut kids {
             let _ = k.kill();
             let _ = k.wait();
+        }
+        // Children forked without exec (they keep this layout): one family, led by this
+        // process.
+        let mut forked = Vec::new();
+        for _ in 0..2 {
+            // SAFETY: the child only sleeps (async-signal-safe) and exits.
+            let pid = unsafe { libc::fork() };
+            assert!(pid >= 0);
+            if pid == 0 {
+                unsafe {
+                    libc::sleep(30);
+                    libc::_exit(0);
+                }
+            }
+            forked.push(pid);
+        }
+        let f = of(Path::new("/proc"), &[forked[0], me, forked[1]]);
+        for &p in &forked {
+            unsafe {
+                libc::kill(p, libc::SIGKILL);
+                libc::waitpid(p, std::ptr::null_mut(), 0);
+            }
+        }
+        if nix::unistd::geteuid().is_root() {
+            assert_eq!(f.first, vec![me], "{f:?}");
+            assert_eq!(f.later.len(), 2, "{f:?}");
         }
     }
 }

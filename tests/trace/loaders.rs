@@ -297,6 +297,30 @@ fn record_trace_keeps_the_read_ledger_of_a_loader_that_closed_the_file() {
     assert!(line.starts_with("twofold record:"), "{line}");
     assert_eq!(copy.go(), "ready");
     std::thread::sleep(std::time::Duration::from_millis(1500));
+    // A stop cuts short the snapshot it comes in (not written): on a loaded host the
+    // first one may take longer than 1.5 s, so the store's first two are waited for.
+    let waited = std::time::Instant::now();
+    while waited.elapsed() < std::time::Duration::from_secs(120) {
+        let n = twofold_cmd()
+            .args(["dump", "--format", "json", "--store"])
+            .arg(&store)
+            .output()
+            .map(|o| {
+                let text = String::from_utf8_lossy(&o.stdout).into_owned();
+                let mut at: Vec<String> = text
+                    .lines()
+                    .filter_map(|l| l.split("\"at\":\"").nth(1))
+                    .map(|r| r.chars().take(24).collect())
+                    .collect();
+                at.dedup();
+                at.len()
+            })
+            .unwrap_or(0);
+        if n >= 2 {
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(200));
+    }
     nix::sys::signal::kill(
         nix::unistd::Pid::from_raw(rec.id() as i32),
         nix::sys::signal::Signal::SIGTERM,
