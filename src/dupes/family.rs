@@ -29,7 +29,10 @@ pub struct Families {
 /// A process's parent and the layout its address space was made with (its stack's start
 /// and its heap's, `/proc/PID/stat` fields 28 and 47), which a child forked without `exec`
 /// keeps and an `exec` draws anew (`None`: exited or unreadable; a layout of 0: hidden).
-fn parent(proc: &Path, pid: i32) -> Option<(i32, (u64, u64))> {
+/// A process's parent and its layout (stack start, heap start).
+type Lineage = (i32, (u64, u64));
+
+fn parent(proc: &Path, pid: i32) -> Option<Lineage> {
     let stat = std::fs::read_to_string(proc.join(pid.to_string()).join("stat")).ok()?;
     // The name may hold spaces and parentheses: the fields follow the last ')'.
     let f: Vec<&str> = stat[stat.rfind(')')? + 1..].split_whitespace().collect();
@@ -44,8 +47,7 @@ fn parent(proc: &Path, pid: i32) -> Option<(i32, (u64, u64))> {
 /// family is its eldest ancestor among them, else its lowest pid.
 pub fn of(proc: &Path, pids: &[i32]) -> Families {
     let set: BTreeSet<i32> = pids.iter().copied().collect();
-    let info: BTreeMap<i32, Option<(i32, (u64, u64))>> =
-        pids.iter().map(|&p| (p, parent(proc, p))).collect();
+    let info: BTreeMap<i32, Option<Lineage>> = pids.iter().map(|&p| (p, parent(proc, p))).collect();
     let layout = |p: i32| info.get(&p).copied().flatten().map(|i| i.1);
     // Forked from its parent: the same layout, and a known one.
     let forked_from = |p: i32, pp: i32| {
