@@ -205,6 +205,12 @@ fn twin_choices(
         if p.identical_file_bytes + p.converted_file_bytes == 0 {
             continue;
         }
+        // A twin in shared memory (tmpfs, memfd: device major 0) is itself a copy of the
+        // file, folded under it ([`shmem_copies`]): never the file a copy counts under.
+        let others: Vec<FileKey> = others.iter().copied().filter(|k| k.major != 0).collect();
+        if others.is_empty() {
+            continue;
+        }
         let mut options = vec![(p.file, false)];
         options.extend(others.iter().map(|k| (*k, false)));
         let choice = relations.choose(p.pid, &options);
