@@ -10,7 +10,7 @@
 use std::path::Path;
 
 use crate::serial;
-use crate::uploads::{file, fixture, standin, traced, Standin, Uploader};
+use crate::uploads::{file, fixture, standin, traced, traced_with, Standin, Uploader};
 use twofold::model::{FileModel, Report};
 
 /// A safetensors file of `dtype` (`F16` or `F32`) tensors of random finite values, seeded
@@ -486,6 +486,61 @@ fn a_narrowed_upload_counts_by_its_bytes() {
     );
     let want = (t_narrow + t_cloned) as f64 / size;
     assert!((f.representations.device.unwrap() - want).abs() < 1e-9);
+    // No libcufile here: GPUDirect Storage reads are said not to be traced (never 0).
+    let gds = r.gpus.uploads.as_ref().and_then(|u| u.gds.clone()).unwrap();
+    assert!(gds.libraries.is_empty());
+    assert!(
+        gds.unavailable
+            .as_deref()
+            .unwrap_or("")
+            .contains("no libcufile"),
+        "{gds:?}"
+    );
+}
+
+/// GPUDirect Storage: a loader that reads a file straight into device memory with
+/// `cuFileRead` (the stand-in libcufile.so.0: no host copy, no cuMemcpyHtoD) holds a
+/// device copy of the bytes it read, proven by the read, and the text names libcufile.
+#[test]
+fn a_gds_read_into_device_memory_is_a_device_copy() {
+    let _serial = serial();
+    let Some(s) = standin() else { return };
+    let d = s.dir.path();
+    let m = d.join("gds.safetensors");
+    let ranges = model(&m, "F16");
+    let image = std::fs::read(&m).unwrap();
+    let mut gds = uploader(&s, "gds", "gds", &m, &ranges[1..], &[]);
+    let gpu = fixture(d, &[(gds.pid(), 80 << 20)]);
+    let cufile = d.join("libcufile.so.0");
+    let env = [("TWOFOLD_LIBCUFILE", cufile.as_os_str())];
+    let args: [&std::ffi::OsStr; 5] = [
+        "scan".as_ref(),
+        m.as_os_str(),
+        "--trace-uploads".as_ref(),
+        "3s".as_ref(),
+        "--json".as_ref(),
+    ];
+    let (out, err) = traced_with(&s, &args, Some(&gpu), &env, || gds.go());
+    let r: Report = serde_json::from_str(&out).unwrap_or_else(|e| panic!("{e}: {err}"));
+    let f = file(&r, &m);
+    let truth = held_bytes(&device_memory(&mut gds), &image);
+    assert_eq!(truth, ranges[1..].iter().map(|r| r.1).sum::<u64>());
+    assert_eq!(
+        proven(f, gds.pid()),
+        (truth, vec!["upload".into()]),
+        "{:?}",
+        f.uploads
+    );
+    let u = f.uploads.iter().find(|u| u.pid == gds.pid()).unwrap();
+    assert_eq!(
+        (u.entry.as_str(), u.copies, u.file_bytes),
+        ("cuFileRead", 3, truth)
+    );
+    let want: Vec<(u64, u64)> = vec![(ranges[1].0, ranges[3].0 + ranges[3].1)];
+    assert_eq!(u.ranges, want);
+    let g = r.gpus.uploads.as_ref().and_then(|u| u.gds.clone()).unwrap();
+    assert_eq!(g.libraries, [cufile.display().to_string()]);
+    assert!(g.unavailable.is_none());
 }
 
 /// A plain `scan M` (no tracing of its own) with the test's ledger directory and GPU.
