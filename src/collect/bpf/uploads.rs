@@ -339,4 +339,3 @@ fn lost_records(ebpf: &Ebpf) -> u64 {
         .and_then(|a| a.get(&super::layout::TOTAL_MAP_FULL, 0).ok())
         .unwrap_or(0)
 }
-

@@ -73,7 +73,10 @@ fn gds_records_are_the_c_layout() {
     let Call::GdsHandle { handle, file } = parse(&b, 0).unwrap().call else {
         panic!()
     };
-    assert_eq!((handle, file.major, file.minor, file.inode), (0xabc, 8, 3, 77));
+    assert_eq!(
+        (handle, file.major, file.minor, file.inode),
+        (0xabc, 8, 3, 77)
+    );
     b[20..24].copy_from_slice(&11u32.to_le_bytes());
     b[16..20].copy_from_slice(&301u32.to_le_bytes());
     b[24..32].copy_from_slice(&0x1000u64.to_le_bytes());
@@ -89,7 +92,10 @@ fn gds_records_are_the_c_layout() {
     else {
         panic!()
     };
-    assert_eq!((handle, dst, bytes, file_offset), (0xabc, 0x1000, 4096, 512));
+    assert_eq!(
+        (handle, dst, bytes, file_offset),
+        (0xabc, 0x1000, 4096, 512)
+    );
     assert_eq!(entry_name(entry), "cuFileRead");
     // A record cut short is no record.
     assert!(parse(&b[..GDS - 1], 0).is_none());
