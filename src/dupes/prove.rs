@@ -212,11 +212,16 @@ fn prove_group(
     // Where each file is, and its version there: a long-running engine keeps the index
     // of each version of the files ([`IndexCache`]), and then opens none of them.
     // Never a file the collection did not open ([`super::opening::not_opened`]).
-    let (files, skipped): (Vec<_>, Vec<_>) = sample
+    let (mut files, skipped): (Vec<_>, Vec<_>) = sample
         .files
         .iter()
         .filter(|f| wanted.contains(&f.key))
         .partition(|f| f.unopened.is_none());
+    // Indexed in the order of their keys, never of their naming: where two files hold the
+    // same tensor bytes, the copy found is credited to the first file's piece, and that
+    // must not depend on the order of the command line (`model::relation` then moves a
+    // copy of identical files to the one its process came to).
+    files.sort_by_key(|f| f.key);
     let files: Vec<_> = files
         .into_iter()
         .map(|f| (f, open_path_stat(sample, f.key, &f.path, &roots.proc)))
