@@ -73,27 +73,43 @@ pub(super) struct Ledger {
     pub(super) changed: bool,
 }
 
-/// The files `pid` holds open or maps now (its `fd` links and `maps`).
-fn held_files(proc_root: &Path, pid: i32) -> BTreeSet<FileKey> {
+/// Which of `want` `pid` holds open or maps now. Its `maps` name each mapping's file; an
+/// fd is looked at only when its `fdinfo` inode is one of `want`'s (then `stat`ed through
+/// its link under the collection's deadline: a filesystem that does not answer never holds
+/// the upload tracer up).
+fn held_files(proc_root: &Path, pid: i32, want: &BTreeSet<FileKey>) -> BTreeSet<FileKey> {
     use std::os::unix::fs::MetadataExt;
     let dir = proc_root.join(pid.to_string());
     let mut out = BTreeSet::new();
-    if let Ok(fds) = std::fs::read_dir(dir.join("fd")) {
-        for fd in fds.flatten().take(65_536) {
-            if let Ok(m) = std::fs::metadata(fd.path()) {
-                if m.is_file() {
-                    out.insert(FileKey::from_dev(m.dev(), m.ino()));
-                }
-            }
-        }
-    }
     if let Ok(text) = std::fs::read_to_string(dir.join("maps")) {
         out.extend(
             text.lines()
                 .filter_map(crate::collect::maps::parse_header)
-                .filter(|m| m.inode != 0)
-                .map(|m| m.key()),
+                .map(|m| m.key())
+                .filter(|k| want.contains(k)),
         );
+    }
+    let Ok(fds) = std::fs::read_dir(dir.join("fdinfo")) else {
+        return out;
+    };
+    for fd in fds.flatten().take(65_536) {
+        let info = std::fs::read_to_string(fd.path()).unwrap_or_default();
+        let ino: Option<u64> = info
+            .lines()
+            .find_map(|l| l.strip_prefix("ino:"))
+            .and_then(|v| v.trim().parse().ok());
+        // Without an inode in fdinfo (kernels before 5.14), every fd is looked at.
+        let Some(key) = want.iter().find(|k| ino.is_none_or(|i| i == k.inode)) else {
+            continue;
+        };
+        let link = dir.join("fd").join(fd.file_name());
+        let place = crate::collect::answer::Place::of_key(*key);
+        if let Ok(Ok(m)) = crate::collect::answer::metadata(place, &link) {
+            let k = FileKey::from_dev(m.dev(), m.ino());
+            if want.contains(&k) {
+                out.insert(k);
+            }
+        }
     }
     out
 }
@@ -324,14 +340,15 @@ impl Ledger {
         }
     }
 
-    /// The files `pid` holds open or maps, looked at most once a second.
+    /// Which of the indexed files `pid` holds open or maps, looked at most once a second.
     fn related(&mut self, pid: i32) -> BTreeSet<FileKey> {
         let root = self.proc_root.clone();
+        let want: BTreeSet<FileKey> = self.sample.indexed.iter().copied().collect();
         let p = self.proc(pid);
         match &p.related {
             Some((when, set)) if when.elapsed() < Duration::from_secs(1) => set.clone(),
             _ => {
-                let set = held_files(&root, pid);
+                let set = held_files(&root, pid, &want);
                 p.related = Some((Instant::now(), set.clone()));
                 set
             }
