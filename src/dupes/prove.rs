@@ -217,10 +217,8 @@ fn prove_group(
         .iter()
         .filter(|f| wanted.contains(&f.key))
         .partition(|f| f.unopened.is_none());
-    // Indexed in the order of their keys, never of their naming: where two files hold the
-    // same tensor bytes, the copy found is credited to the first file's piece, and that
-    // must not depend on the order of the command line (`model::relation` then moves a
-    // copy of identical files to the one its process came to).
+    // By key, never by naming: tensor bytes two files share are credited to the first
+    // file's piece (`model::relation` moves a copy of twins to its process's file).
     files.sort_by_key(|f| f.key);
     let files: Vec<_> = files
         .into_iter()
