@@ -57,6 +57,34 @@ static __always_inline void *lookup_or_init(void *map, const void *key, const vo
 	return v;
 }
 
+/* The regular file `fd` names in the current process, or 0. The fd is resolved through
+ * the current task (task->files->fdt->fd[fd]->f_inode, CO-RE relocated). */
+static __always_inline int fd_file(__u64 fd, struct file_key *key)
+{
+	struct task_struct *task = (struct task_struct *)bpf_get_current_task();
+	struct fdtable *fdt = BPF_CORE_READ(task, files, fdt);
+	if (!fdt)
+		return 0;
+	unsigned int max = BPF_CORE_READ(fdt, max_fds);
+	if (fd >= max)
+		return 0;
+	struct file **fds = BPF_CORE_READ(fdt, fd);
+	struct file *f = 0;
+	bpf_probe_read_kernel(&f, sizeof(f), &fds[fd]);
+	if (!f)
+		return 0;
+	struct inode *inode = BPF_CORE_READ(f, f_inode);
+	if (!inode)
+		return 0;
+	unsigned short mode = BPF_CORE_READ(inode, i_mode);
+	if ((mode & S_IFMT) != S_IFREG)
+		return 0;
+	key->ino = BPF_CORE_READ(inode, i_ino);
+	key->dev = BPF_CORE_READ(inode, i_sb, s_dev);
+	key->pad = 0;
+	return 1;
+}
+
 static __always_inline __u32 current_tgid(void)
 {
 	return bpf_get_current_pid_tgid() >> 32;

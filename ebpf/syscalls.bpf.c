@@ -47,33 +47,6 @@ struct {
 
 static const struct pid_file_io zero_io;
 
-/* The regular file `fd` names in the current process, or 0. */
-static __always_inline int fd_file(__u64 fd, struct file_key *key)
-{
-	struct task_struct *task = (struct task_struct *)bpf_get_current_task();
-	struct fdtable *fdt = BPF_CORE_READ(task, files, fdt);
-	if (!fdt)
-		return 0;
-	unsigned int max = BPF_CORE_READ(fdt, max_fds);
-	if (fd >= max)
-		return 0;
-	struct file **fds = BPF_CORE_READ(fdt, fd);
-	struct file *f = 0;
-	bpf_probe_read_kernel(&f, sizeof(f), &fds[fd]);
-	if (!f)
-		return 0;
-	struct inode *inode = BPF_CORE_READ(f, f_inode);
-	if (!inode)
-		return 0;
-	unsigned short mode = BPF_CORE_READ(inode, i_mode);
-	if ((mode & S_IFMT) != S_IFREG)
-		return 0;
-	key->ino = BPF_CORE_READ(inode, i_ino);
-	key->dev = BPF_CORE_READ(inode, i_sb, s_dev);
-	key->pad = 0;
-	return 1;
-}
-
 static __always_inline int enter(__u64 fd, __u32 kind, __u64 len, __u32 prot, __u32 flags)
 {
 	struct file_key f;

@@ -180,6 +180,10 @@ struct io_start {
 #define UP_TINY_SLOT 8    /* the process took slot `index` of the `tiny` counters */
 #define UP_DTOD 9         /* device -> device copy (cuMemcpyDtoD*, cuMemcpyPeer*,
 			   * a 2D/3D copy between device ranges): dst, src, bytes */
+#define UP_GDS_HANDLE 10  /* cuFileHandleRegister of a file: a struct upload_gds with
+			   * the handle, dev and ino */
+#define UP_GDS_READ 11    /* cuFileRead into device memory: a struct upload_gds with
+			   * the handle, dst, bytes read and file_offset */
 
 #define UPF_UNIFIED 1     /* cuMemcpy*, batch: the destination is device memory
 			   * only if it lies in a traced device allocation */
@@ -249,6 +253,26 @@ struct up_tiny {
 	__u64 len;
 	__u32 counted;   /* the last tiny copy is in `copies` (not sent) */
 	__u32 pad;
+};
+
+/* A GPUDirect Storage record (libcufile): UP_GDS_HANDLE, UP_GDS_READ. */
+struct upload_gds {
+	struct upload_head h;
+	__u64 handle;      /* CUfileHandle_t */
+	__u64 file_offset; /* UP_GDS_READ */
+	__u64 ino;         /* UP_GDS_HANDLE: the registered file */
+	__u32 dev;
+	__u32 pad;
+};
+
+/* A libcufile call in progress, per thread (entry to return). */
+struct gds_pending {
+	__u64 a;    /* HANDLE: where the handle is written; READ: the handle */
+	__u64 b;    /* HANDLE: ino; READ: the device address read into */
+	__u64 c;    /* READ: bytes asked for */
+	__u64 d;    /* READ: file offset */
+	__u32 dev;  /* HANDLE */
+	__u32 kind; /* UP_GDS_* */
 };
 
 /* An allocation in progress, per thread (entry to return). */

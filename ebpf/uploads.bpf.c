@@ -37,6 +37,14 @@ struct {
 	__type(value, struct upload_pending);
 } pending SEC(".maps");
 
+/* libcufile calls between entry and return, per thread id. */
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, 16384);
+	__type(key, __u32);
+	__type(value, struct gds_pending);
+} gds_pending SEC(".maps");
+
 /* bpf_ringbuf_query / bpf_ringbuf_submit flags (uapi's BPF_RB_*). */
 #define RB_NO_WAKEUP 1
 #define RB_FORCE_WAKEUP 2
@@ -449,6 +457,81 @@ int ret_alloc(struct uregs *ctx)
 	if (st.kind == UP_ALLOC)
 		return small(UP_ALLOC, ptr, 0, bytes, st.entry);
 	return small(UP_HOST_ALLOC, 0, ptr, bytes, st.entry);
+}
+
+/* CU_FILE_HANDLE_TYPE_OPAQUE_FD: a descriptor that names a file by an fd. */
+#define CUFILE_FD 1
+
+/* cuFileHandleRegister(CUfileHandle_t *fh, CUfileDescr_t *descr): the file the fd of
+ * descr (type at offset 0, the fd at 8) names, resolved now (the fd may be closed once
+ * registered). */
+SEC("uprobe")
+int up_gds_register(struct uregs *ctx)
+{
+	__u64 descr = UARG2(ctx);
+	__u32 type = 0;
+	int fd = -1;
+	struct file_key k;
+	if (bpf_probe_read_user(&type, 4, (const void *)descr) || type != CUFILE_FD ||
+	    bpf_probe_read_user(&fd, 4, (const void *)(descr + 8)) || fd < 0 ||
+	    !fd_file(fd, &k))
+		return 0;
+	__u32 tid = (__u32)bpf_get_current_pid_tgid();
+	struct gds_pending p = { .a = UARG1(ctx), .b = k.ino, .dev = k.dev,
+				 .kind = UP_GDS_HANDLE };
+	bpf_map_update_elem(&gds_pending, &tid, &p, BPF_ANY);
+	return 0;
+}
+
+/* cuFileRead(CUfileHandle_t fh, void *dev_base, size_t n, off_t file_offset,
+ * off_t dev_offset): file bytes DMA'd into device memory, no host copy to sample. */
+SEC("uprobe")
+int up_gds_read(struct uregs *ctx)
+{
+	__u32 tid = (__u32)bpf_get_current_pid_tgid();
+	struct gds_pending p = { .a = UARG1(ctx), .b = UARG2(ctx) + UARG5(ctx), .c = UARG3(ctx),
+				 .d = UARG4(ctx), .kind = UP_GDS_READ };
+	bpf_map_update_elem(&gds_pending, &tid, &p, BPF_ANY);
+	return 0;
+}
+
+/* The return of either: a registration that succeeded (CUfileError_t's err, the low 32
+ * bits, is 0) sends the handle and its file; a read sends the bytes it read. */
+SEC("uretprobe")
+int ret_gds(struct uregs *ctx)
+{
+	__u32 tid = (__u32)bpf_get_current_pid_tgid();
+	struct gds_pending *q = bpf_map_lookup_elem(&gds_pending, &tid);
+	if (!q)
+		return 0;
+	struct gds_pending p = *q;
+	bpf_map_delete_elem(&gds_pending, &tid);
+	__u64 ret = URET(ctx);
+	__u64 handle = p.a;
+	if (p.kind == UP_GDS_HANDLE) {
+		if ((__u32)ret != 0 || bpf_probe_read_user(&handle, 8, (const void *)p.a))
+			return 0;
+	} else if ((long)ret <= 0) {
+		return 0;
+	}
+	struct upload_gds *e = bpf_ringbuf_reserve(&uploads, sizeof(*e), 0);
+	if (!e) {
+		total_add(TOTAL_MAP_FULL, 1);
+		return 0;
+	}
+	head(&e->h, p.kind, (__u32)bpf_get_attach_cookie(ctx));
+	e->handle = handle;
+	e->file_offset = p.d;
+	e->ino = p.b;
+	e->dev = p.dev;
+	e->pad = 0;
+	if (p.kind == UP_GDS_READ) {
+		e->h.dst = p.b;
+		e->h.bytes = ret;
+		e->ino = 0;
+	}
+	bpf_ringbuf_submit(e, wakeup());
+	return 0;
 }
 
 /* Does nothing: the cost of the uprobe alone (the trap and the program's dispatch), which

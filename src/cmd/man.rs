@@ -95,6 +95,12 @@ const ENVIRONMENT: &[(&str, &str)] = &[
          those the processes map and /etc/ld.so.cache names.",
     ),
     (
+        "TWOFOLD_LIBCUFILE",
+        "Paths (:-separated) of GPUDirect Storage libraries (libcufile.so*) to put the \
+         cuFileRead probes on, beside those the processes map, /etc/ld.so.cache names and \
+         CUDA's install paths.",
+    ),
+    (
         "TWOFOLD_NO_PAGEMAP_SCAN",
         "Set: find present pages with /proc/PID/pagemap, not PAGEMAP_SCAN (the benchmarks \
          compare the two).",

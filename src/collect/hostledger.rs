@@ -7,7 +7,8 @@
 //! The directory is root's alone (mode 0700, files 0600), as the attestations of
 //! `gpu::attest_dir` are. A ledger file (`uploads-PID-sSTART.json`, at most
 //! [`MAX_LEDGER_BYTES`]) is written whole and renamed into place, and removed when its
-//! tracer stops ([`Publisher`]'s drop). It is valid only while its tracer runs with the
+//! tracer stops ([`Publisher`]'s drop; one a killed tracer left is removed by the next
+//! tracer that starts). It is valid only while its tracer runs with the
 //! start time it names; each process row, upload and clone in it only while that process
 //! runs with the start time the tracer saw (a pid used again is another process).
 
@@ -65,6 +66,7 @@ impl Publisher {
             .create(dir)?;
         let pid = std::process::id() as i32;
         let start_ticks = super::process::start_time(proc_root, pid).unwrap_or(0);
+        remove_stale(dir, proc_root);
         Ok(Publisher {
             path: dir.join(format!("uploads-{pid}-s{start_ticks}.json")),
             pid,
@@ -120,6 +122,32 @@ impl Drop for Publisher {
     fn drop(&mut self) {
         let _ = std::fs::remove_file(&self.path);
         let _ = std::fs::remove_file(self.path.with_extension("tmp"));
+    }
+}
+
+/// Removes the ledgers of tracers that no longer run (killed with SIGKILL: nothing removed
+/// theirs); named `uploads-PID-sSTART.json`.
+fn remove_stale(dir: &Path, proc_root: &Path) {
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return;
+    };
+    for e in entries.flatten() {
+        let name = e.file_name();
+        let Some(rest) = name
+            .to_str()
+            .and_then(|n| n.strip_prefix("uploads-"))
+            .and_then(|n| n.strip_suffix(".json").or_else(|| n.strip_suffix(".tmp")))
+        else {
+            continue;
+        };
+        let Some((pid, ticks)) = rest.split_once("-s") else {
+            continue;
+        };
+        if let (Ok(pid), Ok(ticks)) = (pid.parse::<i32>(), ticks.parse::<u64>()) {
+            if !lives(proc_root, pid, Some(ticks)) {
+                let _ = std::fs::remove_file(e.path());
+            }
+        }
     }
 }
 
@@ -202,7 +230,12 @@ mod tests {
             uploads: vec![up(me), up(other), up(999_999_999)],
             ..UploadsSample::default()
         };
+        // A ledger its tracer left (killed: nothing removed it) goes when a tracer starts.
+        std::fs::create_dir(dir.path().join("u")).unwrap();
+        let stale = dir.path().join("u/uploads-999999999-s5.json");
+        std::fs::write(&stale, b"{}").unwrap();
         let p = Publisher::create(&dir.path().join("u"), proc_root, "record").unwrap();
+        assert!(!stale.exists());
         p.write(&ledger).unwrap();
         // This process wrote it: another one reads it (here: as if it were another).
         assert!(read_host(&dir.path().join("u"), proc_root, me).is_none());

@@ -213,11 +213,14 @@ fn prove_group(
     // Where each file is, and its version there: a long-running engine keeps the index
     // of each version of the files ([`IndexCache`]), and then opens none of them.
     // Never a file the collection did not open ([`super::opening::not_opened`]).
-    let (files, skipped): (Vec<_>, Vec<_>) = sample
+    let (mut files, skipped): (Vec<_>, Vec<_>) = sample
         .files
         .iter()
         .filter(|f| wanted.contains(&f.key))
         .partition(|f| f.unopened.is_none());
+    // By key, never by naming: tensor bytes two files share are credited to the first
+    // file's piece (`model::relation` moves a copy of twins to its process's file).
+    files.sort_by_key(|f| f.key);
     let files: Vec<_> = files
         .into_iter()
         .map(|f| (f, open_path_stat(sample, f.key, &f.path, &roots.proc)))

@@ -18,9 +18,13 @@ use crate::dupes::index::CopyKind;
 use crate::dupes::uploads::{add_range, Matched, Matcher};
 use crate::sample::converted::Conversion;
 use crate::sample::uploads::{
-    DeviceClone, FileUpload, HostRegistration, RetiredUpload, UploadProcess, UploadsSample,
+    DeviceClone, FileUpload, GdsTrace, HostRegistration, RetiredUpload, UploadProcess,
+    UploadsSample,
 };
 use crate::sample::FileKey;
+
+/// Why GPUDirect Storage reads are not traced, when no libcufile was found.
+pub const NO_CUFILE: &str = "no libcufile (GPUDirect Storage) installed or loaded by a process yet; a process that loads one later is traced";
 
 /// Samples of unmatched copies kept for a later match.
 pub const PENDING_BYTES: usize = 16 << 20;
@@ -46,6 +50,8 @@ pub(super) struct Proc {
     pub(super) held: HeldMap,
     /// The files it held open or mapped when last looked at, and when.
     related: Option<(Instant, BTreeSet<FileKey>)>,
+    /// Its GPUDirect Storage handles (`cuFileHandleRegister`) and their files.
+    gds: BTreeMap<u64, FileKey>,
 }
 
 #[derive(Default)]
@@ -67,27 +73,43 @@ pub(super) struct Ledger {
     pub(super) changed: bool,
 }
 
-/// The files `pid` holds open or maps now (its `fd` links and `maps`).
-fn held_files(proc_root: &Path, pid: i32) -> BTreeSet<FileKey> {
+/// Which of `want` `pid` holds open or maps now. Its `maps` name each mapping's file; an
+/// fd is looked at only when its `fdinfo` inode is one of `want`'s (then `stat`ed through
+/// its link under the collection's deadline: a filesystem that does not answer never holds
+/// the upload tracer up).
+fn held_files(proc_root: &Path, pid: i32, want: &BTreeSet<FileKey>) -> BTreeSet<FileKey> {
     use std::os::unix::fs::MetadataExt;
     let dir = proc_root.join(pid.to_string());
     let mut out = BTreeSet::new();
-    if let Ok(fds) = std::fs::read_dir(dir.join("fd")) {
-        for fd in fds.flatten().take(65_536) {
-            if let Ok(m) = std::fs::metadata(fd.path()) {
-                if m.is_file() {
-                    out.insert(FileKey::from_dev(m.dev(), m.ino()));
-                }
-            }
-        }
-    }
     if let Ok(text) = std::fs::read_to_string(dir.join("maps")) {
         out.extend(
             text.lines()
                 .filter_map(crate::collect::maps::parse_header)
-                .filter(|m| m.inode != 0)
-                .map(|m| m.key()),
+                .map(|m| m.key())
+                .filter(|k| want.contains(k)),
         );
+    }
+    let Ok(fds) = std::fs::read_dir(dir.join("fdinfo")) else {
+        return out;
+    };
+    for fd in fds.flatten().take(65_536) {
+        let info = std::fs::read_to_string(fd.path()).unwrap_or_default();
+        let ino: Option<u64> = info
+            .lines()
+            .find_map(|l| l.strip_prefix("ino:"))
+            .and_then(|v| v.trim().parse().ok());
+        // Without an inode in fdinfo (kernels before 5.14), every fd is looked at.
+        let Some(key) = want.iter().find(|k| ino.is_none_or(|i| i == k.inode)) else {
+            continue;
+        };
+        let link = dir.join("fd").join(fd.file_name());
+        let place = crate::collect::answer::Place::of_key(*key);
+        if let Ok(Ok(m)) = crate::collect::answer::metadata(place, &link) {
+            let k = FileKey::from_dev(m.dev(), m.ino());
+            if want.contains(&k) {
+                out.insert(k);
+            }
+        }
     }
     out
 }
@@ -205,8 +227,70 @@ impl Ledger {
                     r.last_copy_unix_ns = r.last_copy_unix_ns.max(at);
                 }
             }
+            Call::GdsHandle { handle, file } => {
+                self.proc(pid).gds.insert(handle, file);
+            }
+            Call::GdsRead {
+                entry,
+                handle,
+                dst,
+                bytes,
+                file_offset,
+            } => self.gds_read(pid, at, entry, handle, dst, bytes, file_offset),
             Call::Unregister { .. } | Call::TinySlot { .. } => {}
         }
+    }
+
+    /// `cuFileRead`: the file's bytes at `file_offset` DMA'd into device memory at `dst`
+    /// (GPUDirect Storage: no host copy, no `cuMemcpyHtoD`). Proven by the read itself:
+    /// the handle names the file; nothing to sample.
+    #[allow(clippy::too_many_arguments)]
+    fn gds_read(
+        &mut self,
+        pid: i32,
+        at: u64,
+        entry: u32,
+        handle: u64,
+        dst: u64,
+        bytes: u64,
+        file_offset: u64,
+    ) {
+        let indexed = self.sample.indexed.clone();
+        let p = self.proc(pid);
+        p.row.copies += 1;
+        p.row.copy_bytes += bytes;
+        if p.row.first_copy_unix_ns == 0 {
+            p.row.first_copy_unix_ns = at;
+        }
+        p.row.last_copy_unix_ns = at;
+        let Some(file) = p.gds.get(&handle).copied() else {
+            // Registered before tracing: which file is not known.
+            p.row.unexamined_bytes += bytes;
+            return;
+        };
+        // A model file's bytes (else a data set's, say).
+        if indexed.contains(&file) {
+            p.row.model_bytes += bytes;
+        } else {
+            p.row.other_bytes += bytes;
+        }
+        p.held.insert(
+            dst,
+            Held {
+                len: bytes,
+                files: vec![(file, file_offset)],
+                elements: (1, 1),
+                conversion: None,
+                clone: None,
+            },
+        );
+        let m = Matched {
+            file,
+            kind: CopyKind::Identical,
+            start: file_offset,
+            end: file_offset + bytes,
+        };
+        self.book(pid, at, (bytes, entry), &m, &[], false);
     }
 
     fn copy(&mut self, pid: i32, at: u64, c: CopyRecord) {
@@ -256,14 +340,15 @@ impl Ledger {
         }
     }
 
-    /// The files `pid` holds open or maps, looked at most once a second.
+    /// Which of the indexed files `pid` holds open or maps, looked at most once a second.
     fn related(&mut self, pid: i32) -> BTreeSet<FileKey> {
         let root = self.proc_root.clone();
+        let want: BTreeSet<FileKey> = self.sample.indexed.iter().copied().collect();
         let p = self.proc(pid);
         match &p.related {
             Some((when, set)) if when.elapsed() < Duration::from_secs(1) => set.clone(),
             _ => {
-                let set = held_files(&root, pid);
+                let set = held_files(&root, pid, &want);
                 p.related = Some((Instant::now(), set.clone()));
                 set
             }
@@ -329,16 +414,24 @@ impl Ledger {
                 .map(|o| o.file)
                 .filter(|f| *f != m.file)
                 .collect();
-            self.book(pid, at, c, m, &also, related.contains(&m.file));
+            self.book(
+                pid,
+                at,
+                (c.bytes, c.entry),
+                m,
+                &also,
+                related.contains(&m.file),
+            );
         }
         true
     }
 
+    /// Books `bytes` of a copy through `entry` (matched as `m`) under `m`'s file.
     fn book(
         &mut self,
         pid: i32,
         at: u64,
-        c: &CopyRecord,
+        (bytes, entry): (u64, u32),
         m: &Matched,
         also: &[FileKey],
         held: bool,
@@ -360,11 +453,11 @@ impl Ledger {
             });
         add_range(&mut u.ranges, m.start, m.end);
         u.file_bytes = u.ranges.iter().map(|(a, b)| b - a).sum();
-        u.device_bytes += c.bytes;
+        u.device_bytes += bytes;
         u.copies += 1;
         u.first_unix_ns = u.first_unix_ns.min(at);
         u.last_unix_ns = u.last_unix_ns.max(at);
-        u.entry = entry_name(c.entry).into();
+        u.entry = entry_name(entry).into();
         for f in also {
             if !u.also.contains(f) {
                 u.also.push(*f);
@@ -437,6 +530,16 @@ impl Ledger {
         if !s.libraries.is_empty() {
             s.unavailable = None;
         }
+        let cufile: Vec<String> = s
+            .libraries
+            .iter()
+            .filter(|l| crate::collect::bpf::uploads::is_cufile(&l.path))
+            .map(|l| l.path.clone())
+            .collect();
+        s.gds = Some(GdsTrace {
+            unavailable: cufile.is_empty().then(|| NO_CUFILE.to_string()),
+            libraries: cufile,
+        });
         s.samples_per_copy = SAMPLES as u32;
         s.processes = self
             .procs

@@ -107,3 +107,25 @@ fn tiny_copies_are_counted_as_not_examined_and_a_copy_sent_later_is_taken_off() 
     );
     assert_eq!((r.first_copy_unix_ns, r.last_copy_unix_ns), (1_000, 1_500));
 }
+
+/// The files a process holds open or maps, among those asked about: an fd is looked at
+/// only when its inode is one of theirs.
+#[test]
+fn held_files_finds_an_open_file_among_those_asked() {
+    use std::os::unix::fs::MetadataExt;
+    let dir = tempfile::tempdir().unwrap();
+    let (a, b) = (dir.path().join("a"), dir.path().join("b"));
+    std::fs::write(&a, b"a").unwrap();
+    std::fs::write(&b, b"b").unwrap();
+    let key = |p: &std::path::Path| {
+        let m = std::fs::metadata(p).unwrap();
+        FileKey::from_dev(m.dev(), m.ino())
+    };
+    let held = std::fs::File::open(&a).unwrap();
+    let want: BTreeSet<FileKey> = [key(&a), key(&b)].into_iter().collect();
+    let me = std::process::id() as i32;
+    let found = held_files(std::path::Path::new("/proc"), me, &want);
+    assert_eq!(found, [key(&a)].into_iter().collect());
+    drop(held);
+    assert!(held_files(std::path::Path::new("/proc"), me, &want).is_empty());
+}

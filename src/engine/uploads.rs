@@ -147,7 +147,9 @@ impl Uploads {
         let files: Vec<(PathBuf, FileKey)> = sample
             .files
             .iter()
-            .filter(|f| f.size_bytes.is_some())
+            // Never a file the collection did not open (a filesystem that did not answer in
+            // time, or FUSE, where opening a file drops its page cache), as the proof.
+            .filter(|f| f.size_bytes.is_some() && f.unopened.is_none())
             .map(|f| {
                 let shown = std::path::Path::new(&f.path);
                 let ways =

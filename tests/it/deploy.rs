@@ -166,9 +166,27 @@ fn the_kustomize_base_and_overlay_render_valid_manifests() {
     let env = c["env"].as_array().unwrap();
     let node = env.iter().find(|e| e["name"] == "NODE_NAME").unwrap();
     assert_eq!(node["valueFrom"]["fieldRef"]["fieldPath"], "spec.nodeName");
+    // Read-only, but the upload ledger's directory (#44: one upload tracer per node).
     for m in c["volumeMounts"].as_array().unwrap() {
+        if m["mountPath"] == "/run/twofold" {
+            continue;
+        }
         assert_eq!(m["readOnly"], true, "{m}");
     }
+    let args: Vec<&str> = c["args"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|a| a.as_str())
+        .collect();
+    assert!(args.contains(&"--trace-uploads"), "{args:?}");
+    let run = pod["volumes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|v| v["hostPath"]["path"] == "/run/twofold")
+        .unwrap();
+    assert_eq!(run["hostPath"]["type"], "DirectoryOrCreate");
     let sm = documents(&operator)
         .into_iter()
         .find(|d| d["kind"] == "ServiceMonitor")

@@ -10,7 +10,7 @@
 use std::path::Path;
 
 use crate::serial;
-use crate::uploads::{file, fixture, standin, traced, Standin, Uploader};
+use crate::uploads::{file, fixture, standin, traced, traced_with, Standin, Uploader};
 use twofold::model::{FileModel, Report};
 
 /// A safetensors file of `dtype` (`F16` or `F32`) tensors of random finite values, seeded
@@ -141,123 +141,143 @@ fn scan_json(s: &Standin, args: &[&std::ffi::OsStr], gpu: &Path, during: impl Fn
     serde_json::from_str(&out).unwrap_or_else(|e| panic!("{e}: {err}"))
 }
 
-/// Two files of the same bytes, A and B: the upload (and the private copy) of a process
-/// that read A is A's, whichever order they are named in: it holds A open; or it closed A
-/// before it uploaded, and the read ledger (`--trace`) or its command line says A. One
-/// that read a third file of the same bytes is counted under the same one of A and B in
-/// both orders, "matched by content".
+/// The tensors of the safetensors file `a`, written as another file `p` with another header
+/// (metadata first: every tensor at another file offset), as a `.pt` holds a
+/// `.safetensors`' tensors: the same tensor bytes, not the same file.
+fn same_tensors_other_header(a: &Path, p: &Path) {
+    let bytes = std::fs::read(a).unwrap();
+    let n = u64::from_le_bytes(bytes[..8].try_into().unwrap()) as usize;
+    let header = std::str::from_utf8(&bytes[8..8 + n]).unwrap().trim_end();
+    let mut h = format!(
+        "{{\"__metadata__\":{{\"format\":\"pt\",\"note\":\"the same tensors\"}},{}",
+        &header[1..]
+    );
+    while h.len() % 8 != 0 {
+        h.push(' ');
+    }
+    let mut out = (h.len() as u64).to_le_bytes().to_vec();
+    out.extend_from_slice(h.as_bytes());
+    out.extend_from_slice(&bytes[8 + n..]);
+    std::fs::write(p, out).unwrap();
+}
+
+/// Two files of the same bytes, A and B, and P, another file of the same tensors: the
+/// upload (and the private copy) of a process that read A is A's, whichever order they
+/// are named in: it holds A open; or it closed A before it uploaded, and the read ledger
+/// (`--trace`) or its command line says A. One that read P is P's the same ways. One that
+/// read a third file of A's bytes (related to none of them) is counted under the same one
+/// in both orders, "matched by content; also identical to" the others.
 #[test]
 fn the_upload_is_the_file_the_process_read_in_either_order() {
     let _serial = serial();
     let Some(s) = standin() else { return };
     let d = s.dir.path();
-    let (a, b, c) = (
-        d.join("a.safetensors"),
-        d.join("b.safetensors"),
-        d.join("c.safetensors"),
-    );
+    let [a, b, c, p] = ["a", "b", "c", "p"].map(|n| d.join(format!("{n}.safetensors")));
     let ranges = model(&a, "F16");
     std::fs::copy(&a, &b).unwrap();
     std::fs::copy(&a, &c).unwrap();
+    same_tensors_other_header(&a, &p);
+    let shift = std::fs::metadata(&p).unwrap().len() - std::fs::metadata(&a).unwrap().len();
+    let p_ranges: Vec<(u64, u64)> = ranges.iter().map(|(o, n)| (o + shift, *n)).collect();
     let image = std::fs::read(&a).unwrap();
     let size = image.len() as f64;
     let mut content_choice: Vec<(String, String)> = Vec::new();
     for flag in ["--trace", "--trace-uploads"] {
-        for (first, second) in [(&b, &a), (&a, &b)] {
+        for order in [[&b, &a, &p], [&p, &a, &b]] {
+            let close = [("UPLOADER_CLOSE", "1")];
             let mut open = uploader(&s, "open", "heap", &a, &ranges, &[]);
-            let mut closed = uploader(
-                &s,
-                "closed",
-                "heap",
-                &a,
-                &ranges,
-                &[("UPLOADER_CLOSE", "1")],
-            );
+            let mut closed = uploader(&s, "closed", "heap", &a, &ranges, &close);
+            let mut of_p = uploader(&s, "of-p", "heap", &p, &p_ranges, &close);
             let mut other = uploader(&s, "other", "heap", &c, &ranges, &[]);
             let ctx = 64 << 20;
-            let gpu = fixture(
-                d,
-                &[open.pid(), closed.pid(), other.pid()].map(|p| (p, (8 << 20) + ctx)),
-            );
-            let r = scan_json(
-                &s,
-                &[
-                    "scan".as_ref(),
-                    first.as_os_str(),
-                    second.as_os_str(),
-                    flag.as_ref(),
-                    "4s".as_ref(),
-                    "--json".as_ref(),
-                ],
-                &gpu,
-                || {
-                    for u in [&mut open, &mut closed, &mut other] {
-                        u.go();
-                    }
-                },
-            );
-            let (fa, fb) = (file(&r, &a), file(&r, &b));
-            let truth = |u: &mut Uploader| held_bytes(&device_memory(u), &image);
-            let what = format!("{flag} {} {}", first.display(), second.display());
-            // It holds A open (and read it: the read ledger with --trace).
-            let t = truth(&mut open);
-            assert!(t > 0, "{what}: nothing of A on the device");
-            assert_eq!(
-                proven(fa, open.pid()),
-                (t, vec!["upload".into()]),
-                "{what}: {fa:?}"
-            );
-            assert_eq!(proven(fb, open.pid()).0, 0, "{what}: {fb:?}");
-            let copy_of = |f: &FileModel, pid| f.proven_copies.iter().any(|c| c.pid == pid);
-            assert!(
-                copy_of(fa, open.pid()) && !copy_of(fb, open.pid()),
-                "{what}"
-            );
-            let t = truth(&mut closed);
-            let chosen = |pid| {
-                let (ba, bb) = (proven(fa, pid).0, proven(fb, pid).0);
-                assert!(
-                    (ba == 0) != (bb == 0),
-                    "{what}: one file counts it: {ba} {bb}"
-                );
-                let (f, o) = if ba > 0 { (fa, fb) } else { (fb, fa) };
+            let pids = [open.pid(), closed.pid(), of_p.pid(), other.pid()];
+            let gpu = fixture(d, &pids.map(|p| (p, (8 << 20) + ctx)));
+            let mut args: Vec<&std::ffi::OsStr> = vec!["scan".as_ref()];
+            args.extend(order.iter().map(|f| f.as_os_str()));
+            args.extend([flag, "4s", "--json"].map(std::ffi::OsStr::new));
+            let r = scan_json(&s, &args, &gpu, || {
+                for u in [&mut open, &mut closed, &mut of_p, &mut other] {
+                    u.go();
+                }
+            });
+            let [fa, fb, fp] = [&a, &b, &p].map(|x| file(&r, x));
+            let truth =
+                |u: &mut Uploader| held_bytes(&device_memory(u), &image[ranges[0].0 as usize..]);
+            let what = format!("{flag} {:?}", order);
+            let only = |pid, f: &FileModel, t: u64, why: &str| {
+                for o in [fa, fb, fp] {
+                    let want = if o.key == f.key { t } else { 0 };
+                    assert_eq!(proven(o, pid).0, want, "{what}: pid {pid} in {}", o.path);
+                }
+                assert_eq!(proven(f, pid).1, ["upload"], "{what}");
                 let note = f
                     .device_copies
                     .iter()
                     .find(|d| d.pid == pid)
-                    .and_then(|d| d.note.clone())
-                    .unwrap_or_default();
+                    .unwrap()
+                    .note
+                    .clone();
                 assert!(
-                    note.contains(&format!("matched by content; also identical to {}", o.path)),
-                    "{what}: {note}"
+                    note.as_deref().unwrap_or("").starts_with(why),
+                    "{what}: {note:?}"
                 );
-                (f.path.clone(), ba + bb)
             };
-            // It read A and closed it: with --trace the read ledger says which; without,
-            // its command line names A (and its private copy of A is A's by that).
-            assert_eq!(
-                proven(fa, closed.pid()),
-                (t, vec!["upload".into()]),
-                "{what}"
-            );
-            assert_eq!(proven(fb, closed.pid()).0, 0, "{what}");
-            let note = &fa
-                .device_copies
-                .iter()
-                .find(|d| d.pid == closed.pid())
-                .unwrap()
-                .note;
-            let want = if flag == "--trace" {
+            // It holds A open (and read it: the read ledger with --trace).
+            let t = truth(&mut open);
+            assert!(t > 0, "{what}: nothing of A on the device");
+            let held = if flag == "--trace" {
                 "the file it read"
             } else {
-                "the file it"
+                "the file it holds open"
             };
-            assert!(note.as_deref().unwrap_or("").starts_with(want), "{note:?}");
+            only(open.pid(), fa, t, held);
+            // Its private copy: never under B (A's twin, to which it has no relation); where
+            // a file of other bytes holds the same tensors (P), the proof credits them by
+            // content to one of the two, the same in either order.
+            let copy_of = |f: &FileModel, pid| f.proven_copies.iter().any(|c| c.pid == pid);
+            assert!(!copy_of(fb, open.pid()), "{what}");
+            let under: Vec<&str> = [fa, fp]
+                .iter()
+                .filter(|f| copy_of(f, open.pid()))
+                .map(|f| f.path.as_str())
+                .collect();
+            assert_eq!(under.len(), 1, "{what}: {under:?}");
+            content_choice.push((format!("{flag} copy"), under[0].to_string()));
+            // It read A (or P) and closed it: with --trace the read ledger says which;
+            // without, its command line names it.
+            let closed_why = if flag == "--trace" {
+                "the file it read"
+            } else {
+                "the file its command line names"
+            };
+            only(closed.pid(), fa, truth(&mut closed), closed_why);
+            only(of_p.pid(), fp, truth(&mut of_p), closed_why);
+            // Related to none: by content, the same file either way, and said so.
             let t = truth(&mut other);
-            let (f, bytes) = chosen(other.pid());
-            assert_eq!(bytes, t);
-            content_choice.push((format!("{flag} other"), f));
-            // The device part of A's count: the related uploads, and the content choice if A.
+            let counted: Vec<&FileModel> = [fa, fb, fp]
+                .into_iter()
+                .filter(|f| proven(f, other.pid()).0 > 0)
+                .collect();
+            assert_eq!(counted.len(), 1, "{what}: one file counts it");
+            let f = counted[0];
+            assert_eq!(proven(f, other.pid()).0, t);
+            let note = f
+                .device_copies
+                .iter()
+                .find(|d| d.pid == other.pid())
+                .unwrap()
+                .note
+                .clone()
+                .unwrap_or_default();
+            assert!(
+                note.starts_with("matched by content; also identical to "),
+                "{what}: {note}"
+            );
+            for o in [fa, fb, fp].into_iter().filter(|o| o.key != f.key) {
+                assert!(note.contains(&o.path), "{what}: {note}");
+            }
+            content_choice.push((format!("{flag} other"), f.path.clone()));
+            // The device part of A's count: what is counted under A, nothing else.
             let on_a: u64 = fa
                 .device_copies
                 .iter()
@@ -268,8 +288,17 @@ fn the_upload_is_the_file_the_process_read_in_either_order() {
         }
     }
     // Each content choice is the same in both orders.
-    for w in content_choice.chunks(2) {
-        assert_eq!(w[0], w[1]);
+    for flag in ["--trace", "--trace-uploads"] {
+        for what in ["copy", "other"] {
+            let k = format!("{flag} {what}");
+            let v: Vec<&String> = content_choice
+                .iter()
+                .filter(|c| c.0 == k)
+                .map(|c| &c.1)
+                .collect();
+            assert_eq!(v.len(), 2, "{k}");
+            assert_eq!(v[0], v[1], "{k}");
+        }
     }
 }
 
@@ -486,6 +515,61 @@ fn a_narrowed_upload_counts_by_its_bytes() {
     );
     let want = (t_narrow + t_cloned) as f64 / size;
     assert!((f.representations.device.unwrap() - want).abs() < 1e-9);
+    // No libcufile here: GPUDirect Storage reads are said not to be traced (never 0).
+    let gds = r.gpus.uploads.as_ref().and_then(|u| u.gds.clone()).unwrap();
+    assert!(gds.libraries.is_empty());
+    assert!(
+        gds.unavailable
+            .as_deref()
+            .unwrap_or("")
+            .contains("no libcufile"),
+        "{gds:?}"
+    );
+}
+
+/// GPUDirect Storage: a loader that reads a file straight into device memory with
+/// `cuFileRead` (the stand-in libcufile.so.0: no host copy, no cuMemcpyHtoD) holds a
+/// device copy of the bytes it read, proven by the read, and the text names libcufile.
+#[test]
+fn a_gds_read_into_device_memory_is_a_device_copy() {
+    let _serial = serial();
+    let Some(s) = standin() else { return };
+    let d = s.dir.path();
+    let m = d.join("gds.safetensors");
+    let ranges = model(&m, "F16");
+    let image = std::fs::read(&m).unwrap();
+    let mut gds = uploader(&s, "gds", "gds", &m, &ranges[1..], &[]);
+    let gpu = fixture(d, &[(gds.pid(), 80 << 20)]);
+    let cufile = d.join("libcufile.so.0");
+    let env = [("TWOFOLD_LIBCUFILE", cufile.as_os_str())];
+    let args: [&std::ffi::OsStr; 5] = [
+        "scan".as_ref(),
+        m.as_os_str(),
+        "--trace-uploads".as_ref(),
+        "3s".as_ref(),
+        "--json".as_ref(),
+    ];
+    let (out, err) = traced_with(&s, &args, Some(&gpu), &env, || gds.go());
+    let r: Report = serde_json::from_str(&out).unwrap_or_else(|e| panic!("{e}: {err}"));
+    let f = file(&r, &m);
+    let truth = held_bytes(&device_memory(&mut gds), &image);
+    assert_eq!(truth, ranges[1..].iter().map(|r| r.1).sum::<u64>());
+    assert_eq!(
+        proven(f, gds.pid()),
+        (truth, vec!["upload".into()]),
+        "{:?}",
+        f.uploads
+    );
+    let u = f.uploads.iter().find(|u| u.pid == gds.pid()).unwrap();
+    assert_eq!(
+        (u.entry.as_str(), u.copies, u.file_bytes),
+        ("cuFileRead", 3, truth)
+    );
+    let want: Vec<(u64, u64)> = vec![(ranges[1].0, ranges[3].0 + ranges[3].1)];
+    assert_eq!(u.ranges, want);
+    let g = r.gpus.uploads.as_ref().and_then(|u| u.gds.clone()).unwrap();
+    assert_eq!(g.libraries, [cufile.display().to_string()]);
+    assert!(g.unavailable.is_none());
 }
 
 /// A plain `scan M` (no tracing of its own) with the test's ledger directory and GPU.

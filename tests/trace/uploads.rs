@@ -43,6 +43,14 @@ pub(crate) fn standin() -> Option<Standin> {
         src.join("libcuda_standin.c").as_os_str(),
     ]);
     gcc(&[
+        "-shared".as_ref(),
+        "-fPIC".as_ref(),
+        "-O1".as_ref(),
+        "-o".as_ref(),
+        dir.path().join("libcufile.so.0").as_os_str(),
+        src.join("libcufile_standin.c").as_os_str(),
+    ]);
+    gcc(&[
         "-O1".as_ref(),
         "-o".as_ref(),
         uploader.as_os_str(),
@@ -198,8 +206,20 @@ pub(crate) fn traced(
     gpu: Option<&Path>,
     during: impl FnOnce(),
 ) -> (String, String) {
+    traced_with(s, args, gpu, &[], during)
+}
+
+/// [`traced`] with more environment variables (`TWOFOLD_LIBCUFILE`).
+pub(crate) fn traced_with(
+    s: &Standin,
+    args: &[&std::ffi::OsStr],
+    gpu: Option<&Path>,
+    env: &[(&str, &std::ffi::OsStr)],
+    during: impl FnOnce(),
+) -> (String, String) {
     let mut cmd = Command::new(exe());
     cmd.args(args)
+        .envs(env.iter().map(|(k, v)| (*k, *v)))
         .env("TWOFOLD_LIBCUDA", &s.lib)
         .stdout(Stdio::piped())
         .stderr(Stdio::piped());

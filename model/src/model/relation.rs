@@ -5,8 +5,10 @@
 //!
 //! Relations, strongest first: it **read** the file (the eBPF read() ledger: bytes read,
 //! the more the stronger), it **maps** it, it holds it **open**, it held it open or mapped
-//! **at upload** (the upload tracer looked when a copy matched several files), it holds a
-//! proven private **copy** of it, its command line **names** it. A tie at the strongest
+//! **at upload** (the upload tracer looked when a copy matched several files), its command
+//! line **names** it, it holds a proven private **copy** of it (weakest: the proof credits
+//! tensor bytes two files share to one of them by content; a copy of identical files that
+//! was counted under one by content alone is no relation at all). A tie at the strongest
 //! relation, or no relation at all, is decided by content: the file not in shared memory,
 //! then the smallest (device, inode), never by the order the files were named in; such a
 //! copy says "matched by content; also identical to B".
@@ -25,10 +27,10 @@ pub const BY_CONTENT: &str = "matched by content";
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Relation {
-    /// Its command line names the file.
-    Named,
     /// It holds a proven private copy of the file.
     Copied,
+    /// Its command line names the file.
+    Named,
     /// It held the file open or mapped when its upload was matched.
     HeldAtUpload,
     /// It holds the file open.
@@ -139,10 +141,10 @@ impl Relations {
             Relation::Open
         } else if held {
             Relation::HeldAtUpload
-        } else if self.copied.contains(&k) {
-            Relation::Copied
         } else if self.named.contains(&k) {
             Relation::Named
+        } else if self.copied.contains(&k) {
+            Relation::Copied
         } else {
             return None;
         };

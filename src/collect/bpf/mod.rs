@@ -13,10 +13,12 @@
 //! <https://docs.kernel.org/trace/events.html> and <https://docs.kernel.org/bpf/>.
 
 pub mod layout;
+mod libraries;
 mod read;
 mod setup;
 mod tiny;
 mod upload_entries;
+mod upload_records;
 pub mod uploads;
 
 pub use setup::check_privilege;

@@ -12,14 +12,14 @@ use super::setup::{ensure_tracefs, raise_memlock};
 
 /// One driver entry point: its symbol, the program that handles it and its number (the
 /// attach cookie). Numbers 30-39 are device-to-device copies, 100-199 unified copies
-/// (`cuMemcpy`, `cuMemcpyAsync`).
+/// (`cuMemcpy`, `cuMemcpyAsync`), 300-399 libcufile's (GPUDirect Storage).
 #[derive(Debug, Clone, Copy)]
 pub struct Entry {
     pub id: u32,
     pub symbol: &'static str,
     pub(super) program: &'static str,
-    /// Also attach `ret_alloc` at its return.
-    pub(super) ret: bool,
+    /// The program attached at its return too (`ret_alloc`, `ret_gds`).
+    pub(super) ret: Option<&'static str>,
 }
 
 const fn e(id: u32, symbol: &'static str, program: &'static str) -> Entry {
@@ -27,7 +27,7 @@ const fn e(id: u32, symbol: &'static str, program: &'static str) -> Entry {
         id,
         symbol,
         program,
-        ret: false,
+        ret: None,
     }
 }
 
@@ -36,7 +36,17 @@ const fn r(id: u32, symbol: &'static str, program: &'static str) -> Entry {
         id,
         symbol,
         program,
-        ret: true,
+        ret: Some("ret_alloc"),
+    }
+}
+
+/// A libcufile entry point, with `ret_gds` at its return.
+const fn g(id: u32, symbol: &'static str, program: &'static str) -> Entry {
+    Entry {
+        id,
+        symbol,
+        program,
+        ret: Some("ret_gds"),
     }
 }
 
@@ -102,6 +112,9 @@ pub static ENTRIES: &[Entry] = &[
     r(231, "cuMemAllocHost_v2", "up_alloc_host"),
     r(232, "cuMemHostAlloc", "up_alloc_host"),
     e(233, "cuMemFreeHost", "up_free_host"),
+    // GPUDirect Storage (libcufile): file bytes read straight into device memory.
+    g(300, "cuFileHandleRegister", "up_gds_register"),
+    g(301, "cuFileRead", "up_gds_read"),
 ];
 
 /// The symbol of entry point `id`.

@@ -1,13 +1,12 @@
-//! The upload tracer: uprobes on the CUDA driver library (`ebpf/uploads.bpf.c`).
+//! The upload tracer: uprobes on the CUDA driver library and on GPUDirect Storage's
+//! libcufile (`ebpf/uploads.bpf.c`).
 //!
-//! The library is found in the maps of the processes that load it (any file named
-//! `libcuda.so*`), in `/etc/ld.so.cache`, and in `TWOFOLD_LIBCUDA` (`:`-separated paths);
-//! a uprobe is set on the file, so every process that maps it, now or later, is traced. A
+//! The libraries are found as [`super::libraries`] says; a uprobe is set on the file, so every process that maps it, now or later, is traced. A
 //! thread drains the ring buffer as records come (a loader uploads gigabytes in seconds),
 //! hands each record to the caller's sink, and looks for new library files every second.
 //! Dropping the tracer stops the thread and detaches every probe.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeSet;
 use std::os::fd::AsRawFd;
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
@@ -27,260 +26,10 @@ use super::{check_privilege, TraceError};
 use crate::sample::uploads::TracedLibrary;
 use crate::sample::FileKey;
 
+pub use super::libraries::is_cufile;
+use super::libraries::{configured_libraries, mapped_libraries};
 pub use super::upload_entries::{attach_floor, entry_name, Entry, ENTRIES};
-
-/// Layout constants of `ebpf/twofold.h` (`UP_*`).
-pub const ANCHOR: usize = 2064;
-pub const SAMPLES: usize = 16;
-pub const SAMPLE: usize = 32;
-/// Copies of at most this many bytes come whole in a small record (`UP_SMALL`).
-pub const SMALL: usize = 256;
-const HEAD: usize = 56;
-const COPY: usize = HEAD + 8 + ANCHOR + SAMPLES * SAMPLE;
-const SMALL_COPY: usize = HEAD + 8 + SMALL;
-/// `UPF_SMALL`: a `struct upload_small` record.
-const FLAG_SMALL: u32 = 4;
-
-/// Offset of content sample `i` in a copy of `len` contiguous bytes (`len >= 32`).
-pub fn sample_offset(len: u64, i: usize) -> u64 {
-    (len - SAMPLE as u64) * i as u64 / (SAMPLES as u64 - 1)
-}
-
-/// One host-to-device copy as the probe saw it.
-#[derive(Debug, Clone)]
-pub struct CopyRecord {
-    pub entry: u32,
-    pub dst: u64,
-    pub src: u64,
-    pub bytes: u64,
-    /// The destination is device memory only if it lies in a traced device allocation.
-    pub unified: bool,
-    /// Rows not contiguous: only the first row was sampled.
-    pub strided: bool,
-    /// The first bytes of the source (empty: not present, or not readable).
-    pub anchor: Vec<u8>,
-    /// `(offset, bytes)` of each sample that was read.
-    pub samples: Vec<(u64, [u8; SAMPLE])>,
-}
-
-/// What a record says.
-#[derive(Debug, Clone)]
-pub enum Call {
-    Copy(CopyRecord),
-    Register {
-        entry: u32,
-        addr: u64,
-        bytes: u64,
-    },
-    Unregister {
-        addr: u64,
-    },
-    Alloc {
-        dst: u64,
-        bytes: u64,
-    },
-    Free {
-        dst: u64,
-    },
-    HostAlloc {
-        addr: u64,
-        bytes: u64,
-    },
-    HostFree {
-        addr: u64,
-    },
-    /// Tiny copies (at most [`SMALL`] bytes each) counted since the last such record:
-    /// their number and bytes, signed (see [`super::tiny`]). No content: not examined.
-    Tiny {
-        copies: i64,
-        bytes: i64,
-    },
-    /// The process took a slot of the tiny-copy counters (read by the tracer itself).
-    TinySlot {
-        slot: u32,
-    },
-    /// A device-to-device copy (`cuMemcpyDtoD*`, `cuMemcpyPeer*`): no content (device
-    /// memory cannot be read from the host).
-    DeviceCopy {
-        entry: u32,
-        dst: u64,
-        src: u64,
-        bytes: u64,
-    },
-}
-
-/// One record: who, when (wall clock) and what.
-#[derive(Debug, Clone)]
-pub struct Record {
-    pub pid: i32,
-    pub at_unix_ns: u64,
-    pub call: Call,
-}
-
-/// What the tracer tells its sink.
-#[derive(Debug, Clone)]
-pub enum Note {
-    Record(Record),
-    /// A library file was attached.
-    Library(TracedLibrary),
-    /// A process maps an attached library (`preloaded`: since before it was attached).
-    Mapped {
-        pid: i32,
-        preloaded: bool,
-    },
-    /// Records lost since the last note (the ring buffer was full).
-    Lost(u64),
-}
-
-fn u32_at(b: &[u8], o: usize) -> u32 {
-    u32::from_le_bytes(b[o..o + 4].try_into().unwrap_or([0; 4]))
-}
-
-fn u64_at(b: &[u8], o: usize) -> u64 {
-    u64::from_le_bytes(b[o..o + 8].try_into().unwrap_or([0; 8]))
-}
-
-/// Parses one ring-buffer record (`struct upload_head`, or `struct upload_copy`).
-pub fn parse(b: &[u8], mono_to_unix: i128) -> Option<Record> {
-    if b.len() < HEAD {
-        return None;
-    }
-    let at = (u64_at(b, 0) as i128 + mono_to_unix).max(0) as u64;
-    let pid = u32_at(b, 8) as i32;
-    let entry = u32_at(b, 16);
-    let kind = u32_at(b, 20);
-    let (dst, src, bytes, flags) = (u64_at(b, 24), u64_at(b, 32), u64_at(b, 40), u32_at(b, 48));
-    let call = match kind {
-        1 => {
-            let small = flags & FLAG_SMALL != 0;
-            if b.len() < if small { SMALL_COPY } else { COPY } {
-                return None;
-            }
-            let anchor_len = (u32_at(b, HEAD) as usize).min(if small { SMALL } else { ANCHOR });
-            let sampled = u32_at(b, HEAD + 4);
-            let strided = flags & 2 != 0;
-            let first = if strided { 0 } else { bytes };
-            let samples = (0..SAMPLES)
-                .filter(|i| !small && sampled & (1 << i) != 0 && first >= SAMPLE as u64)
-                .map(|i| {
-                    let o = HEAD + 8 + ANCHOR + i * SAMPLE;
-                    let mut w = [0u8; SAMPLE];
-                    w.copy_from_slice(&b[o..o + SAMPLE]);
-                    (sample_offset(first, i), w)
-                })
-                .collect();
-            Call::Copy(CopyRecord {
-                entry,
-                dst,
-                src,
-                bytes,
-                unified: flags & 1 != 0,
-                strided,
-                anchor: b[HEAD + 8..HEAD + 8 + anchor_len].to_vec(),
-                samples,
-            })
-        }
-        2 => Call::Register {
-            entry,
-            addr: src,
-            bytes,
-        },
-        3 => Call::Unregister { addr: src },
-        4 => Call::Alloc { dst, bytes },
-        5 => Call::Free { dst },
-        6 => Call::HostAlloc { addr: src, bytes },
-        7 => Call::HostFree { addr: src },
-        8 => Call::TinySlot { slot: dst as u32 },
-        9 => Call::DeviceCopy {
-            entry,
-            dst,
-            src,
-            bytes,
-        },
-        _ => return None,
-    };
-    Some(Record {
-        pid,
-        at_unix_ns: at,
-        call,
-    })
-}
-
-/// Whether a mapped path names the CUDA driver library.
-fn is_libcuda(path: &str) -> bool {
-    path.rsplit('/')
-        .next()
-        .is_some_and(|b| b.starts_with("libcuda.so"))
-}
-
-/// Where drivers install the library (the container toolkit's mount included).
-const KNOWN: &[&str] = &[
-    "/usr/lib/x86_64-linux-gnu/libcuda.so.1",
-    "/usr/lib/aarch64-linux-gnu/libcuda.so.1",
-    "/usr/lib64/libcuda.so.1",
-    "/usr/local/nvidia/lib64/libcuda.so.1",
-    "/usr/local/nvidia/lib/libcuda.so.1",
-    "/usr/lib/wsl/lib/libcuda.so.1",
-];
-
-/// Paths of the driver library `TWOFOLD_LIBCUDA` and `/etc/ld.so.cache` name, and the
-/// usual install paths.
-fn configured_libraries() -> Vec<PathBuf> {
-    let mut out: Vec<PathBuf> = KNOWN
-        .iter()
-        .map(PathBuf::from)
-        .filter(|p| p.is_file())
-        .collect();
-    if let Some(v) = std::env::var_os("TWOFOLD_LIBCUDA") {
-        out.extend(std::env::split_paths(&v).filter(|p| p.is_file()));
-    }
-    if let Ok(cache) =
-        crate::input::read_bounded(Path::new("/etc/ld.so.cache"), "ld.so.cache", 16 << 20)
-    {
-        for s in cache.split(|b| *b == 0) {
-            if let Ok(s) = std::str::from_utf8(s) {
-                if s.starts_with('/') && is_libcuda(s) && Path::new(s).is_file() {
-                    out.push(PathBuf::from(s));
-                }
-            }
-        }
-    }
-    out
-}
-
-/// A library file mapped by processes: the path to attach through (in the first mapper's
-/// root), the path as that process sees it, and who maps it.
-type MappedLibrary = (PathBuf, String, BTreeSet<i32>);
-
-/// Library files mapped by each process.
-fn mapped_libraries(proc_root: &Path) -> BTreeMap<FileKey, MappedLibrary> {
-    let mut out: BTreeMap<FileKey, MappedLibrary> = BTreeMap::new();
-    let Ok(dir) = std::fs::read_dir(proc_root) else {
-        return out;
-    };
-    for d in dir.flatten() {
-        let Some(pid) = d.file_name().to_str().and_then(|s| s.parse::<i32>().ok()) else {
-            continue;
-        };
-        let Ok(text) = std::fs::read_to_string(d.path().join("maps")) else {
-            continue;
-        };
-        for line in text.lines().filter(|l| l.contains("libcuda.so")) {
-            let Some(m) = crate::collect::maps::parse_header(line) else {
-                continue;
-            };
-            if m.inode == 0 || !is_libcuda(&m.path) {
-                continue;
-            }
-            let via = d.path().join("root").join(m.path.trim_start_matches('/'));
-            out.entry(m.key())
-                .or_insert_with(|| (via, m.path.clone(), BTreeSet::new()))
-                .2
-                .insert(pid);
-        }
-    }
-    out
-}
+pub use super::upload_records::*;
 
 fn unix_now_ns() -> u64 {
     std::time::SystemTime::now()
@@ -322,9 +71,7 @@ impl Probes {
                 .map(|_| ())
                 .map_err(|e| super::chain(&e))
             };
-            match one(entry.program)
-                .and_then(|()| if entry.ret { one("ret_alloc") } else { Ok(()) })
-            {
+            match one(entry.program).and_then(|()| entry.ret.map_or(Ok(()), &mut one)) {
                 Ok(()) => n += 1,
                 Err(e) => errors.push(format!("{}: {e}", entry.symbol)),
             }
@@ -430,7 +177,7 @@ impl UploadTracer {
             source: Box::new(source),
         })?;
         let mut programs: BTreeSet<&str> = ENTRIES.iter().map(|e| e.program).collect();
-        programs.insert("ret_alloc");
+        programs.extend(ENTRIES.iter().filter_map(|e| e.ret));
         for prog in programs {
             let p: &mut UProbe = ebpf
                 .program_mut(prog)
@@ -558,7 +305,7 @@ fn drain(
 }
 
 /// Hands a record on to the sink; a slot taken is the tracer's own business.
-fn hand_on(r: Record, tiny: &mut TinySlots, sink: &mut dyn FnMut(Note)) {
+pub(super) fn hand_on(r: Record, tiny: &mut TinySlots, sink: &mut dyn FnMut(Note)) {
     match r.call {
         Call::TinySlot { slot } => tiny.took(slot, r.pid),
         _ => sink(Note::Record(r)),
@@ -592,7 +339,3 @@ fn lost_records(ebpf: &Ebpf) -> u64 {
         .and_then(|a| a.get(&super::layout::TOTAL_MAP_FULL, 0).ok())
         .unwrap_or(0)
 }
-
-#[cfg(test)]
-#[path = "uploads_tests.rs"]
-mod tests;

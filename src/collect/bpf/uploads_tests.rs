@@ -1,4 +1,5 @@
-//! Tests of the upload records' parsing (`uploads.rs`).
+//! Tests of the upload records' parsing (`upload_records.rs`).
+use super::super::upload_entries::entry_name;
 use super::*;
 
 #[test]
@@ -40,14 +41,6 @@ fn the_record_layout_is_the_c_one() {
 }
 
 #[test]
-fn only_the_driver_library_is_libcuda() {
-    assert!(is_libcuda("/usr/lib/x86_64-linux-gnu/libcuda.so.1"));
-    assert!(is_libcuda("/tmp/x/libcuda.so.580.159"));
-    assert!(!is_libcuda("/usr/lib/libcudart.so.12"));
-    assert!(!is_libcuda("/opt/libcuda.so.1/other"));
-}
-
-#[test]
 fn a_tiny_slot_record_names_its_slot_and_process() {
     let mut b = vec![0u8; HEAD];
     b[8..12].copy_from_slice(&4242u32.to_le_bytes());
@@ -61,8 +54,49 @@ fn a_tiny_slot_record_names_its_slot_and_process() {
         r.call
     );
     // The tracer keeps it: the sink never sees a slot taken.
-    let mut tiny = TinySlots::default();
+    let mut tiny = super::super::tiny::TinySlots::default();
     let mut seen = Vec::new();
-    hand_on(r, &mut tiny, &mut |n| seen.push(n));
+    super::super::uploads::hand_on(r, &mut tiny, &mut |n| seen.push(n));
     assert!(seen.is_empty());
+}
+
+/// The GPUDirect Storage records (`struct upload_gds`): a registration's handle and file
+/// (the kernel's dev_t), a read's handle, destination, bytes and file offset.
+#[test]
+fn gds_records_are_the_c_layout() {
+    assert_eq!(GDS, 56 + 32);
+    let mut b = vec![0u8; GDS];
+    b[20..24].copy_from_slice(&10u32.to_le_bytes());
+    b[HEAD..HEAD + 8].copy_from_slice(&0xabcu64.to_le_bytes());
+    b[HEAD + 16..HEAD + 24].copy_from_slice(&77u64.to_le_bytes());
+    b[HEAD + 24..HEAD + 28].copy_from_slice(&((8u32 << 20) | 3).to_le_bytes());
+    let Call::GdsHandle { handle, file } = parse(&b, 0).unwrap().call else {
+        panic!()
+    };
+    assert_eq!(
+        (handle, file.major, file.minor, file.inode),
+        (0xabc, 8, 3, 77)
+    );
+    b[20..24].copy_from_slice(&11u32.to_le_bytes());
+    b[16..20].copy_from_slice(&301u32.to_le_bytes());
+    b[24..32].copy_from_slice(&0x1000u64.to_le_bytes());
+    b[40..48].copy_from_slice(&4096u64.to_le_bytes());
+    b[HEAD + 8..HEAD + 16].copy_from_slice(&512u64.to_le_bytes());
+    let Call::GdsRead {
+        entry,
+        handle,
+        dst,
+        bytes,
+        file_offset,
+    } = parse(&b, 0).unwrap().call
+    else {
+        panic!()
+    };
+    assert_eq!(
+        (handle, dst, bytes, file_offset),
+        (0xabc, 0x1000, 4096, 512)
+    );
+    assert_eq!(entry_name(entry), "cuFileRead");
+    // A record cut short is no record.
+    assert!(parse(&b[..GDS - 1], 0).is_none());
 }

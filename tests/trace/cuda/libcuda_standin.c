@@ -133,6 +133,15 @@ NOINLINE CUresult cuMemcpy3D_v2(const void *p) { (void)p; return 0; }
 NOINLINE CUresult cuMemHostRegister_v2(void *p, size_t n, unsigned f) { (void)p; (void)n; (void)f; return 0; }
 NOINLINE CUresult cuMemHostUnregister(void *p) { (void)p; return 0; }
 
+/* The shadow bytes of device range [d, d + n), or NULL (for the stand-in libcufile). */
+NOINLINE unsigned char *standin_shadow(CUdeviceptr d, size_t n)
+{
+	pthread_mutex_lock(&lock);
+	unsigned char *p = shadow(d, n);
+	pthread_mutex_unlock(&lock);
+	return p;
+}
+
 /* Every live allocation: [u64 address][u64 bytes][the bytes]; 0 when written. */
 NOINLINE int standin_dump(const char *path)
 {

@@ -7,6 +7,8 @@
  *       random   the same sizes from a heap buffer of random bytes;
  *       widen    each range (F16) widened to F32 in the heap, then uploaded;
  *       narrow   each range (F32) narrowed to BF16 (round to nearest even), uploaded;
+ *       gds      GPUDirect Storage: the stand-in libcufile.so.0 beside LIB reads each
+ *                range straight into device memory (cuFileHandleRegister, cuFileRead);
  *       register map the file shared, cuMemHostRegister_v2 of each range;
  *       tiny     a serving loop: UPLOADER_STEPS (20,000) copies of 200 bytes, refilled
  *                per step, from one buffer to one device allocation (ranges ignored).
@@ -39,6 +41,20 @@ typedef int (*dtoda_t)(unsigned long long, unsigned long long, size_t, void *);
 typedef int (*peer_t)(unsigned long long, void *, unsigned long long, void *, size_t);
 typedef int (*peera_t)(unsigned long long, void *, unsigned long long, void *, size_t, void *);
 typedef int (*dump_t)(const char *);
+typedef struct {
+	int err, cu_err;
+} cufile_err_t;
+typedef struct {
+	int type;
+	union {
+		int fd;
+		void *handle;
+	} handle;
+	const void *fs_ops;
+} cufile_descr_t;
+typedef cufile_err_t (*cufile_open_t)(void);
+typedef cufile_err_t (*cufile_reg_t)(void **, cufile_descr_t *);
+typedef ssize_t (*cufile_read_t)(void *, void *, size_t, off_t, off_t);
 
 static void *lib;
 static unsigned long long clones[4096];
@@ -106,7 +122,10 @@ int main(int argc, char **argv)
 	printf("armed\n");
 	if (!fgets(line, sizeof line, stdin))
 		return 1;
-	lib = dlopen(argv[1], RTLD_NOW);
+	const char *mode = argv[2];
+	int gds = !strcmp(mode, "gds");
+	/* GPUDirect Storage: libcufile reads into the stand-in's device memory. */
+	lib = dlopen(argv[1], RTLD_NOW | (gds ? RTLD_GLOBAL : 0));
 	if (!lib) {
 		fprintf(stderr, "%s\n", dlerror());
 		return 1;
@@ -115,7 +134,6 @@ int main(int argc, char **argv)
 	htod_t htod = (htod_t)dlsym(lib, "cuMemcpyHtoD_v2");
 	htoda_t htoda = (htoda_t)dlsym(lib, "cuMemcpyHtoDAsync_v2");
 	reg_t reg = (reg_t)dlsym(lib, "cuMemHostRegister_v2");
-	const char *mode = argv[2];
 	int fd = open(argv[3], O_RDONLY);
 	struct stat st;
 	if (fd < 0 || fstat(fd, &st))
@@ -165,6 +183,27 @@ int main(int argc, char **argv)
 			htoda(d, in, sizeof in, NULL);
 		}
 	}
+	void *cufile = NULL, *fh = NULL;
+	cufile_read_t cuf_read = NULL;
+	if (gds) {
+		char path[4096];
+		snprintf(path, sizeof path, "%s", argv[1]);
+		char *slash = strrchr(path, '/');
+		snprintf(slash ? slash + 1 : path, sizeof path - (slash ? slash + 1 - path : 0),
+			 "libcufile.so.0");
+		void *cuf = dlopen(path, RTLD_NOW);
+		if (!cuf) {
+			fprintf(stderr, "%s\n", dlerror());
+			return 1;
+		}
+		((cufile_open_t)dlsym(cuf, "cuFileDriverOpen"))();
+		cufile_descr_t descr = { .type = 1 };
+		descr.handle.fd = fd;
+		if (((cufile_reg_t)dlsym(cuf, "cuFileHandleRegister"))(&fh, &descr).err)
+			return 1;
+		cuf_read = (cufile_read_t)dlsym(cuf, "cuFileRead");
+		cufile = cuf;
+	}
 	for (char *tok = strtok(argv[4], ","); tok && strcmp(mode, "tiny"); tok = strtok(NULL, ",")) {
 		unsigned long long off, len, d = 0;
 		if (sscanf(tok, "%llu:%llu", &off, &len) != 2)
@@ -200,7 +239,10 @@ int main(int argc, char **argv)
 			continue;
 		}
 		alloc(&d, len);
-		if (stage) {
+		if (cufile) {
+			if (cuf_read(fh, (void *)(uintptr_t)d, len, off, 0) != (ssize_t)len)
+				return 1;
+		} else if (stage) {
 			if (pread(fd, stage, len, off) != (ssize_t)len)
 				return 1;
 			size_t c = len;
