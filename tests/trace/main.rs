@@ -11,6 +11,7 @@ mod common;
 mod engine;
 mod loaders;
 mod serve_trace;
+mod sparse;
 mod uploads;
 
 /// The tests here count events exactly, or disturb the whole host (OOM, direct reclaim,
