@@ -31,6 +31,11 @@ command -v runc >/dev/null 2>&1 || need+=(runc)
 # llama.cpp, built from source for tests/exact/llama.rs (scripts/llama-cache.sh): a C++
 # compiler (cmake and ninja come from pip).
 command -v g++ >/dev/null 2>&1 || need+=(g++)
+# Hung and slow filesystems (tests/exact/fuse.rs): a FUSE filesystem of the test's own
+# (tests/helpers/slowfuse.py, fusepy), which needs libfuse.so.2 (Debian 12: libfuse2) and
+# the fusermount helper (Debian 12: fuse3, whose /bin/fusermount is fusermount3).
+command -v fusermount >/dev/null 2>&1 || need+=(fuse3)
+ldconfig -p 2>/dev/null | grep 'libfuse.so.2 ' >/dev/null || need+=(libfuse2)
 ls /usr/share/vulkan/icd.d/lvp_icd.*.json >/dev/null 2>&1 || need+=(mesa-vulkan-drivers)
 ldconfig -p 2>/dev/null | grep 'libvulkan.so.1 ' >/dev/null || need+=(libvulkan1)
 if [ ${#need[@]} -gt 0 ]; then
@@ -51,10 +56,10 @@ fi
 # bcrypt: the hashes of serve's --web.config.file test (tests/exact/serve/web.rs).
 # ml_dtypes: bfloat16 for NumPy (JAX's), the BF16 conversions of tests/exact/convert.rs where
 # torch is not installed. pyyaml: imported by llama.cpp's gguf-py, which writes the model of
-# tests/exact/llama.rs.
-if ! python3 -c "import numpy, safetensors, onnx, onnxruntime, prometheus_client, kubernetes_validate, bcrypt, ml_dtypes, yaml" >/dev/null 2>&1; then
-  echo "test.sh: installing numpy, safetensors, onnx, onnxruntime, prometheus-client, kubernetes-validate, bcrypt, ml_dtypes and pyyaml (pip)"
-  python3 -m pip install -q numpy safetensors onnx onnxruntime prometheus-client kubernetes-validate bcrypt ml_dtypes pyyaml
+# tests/exact/llama.rs. fusepy (imported as `fuse`): the FUSE filesystem of tests/exact/fuse.rs.
+if ! python3 -c "import numpy, safetensors, onnx, onnxruntime, prometheus_client, kubernetes_validate, bcrypt, ml_dtypes, yaml, fuse" >/dev/null 2>&1; then
+  echo "test.sh: installing numpy, safetensors, onnx, onnxruntime, prometheus-client, kubernetes-validate, bcrypt, ml_dtypes, pyyaml and fusepy (pip)"
+  python3 -m pip install -q numpy safetensors onnx onnxruntime prometheus-client kubernetes-validate bcrypt ml_dtypes pyyaml fusepy
 fi
 # llama.cpp (tests/exact/llama.rs: CPU repack end to end), built once into target/llama-cache
 # before the tests (about 15 minutes on a 2-core machine the first time, then nothing); the

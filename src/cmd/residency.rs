@@ -62,13 +62,15 @@ fn expand(args: &ResidencyArgs) -> anyhow::Result<Vec<PathBuf>> {
     Ok(out)
 }
 
+/// The files below `dir`, walked under the deadline ([`answer::within`]).
 fn walk(dir: &Path, out: &mut Vec<PathBuf>) -> anyhow::Result<()> {
-    let mut warnings = Vec::new();
-    out.extend(
-        crate::collect::walk::files(dir, &mut warnings)?
-            .into_iter()
-            .map(|(p, _)| p),
-    );
+    let d = dir.to_path_buf();
+    let (files, warnings) = answer::within(Place::of(dir), dir, move || {
+        let mut warnings = Vec::new();
+        crate::collect::walk::files(&d, &mut warnings).map(|f| (f, warnings))
+    })
+    .map_err(|e| anyhow::anyhow!("{e}"))??;
+    out.extend(files.into_iter().map(|(p, _)| p));
     super::warn_all(&warnings);
     Ok(())
 }

@@ -75,7 +75,10 @@ impl Place {
 fn proc_parts(path: &Path) -> Option<(i32, &str, &Path)> {
     let rest = path.strip_prefix("/proc").ok()?;
     let mut c = rest.components();
-    let pid = c.next()?.as_os_str().to_str()?.parse().ok()?;
+    let pid = match c.next()?.as_os_str().to_str()? {
+        "self" | "thread-self" => std::process::id() as i32,
+        n => n.parse().ok()?,
+    };
     let what = c.next()?.as_os_str().to_str()?;
     Some((pid, what, c.as_path()))
 }
@@ -317,6 +320,28 @@ mod tests {
             std::thread::sleep(Duration::from_millis(5));
         }
         assert_eq!(within(place, Path::new("/nowhere/hung/n"), || 7), Ok(7));
+    }
+
+    #[test]
+    fn a_place_is_found_from_procfs_without_asking_the_filesystem() {
+        use std::os::fd::AsRawFd;
+        use std::os::unix::fs::MetadataExt;
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("m.bin");
+        std::fs::write(&p, b"x").unwrap();
+        let f = std::fs::File::open(&p).unwrap();
+        let dev = f.metadata().unwrap().dev();
+        // Through a descriptor's link: the file's own device (from cached attributes).
+        let fd = format!("/proc/{}/fd/{}", std::process::id(), f.as_raw_fd());
+        assert_eq!(Place::of(Path::new(&fd)), Place::Device(dev));
+        let st = stat_cached(Path::new(&fd)).unwrap();
+        assert_eq!((st.st_size, st.st_dev), (1, dev));
+        // A path, and the same path through a process's root: its mount's device.
+        let t = super::super::mounts::table(Path::new("/proc"), None).unwrap();
+        let mount = super::super::mounts::mount_of(&t, &p).unwrap().dev;
+        assert_eq!(Place::of(&p), Place::Device(mount));
+        let rooted = Path::new("/proc/self/root").join(p.strip_prefix("/").unwrap());
+        assert_eq!(Place::of(&rooted), Place::Device(mount));
     }
 
     #[test]

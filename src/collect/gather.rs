@@ -110,7 +110,7 @@ pub fn gather_cached(
         c.decisions.expire(Instant::now());
         (g.decisions, g.walks) = c.lend();
     }
-    g.add_explicit_paths()?;
+    g.add_explicit_paths(cache.is_some())?;
     if req.stores {
         g.add_store_files();
     }

@@ -66,19 +66,36 @@ impl<'a> Gatherer<'a> {
         }
     }
 
-    pub(super) fn add_explicit_paths(&mut self) -> anyhow::Result<()> {
-        for path in &self.req.paths {
-            let meta = super::answer::metadata(Place::of(path), path)?
-                .with_context(|| format!("cannot access '{}'", path.display()))?;
-            if meta.is_dir() {
-                crate::input::refuse_pseudo(path, "directory")?;
-                self.walk(path)?;
-            } else if meta.is_file() {
-                crate::input::refuse_pseudo(path, "file")?;
-                self.insert_explicit(path, &meta);
-            } else {
-                return Err(crate::input::not_file_or_dir(path, &meta));
+    /// The paths named, and the model files of the directories named. A path whose
+    /// filesystem does not answer is an error, or, for a long-lived engine (`lenient`:
+    /// it was checked when the command started), a warning and the rest goes on.
+    pub(super) fn add_explicit_paths(&mut self, lenient: bool) -> anyhow::Result<()> {
+        for path in self.req.paths.clone() {
+            match self.add_explicit(&path) {
+                Err(e) if lenient && e.chain().any(|c| c.is::<super::answer::NotAnswering>()) => {
+                    self.warnings.push(Warning::new(
+                        crate::sample::WarningKind::FileSkipped,
+                        path.display().to_string(),
+                        format!("not read: {e}"),
+                    ));
+                }
+                r => r?,
             }
+        }
+        Ok(())
+    }
+
+    fn add_explicit(&mut self, path: &Path) -> anyhow::Result<()> {
+        let meta = super::answer::metadata(Place::of(path), path)?
+            .with_context(|| format!("cannot access '{}'", path.display()))?;
+        if meta.is_dir() {
+            crate::input::refuse_pseudo(path, "directory")?;
+            self.walk(path)?;
+        } else if meta.is_file() {
+            crate::input::refuse_pseudo(path, "file")?;
+            self.insert_explicit(path, &meta);
+        } else {
+            return Err(crate::input::not_file_or_dir(path, &meta));
         }
         Ok(())
     }

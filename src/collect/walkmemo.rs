@@ -55,10 +55,14 @@ impl WalkMemo {
         dir: &Path,
         warnings: &mut Vec<Warning>,
     ) -> anyhow::Result<Vec<(PathBuf, std::fs::Metadata)>> {
+        // Every `stat` and the walk on a helper thread under the deadline
+        // ([`super::answer`]): a directory on a mount that does not answer fails in one.
+        let place = super::answer::Place::of(dir);
         if let Some(w) = self.walks.get(dir) {
             let fresh = w.at.elapsed() < self.max_age;
-            if fresh
-                && w.dirs.iter().enumerate().all(|(i, (d, s))| {
+            let dirs = w.dirs.clone();
+            let unchanged = move || {
+                dirs.iter().enumerate().all(|(i, (d, s))| {
                     // The directory named is followed when it is a link, as the walk does.
                     let m = if i == 0 {
                         std::fs::metadata(d)
@@ -67,14 +71,18 @@ impl WalkMemo {
                     };
                     m.is_ok_and(|m| m.is_dir() && stamp(&m) == *s)
                 })
-            {
+            };
+            if fresh && super::answer::within(place.clone(), dir, unchanged)? {
                 warnings.extend(w.warnings.iter().cloned());
                 return Ok(w.files.clone());
             }
         }
         self.walks.remove(dir);
-        let mut own = Vec::new();
-        let (files, dirs) = super::walk::files_and_dirs(dir, &mut own)?;
+        let d = dir.to_path_buf();
+        let ((files, dirs), own) = super::answer::within(place, dir, move || {
+            let mut own = Vec::new();
+            super::walk::files_and_dirs(&d, &mut own).map(|r| (r, own))
+        })??;
         warnings.extend(own.iter().cloned());
         let settled = SystemTime::now() - SETTLE;
         let trusted = dirs

@@ -14,6 +14,7 @@ mod convert;
 mod dupes;
 mod engine_live;
 mod fincore;
+mod fuse;
 mod gate;
 mod holders;
 mod live;

@@ -26,11 +26,11 @@ class Slow(Operations):
         self.backing = backing
         self.control = control
         self.log = open(log, "a", buffering=1) if log else None
-        self.lock = threading.Lock()
+        self.log_lock = threading.Lock()
 
     def _note(self, line):
         if self.log:
-            with self.lock:
+            with self.log_lock:
                 self.log.write(line + "\n")
 
     def _wait(self, op, offset=None):

@@ -12,6 +12,7 @@ mod device_copies;
 mod engine;
 mod loaders;
 mod serve_trace;
+mod sparse;
 mod uploads;
 
 /// The tests here count events exactly, or disturb the whole host (OOM, direct reclaim,
