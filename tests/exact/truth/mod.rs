@@ -91,7 +91,13 @@ fn own_search(pid: i32, path: &Path, residues: &[u64]) -> u64 {
 
 /// `twofold scan --json ARGS...` and the file of the report at `path`.
 fn scan_file(args: &[&str], path: &Path) -> (Report, FileModel) {
-    let mut all: Vec<&std::ffi::OsStr> = vec!["scan".as_ref(), "--json".as_ref()];
+    // A budget no loaded host runs out of: these counts must be exact, not lower bounds.
+    let mut all: Vec<&std::ffi::OsStr> = vec![
+        "scan".as_ref(),
+        "--json".as_ref(),
+        "--prove-budget".as_ref(),
+        "120s".as_ref(),
+    ];
     all.extend(args.iter().map(|a| std::ffi::OsStr::new(*a)));
     let r: Report = twofold_json(&all);
     let f = r
