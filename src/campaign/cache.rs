@@ -89,7 +89,9 @@ pub fn mapped_reason(mappers: &[Mapper]) -> String {
 }
 
 /// Processes whose `/proc/PID/maps` (under `proc_root`) has a mapping of `key`. A
-/// process whose maps cannot be read (it exited, or no rights) is not listed.
+/// process whose maps cannot be read (it exited, or no rights) is not listed, nor is
+/// another twofold (it carries the observer mark): it maps a model only for the moment it
+/// reads it, and keeps none of its pages.
 pub fn mappers(proc_root: &Path, key: FileKey) -> Vec<Mapper> {
     let procs = ProcReader::new(proc_root);
     let Ok(pids) = procs.pids() else {
@@ -97,9 +99,12 @@ pub fn mappers(proc_root: &Path, key: FileKey) -> Vec<Mapper> {
     };
     pids.into_iter()
         .filter(|pid| {
-            procs
-                .maps(*pid)
-                .is_ok_and(|maps| maps.iter().any(|m| m.key() == key))
+            procs.maps(*pid).is_ok_and(|maps| {
+                maps.iter().any(|m| m.key() == key)
+                    && !maps
+                        .iter()
+                        .any(|m| m.path == crate::collect::observer::MARK)
+            })
         })
         .map(|pid| Mapper {
             pid,
