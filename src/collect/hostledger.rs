@@ -252,7 +252,10 @@ mod tests {
         assert!(path.exists());
         drop(p);
         assert!(!path.exists());
-        assert!(!dir.path().join("u").exists(), "an empty ledger directory goes too");
+        assert!(
+            !dir.path().join("u").exists(),
+            "an empty ledger directory goes too"
+        );
         assert!(read_host(&dir.path().join("u"), proc_root, 0).is_none());
         let _ = child.kill();
         let _ = child.wait();
