@@ -122,6 +122,10 @@ impl Drop for Publisher {
     fn drop(&mut self) {
         let _ = std::fs::remove_file(&self.path);
         let _ = std::fs::remove_file(self.path.with_extension("tmp"));
+        // The directory too, when no other tracer's ledger is in it.
+        if let Some(dir) = self.path.parent() {
+            let _ = std::fs::remove_dir(dir);
+        }
     }
 }
 
@@ -248,6 +252,10 @@ mod tests {
         assert!(path.exists());
         drop(p);
         assert!(!path.exists());
+        assert!(
+            !dir.path().join("u").exists(),
+            "an empty ledger directory goes too"
+        );
         assert!(read_host(&dir.path().join("u"), proc_root, 0).is_none());
         let _ = child.kill();
         let _ = child.wait();

@@ -193,6 +193,7 @@ fn record_trace_stores_counters_that_replay_and_dump_agree_with_bpftrace() {
         ])
         .arg(&store)
         .arg(&file)
+        .env("TWOFOLD_UPLOADS_DIR", dir.path().join("ledgers"))
         .stdout(std::process::Stdio::piped())
         .stderr(std::process::Stdio::null())
         .spawn()

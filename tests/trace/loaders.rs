@@ -286,6 +286,7 @@ fn record_trace_keeps_the_read_ledger_of_a_loader_that_closed_the_file() {
         .args(["record", "--trace", "--interval", "300ms", "--store"])
         .arg(&store)
         .arg(&file)
+        .env("TWOFOLD_UPLOADS_DIR", dir.path().join("ledgers"))
         .stdout(std::process::Stdio::piped())
         .stderr(std::process::Stdio::null())
         .spawn()

@@ -38,6 +38,8 @@ fn trace_counters_count_a_cold_read_of_the_whole_file() {
         .args(["serve", "--trace", "--no-prove"])
         .args(["--listen", &format!("127.0.0.1:{port}"), "--interval", "1s"])
         .args(["--model-glob", glob.to_str().unwrap()])
+        // Its upload ledger (a resident tracer's) in the test's directory.
+        .env("TWOFOLD_UPLOADS_DIR", dir.path().join("ledgers"))
         .stdout(Stdio::null())
         .stderr(Stdio::piped())
         .spawn()

@@ -422,6 +422,7 @@ fn record_trace_and_replay_prove_device_copies_and_clear_the_random_uploader() {
         .arg(&m)
         .env("TWOFOLD_LIBCUDA", &s.lib)
         .env("TWOFOLD_GPU_FIXTURE", &gpu)
+        .env("TWOFOLD_UPLOADS_DIR", s.dir.path().join("ledgers"))
         .stdout(Stdio::null())
         .stderr(Stdio::piped());
         let mut child = cmd.spawn().unwrap();

@@ -198,11 +198,17 @@ fn twin_choices(
         .filter(|f| !f.same_bytes.is_empty())
         .map(|f| (f.key, &f.same_bytes))
         .collect();
+    // A twin in shared memory (a /dev/shm copy of the model) is no place a copy moves to:
+    // a copy found in its pages is that file itself, counted under the original.
+    let shm = |k: &FileKey| k.major == 0;
     for p in &sample.proofs {
         let Some(others) = twins.get(&p.file) else {
             continue;
         };
-        if p.identical_file_bytes + p.converted_file_bytes == 0 {
+        if p.identical_file_bytes + p.converted_file_bytes == 0
+            || shm(&p.file)
+            || !p.shmem_files.is_empty()
+        {
             continue;
         }
         // A twin in shared memory (tmpfs, memfd: device major 0) is itself a copy of the
@@ -212,7 +218,10 @@ fn twin_choices(
             continue;
         }
         let mut options = vec![(p.file, false)];
-        options.extend(others.iter().map(|k| (*k, false)));
+        options.extend(others.iter().filter(|k| !shm(k)).map(|k| (*k, false)));
+        if options.len() < 2 {
+            continue;
+        }
         let choice = relations.choose(p.pid, &options);
         if let Some(w) = relations.words(&choice) {
             said.insert((p.pid, choice.file), w);

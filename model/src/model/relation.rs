@@ -73,6 +73,10 @@ pub struct Relations {
     copied: BTreeSet<(i32, FileKey)>,
     named: BTreeSet<(i32, FileKey)>,
     paths: BTreeMap<FileKey, String>,
+    /// The files a report shows (those `new` was given; empty: any): a copy is counted
+    /// under one of them when it can be (a /dev/shm copy folded under its original is
+    /// none).
+    shown: BTreeSet<FileKey>,
 }
 
 impl Relations {
@@ -125,6 +129,7 @@ impl Relations {
                 .iter()
                 .map(|f| (f.key, f.path.clone()))
                 .collect(),
+            shown: files.iter().map(|f| f.key).collect(),
         }
     }
 
@@ -157,7 +162,15 @@ impl Relations {
         let mut files: Vec<(FileKey, bool)> = options.to_vec();
         files.sort();
         files.dedup_by_key(|f| f.0);
-        let ranked: Vec<(FileKey, Option<(Relation, u64)>)> = files
+        let eligible: Vec<(FileKey, bool)> = match files.iter().any(|f| self.shown.contains(&f.0)) {
+            true => files
+                .iter()
+                .copied()
+                .filter(|f| self.shown.contains(&f.0))
+                .collect(),
+            false => files.clone(),
+        };
+        let ranked: Vec<(FileKey, Option<(Relation, u64)>)> = eligible
             .iter()
             .map(|(f, held)| (*f, self.of(pid, *f, *held)))
             .collect();
@@ -221,6 +234,7 @@ mod tests {
             paths: [(key(1), "/m/a".to_string()), (key(2), "/m/b".to_string())]
                 .into_iter()
                 .collect(),
+            shown: BTreeSet::new(),
         }
     }
 
@@ -267,5 +281,11 @@ mod tests {
         // Two files read alike: content decides, and says so.
         r.reads.insert((7, key(1)), 20);
         assert_eq!(r.choose(7, &[(key(2), false), (key(1), false)]).by, None);
+        // A file the report does not show (a /dev/shm copy folded under its original) is
+        // passed over for one it shows, whatever the relation.
+        r.shown.insert(key(1));
+        r.mapped.insert((5, key(2)));
+        let c = r.choose(5, &[(key(2), false), (key(1), false)]);
+        assert_eq!((c.file, c.by, c.also), (key(1), None, vec![key(2)]));
     }
 }

@@ -453,8 +453,13 @@ pub fn render(code: &Code) -> Text {
                 ),
             };
             let message = if *proven {
+                let how = match via.as_str() {
+                    "upload" => "its upload matched the file's bytes",
+                    "clone" => "cloned on the device from an upload of it",
+                    _ => "read back identical to the file",
+                };
                 format!(
-                    "pid {pid} ({comm}) holds a device copy of '{}' on {label}: {} of device memory, read back identical to the file; {verdict}",
+                    "pid {pid} ({comm}) holds a device copy of '{}' on {label}: {} of device memory, {how}; {verdict}",
                     name(path),
                     iec(*device_bytes)
                 )
