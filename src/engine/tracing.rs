@@ -42,6 +42,9 @@ pub(super) struct Tracing {
     /// How many rows a model of the counters shows beside the files of interest (names
     /// are looked up for those).
     top: usize,
+    /// Whether each pid that read a file is another twofold (it carries the observer
+    /// mark), looked up once per pid.
+    observers: BTreeMap<i32, bool>,
 }
 
 type PerProcess = (
@@ -140,6 +143,7 @@ impl Engine {
             exited_read: BTreeMap::new(),
             keep_exited: false,
             top: model::TRACE_TOP,
+            observers: BTreeMap::new(),
         });
         Ok(())
     }
@@ -245,6 +249,20 @@ impl Tracing {
         let me = std::process::id() as i32;
         cur.pids.remove(&me);
         cur.io.retain(|(pid, _), _| *pid != me);
+        // So are another twofold's (an exporter, a recorder of another build): its reads
+        // of a model are an observer's, never a loader's.
+        let readers: BTreeSet<i32> = cur.io.keys().map(|k| k.0).collect();
+        self.observers.retain(|p, _| readers.contains(p));
+        for pid in readers {
+            let observer = *self.observers.entry(pid).or_insert_with(|| {
+                std::fs::read_to_string(proc_root.join(pid.to_string()).join("maps"))
+                    .is_ok_and(|m| crate::collect::observer::marked(&m))
+            });
+            if observer {
+                cur.pids.remove(&pid);
+                cur.io.retain(|(p, _), _| *p != pid);
+            }
+        }
         if !self.keep_exited {
             fold_exited(
                 proc_root,

@@ -87,7 +87,7 @@ fn scan_trace_names_the_copying_loader() {
     // trace of where its copy came from.
     let mut copy = Armed::start("copy", Some(&file), &["--close"]);
     let mut scan = twofold_cmd()
-        .args(["scan", "--json", "--trace", "2s"])
+        .args(["scan", "--json", "--trace", "2s", "--prove-budget", "120s"])
         .arg(&file)
         .stdout(std::process::Stdio::piped())
         .stderr(std::process::Stdio::piped())
