@@ -14,9 +14,13 @@
 //! from the file once, byte by byte, and every later comparison is against them.
 //!
 //! The memo is shared by every proof of the process (one-shot `scan`, and `top`, `serve`
-//! and `record` across snapshots) and bounded: [`MAX_CHUNKS`] entries (about 12 MiB);
-//! when it is full it starts again empty. A file rewritten gets a new version (its mtime
-//! and ctime move) and so new entries; the old ones go with the next clearing.
+//! and `record` across snapshots) and bounded: [`MAX_CHUNKS`] entries, each kept by the
+//! xxh3-128 of its chunk's identity (16 bytes, not the 80 of the identity itself), in one
+//! table of 2^18 buckets of 33 bytes: 8.3 MiB at most. When it is full it starts again
+//! empty, its table freed. (Keyed by the identity, and cleared in place, the table was 2^19
+//! buckets of 113 bytes, 56.5 MiB, and stayed: measured in `serve` and `record` soaks,
+//! bench/RESULTS-soak.md.) A file rewritten gets a new version (its mtime and ctime move)
+//! and so new entries; the old ones go with the next clearing.
 
 use std::collections::HashMap;
 use std::sync::Mutex;
@@ -24,11 +28,21 @@ use std::sync::Mutex;
 use super::index::CopyKind;
 use super::pointcache::Version;
 
-/// Chunks kept at most: a page each, about 48 bytes each with the map's overhead.
-pub const MAX_CHUNKS: usize = 256 * 1024;
+/// Chunks kept at most: what a table of 2^18 buckets holds (7/8 of them full), 33 bytes
+/// each (a 16-byte key, a 16-byte hash, a control byte).
+pub const MAX_CHUNKS: usize = (1 << 18) / 8 * 7;
 
-/// A chunk of one version of a file: offset, length (file bytes), kind of copy.
-type Key = (Version, u64, u32, CopyKind);
+/// A chunk of one version of a file (offset, length in file bytes, kind of copy), as the
+/// xxh3-128 of those: two chunks share a key with probability 2^-128, the odds at which
+/// any memory already matches a kept hash.
+type Key = u128;
+
+fn key(version: &Version, off: u64, len: usize, kind: CopyKind) -> Key {
+    use std::hash::Hash;
+    let mut h = xxhash_rust::xxh3::Xxh3::new();
+    (version, off, len as u64, kind).hash(&mut h);
+    h.digest128()
+}
 
 /// The process-wide memo.
 static MEMO: Mutex<Option<Memo>> = Mutex::new(None);
@@ -44,7 +58,7 @@ struct Memo {
 pub fn get(version: &Version, off: u64, len: usize, kind: CopyKind) -> Option<u128> {
     let mut memo = MEMO.lock().unwrap_or_else(|e| e.into_inner());
     let m = memo.get_or_insert_with(Memo::default);
-    let hit = m.chunks.get(&(*version, off, len as u32, kind)).copied();
+    let hit = m.chunks.get(&key(version, off, len, kind)).copied();
     match hit {
         Some(_) => m.hits += 1,
         None => m.misses += 1,
@@ -57,9 +71,10 @@ pub fn put(version: &Version, off: u64, len: usize, kind: CopyKind, hash: u128) 
     let mut memo = MEMO.lock().unwrap_or_else(|e| e.into_inner());
     let m = memo.get_or_insert_with(Memo::default);
     if m.chunks.len() >= MAX_CHUNKS {
-        m.chunks.clear();
+        // A new table: `clear` would keep the full one's memory.
+        m.chunks = HashMap::new();
     }
-    m.chunks.insert((*version, off, len as u32, kind), hash);
+    m.chunks.insert(key(version, off, len, kind), hash);
 }
 
 /// The hash a chunk is kept and compared as.
@@ -92,5 +107,16 @@ mod tests {
         assert_eq!(get(&v1, 8192, 2048, CopyKind::Identical), None);
         assert_eq!(get(&v1, 8192, 4096, CopyKind::WidenedF16), None);
         assert_ne!(hash(b"weights"), hash(b"weightz"));
+    }
+
+    #[test]
+    fn a_full_memo_fits_a_table_of_2_18_buckets() {
+        // The table a full memo needs: 2^18 buckets (hashbrown keeps 7/8 of them full).
+        let mut m: HashMap<Key, u128> = HashMap::new();
+        for i in 0..MAX_CHUNKS as u128 {
+            m.insert(i, i);
+        }
+        assert!(m.capacity() < 1 << 18, "{}", m.capacity());
+        assert_eq!(std::mem::size_of::<(Key, u128)>(), 32);
     }
 }

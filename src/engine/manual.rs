@@ -177,17 +177,32 @@ impl Engine {
 
     /// The page-cache map of `path` (which must still be the file `key`), drawn as `scan
     /// --map` draws it; `Err` says why it is unknown.
+    /// Read on a helper thread under the deadline (`collect::answer`); a file on FUSE is
+    /// not opened (opening drops its page cache there).
     pub fn residency_map(&self, path: &str, key: FileKey) -> Result<MapModel, String> {
-        let p = Path::new(path.strip_suffix(" (deleted)").unwrap_or(path));
-        let (file, size, _) = residency::open(p).map_err(|e| e.to_string())?;
-        let same = file
-            .metadata()
-            .is_ok_and(|m| FileKey::from_dev(m.dev(), m.ino()) == key);
-        if !same {
-            return Err(format!("'{}' now names another file", p.display()));
-        }
-        residency::mincore_map(&file, p, size)
-            .map(|m| crate::model::residency::draw(&m))
-            .map_err(|e| e.to_string())
+        use crate::collect::answer::{self, Place};
+        let p = std::path::PathBuf::from(path.strip_suffix(" (deleted)").unwrap_or(path));
+        let at = p.clone();
+        answer::within(Place::of_key(key), &at, move || map_of(&p, key))
+            .map_err(|e| e.to_string())?
     }
+}
+
+/// [`Engine::residency_map`] on its helper thread.
+fn map_of(p: &Path, key: FileKey) -> Result<MapModel, String> {
+    use crate::collect::answer;
+    if nix::sys::statfs::statfs(p).is_ok_and(|s| s.filesystem_type().0 == answer::FUSE_SUPER_MAGIC)
+    {
+        return Err(format!("not read: {}", answer::fuse_why(p)));
+    }
+    let (file, size, _) = residency::open(p).map_err(|e| e.to_string())?;
+    let same = file
+        .metadata()
+        .is_ok_and(|m| FileKey::from_dev(m.dev(), m.ino()) == key);
+    if !same {
+        return Err(format!("'{}' now names another file", p.display()));
+    }
+    residency::mincore_map(&file, p, size)
+        .map(|m| crate::model::residency::draw(&m))
+        .map_err(|e| e.to_string())
 }
