@@ -163,6 +163,15 @@ pub fn prepare(proc_root: &Path, path: &Path, mode: CacheMode) -> anyhow::Result
             start.mapped_by = mappers(proc_root, FileKey::from_dev(meta.dev(), meta.ino()));
             if start.mapped_by.is_empty() {
                 advise_dontneed(path)?;
+                // Another twofold reading the file at that instant (its proof maps the
+                // cached ranges it copies) keeps those pages: asked again, briefly.
+                for _ in 0..20 {
+                    if resident(path).0.is_none_or(|b| b == 0) {
+                        break;
+                    }
+                    std::thread::sleep(std::time::Duration::from_millis(100));
+                    advise_dontneed(path)?;
+                }
                 start.evicted = true;
             } else {
                 start.eviction_skipped = Some(mapped_reason(&start.mapped_by));
