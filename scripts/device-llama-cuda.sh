@@ -50,7 +50,7 @@ trap cleanup EXIT
 for c in /usr/local/nvidia/lib64/libcuda.so.1 /usr/lib/x86_64-linux-gnu/libcuda.so.1 /usr/lib64/libcuda.so.1; do
   [ -e "$c" ] && export TWOFOLD_LIBCUDA=$c && break
 done
-for _ in $(seq 600); do [ -f "$L/built" ] && break; sleep 1; done
+for _ in $(seq 600); do { [ -f "$L/built" ] || grep -qs "^build rc" "$L/build.log"; } && break; sleep 1; done
 [ -f "$L/built" ] || { echo "llama-server not built"; tail -20 "$L/build.log"; exit 1; }
 SRV=$L/build/bin/llama-server
 M=$W/model.gguf
