@@ -33,7 +33,7 @@ if [ "$what" = build ]; then
     -DGGML_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90 -DGGML_NATIVE=OFF -DGGML_CCACHE=OFF \
     -DLLAMA_CURL=OFF -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF \
     -DLLAMA_BUILD_SERVER=ON -DLLAMA_BUILD_TOOLS=ON -DBUILD_SHARED_LIBS=OFF > "$L/configure.log" 2>&1 \
-    || { echo "configure failed"; tail -30 "$L/configure.log"; exit 1; }
+    || { echo "build rc 1 (configure failed)" | tee -a "$L/build.log"; tail -30 "$L/configure.log" | tee -a "$L/build.log"; exit 1; }
   cmake --build "$L/build" -j "$(nproc)" --target llama-server > "$L/build.log" 2>&1
   rc=$?
   echo "build rc $rc in $((SECONDS - T0)) s" | tee -a "$L/build.log"
