@@ -120,8 +120,13 @@ PY
 kill -INT $SRV; wait $SRV 2>/dev/null
 # C2 exits: a plain scan shows no device copy of it any more.
 C2PID=$(python3 -c 'import json,sys; print([d["pid"] for d in map(json.loads, open(sys.argv[1])) if d["case"]=="C2"][0])' "$W/loaders.json")
+# (Closing its fifo is not enough: the loaders started after C2 inherited the fifo's write
+# end, so C2 never reads EOF. The 2026-12-06 run did that, and scan rightly still showed C2's
+# device copy: C2 was alive with 1.0 GiB on the GPU.)
 exec {fd_C2}>&-
-for _ in $(seq 100); do kill -0 "$C2PID" 2>/dev/null || break; sleep 0.1; done
+kill -TERM "$C2PID" 2>/dev/null
+for _ in $(seq 300); do kill -0 "$C2PID" 2>/dev/null || break; sleep 0.1; done
+kill -0 "$C2PID" 2>/dev/null && echo "C2 (pid $C2PID) did not exit in 30 s" >> "$W/log.txt"
 twofold scan "${FILES[@]}" --json > "$W/scan3.json" 2> "$W/scan3.err"
 { echo; echo "== after C2 (pid $C2PID) exited"; twofold scan "${FILES[@]}" 2>&1; } >> "$OUT/scans.txt"
 kill -INT $REC; wait $REC 2>/dev/null
