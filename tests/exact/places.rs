@@ -325,7 +325,9 @@ fn a_copy_in_huge_pages_counts_and_is_named() {
     assert!(c.huge_pages, "{c:?}");
     assert!((c.fraction - 1.0).abs() < 0.01, "{c:?}");
     let text = twofold(&["scan", f, BUDGET[0], BUDGET[1]]);
-    assert!(text.contains("in memory 2.00 times"), "{text}");
+    // (The page cache part was checked to 0.01 above; the host may evict some of it
+    // between the two scans, as it did once beside another build's serve: 0.94.)
+    assert!(text.contains("+ private copies 1.00"), "{text}");
     assert!(text.contains("huge pages (hugetlbfs)"), "{text}");
     // `dupes` names the region for what it is.
     let d = dupes_report(copier.pid(), &file, &[]);
