@@ -9,6 +9,10 @@
 #   and close it, odd ones mmap it) and a KV-cache-like KV buffer rewritten KV_RATE %/s;
 # - a fork pool: a parent with a POOL_SIZE read() copy and POOL_WORKERS forked workers;
 # - IDLE idle processes, FILES of which map one small FILE_SIZE model each;
+# - PY_SERVERS Python serving processes, each a read() copy of its own MODEL_SIZE model
+#   and a KV buffer rewritten at PY_RATE bytes/s, each 4 MiB write from a newly mapped
+#   buffer (issue #43's fourth host: PY_SERVERS=1 DAEMONS=0 MODEL_SIZE=256M KV=512M
+#   POOL_SIZE=0 IDLE=0 FILES=0 CHURN=0, or bench/churn.sh);
 # - a churn loop of CHURN short processes per second.
 # Then (bench/host_measure.py), one phase after another, WARMUP s then WINDOW s each:
 # SCANS bare `twofold scan` (time, CPU, peak RSS, each file's count against fincore +
@@ -21,7 +25,8 @@
 #
 # Usage: [SETTING=VALUE ...] bash bench/host.sh       (root: cgroups, other users' /proc)
 # Settings and defaults: MODEL_SIZE=1G DAEMONS=4 KV=512M KV_RATE=10 POOL_SIZE=512M
-#   POOL_WORKERS=7 IDLE=500 FILES=200 FILE_SIZE=1M CHURN=200 WINDOW=60 WARMUP=10 SCANS=3
+#   POOL_WORKERS=7 IDLE=500 FILES=200 FILE_SIZE=1M CHURN=200 PY_SERVERS=0 PY_RATE=52M
+#   WINDOW=60 WARMUP=10 SCANS=3
 #   LIMIT=(auto, bytes) TWOFOLD_BIN=(target/release/twofold, built if unset)
 #   HOLD=(unset; N: build the host, keep it N s for profiling by hand, measure nothing)
 # A quick check: MODEL_SIZE=64M KV=32M POOL_SIZE=32M IDLE=50 FILES=20 WINDOW=30 WARMUP=5 \
@@ -30,6 +35,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 : "${MODEL_SIZE:=1G}" "${DAEMONS:=4}" "${KV:=512M}" "${KV_RATE:=10}" "${POOL_SIZE:=512M}"
 : "${POOL_WORKERS:=7}" "${IDLE:=500}" "${FILES:=200}" "${FILE_SIZE:=1M}" "${CHURN:=200}"
+: "${PY_SERVERS:=0}" "${PY_RATE:=52M}"
 export WINDOW=${WINDOW:-60} WARMUP=${WARMUP:-10} SCANS=${SCANS:-3}
 [ "$(id -u)" = 0 ] || { echo "bench/host.sh needs root (a memory cgroup, every process's /proc)" >&2; exit 2; }
 for tool in htop btop prometheus-node-exporter prometheus-process-exporter tmux fincore; do
@@ -47,6 +53,7 @@ bytes() { numfmt --from=iec "${1%B}"; }
 m=$(bytes "$MODEL_SIZE") kv=$(bytes "$KV") pool=$(bytes "$POOL_SIZE") fs=$(bytes "$FILE_SIZE")
 idle=$((IDLE > FILES ? IDLE : FILES))
 need=$((DAEMONS * m + (DAEMONS + 1) / 2 * m + DAEMONS * kv + 2 * pool + FILES * fs + idle * (2 << 20)))
+need=$((need + PY_SERVERS * (2 * m + kv + (64 << 20))))
 limit=${LIMIT:-$((need + (1 << 30)))}
 avail=$(($(awk '/^MemAvailable:/ { print $2 }' /proc/meminfo) * 1024))
 if [ "$limit" -gt $((avail - (2 << 30))) ]; then
@@ -91,12 +98,12 @@ cleanup() {
 trap cleanup EXIT
 trap 'exit 130' INT TERM
 
-echo "building the host: $DAEMONS x $MODEL_SIZE models + $KV KV at $KV_RATE%/s, pool $POOL_SIZE + $POOL_WORKERS workers, $idle idle ($FILES map a $FILE_SIZE model), $CHURN processes/s; cgroup limit $(numfmt --to=iec "$limit")" >&2
+echo "building the host: $DAEMONS x $MODEL_SIZE models + $KV KV at $KV_RATE%/s, pool $POOL_SIZE + $POOL_WORKERS workers, $PY_SERVERS Python servers at $PY_RATE/s, $idle idle ($FILES map a $FILE_SIZE model), $CHURN processes/s; cgroup limit $(numfmt --to=iec "$limit")" >&2
 bash -c 'echo $$ >"$1/cgroup.procs"; shift; exec "$@"' _ "$cg" \
   python3 bench/host_workload.py --twofold "$bin" --dir "$work" --ready-file "$work/ready" \
   --model-size "$m" --daemons "$DAEMONS" --kv "$kv" --kv-rate "$KV_RATE" --pool-size "$pool" \
   --pool-workers "$POOL_WORKERS" --idle "$IDLE" --files "$FILES" --file-size "$fs" \
-  --churn "$CHURN" &
+  --churn "$CHURN" --py-servers "$PY_SERVERS" --py-rate "$(bytes "$PY_RATE")" &
 workload=$!
 for _ in $(seq 6000); do
   [ -e "$work/ready" ] && break

@@ -13,6 +13,11 @@ Builds, under DIR (every file it writes is there):
   POOL_WORKERS forked workers sharing that copy copy-on-write (`__child copy --fork`);
 - IDLE idle processes: FILES of them each map one small FILE_SIZE model (the 200 small
   model files), the others hold 1 MiB of anonymous memory;
+- PY_SERVERS Python serving processes (`--py-server`), each holding a read() copy of its
+  own MODEL_SIZE model (`open().read()`, as a loader that takes the bytes does) and a KV
+  buffer it rewrites at PY_RATE bytes per second, 4 MiB at a time, every 4 MiB a new
+  buffer (os.urandom) of its own mapping (MALLOC_MMAP_THRESHOLD_=131072: glibc maps and
+  unmaps each one), so its mappings come and go every second as a Python server's do;
 - a churn loop that starts CHURN short processes (/bin/true) per second.
 
 Every model's bytes are pseudo-random and distinct (os.urandom), so a copy of one model
@@ -106,6 +111,36 @@ def churn(rate: float) -> int:
     return 0
 
 
+def py_server(path: str, kv: int, rate: float) -> int:
+    """A Python serving process: a read() copy of `path`, a KV buffer rewritten at `rate`
+    bytes/s in 4 MiB writes, each from a newly allocated (and mapped) buffer. Says `ready`,
+    then runs until its stdin closes."""
+    with open(path, "rb") as f:
+        model = f.read()
+    buf = bytearray(kv) if kv else bytearray(1)
+    for i in range(0, len(buf), 4096):
+        buf[i] = 1
+    sys.stdout.write("ready\n")
+    sys.stdout.flush()
+    step = 4 << 20
+    period = step / rate if rate > 0 else 3600.0
+    poll = select.poll()
+    poll.register(sys.stdin.fileno(), select.POLLIN | select.POLLHUP)
+    at, due = 0, time.monotonic()
+    while not stop:
+        due += period
+        if poll.poll(max(0, int((due - time.monotonic()) * 1000))):
+            break  # stdin closed (or written): the workload is ending
+        if kv:
+            n = min(step, len(buf) - at)
+            chunk = os.urandom(n)
+            buf[at:at + n] = chunk
+            del chunk
+            at = (at + n) % len(buf)
+    del model
+    return 0
+
+
 def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--twofold")
@@ -121,13 +156,20 @@ def main() -> int:
     ap.add_argument("--files", type=int, default=200)
     ap.add_argument("--file-size", type=size, default=size("1M"))
     ap.add_argument("--churn", type=float, default=200.0)
+    ap.add_argument("--py-servers", type=int, default=0)
+    ap.add_argument("--py-rate", type=size, default=size("52M"))
     ap.add_argument("--churn-only", action="store_true", help=argparse.SUPPRESS)
+    ap.add_argument("--py-server", nargs=3, metavar=("MODEL", "KV", "RATE"),
+                    help=argparse.SUPPRESS)
     ap.add_argument("--timeout", type=float, default=600.0)
     args = ap.parse_args()
     for s in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
         signal.signal(s, on_signal)
     if args.churn_only:
         return churn(args.churn)
+    if args.py_server:
+        m, kv, rate = args.py_server
+        return py_server(m, int(kv), float(rate))
 
     want = 2 * (args.daemons + 1 + max(args.idle, args.files)) + 64
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
@@ -149,6 +191,12 @@ def main() -> int:
         else:
             specs.append((f"daemon-{i} map", ["map", p, *kv]))
             truth[p] = 0
+    py = os.environ | {"MALLOC_MMAP_THRESHOLD_": "131072"}
+    for i in range(args.py_servers):
+        p = os.path.join(models, f"py-server-{i}.safetensors")
+        write_safetensors(p, args.model_size)
+        specs.append((f"py-server-{i}", ["--python", p, str(args.kv), str(args.py_rate)]))
+        truth[p] = 1
     if args.pool_size > 0:
         p = os.path.join(models, "pool.safetensors")
         write_safetensors(p, args.pool_size)
@@ -188,9 +236,12 @@ def main() -> int:
         for _role, a in specs:
             if stop:
                 return 1
-            children.append(subprocess.Popen([args.twofold, "__child", *a],
-                                             stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                             close_fds=True))
+            if a[0] == "--python":
+                cmd, env = [sys.executable, __file__, "--py-server", *a[1:]], py
+            else:
+                cmd, env = [args.twofold, "__child", *a], None
+            children.append(subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                             close_fds=True, env=env))
         pending = {c.stdout.fileno(): c for c in children}
         poll = select.poll()  # select() stops at fd 1024
         for fd in pending:

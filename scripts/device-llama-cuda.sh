@@ -14,7 +14,7 @@
 #   scripts/device-llama-cuda.sh run [DIR]     the two servers, the scans; raw results in $OUT
 #
 # DIR holds a stripped x86-64 release build of twofold and llama-src.tar.xz (default
-# .devcarry). Truth: each server's own log lines ("CUDA0 model buffer size", "CPU_Mapped
+# .devcarry), and PyYAML's pure-Python yaml/ where the GPU machine's Python has none. Truth: each server's own log lines ("CUDA0 model buffer size", "CPU_Mapped
 # model buffer size", "CUDA_Host model buffer size"), nvidia-smi --query-compute-apps and
 # fincore. $OUT gets scan.json, scan.txt, metrics.txt, logs.txt.
 set -u
@@ -42,6 +42,8 @@ if [ "$what" = build ]; then
 fi
 
 export PATH=$BIN:$PATH PYTHONUNBUFFERED=1 TWOFOLD_LLAMA_CACHE=$L
+# gguf-py imports yaml; a GPU image's Python may lack it (DIR may carry PyYAML's pure-Python lib/yaml)
+python3 -c "import yaml" 2>/dev/null || export PYTHONPATH=$BIN${PYTHONPATH:+:$PYTHONPATH}
 W=$(mktemp -d /tmp/twofold-llcuda.XXXXXX)
 export TWOFOLD_UPLOADS_DIR=$W/ledgers
 pids=()
@@ -63,13 +65,13 @@ ready() { for _ in $(seq 600); do curl -fsS "http://127.0.0.1:$1/health" >/dev/n
 "$SRV" -m "$M" -ngl 99 -c 512 --port 8091 > "$W/mmap.log" 2>&1 & pids+=($!); P1=$!
 ready 8091 || echo "mmap server never ready" >> "$W/log.txt"
 "$SRV" -m "$M" -ngl 99 -c 512 --no-mmap --port 8092 > "$W/nommap.log" 2>&1 & pids+=($!); P2=$!
-ready 8092 || echo "no-mmap server never ready" >> "$W/log.txt"
+ready 8092 || { echo "no-mmap server never ready (running: $(kill -0 $P2 2>/dev/null && echo yes || echo no))" >> "$W/log.txt"; }
 for port in 8091 8092; do
   curl -fsS "http://127.0.0.1:$port/completion" -d '{"prompt":"hello","n_predict":8}' | head -c 300 >> "$W/log.txt"; echo >> "$W/log.txt"
 done
 echo "pids: mmap $P1, no-mmap $P2" >> "$W/log.txt"
 nvidia-smi --query-compute-apps=pid,used_memory --format=csv,noheader,nounits > "$W/smi.txt" 2>&1
-fincore -b -n -o RES,SIZE "$M" > "$W/fincore.txt" 2>&1
+if command -v fincore >/dev/null; then fincore -b -n -o RES,SIZE "$M"; else echo "no fincore here: twofold residency"; twofold residency "$M"; fi > "$W/fincore.txt" 2>&1
 sleep 2  # the ledger is rewritten within 0.5 s of a change
 twofold scan "$M" --json > "$OUT/scan.json" 2> "$W/scan.err"
 twofold scan "$M" > "$OUT/scan.txt" 2>&1
@@ -96,6 +98,9 @@ kill -INT $REC; wait $REC 2>/dev/null
 echo "ledger files after record stopped: $(ls "$TWOFOLD_UPLOADS_DIR" 2>/dev/null | wc -l)" >> "$W/log.txt"
 {
   for f in log.txt smi.txt fincore.txt scan.err record.log serve.log; do echo "== $f"; cat "$W/$f"; done
-  for f in mmap.log nommap.log; do echo "== $f (buffer lines)"; grep -E "buffer size|offload|model size|type +f16|KV" "$W/$f"; done
+  for f in mmap.log nommap.log; do
+    echo "== $f (buffer lines)"; grep -E "buffer size|offload|model size|type +f16|KV" "$W/$f"
+    echo "== $f (last lines)"; tail -n 25 "$W/$f" | cut -c1-200
+  done
 } > "$OUT/logs.txt" 2>&1
 echo "run done"
