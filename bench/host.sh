@@ -115,7 +115,7 @@ echo "host ready: $(wc -l <"$cg/cgroup.procs") processes in its cgroup, $(numfmt
 if [ -n "${HOLD:-}" ]; then
   # For profiling by hand: keep the host up HOLD seconds, measure nothing.
   echo "holding the host for $HOLD s: work dir $work, cgroup $cg" >&2
-  sleep "$HOLD"
+  sleep "$HOLD" & wait $!  # (a signal ends the wait, and the trap cleans up)
 else
   python3 bench/host_measure.py "$bin" "$work"
 fi

@@ -27,6 +27,11 @@ cleanup() {
 }
 trap cleanup EXIT
 export PYTHONUNBUFFERED=1
+# htop and btop, where the GPU machine has none, from the folder given (copied from a
+# Debian 12 machine: /usr/bin/htop, /usr/bin/btop; htop needs libncursesw6 and libnl-3).
+export PATH=$PATH:$(dirname "$BIN")
+# btop updating every 1 s, as bench/host.sh runs it (its default is 2 s).
+mkdir -p "$W/cfg/btop" && printf 'update_ms = 1000\n' > "$W/cfg/btop/btop.conf"
 cat > "$W/load.py" <<'PY'
 import os, sys, time, torch
 from safetensors.torch import load_file, save_file
@@ -99,8 +104,8 @@ PTY_PIDFILE="$W/pid.top" python3 "$W/pty.py" "$BIN" top --interval 1s "$W" > /de
 PIDS+=($!)
 for tool in htop btop; do
   if command -v $tool > /dev/null; then
-    args=(-d 10); [ $tool = btop ] && args=()
-    PTY_PIDFILE="$W/pid.$tool" python3 "$W/pty.py" $tool "${args[@]}" > /dev/null 2>&1 &
+    args=(-d 10); [ $tool = btop ] && args=(--utf-force)
+    XDG_CONFIG_HOME=$W/cfg PTY_PIDFILE="$W/pid.$tool" python3 "$W/pty.py" $tool "${args[@]}" > /dev/null 2>&1 &
     PIDS+=($!)
   fi
 done
@@ -112,7 +117,7 @@ for k in "${!pid[@]}"; do t0[$k]=$(ticks "${pid[$k]}"); done
 sleep "$WINDOW"
 for k in "${!pid[@]}"; do t1[$k]=$(ticks "${pid[$k]}"); done
 for k in top htop btop; do
-  [ -n "${pid[$k]:-}" ] && row "$k" "${pid[$k]}" "${t0[$k]}" "${t1[$k]}" >> "$OUT/cost.md"
+  [ -n "${pid[$k]:-}" ] && row "$k$([ $k = btop ] && echo ' (update_ms 1000)')" "${pid[$k]}" "${t0[$k]}" "${t1[$k]}" >> "$OUT/cost.md"
 done
 command -v htop > /dev/null || echo "| htop | not installed here |" >> "$OUT/cost.md"
 command -v btop > /dev/null || echo "| btop | not installed here |" >> "$OUT/cost.md"

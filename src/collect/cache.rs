@@ -24,7 +24,9 @@
 //!   another process mapping one of the same files of interest changed, appeared or
 //!   exited (per-file PSS depends on who else maps the pages), or when a child or the
 //!   parent of the process appeared or exited (`fork` turns private pages into shared
-//!   ones without changing the parent's counters);
+//!   ones without changing the parent's counters); `smaps_rollup` alone (a process that
+//!   maps no file of interest: its sums are display columns, no count) at most every
+//!   [`ROLLUP_EVERY`];
 //! - `io` (`rchar`) of a process that maps and holds no file of interest and is no
 //!   candidate, only when any of those changed (a candidate's is read every snapshot: it
 //!   is in its proof's fingerprint);
@@ -61,6 +63,13 @@ pub const MAX_AGE: Duration = Duration::from_secs(120);
 /// unmap shared libraries (the PSS of files of interest moves only with their mappers'
 /// counters, which are watched).
 pub const DETAIL_AGE_FACTOR: u32 = 3;
+
+/// `smaps_rollup` of a process that maps no file of interest (a page-table walk of its
+/// whole address space: a Python server holding 1 GiB costs a few milliseconds a read) is
+/// read again at most this often while its counters move at every snapshot. Its sums are
+/// the process table's PSS, USS, private/shared clean/dirty columns, never a count; the
+/// RSS columns (`status`) are read whenever the counters move.
+pub const ROLLUP_EVERY: Duration = Duration::from_secs(10);
 
 /// What phase 1 read of a process besides `status`.
 #[derive(Debug, Default)]
@@ -434,15 +443,26 @@ impl ProcCache {
     /// Phase 3 of a process still valid for this set of wanted files.
     pub fn detail(&self, pid: i32, wanted: &HashSet<FileKey>) -> Option<Detail> {
         let e = self.entries.get(&pid)?;
-        if e.changed
-            || self.dirty_pids.contains(&pid)
-            || self.now.duration_since(e.detail_at) >= self.age_limit(pid) * DETAIL_AGE_FACTOR
-        {
+        let age = self.now.duration_since(e.detail_at);
+        let unchanged = !e.changed
+            && !self.dirty_pids.contains(&pid)
+            && age < self.age_limit(pid) * DETAIL_AGE_FACTOR;
+        // Only `smaps_rollup` (it maps no file of interest): whole-process sums that no
+        // count uses, kept up to ROLLUP_EVERY however often the process moves.
+        if !unchanged && !(wanted.is_empty() && age < ROLLUP_EVERY) {
             return None;
         }
         let d = e.detail.as_ref()?;
         (d.wanted == *wanted && !wanted.iter().any(|k| self.dirty_files.contains(k)))
             .then(|| d.clone())
+    }
+
+    /// Makes every phase 3 read `by` earlier (tests: time passing).
+    #[cfg(test)]
+    pub fn backdate_details(&mut self, by: Duration) {
+        for e in self.entries.values_mut() {
+            e.detail_at = e.detail_at.checked_sub(by).unwrap_or(e.detail_at);
+        }
     }
 
     /// Records phase 3 of a process: `read` is `None` when the cached detail was reused.

@@ -117,11 +117,12 @@ fn reuse_until_a_stamp_a_co_mapper_or_a_relative_changes() {
     grown[0].1.vsize_bytes = 200;
     assert_eq!(tick(&mut c, (&grown, &w)), (vec![10], vec![10, 11]));
     assert_eq!(tick(&mut c, (&grown, &w)), (vec![], vec![]));
-    // A child of 12 appears: 12's smaps are read again.
+    // A child of 12 appears: 12 maps no file of interest, its smaps_rollup is kept (for up
+    // to ROLLUP_EVERY: `a_moving_process_rollup_is_read_at_most_every_rollup_every`).
     let mut forked = grown.clone();
     forked.push((13, stamp(5, 100, 12)));
     let w2 = [(10, &f), (11, &f), (12, &none), (13, &none)];
-    assert_eq!(tick(&mut c, (&forked, &w2)), (vec![13], vec![12, 13]));
+    assert_eq!(tick(&mut c, (&forked, &w2)), (vec![13], vec![13]));
     // 11 exits: 10 (same file) is read again.
     let left: Vec<_> = forked.iter().filter(|(p, _)| *p != 11).cloned().collect();
     let w3 = [(10, &f), (12, &none), (13, &none)];
@@ -129,7 +130,32 @@ fn reuse_until_a_stamp_a_co_mapper_or_a_relative_changes() {
     // Pid 13 now names another process.
     let mut reused = left.clone();
     reused[2].1 = stamp(9, 100, 12);
-    assert_eq!(tick(&mut c, (&reused, &w3)), (vec![13], vec![12, 13]));
+    assert_eq!(tick(&mut c, (&reused, &w3)), (vec![13], vec![13]));
+}
+
+/// A process that maps no file of interest and moves at every snapshot (a Python server
+/// whose buffers are mapped and unmapped every second): its `smaps_rollup`, a walk of its
+/// whole page table, is read again only once ROLLUP_EVERY has passed; a mapper of a file
+/// of interest is read again at every move, and a new process under the pid at once.
+#[test]
+fn a_moving_process_rollup_is_read_at_most_every_rollup_every() {
+    let f: HashSet<FileKey> = [FileKey::from_dev(1, 2)].into();
+    let none = HashSet::new();
+    let mut c = ProcCache::new(Duration::from_secs(3600));
+    let w = [(20, &none), (21, &f)];
+    let mut s = vec![(20, stamp(1, 100, 1)), (21, stamp(1, 100, 1))];
+    assert_eq!(tick(&mut c, (&s, &w)), (vec![20, 21], vec![20, 21]));
+    for i in 1..5u64 {
+        s[0].1.minflt = i;
+        s[1].1.minflt = i;
+        assert_eq!(tick(&mut c, (&s, &w)), (vec![], vec![21]), "move {i}");
+    }
+    c.backdate_details(ROLLUP_EVERY);
+    s[0].1.minflt = 9;
+    assert_eq!(tick(&mut c, (&s, &w)).1, vec![20]);
+    // Another process under pid 20: read in full, its rollup at once.
+    s[0].1 = stamp(7, 100, 1);
+    assert_eq!(tick(&mut c, (&s, &w)), (vec![20], vec![20]));
 }
 
 /// `rchar` and the faults are kept while `stat` holds, and forgotten when it moves.

@@ -56,6 +56,32 @@ impl Weighed {
     pub(super) fn pids(&self) -> impl Iterator<Item = i32> + '_ {
         self.key.iter().map(|k| k.0)
     }
+
+    /// Whether this share-out holds for copies of `key`: the same copies with the same
+    /// fingerprints and faults; or, where every page weighed was its own process's alone
+    /// (each copy's share 1: no fork, shared memory or KSM sharing them), the same copies
+    /// (processes, bytes, ranges) however their processes' other memory moved. Such a
+    /// share-out changes only when a page becomes shared: by a fork (whose child, holding
+    /// the copy, is another copy in the key), shared memory (never exclusive to begin
+    /// with) or KSM (the host's counters, [`crate::dupes::physical::SilentMoves`]); a
+    /// Python server that maps and unmaps buffers every second faults at every snapshot
+    /// and keeps its copy's frames.
+    fn holds_for(&self, key: &[WeighKey]) -> bool {
+        if self.key == key {
+            return true;
+        }
+        let alone = |p: &Option<crate::sample::PhysicalSample>| {
+            p.as_ref()
+                .is_some_and(|w| w.shared_by <= 1 && !w.shmem && !w.ksm && !w.estimated)
+        };
+        self.key.len() == key.len()
+            && key.iter().all(|k| self.physical.get(&k.0).is_some_and(alone))
+            && self
+                .key
+                .iter()
+                .zip(key)
+                .all(|(a, b)| a.0 == b.0 && a.3 == b.3 && a.4 == b.4)
+    }
 }
 
 /// What a share-out depends on, per copy of the file weighed: (pid, the process's
@@ -400,7 +426,7 @@ impl Engine {
                 false => REWEIGH_AFTER,
             };
             match weighed.get(&file) {
-                Some(w) if w.key == key && w.at.elapsed() < keep(w) => {
+                Some(w) if w.holds_for(&key) && w.at.elapsed() < keep(w) => {
                     for p in &mut proofs[from..to] {
                         p.physical = w.physical.get(&p.pid).cloned().flatten();
                     }

@@ -368,3 +368,81 @@ fn a_share_out_is_kept_while_nothing_on_the_host_can_have_moved_its_pages() {
         break;
     }
 }
+
+/// A copy that is its process's alone (share 1) while the process faults at every
+/// snapshot (a page touched every 50 ms, as a Python server's buffers come and go): its
+/// share-out is kept (no page map read again), and the copy still counts whole, checked
+/// against the pagemap's exclusive bit of every present page of the copy.
+#[test]
+fn an_exclusive_copy_is_not_weighed_again_when_its_process_faults() {
+    let _group = crate::common::group(module_path!());
+    use twofold::engine::Engine;
+    if !require(is_root(), "reading another process's memory needs root") {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let file = model_file(dir.path(), "alone.gguf", 16 * MIB);
+    let copier = reader("copy", Some(&file), &["--close", "--drift"]);
+    let pid = copier.pid();
+    let req = Request {
+        paths: vec![file.clone()],
+        pids: vec![pid],
+        candidates: true,
+        ..Request::default()
+    };
+    let mut engine = Engine::new(req, Some(Default::default()))
+        .incremental(std::time::Duration::from_secs(3600));
+    let share = |engine: &mut Engine| {
+        let s = engine.snapshot(&mut Vec::new()).unwrap();
+        let p = s.sample.proofs.iter().find(|p| p.pid == pid).cloned().unwrap();
+        assert!(p.identical_file_bytes >= 16 * MIB - 4096, "{p:?}");
+        p.physical.unwrap()
+    };
+    let first = share(&mut engine);
+    assert_eq!(engine.last_weighed, 1);
+    assert_eq!(first.shared_by, 1, "{first:?}");
+    assert!((first.ratio() - 1.0).abs() < 1e-12, "{first:?}");
+    // Ground truth: every present page of its heap is exclusive (pagemap bit 56).
+    let faults = |pid: i32| stat_of(&[pid])[0][0].clone();
+    for _ in 0..3 {
+        let before = faults(pid);
+        std::thread::sleep(std::time::Duration::from_millis(300));
+        let again = share(&mut engine);
+        assert_ne!(faults(pid), before, "the copier did not fault");
+        assert_eq!(engine.last_weighed, 0, "weighed again though the copy is its own");
+        assert_eq!(again.shared_by, 1);
+        assert!((again.ratio() - 1.0).abs() < 1e-12);
+    }
+    assert!(
+        exclusive_heap(pid),
+        "a page of the copier's heap is shared: the kept share-out would be wrong"
+    );
+}
+
+/// Whether every present page of `pid`'s anonymous read-write mappings is exclusively
+/// mapped (`/proc/PID/pagemap` bit 56).
+fn exclusive_heap(pid: i32) -> bool {
+    use std::os::unix::fs::FileExt;
+    let maps = std::fs::read_to_string(format!("/proc/{pid}/maps")).unwrap();
+    let pagemap = std::fs::File::open(format!("/proc/{pid}/pagemap")).unwrap();
+    for line in maps.lines() {
+        let f: Vec<&str> = line.split_whitespace().collect();
+        if f.len() > 5 || !f[1].starts_with("rw") {
+            continue; // file-backed or named ([stack], [heap] are checked)
+        }
+        let (a, b) = f[0].split_once('-').unwrap();
+        let (a, b) = (
+            u64::from_str_radix(a, 16).unwrap(),
+            u64::from_str_radix(b, 16).unwrap(),
+        );
+        let mut buf = vec![0u8; ((b - a) / 4096 * 8) as usize];
+        pagemap.read_exact_at(&mut buf, a / 4096 * 8).unwrap();
+        for e in buf.chunks_exact(8) {
+            let e = u64::from_le_bytes(e.try_into().unwrap());
+            if e >> 63 == 1 && (e >> 56) & 1 == 0 {
+                return false;
+            }
+        }
+    }
+    true
+}
