@@ -449,7 +449,8 @@ impl ProcCache {
             && age < self.age_limit(pid) * DETAIL_AGE_FACTOR;
         // Only `smaps_rollup` (it maps no file of interest): whole-process sums that no
         // count uses, kept up to ROLLUP_EVERY however often the process moves.
-        if !unchanged && !(wanted.is_empty() && age < ROLLUP_EVERY) {
+        let kept = unchanged || (wanted.is_empty() && age < ROLLUP_EVERY);
+        if !kept {
             return None;
         }
         let d = e.detail.as_ref()?;
