@@ -5,7 +5,8 @@
 #   tar -xzf llama_cpp_python-0.3.36.tar.gz --wildcards '*/vendor/llama.cpp/*'
 #   tar --exclude=llama.cpp/{models,docs,media,benches,tests} -cJf .devcarry/llama-src.tar.xz llama.cpp
 # about 8 MB), serving a small GGUF (tests/runtimes/tiny_llama.py, F16, 272 MiB) with every
-# layer offloaded (-ngl 99), once mapped and once with --no-mmap (its pinned CUDA_Host
+# layer offloaded (-ngl 99), once mapped and once not (this llama.cpp's `--load-mode none`,
+# formerly --no-mmap: its pinned CUDA_Host
 # buffer), beside one resident upload tracer (`record --trace-uploads`, started first);
 # then a plain `scan` and a plain `serve` read the tracer's ledger.
 #
@@ -62,9 +63,10 @@ echo "model $M $SIZE bytes" > "$W/log.txt"
 twofold record --trace-uploads --interval 2s --no-prove --store "$W/store" "$M" > "$W/record.log" 2>&1 & pids+=($!); REC=$!
 for _ in $(seq 600); do ls "$TWOFOLD_UPLOADS_DIR"/*.json >/dev/null 2>&1 && break; sleep 0.1; done
 ready() { for _ in $(seq 600); do curl -fsS "http://127.0.0.1:$1/health" >/dev/null 2>&1 && return 0; sleep 0.2; done; return 1; }
-"$SRV" -m "$M" -ngl 99 -c 512 --port 8091 > "$W/mmap.log" 2>&1 & pids+=($!); P1=$!
+# -lv 4: the model loader's buffer-size lines are logged below the default verbosity.
+"$SRV" -m "$M" -ngl 99 -c 512 -lv 4 --port 8091 > "$W/mmap.log" 2>&1 & pids+=($!); P1=$!
 ready 8091 || echo "mmap server never ready" >> "$W/log.txt"
-"$SRV" -m "$M" -ngl 99 -c 512 --no-mmap --port 8092 > "$W/nommap.log" 2>&1 & pids+=($!); P2=$!
+"$SRV" -m "$M" -ngl 99 -c 512 -lv 4 --load-mode none --port 8092 > "$W/nommap.log" 2>&1 & pids+=($!); P2=$!
 ready 8092 || { echo "no-mmap server never ready (running: $(kill -0 $P2 2>/dev/null && echo yes || echo no))" >> "$W/log.txt"; }
 for port in 8091 8092; do
   curl -fsS "http://127.0.0.1:$port/completion" -d '{"prompt":"hello","n_predict":8}' | head -c 300 >> "$W/log.txt"; echo >> "$W/log.txt"
