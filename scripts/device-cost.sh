@@ -109,8 +109,10 @@ for tool in htop btop; do
     PIDS+=($!)
   fi
 done
+for _ in $(seq 100); do [ -s "$W/pid.top" ] && break; sleep 0.2; done
 sleep 2
 for tool in top htop btop; do [ -s "$W/pid.$tool" ] && pid[$tool]=$(cat "$W/pid.$tool"); done
+[ -n "${pid[top]:-}" ] || echo "| twofold top | did not start (no pid from its pseudo-terminal) |" >> "$OUT/cost.md"
 sleep "$WARMUP"
 declare -A t0 t1
 for k in "${!pid[@]}"; do t0[$k]=$(ticks "${pid[$k]}"); done
@@ -125,7 +127,7 @@ for k in "${!pid[@]}"; do kill "${pid[$k]}" 2>/dev/null; done
 
 # serve, scraped every 5 s.
 PORT=19777
-TWOFOLD_PROFILE=1 "$BIN" serve --listen 127.0.0.1:$PORT --interval 5s "$W" > /dev/null 2> "$OUT/profile.txt" &
+TWOFOLD_PROFILE=1 "$BIN" serve --listen 127.0.0.1:$PORT --interval 5s --model-glob "$W/*.safetensors" > /dev/null 2> "$OUT/profile.txt" &
 SP=$!
 PIDS+=($SP)
 sleep "$WARMUP"
@@ -133,7 +135,7 @@ a=$(ticks $SP)
 low=0; n=0
 end=$((SECONDS + WINDOW))
 while [ $SECONDS -lt $end ]; do
-  body=$(curl -s 127.0.0.1:$PORT/metrics || python3 -c "import urllib.request;print(urllib.request.urlopen('http://127.0.0.1:$PORT/metrics').read().decode())")
+  body=$(curl -s 127.0.0.1:$PORT/metrics 2>/dev/null || python3 -c "import urllib.request;print(urllib.request.urlopen('http://127.0.0.1:$PORT/metrics').read().decode())" 2>/dev/null)
   n=$((n + 1))
   echo "$body" | grep -q '^twofold_file_copies_lower_bound{[^}]*} 1' && low=$((low + 1))
   sleep 5
