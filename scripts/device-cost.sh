@@ -71,7 +71,7 @@ done
 grep -c ready "$W"/load*.out | tr '\n' ' ' > "$OUT/ready.txt"
 nvidia-smi --query-compute-apps=pid,used_memory --format=csv > "$OUT/nvidia-smi.txt" 2>&1
 
-cat > "$W/pty.py" <<'PY'
+cat > "$W/ptyrun.py" <<'PY'
 import fcntl, os, pty, struct, sys, termios, time
 pid, fd = pty.fork()
 if pid == 0:
@@ -100,12 +100,12 @@ row() { # name pid t0 t1
 } > "$OUT/cost.md"
 
 declare -A pid
-PTY_PIDFILE="$W/pid.top" python3 "$W/pty.py" "$BIN" top --interval 1s "$W" > /dev/null 2>&1 &
+PTY_PIDFILE="$W/pid.top" python3 "$W/ptyrun.py" "$BIN" top --interval 1s "$W" > /dev/null 2>&1 &
 PIDS+=($!)
 for tool in htop btop; do
   if command -v $tool > /dev/null; then
     args=(-d 10); [ $tool = btop ] && args=(--utf-force)
-    XDG_CONFIG_HOME=$W/cfg PTY_PIDFILE="$W/pid.$tool" python3 "$W/pty.py" $tool "${args[@]}" > /dev/null 2>&1 &
+    XDG_CONFIG_HOME=$W/cfg PTY_PIDFILE="$W/pid.$tool" python3 "$W/ptyrun.py" $tool "${args[@]}" > /dev/null 2>&1 &
     PIDS+=($!)
   fi
 done
