@@ -72,6 +72,12 @@ if scripts/llama-cache.sh tools >/dev/null 2>"$llama_cache/tools.log"; then
 else
   echo "test.sh: building llama.cpp failed (scripts/llama-cache.sh tools; see $llama_cache/*.log)" >&2
 fi
+# That llama.cpp is built for haswell's features (AVX2, no AVX-512, no AMX): twofold is told
+# so, as a user of such a build is told to (docs/dupes.md). On a host with AVX-512 and AMX
+# granted, twofold would otherwise look for the layouts of a build for that host (AMX tiles)
+# and rightly find none of them in the tests' llama.cpp. Tests of other builds' layouts set
+# or remove the variable themselves.
+export TWOFOLD_LLAMA_CPU=haswell
 command -v kubectl >/dev/null 2>&1 || echo "test.sh: kubectl is missing (tests/it/deploy.rs renders the kustomize base with it)" >&2
 
 status=0
