@@ -107,7 +107,8 @@ cleanup() {
 trap cleanup EXIT
 trap 'exit 130' INT TERM
 
-echo "building the host: $DAEMONS x $MODEL_SIZE models + $KV KV at $KV_RATE%/s, pool $POOL_SIZE + $POOL_WORKERS workers, $PY_SERVERS Python servers at $PY_RATE/s, $idle idle ($FILES map a $FILE_SIZE model), $CHURN processes/s; cgroup limit $(numfmt --to=iec "$limit")" >&2
+[ -n "${RUNTIMES:-}" ] && echo "building the host of real runtimes: 2 llama-servers, 2 PyTorch MiniLM loops, an np.load pool + $POOL_WORKERS forks, $IDLE idle, $CHURN processes/s; cgroup limit $(numfmt --to=iec "$limit")" >&2
+[ -z "${RUNTIMES:-}" ] && echo "building the host: $DAEMONS x $MODEL_SIZE models + $KV KV at $KV_RATE%/s, pool $POOL_SIZE + $POOL_WORKERS workers, $PY_SERVERS Python servers at $PY_RATE/s, $idle idle ($FILES map a $FILE_SIZE model), $CHURN processes/s; cgroup limit $(numfmt --to=iec "$limit")" >&2
 if [ -n "${RUNTIMES:-}" ]; then
   bash -c 'echo $$ >"$1/cgroup.procs"; shift; exec "$@"' _ "$cg" \
     env TWOFOLD_LLAMA_CACHE="$llama" python3 bench/runtimes_workload.py --dir "$work" \
