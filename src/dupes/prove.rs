@@ -334,6 +334,7 @@ fn prove_group(
             .map_or(&[][..], Vec::as_slice)
             .to_vec();
         known.extend(carried.iter().map(|c| (c.lo, c.hi)));
+        let prefer = super::prove_parts::came_to(sample, pid, keys);
         let mut result = search_one(
             roots,
             grid,
@@ -342,7 +343,7 @@ fn prove_group(
             opts.exact,
             deadline,
             progress,
-            (inner, &known, likeness),
+            (inner, &known, likeness, &prefer),
         )
         .map_err(Unsearched::from_error);
         if let Ok((outcome, regions)) = result.as_mut() {
@@ -566,7 +567,7 @@ fn search_one(
     exact: bool,
     deadline: Option<Instant>,
     progress: Option<&Progress>,
-    (threads, known, likeness): (usize, &[(u64, u64)], &Likeness),
+    (threads, known, likeness, prefer): (usize, &[(u64, u64)], &Likeness, &[usize]),
 ) -> SearchResult {
     // The whole chain: the refusal's reason is in the source.
     let target =
@@ -586,6 +587,7 @@ fn search_one(
         window: super::sweep::WINDOW,
         known,
         likeness: Some(likeness),
+        prefer,
     };
     let outcome = sweep.run_all(&regions).map_err(|e| {
         if e.raw_os_error() == Some(libc::ESRCH) {

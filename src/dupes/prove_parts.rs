@@ -3,7 +3,7 @@
 
 use super::grid::Grid;
 use super::index::CopyKind;
-use crate::sample::{FileKey, ProofSample};
+use crate::sample::{CandidateWhy, FileKey, ProofSample, Sample};
 
 /// Fraction of file `fi`'s bytes the search looks for: the union of the file ranges of its
 /// identical pieces with information (tensors, small ones included, and runs of bytes no
@@ -40,4 +40,16 @@ pub(super) fn proof_for(pid: i32, key: FileKey, fi: usize, searchable: &[f64]) -
         searchable_fraction: searchable[fi],
         ..ProofSample::default()
     }
+}
+
+/// The grid files (indices into `keys`) process `pid` came to: it maps or holds them, or
+/// its command line names them. A copy of bytes two files share is credited to one of these
+/// ([`super::sweep::Sweep::prefer`]).
+pub(super) fn came_to(sample: &Sample, pid: i32, keys: &[FileKey]) -> Vec<usize> {
+    sample
+        .candidates
+        .iter()
+        .filter(|c| c.pid == pid && matches!(c.why, CandidateWhy::Holder | CandidateWhy::Named))
+        .filter_map(|c| keys.iter().position(|k| *k == c.file))
+        .collect()
 }

@@ -124,6 +124,7 @@ fn search_process(
         window: super::sweep::WINDOW,
         known: &[],
         likeness: None,
+        prefer: &[],
     };
     let (hits, stats, _) = sweep
         .run(&regions)

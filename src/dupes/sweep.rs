@@ -41,6 +41,8 @@ pub struct Sweep<'a> {
     /// Signatures of the files: sampled pages no copy covers that are like a file are
     /// kept ([`Liked`]), for the estimate of memory that is no known form of it.
     pub likeness: Option<&'a super::likeness::Likeness>,
+    /// Grid files the process came to (see [`Sweep::preferred`]).
+    pub prefer: &'a [usize],
 }
 
 struct State {
@@ -115,6 +117,7 @@ struct Plan<'a> {
     progress: Option<&'a super::Progress>,
     window: u64,
     likeness: Option<&'a super::likeness::Likeness>,
+    prefer: &'a [usize],
 }
 
 impl State {
@@ -172,6 +175,7 @@ impl Sweep<'_> {
             progress: self.progress,
             window: self.window,
             likeness: self.likeness,
+            prefer: self.prefer,
         }
     }
 
@@ -282,6 +286,7 @@ impl Sweep<'_> {
                                 window: plan.window,
                                 known,
                                 likeness: plan.likeness,
+                                prefer: plan.prefer,
                             })
                         })
                     })
@@ -492,22 +497,21 @@ impl Sweep<'_> {
             return Ok(());
         }
         st.stats.candidates += 1;
-        let span = self.span(p);
-        let Some((bytes, whole)) = self.compare().confirm(
-            &mut st.buf,
-            pm,
-            &Placed {
-                region: r,
-                span,
-                addr: a,
-                lo,
-                hi,
-            },
-        )?
-        else {
+        let place = |q| Placed {
+            region: r,
+            span: self.span(q),
+            addr: a,
+            lo,
+            hi,
+        };
+        let Some((bytes, whole)) = self.compare().confirm(&mut st.buf, pm, &place(p))? else {
             st.stats.rejected += 1;
             return Ok(());
         };
+        let (p, bytes, whole) = self
+            .preferred(&mut st.buf, pm, p, &place)?
+            .unwrap_or((p, bytes, whole));
+        let piece = &self.grid.pieces[p];
         st.credited.insert(lo, hi);
         st.confirmed.insert((p, a));
         st.hits.push(Hit {
@@ -568,7 +572,7 @@ impl Sweep<'_> {
     }
 
     /// Piece `p` as comparisons need it.
-    fn span(&self, p: usize) -> Span<'_> {
+    pub(super) fn span(&self, p: usize) -> Span<'_> {
         let piece = &self.grid.pieces[p];
         Span {
             bytes: &self.grid.files[piece.file].bytes,
@@ -578,7 +582,7 @@ impl Sweep<'_> {
         }
     }
 
-    fn compare(&self) -> Compare<'_> {
+    pub(super) fn compare(&self) -> Compare<'_> {
         Compare {
             target: self.target,
             stride: self.stride,

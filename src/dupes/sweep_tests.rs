@@ -108,6 +108,7 @@ fn threads_and_windows_credit_each_copy_once() {
             window,
             known,
             likeness: None,
+            prefer: &[],
         };
         let (hits, stats, complete) = s.run(&regions).unwrap();
         assert!(complete);

@@ -75,7 +75,9 @@ impl Weighed {
                 .is_some_and(|w| w.shared_by <= 1 && !w.shmem && !w.ksm && !w.estimated)
         };
         self.key.len() == key.len()
-            && key.iter().all(|k| self.physical.get(&k.0).is_some_and(alone))
+            && key
+                .iter()
+                .all(|k| self.physical.get(&k.0).is_some_and(alone))
             && self
                 .key
                 .iter()

@@ -394,7 +394,13 @@ fn an_exclusive_copy_is_not_weighed_again_when_its_process_faults() {
         .incremental(std::time::Duration::from_secs(3600));
     let share = |engine: &mut Engine| {
         let s = engine.snapshot(&mut Vec::new()).unwrap();
-        let p = s.sample.proofs.iter().find(|p| p.pid == pid).cloned().unwrap();
+        let p = s
+            .sample
+            .proofs
+            .iter()
+            .find(|p| p.pid == pid)
+            .cloned()
+            .unwrap();
         assert!(p.identical_file_bytes >= 16 * MIB - 4096, "{p:?}");
         p.physical.unwrap()
     };
@@ -409,7 +415,10 @@ fn an_exclusive_copy_is_not_weighed_again_when_its_process_faults() {
         std::thread::sleep(std::time::Duration::from_millis(300));
         let again = share(&mut engine);
         assert_ne!(faults(pid), before, "the copier did not fault");
-        assert_eq!(engine.last_weighed, 0, "weighed again though the copy is its own");
+        assert_eq!(
+            engine.last_weighed, 0,
+            "weighed again though the copy is its own"
+        );
         assert_eq!(again.shared_by, 1);
         assert!((again.ratio() - 1.0).abs() < 1e-12);
     }

@@ -28,6 +28,7 @@ mod record;
 mod repack;
 mod runtimes;
 mod serve;
+mod shared_tensors;
 mod stops;
 mod top;
 mod truth;
