@@ -22,6 +22,7 @@ pub mod opening;
 pub mod pagemap;
 pub mod physical;
 pub mod pointcache;
+mod prefer;
 pub mod prove;
 mod prove_parts;
 pub mod recheck;
