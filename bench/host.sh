@@ -101,7 +101,10 @@ cleanup() {
     while read -r p; do kill -9 "$p" 2>/dev/null; done <"$cg/cgroup.procs"
     sleep 0.1
   done
-  rmdir "$cg" 2>/dev/null || echo "bench/host.sh: could not remove '$cg'" >&2
+  # A killed process leaves the cgroup when it is reaped (a PyTorch or llama-server
+  # process with many threads can take seconds): removal is tried for up to 30 s.
+  for _ in $(seq 300); do rmdir "$cg" 2>/dev/null && break; sleep 0.1; done
+  [ -d "$cg" ] && echo "bench/host.sh: could not remove '$cg'" >&2
   rm -rf "$work"
 }
 trap cleanup EXIT
