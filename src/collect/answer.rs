@@ -280,17 +280,33 @@ const LOCAL: &[&str] = &[
 ];
 
 /// Whether `place` is a device of a [`LOCAL`] filesystem mounted in this process's
-/// namespace (procfs's mount table, kept two seconds): a place not found there (a path
-/// whose device is unknown, a device only a container mounts) is not.
+/// namespace (procfs's mount table): a place not found there (a path whose device is
+/// unknown, a device only a container mounts) is not. The local devices are kept for
+/// [`LOCAL_AGE`]: asking the mount table itself (a `readlink` of the namespace, a lookup)
+/// for each of a snapshot's thousands of reads was 6% of `top` on `bench/host.sh`.
 fn local(place: &Place) -> bool {
+    static KEPT: Mutex<Option<(Instant, Vec<u64>)>> = Mutex::new(None);
     let Place::Device(dev) = place else {
         return false;
     };
-    super::mounts::table(Path::new("/proc"), None).is_some_and(|t| {
-        t.iter()
-            .any(|m| m.dev == *dev && LOCAL.contains(&m.fs_type.as_str()))
-    })
+    let mut kept = KEPT.lock().unwrap_or_else(|e| e.into_inner());
+    if kept
+        .as_ref()
+        .is_none_or(|(at, _)| at.elapsed() >= LOCAL_AGE)
+    {
+        let devs = super::mounts::table(Path::new("/proc"), None).map_or_else(Vec::new, |t| {
+            t.iter()
+                .filter(|m| LOCAL.contains(&m.fs_type.as_str()))
+                .map(|m| m.dev)
+                .collect()
+        });
+        *kept = Some((Instant::now(), devs));
+    }
+    kept.as_ref().is_some_and(|(_, devs)| devs.contains(dev))
 }
+
+/// How long [`local`] keeps this process's local devices (as the mount table is kept).
+const LOCAL_AGE: Duration = Duration::from_secs(2);
 
 /// The helper threads of [`within`], kept between reads: a snapshot of a host with 200
 /// model files makes thousands of such reads, and a thread started for each (its stack
