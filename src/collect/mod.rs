@@ -75,13 +75,21 @@ pub const MODEL_EXTENSIONS: &[&str] = &[
 ];
 
 /// Whether a path names a model container by its extension (a `" (deleted)"` suffix of
-/// `/proc/PID/maps` is ignored).
+/// `/proc/PID/maps` is ignored). A `.pth` directly in a `site-packages` or `dist-packages`
+/// directory is Python's path configuration (`site`: `distutils-precedence.pth`), which
+/// every Python process opens as it starts, not a PyTorch checkpoint.
 pub fn has_model_extension(path: &str) -> bool {
-    let path = path.strip_suffix(" (deleted)").unwrap_or(path);
-    std::path::Path::new(path)
-        .extension()
-        .and_then(|e| e.to_str())
-        .is_some_and(|e| MODEL_EXTENSIONS.iter().any(|m| m.eq_ignore_ascii_case(e)))
+    let path = std::path::Path::new(path.strip_suffix(" (deleted)").unwrap_or(path));
+    let Some(ext) = path.extension().and_then(|e| e.to_str()) else {
+        return false;
+    };
+    let site = || {
+        path.parent()
+            .and_then(|d| d.file_name())
+            .is_some_and(|d| d == "site-packages" || d == "dist-packages")
+    };
+    MODEL_EXTENSIONS.iter().any(|m| m.eq_ignore_ascii_case(ext))
+        && !(ext.eq_ignore_ascii_case("pth") && site())
 }
 
 /// CPUs this process may use, asked once (`available_parallelism` reads the affinity
@@ -187,5 +195,15 @@ mod tests {
         assert!(super::has_model_extension("/m/x.npy (deleted)"));
         assert!(!super::has_model_extension("/usr/lib/libc.so.6"));
         assert!(!super::has_model_extension("/m/gguf"));
+        assert!(!super::has_model_extension(
+            "/usr/lib/python3/dist-packages/distutils-precedence.pth"
+        ));
+        assert!(!super::has_model_extension(
+            "/venv/lib/python3.11/site-packages/_virtualenv.pth"
+        ));
+        assert!(super::has_model_extension("/models/resnet50.pth"));
+        assert!(super::has_model_extension(
+            "/venv/lib/python3.11/site-packages/pkg/weights.pth"
+        ));
     }
 }
