@@ -27,6 +27,9 @@ cleanup() {
 }
 trap cleanup EXIT
 export PYTHONUNBUFFERED=1
+# The GPU machine's commands run with no TERM: htop then stops at once ("Error opening
+# terminal"). The pseudo-terminals below are xterms.
+export TERM=xterm-256color
 # htop and btop, where the GPU machine has none, from the folder given (copied from a
 # Debian 12 machine: /usr/bin/htop, /usr/bin/btop; htop needs libncursesw6 and libnl-3).
 export PATH=$PATH:$(dirname "$BIN")
@@ -119,6 +122,9 @@ for k in "${!pid[@]}"; do t0[$k]=$(ticks "${pid[$k]}"); done
 sleep "$WINDOW"
 for k in "${!pid[@]}"; do t1[$k]=$(ticks "${pid[$k]}"); done
 for k in top htop btop; do
+  if [ -n "${pid[$k]:-}" ] && ! kill -0 "${pid[$k]}" 2>/dev/null; then
+    echo "| $k | exited before the window ended (no CPU to report) |" >> "$OUT/cost.md"; continue
+  fi
   [ -n "${pid[$k]:-}" ] && row "$k$([ $k = btop ] && echo ' (update_ms 1000)')" "${pid[$k]}" "${t0[$k]}" "${t1[$k]}" >> "$OUT/cost.md"
 done
 command -v htop > /dev/null || echo "| htop | not installed here |" >> "$OUT/cost.md"

@@ -306,7 +306,13 @@ pub fn run(args: &TopArgs, _out: &mut dyn Write) -> anyhow::Result<()> {
     };
     let guard = setup()?;
     let mut terminal = Terminal::new(CrosstermBackend::new(std::io::stdout()))?;
-    terminal.clear()?;
+    // Cleared without `Terminal::clear`, which first asks the terminal where its cursor is
+    // and fails where nothing answers (a pseudo-terminal of a script): the alternate screen
+    // has no cursor to keep.
+    crossterm::execute!(
+        terminal.backend_mut(),
+        terminal::Clear(terminal::ClearType::All)
+    )?;
     let mut keys = Keys::default();
     let result = tui::run(&mut terminal, &mut state, &mut keys, feed.as_mut(), &stop);
     drop(guard);
