@@ -111,21 +111,30 @@ fn print_of(proc_root: &Path, sample: &Sample, i: usize, points: &PointCache) ->
         return None;
     }
     let shown = Path::new(&f.path);
-    // A file named through an overlay is shown by that name: its bytes are below it.
     let place = crate::collect::answer::Place::of_key(f.key);
-    let real = crate::collect::answer::metadata(place, shown)
+    let here = crate::collect::answer::metadata(place, shown)
         .ok()
-        .and_then(Result::ok)
-        .and_then(|m| crate::collect::overlay::real_here(proc_root, shown, &m))
-        .map(|r| r.path);
-    let mut ways = reopen::ways(proc_root, &sample.processes, f.key, Some(shown));
-    ways.extend(real);
-    let (way, meta) = reopen::first_way(&ways, f.key)?;
+        .and_then(Result::ok);
+    // The name shown is the file (as it is on a host of many files, at every snapshot):
+    // one `stat`, no look through every process for other ways to it.
+    let (way, meta) = match here {
+        Some(m) if reopen::identity(&m) == f.key => (shown.to_path_buf(), m),
+        here => {
+            // A file named through an overlay is shown by that name: its bytes are below it.
+            let real = here
+                .and_then(|m| crate::collect::overlay::real_here(proc_root, shown, &m))
+                .map(|r| r.path);
+            let mut ways = reopen::ways(proc_root, &sample.processes, f.key, None);
+            ways.extend(real);
+            let (w, m) = reopen::first_way(&ways, f.key)?;
+            (w.to_path_buf(), m)
+        }
+    };
     let version = pointcache::version(f.key, &meta);
     if let Some(p) = points.fingerprint(&version) {
         return Some(p);
     }
-    let b = FileBytes::open(way).ok()?;
+    let b = FileBytes::open(&way).ok()?;
     if b.version != version {
         return None;
     }

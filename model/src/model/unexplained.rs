@@ -11,10 +11,12 @@
 //! of it proven) when it is at least [`UNEXPLAINED_FRACTION`] of the file. Call it after
 //! the proven copies are attributed.
 
+use std::collections::HashMap;
+
 use serde::{Deserialize, Serialize};
 
 use super::FileModel;
-use crate::sample::{CandidateWhy, Sample};
+use crate::sample::{CandidateWhy, FileKey, ProofSample, Sample};
 
 /// Memory like the file of at least this fraction of its size is shown.
 pub const UNEXPLAINED_FRACTION: f64 = 0.25;
@@ -39,12 +41,21 @@ pub struct UnexplainedMemory {
 
 /// Fills each file's [`FileModel::unexplained`] from the proofs of its candidates.
 pub fn attribute(sample: &Sample, files: &mut [FileModel]) {
+    // Only the proofs with memory like a file are looked at (most find none): by file, so
+    // a host of many files and proofs is not searched once per file.
+    let mut like: HashMap<FileKey, Vec<&ProofSample>> = HashMap::new();
+    for p in sample.proofs.iter().filter(|p| p.unexplained_bytes > 0) {
+        like.entry(p.file).or_default().push(p);
+    }
+    if like.is_empty() {
+        return;
+    }
     for f in files.iter_mut() {
         let size = f.size_bytes.unwrap_or(0);
-        if size == 0 {
+        let Some(proofs) = like.get(&f.key).filter(|_| size > 0) else {
             continue;
-        }
-        for pr in sample.proofs.iter().filter(|p| p.file == f.key) {
+        };
+        for pr in proofs {
             let bytes = pr.unexplained_bytes;
             if (bytes as f64) < UNEXPLAINED_FRACTION * size as f64 {
                 continue;
