@@ -83,12 +83,18 @@ fcntl.ioctl(fd, termios.TIOCSWINSZ, struct.pack("HHHH", 48, 160, 0, 0))
 os.kill(pid, 28)  # SIGWINCH
 with open(os.environ["PTY_PIDFILE"], "w") as f:
     f.write(str(pid))
+tail = b""
 while True:
     try:
-        if not os.read(fd, 65536):
+        b = os.read(fd, 65536)
+        if not b:
             break
+        tail = (tail + b)[-2000:]
     except OSError:
         break
+# What it printed last (why a view stopped early), control bytes escaped.
+with open(os.environ["PTY_PIDFILE"] + ".tail", "w") as f:
+    f.write(repr(tail))
 PY
 ticks() { awk '{ print $14 + $15 }' "/proc/$1/stat" 2>/dev/null || echo 0; }
 row() { # name pid t0 t1
@@ -103,7 +109,9 @@ row() { # name pid t0 t1
 } > "$OUT/cost.md"
 
 declare -A pid
-PTY_PIDFILE="$W/pid.top" python3 "$W/ptyrun.py" "$BIN" top --interval 1s "$W" > /dev/null 2>&1 &
+# top's own profile of each snapshot (TWOFOLD_PROFILE) goes to a file, not its screen.
+PTY_PIDFILE="$W/pid.top" python3 "$W/ptyrun.py" sh -c 'TWOFOLD_PROFILE=1 exec "$0" "$@" 2> "'"$OUT"'/top-profile.txt"' \
+  "$BIN" top --interval 1s "$W" > /dev/null 2>&1 &
 PIDS+=($!)
 for tool in htop btop; do
   if command -v $tool > /dev/null; then
@@ -119,8 +127,16 @@ for tool in top htop btop; do [ -s "$W/pid.$tool" ] && pid[$tool]=$(cat "$W/pid.
 sleep "$WARMUP"
 declare -A t0 t1
 for k in "${!pid[@]}"; do t0[$k]=$(ticks "${pid[$k]}"); done
-sleep "$WINDOW"
+# The window in quarters (does a view's cost settle?), and top's threads at its end.
+for q in 1 2 3 4; do
+  sleep "$((WINDOW / 4))"
+  echo "quarter $q: $(for k in "${!pid[@]}"; do echo -n "$k $(ticks "${pid[$k]}") "; done)" >> "$OUT/quarters.txt"
+done
 for k in "${!pid[@]}"; do t1[$k]=$(ticks "${pid[$k]}"); done
+if [ -n "${pid[top]:-}" ]; then
+  for t in /proc/${pid[top]}/task/*; do echo "$(cat "$t/comm") $(awk '{ print $14 + $15 }' "$t/stat")"; done > "$OUT/top-threads.txt" 2>&1
+fi
+for k in htop btop; do [ -f "$W/pid.$k.tail" ] && cp "$W/pid.$k.tail" "$OUT/$k-tail.txt"; done
 for k in top htop btop; do
   if [ -n "${pid[$k]:-}" ] && ! kill -0 "${pid[$k]}" 2>/dev/null; then
     echo "| $k | exited before the window ended (no CPU to report) |" >> "$OUT/cost.md"; continue
@@ -130,6 +146,8 @@ done
 command -v htop > /dev/null || echo "| htop | not installed here |" >> "$OUT/cost.md"
 command -v btop > /dev/null || echo "| btop | not installed here |" >> "$OUT/cost.md"
 for k in "${!pid[@]}"; do kill "${pid[$k]}" 2>/dev/null; done
+# TOP_ONLY=1: the live views' window only (no serve, no record).
+[ "${TOP_ONLY:-0}" = 1 ] && { cat "$OUT/cost.md"; exit 0; }
 
 # serve, scraped every 5 s.
 PORT=19777

@@ -15,19 +15,53 @@ pub struct Query {
 }
 
 /// The files view's rows: filtered, then sorted.
+/// Whether the filter keeps file row `f`.
+fn file_kept(f: &FileModel, filter: Option<&Filter>) -> bool {
+    match filter {
+        None => true,
+        Some(Filter::Substring(s)) => f.path.to_lowercase().contains(s.as_str()),
+        Some(Filter::Compare { field, cmp, value }) => Filter::compare(
+            *cmp,
+            FileField::named(field).and_then(|k| k.ordinal(f)),
+            *value,
+        ),
+    }
+}
+
+/// Whether the filter keeps process row `p`.
+fn process_kept(report: &Report, p: &ProcessModel, filter: Option<&Filter>) -> bool {
+    match filter {
+        None => true,
+        Some(Filter::Substring(s)) => {
+            p.comm.to_lowercase().contains(s.as_str())
+                || p.cmdline.to_lowercase().contains(s.as_str())
+                || p.pid.to_string() == *s
+        }
+        Some(Filter::Compare { field, cmp, value }) => Filter::compare(
+            *cmp,
+            ProcessField::named(field).and_then(|k| k.ordinal(report, p)),
+            *value,
+        ),
+    }
+}
+
+/// How many rows of files and of processes the filter keeps (nothing sorted).
+pub fn counts(report: &Report, filter: Option<&Filter>) -> (usize, usize) {
+    (
+        report.files.iter().filter(|f| file_kept(f, filter)).count(),
+        report
+            .processes
+            .iter()
+            .filter(|p| process_kept(report, p, filter))
+            .count(),
+    )
+}
+
 pub fn files<'r>(report: &'r Report, q: &Query) -> Vec<&'r FileModel> {
     let mut rows: Vec<&FileModel> = report
         .files
         .iter()
-        .filter(|f| match &q.filter {
-            None => true,
-            Some(Filter::Substring(s)) => f.path.to_lowercase().contains(s.as_str()),
-            Some(Filter::Compare { field, cmp, value }) => Filter::compare(
-                *cmp,
-                FileField::named(field).and_then(|k| k.ordinal(f)),
-                *value,
-            ),
-        })
+        .filter(|f| file_kept(f, q.filter.as_ref()))
         .collect();
     if let Field::File(col) = q.sort {
         sort_rows(&mut rows, q.reverse, |f| {
@@ -41,19 +75,7 @@ pub fn processes<'r>(report: &'r Report, q: &Query) -> Vec<&'r ProcessModel> {
     let mut rows: Vec<&ProcessModel> = report
         .processes
         .iter()
-        .filter(|p| match &q.filter {
-            None => true,
-            Some(Filter::Substring(s)) => {
-                p.comm.to_lowercase().contains(s.as_str())
-                    || p.cmdline.to_lowercase().contains(s.as_str())
-                    || p.pid.to_string() == *s
-            }
-            Some(Filter::Compare { field, cmp, value }) => Filter::compare(
-                *cmp,
-                ProcessField::named(field).and_then(|k| k.ordinal(report, p)),
-                *value,
-            ),
-        })
+        .filter(|p| process_kept(report, p, q.filter.as_ref()))
         .collect();
     if let Field::Process(col) = q.sort {
         sort_rows(&mut rows, q.reverse, |p| {

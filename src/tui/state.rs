@@ -390,11 +390,9 @@ impl State {
 
     /// Records how many rows each view has now (selection stays inside them).
     pub fn clamp_to(&mut self, report: &Report) {
-        self.rows_seen = [
-            self.file_rows(report).len(),
-            self.process_rows(report).len(),
-            self.cgroup_view_len(report),
-        ];
+        // Counted, not sorted: the screen sorts the view it draws.
+        let (files, processes) = super::rows::counts(report, self.parsed_filter().as_ref());
+        self.rows_seen = [files, processes, self.cgroup_view_len(report)];
         for (sel, n) in self.selected.iter_mut().zip(self.rows_seen) {
             *sel = (*sel).min(n.saturating_sub(1));
         }
