@@ -31,7 +31,8 @@ export PYTHONUNBUFFERED=1
 # terminal"). The pseudo-terminals below are xterms.
 export TERM=xterm-256color
 # htop and btop, where the GPU machine has none, from the folder given (copied from a
-# Debian 12 machine: /usr/bin/htop, /usr/bin/btop; htop needs libncursesw6 and libnl-3).
+# Debian 12 machine: /usr/bin/htop, /usr/bin/btop; htop needs libncursesw6 and libnl-3, which
+# may be carried in lib/ beside them).
 export PATH=$PATH:$(dirname "$BIN")
 # btop updating every 1 s, as bench/host.sh runs it (its default is 2 s).
 mkdir -p "$W/cfg/btop" && printf 'update_ms = 1000\n' > "$W/cfg/btop/btop.conf"
@@ -116,6 +117,8 @@ PIDS+=($!)
 for tool in htop btop; do
   if command -v $tool > /dev/null; then
     args=(-d 10); [ $tool = btop ] && args=(--utf-force)
+    # htop's libraries where the GPU image lacks them (libnl, ncurses: carried in lib/).
+    [ -d "$(dirname "$BIN")/lib" ] && export LD_LIBRARY_PATH=$(dirname "$BIN")/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
     XDG_CONFIG_HOME=$W/cfg PTY_PIDFILE="$W/pid.$tool" python3 "$W/ptyrun.py" $tool "${args[@]}" > /dev/null 2>&1 &
     PIDS+=($!)
   fi

@@ -27,19 +27,22 @@ pub(super) fn could_hold_any(
     let shmem = p.status.rss_shmem_bytes.unwrap_or(0);
     // Huge pages of the hugetlbfs pool are in neither `RssAnon` nor `RssShmem`.
     let anon = anon + shmem + p.status.hugetlb_bytes.unwrap_or(0);
-    if p.pid == procs.own_pid() || !sizes.iter().any(|(_, s)| big_enough(anon, *s)) {
+    if p.pid == procs.own_pid() || anon == 0 {
         return false;
     }
     if sizes.iter().any(|(_, s)| big_enough(shmem, *s)) {
         return true;
     }
-    // The few (process, file) pairs a command line names, not a lookup per file.
+    // The few (process, file) pairs a command line names, not a lookup per file: such a
+    // process may keep any part of the file.
     if named
         .iter()
-        .filter(|(pid, _)| *pid == p.pid)
-        .any(|(_, k)| sizes.iter().any(|(k2, s)| k2 == k && big_enough(anon, *s)))
+        .any(|(pid, k)| *pid == p.pid && sizes.iter().any(|(k2, _)| k2 == k))
     {
         return true;
+    }
+    if !sizes.iter().any(|(_, s)| big_enough(anon, *s)) {
+        return false;
     }
     if p.rchar_bytes.is_none() {
         p.rchar_bytes = procs.rchar(p.pid).ok().flatten();
@@ -81,14 +84,18 @@ pub fn candidates(
                 .filter_map(|m| m.rss_bytes)
                 .sum();
             let room = private + shmem.saturating_sub(own);
-            if !big_enough(room, size) {
-                continue;
-            }
             let holder = p.mappings.iter().any(|m| m.key() == key)
                 || p.open_files.iter().any(|o| o.key == key);
+            let tied = holder || named.contains(&(p.pid, key));
+            // A process tied to the file may keep part of it (a runtime's pinned buffer of
+            // one tensor, a repacked few): any private memory of it is searched. Others
+            // need room for most of the file.
+            if room == 0 || (!tied && !big_enough(room, size)) {
+                continue;
+            }
             let why = if holder {
                 CandidateWhy::Holder
-            } else if named.contains(&(p.pid, key)) {
+            } else if tied {
                 CandidateWhy::Named
             } else {
                 match p.rchar_bytes {

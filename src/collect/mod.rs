@@ -114,6 +114,46 @@ pub fn proof_threads() -> usize {
     cpus().clamp(1, 64)
 }
 
+/// CPU time of the calling thread (`CLOCK_THREAD_CPUTIME_ID`).
+pub fn thread_cpu() -> std::time::Duration {
+    nix::time::clock_gettime(nix::time::ClockId::CLOCK_THREAD_CPUTIME_ID)
+        .map_or(std::time::Duration::ZERO, std::time::Duration::from)
+}
+
+/// Kinds of short-lived worker threads whose CPU `TWOFOLD_PROFILE` reports: the
+/// collection's [`par_map`] workers, and the proof's memory sweeps.
+#[derive(Clone, Copy)]
+pub enum Worker {
+    Collect = 0,
+    Sweep = 1,
+}
+
+/// CPU (ns) spent on worker threads, by [`Worker`] kind, since the process started.
+static WORKER_CPU_NS: [std::sync::atomic::AtomicU64; 2] = [
+    std::sync::atomic::AtomicU64::new(0),
+    std::sync::atomic::AtomicU64::new(0),
+];
+
+/// Runs `f` (the body of a worker thread of `kind`), adding the CPU it used to the count
+/// of its kind.
+pub fn on_worker<R>(kind: Worker, f: impl FnOnce() -> R) -> R {
+    let t0 = thread_cpu();
+    let r = f();
+    let used = thread_cpu().saturating_sub(t0).as_nanos() as u64;
+    WORKER_CPU_NS[kind as usize].fetch_add(used, std::sync::atomic::Ordering::Relaxed);
+    r
+}
+
+/// CPU spent on worker threads of each kind so far: (collection, sweeps).
+pub fn worker_cpu() -> (std::time::Duration, std::time::Duration) {
+    let get = |k: Worker| {
+        std::time::Duration::from_nanos(
+            WORKER_CPU_NS[k as usize].load(std::sync::atomic::Ordering::Relaxed),
+        )
+    };
+    (get(Worker::Collect), get(Worker::Sweep))
+}
+
 /// Maps `f` over `items` on up to one thread per CPU (procfs reads are mostly kernel
 /// time: page-table walks for `smaps`), keeping the order; few items are mapped here.
 pub fn par_map<T: Sync, R: Send>(items: &[T], f: impl Fn(&T) -> R + Sync) -> Vec<R> {
@@ -147,7 +187,9 @@ pub fn par_map_on<T: Sync, R: Send>(
         out
     };
     let mut parts: Vec<(usize, R)> = std::thread::scope(|s| {
-        let workers: Vec<_> = (1..threads).map(|_| s.spawn(work)).collect();
+        let workers: Vec<_> = (1..threads)
+            .map(|_| s.spawn(|| on_worker(Worker::Collect, work)))
+            .collect();
         let mut parts = work();
         for w in workers {
             parts.extend(w.join().unwrap_or_else(|e| std::panic::resume_unwind(e)));

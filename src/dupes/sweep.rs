@@ -275,19 +275,22 @@ impl Sweep<'_> {
                     .into_iter()
                     .map(|target| {
                         s.spawn(move || {
-                            work(&Sweep {
-                                grid: plan.grid,
-                                target: &target,
-                                stride: plan.stride,
-                                exact: plan.exact,
-                                deadline: plan.deadline,
-                                progress: plan.progress,
-                                threads: 1,
-                                window: plan.window,
-                                known,
-                                likeness: plan.likeness,
-                                prefer: plan.prefer,
-                            })
+                            let work = || {
+                                work(&Sweep {
+                                    grid: plan.grid,
+                                    target: &target,
+                                    stride: plan.stride,
+                                    exact: plan.exact,
+                                    deadline: plan.deadline,
+                                    progress: plan.progress,
+                                    threads: 1,
+                                    window: plan.window,
+                                    known,
+                                    likeness: plan.likeness,
+                                    prefer: plan.prefer,
+                                })
+                            };
+                            crate::collect::on_worker(crate::collect::Worker::Sweep, work)
                         })
                     })
                     .collect();

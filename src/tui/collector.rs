@@ -54,7 +54,12 @@ impl Collector {
         let mut warnings = Vec::new();
         let report = match self.engine.snapshot(&mut warnings) {
             Ok(snap) => {
+                let t0 = crate::collect::thread_cpu();
                 let r = engine::report(&snap, self.prev.as_ref());
+                if std::env::var_os("TWOFOLD_PROFILE").is_some() {
+                    let used = crate::collect::thread_cpu().saturating_sub(t0);
+                    eprintln!("cpu: report {:.1} ms", used.as_secs_f64() * 1e3);
+                }
                 self.prev = Some(snap);
                 Some(Box::new(r))
             }

@@ -21,6 +21,7 @@ mod live;
 mod llama;
 mod moving;
 mod overlay;
+mod partial_copy;
 mod pidscan;
 mod places;
 mod readonly;

@@ -14,7 +14,7 @@ use crate::common::*;
 
 /// Writes a safetensors file of `n` F32 tensors of `len` pseudo-random bytes each (the
 /// same `seed`, the same tensors), laid out in `order`.
-fn write(path: &Path, n: usize, len: usize, seed: u64, order: &[usize]) {
+pub(crate) fn write(path: &Path, n: usize, len: usize, seed: u64, order: &[usize]) {
     let mut header = String::from("{");
     let mut off = 0;
     for (k, &i) in order.iter().enumerate() {
