@@ -219,7 +219,11 @@ impl CachedCopy {
             }
         }
         drop(guard);
-        if faulted {
+        // A file cut below `end` before or while it was copied: where the kernel keeps a
+        // large folio across the new end mapped, the copy does not fault and reads what
+        // is no longer the file (its size, asked after the copy, says so).
+        let cut = !faulted && self.file.metadata().is_ok_and(|m| m.len() < end);
+        if faulted || cut {
             return Err(io::Error::new(
                 io::ErrorKind::UnexpectedEof,
                 "the file changed size while it was read",

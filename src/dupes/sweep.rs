@@ -83,6 +83,9 @@ pub use super::pagemap::PageMap;
 /// Regions are read a window of this many bytes at a time (512 KiB of pagemap entries
 /// where PAGEMAP_SCAN is missing), and windows are what threads share out.
 pub const WINDOW: u64 = 256 << 20;
+
+/// Memory to search for each thread a sweep starts (a window, where windows are smaller).
+const PER_THREAD: u64 = 64 << 20;
 /// Regions larger than this are skipped when `smaps` says nothing of them is resident
 /// (without PAGEMAP_SCAN: pagemap costs 8 bytes per page of address space).
 const HUGE_REGION: u64 = 64 << 30;
@@ -235,7 +238,13 @@ impl Sweep<'_> {
                 }
             }
         }
-        let threads = self.threads.clamp(1, windows.len().max(1));
+        // Threads by the work: each costs its own handle and its own copy of the known
+        // ranges (thousands, in a large process searched again for what moved), so a
+        // search of a few megabytes that moved stays on one.
+        let bytes: u64 = windows.iter().map(|(_, a, b)| b - a).sum();
+        let per_thread = PER_THREAD.min(self.window).max(PAGE);
+        let by_work = usize::try_from(bytes.div_ceil(per_thread)).unwrap_or(usize::MAX);
+        let threads = self.threads.min(by_work).clamp(1, windows.len().max(1));
         let next = AtomicUsize::new(0);
         let shared = Shared::default();
         let shared = (threads > 1).then_some(&shared);
