@@ -83,7 +83,7 @@ const ENVIRONMENT: &[(&str, &str)] = &[
     ),
     (
         "TWOFOLD_PROFILE",
-        "Set: print the time of each collection phase on stderr.",
+        "Set: print the time of each collection phase, and each snapshot's CPU, on stderr.",
     ),
     (
         "NODE_NAME",

@@ -84,8 +84,6 @@ pub use super::pagemap::PageMap;
 /// where PAGEMAP_SCAN is missing), and windows are what threads share out.
 pub const WINDOW: u64 = 256 << 20;
 
-/// Memory to search for each thread a sweep starts (a window, where windows are smaller).
-const PER_THREAD: u64 = 64 << 20;
 /// Regions larger than this are skipped when `smaps` says nothing of them is resident
 /// (without PAGEMAP_SCAN: pagemap costs 8 bytes per page of address space).
 const HUGE_REGION: u64 = 64 << 30;
@@ -238,13 +236,7 @@ impl Sweep<'_> {
                 }
             }
         }
-        // Threads by the work: each costs its own handle and its own copy of the known
-        // ranges (thousands, in a large process searched again for what moved), so a
-        // search of a few megabytes that moved stays on one.
-        let bytes: u64 = windows.iter().map(|(_, a, b)| b - a).sum();
-        let per_thread = PER_THREAD.min(self.window).max(PAGE);
-        let by_work = usize::try_from(bytes.div_ceil(per_thread)).unwrap_or(usize::MAX);
-        let threads = self.threads.min(by_work).clamp(1, windows.len().max(1));
+        let threads = super::sweep_parts::threads_for(self.threads, &windows, self.window);
         let next = AtomicUsize::new(0);
         let shared = Shared::default();
         let shared = (threads > 1).then_some(&shared);
@@ -284,7 +276,7 @@ impl Sweep<'_> {
                     .into_iter()
                     .map(|target| {
                         s.spawn(move || {
-                            let work = || {
+                            crate::collect::on_worker(crate::collect::Worker::Sweep, || {
                                 work(&Sweep {
                                     grid: plan.grid,
                                     target: &target,
@@ -298,8 +290,7 @@ impl Sweep<'_> {
                                     likeness: plan.likeness,
                                     prefer: plan.prefer,
                                 })
-                            };
-                            crate::collect::on_worker(crate::collect::Worker::Sweep, work)
+                            })
                         })
                     })
                     .collect();
