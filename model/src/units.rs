@@ -1,6 +1,16 @@
 //! Byte sizes: IEC formatting for people and parsing of user-given sizes.
 
 /// Formats bytes in IEC units with one decimal (`1.5 GiB`), exact bytes below 1 KiB.
+/// A fraction as a whole percentage; "<1%" where it is above 0 and would print as 0%
+/// (1 MiB of a 272 MiB file is a copy, not none).
+pub fn percent(fraction: f64) -> String {
+    if fraction > 0.0 && fraction < 0.005 {
+        "<1%".to_string()
+    } else {
+        format!("{:.0}%", fraction * 100.0)
+    }
+}
+
 pub fn iec(bytes: u64) -> String {
     const UNITS: [&str; 6] = ["KiB", "MiB", "GiB", "TiB", "PiB", "EiB"];
     if bytes < 1024 {
@@ -109,6 +119,10 @@ mod tests {
         assert_eq!(iec(256 << 20), "256.0 MiB");
         assert_eq!(iec(u64::MAX), "16.0 EiB");
         assert_eq!(iec_opt(None), "n/a");
+        assert_eq!(percent(0.0), "0%");
+        assert_eq!(percent(1.0 / 272.0), "<1%");
+        assert_eq!(percent(0.029), "3%");
+        assert_eq!(percent(0.125), "12%");
     }
 
     #[test]

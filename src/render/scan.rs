@@ -77,8 +77,8 @@ pub(crate) fn copy_note(f: &FileModel, pid: i32, plus: bool) -> String {
         }
         if c.how == CopyHow::SharedMemory {
             return format!(
-                "{plus}copy in shared memory, {:.0}% of the file (proven)",
-                c.fraction * 100.0
+                "{plus}copy in shared memory, {} of the file (proven)",
+                crate::units::percent(c.fraction)
             );
         }
         if c.fraction > 1.005 {
@@ -91,8 +91,8 @@ pub(crate) fn copy_note(f: &FileModel, pid: i32, plus: bool) -> String {
             );
         }
         return format!(
-            "{plus}{kind}, {:.0}% of the file ({}, proven)",
-            c.fraction * 100.0,
+            "{plus}{kind}, {} of the file ({}, proven)",
+            crate::units::percent(c.fraction),
             how(c)
         );
     }

@@ -113,7 +113,7 @@ pub(super) fn render(code: &Code) -> Text {
     } else {
         (
             format!("a {kind}"),
-            format!("{:.0}% of the file", found * 100.0),
+            format!("{} of the file", crate::units::percent(found)),
         )
     };
     text(
