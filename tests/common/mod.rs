@@ -475,3 +475,23 @@ pub fn file_id(path: &Path) -> String {
         m.ino()
     )
 }
+
+/// Starts `python3 -c CODE ARGS...` with piped stdin and stdout and waits for the line
+/// `ready` it prints once set up; returns it and its pid (it waits for its stdin to close).
+pub fn python_ready(code: &str, args: &[&std::ffi::OsStr]) -> (std::process::Child, i32) {
+    use std::io::BufRead;
+    let mut c = std::process::Command::new("python3")
+        .args(["-c", code])
+        .args(args)
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut line = String::new();
+    std::io::BufReader::new(c.stdout.as_mut().unwrap())
+        .read_line(&mut line)
+        .unwrap();
+    assert_eq!(line.trim(), "ready");
+    let pid = c.id() as i32;
+    (c, pid)
+}

@@ -6,9 +6,8 @@
 
 #![allow(clippy::unwrap_used)]
 
-use std::io::{BufRead, BufReader};
 use std::path::Path;
-use std::process::{Child, Command, Stdio};
+use std::process::Child;
 
 use crate::common::*;
 
@@ -33,34 +32,9 @@ f.close()
 print("ready", flush=True)
 sys.stdin.read()
 "#;
-    let mut c = Command::new("python3")
-        .args(["-c", code])
-        .arg(path)
-        .arg(keep.to_string())
-        .arg(if map { "map" } else { "named" })
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let mut line = String::new();
-    BufReader::new(c.stdout.as_mut().unwrap())
-        .read_line(&mut line)
-        .unwrap();
-    assert_eq!(line.trim(), "ready");
-    let pid = c.id() as i32;
-    (c, pid)
-}
-
-fn rss_anon(pid: i32) -> u64 {
-    let s = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
-    let kb: u64 = s
-        .lines()
-        .find(|l| l.starts_with("RssAnon:"))
-        .and_then(|l| l.split_whitespace().nth(1))
-        .unwrap()
-        .parse()
-        .unwrap();
-    kb << 10
+    let keep = keep.to_string();
+    let mode = if map { "map" } else { "named" };
+    python_ready(code, &[path.as_os_str(), keep.as_ref(), mode.as_ref()])
 }
 
 #[test]
@@ -81,7 +55,7 @@ fn a_small_part_kept_by_a_process_tied_to_the_file_is_counted() {
         let (mut child, pid) = keeper(&model, keep, map);
         // The process's private memory is far from the file's size: by size alone it could
         // hold no copy (the rule for processes not tied to the file).
-        let anon = rss_anon(pid);
+        let anon = status_bytes(pid, "RssAnon");
         assert!(
             (anon as f64) < 0.8 * size as f64,
             "anon {anon} of a {size}-byte file"

@@ -6,9 +6,9 @@
 
 #![allow(clippy::unwrap_used)]
 
-use std::io::{BufRead, BufReader, Write};
+use std::io::Write;
 use std::path::Path;
-use std::process::{Child, Command, Stdio};
+use std::process::Child;
 
 use crate::common::*;
 
@@ -68,20 +68,7 @@ f.close()
 print("ready", flush=True)
 sys.stdin.read()
 "#;
-    let mut c = Command::new("python3")
-        .args(["-c", code])
-        .arg(path)
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let mut line = String::new();
-    BufReader::new(c.stdout.as_mut().unwrap())
-        .read_line(&mut line)
-        .unwrap();
-    assert_eq!(line.trim(), "ready");
-    let pid = c.id() as i32;
-    (c, pid)
+    python_ready(code, &[path.as_os_str()])
 }
 
 #[test]
