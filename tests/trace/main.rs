@@ -10,6 +10,7 @@
 mod common;
 mod device_copies;
 mod engine;
+mod host_ledger;
 mod loaders;
 mod serve_trace;
 mod sparse;
