@@ -169,6 +169,22 @@ impl HeldMap {
         }
     }
 
+    /// The file ranges each upload (not a clone) still holds, per (file, form), merged.
+    pub(super) fn uploaded(&self) -> BTreeMap<(FileKey, Option<Conversion>), Vec<(u64, u64)>> {
+        let mut out: BTreeMap<_, Vec<(u64, u64)>> = BTreeMap::new();
+        for h in self.ranges.values().filter(|h| h.clone.is_none()) {
+            let n = h.file_bytes();
+            for (file, start) in &h.files {
+                add_range(
+                    out.entry((*file, h.conversion)).or_default(),
+                    *start,
+                    start + n,
+                );
+            }
+        }
+        out
+    }
+
     /// The live clones, per (file, form).
     pub(super) fn clones(&self, pid: i32) -> Vec<DeviceClone> {
         let mut out: BTreeMap<(FileKey, Option<Conversion>), (DeviceClone, Vec<u64>)> =

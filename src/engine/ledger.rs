@@ -550,7 +550,25 @@ impl Ledger {
                 ..p.row.clone()
             })
             .collect();
-        s.uploads = self.uploads.values().cloned().collect();
+        // What each upload still holds: overwritten and freed ranges are no copy now.
+        let held: BTreeMap<i32, _> = self
+            .procs
+            .iter()
+            .map(|(pid, p)| (*pid, p.held.uploaded()))
+            .collect();
+        s.uploads = self
+            .uploads
+            .values()
+            .map(|u| FileUpload {
+                held_ranges: Some(
+                    held.get(&u.pid)
+                        .and_then(|h| h.get(&(u.file, u.conversion)))
+                        .cloned()
+                        .unwrap_or_default(),
+                ),
+                ..u.clone()
+            })
+            .collect();
         s.clones = self
             .procs
             .iter()

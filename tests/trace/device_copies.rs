@@ -302,6 +302,76 @@ fn the_upload_is_the_file_the_process_read_in_either_order() {
     }
 }
 
+/// An upload later overwritten in part (a copy of other bytes into the first half of each
+/// range) counts only the half the device still holds; an upload whose allocations were
+/// freed (`cuMemFree_v2`) counts nothing and says why; one left alone counts whole. Truth:
+/// the stand-in's device memory.
+#[test]
+fn an_upload_overwritten_or_freed_on_the_device_counts_only_what_stays() {
+    let _serial = serial();
+    let Some(s) = standin() else { return };
+    let d = s.dir.path();
+    let m = d.join("m.safetensors");
+    let ranges = model(&m, "F16");
+    let image = std::fs::read(&m).unwrap();
+    let mut over = uploader(&s, "over", "heap", &m, &ranges, &[]);
+    let mut gone = uploader(&s, "gone", "heap", &m, &ranges, &[]);
+    let mut kept = uploader(&s, "kept", "staging", &m, &ranges, &[]);
+    let all = [over.pid(), gone.pid(), kept.pid()];
+    let gpu = fixture(d, &all.map(|p| (p, 64 << 20)));
+    let r = scan_json(
+        &s,
+        &[
+            "scan".as_ref(),
+            m.as_os_str(),
+            "--trace-uploads".as_ref(),
+            "4s".as_ref(),
+            "--json".as_ref(),
+        ],
+        &gpu,
+        || {
+            for u in [&mut over, &mut gone, &mut kept] {
+                u.go();
+            }
+            assert_eq!(over.say("overwrite"), "overwritten");
+            assert_eq!(gone.say("unload"), "unloaded");
+        },
+    );
+    let f = file(&r, &m);
+    let total: u64 = ranges.iter().map(|r| r.1).sum();
+    // Overwritten: no allocation is a run of the file any more; each one's second half is.
+    let mem = device_memory(&mut over);
+    assert_eq!(held_bytes(&mem, &image), 0);
+    let halves: Vec<(u64, Vec<u8>)> = mem
+        .iter()
+        .map(|(a, b)| (*a, b[b.len() / 2..].to_vec()))
+        .collect();
+    let over_truth = held_bytes(&halves, &image);
+    assert_eq!(
+        over_truth,
+        ranges.iter().map(|r| r.1 - r.1 / 2).sum::<u64>()
+    );
+    assert_eq!(proven(f, over.pid()).0, over_truth, "{:?}", f.uploads);
+    // Freed: nothing of the file on the device; the upload is listed, not proven.
+    assert_eq!(held_bytes(&device_memory(&mut gone), &image), 0);
+    assert_eq!(proven(f, gone.pid()).0, 0);
+    let u = f.uploads.iter().find(|u| u.pid == gone.pid()).unwrap();
+    assert!(!u.proven, "{u:?}");
+    assert!(
+        u.not_proven
+            .as_deref()
+            .unwrap_or("")
+            .starts_with("overwritten or freed on the device since"),
+        "{u:?}"
+    );
+    // Left alone: all of it.
+    assert_eq!(held_bytes(&device_memory(&mut kept), &image), total);
+    assert_eq!(proven(f, kept.pid()).0, total);
+    let size = f.size_bytes.unwrap() as f64;
+    let want = (over_truth + total) as f64 / size;
+    assert!((f.representations.device.unwrap() - want).abs() < 1e-9);
+}
+
 /// Clones on the device (cuMemcpyDtoDAsync_v2, cuMemcpyPeer of part of each tensor, a
 /// unified cuMemcpyAsync from device to device): each another device copy of the bytes
 /// it holds; a freed clone is no copy any more.

@@ -47,7 +47,11 @@ struct Entry<'a> {
 }
 
 impl<'a> Entry<'a> {
+    /// What the upload still holds on the device (all of it, in recordings that did not
+    /// keep it).
     fn upload(u: &'a FileUpload) -> Entry<'a> {
+        let ranges = u.held_ranges.as_deref().unwrap_or(&u.ranges);
+        let file_bytes = ranges.iter().map(|(a, b)| b - a).sum();
         Entry {
             pid: u.pid,
             file: u.file,
@@ -55,9 +59,9 @@ impl<'a> Entry<'a> {
             widened: u.widened,
             also: &u.also,
             held_at_upload: u.held_at_upload,
-            ranges: &u.ranges,
-            file_bytes: u.file_bytes,
-            device_bytes: device_bytes(u.file_bytes, u.conversion, u.widened),
+            ranges,
+            file_bytes,
+            device_bytes: device_bytes(file_bytes, u.conversion, u.widened),
             copies: u.copies,
             first_unix_ns: u.first_unix_ns,
             last_unix_ns: u.last_unix_ns,
@@ -165,7 +169,13 @@ pub(super) fn uploads_of(
         let gpu = only_gpu(sample, e.pid);
         let held_bytes = gpu.and_then(|g| left.get(&(e.pid, g)).copied());
         let device_bytes = e.device_bytes;
-        let not_proven = if !alive(sample, e.pid) {
+        let not_proven = if e.file_bytes == 0 {
+            Some(format!(
+                "overwritten or freed on the device since ({} {})",
+                e.copies,
+                if e.copies == 1 { "copy" } else { "copies" }
+            ))
+        } else if !alive(sample, e.pid) {
             Some("the process exited".to_string())
         } else if sample.gpu.not_available.is_some() {
             Some("its device memory is unknown (no NVML)".to_string())

@@ -192,6 +192,11 @@ pub struct FileUpload {
     pub ranges: Vec<(u64, u64)>,
     /// File bytes in `ranges`.
     pub file_bytes: u64,
+    /// Of `ranges`, what the device still holds: not overwritten by a later copy into the
+    /// same device range, nor freed with its allocation (`cuMemFree*`) since. `None` in
+    /// recordings made before it was kept (then `ranges` is taken).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub held_ranges: Option<Vec<(u64, u64)>>,
     /// Device bytes written (file bytes, or as the conversion makes them), summed over
     /// copies.
     pub device_bytes: u64,

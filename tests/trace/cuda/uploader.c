@@ -19,7 +19,9 @@
  * UPLOADER_CLONE_BYTES bytes (default: all of it).
  * Says `armed`, waits for a line, loads LIB (dlopen), works, says `ready`, then
  * answers lines until stdin closes: `free` frees the clones (says `freed`), `dump`
- * writes the stand-in's device memory to UPLOADER_DUMP (says `dumped`). */
+ * writes the stand-in's device memory to UPLOADER_DUMP (says `dumped`), `overwrite`
+ * writes pseudo-random bytes over the first half of each upload (cuMemcpyHtoD_v2, says
+ * `overwritten`), `unload` frees each upload's allocation (says `unloaded`). */
 #include <dlfcn.h>
 #include <fcntl.h>
 #include <math.h>
@@ -59,6 +61,9 @@ typedef ssize_t (*cufile_read_t)(void *, void *, size_t, off_t, off_t);
 static void *lib;
 static unsigned long long clones[4096];
 static int nclones;
+static unsigned long long ups[4096];
+static size_t uplens[4096];
+static int nups;
 
 /* Clones `len` device bytes at `d` into an allocation of its own, as UPLOADER_CLONE says. */
 static void clone_range(alloc_t alloc, unsigned long long d, size_t len)
@@ -84,6 +89,16 @@ static void clone_range(alloc_t alloc, unsigned long long d, size_t len)
 		((dtod_t)dlsym(lib, "cuMemcpy"))(c, d, n);
 	else if (!strcmp(how, "copya"))
 		((dtoda_t)dlsym(lib, "cuMemcpyAsync"))(c, d, n, NULL);
+}
+
+/* Remembers the upload of `len` device bytes at `d`, then clones it. */
+static void uploaded(alloc_t alloc, unsigned long long d, size_t len)
+{
+	if (nups < 4096) {
+		ups[nups] = d;
+		uplens[nups++] = len;
+	}
+	clone_range(alloc, d, len);
 }
 
 /* F32 to BF16, round to nearest even (finite values). */
@@ -222,7 +237,7 @@ int main(int argc, char **argv)
 			alloc(&d, len * 2);
 			htod(d, w, len * 2);
 			free(w);
-			clone_range(alloc, d, len * 2);
+			uploaded(alloc, d, len * 2);
 			continue;
 		}
 		if (!strcmp(mode, "narrow")) {
@@ -235,7 +250,7 @@ int main(int argc, char **argv)
 			alloc(&d, len / 2);
 			htod(d, b, len / 2);
 			free(b);
-			clone_range(alloc, d, len / 2);
+			uploaded(alloc, d, len / 2);
 			continue;
 		}
 		alloc(&d, len);
@@ -253,7 +268,7 @@ int main(int argc, char **argv)
 		} else {
 			htod(d, whole + off, len);
 		}
-		clone_range(alloc, d, len);
+		uploaded(alloc, d, len);
 	}
 	printf("ready\n");
 	while (fgets(line, sizeof line, stdin)) {
@@ -267,6 +282,24 @@ int main(int argc, char **argv)
 			dump_t dump = (dump_t)dlsym(lib, "standin_dump");
 			const char *to = getenv("UPLOADER_DUMP");
 			printf("%s\n", dump && to && dump(to) == 0 ? "dumped" : "no dump");
+		} else if (!strncmp(line, "overwrite", 9)) {
+			htod_t put = (htod_t)dlsym(lib, "cuMemcpyHtoD_v2");
+			srand(7);
+			for (int i = 0; i < nups; i++) {
+				size_t n = uplens[i] / 2;
+				unsigned char *junk = malloc(n ? n : 1);
+				for (size_t k = 0; k < n; k++)
+					junk[k] = (unsigned char)rand();
+				put(ups[i], junk, n);
+				free(junk);
+			}
+			printf("overwritten\n");
+		} else if (!strncmp(line, "unload", 6)) {
+			free_t fr = (free_t)dlsym(lib, "cuMemFree_v2");
+			for (int i = 0; i < nups; i++)
+				fr(ups[i]);
+			nups = 0;
+			printf("unloaded\n");
 		}
 	}
 	return 0;
