@@ -69,6 +69,9 @@ impl Held {
     }
 }
 
+/// A file, in one form (as it is, or converted).
+pub(super) type Form = (FileKey, Option<Conversion>);
+
 /// The held ranges of one process, disjoint, by device address.
 #[derive(Debug, Default)]
 pub(super) struct HeldMap {
@@ -170,8 +173,8 @@ impl HeldMap {
     }
 
     /// The file ranges each upload (not a clone) still holds, per (file, form), merged.
-    pub(super) fn uploaded(&self) -> BTreeMap<(FileKey, Option<Conversion>), Vec<(u64, u64)>> {
-        let mut out: BTreeMap<_, Vec<(u64, u64)>> = BTreeMap::new();
+    pub(super) fn uploaded(&self) -> BTreeMap<Form, Vec<(u64, u64)>> {
+        let mut out: BTreeMap<Form, Vec<(u64, u64)>> = BTreeMap::new();
         for h in self.ranges.values().filter(|h| h.clone.is_none()) {
             let n = h.file_bytes();
             for (file, start) in &h.files {
