@@ -539,6 +539,11 @@ impl Grid {
         }
     }
 
+    /// Bytes its table and filter take (what keeping it costs).
+    pub fn table_bytes(&self) -> u64 {
+        (self.table.len() * std::mem::size_of::<Slot>() + self.filter.len() * 8) as u64
+    }
+
     /// Number of points indexed.
     pub fn points(&self) -> u64 {
         self.table.iter().filter(|s| s.key != 0).count() as u64

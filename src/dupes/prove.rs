@@ -115,20 +115,7 @@ pub fn prove_cached(
 ) -> Vec<Proof> {
     let start = Instant::now();
     let deadline = opts.budget.map(|b| start + b);
-    let order = search_order(sample);
-    let mut groups: Vec<(BTreeSet<FileKey>, Vec<i32>)> = Vec::new();
-    for pid in order {
-        let files: BTreeSet<FileKey> = sample
-            .candidates
-            .iter()
-            .filter(|c| c.pid == pid)
-            .map(|c| c.file)
-            .collect();
-        match groups.iter_mut().find(|g| g.0 == files) {
-            Some(g) => g.1.push(pid),
-            None => groups.push((files, vec![pid])),
-        }
-    }
+    let groups = super::prove_parts::groups(sample, search_order(sample));
     let mut out = Vec::new();
     // The groups share the points of the files they have in common, and later runs
     // take them from disk ([`super::pointcache`]).

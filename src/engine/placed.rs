@@ -13,18 +13,23 @@ use crate::dupes::moved::Placement;
 /// compared the same two placements 200 times a snapshot).
 #[derive(Default)]
 pub(super) struct Placed {
-    now: std::collections::BTreeMap<i32, Option<Placement>>,
+    now: std::collections::BTreeMap<i32, Option<Arc<Placement>>>,
     verdicts: HashMap<(i32, *const Placement), bool>,
 }
 
 impl Placed {
+    /// Where `pid`'s memory is now: read once per snapshot, and kept as the placement of a
+    /// search that follows (read before it, as a search's placement must be).
+    pub(super) fn current(&mut self, roots: &Roots, pid: i32) -> Option<Arc<Placement>> {
+        self.now
+            .entry(pid)
+            .or_insert_with(|| Placement::of(roots, pid).map(Arc::new))
+            .clone()
+    }
+
     /// Whether `pid`'s memory is where it was at `then` (`false` when it cannot be known).
     pub(super) fn unmoved(&mut self, roots: &Roots, pid: i32, then: &Arc<Placement>) -> bool {
-        let now = self
-            .now
-            .entry(pid)
-            .or_insert_with(|| Placement::of(roots, pid));
-        let Some(now) = now else {
+        let Some(now) = self.current(roots, pid) else {
             return false;
         };
         *self
@@ -41,11 +46,6 @@ impl Placed {
         pid: i32,
         then: &Placement,
     ) -> Option<Vec<(u64, u64)>> {
-        let now = self
-            .now
-            .entry(pid)
-            .or_insert_with(|| Placement::of(roots, pid))
-            .as_ref()?;
-        Some(now.unmoved_since(then))
+        Some(self.current(roots, pid)?.unmoved_since(then))
     }
 }

@@ -330,15 +330,16 @@ impl Engine {
         }
         self.last_moved = partial_at.len();
         let mut fresh = Vec::new();
-        // Where each process's memory is, read before its search: what appears during
-        // the search counts as moved next time (searched then), never as searched.
+        // Where each process's memory is, read before its search (or earlier in this
+        // snapshot, to see what moved): what appears during the search counts as moved
+        // next time (searched then), never as searched.
         let mut placements: std::collections::BTreeMap<i32, Option<Arc<Placement>>> =
             Default::default();
         // Only a long-running engine searches again; a one-shot scan needs none.
         for c in todo.iter().filter(|_| self.cache.is_some()) {
             placements
                 .entry(c.pid)
-                .or_insert_with(|| Placement::of(&self.roots, c.pid).map(Arc::new));
+                .or_insert_with(|| placed.current(&self.roots, c.pid));
         }
         if !todo.is_empty() {
             let pending = pending(sample, todo);

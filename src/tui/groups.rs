@@ -170,9 +170,32 @@ impl State {
     /// Rows of the cgroups view now (tree or rollup).
     pub fn cgroup_view_len(&self, report: &Report) -> usize {
         match self.workload {
-            Workload::Off => self.cgroup_tree(report).len(),
+            Workload::Off => self.cgroup_tree_len(report),
             _ => self.workloads(report).len(),
         }
+    }
+
+    /// Rows of [`State::cgroup_tree`], counted, not built (every kept cgroup is a row,
+    /// and each expanded one's processes).
+    fn cgroup_tree_len(&self, report: &Report) -> usize {
+        let filter = self.parsed_filter();
+        let kept: Vec<&str> = report
+            .cgroups
+            .iter()
+            .filter(|c| super::rows::cgroup_kept(c, filter.as_ref()) && self.cgroup_passes(c))
+            .map(|c| c.path.as_str())
+            .collect();
+        let open: std::collections::HashSet<&str> = kept
+            .iter()
+            .copied()
+            .filter(|p| self.expanded.contains(*p))
+            .collect();
+        kept.len()
+            + report
+                .processes
+                .iter()
+                .filter(|p| p.cgroup.as_deref().is_some_and(|c| open.contains(c)))
+                .count()
     }
 
     /// Enter / →: expands or folds the selected cgroup.
@@ -266,6 +289,8 @@ mod tests {
         st.handle(Key::Down);
         assert_eq!(st.handle(Key::Enter), state::Action::Open);
         assert!(st.open_selected(&r));
+        // Counted as built (the rows every frame sees).
+        assert_eq!(st.cgroup_tree_len(&r), 5);
         assert_eq!(
             names(&st.cgroup_tree(&r)),
             [
@@ -283,6 +308,10 @@ mod tests {
         assert!(st.fold_selected(&r));
         assert_eq!(st.selected(View::Cgroups), 1);
         assert_eq!(st.cgroup_tree(&r).len(), 3);
+        assert_eq!(st.cgroup_tree_len(&r), 3);
+        // A filter keeps the cgroups it names (and their parents' rows go).
+        st.filter = "llama".into();
+        assert_eq!(st.cgroup_tree_len(&r), st.cgroup_tree(&r).len());
     }
 
     #[test]

@@ -89,17 +89,22 @@ pub fn processes<'r>(report: &'r Report, q: &Query) -> Vec<&'r ProcessModel> {
     rows
 }
 
+/// Whether the filter keeps cgroup `c`.
+pub fn cgroup_kept(c: &CgroupModel, filter: Option<&Filter>) -> bool {
+    match filter {
+        None => true,
+        Some(Filter::Substring(s)) => c.path.to_lowercase().contains(s.as_str()),
+        Some(Filter::Compare { field, cmp, value }) => {
+            Filter::compare(*cmp, cgroup_value(c, field), *value)
+        }
+    }
+}
+
 pub fn cgroups<'r>(report: &'r Report, q: &Query) -> Vec<&'r CgroupModel> {
     let mut rows: Vec<&CgroupModel> = report
         .cgroups
         .iter()
-        .filter(|c| match &q.filter {
-            None => true,
-            Some(Filter::Substring(s)) => c.path.to_lowercase().contains(s.as_str()),
-            Some(Filter::Compare { field, cmp, value }) => {
-                Filter::compare(*cmp, cgroup_value(c, field), *value)
-            }
-        })
+        .filter(|c| cgroup_kept(c, q.filter.as_ref()))
         .collect();
     if let Field::Cgroup(col) = q.sort {
         sort_rows(&mut rows, q.reverse, |c| {
