@@ -115,11 +115,28 @@ pub struct NamedFile {
 #[derive(Debug, Clone)]
 pub struct Detail {
     pub wanted: HashSet<FileKey>,
+    /// The state of the pages of its mappings of the wanted files, read just before
+    /// `smaps` ([`super::phases::page_state`]); `None` where it could not be read.
+    pub pages: Option<PageState>,
     pub mappings: Vec<MappingSample>,
     pub rollup: Option<RollupSample>,
     pub cmdline: Vec<String>,
     pub cgroup: Option<CgroupRef>,
     pub denied: bool,
+}
+
+/// What a process's mappings of the wanted files hold, page by page, as far as their
+/// `smaps` values go: `RssFile` and `RssShmem` (the mappings of phase 1 are kept while
+/// they stand), each mapping's range, and its present pages and, of those, the private
+/// (copy-on-write) ones, from `PAGEMAP_SCAN`. While it stands, those mappings' `smaps`
+/// values stand (but PSS, which other mappers move: their changes read them again), and
+/// a process whose other memory moves (a CUDA runtime's host buffers: its `smaps` lists
+/// thousands of mappings, 25 ms a read) reads `smaps_rollup` only.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PageState {
+    pub mapped: (Option<u64>, Option<u64>),
+    pub ranges: Vec<(u64, u64)>,
+    pub present: Vec<Vec<(u64, u64)>>,
 }
 
 /// How much of a process phase 1 can take from the cache.
@@ -177,6 +194,9 @@ pub struct CacheStats {
     /// Processes whose `smaps` (or `smaps_rollup`) were reused / read.
     pub detail_reused: usize,
     pub detail_read: usize,
+    /// Of those read, processes that moved but whose mappings of the wanted files did not
+    /// ([`PageState`]): `smaps_rollup` read, their mappings' values kept.
+    pub pages_stood: usize,
 }
 
 /// The per-engine cache (see the module documentation for when an entry is reused).
@@ -184,8 +204,9 @@ pub struct ProcCache {
     entries: HashMap<i32, Entry>,
     max_age: Duration,
     now: Instant,
-    /// Files of interest whose mappers must all be read again this snapshot.
-    dirty_files: HashSet<FileKey>,
+    /// Files of interest whose mappers must all be read again this snapshot, with the
+    /// processes whose change made them so.
+    dirty_files: HashMap<FileKey, Vec<i32>>,
     /// Processes whose child or parent appeared or exited this snapshot.
     dirty_pids: HashSet<i32>,
     /// `statm` of each process, and `io` of those read every snapshot, kept open.
@@ -213,7 +234,7 @@ impl ProcCache {
             entries: HashMap::new(),
             max_age,
             now: Instant::now(),
-            dirty_files: HashSet::new(),
+            dirty_files: HashMap::new(),
             dirty_pids: HashSet::new(),
             statm_files: super::statfiles::KeptFiles::statm(),
             watch: HashSet::new(),
@@ -334,6 +355,7 @@ impl ProcCache {
             }
             Read::Status(status, basic) => {
                 self.stats.status_read += 1;
+                let mut files: Vec<FileKey> = Vec::new();
                 if let Some(e) = self.entries.get_mut(&pid) {
                     e.seen = true;
                     e.changed = true;
@@ -341,9 +363,9 @@ impl ProcCache {
                     e.stat = stat;
                     e.status = status;
                     e.basic = basic;
-                    self.dirty_files
-                        .extend(e.detail.iter().flat_map(|d| d.wanted.iter().copied()));
+                    files.extend(e.detail.iter().flat_map(|d| d.wanted.iter().copied()));
                 }
+                self.dirty(files, pid);
                 return;
             }
             Read::Full(status, basic) => (status, basic),
@@ -376,8 +398,7 @@ impl ProcCache {
         match old {
             Some(o) => {
                 if moved {
-                    self.dirty_files
-                        .extend(o.detail.into_iter().flat_map(|d| d.wanted));
+                    self.dirty(o.detail.into_iter().flat_map(|d| d.wanted), pid);
                 }
                 if o.stat.start_time != start {
                     // Another process under the same pid: the old one exited.
@@ -404,14 +425,13 @@ impl ProcCache {
             self.statm_files.forget(pid);
             self.io_files.forget(pid);
             if let Some(o) = self.entries.remove(&pid) {
-                self.dirty_files
-                    .extend(o.detail.into_iter().flat_map(|d| d.wanted));
+                self.dirty(o.detail.into_iter().flat_map(|d| d.wanted), pid);
                 self.dirty_pids.insert(o.stat.ppid);
             }
         }
         for (pid, wanted) in kept {
             if self.entries.get(&pid).is_some_and(|e| e.moved) {
-                self.dirty_files.extend(wanted.iter().copied());
+                self.dirty(wanted.iter().copied(), pid);
             }
         }
     }
@@ -454,8 +474,45 @@ impl ProcCache {
             return None;
         }
         let d = e.detail.as_ref()?;
-        (d.wanted == *wanted && !wanted.iter().any(|k| self.dirty_files.contains(k)))
+        (d.wanted == *wanted && !wanted.iter().any(|k| self.dirty_files.contains_key(k)))
             .then(|| d.clone())
+    }
+
+    /// The parts phase 1 kept for `pid` this snapshot (its `maps` among them).
+    pub fn parts(&self, pid: i32) -> Option<Arc<BasicParts>> {
+        self.entries.get(&pid).map(|e| Arc::clone(&e.basic))
+    }
+
+    /// Marks `files` dirty this snapshot, by a change of `pid`.
+    fn dirty(&mut self, files: impl IntoIterator<Item = FileKey>, pid: i32) {
+        for f in files {
+            let by = self.dirty_files.entry(f).or_default();
+            if !by.contains(&pid) {
+                by.push(pid);
+            }
+        }
+    }
+
+    /// Phase 3 of a process that changed, for [`Detail::pages`] to decide: kept within
+    /// the same maximum age as an unchanged one's, read with page states, for the same
+    /// wanted files, and no other process's change made those files' mappers read again
+    /// (its own may have: whether its pages of them moved is what the page states say).
+    pub fn detail_if_pages_stand(&self, pid: i32, wanted: &HashSet<FileKey>) -> Option<Detail> {
+        let e = self.entries.get(&pid)?;
+        let age = self.now.duration_since(e.detail_at);
+        if wanted.is_empty()
+            || self.dirty_pids.contains(&pid)
+            || age >= self.age_limit(pid) * DETAIL_AGE_FACTOR
+        {
+            return None;
+        }
+        let d = e.detail.as_ref()?;
+        let others = |k: &FileKey| {
+            self.dirty_files
+                .get(k)
+                .is_some_and(|by| by.iter().any(|p| *p != pid))
+        };
+        (d.pages.is_some() && d.wanted == *wanted && !wanted.iter().any(others)).then(|| d.clone())
     }
 
     /// Makes every phase 3 read `by` earlier (tests: time passing).
@@ -463,6 +520,16 @@ impl ProcCache {
     pub fn backdate_details(&mut self, by: Duration) {
         for e in self.entries.values_mut() {
             e.detail_at = e.detail_at.checked_sub(by).unwrap_or(e.detail_at);
+        }
+    }
+
+    /// Records phase 3 of a process whose mappings' pages stood ([`PageState`]): the
+    /// kept detail with the `smaps_rollup` read now, its age kept (its mappings' values
+    /// were read then).
+    pub fn put_detail_pages(&mut self, pid: i32, d: Detail) {
+        self.stats.pages_stood += 1;
+        if let Some(e) = self.entries.get_mut(&pid) {
+            e.detail = Some(d);
         }
     }
 

@@ -46,6 +46,7 @@ fn stamp(start: u64, vsize: u64, ppid: i32) -> StatStamp {
 
 fn detail(wanted: &HashSet<FileKey>) -> Detail {
     Detail {
+        pages: None,
         wanted: wanted.clone(),
         mappings: Vec::new(),
         rollup: None,

@@ -227,22 +227,36 @@ pub fn gather_cached(
     let view = cache.as_deref();
     // A cache keeps details whole, so only a one-shot collection defers rollups.
     let defer = req.defer_rollups && view.is_none();
+    // A process that moved reads `smaps` again unless its mappings of the files of
+    // interest stand page by page ([`super::cache::PageState`]): `smaps_rollup` then.
     let details = super::par_map(&kept, |k| {
-        match view.and_then(|c| c.detail(k.0.pid, &k.1)) {
-            Some(d) => (Ok(phases::reuse_detail(&k.0, &d)), None),
-            None => {
-                let r = phases::read_detail(&procs, k, defer);
-                let d = r.as_ref().ok().map(|(p, _)| phases::detail_of(p, &k.1));
-                (r, d)
-            }
+        let pid = k.0.pid;
+        if let Some(d) = view.and_then(|c| c.detail(pid, &k.1)) {
+            return (Ok(phases::reuse_detail(&k.0, &d)), None);
         }
+        let parts = view.and_then(|c| c.parts(pid));
+        let pages = parts.and_then(|b| phases::page_state(&procs, &k.0, &b.maps, &k.1));
+        let kept = view.and_then(|c| c.detail_if_pages_stand(pid, &k.1));
+        if let Some(d) = phases::detail_if_pages_stand(&procs, pid, kept, pages.as_ref()) {
+            return (Ok(phases::reuse_detail(&k.0, &d)), Some((d, false)));
+        }
+        let r = phases::read_detail(&procs, k, defer);
+        let d = r.as_ref().ok().map(|(p, _)| super::cache::Detail {
+            pages,
+            ..phases::detail_of(p, &k.1)
+        });
+        (r, d.map(|d| (d, true)))
     });
     let details: Vec<_> = kept
         .iter()
         .zip(details)
         .map(|(k, (r, d))| {
             if let (Some(c), true) = (cache.as_deref_mut(), r.is_ok()) {
-                c.put_detail(k.0.pid, d);
+                match d {
+                    Some((d, false)) => c.put_detail_pages(k.0.pid, d),
+                    Some((d, true)) => c.put_detail(k.0.pid, Some(d)),
+                    None => c.put_detail(k.0.pid, None),
+                }
             }
             r
         })

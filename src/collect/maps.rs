@@ -208,6 +208,21 @@ pub fn parse_smaps_with(
     Ok((out, totals))
 }
 
+/// The file (and offset in it) a mapping of `pid` backs `[addr, addr + bytes)` with (a
+/// registered host range of an upload ledger).
+pub fn mapped_file(
+    proc_root: &std::path::Path,
+    pid: i32,
+    addr: u64,
+    bytes: u64,
+) -> Option<(FileKey, u64)> {
+    let text = std::fs::read_to_string(proc_root.join(pid.to_string()).join("maps")).ok()?;
+    text.lines()
+        .filter_map(parse_header)
+        .find(|m| m.inode != 0 && m.start <= addr && addr + bytes.max(1) <= m.end)
+        .map(|m| (m.key(), m.offset_bytes + (addr - m.start)))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -38,10 +38,70 @@ pub(super) fn reuse_detail(p: &ProcessSample, d: &Detail) -> (ProcessSample, boo
     (p, d.denied && !denied_before)
 }
 
+/// The state of the pages of `pid`'s mappings of the `wanted` files now
+/// ([`cache::PageState`]), from the `maps` phase 1 kept (each mapping as `smaps` names it:
+/// an overlay's file made the real one's); `None` where it maps none of them or
+/// `PAGEMAP_SCAN` cannot be read (a kernel before 6.7, a process gone or denied).
+pub(super) fn page_state(
+    procs: &ProcReader,
+    p: &ProcessSample,
+    maps: &[MappingSample],
+    wanted: &HashSet<FileKey>,
+) -> Option<cache::PageState> {
+    let ranges: Vec<(u64, u64)> = maps
+        .iter()
+        .filter_map(|m| {
+            let mut m = m.clone();
+            procs.real_mapping(p.pid, &mut m);
+            wanted.contains(&m.key()).then_some((m.start, m.end))
+        })
+        .collect();
+    if ranges.is_empty() {
+        return None;
+    }
+    let path = procs.root().join(p.pid.to_string()).join("pagemap");
+    let pagemap = std::fs::File::open(path).ok()?;
+    let mut present = Vec::with_capacity(ranges.len() * 2);
+    for &(start, end) in &ranges {
+        for anon_only in [false, true] {
+            present.push(super::pagescan::present(&pagemap, start, end, anon_only).ok()??);
+        }
+    }
+    Some(cache::PageState {
+        mapped: (p.status.rss_file_bytes, p.status.rss_shmem_bytes),
+        ranges,
+        present,
+    })
+}
+
+/// Phase 3 of a process that moved, when its mappings of the wanted files did not: the
+/// kept detail's mappings, this snapshot's `smaps_rollup` (its totals). `None` where the
+/// page states differ (or were not kept) or the rollup cannot be read: `smaps` then.
+pub(super) fn detail_if_pages_stand(
+    procs: &ProcReader,
+    pid: i32,
+    kept: Option<Detail>,
+    now: Option<&cache::PageState>,
+) -> Option<Detail> {
+    let d = kept?;
+    let now = now?;
+    let same_ranges = d.mappings.len() == now.ranges.len()
+        && d.mappings
+            .iter()
+            .zip(&now.ranges)
+            .all(|(m, r)| (m.start, m.end) == *r);
+    if !same_ranges || d.pages.as_ref() != Some(now) {
+        return None;
+    }
+    let rollup = procs.rollup(pid).ok()?;
+    Some(Detail { rollup, ..d })
+}
+
 /// What the cache keeps of a phase 3 read.
 pub(super) fn detail_of(p: &ProcessSample, wanted: &HashSet<FileKey>) -> Detail {
     Detail {
         wanted: wanted.clone(),
+        pages: None,
         mappings: p.mappings.clone(),
         rollup: p.rollup.clone(),
         cmdline: p.cmdline.clone(),

@@ -65,7 +65,7 @@ impl ProcReader {
     }
 
     /// A mapping's identity made the real file's (see [`super::overlay`]).
-    fn real_mapping(&self, pid: i32, m: &mut MappingSample) {
+    pub(super) fn real_mapping(&self, pid: i32, m: &mut MappingSample) {
         if m.major == 0 {
             let k = self.overlays.translate(pid, m.key(), &m.path);
             (m.major, m.minor, m.inode) = (k.major, k.minor, k.inode);

@@ -203,7 +203,9 @@ impl Ledger {
                 self.proc(pid).host.remove(&addr);
             }
             Call::Register { entry, addr, bytes } => {
-                if let Some((file, off)) = mapped_file(&self.proc_root, pid, addr, bytes) {
+                if let Some((file, off)) =
+                    crate::collect::maps::mapped_file(&self.proc_root, pid, addr, bytes)
+                {
                     self.proc(pid);
                     self.sample.registrations.push(HostRegistration {
                         pid,
@@ -554,19 +556,19 @@ impl Ledger {
         let held: BTreeMap<i32, _> = self
             .procs
             .iter()
-            .map(|(pid, p)| (*pid, p.held.uploaded()))
+            .map(|(k, p)| (*k, p.held.uploaded()))
             .collect();
         s.uploads = self
             .uploads
             .values()
-            .map(|u| FileUpload {
-                held_ranges: Some(
-                    held.get(&u.pid)
-                        .and_then(|h| h.get(&(u.file, u.conversion)))
-                        .cloned()
-                        .unwrap_or_default(),
-                ),
-                ..u.clone()
+            .map(|u| {
+                let h = held
+                    .get(&u.pid)
+                    .and_then(|h| h.get(&(u.file, u.conversion)));
+                FileUpload {
+                    held_ranges: Some(h.cloned().unwrap_or_default()),
+                    ..u.clone()
+                }
             })
             .collect();
         s.clones = self
@@ -585,15 +587,6 @@ impl Ledger {
             .collect();
         s
     }
-}
-
-/// The model file (and offset in it) a mapping of `pid` backs `[addr, addr + bytes)` with.
-fn mapped_file(proc_root: &Path, pid: i32, addr: u64, bytes: u64) -> Option<(FileKey, u64)> {
-    let text = std::fs::read_to_string(proc_root.join(pid.to_string()).join("maps")).ok()?;
-    text.lines()
-        .filter_map(crate::collect::maps::parse_header)
-        .find(|m| m.inode != 0 && m.start <= addr && addr + bytes.max(1) <= m.end)
-        .map(|m| (m.key(), m.offset_bytes + (addr - m.start)))
 }
 
 #[cfg(test)]

@@ -21,6 +21,7 @@ mod live;
 mod llama;
 mod moving;
 mod overlay;
+mod page_state;
 mod partial_copy;
 mod pidscan;
 mod places;

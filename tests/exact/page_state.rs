@@ -1,0 +1,126 @@
+//! A long-lived engine's phase 3 for a process whose memory moves but whose mappings of a
+//! model do not: `smaps_rollup` only, its mappings' `smaps` values kept while their pages
+//! (present, copy-on-write) stand as `PAGEMAP_SCAN` reads them; `smaps` again when they
+//! move. Against full reads of /proc by a fresh gather and the pages the test made.
+
+#![allow(clippy::unwrap_used)]
+
+use std::io::{BufRead, Write};
+
+use crate::common::*;
+use twofold::collect::gather::{gather, Request};
+use twofold::collect::Roots;
+
+/// Maps the file copy-on-write, reads every page, then on `grow` allocates and touches
+/// 8 MiB more, on `cow` writes one byte in each of its first 4 pages; says `done`.
+const HOLDER: &str = r#"
+import mmap, sys
+f = open(sys.argv[1], 'rb')
+m = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_COPY)
+s = sum(m[i] for i in range(0, len(m), 4096))
+bufs = []
+print('ready', flush=True)
+for line in sys.stdin:
+    if line.strip() == 'grow':
+        b = bytearray(8 << 20)
+        for i in range(0, len(b), 4096):
+            b[i] = 1
+        bufs.append(b)
+    elif line.strip() == 'cow':
+        for i in range(4):
+            m[i * 4096] = (m[i * 4096] + 1) % 256
+    print('done', flush=True)
+"#;
+
+/// The process's mappings of `file` and its whole-process sums (RSS, anonymous) in `s`.
+fn of(
+    s: &twofold::sample::Sample,
+    pid: i32,
+    file: &std::path::Path,
+) -> impl PartialEq + std::fmt::Debug {
+    let key = s
+        .files
+        .iter()
+        .find(|f| std::path::Path::new(&f.path) == file)
+        .map(|f| f.key)
+        .unwrap();
+    let p = s.processes.iter().find(|p| p.pid == pid).unwrap();
+    let maps: Vec<_> = p
+        .mappings
+        .iter()
+        .filter(|m| m.key() == key)
+        .map(|m| {
+            (
+                (m.start, m.end, m.rss_bytes, m.pss_bytes),
+                (
+                    m.anonymous_bytes,
+                    m.private_dirty_bytes,
+                    m.private_clean_bytes,
+                ),
+                (m.shared_clean_bytes, m.shared_dirty_bytes, m.swap_bytes),
+            )
+        })
+        .collect();
+    let r = p.rollup.as_ref().unwrap();
+    (maps, r.rss_bytes, r.anonymous_bytes)
+}
+
+#[test]
+fn a_process_whose_model_pages_stand_reads_only_its_rollup() {
+    let _group = crate::common::group(module_path!());
+    if !require(is_root(), "root (PAGEMAP_SCAN of another process's pages)") {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let file = model_file(dir.path(), "m.safetensors", 16 * MIB);
+    let (mut child, pid) = python_ready(HOLDER, &[file.as_os_str()]);
+    let mut out = std::io::BufReader::new(child.stdout.take().unwrap());
+    let mut say = |what: &str| {
+        writeln!(child.stdin.as_mut().unwrap(), "{what}").unwrap();
+        let mut line = String::new();
+        out.read_line(&mut line).unwrap();
+        assert_eq!(line.trim(), "done");
+    };
+    let req = Request {
+        paths: vec![file.clone()],
+        pids: vec![pid],
+        ..Request::default()
+    };
+    let mut engine = twofold::engine::Engine::new(req.clone(), None)
+        .incremental(std::time::Duration::from_secs(3600));
+    let mut w = Vec::new();
+    engine.snapshot(&mut w).unwrap();
+    // Its heap grows by 8 MiB: the process moved, its mapping of the model did not.
+    say("grow");
+    let cached = engine.snapshot(&mut w).unwrap().sample;
+    let stats = engine.cache_stats().unwrap();
+    let full = gather(&Roots::live(), &req, &mut w).unwrap();
+    assert_eq!(stats.pages_stood, 1, "{stats:?}");
+    assert_eq!(of(&cached, pid, &file), of(&full, pid, &file));
+    // Four pages of the mapping written (copy-on-write): `smaps` again, 4 pages private.
+    say("cow");
+    let cached = engine.snapshot(&mut w).unwrap().sample;
+    let stats = engine.cache_stats().unwrap();
+    let full = gather(&Roots::live(), &req, &mut w).unwrap();
+    assert_eq!(stats.pages_stood, 0, "{stats:?}");
+    assert_eq!(of(&cached, pid, &file), of(&full, pid, &file));
+    let key = cached
+        .files
+        .iter()
+        .find(|f| std::path::Path::new(&f.path) == file)
+        .unwrap()
+        .key;
+    let cow: u64 = cached
+        .processes
+        .iter()
+        .find(|p| p.pid == pid)
+        .unwrap()
+        .mappings
+        .iter()
+        .filter(|m| m.key() == key)
+        .filter_map(|m| m.anonymous_bytes)
+        .sum();
+    assert_eq!(cow, 4 * 4096, "the pages the holder wrote");
+    drop(child.stdin.take());
+    child.wait().unwrap();
+}
