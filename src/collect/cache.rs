@@ -495,8 +495,9 @@ impl ProcCache {
 
     /// Phase 3 of a process that changed, for [`Detail::pages`] to decide: kept within
     /// the same maximum age as an unchanged one's, read with page states, for the same
-    /// wanted files, and no other process's change made those files' mappers read again
-    /// (its own may have: whether its pages of them moved is what the page states say).
+    /// wanted files, and no other process's change made the mappers of the files it maps
+    /// read again (its own may have: whether its pages of them moved is what the page
+    /// states say; a file it only holds open has no PSS of it here).
     pub fn detail_if_pages_stand(&self, pid: i32, wanted: &HashSet<FileKey>) -> Option<Detail> {
         let e = self.entries.get(&pid)?;
         let age = self.now.duration_since(e.detail_at);
@@ -507,10 +508,13 @@ impl ProcCache {
             return None;
         }
         let d = e.detail.as_ref()?;
+        // Another process's change moves this one's PSS of a file only where it maps it.
         let others = |k: &FileKey| {
-            self.dirty_files
-                .get(k)
-                .is_some_and(|by| by.iter().any(|p| *p != pid))
+            d.mappings.iter().any(|m| m.key() == *k)
+                && self
+                    .dirty_files
+                    .get(k)
+                    .is_some_and(|by| by.iter().any(|p| *p != pid))
         };
         (d.pages.is_some() && d.wanted == *wanted && !wanted.iter().any(others)).then(|| d.clone())
     }
