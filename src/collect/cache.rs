@@ -70,6 +70,17 @@ pub const DETAIL_AGE_FACTOR: u32 = 3;
 /// the process table's PSS, USS, private/shared clean/dirty columns, never a count; the
 /// RSS columns (`status`) are read whenever the counters move.
 pub const ROLLUP_EVERY: Duration = Duration::from_secs(10);
+/// ...or, where its read takes long, no sooner than this many times as long as it took
+/// (each such process costs at most 0.05% of a core: a CUDA process's `smaps_rollup`
+/// takes 7–11 ms, its page tables map the device's memory)...
+pub const ROLLUP_COST_FACTOR: u32 = 2000;
+/// ...and at least this often.
+pub const ROLLUP_MAX: Duration = Duration::from_secs(60);
+
+/// How long the `smaps_rollup` of a moving process is kept, whose read took `took`.
+pub fn rollup_every(took: Duration) -> Duration {
+    (took * ROLLUP_COST_FACTOR).clamp(ROLLUP_EVERY, ROLLUP_MAX)
+}
 
 /// What phase 1 read of a process besides `status`.
 #[derive(Debug, Default)]
@@ -118,6 +129,9 @@ pub struct Detail {
     /// The state of the pages of its mappings of the wanted files, read just before
     /// `smaps` ([`super::phases::page_state`]); `None` where it could not be read.
     pub pages: Option<PageState>,
+    /// How long its read took (phase 3 as a whole): a rollup that takes long is read less
+    /// often ([`rollup_every`]).
+    pub took: Duration,
     pub mappings: Vec<MappingSample>,
     pub rollup: Option<RollupSample>,
     pub cmdline: Vec<String>,
@@ -468,12 +482,13 @@ impl ProcCache {
             && !self.dirty_pids.contains(&pid)
             && age < self.age_limit(pid) * DETAIL_AGE_FACTOR;
         // Only `smaps_rollup` (it maps no file of interest): whole-process sums that no
-        // count uses, kept up to ROLLUP_EVERY however often the process moves.
-        let kept = unchanged || (wanted.is_empty() && age < ROLLUP_EVERY);
+        // count uses, kept up to ROLLUP_EVERY (longer where it is slow to read) however
+        // often the process moves.
+        let d = e.detail.as_ref()?;
+        let kept = unchanged || (wanted.is_empty() && age < rollup_every(d.took));
         if !kept {
             return None;
         }
-        let d = e.detail.as_ref()?;
         (d.wanted == *wanted && !wanted.iter().any(|k| self.dirty_files.contains_key(k)))
             .then(|| d.clone())
     }

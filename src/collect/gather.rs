@@ -240,9 +240,11 @@ pub fn gather_cached(
         if let Some(d) = phases::detail_if_pages_stand(&procs, pid, kept, pages.as_ref()) {
             return (Ok(phases::reuse_detail(&k.0, &d)), Some((d, false)));
         }
+        let began = Instant::now();
         let r = phases::read_detail(&procs, k, defer);
         let d = r.as_ref().ok().map(|(p, _)| super::cache::Detail {
             pages,
+            took: began.elapsed(),
             ..phases::detail_of(p, &k.1)
         });
         (r, d.map(|d| (d, true)))

@@ -102,6 +102,7 @@ pub(super) fn detail_of(p: &ProcessSample, wanted: &HashSet<FileKey>) -> Detail 
     Detail {
         wanted: wanted.clone(),
         pages: None,
+        took: std::time::Duration::ZERO,
         mappings: p.mappings.clone(),
         rollup: p.rollup.clone(),
         cmdline: p.cmdline.clone(),
