@@ -96,7 +96,7 @@ pub struct KeptFiles {
 }
 
 /// The soft `RLIMIT_NOFILE` now.
-fn soft_limit() -> usize {
+pub(crate) fn soft_limit() -> usize {
     let mut lim = libc::rlimit {
         rlim_cur: 0,
         rlim_max: 0,

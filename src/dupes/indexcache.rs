@@ -59,15 +59,7 @@ fn cost(ix: &Indexed) -> (u64, usize) {
 /// Descriptors the kept indexes may hold: an eighth of the soft `RLIMIT_NOFILE` (`statm`
 /// and `io` of the processes take three quarters).
 fn fd_budget() -> usize {
-    let mut lim = libc::rlimit {
-        rlim_cur: 0,
-        rlim_max: 0,
-    };
-    // SAFETY: getrlimit writes into our own struct.
-    if unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) } != 0 {
-        return 0;
-    }
-    usize::try_from(lim.rlim_cur).unwrap_or(usize::MAX) / 8
+    crate::collect::statfiles::soft_limit() / 8
 }
 
 impl IndexCache {

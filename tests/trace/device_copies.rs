@@ -141,6 +141,18 @@ fn scan_json(s: &Standin, args: &[&std::ffi::OsStr], gpu: &Path, during: impl Fn
     serde_json::from_str(&out).unwrap_or_else(|e| panic!("{e}: {err}"))
 }
 
+/// `scan M --trace-uploads 4s --json` while `during` runs.
+fn traced_scan(s: &Standin, m: &Path, gpu: &Path, during: impl FnOnce()) -> Report {
+    let args = [
+        "scan".as_ref(),
+        m.as_os_str(),
+        "--trace-uploads".as_ref(),
+        "4s".as_ref(),
+        "--json".as_ref(),
+    ];
+    scan_json(s, &args, gpu, during)
+}
+
 /// The tensors of the safetensors file `a`, written as another file `p` with another header
 /// (metadata first: every tensor at another file offset), as a `.pt` holds a
 /// `.safetensors`' tensors: the same tensor bytes, not the same file.
@@ -319,24 +331,13 @@ fn an_upload_overwritten_or_freed_on_the_device_counts_only_what_stays() {
     let mut kept = uploader(&s, "kept", "staging", &m, &ranges, &[]);
     let all = [over.pid(), gone.pid(), kept.pid()];
     let gpu = fixture(d, &all.map(|p| (p, 64 << 20)));
-    let r = scan_json(
-        &s,
-        &[
-            "scan".as_ref(),
-            m.as_os_str(),
-            "--trace-uploads".as_ref(),
-            "4s".as_ref(),
-            "--json".as_ref(),
-        ],
-        &gpu,
-        || {
-            for u in [&mut over, &mut gone, &mut kept] {
-                u.go();
-            }
-            assert_eq!(over.say("overwrite"), "overwritten");
-            assert_eq!(gone.say("unload"), "unloaded");
-        },
-    );
+    let r = traced_scan(&s, &m, &gpu, || {
+        for u in [&mut over, &mut gone, &mut kept] {
+            u.go();
+        }
+        assert_eq!(over.say("overwrite"), "overwritten");
+        assert_eq!(gone.say("unload"), "unloaded");
+    });
     let f = file(&r, &m);
     let total: u64 = ranges.iter().map(|r| r.1).sum();
     // Overwritten: no allocation is a run of the file any more; each one's second half is.
@@ -420,23 +421,12 @@ fn a_clone_on_the_device_is_another_device_copy_until_it_is_freed() {
     );
     let all = [dtod.pid(), peer.pid(), unified.pid(), freed.pid()];
     let gpu = fixture(d, &all.map(|p| (p, (24 << 20) + (64 << 20))));
-    let r = scan_json(
-        &s,
-        &[
-            "scan".as_ref(),
-            m.as_os_str(),
-            "--trace-uploads".as_ref(),
-            "4s".as_ref(),
-            "--json".as_ref(),
-        ],
-        &gpu,
-        || {
-            for u in [&mut dtod, &mut peer, &mut unified, &mut freed] {
-                u.go();
-            }
-            assert_eq!(freed.say("free"), "freed");
-        },
-    );
+    let r = traced_scan(&s, &m, &gpu, || {
+        for u in [&mut dtod, &mut peer, &mut unified, &mut freed] {
+            u.go();
+        }
+        assert_eq!(freed.say("free"), "freed");
+    });
     let f = file(&r, &m);
     let mut total = 0;
     for (u, clones) in [
@@ -532,21 +522,10 @@ fn a_narrowed_upload_counts_by_its_bytes() {
         &[("UPLOADER_CLONE", "dtoda")],
     );
     let gpu = fixture(d, &[narrow.pid(), cloned.pid()].map(|p| (p, 80 << 20)));
-    let r = scan_json(
-        &s,
-        &[
-            "scan".as_ref(),
-            m.as_os_str(),
-            "--trace-uploads".as_ref(),
-            "4s".as_ref(),
-            "--json".as_ref(),
-        ],
-        &gpu,
-        || {
-            narrow.go();
-            cloned.go();
-        },
-    );
+    let r = traced_scan(&s, &m, &gpu, || {
+        narrow.go();
+        cloned.go();
+    });
     let f = file(&r, &m);
     let size = f.size_bytes.unwrap() as f64;
     let t_narrow = held_bytes(&device_memory(&mut narrow), &image);
