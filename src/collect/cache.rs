@@ -71,9 +71,10 @@ pub const DETAIL_AGE_FACTOR: u32 = 3;
 /// RSS columns (`status`) are read whenever the counters move.
 pub const ROLLUP_EVERY: Duration = Duration::from_secs(10);
 /// ...or, where its read takes long, no sooner than this many times as long as it took
-/// (each such process costs at most 0.05% of a core: a CUDA process's `smaps_rollup`
-/// takes 7–11 ms, its page tables map the device's memory)...
-pub const ROLLUP_COST_FACTOR: u32 = 2000;
+/// (each such process costs at most 0.01% of a core: a PyTorch process's `smaps_rollup`
+/// takes 2–3 ms, read every 20–30 s; a CUDA process's 7–11 ms, its page tables map the
+/// device's memory: every 60 s)...
+pub const ROLLUP_COST_FACTOR: u32 = 10_000;
 /// ...and at least this often.
 pub const ROLLUP_MAX: Duration = Duration::from_secs(60);
 
@@ -132,6 +133,10 @@ pub struct Detail {
     /// How long its read took (phase 3 as a whole): a rollup that takes long is read less
     /// often ([`rollup_every`]).
     pub took: Duration,
+    /// When `rollup` was read: a process whose mappings of the wanted files stand
+    /// ([`PageState`]) keeps it, as one that maps none of them does, for
+    /// [`rollup_every`] of `took`.
+    pub rollup_at: Instant,
     pub mappings: Vec<MappingSample>,
     pub rollup: Option<RollupSample>,
     pub cmdline: Vec<String>,

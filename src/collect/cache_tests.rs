@@ -48,6 +48,7 @@ fn detail(wanted: &HashSet<FileKey>) -> Detail {
     Detail {
         pages: None,
         took: Duration::ZERO,
+        rollup_at: Instant::now(),
         wanted: wanted.clone(),
         mappings: Vec::new(),
         rollup: None,
@@ -155,9 +156,9 @@ fn a_moving_process_rollup_is_read_at_most_every_rollup_every() {
     c.backdate_details(ROLLUP_EVERY);
     s[0].1.minflt = 9;
     assert_eq!(tick(&mut c, (&s, &w)).1, vec![20]);
-    // A rollup that took 15 ms to read (a CUDA process) is kept 30 s, then read again.
+    // A rollup that took 3 ms to read (a PyTorch process) is kept 30 s, then read again.
     if let Some(e) = c.entries.get_mut(&20) {
-        e.detail.as_mut().unwrap().took = Duration::from_millis(15);
+        e.detail.as_mut().unwrap().took = Duration::from_millis(3);
     }
     c.backdate_details(Duration::from_secs(20));
     s[0].1.minflt = 10;
@@ -166,7 +167,11 @@ fn a_moving_process_rollup_is_read_at_most_every_rollup_every() {
     s[0].1.minflt = 11;
     assert_eq!(tick(&mut c, (&s, &w)).1, vec![20]);
     assert_eq!(rollup_every(Duration::from_millis(1)), ROLLUP_EVERY);
-    assert_eq!(rollup_every(Duration::from_secs(1)), ROLLUP_MAX);
+    assert_eq!(
+        rollup_every(Duration::from_millis(3)),
+        Duration::from_secs(30)
+    );
+    assert_eq!(rollup_every(Duration::from_millis(9)), ROLLUP_MAX);
     // Another process under pid 20: read in full, its rollup at once.
     s[0].1 = stamp(7, 100, 1);
     assert_eq!(tick(&mut c, (&s, &w)), (vec![20], vec![20]));

@@ -75,8 +75,9 @@ pub(super) fn page_state(
 }
 
 /// Phase 3 of a process that moved, when its mappings of the wanted files did not: the
-/// kept detail's mappings, this snapshot's `smaps_rollup` (its totals). `None` where the
-/// page states differ (or were not kept) or the rollup cannot be read: `smaps` then.
+/// kept detail's mappings, and its `smaps_rollup` (its totals) read again once it is older
+/// than [`cache::rollup_every`]. `None` where the page states differ (or were not kept) or
+/// the rollup cannot be read: `smaps` then.
 pub(super) fn detail_if_pages_stand(
     procs: &ProcReader,
     pid: i32,
@@ -93,8 +94,19 @@ pub(super) fn detail_if_pages_stand(
     if !same_ranges || d.pages.as_ref() != Some(now) {
         return None;
     }
+    // Its whole-process sums (the process table's PSS and USS, never a count) are kept
+    // as long as those of a process that maps none of the files.
+    let at = std::time::Instant::now();
+    if at.duration_since(d.rollup_at) < cache::rollup_every(d.took) {
+        return Some(d);
+    }
     let rollup = procs.rollup(pid).ok()?;
-    Some(Detail { rollup, ..d })
+    Some(Detail {
+        rollup,
+        rollup_at: at,
+        took: at.elapsed(),
+        ..d
+    })
 }
 
 /// What the cache keeps of a phase 3 read.
@@ -103,6 +115,7 @@ pub(super) fn detail_of(p: &ProcessSample, wanted: &HashSet<FileKey>) -> Detail 
         wanted: wanted.clone(),
         pages: None,
         took: std::time::Duration::ZERO,
+        rollup_at: std::time::Instant::now(),
         mappings: p.mappings.clone(),
         rollup: p.rollup.clone(),
         cmdline: p.cmdline.clone(),

@@ -93,6 +93,8 @@ pub struct Grid {
     pub files: Vec<GridFile>,
     pub pieces: Vec<Piece>,
     table: Vec<Slot>,
+    /// Points in `table` (counted once, when it is built: a profile line must not walk it).
+    point_count: u64,
     mask: usize,
     filter: Vec<u64>,
     filter_mask: u64,
@@ -470,6 +472,7 @@ impl Grid {
             .max(4096);
         let mut filter = vec![0u64; (fbits / 64) as usize];
         let filter_mask = fbits / 64 - 1;
+        let point_count = keys.iter().filter(|s| s.key != 0).count() as u64;
         for s in keys {
             let mut i = s.key as usize & mask;
             while table[i].key != 0 {
@@ -500,6 +503,7 @@ impl Grid {
             files: grid_files,
             pieces,
             table,
+            point_count,
             mask,
             filter,
             filter_mask,
@@ -546,7 +550,7 @@ impl Grid {
 
     /// Number of points indexed.
     pub fn points(&self) -> u64 {
-        self.table.iter().filter(|s| s.key != 0).count() as u64
+        self.point_count
     }
 
     /// Whether `key` may be in the table: a blocked Bloom filter (three bits in one

@@ -61,8 +61,14 @@ fn of(
             )
         })
         .collect();
+    (maps, p.status.vm_rss_bytes, p.status.rss_anon_bytes)
+}
+
+/// The process's whole-process sums from `smaps_rollup` in `s`.
+fn rollup(s: &twofold::sample::Sample, pid: i32) -> (u64, Option<u64>) {
+    let p = s.processes.iter().find(|p| p.pid == pid).unwrap();
     let r = p.rollup.as_ref().unwrap();
-    (maps, r.rss_bytes, r.anonymous_bytes)
+    (r.rss_bytes, r.anonymous_bytes)
 }
 
 #[test]
@@ -89,7 +95,7 @@ fn a_process_whose_model_pages_stand_reads_only_its_rollup() {
     let mut engine = twofold::engine::Engine::new(req.clone(), None)
         .incremental(std::time::Duration::from_secs(3600));
     let mut w = Vec::new();
-    engine.snapshot(&mut w).unwrap();
+    let first = engine.snapshot(&mut w).unwrap().sample;
     // Its heap grows by 8 MiB: the process moved, its mapping of the model did not.
     say("grow");
     let cached = engine.snapshot(&mut w).unwrap().sample;
@@ -97,6 +103,17 @@ fn a_process_whose_model_pages_stand_reads_only_its_rollup() {
     let full = gather(&Roots::live(), &req, &mut w).unwrap();
     assert_eq!(stats.pages_stood, 1, "{stats:?}");
     assert_eq!(of(&cached, pid, &file), of(&full, pid, &file));
+    // Its rollup (the process table's PSS and USS) is kept within its cadence, as that of
+    // a moving process that maps no model: the 8 MiB shows in `status`, not yet there.
+    assert_eq!(rollup(&cached, pid), rollup(&first, pid));
+    let grown = |s: &twofold::sample::Sample| {
+        let p = s.processes.iter().find(|p| p.pid == pid).unwrap();
+        p.status.rss_anon_bytes.unwrap()
+    };
+    assert!(
+        grown(&cached) >= grown(&first) + 7 * MIB,
+        "status is read afresh"
+    );
     // Four pages of the mapping written (copy-on-write): `smaps` again, 4 pages private.
     say("cow");
     let cached = engine.snapshot(&mut w).unwrap().sample;
@@ -104,6 +121,11 @@ fn a_process_whose_model_pages_stand_reads_only_its_rollup() {
     let full = gather(&Roots::live(), &req, &mut w).unwrap();
     assert_eq!(stats.pages_stood, 0, "{stats:?}");
     assert_eq!(of(&cached, pid, &file), of(&full, pid, &file));
+    assert_eq!(
+        rollup(&cached, pid),
+        rollup(&full, pid),
+        "smaps read again: fresh sums"
+    );
     let key = cached
         .files
         .iter()
