@@ -3,8 +3,10 @@
 
 use std::collections::HashMap;
 use std::path::PathBuf;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use super::cache::BasicParts;
 use crate::sample::FileKey;
 
 /// What a long-lived engine decided about each file, by (file, path seen by): see
@@ -35,6 +37,13 @@ pub struct Interest {
 pub struct Decisions<V> {
     seen: HashMap<(FileKey, u64), (Instant, V), foldhash::fast::RandomState>,
     max_age: Duration,
+    /// Moves when a decision is forgotten or taken again (never when one is first taken:
+    /// that changes no earlier verdict).
+    generation: u64,
+    /// Processes found to map and hold nothing of interest, by the parts phase 1 kept for
+    /// them and the generation (and the files named or in stores) they were judged under:
+    /// while all stand, judging them again would give the same (see [`Decisions::quiet`]).
+    quiet: HashMap<i32, (Arc<BasicParts>, u64, u64), foldhash::fast::RandomState>,
 }
 
 impl<V> Default for Decisions<V> {
@@ -43,6 +52,8 @@ impl<V> Default for Decisions<V> {
         Decisions {
             seen: HashMap::default(),
             max_age: Duration::ZERO,
+            generation: 0,
+            quiet: HashMap::default(),
         }
     }
 }
@@ -51,15 +62,43 @@ impl<V: Clone> Decisions<V> {
     /// For a long-lived engine's cache: decisions trusted for `max_age`.
     pub fn new(max_age: Duration) -> Self {
         Decisions {
-            seen: HashMap::default(),
             max_age,
+            ..Decisions::default()
         }
     }
 
-    /// Forgets the decisions older than `max_age`.
+    /// Forgets the decisions older than `max_age`, and the processes judged on parts
+    /// that the cache dropped (the last holder of their parts is this).
     pub fn expire(&mut self, now: Instant) {
         let age = self.max_age;
+        let before = self.seen.len();
         self.seen.retain(|_, (at, _)| now.duration_since(*at) < age);
+        if self.seen.len() != before {
+            self.generation += 1;
+        }
+        self.quiet
+            .retain(|_, (parts, _, _)| Arc::strong_count(parts) > 1);
+    }
+
+    /// Whether `pid`, with these `parts` and `named` (a fingerprint of the files named and
+    /// found in stores, of interest whatever the decisions), was found to map and hold
+    /// nothing of interest under the decisions as they stand: its mappings and fds need
+    /// not be judged again. A process's verdict rests only on the decisions about its own
+    /// files, which stand until one is forgotten.
+    pub fn quiet(&self, pid: i32, parts: &Arc<BasicParts>, named: u64) -> bool {
+        self.quiet
+            .get(&pid)
+            .is_some_and(|(p, g, n)| Arc::ptr_eq(p, parts) && *g == self.generation && *n == named)
+    }
+
+    /// Records [`Decisions::quiet`]'s verdict for `pid` (kept by a long-lived engine only).
+    pub fn set_quiet(&mut self, pid: i32, parts: &Arc<BasicParts>, named: u64, quiet: bool) {
+        if quiet && !self.max_age.is_zero() {
+            self.quiet
+                .insert(pid, (Arc::clone(parts), self.generation, named));
+        } else {
+            self.quiet.remove(&pid);
+        }
     }
 
     /// The decision about `key` seen by the path (and code bit) hashed to `path`, taken
@@ -73,8 +112,8 @@ impl<V: Clone> Decisions<V> {
 
     /// Keeps a decision just made (nothing without a cache: a zero age).
     pub fn note(&mut self, key: FileKey, path: u64, v: V) {
-        if !self.max_age.is_zero() {
-            self.seen.insert((key, path), (Instant::now(), v));
+        if !self.max_age.is_zero() && self.seen.insert((key, path), (Instant::now(), v)).is_some() {
+            self.generation += 1;
         }
     }
 }
@@ -99,5 +138,44 @@ mod tests {
         let mut none = Decisions::default();
         none.note(key, 1, ());
         assert_eq!(none.get(key, 1), None);
+    }
+
+    /// A process judged to hold nothing stays so while its parts, the decisions and the
+    /// files of interest whatever the decisions stand; each one's change judges it again.
+    #[test]
+    fn a_quiet_process_is_judged_again_when_its_parts_a_decision_or_the_preset_files_change() {
+        let key = FileKey::from_dev(8, 77);
+        let mut d: Decisions<Option<()>> = Decisions::new(Duration::from_secs(60));
+        let parts = Arc::new(BasicParts::default());
+        let kept = Arc::clone(&parts); // the cache's entry
+        d.note(key, 1, None);
+        d.set_quiet(7, &parts, 5, true);
+        assert!(d.quiet(7, &parts, 5));
+        // A first decision about another file changes no verdict.
+        d.note(FileKey::from_dev(8, 78), 1, Some(()));
+        d.expire(Instant::now());
+        assert!(d.quiet(7, &parts, 5));
+        // Parts read again (another Arc with the same contents), or other preset files.
+        assert!(!d.quiet(7, &Arc::new(BasicParts::default()), 5));
+        assert!(!d.quiet(7, &parts, 6));
+        assert!(!d.quiet(8, &parts, 5));
+        // A decision forgotten (its file may have grown into a model since).
+        d.expire(Instant::now() + Duration::from_secs(61));
+        assert!(!d.quiet(7, &parts, 5));
+        d.set_quiet(7, &parts, 5, true);
+        assert!(d.quiet(7, &parts, 5));
+        // Found holding something: no longer quiet.
+        d.set_quiet(7, &parts, 5, false);
+        assert!(!d.quiet(7, &parts, 5));
+        // A process gone from the cache (its parts held here only) is forgotten.
+        d.set_quiet(7, &parts, 5, true);
+        drop((parts, kept));
+        d.expire(Instant::now());
+        assert!(d.quiet.is_empty());
+        // A one-shot gather keeps no verdicts.
+        let mut none: Decisions<()> = Decisions::default();
+        let p = Arc::new(BasicParts::default());
+        none.set_quiet(1, &p, 0, true);
+        assert!(!none.quiet(1, &p, 0));
     }
 }

@@ -114,6 +114,7 @@ pub fn gather_cached(
     if req.stores {
         g.add_store_files();
     }
+    g.seal_preset();
 
     let cgroups = CgroupReader::new(&roots.cgroup);
     let only_cgroup = match &req.cgroup {
@@ -154,9 +155,23 @@ pub fn gather_cached(
         c.begin();
     }
     let view = cache.as_deref();
-    let basics = super::par_map(&pids, |pid| {
+    // The unchanged on this thread, the rest (new, moved) on every core.
+    let quick: Vec<_> = pids
+        .iter()
+        .map(|pid| phases::read_basic_quick(&procs, *pid, only_cgroup.as_ref(), view))
+        .collect();
+    let slow: Vec<i32> = pids
+        .iter()
+        .zip(&quick)
+        .filter_map(|(pid, q)| q.is_none().then_some(*pid))
+        .collect();
+    let mut slow = super::par_map(&slow, |pid| {
         phases::read_basic(&procs, *pid, only_cgroup.as_ref(), view)
-    });
+    })
+    .into_iter();
+    let basics = quick
+        .into_iter()
+        .map(|q| q.or_else(|| slow.next()).expect("one read per process"));
     let basics: Vec<_> = pids
         .iter()
         .zip(basics)

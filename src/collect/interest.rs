@@ -46,6 +46,9 @@ pub(super) struct Gatherer<'a> {
     pub(super) warnings: &'a mut Vec<Warning>,
     /// How many files of interest [`Gatherer::files`] looked at.
     pub(super) considered: u64,
+    /// A fingerprint of the files of interest whatever the decisions (named, in stores):
+    /// a process judged to hold nothing is judged again when they change.
+    preset: u64,
 }
 
 impl<'a> Gatherer<'a> {
@@ -63,7 +66,19 @@ impl<'a> Gatherer<'a> {
             walks: super::walkmemo::WalkMemo::default(),
             warnings,
             considered: 0,
+            preset: 0,
         }
+    }
+
+    /// Takes the fingerprint of the files decided before any process is looked at (the
+    /// files named and those of the stores), for [`Decided::quiet`].
+    pub(super) fn seal_preset(&mut self) {
+        use std::hash::{Hash, Hasher};
+        let mut keys: Vec<FileKey> = self.decided.keys().copied().collect();
+        keys.sort_unstable();
+        let mut h = std::hash::DefaultHasher::new();
+        keys.hash(&mut h);
+        self.preset = h.finish();
     }
 
     /// The paths named, and the model files of the directories named. A path whose
@@ -280,11 +295,13 @@ impl<'a> Gatherer<'a> {
             return Err(None);
         }
         let mut wanted = HashSet::new();
+        // Judged before on the same parts, under the same decisions: nothing of interest.
+        let quiet = self.decisions.quiet(pid, &b.parts, self.preset);
         // Few per process (a program and its libraries): a list beats a hash set.
         let files = b.parts.mapped_files();
         let code = &files.code;
         // The first mapping of each file decides it (later ones find it decided).
-        for &i in &files.first {
+        for &i in files.first.iter().filter(|_| !quiet) {
             let m = &b.parts.maps[i as usize];
             let range = Some((m.start, m.end));
             let is_code = code.binary_search(&m.key()).is_ok();
@@ -292,7 +309,7 @@ impl<'a> Gatherer<'a> {
                 wanted.insert(m.key());
             }
         }
-        for fd in &b.parts.fds {
+        for fd in b.parts.fds.iter().filter(|_| !quiet) {
             if self.classify(
                 pid,
                 fd.key,
@@ -312,6 +329,9 @@ impl<'a> Gatherer<'a> {
             self.add_named(pid, named);
         }
         let holds = !wanted.is_empty() || !p.open_files.is_empty();
+        if !quiet {
+            self.decisions.set_quiet(pid, &b.parts, self.preset, !holds);
+        }
         if holds || asked || self.req.all_processes {
             Ok((p, wanted))
         } else {

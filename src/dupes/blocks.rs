@@ -83,6 +83,12 @@ impl Blocks {
         Ok(())
     }
 
+    /// Blocks kept now (tests).
+    #[cfg(test)]
+    pub fn kept(&self) -> usize {
+        self.kept.lock().unwrap_or_else(|e| e.into_inner()).len()
+    }
+
     /// Unmaps every block kept.
     pub fn clear(&self) {
         self.kept.lock().unwrap_or_else(|e| e.into_inner()).clear();

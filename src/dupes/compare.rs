@@ -19,6 +19,9 @@ pub struct Buffers {
     src: Vec<u8>,
     conv: Vec<u8>,
     pub compared_bytes: u64,
+    /// The chunks compared now lie far apart (a spot check): each is read from the file
+    /// alone, not with the block around it.
+    sparse: bool,
 }
 
 /// `[lo, hi)` cut at page boundaries: `(x, y)` for each page it touches.
@@ -103,6 +106,8 @@ impl Compare<'_> {
             (page.max(lo), (page + PAGE).min(hi))
         };
         let picks = pages.min(chunks);
+        b.sparse = true;
+        let mut all = Ok(Some(hi - lo));
         for k in 0..picks {
             let i = if picks == 1 {
                 0
@@ -110,11 +115,20 @@ impl Compare<'_> {
                 k * (chunks - 1) / (picks - 1)
             };
             let (x, y) = chunk(i);
-            if !self.equal(b, &span, a, x, y)? {
-                return Ok(None);
+            match self.equal(b, &span, a, x, y) {
+                Ok(true) => {}
+                Ok(false) => {
+                    all = Ok(None);
+                    break;
+                }
+                Err(e) => {
+                    all = Err(e);
+                    break;
+                }
             }
         }
-        Ok(Some(hi - lo))
+        b.sparse = false;
+        all
     }
 
     /// Compares `[x, y)` of the target with the file bytes of `span` copied at `a`.
@@ -169,7 +183,11 @@ impl Compare<'_> {
             )?;
         } else {
             b.src.resize(len, 0);
-            span.bytes.read_exact_at(&mut b.src, off)?;
+            if b.sparse {
+                span.bytes.read_exact_at_alone(&mut b.src, off)?;
+            } else {
+                span.bytes.read_exact_at(&mut b.src, off)?;
+            }
             span.kind.convert(&b.src, &mut b.conv);
         }
         chunkmemo::put(version, off, len, span.kind, chunkmemo::hash(&b.conv));

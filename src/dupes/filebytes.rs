@@ -193,6 +193,17 @@ impl FileBytes {
     /// system allows `O_DIRECT` (but one evicted between the check and the copy). The
     /// parts in holes are zeros, not read.
     pub fn read_exact_at(&self, buf: &mut [u8], off: u64) -> io::Result<()> {
+        self.read_exact_at_as(buf, off, false)
+    }
+
+    /// [`FileBytes::read_exact_at`] of a chunk far from the others read (a spot check's):
+    /// its own pages only, never the [`super::blocks`] block around it (a 4 KiB chunk
+    /// would read 1 MiB from storage).
+    pub fn read_exact_at_alone(&self, buf: &mut [u8], off: u64) -> io::Result<()> {
+        self.read_exact_at_as(buf, off, true)
+    }
+
+    fn read_exact_at_as(&self, buf: &mut [u8], off: u64, alone: bool) -> io::Result<()> {
         let Some(end) = off
             .checked_add(buf.len() as u64)
             .filter(|&e| e <= self.size)
@@ -208,7 +219,7 @@ impl FileBytes {
         let mut at = off;
         for &(a, b) in self.holes[first..].iter().take_while(|h| h.0 < end) {
             if a > at {
-                self.read_data(&mut buf[part(at, a)], at)?;
+                self.read_data(&mut buf[part(at, a)], at, alone)?;
                 at = a;
             }
             let to = b.min(end);
@@ -216,14 +227,14 @@ impl FileBytes {
             at = to;
         }
         if at < end {
-            self.read_data(&mut buf[part(at, end)], at)?;
+            self.read_data(&mut buf[part(at, end)], at, alone)?;
         }
         Ok(())
     }
 
     /// [`FileBytes::read_exact_at`] of a range with no hole in it.
-    fn read_data(&self, buf: &mut [u8], off: u64) -> io::Result<()> {
-        if self.direct.is_some() && buf.len() <= super::blocks::SMALL_READ {
+    fn read_data(&self, buf: &mut [u8], off: u64, alone: bool) -> io::Result<()> {
+        if self.direct.is_some() && buf.len() <= super::blocks::SMALL_READ && !alone {
             return self.read_small(buf, off);
         }
         self.read_span(buf, off)
@@ -444,6 +455,35 @@ mod tests {
         }
         let mut past = [0u8; 4];
         assert!(fb.read_exact_at(&mut past, 69_998).is_err());
+    }
+
+    /// A spot check's chunk, read alone, reads its own pages: the 1 MiB block around it
+    /// (what a search's run of neighbouring chunks is served from) is neither read nor
+    /// kept. The file is evicted first, so that both reads go to storage.
+    #[test]
+    fn a_chunk_read_alone_reads_no_block() {
+        let dir = tempfile::tempdir_in(std::env::temp_dir()).unwrap();
+        let path = dir.path().join("f");
+        let data: Vec<u8> = (0..(4u32 << 20)).map(|i| (i * 7 % 251) as u8).collect();
+        std::fs::write(&path, &data).unwrap();
+        let f = File::open(&path).unwrap();
+        f.sync_all().unwrap();
+        // SAFETY: advice about our own descriptor's file; no memory is touched.
+        unsafe { libc::posix_fadvise(f.as_raw_fd(), 0, 0, libc::POSIX_FADV_DONTNEED) };
+        let fb = FileBytes::open(&path).unwrap();
+        assert!(
+            fb.direct.is_some(),
+            "O_DIRECT on {}: this test needs a disk file system",
+            std::env::temp_dir().display()
+        );
+        let off = (3 << 20) + 4096;
+        let mut buf = vec![0u8; 4096];
+        fb.read_exact_at_alone(&mut buf, off as u64).unwrap();
+        assert_eq!(buf, data[off..off + 4096]);
+        assert_eq!(fb.blocks.kept(), 0, "read alone: no block");
+        fb.read_exact_at(&mut buf, off as u64).unwrap();
+        assert_eq!(buf, data[off..off + 4096]);
+        assert_eq!(fb.blocks.kept(), 1, "a search's read: its block kept");
     }
 
     #[test]
