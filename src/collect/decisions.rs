@@ -6,8 +6,11 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use super::cache::BasicParts;
 use crate::sample::FileKey;
+
+/// What phase 1 kept of a process (the cache's parts), held by [`Decisions::quiet`] to know
+/// them again: the same allocation is the same parts.
+type Parts = Arc<dyn std::any::Any + Send + Sync>;
 
 /// What a long-lived engine decided about each file, by (file, path seen by): see
 /// [`Decisions`].
@@ -43,7 +46,7 @@ pub struct Decisions<V> {
     /// Processes found to map and hold nothing of interest, by the parts phase 1 kept for
     /// them and the generation (and the files named or in stores) they were judged under:
     /// while all stand, judging them again would give the same (see [`Decisions::quiet`]).
-    quiet: HashMap<i32, (Arc<BasicParts>, u64, u64), foldhash::fast::RandomState>,
+    quiet: HashMap<i32, (Parts, u64, u64), foldhash::fast::RandomState>,
 }
 
 impl<V> Default for Decisions<V> {
@@ -85,17 +88,25 @@ impl<V: Clone> Decisions<V> {
     /// nothing of interest under the decisions as they stand: its mappings and fds need
     /// not be judged again. A process's verdict rests only on the decisions about its own
     /// files, which stand until one is forgotten.
-    pub fn quiet(&self, pid: i32, parts: &Arc<BasicParts>, named: u64) -> bool {
-        self.quiet
-            .get(&pid)
-            .is_some_and(|(p, g, n)| Arc::ptr_eq(p, parts) && *g == self.generation && *n == named)
+    pub fn quiet<P: Send + Sync + 'static>(&self, pid: i32, parts: &Arc<P>, named: u64) -> bool {
+        self.quiet.get(&pid).is_some_and(|(p, g, n)| {
+            std::ptr::addr_eq(Arc::as_ptr(p), Arc::as_ptr(parts))
+                && *g == self.generation
+                && *n == named
+        })
     }
 
     /// Records [`Decisions::quiet`]'s verdict for `pid` (kept by a long-lived engine only).
-    pub fn set_quiet(&mut self, pid: i32, parts: &Arc<BasicParts>, named: u64, quiet: bool) {
+    pub fn set_quiet<P: Send + Sync + 'static>(
+        &mut self,
+        pid: i32,
+        parts: &Arc<P>,
+        named: u64,
+        quiet: bool,
+    ) {
         if quiet && !self.max_age.is_zero() {
-            self.quiet
-                .insert(pid, (Arc::clone(parts), self.generation, named));
+            let kept: Parts = Arc::clone(parts) as Parts;
+            self.quiet.insert(pid, (kept, self.generation, named));
         } else {
             self.quiet.remove(&pid);
         }
@@ -142,6 +153,8 @@ mod tests {
 
     /// A process judged to hold nothing stays so while its parts, the decisions and the
     /// files of interest whatever the decisions stand; each one's change judges it again.
+    use crate::collect::cache::BasicParts;
+
     #[test]
     fn a_quiet_process_is_judged_again_when_its_parts_a_decision_or_the_preset_files_change() {
         let key = FileKey::from_dev(8, 77);

@@ -29,8 +29,6 @@
 //! *Runs*: bytes of a file's data that no parsed tensor covers are searched as blocks at
 //! any byte alignment ([`super::runs`]).
 
-use serde::{Deserialize, Serialize};
-
 use super::filebytes::FileBytes;
 use super::index::{is_point, periodic, Convert, CopyKind, FileContext, Slot, Unsearchable};
 pub use super::index::{Layouts, Piece};
@@ -77,16 +75,6 @@ pub struct GridFile {
     /// Why the file could not be indexed (it shrank or vanished while being read): its
     /// copies are then unknown, and no other file is affected.
     pub error: Option<String>,
-}
-
-/// What the grid is, for reports.
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
-pub struct GridShape {
-    pub points: u64,
-    /// Pages between point pairs (`M`).
-    pub pair_every_pages: u64,
-    pub stride_pages: u64,
-    pub residues: u16,
 }
 
 pub struct Grid {
@@ -585,15 +573,6 @@ impl Grid {
         self.table.len() * std::mem::size_of::<Slot>()
             + self.filter.len() * 8
             + self.pieces.len() * std::mem::size_of::<Piece>()
-    }
-
-    pub fn shape(&self, stride: u64) -> GridShape {
-        GridShape {
-            points: self.points(),
-            pair_every_pages: self.every,
-            stride_pages: stride,
-            residues: self.residues,
-        }
     }
 }
 
