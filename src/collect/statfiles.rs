@@ -85,6 +85,24 @@ pub fn parse_stat(text: &str) -> Option<StatStamp> {
     })
 }
 
+/// The time every thread of `pid` under `root` has run on a CPU since it started, in
+/// nanoseconds: the first field of each `/proc/PID/task/TID/schedstat` (the scheduler's
+/// own clock, exact, unlike the tick-sampled `utime`/`stime`), summed. A process whose sum
+/// stands still did not run: nothing of its own wrote its memory. `None` when the process
+/// is gone, a thread's file cannot be read, or the kernel keeps no schedstat.
+pub fn run_time_ns(root: &Path, pid: i32) -> Option<u64> {
+    let tasks = root.join(pid.to_string()).join("task");
+    let mut sum = 0u64;
+    let mut any = false;
+    for t in std::fs::read_dir(&tasks).ok()? {
+        let t = t.ok()?;
+        let text = std::fs::read_to_string(t.path().join("schedstat")).ok()?;
+        sum = sum.wrapping_add(text.split_ascii_whitespace().next()?.parse::<u64>().ok()?);
+        any = true;
+    }
+    any.then_some(sum)
+}
+
 /// Descriptors kept at most, whatever the limit.
 pub const MAX_KEPT: usize = 16_384;
 
@@ -280,6 +298,35 @@ mod tests {
     fn statm_fields() {
         assert_eq!(parse_statm("10 5 3 1 4 0 0\n"), Some([10, 5, 3, 1, 4]));
         assert_eq!(parse_statm("10 5 3"), None);
+    }
+
+    #[test]
+    fn run_time_moves_only_while_a_process_runs() {
+        let root = Path::new("/proc");
+        let me = std::process::id() as i32;
+        let before = run_time_ns(root, me).expect("schedstat of this process");
+        // Spin well past a scheduler tick.
+        let t = std::time::Instant::now();
+        let mut x = 0u64;
+        while t.elapsed() < std::time::Duration::from_millis(30) {
+            x = std::hint::black_box(x.wrapping_add(1));
+        }
+        assert!(run_time_ns(root, me).unwrap() >= before + 20_000_000);
+        // A child that sleeps on a pipe read runs no more once it blocks.
+        let mut child = std::process::Command::new("sleep")
+            .arg("30")
+            .spawn()
+            .unwrap();
+        let pid = child.id() as i32;
+        std::thread::sleep(std::time::Duration::from_millis(200));
+        let a = run_time_ns(root, pid).unwrap();
+        std::thread::sleep(std::time::Duration::from_millis(300));
+        let b = run_time_ns(root, pid).unwrap();
+        child.kill().unwrap();
+        child.wait().unwrap();
+        assert!(a > 0);
+        assert_eq!(a, b, "a sleeping process did not run");
+        assert_eq!(run_time_ns(root, pid), None, "gone");
     }
 
     #[test]

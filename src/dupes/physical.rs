@@ -244,6 +244,17 @@ fn mark_ksm(proc_root: &Path, shared: &mut [u64]) {
 pub struct SilentMoves([Option<u64>; 4]);
 
 impl SilentMoves {
+    /// The counters as given (tests): KSM's three, then khugepaged's.
+    #[doc(hidden)]
+    pub fn of(counters: [Option<u64>; 4]) -> SilentMoves {
+        SilentMoves(counters)
+    }
+
+    /// KSM's counters alone: what can make a page that was one process's shared.
+    pub fn merges(&self) -> &[Option<u64>] {
+        &self.0[..3]
+    }
+
     /// `None` when `/sys/kernel/mm` cannot be read (no sysfs here): nothing is known to
     /// stand still. A counter the kernel does not have (no KSM, no transparent huge pages)
     /// is absent, and stays so: nothing of that kind can move pages.

@@ -21,14 +21,13 @@ mod placed;
 mod reuse;
 mod tracing;
 mod uploads;
+mod weighed;
 pub use crate::sample::unsearched::CHANGED_SINCE_SEARCH;
 pub use manual::{Progress, ProveJob, Proved};
 use reuse::Reused;
 pub(crate) use reuse::{Fingerprint, Fingerprints};
-pub use reuse::{
-    REPROVE_AFTER, RESEARCH_COST_FACTOR, RESEARCH_MAX, RESEARCH_MIN, REVERIFY_AFTER, REWEIGH_AFTER,
-    REWEIGH_AFTER_QUIET, REWEIGH_AFTER_TRACKED,
-};
+pub use reuse::{REPROVE_AFTER, RESEARCH_COST_FACTOR, RESEARCH_MAX, RESEARCH_MIN, REVERIFY_AFTER};
+pub use weighed::{REWEIGH_AFTER, REWEIGH_AFTER_QUIET, REWEIGH_AFTER_TRACKED};
 
 use crate::collect::cache::{CacheStats, ProcCache};
 use crate::collect::gather::{self, Request};
@@ -67,6 +66,8 @@ pub struct Engine {
     /// Of the proofs searched again in the last snapshot, those that kept the copies
     /// found before (checked in place) and searched the rest only.
     pub last_carried: usize,
+    /// Of those reused, the searches due again of processes that had not run since.
+    pub last_slept: usize,
     /// How many files' copies the last snapshot weighed again (read their page maps)
     /// rather than keep their last share-out.
     pub last_weighed: usize,
@@ -81,7 +82,7 @@ pub struct Engine {
     tracing: Option<tracing::Tracing>,
     /// The last share-out of each file's physical pages, kept while nothing it depends on
     /// changed.
-    weighed: std::collections::BTreeMap<crate::sample::FileKey, reuse::Weighed>,
+    weighed: std::collections::BTreeMap<crate::sample::FileKey, weighed::Weighed>,
     /// The content index of the model files, kept across proofs while they do not change.
     index: crate::dupes::indexcache::IndexCache,
     /// The files of interest of the last snapshot (key, path): what tracing pins and names.
@@ -106,6 +107,7 @@ impl Engine {
             last_rechecked: 0,
             last_moved: 0,
             last_carried: 0,
+            last_slept: 0,
             last_weighed: 0,
             last_proof_seconds: None,
             gpu: crate::collect::gpu::source(),
@@ -261,6 +263,15 @@ impl Engine {
                 ms(cpu.saturating_sub(cpu0.0)),
                 ms(c.saturating_sub(cpu0.1 .0)),
                 ms(w.saturating_sub(cpu0.1 .1)),
+            );
+            eprintln!(
+                "proof: {} reused ({} had not run), {} checked in place, {} moved, {} carried, {} files weighed",
+                self.last_reused,
+                self.last_slept,
+                self.last_rechecked,
+                self.last_moved,
+                self.last_carried,
+                self.last_weighed
             );
         }
         Ok(Snapshot {

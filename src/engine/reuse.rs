@@ -33,6 +33,9 @@ pub(super) struct Reused {
     /// the spot pages only).
     verified: Instant,
     confirmed_bytes: u64,
+    /// The process's run time (all its threads, `collect::statfiles::run_time_ns`) read
+    /// before the search: while it stands, the process has not run since.
+    ran: Option<u64>,
 }
 
 pub(super) struct Checked {
@@ -40,69 +43,6 @@ pub(super) struct Checked {
     took: Duration,
     result: Result<ProofSample, String>,
 }
-
-/// The last share-out of one file's physical pages ([`crate::dupes::physical::weigh`]):
-/// the proofs it weighed, their processes' fingerprints, the result per pid and when.
-pub(super) struct Weighed {
-    key: Vec<WeighKey>,
-    physical: std::collections::BTreeMap<i32, Option<crate::sample::PhysicalSample>>,
-    at: Instant,
-    /// The host's counters of what shares or moves pages without a fault, at the weigh.
-    silent: Option<crate::dupes::physical::SilentMoves>,
-}
-
-impl Weighed {
-    /// The processes whose copies were weighed (their page faults are in the key).
-    pub(super) fn pids(&self) -> impl Iterator<Item = i32> + '_ {
-        self.key.iter().map(|k| k.0)
-    }
-
-    /// Whether this share-out holds for copies of `key`: the same copies with the same
-    /// fingerprints and faults; or, where every page weighed was its own process's alone
-    /// (each copy's share 1: no fork, shared memory or KSM sharing them), the same copies
-    /// (processes, bytes, ranges) however their processes' other memory moved. Such a
-    /// share-out changes only when a page becomes shared: by a fork (whose child, holding
-    /// the copy, is another copy in the key), shared memory (never exclusive to begin
-    /// with) or KSM (the host's counters, [`crate::dupes::physical::SilentMoves`]); a
-    /// Python server that maps and unmaps buffers every second faults at every snapshot
-    /// and keeps its copy's frames.
-    fn holds_for(&self, key: &[WeighKey]) -> bool {
-        if self.key == key {
-            return true;
-        }
-        let alone = |p: &Option<crate::sample::PhysicalSample>| {
-            p.as_ref()
-                .is_some_and(|w| w.shared_by <= 1 && !w.shmem && !w.ksm && !w.estimated)
-        };
-        self.key.len() == key.len()
-            && key
-                .iter()
-                .all(|k| self.physical.get(&k.0).is_some_and(alone))
-            && self
-                .key
-                .iter()
-                .zip(key)
-                .all(|(a, b)| a.0 == b.0 && a.3 == b.3 && a.4 == b.4)
-    }
-}
-
-/// What a share-out depends on, per copy of the file weighed: (pid, the process's
-/// fingerprint, its minor and major page faults where the engine reads them, copy bytes,
-/// the copy's memory ranges).
-type WeighKey = (i32, Fingerprint, Option<(u64, u64)>, u64, Vec<(u64, u64)>);
-
-/// How long a share-out of physical pages is kept while nothing it depends on changed,
-/// when the sharers' page faults are unknown (a copy-on-write break in one sharer changes
-/// no fingerprint; it shows within this)...
-pub const REWEIGH_AFTER: Duration = Duration::from_secs(10);
-/// ...and when they are known (a copy-on-write break is a fault of the process writing;
-/// what moves pages without a fault: KSM merging, khugepaged collapsing shared pages,
-/// shows within this).
-pub const REWEIGH_AFTER_TRACKED: Duration = Duration::from_secs(60);
-/// ...and when, besides, the host's KSM and khugepaged counters have not moved since
-/// ([`crate::dupes::physical::SilentMoves`]: nothing merged or collapsed pages anywhere),
-/// a safety net only.
-pub const REWEIGH_AFTER_QUIET: Duration = Duration::from_secs(10 * 60);
 
 /// A search is reused while the process's `RssAnon` and `rchar` and the file's size are
 /// unchanged for this long, or for its cadence if that is longer (`top`, `serve` and
@@ -189,11 +129,12 @@ impl Engine {
         }
     }
 
-    /// Makes every kept share-out of physical pages `by` older (tests).
+    /// Forgets every kept search's run time (tests: the next search due is made as if
+    /// the process had run since, as a live one does).
     #[doc(hidden)]
-    pub fn backdate_weighs(&mut self, by: Duration) {
-        for w in self.weighed.values_mut() {
-            w.at = w.at.checked_sub(by).unwrap_or(w.at);
+    pub fn forget_run_times(&mut self) {
+        for r in self.reuse.values_mut() {
+            r.ran = None;
         }
     }
 
@@ -223,7 +164,7 @@ impl Engine {
         opts: ProveOptions,
         warnings: &mut Vec<Warning>,
     ) -> Vec<ProofSample> {
-        use crate::dupes::physical::{self, CopyRanges};
+        use crate::dupes::physical::CopyRanges;
         let now = Instant::now();
         // Each proof with the memory ranges of its copies (to weigh their pages).
         let mut kept: Vec<(ProofSample, CopyRanges)> = Vec::new();
@@ -232,6 +173,7 @@ impl Engine {
         self.last_rechecked = 0;
         self.last_moved = 0;
         self.last_carried = 0;
+        self.last_slept = 0;
         // Where each changed process's memory is now, read once per process.
         let mut placed = Placed::default();
         // The copies kept through a search again of the rest, and where they are.
@@ -245,6 +187,13 @@ impl Engine {
         let mut unmoved_known: HashMap<i32, Vec<(u64, u64)>> = HashMap::new();
         let mut full: HashSet<i32> = HashSet::new();
         let mut partial_at: HashMap<(i32, FileKey), Instant> = HashMap::new();
+        // Each process's run time, read at most once a snapshot, before its search.
+        let mut ran: HashMap<i32, Option<u64>> = HashMap::new();
+        let proc_root = self.roots.proc.clone();
+        let mut run_time = |pid: i32| {
+            *ran.entry(pid)
+                .or_insert_with(|| crate::collect::statfiles::run_time_ns(&proc_root, pid))
+        };
         for c in &sample.candidates {
             let fp = prints.get(c.pid, c.file);
             let Some(r) = self.reuse.get_mut(&(c.pid, c.file)) else {
@@ -257,6 +206,23 @@ impl Engine {
             let age = now.duration_since(r.at);
             let due = |after: Duration| age + after / 8 >= after;
             let again = due(REPROVE_AFTER.max(r.cadence()));
+            // Unchanged and not run since its search: nothing of its own wrote its memory
+            // (what another process could write into it, through shared memory or
+            // `/proc/PID/mem`, is searched at least every REVERIFY_AFTER). An idle
+            // process is not searched again every minute.
+            if again
+                && r.fingerprint == fp
+                && r.ran.is_some()
+                && now.duration_since(r.verified) < REVERIFY_AFTER
+                && run_time(c.pid) == r.ran
+            {
+                r.at = now;
+                self.last_reused += 1;
+                self.last_slept += 1;
+                let ranges = CopyRanges::of(c.file, &r.proof.found);
+                kept.push((r.proof.sample.clone(), ranges));
+                continue;
+            }
             if again || (r.fingerprint != fp && due(r.cadence())) {
                 // Unchanged, searched again for what nothing cheap can see (a copy written
                 // over pages it had): the copies found, still in place, are kept.
@@ -341,6 +307,9 @@ impl Engine {
                 .entry(c.pid)
                 .or_insert_with(|| placed.current(&self.roots, c.pid));
         }
+        for c in &todo {
+            run_time(c.pid);
+        }
         if !todo.is_empty() {
             let pending = pending(sample, todo);
             fresh = crate::dupes::prove::prove_cached(
@@ -371,6 +340,7 @@ impl Engine {
             if p.took.is_zero() {
                 continue;
             }
+            let ran_before = ran.get(&p.sample.pid).copied().flatten();
             self.reuse.insert(
                 (p.sample.pid, p.sample.file),
                 Reused {
@@ -385,78 +355,13 @@ impl Engine {
                     checked: None,
                     verified,
                     confirmed_bytes,
+                    ran: ran_before,
                 },
             );
         }
         kept.sort_by(|a, b| a.0.file.cmp(&b.0.file).then(a.0.pid.cmp(&b.0.pid)));
         let (mut proofs, ranges): (Vec<ProofSample>, Vec<CopyRanges>) = kept.into_iter().unzip();
-        // One physical copy counts once: shared pages (fork, shared memory) are shared out.
-        // Reading the frames of every copy costs 8 bytes of pagemap a page (a 512 MiB copy
-        // shared by 8 processes: a million entries). Pages are shared out among the copies
-        // of one file only, so each file is weighed on its own; while its proofs and their
-        // processes' fingerprints and page faults are the same, its last share-out is kept
-        // (for up to REWEIGH_AFTER_TRACKED, REWEIGH_AFTER_QUIET while no page was merged or
-        // collapsed on the host since, REWEIGH_AFTER where faults are unknown): a
-        // daemon whose memory moves does not make the copies of the other files be read
-        // again. The key: every copy of the file weighed (process, fingerprint, faults,
-        // copy bytes, ranges). `kept` is sorted by file: each file's proofs
-        // are one run.
-        let mut weighed = std::mem::take(&mut self.weighed);
-        // Read once, and only where a file has copies to weigh.
-        let silent = std::cell::OnceCell::new();
-        let silent = || *silent.get_or_init(crate::dupes::physical::SilentMoves::read);
-        self.last_weighed = 0;
-        let mut from = 0;
-        while from < proofs.len() {
-            let file = proofs[from].file;
-            let to = from + proofs[from..].partition_point(|p| p.file == file);
-            let key: Vec<WeighKey> = proofs[from..to]
-                .iter()
-                .zip(&ranges[from..to])
-                .filter(|(p, r)| !r.ranges.is_empty() && p.copy_memory_bytes > 0)
-                .map(|(p, r)| {
-                    let spans = r.ranges.iter().map(|x| (x.0, x.1)).collect();
-                    let fp = prints.get(p.pid, p.file);
-                    let faults = self.cache.as_ref().and_then(|c| c.faults(p.pid));
-                    (p.pid, fp, faults, p.copy_memory_bytes, spans)
-                })
-                .collect();
-            // Every sharer's faults known: a copy-on-write break shows in them; and what
-            // moves pages without a fault, in the host's counters.
-            let keep = |w: &Weighed| match key.iter().all(|k| k.2.is_some()) {
-                true if w.silent.is_some() && w.silent == silent() => REWEIGH_AFTER_QUIET,
-                true => REWEIGH_AFTER_TRACKED,
-                false => REWEIGH_AFTER,
-            };
-            match weighed.get(&file) {
-                Some(w) if w.holds_for(&key) && w.at.elapsed() < keep(w) => {
-                    for p in &mut proofs[from..to] {
-                        p.physical = w.physical.get(&p.pid).cloned().flatten();
-                    }
-                    self.weighed
-                        .insert(file, weighed.remove(&file).expect("just found"));
-                }
-                _ => {
-                    self.last_weighed += usize::from(!key.is_empty());
-                    physical::weigh(&self.roots.proc, &mut proofs[from..to], &ranges[from..to]);
-                    let physical = proofs[from..to]
-                        .iter()
-                        .map(|p| (p.pid, p.physical.clone()))
-                        .collect();
-                    let silent = (!key.is_empty()).then(silent).flatten();
-                    self.weighed.insert(
-                        file,
-                        Weighed {
-                            key,
-                            physical,
-                            at: now,
-                            silent,
-                        },
-                    );
-                }
-            }
-            from = to;
-        }
+        self.share_out(&mut proofs, &ranges, &prints, now);
         proofs
     }
 }

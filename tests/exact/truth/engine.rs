@@ -12,7 +12,7 @@ fn a_long_lived_engine_reuses_a_proof_while_nothing_changed() {
     }
     let dir = tempfile::tempdir().unwrap();
     let (path, _) = model(dir.path(), 9);
-    let (_copier, mut engine) = copier_engine(&path);
+    let (mut copier, mut engine) = copier_engine(&path);
     let mut w = Vec::new();
     let first = engine.snapshot(&mut w).unwrap();
     assert_eq!(engine.last_reused, 0);
@@ -26,8 +26,19 @@ fn a_long_lived_engine_reuses_a_proof_while_nothing_changed() {
     let fm = f.files.iter().find(|x| Path::new(&x.path) == path).unwrap();
     assert_count(fm, 2.0);
 
-    // A minute on, unchanged: searched again (for a copy written over pages it had) in
-    // full: its 24 MiB copy was confirmed with fewer bytes than a check in place takes.
+    // A minute on, unchanged and not run since (it sleeps on its stdin): nothing of its
+    // own wrote its memory, its search stands.
+    engine.backdate_searches(
+        twofold::engine::REPROVE_AFTER,
+        twofold::engine::REPROVE_AFTER,
+    );
+    let idle = engine.snapshot(&mut w).unwrap();
+    assert_eq!((engine.last_reused, engine.last_slept), (1, 1));
+    assert_eq!(first.sample.proofs, idle.sample.proofs);
+    // It runs (a line on its stdin), and a minute on it is searched again (for a copy
+    // written over pages it had) in full: its 24 MiB copy was confirmed with fewer bytes
+    // than a check in place takes.
+    wake(&mut copier);
     engine.backdate_searches(
         twofold::engine::REPROVE_AFTER,
         twofold::engine::REPROVE_AFTER,
@@ -35,6 +46,20 @@ fn a_long_lived_engine_reuses_a_proof_while_nothing_changed() {
     let third = engine.snapshot(&mut w).unwrap();
     assert_eq!((engine.last_reused, engine.last_carried), (0, 0));
     assert_eq!(first.sample.proofs, third.sample.proofs);
+}
+
+/// Makes a copier that sleeps on its stdin run (a line to read), and waits until its run
+/// time moved.
+fn wake(c: &mut Reader) {
+    let pid = c.pid();
+    let ran = || twofold::collect::statfiles::run_time_ns(Path::new("/proc"), pid);
+    let before = ran();
+    c.say("run").unwrap();
+    let t = std::time::Instant::now();
+    while ran() == before && t.elapsed() < Duration::from_secs(5) {
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    assert_ne!(ran(), before, "the copier ran");
 }
 
 /// A reader that copies `path` and closes it, and a long-lived engine watching both (its
@@ -67,11 +92,12 @@ fn a_large_copy_is_kept_through_a_search_again_and_confirmed_in_full_later() {
     let path = crate::common::model_file(dir.path(), "large.gguf", 256 << 20);
     let (c, mut engine) = copier_engine(&path);
     let mut w = Vec::new();
+    let pid = c.pid();
     let proof = |s: &twofold::engine::Snapshot| {
         s.sample
             .proofs
             .iter()
-            .find(|p| p.pid == c.pid())
+            .find(|p| p.pid == pid)
             .cloned()
             .unwrap()
     };
@@ -82,6 +108,8 @@ fn a_large_copy_is_kept_through_a_search_again_and_confirmed_in_full_later() {
     // Past the search's cadence (a hundred times its time, at most RESEARCH_MAX), its
     // copy confirmed just now.
     let cadence = twofold::engine::RESEARCH_MAX;
+    // As if the copier had run since (it sleeps on its stdin: not searched again else).
+    engine.forget_run_times();
     engine.backdate_searches(cadence, Duration::ZERO);
     let second = engine.snapshot(&mut w).unwrap();
     assert_eq!((engine.last_reused, engine.last_carried), (0, 1));
@@ -105,6 +133,7 @@ fn a_large_copy_is_kept_through_a_search_again_and_confirmed_in_full_later() {
     );
     // Past the cadence again: kept again (a search again that kept it compared the spot
     // pages only; what decides is what confirming the copy in full compared).
+    engine.forget_run_times();
     engine.backdate_searches(cadence, Duration::ZERO);
     let again = engine.snapshot(&mut w).unwrap();
     assert_eq!((engine.last_reused, engine.last_carried), (0, 1));

@@ -1,0 +1,228 @@
+//! The share-out of the copies' physical pages kept between snapshots: one physical copy
+//! counts once (a fork's shared pages are shared out among its sharers), and reading the
+//! frames of every copy costs 8 bytes of page map a page, so a file's last share-out is
+//! kept while what it depends on stands (see [`Engine::share_out`]).
+
+use std::time::{Duration, Instant};
+
+use super::reuse::{Fingerprint, Fingerprints};
+use super::Engine;
+use crate::dupes::physical::{self, CopyRanges, SilentMoves};
+use crate::sample::ProofSample;
+
+/// The last share-out of one file's physical pages ([`crate::dupes::physical::weigh`]):
+/// the proofs it weighed, their processes' fingerprints, the result per pid and when.
+pub(super) struct Weighed {
+    key: Vec<WeighKey>,
+    physical: std::collections::BTreeMap<i32, Option<crate::sample::PhysicalSample>>,
+    at: Instant,
+    /// The host's counters of what shares or moves pages without a fault, at the weigh.
+    silent: Option<crate::dupes::physical::SilentMoves>,
+}
+
+impl Weighed {
+    /// Whether nothing that moves pages without a fault did so since this share-out:
+    /// `now` holds the host's counters. Where every page weighed was its own process's
+    /// alone, only a merge (KSM) can make one shared; a collapse into a huge page
+    /// (khugepaged) copies a page, so it matters only where pages were shared.
+    fn quiet_since(&self, now: Option<&SilentMoves>) -> bool {
+        let (Some(then), Some(now)) = (self.silent.as_ref(), now) else {
+            return false;
+        };
+        let alone = self
+            .physical
+            .values()
+            .all(|p| p.as_ref().is_some_and(alone));
+        if alone {
+            then.merges() == now.merges()
+        } else {
+            then == now
+        }
+    }
+
+    /// The processes whose copies were weighed (their page faults are in the key).
+    pub(super) fn pids(&self) -> impl Iterator<Item = i32> + '_ {
+        self.key.iter().map(|k| k.0)
+    }
+
+    /// Whether this share-out holds for copies of `key`: the same copies with the same
+    /// fingerprints and faults; or, where every page weighed was its own process's alone
+    /// (each copy's share 1: no fork, shared memory or KSM sharing them), the same copies
+    /// (processes, bytes, ranges) however their processes' other memory moved. Such a
+    /// share-out changes only when a page becomes shared: by a fork (whose child, holding
+    /// the copy, is another copy in the key), shared memory (never exclusive to begin
+    /// with) or KSM (the host's counters, [`crate::dupes::physical::SilentMoves`]); a
+    /// Python server that maps and unmaps buffers every second faults at every snapshot
+    /// and keeps its copy's frames.
+    fn holds_for(&self, key: &[WeighKey]) -> bool {
+        if self.key == key {
+            return true;
+        }
+        let alone = |p: &Option<crate::sample::PhysicalSample>| p.as_ref().is_some_and(alone);
+        self.key.len() == key.len()
+            && key
+                .iter()
+                .all(|k| self.physical.get(&k.0).is_some_and(alone))
+            && self
+                .key
+                .iter()
+                .zip(key)
+                .all(|(a, b)| a.0 == b.0 && a.3 == b.3 && a.4 == b.4)
+    }
+}
+
+/// What a share-out depends on, per copy of the file weighed: (pid, the process's
+/// fingerprint, its minor and major page faults where the engine reads them, copy bytes,
+/// the copy's memory ranges).
+type WeighKey = (i32, Fingerprint, Option<(u64, u64)>, u64, Vec<(u64, u64)>);
+
+/// How long a share-out of physical pages is kept while nothing it depends on changed,
+/// when the sharers' page faults are unknown (a copy-on-write break in one sharer changes
+/// no fingerprint; it shows within this)...
+pub const REWEIGH_AFTER: Duration = Duration::from_secs(10);
+/// ...and when they are known (a copy-on-write break is a fault of the process writing;
+/// what moves pages without a fault: KSM merging, khugepaged collapsing shared pages,
+/// shows within this).
+pub const REWEIGH_AFTER_TRACKED: Duration = Duration::from_secs(60);
+/// ...and when, besides, the host's KSM and khugepaged counters have not moved since
+/// ([`crate::dupes::physical::SilentMoves`]: nothing merged or collapsed pages anywhere),
+/// a safety net only.
+pub const REWEIGH_AFTER_QUIET: Duration = Duration::from_secs(10 * 60);
+
+/// Whether a copy's pages were all its own process's: no fork, shared memory or KSM
+/// sharing them, none estimated.
+pub(super) fn alone(w: &crate::sample::PhysicalSample) -> bool {
+    w.shared_by <= 1 && !w.shmem && !w.ksm && !w.estimated
+}
+
+impl Engine {
+    /// Makes every kept share-out of physical pages `by` older (tests).
+    #[doc(hidden)]
+    pub fn backdate_weighs(&mut self, by: Duration) {
+        for w in self.weighed.values_mut() {
+            w.at = w.at.checked_sub(by).unwrap_or(w.at);
+        }
+    }
+
+    /// Sets `physical` on `proofs` (sorted by file; `ranges[i]` belongs to `proofs[i]`):
+    /// each file's last share-out while its proofs and their processes' fingerprints and
+    /// page faults are the same (for up to [`REWEIGH_AFTER_TRACKED`], or
+    /// [`REWEIGH_AFTER_QUIET`] while nothing merged or collapsed pages on the host since,
+    /// [`REWEIGH_AFTER`] where faults are unknown), else weighed again.
+    pub(super) fn share_out(
+        &mut self,
+        proofs: &mut [ProofSample],
+        ranges: &[CopyRanges],
+        prints: &Fingerprints,
+        now: Instant,
+    ) {
+        // One physical copy counts once: shared pages (fork, shared memory) are shared out.
+        // Reading the frames of every copy costs 8 bytes of pagemap a page (a 512 MiB copy
+        // shared by 8 processes: a million entries). Pages are shared out among the copies
+        // of one file only, so each file is weighed on its own; while its proofs and their
+        // processes' fingerprints and page faults are the same, its last share-out is kept
+        // (for up to REWEIGH_AFTER_TRACKED, REWEIGH_AFTER_QUIET while no page was merged or
+        // collapsed on the host since, REWEIGH_AFTER where faults are unknown): a
+        // daemon whose memory moves does not make the copies of the other files be read
+        // again. The key: every copy of the file weighed (process, fingerprint, faults,
+        // copy bytes, ranges). `kept` is sorted by file: each file's proofs
+        // are one run.
+        let mut weighed = std::mem::take(&mut self.weighed);
+        // Read once, and only where a file has copies to weigh.
+        let silent = std::cell::OnceCell::new();
+        let silent = || *silent.get_or_init(crate::dupes::physical::SilentMoves::read);
+        self.last_weighed = 0;
+        let mut from = 0;
+        while from < proofs.len() {
+            let file = proofs[from].file;
+            let to = from + proofs[from..].partition_point(|p| p.file == file);
+            let key: Vec<WeighKey> = proofs[from..to]
+                .iter()
+                .zip(&ranges[from..to])
+                .filter(|(p, r)| !r.ranges.is_empty() && p.copy_memory_bytes > 0)
+                .map(|(p, r)| {
+                    let spans = r.ranges.iter().map(|x| (x.0, x.1)).collect();
+                    let fp = prints.get(p.pid, p.file);
+                    let faults = self.cache.as_ref().and_then(|c| c.faults(p.pid));
+                    (p.pid, fp, faults, p.copy_memory_bytes, spans)
+                })
+                .collect();
+            // Every sharer's faults known: a copy-on-write break shows in them; and what
+            // moves pages without a fault, in the host's counters.
+            let keep = |w: &Weighed| match key.iter().all(|k| k.2.is_some()) {
+                true if w.quiet_since(silent().as_ref()) => REWEIGH_AFTER_QUIET,
+                true => REWEIGH_AFTER_TRACKED,
+                false => REWEIGH_AFTER,
+            };
+            match weighed.get(&file) {
+                Some(w) if w.holds_for(&key) && w.at.elapsed() < keep(w) => {
+                    for p in &mut proofs[from..to] {
+                        p.physical = w.physical.get(&p.pid).cloned().flatten();
+                    }
+                    self.weighed
+                        .insert(file, weighed.remove(&file).expect("just found"));
+                }
+                _ => {
+                    self.last_weighed += usize::from(!key.is_empty());
+                    physical::weigh(&self.roots.proc, &mut proofs[from..to], &ranges[from..to]);
+                    let physical = proofs[from..to]
+                        .iter()
+                        .map(|p| (p.pid, p.physical.clone()))
+                        .collect();
+                    let silent = (!key.is_empty()).then(silent).flatten();
+                    self.weighed.insert(
+                        file,
+                        Weighed {
+                            key,
+                            physical,
+                            at: now,
+                            silent,
+                        },
+                    );
+                }
+            }
+            from = to;
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::sample::PhysicalSample;
+
+    fn weighed(shared_by: u32, silent: [Option<u64>; 4]) -> Weighed {
+        let w = PhysicalSample {
+            pages: 10,
+            share_pages: 10.0 / f64::from(shared_by),
+            shared_by,
+            ..PhysicalSample::default()
+        };
+        Weighed {
+            key: Vec::new(),
+            physical: [(7, Some(w))].into_iter().collect(),
+            at: Instant::now(),
+            silent: Some(SilentMoves::of(silent)),
+        }
+    }
+
+    #[test]
+    fn a_collapse_matters_only_where_pages_were_shared() {
+        let then = [Some(0), Some(0), Some(0), Some(258)];
+        let collapsed = SilentMoves::of([Some(0), Some(0), Some(0), Some(283)]);
+        let merged = SilentMoves::of([Some(0), Some(512), Some(0), Some(258)]);
+        let same = SilentMoves::of(then);
+        // A copy whose pages were its process's alone: only a merge can share one.
+        let alone = weighed(1, then);
+        assert!(alone.quiet_since(Some(&same)));
+        assert!(alone.quiet_since(Some(&collapsed)));
+        assert!(!alone.quiet_since(Some(&merged)));
+        // A copy shared by a fork: a collapse may have copied a shared page.
+        let shared = weighed(4, then);
+        assert!(shared.quiet_since(Some(&same)));
+        assert!(!shared.quiet_since(Some(&collapsed)));
+        assert!(!shared.quiet_since(Some(&merged)));
+        // Counters unknown (no sysfs): nothing is known to stand still.
+        assert!(!alone.quiet_since(None));
+    }
+}
