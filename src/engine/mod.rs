@@ -54,8 +54,9 @@ pub struct Engine {
     pub roots: Roots,
     pub req: Request,
     pub prove: Option<ProveOptions>,
-    /// Proofs of earlier snapshots, reused while nothing they depend on changed.
-    reuse: BTreeMap<(i32, FileKey), Reused>,
+    /// Proofs of earlier snapshots, reused while nothing they depend on changed (looked
+    /// up once per candidate each snapshot: hashed, not a tree of 2,000 large entries).
+    reuse: std::collections::HashMap<(i32, FileKey), Reused, foldhash::fast::RandomState>,
     /// How many (process, file) proofs the last snapshot reused rather than searched.
     pub last_reused: usize,
     /// How many it checked again in place (memory changed within the search cadence).
@@ -102,7 +103,7 @@ impl Engine {
             roots: Roots::live(),
             req,
             prove,
-            reuse: BTreeMap::new(),
+            reuse: Default::default(),
             last_reused: 0,
             last_rechecked: 0,
             last_moved: 0,

@@ -29,10 +29,12 @@ impl Weighed {
         let (Some(then), Some(now)) = (self.silent.as_ref(), now) else {
             return false;
         };
-        let alone = self
-            .physical
-            .values()
-            .all(|p| p.as_ref().is_some_and(alone));
+        // The copies weighed (the key); a candidate holding none has nothing to share.
+        let alone = self.key.iter().all(|k| {
+            self.physical
+                .get(&k.0)
+                .is_some_and(|p| p.as_ref().is_some_and(alone))
+        });
         if alone {
             then.merges() == now.merges()
         } else {
@@ -199,8 +201,9 @@ mod tests {
             ..PhysicalSample::default()
         };
         Weighed {
-            key: Vec::new(),
-            physical: [(7, Some(w))].into_iter().collect(),
+            key: vec![(7, (None, None, None), Some((0, 0)), 40960, vec![(0, 40960)])],
+            // Pid 8, a candidate that holds no copy, was not weighed.
+            physical: [(7, Some(w)), (8, None)].into_iter().collect(),
             at: Instant::now(),
             silent: Some(SilentMoves::of(silent)),
         }
