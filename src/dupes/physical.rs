@@ -77,9 +77,11 @@ pub fn weigh(proc_root: &Path, proofs: &mut [ProofSample], ranges: &[CopyRanges]
             read_pages(proc_root, p.pid, r)
         });
     }
+    mark_ksm(proc_root, &mut read);
     // Every shared frame with the proof that maps it, grouped by (file, frame).
     let files: Vec<FileKey> = proofs.iter().map(|p| p.file).collect();
-    let mut occurrences: Vec<(u32, u64, u32)> = Vec::new();
+    let total = read.iter().flatten().map(|r| r.shared.len()).sum();
+    let mut occurrences: Vec<(u32, u64, u32)> = Vec::with_capacity(total);
     for (i, r) in read.iter().enumerate() {
         let Some(r) = r else { continue };
         let file = files.iter().position(|f| *f == files[i]).unwrap_or(i) as u32;
@@ -185,7 +187,6 @@ fn read_pages(proc_root: &Path, pid: i32, r: &CopyRanges) -> Option<Read> {
             w0 = w1;
         }
     }
-    mark_ksm(proc_root, &mut out.shared);
     Some(out)
 }
 
@@ -194,18 +195,24 @@ fn shared_memory(kind: RegionKind) -> bool {
     matches!(kind, RegionKind::SharedAnon | RegionKind::Pinned)
 }
 
-/// Marks the frames of `shared` that KSM merged ([`KSM_BIT`]), from their flags in
-/// `/proc/kpageflags` (one u64 per frame, root only; read like the page map, never a
+/// Marks the shared frames of every read that KSM merged ([`KSM_BIT`]), from their flags
+/// in `/proc/kpageflags` (one u64 per frame, root only; read like the page map, never a
 /// page): a copy two processes read into `MADV_MERGEABLE` memory is one physical copy,
-/// but not fork's. Unreadable flags mark nothing.
-fn mark_ksm(proc_root: &Path, shared: &mut [u64]) {
-    if shared.is_empty() {
+/// but not fork's. Each frame's flags are read once however many sharers map it (a pool
+/// of 8 forks: one read, not 8), and none where KSM's counters say it merged nothing on
+/// the host. Unreadable flags mark nothing.
+fn mark_ksm(proc_root: &Path, reads: &mut [Option<Read>]) {
+    let total: usize = reads.iter().flatten().map(|r| r.shared.len()).sum();
+    if total == 0 || SilentMoves::read().is_some_and(|s| s.merged_none()) {
         return;
     }
     let Ok(flags) = std::fs::File::open(proc_root.join("kpageflags")) else {
         return;
     };
-    let mut pfns: Vec<u64> = shared.iter().map(|p| p & PM_PFN).collect();
+    let mut pfns: Vec<u64> = Vec::with_capacity(total);
+    for r in reads.iter().flatten() {
+        pfns.extend(r.shared.iter().map(|p| p & PM_PFN));
+    }
     pfns.sort_unstable();
     pfns.dedup();
     let mut merged: Vec<u64> = Vec::new();
@@ -227,7 +234,10 @@ fn mark_ksm(proc_root: &Path, shared: &mut [u64]) {
                 .map(|(p, _)| *p),
         );
     }
-    for p in shared.iter_mut() {
+    if merged.is_empty() {
+        return;
+    }
+    for p in reads.iter_mut().flatten().flat_map(|r| r.shared.iter_mut()) {
         if merged.binary_search(&(*p & PM_PFN)).is_ok() {
             *p |= KSM_BIT;
         }
@@ -248,6 +258,12 @@ impl SilentMoves {
     #[doc(hidden)]
     pub fn of(counters: [Option<u64>; 4]) -> SilentMoves {
         SilentMoves(counters)
+    }
+
+    /// Whether KSM's counters say no page is merged on the host now (all three present
+    /// and 0): no frame can carry KSM's flag.
+    pub fn merged_none(&self) -> bool {
+        self.merges().iter().all(|c| *c == Some(0))
     }
 
     /// KSM's counters alone: what can make a page that was one process's shared.
