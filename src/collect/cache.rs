@@ -36,6 +36,12 @@
 //!   after [`DETAIL_AGE_FACTOR`] times the maximum age) and does not make the other
 //!   mappers of its files read again (nothing moved their PSS).
 //!
+//! A mapper's `smaps` of a file of interest is never kept where this snapshot does not read
+//! every process (pids or a cgroup asked: its other mappers are unknown), nor when it was
+//! read while another twofold could have mapped the file's pages for a moment (its copies
+//! of cached pages: [`super::observer::Quiet`]); another twofold's changes, or those of a
+//! process left out of the pids asked, read the mappers of the files it maps again.
+//!
 //! What no counter shows, and only the maximum age bounds: a newly opened (not mapped) fd,
 //! an `mprotect` or an `mremap` that moves a mapping (addresses and permissions in `maps`)
 //! or a mapping that replaces another of the same size, before any page is touched, a
@@ -50,9 +56,10 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+pub use super::detail::{Detail, PageState};
 use super::process::{FdTarget, StatusRead};
 pub use super::statfiles::StatStamp;
-use crate::sample::{CgroupRef, FileKey, MappingSample, RollupSample};
+use crate::sample::{FileKey, MappingSample};
 
 /// An entry is read again after this long, whatever its counters say (a safety net).
 pub const MAX_AGE: Duration = Duration::from_secs(120);
@@ -123,41 +130,6 @@ pub struct NamedFile {
     pub size_bytes: u64,
 }
 
-/// What phase 3 read of a process, for one set of wanted files.
-#[derive(Debug, Clone)]
-pub struct Detail {
-    pub wanted: HashSet<FileKey>,
-    /// The state of the pages of its mappings of the wanted files, read just before
-    /// `smaps` ([`super::phases::page_state`]); `None` where it could not be read.
-    pub pages: Option<PageState>,
-    /// How long its read took (phase 3 as a whole): a rollup that takes long is read less
-    /// often ([`rollup_every`]).
-    pub took: Duration,
-    /// When `rollup` was read: a process whose mappings of the wanted files stand
-    /// ([`PageState`]) keeps it, as one that maps none of them does, for
-    /// [`rollup_every`] of `took`.
-    pub rollup_at: Instant,
-    pub mappings: Vec<MappingSample>,
-    pub rollup: Option<RollupSample>,
-    pub cmdline: Vec<String>,
-    pub cgroup: Option<CgroupRef>,
-    pub denied: bool,
-}
-
-/// What a process's mappings of the wanted files hold, page by page, as far as their
-/// `smaps` values go: `RssFile` and `RssShmem` (the mappings of phase 1 are kept while
-/// they stand), each mapping's range, and its present pages and, of those, the private
-/// (copy-on-write) ones, from `PAGEMAP_SCAN`. While it stands, those mappings' `smaps`
-/// values stand (but PSS, which other mappers move: their changes read them again), and
-/// a process whose other memory moves (a CUDA runtime's host buffers: its `smaps` lists
-/// thousands of mappings, 25 ms a read) reads `smaps_rollup` only.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct PageState {
-    pub mapped: (Option<u64>, Option<u64>),
-    pub ranges: Vec<(u64, u64)>,
-    pub present: Vec<Vec<(u64, u64)>>,
-}
-
 /// How much of a process phase 1 can take from the cache.
 pub enum Hit {
     /// Nothing changed: `status` and the parts.
@@ -216,6 +188,9 @@ pub struct CacheStats {
     /// Of those read, processes that moved but whose mappings of the wanted files did not
     /// ([`PageState`]): `smaps_rollup` read, their mappings' values kept.
     pub pages_stood: usize,
+    /// Of those read, reads made while another twofold could have mapped a file's pages:
+    /// read again at the next snapshot.
+    pub tainted: usize,
 }
 
 /// The per-engine cache (see the module documentation for when an entry is reused).
@@ -239,6 +214,10 @@ pub struct ProcCache {
     /// The walks of the directories named, lent to each snapshot's gatherer.
     pub walks: super::walkmemo::WalkMemo,
     pub stats: CacheStats,
+    /// Whether this snapshot reads every process's mappings (no pid or cgroup filter, or
+    /// a filter whose gather reads the whole host): only then are all mappers of a file
+    /// known, and a mapper's PSS of it kept while none of them changed.
+    pub sees_host: bool,
 }
 
 impl Default for ProcCache {
@@ -260,6 +239,7 @@ impl ProcCache {
             io_files: super::statfiles::KeptFiles::io(),
             decisions: super::decisions::Decided::new(max_age),
             walks: super::walkmemo::WalkMemo::new(max_age),
+            sees_host: true,
             stats: CacheStats::default(),
         }
     }
@@ -432,8 +412,21 @@ impl ProcCache {
     }
 
     /// Ends phase 1: forgets the processes not seen (they exited) and marks what they
-    /// touched; `kept` are the processes phase 3 reads, with their wanted files.
+    /// touched; `kept` are the processes phase 3 reads, with their wanted files. A process
+    /// not kept that maps one of those files (another twofold reading its pages, a process
+    /// outside the pids asked) and moved, appeared or exited marks it too.
     pub fn end_basic<'a>(&mut self, kept: impl Iterator<Item = (i32, &'a HashSet<FileKey>)>) {
+        let kept: HashMap<i32, &HashSet<FileKey>> = kept.collect();
+        let all: HashSet<FileKey> = kept.values().flat_map(|w| w.iter().copied()).collect();
+        let mapped = |b: &BasicParts| -> Vec<FileKey> {
+            let m = b
+                .mapped_files()
+                .first
+                .iter()
+                .map(|&i| b.maps[i as usize].key());
+            m.filter(|k| all.contains(k)).collect()
+        };
+        let mut marks: Vec<(i32, Vec<FileKey>)> = Vec::new();
         let gone: Vec<i32> = self
             .entries
             .iter()
@@ -444,14 +437,20 @@ impl ProcCache {
             self.statm_files.forget(pid);
             self.io_files.forget(pid);
             if let Some(o) = self.entries.remove(&pid) {
+                marks.push((pid, mapped(&o.basic)));
                 self.dirty(o.detail.into_iter().flat_map(|d| d.wanted), pid);
                 self.dirty_pids.insert(o.stat.ppid);
             }
         }
-        for (pid, wanted) in kept {
-            if self.entries.get(&pid).is_some_and(|e| e.moved) {
-                self.dirty(wanted.iter().copied(), pid);
+        for (pid, e) in self.entries.iter().filter(|(_, e)| e.moved) {
+            match kept.get(pid) {
+                Some(wanted) => marks.push((*pid, wanted.iter().copied().collect())),
+                None if !all.is_empty() => marks.push((*pid, mapped(&e.basic))),
+                None => {}
             }
+        }
+        for (pid, files) in marks {
+            self.dirty(files, pid);
         }
     }
 
@@ -491,7 +490,7 @@ impl ProcCache {
         // often the process moves.
         let d = e.detail.as_ref()?;
         let kept = unchanged || (wanted.is_empty() && age < rollup_every(d.took));
-        if !kept {
+        if !kept || ((d.tainted || !self.sees_host) && d.maps_any(wanted)) {
             return None;
         }
         (d.wanted == *wanted && !wanted.iter().any(|k| self.dirty_files.contains_key(k)))
@@ -536,7 +535,9 @@ impl ProcCache {
                     .get(k)
                     .is_some_and(|by| by.iter().any(|p| *p != pid))
         };
-        (d.pages.is_some() && d.wanted == *wanted && !wanted.iter().any(others)).then(|| d.clone())
+        let sure = self.sees_host && !d.tainted;
+        (sure && d.pages.is_some() && d.wanted == *wanted && !wanted.iter().any(others))
+            .then(|| d.clone())
     }
 
     /// Makes every phase 3 read `by` earlier (tests: time passing).

@@ -55,6 +55,7 @@ fn detail(wanted: &HashSet<FileKey>) -> Detail {
         cmdline: Vec::new(),
         cgroup: None,
         denied: false,
+        tainted: false,
     }
 }
 
@@ -312,4 +313,100 @@ fn stat_is_read_only_when_statm_moved_or_the_process_is_watched() {
     assert!(aged.minflt > 0, "read from `stat`, not the entry");
     drop(stdin);
     child.wait().unwrap();
+}
+
+/// A mapping of file 1:2, inode 3.
+fn mapping_of_f() -> MappingSample {
+    MappingSample {
+        major: 1,
+        minor: 2,
+        inode: 3,
+        ..MappingSample::default()
+    }
+}
+
+/// A mapper's PSS of a file moves with every other mapper of it, kept by phase 3 or not:
+/// another twofold reading its pages, a process left out of the pids asked. Their changes
+/// read its `smaps` again; a read that another twofold could have disturbed, or one made
+/// where not every process was read, is not kept at all.
+#[test]
+fn a_mapper_not_kept_a_tainted_read_or_a_partial_view_read_smaps_again() {
+    let key = mapping_of_f().key();
+    let f: HashSet<FileKey> = [key].into();
+    let with_map = || Detail {
+        mappings: vec![mapping_of_f()],
+        ..detail(&f)
+    };
+    let other = Arc::new(BasicParts {
+        maps: vec![mapping_of_f()],
+        ..BasicParts::default()
+    });
+    let mut c = ProcCache::new(Duration::from_secs(3600));
+    let snapshot = |c: &mut ProcCache, other_stamp: StatStamp| {
+        c.begin();
+        let read = match c.lookup(10, &stamp(1, 100, 1)) {
+            Hit::All(..) => Read::Reused,
+            _ => Read::Full(StatusRead::default(), Arc::default()),
+        };
+        c.put_basic(10, stamp(1, 100, 1), read);
+        // 20 maps the file, and is never kept (an observer).
+        let read = match c.lookup(20, &other_stamp) {
+            Hit::All(..) => Read::Reused,
+            _ => Read::Full(StatusRead::default(), Arc::clone(&other)),
+        };
+        c.put_basic(20, other_stamp, read);
+        c.end_basic([(10, &f)].into_iter());
+        c.detail(10, &f)
+    };
+    assert!(snapshot(&mut c, stamp(1, 100, 1)).is_none());
+    c.put_detail(10, Some(with_map()));
+    assert!(
+        snapshot(&mut c, stamp(1, 100, 1)).is_some(),
+        "nothing moved"
+    );
+    // 20 moved (it mapped or unmapped pages of the file): 10 reads smaps again.
+    assert!(snapshot(&mut c, stamp(1, 200, 1)).is_none());
+    c.put_detail(10, Some(with_map()));
+    assert!(snapshot(&mut c, stamp(1, 200, 1)).is_some());
+    // 20 exits.
+    c.begin();
+    c.put_basic(10, stamp(1, 100, 1), Read::Reused);
+    c.end_basic([(10, &f)].into_iter());
+    assert!(c.detail(10, &f).is_none(), "a mapper of the file exited");
+    // 20 is back (a new process): read again; then nothing moves.
+    assert!(
+        snapshot(&mut c, stamp(2, 200, 1)).is_none(),
+        "a mapper appeared"
+    );
+    c.put_detail(10, Some(with_map()));
+    assert!(snapshot(&mut c, stamp(2, 200, 1)).is_some());
+    // A read made while another twofold could have mapped pages: not kept.
+    c.put_detail(
+        10,
+        Some(Detail {
+            tainted: true,
+            ..with_map()
+        }),
+    );
+    assert!(snapshot(&mut c, stamp(2, 200, 1)).is_none(), "tainted");
+    c.put_detail(10, Some(with_map()));
+    assert!(snapshot(&mut c, stamp(2, 200, 1)).is_some());
+    // Where not every process is read, its other mappers are unknown: smaps each time;
+    // a process that maps no file of interest keeps its own.
+    c.sees_host = false;
+    assert!(snapshot(&mut c, stamp(2, 200, 1)).is_none(), "partial view");
+    let none = HashSet::new();
+    c.put_detail(11, Some(detail(&none)));
+    c.begin();
+    c.put_basic(
+        11,
+        stamp(1, 100, 1),
+        Read::Full(StatusRead::default(), Arc::default()),
+    );
+    c.end_basic(std::iter::empty());
+    c.put_detail(11, Some(detail(&none)));
+    c.begin();
+    c.put_basic(11, stamp(1, 100, 1), Read::Reused);
+    c.end_basic(std::iter::empty());
+    assert!(c.detail(11, &none).is_some());
 }

@@ -236,8 +236,26 @@ pub fn gather_cached(
     }
     lap("phase 2 (files of interest)");
     // Phase 3, in parallel: smaps (or smaps_rollup), cmdline and cgroup of the kept ones.
+    // Other twofolds' fault counters around phase 3: a read made while one of them could
+    // have mapped a file's pages is used now, never kept ([`super::observer::Quiet`]).
+    let mut quiet = None;
     if let Some(c) = cache.as_deref_mut() {
         c.end_basic(kept.iter().map(|(p, w)| (p.pid, w)));
+        c.sees_host = req.cgroup.is_none() && (req.pids.is_empty() || host_wide);
+        let own = procs.own_pid();
+        let others: Vec<i32> = g.observers.iter().copied().filter(|p| *p != own).collect();
+        let mapping = others.iter().any(|o| {
+            c.parts(*o).is_some_and(|b| {
+                let files = b.mapped_files();
+                let mut keys = files.first.iter().map(|&i| b.maps[i as usize].key());
+                keys.any(|k| kept.iter().any(|(_, w)| w.contains(&k)))
+            })
+        });
+        quiet = Some(super::observer::Quiet::before(
+            procs.root(),
+            &others,
+            mapping,
+        ));
     }
     let view = cache.as_deref();
     // A cache keeps details whole, so only a one-shot collection defers rollups.
@@ -264,11 +282,16 @@ pub fn gather_cached(
         });
         (r, d.map(|d| (d, true)))
     });
+    let tainted = quiet.is_some_and(|q| !q.held(procs.root()));
     let details: Vec<_> = kept
         .iter()
         .zip(details)
-        .map(|(k, (r, d))| {
+        .map(|(k, (r, mut d))| {
             if let (Some(c), true) = (cache.as_deref_mut(), r.is_ok()) {
+                if let Some((d, _)) = d.as_mut().filter(|_| tainted) {
+                    d.tainted = true;
+                    c.stats.tainted += 1;
+                }
                 match d {
                     Some((d, false)) => c.put_detail_pages(k.0.pid, d),
                     Some((d, true)) => c.put_detail(k.0.pid, Some(d)),

@@ -9,6 +9,7 @@ pub mod cache;
 pub mod candidates;
 pub mod cgroup;
 pub mod decisions;
+pub mod detail;
 pub mod error;
 pub mod gather;
 pub mod gpu;

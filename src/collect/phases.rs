@@ -121,6 +121,7 @@ pub(super) fn detail_of(p: &ProcessSample, wanted: &HashSet<FileKey>) -> Detail 
         cmdline: p.cmdline.clone(),
         cgroup: p.cgroup.clone(),
         denied: p.unreadable == Some(Unreadable::Denied),
+        tainted: false,
     }
 }
 

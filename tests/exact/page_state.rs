@@ -71,6 +71,25 @@ fn rollup(s: &twofold::sample::Sample, pid: i32) -> (u64, Option<u64>) {
     (r.rss_bytes, r.anonymous_bytes)
 }
 
+/// A full gather beside the engine's snapshot `s`, when neither could have seen another
+/// twofold's passing mapping of a file's pages (`None` then: a read that saw one is true
+/// at its moment, and differs from one that did not): no read of `s` was tainted, and the
+/// other twofolds' fault counters stood over the gather.
+fn quiet_full(
+    req: &Request,
+    s: &twofold::sample::Sample,
+    engine: &twofold::engine::Engine,
+) -> Option<twofold::sample::Sample> {
+    use twofold::collect::observer::Quiet;
+    let own = std::process::id() as i32;
+    let others: Vec<i32> = s.observers.iter().copied().filter(|p| *p != own).collect();
+    let root = std::path::Path::new("/proc");
+    let quiet = Quiet::before(root, &others, false);
+    let full = gather(&Roots::live(), req, &mut Vec::new()).unwrap();
+    let tainted = engine.cache_stats().unwrap().tainted;
+    (tainted == 0 && quiet.held(root)).then_some(full)
+}
+
 #[test]
 fn a_process_whose_model_pages_stand_reads_only_its_rollup() {
     let _group = crate::common::group(module_path!());
@@ -87,45 +106,75 @@ fn a_process_whose_model_pages_stand_reads_only_its_rollup() {
         out.read_line(&mut line).unwrap();
         assert_eq!(line.trim(), "done");
     };
+    // Every process of the host is read: only then are all mappers of the file known (a
+    // mapper's PSS of it moves with theirs), and kept.
     let req = Request {
         paths: vec![file.clone()],
-        pids: vec![pid],
         ..Request::default()
     };
-    let mut engine = twofold::engine::Engine::new(req.clone(), None)
-        .incremental(std::time::Duration::from_secs(3600));
-    let mut w = Vec::new();
-    let first = engine.snapshot(&mut w).unwrap().sample;
-    // Its heap grows by 8 MiB: the process moved, its mapping of the model did not.
-    say("grow");
-    let cached = engine.snapshot(&mut w).unwrap().sample;
-    let stats = engine.cache_stats().unwrap();
-    let full = gather(&Roots::live(), &req, &mut w).unwrap();
-    assert_eq!(stats.pages_stood, 1, "{stats:?}");
-    assert_eq!(of(&cached, pid, &file), of(&full, pid, &file));
-    // Its rollup (the process table's PSS and USS) is kept within its cadence, as that of
-    // a moving process that maps no model: the 8 MiB shows in `status`, not yet there.
-    assert_eq!(rollup(&cached, pid), rollup(&first, pid));
     let grown = |s: &twofold::sample::Sample| {
         let p = s.processes.iter().find(|p| p.pid == pid).unwrap();
         p.status.rss_anon_bytes.unwrap()
     };
-    assert!(
-        grown(&cached) >= grown(&first) + 7 * MIB,
-        "status is read afresh"
-    );
+    // Another twofold beside this test (a `serve` of another build) maps the file's pages
+    // for a moment when it searches the holder: a snapshot whose reads it could have
+    // disturbed keeps nothing, and is tried again.
+    let mut tries = 0;
+    let mut engine = loop {
+        tries += 1;
+        assert!(
+            tries <= 30,
+            "other twofolds mapped pages at each of 30 tries"
+        );
+        if tries > 1 {
+            // Let another twofold's snapshot end.
+            std::thread::sleep(std::time::Duration::from_millis(300));
+        }
+        let mut engine = twofold::engine::Engine::new(req.clone(), None)
+            .incremental(std::time::Duration::from_secs(3600));
+        let mut w = Vec::new();
+        let first = engine.snapshot(&mut w).unwrap().sample;
+        if engine.cache_stats().unwrap().tainted > 0 {
+            continue;
+        }
+        // Its heap grows by 8 MiB: the process moved, its mapping of the model did not.
+        say("grow");
+        let cached = engine.snapshot(&mut w).unwrap().sample;
+        let stats = engine.cache_stats().unwrap();
+        let Some(full) = quiet_full(&req, &cached, &engine) else {
+            continue;
+        };
+        assert_eq!(stats.pages_stood, 1, "{stats:?}");
+        assert_eq!(of(&cached, pid, &file), of(&full, pid, &file));
+        // Its rollup (the process table's PSS and USS) is kept within its cadence, as that
+        // of a moving process that maps no model: the 8 MiB shows in `status`, not there.
+        assert_eq!(rollup(&cached, pid), rollup(&first, pid));
+        assert!(
+            grown(&cached) >= grown(&first) + 7 * MIB,
+            "status is read afresh"
+        );
+        break engine;
+    };
     // Four pages of the mapping written (copy-on-write): `smaps` again, 4 pages private.
     say("cow");
-    let cached = engine.snapshot(&mut w).unwrap().sample;
-    let stats = engine.cache_stats().unwrap();
-    let full = gather(&Roots::live(), &req, &mut w).unwrap();
-    assert_eq!(stats.pages_stood, 0, "{stats:?}");
-    assert_eq!(of(&cached, pid, &file), of(&full, pid, &file));
-    assert_eq!(
-        rollup(&cached, pid),
-        rollup(&full, pid),
-        "smaps read again: fresh sums"
-    );
+    let mut w = Vec::new();
+    let cached = loop {
+        let cached = engine.snapshot(&mut w).unwrap().sample;
+        let stats = engine.cache_stats().unwrap();
+        if let Some(full) = quiet_full(&req, &cached, &engine) {
+            assert_eq!(stats.pages_stood, 0, "{stats:?}");
+            assert_eq!(of(&cached, pid, &file), of(&full, pid, &file));
+            assert_eq!(
+                rollup(&cached, pid),
+                rollup(&full, pid),
+                "smaps read again: fresh sums"
+            );
+            break cached;
+        }
+        tries += 1;
+        assert!(tries <= 60, "other twofolds mapped pages at each try");
+        std::thread::sleep(std::time::Duration::from_millis(300));
+    };
     let key = cached
         .files
         .iter()
