@@ -16,13 +16,47 @@ use crate::sample::{PressureSample, SystemSample};
 /// all), read by `keyvalue` rather than procfs: procfs's `Meminfo` is a struct of the fields it
 /// knows (newer keys are dropped) that fails when one of a dozen is missing, and its
 /// `VmStat` fails on the first odd line without saying which.
+/// The keys of `/proc/meminfo` that a sample keeps: those the model reads (the host line,
+/// `model::build`) and the probe's `MemAvailable`. A live view read the whole file and
+/// `/proc/vmstat` into maps at every snapshot, some 230 keys (8% of `top`'s CPU on the
+/// moving host of `bench/host.sh`, perf), and recordings stored them all.
+pub const MEMINFO_KEYS: &[&str] = &[
+    "MemTotal",
+    "MemAvailable",
+    "Cached",
+    "AnonPages",
+    "Mapped",
+    "Shmem",
+    "Dirty",
+];
+/// The keys of `/proc/vmstat` that a sample keeps: refaults and major faults (the host
+/// line and its rates, `model::rates`).
+pub const VMSTAT_KEYS: &[&str] = &[
+    "workingset_refault_file",
+    "workingset_refault",
+    "pgmajfault",
+];
+
+/// The fields of `path` named in `keys`.
+fn read_keys(path: &Path, keys: &[&str]) -> Result<std::collections::BTreeMap<String, u64>> {
+    keyvalue::with_text(path, |text| {
+        let mut map = std::collections::BTreeMap::new();
+        keyvalue::for_each_field(path, text, &[], |k, v| {
+            if keys.contains(&k) {
+                map.insert(k.to_string(), v);
+            }
+        })?;
+        Ok(map)
+    })
+}
+
 pub fn read(proc_root: &Path) -> Result<SystemSample> {
     let mut s = SystemSample {
         page_size: page_size(),
         ..SystemSample::default()
     };
-    s.meminfo = keyvalue::read_map(&proc_root.join("meminfo"))?;
-    s.vmstat = keyvalue::read_map(&proc_root.join("vmstat"))?;
+    s.meminfo = read_keys(&proc_root.join("meminfo"), MEMINFO_KEYS)?;
+    s.vmstat = read_keys(&proc_root.join("vmstat"), VMSTAT_KEYS)?;
     // Kernels without PSI (or with it off) have no such file: unknown.
     s.pressure = std::fs::read_to_string(proc_root.join("pressure/memory"))
         .ok()
@@ -57,6 +91,19 @@ pub fn host_memory(proc_root: &Path) -> anyhow::Result<(u64, u64)> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_keys_the_model_reads_are_kept_as_proc_gives_them() {
+        let s = read(Path::new("/proc")).unwrap();
+        let whole = keyvalue::read_map(Path::new("/proc/meminfo")).unwrap();
+        for k in ["MemTotal", "Cached", "AnonPages"] {
+            assert!(s.meminfo.contains_key(k), "{k}");
+        }
+        assert_eq!(s.meminfo.get("MemTotal"), whole.get("MemTotal"));
+        assert!(s.meminfo.keys().all(|k| MEMINFO_KEYS.contains(&k.as_str())));
+        assert!(s.vmstat.contains_key("pgmajfault"));
+        assert!(s.vmstat.keys().all(|k| VMSTAT_KEYS.contains(&k.as_str())));
+    }
 
     #[test]
     fn memory_pressure_is_read_where_the_kernel_has_it() {
