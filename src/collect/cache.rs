@@ -39,7 +39,7 @@
 //! A mapper's `smaps` of a file of interest is never kept where this snapshot does not read
 //! every process (pids or a cgroup asked: its other mappers are unknown), nor when it was
 //! read while another twofold could have mapped the file's pages for a moment (its copies
-//! of cached pages: [`super::observer::Quiet`]); another twofold's changes, or those of a
+//! of cached pages: [`super::quiet::Quiet`]); another twofold's changes, or those of a
 //! process left out of the pids asked, read the mappers of the files it maps again.
 //!
 //! What no counter shows, and only the maximum age bounds: a newly opened (not mapped) fd,

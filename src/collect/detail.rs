@@ -27,7 +27,7 @@ pub struct Detail {
     pub cgroup: Option<CgroupRef>,
     pub denied: bool,
     /// Read while another twofold could have mapped a file's pages
-    /// ([`super::observer::Quiet`]): its mappings' PSS and sharing are not kept.
+    /// ([`super::quiet::Quiet`]): its mappings' PSS and sharing are not kept.
     pub tainted: bool,
 }
 

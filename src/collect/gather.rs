@@ -237,7 +237,7 @@ pub fn gather_cached(
     lap("phase 2 (files of interest)");
     // Phase 3, in parallel: smaps (or smaps_rollup), cmdline and cgroup of the kept ones.
     // Other twofolds' fault counters around phase 3: a read made while one of them could
-    // have mapped a file's pages is used now, never kept ([`super::observer::Quiet`]).
+    // have mapped a file's pages is used now, never kept ([`super::quiet::Quiet`]).
     let mut quiet = None;
     if let Some(c) = cache.as_deref_mut() {
         c.end_basic(kept.iter().map(|(p, w)| (p.pid, w)));
@@ -251,11 +251,7 @@ pub fn gather_cached(
                 keys.any(|k| kept.iter().any(|(_, w)| w.contains(&k)))
             })
         });
-        quiet = Some(super::observer::Quiet::before(
-            procs.root(),
-            &others,
-            mapping,
-        ));
+        quiet = Some(super::quiet::Quiet::before(procs.root(), &others, mapping));
     }
     let view = cache.as_deref();
     // A cache keeps details whole, so only a one-shot collection defers rollups.

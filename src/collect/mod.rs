@@ -29,6 +29,7 @@ pub mod own;
 pub mod pagescan;
 mod phases;
 pub mod process;
+pub mod quiet;
 pub mod reopen;
 pub mod request;
 pub mod residency;

@@ -80,7 +80,7 @@ fn quiet_full(
     s: &twofold::sample::Sample,
     engine: &twofold::engine::Engine,
 ) -> Option<twofold::sample::Sample> {
-    use twofold::collect::observer::Quiet;
+    use twofold::collect::quiet::Quiet;
     let own = std::process::id() as i32;
     let others: Vec<i32> = s.observers.iter().copied().filter(|p| *p != own).collect();
     let root = std::path::Path::new("/proc");
