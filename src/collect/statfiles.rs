@@ -305,10 +305,11 @@ mod tests {
         let root = Path::new("/proc");
         let me = std::process::id() as i32;
         let before = run_time_ns(root, me).expect("schedstat of this process");
-        // Spin well past a scheduler tick.
-        let t = std::time::Instant::now();
+        // Spin for 30 ms of this thread's own CPU time (not of the clock: on a loaded
+        // machine the thread waits for a CPU part of the time).
+        let t = crate::collect::thread_cpu();
         let mut x = 0u64;
-        while t.elapsed() < std::time::Duration::from_millis(30) {
+        while crate::collect::thread_cpu() < t + std::time::Duration::from_millis(30) {
             x = std::hint::black_box(x.wrapping_add(1));
         }
         assert!(run_time_ns(root, me).unwrap() >= before + 20_000_000);
