@@ -86,6 +86,10 @@ const ENVIRONMENT: &[(&str, &str)] = &[
         "Set: print the time of each collection phase, and each snapshot's CPU, on stderr.",
     ),
     (
+        "MIMALLOC_PURGE_DELAY",
+        "Milliseconds before the observing commands hand freed memory back (mimalloc's option; default here 10000).",
+    ),
+    (
         "NODE_NAME",
         "serve: the node label of every series (the DaemonSet sets it from the pod's node).",
     ),
