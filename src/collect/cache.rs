@@ -115,6 +115,12 @@ impl BasicParts {
         self.by_file
             .get_or_init(|| super::mapped::MappedFiles::of(&self.maps))
     }
+
+    /// Each file it maps, once.
+    pub fn mapped_keys(&self) -> impl Iterator<Item = FileKey> + '_ {
+        let first = &self.mapped_files().first;
+        first.iter().map(|&i| self.maps[i as usize].key())
+    }
 }
 
 /// An existing regular file with a model extension that a process's command line names
@@ -419,12 +425,7 @@ impl ProcCache {
         let kept: HashMap<i32, &HashSet<FileKey>> = kept.collect();
         let all: HashSet<FileKey> = kept.values().flat_map(|w| w.iter().copied()).collect();
         let mapped = |b: &BasicParts| -> Vec<FileKey> {
-            let m = b
-                .mapped_files()
-                .first
-                .iter()
-                .map(|&i| b.maps[i as usize].key());
-            m.filter(|k| all.contains(k)).collect()
+            b.mapped_keys().filter(|k| all.contains(k)).collect()
         };
         let mut marks: Vec<(i32, Vec<FileKey>)> = Vec::new();
         let gone: Vec<i32> = self

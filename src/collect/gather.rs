@@ -246,9 +246,8 @@ pub fn gather_cached(
         let others: Vec<i32> = g.observers.iter().copied().filter(|p| *p != own).collect();
         let mapping = others.iter().any(|o| {
             c.parts(*o).is_some_and(|b| {
-                let files = b.mapped_files();
-                let mut keys = files.first.iter().map(|&i| b.maps[i as usize].key());
-                keys.any(|k| kept.iter().any(|(_, w)| w.contains(&k)))
+                b.mapped_keys()
+                    .any(|k| kept.iter().any(|(_, w)| w.contains(&k)))
             })
         });
         quiet = Some(super::quiet::Quiet::before(procs.root(), &others, mapping));
