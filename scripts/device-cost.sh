@@ -12,6 +12,10 @@
 # A profile of serve's snapshots (TWOFOLD_PROFILE: gather phases, NVML, proof) is kept.
 # Run on the GPU machine from the repository root with a stripped release build of twofold
 # in the folder given (default .devcarry). Results in $OUT/cost.md and $OUT/profile.txt.
+# BUILDS="name:path ..." times several builds' top one after the other on the same
+# processes (each window with htop and btop beside it; TOP_ONLY=1 to stop there), and
+# PERF=path/to/perf (PERF_LIB: its libraries; PERF_BUILDS: which builds) adds a perf
+# profile of each top alone afterwards ($OUT/perf-NAME.txt, perf-NAME-calls.txt).
 set -u
 BIN=$(cd "${1:-.devcarry}" && pwd)/twofold
 OUT=${OUT:-./out}
@@ -98,6 +102,7 @@ with open(os.environ["PTY_PIDFILE"] + ".tail", "w") as f:
     f.write(repr(tail))
 PY
 ticks() { awk '{ print $14 + $15 }' "/proc/$1/stat" 2>/dev/null || echo 0; }
+faults() { awk '{ print $10 }' "/proc/$1/stat" 2>/dev/null || echo 0; }
 row() { # name pid t0 t1
   awk -v n="$1" -v a="$3" -v b="$4" -v s="$WINDOW" -v hz="$(getconf CLK_TCK)" \
     'BEGIN { printf "| %s | %.2f%% |\n", n, 100 * (b - a) / hz / s }'
@@ -109,46 +114,79 @@ row() { # name pid t0 t1
   echo "|---|---|"
 } > "$OUT/cost.md"
 
-declare -A pid
-# top's own profile of each snapshot (TWOFOLD_PROFILE) goes to a file, not its screen.
-PTY_PIDFILE="$W/pid.top" python3 "$W/ptyrun.py" sh -c 'TWOFOLD_PROFILE=1 exec "$0" "$@" 2> "'"$OUT"'/top-profile.txt"' \
-  "$BIN" top --interval 1s "$W" > /dev/null 2>&1 &
-PIDS+=($!)
-for tool in htop btop; do
-  if command -v $tool > /dev/null; then
-    args=(-d 10); [ $tool = btop ] && args=(--utf-force)
-    # htop's libraries where the GPU image lacks them (libnl, ncurses: carried in lib/).
-    [ -d "$(dirname "$BIN")/lib" ] && export LD_LIBRARY_PATH=$(dirname "$BIN")/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
-    XDG_CONFIG_HOME=$W/cfg PTY_PIDFILE="$W/pid.$tool" python3 "$W/ptyrun.py" $tool "${args[@]}" > /dev/null 2>&1 &
-    PIDS+=($!)
+# One top window: top, htop and btop side by side (NAME labels top's row; BIN_ its build).
+top_window() { # NAME BIN_
+  local name=$1 bin=$2 k q tool args
+  declare -A pid t0 t1 f0 f1
+  rm -f "$W"/pid.*
+  # top's own profile of each snapshot (TWOFOLD_PROFILE) goes to a file, not its screen.
+  PTY_PIDFILE="$W/pid.top" python3 "$W/ptyrun.py" sh -c 'TWOFOLD_PROFILE=1 exec "$0" "$@" 2> "'"$OUT"'/top-profile-'"$name"'.txt"' \
+    "$bin" top --interval 1s "$W" > /dev/null 2>&1 &
+  PIDS+=($!)
+  for tool in htop btop; do
+    if command -v $tool > /dev/null; then
+      args=(-d 10); [ $tool = btop ] && args=(--utf-force)
+      XDG_CONFIG_HOME=$W/cfg PTY_PIDFILE="$W/pid.$tool" python3 "$W/ptyrun.py" $tool "${args[@]}" > /dev/null 2>&1 &
+      PIDS+=($!)
+    fi
+  done
+  for _ in $(seq 100); do [ -s "$W/pid.top" ] && break; sleep 0.2; done
+  sleep 2
+  for tool in top htop btop; do [ -s "$W/pid.$tool" ] && pid[$tool]=$(cat "$W/pid.$tool"); done
+  [ -n "${pid[top]:-}" ] || echo "| twofold top ($name) | did not start (no pid from its pseudo-terminal) |" >> "$OUT/cost.md"
+  sleep "$WARMUP"
+  for k in "${!pid[@]}"; do t0[$k]=$(ticks "${pid[$k]}"); f0[$k]=$(faults "${pid[$k]}"); done
+  # The window in quarters (does a view's cost settle?), and top's threads at its end.
+  for q in 1 2 3 4; do
+    sleep "$((WINDOW / 4))"
+    echo "$name quarter $q: $(for k in "${!pid[@]}"; do echo -n "$k $(ticks "${pid[$k]}") "; done)" >> "$OUT/quarters.txt"
+  done
+  for k in "${!pid[@]}"; do t1[$k]=$(ticks "${pid[$k]}"); f1[$k]=$(faults "${pid[$k]}"); done
+  if [ -n "${pid[top]:-}" ]; then
+    for t in /proc/${pid[top]}/task/*; do echo "$(cat "$t/comm") $(awk '{ print $14 + $15 }' "$t/stat")"; done > "$OUT/top-threads-$name.txt" 2>&1
+    echo "$name: top's minor faults $((f1[top] - f0[top])) in $WINDOW s; RSS $(awk '/VmRSS/ { print $2, $3 }' /proc/${pid[top]}/status)" >> "$OUT/faults.txt"
   fi
-done
-for _ in $(seq 100); do [ -s "$W/pid.top" ] && break; sleep 0.2; done
-sleep 2
-for tool in top htop btop; do [ -s "$W/pid.$tool" ] && pid[$tool]=$(cat "$W/pid.$tool"); done
-[ -n "${pid[top]:-}" ] || echo "| twofold top | did not start (no pid from its pseudo-terminal) |" >> "$OUT/cost.md"
-sleep "$WARMUP"
-declare -A t0 t1
-for k in "${!pid[@]}"; do t0[$k]=$(ticks "${pid[$k]}"); done
-# The window in quarters (does a view's cost settle?), and top's threads at its end.
-for q in 1 2 3 4; do
-  sleep "$((WINDOW / 4))"
-  echo "quarter $q: $(for k in "${!pid[@]}"; do echo -n "$k $(ticks "${pid[$k]}") "; done)" >> "$OUT/quarters.txt"
-done
-for k in "${!pid[@]}"; do t1[$k]=$(ticks "${pid[$k]}"); done
-if [ -n "${pid[top]:-}" ]; then
-  for t in /proc/${pid[top]}/task/*; do echo "$(cat "$t/comm") $(awk '{ print $14 + $15 }' "$t/stat")"; done > "$OUT/top-threads.txt" 2>&1
+  for k in htop btop; do [ -f "$W/pid.$k.tail" ] && cp "$W/pid.$k.tail" "$OUT/$k-tail.txt"; done
+  for k in top htop btop; do
+    if [ -n "${pid[$k]:-}" ] && ! kill -0 "${pid[$k]}" 2>/dev/null; then
+      echo "| $k | exited before the window ended (no CPU to report) |" >> "$OUT/cost.md"; continue
+    fi
+    local label=$k
+    [ $k = top ] && label="top ($name)"
+    [ $k = btop ] && label="btop (update_ms 1000)"
+    [ -n "${pid[$k]:-}" ] && row "$label" "${pid[$k]}" "${t0[$k]}" "${t1[$k]}" >> "$OUT/cost.md"
+  done
+  for k in "${!pid[@]}"; do kill "${pid[$k]}" 2>/dev/null; done
+  sleep 1
+}
+# A profile of top alone (PERF: a perf binary; its libraries in PERF_LIB), WINDOW s.
+top_perf() { # NAME BIN_
+  local name=$1 bin=$2
+  rm -f "$W/pid.top"
+  PTY_PIDFILE="$W/pid.top" python3 "$W/ptyrun.py" "$bin" top --interval 1s "$W" > /dev/null 2>&1 &
+  PIDS+=($!)
+  for _ in $(seq 100); do [ -s "$W/pid.top" ] && break; sleep 0.2; done
+  sleep "$WARMUP"
+  local p
+  p=$(cat "$W/pid.top")
+  LD_LIBRARY_PATH=${PERF_LIB:-} "$PERF" record -F 997 -g -p "$p" -o "$W/perf-$name.data" -- sleep "$WINDOW" > /dev/null 2>&1
+  for mode in --no-children --children; do
+    LD_LIBRARY_PATH=${PERF_LIB:-} "$PERF" report -i "$W/perf-$name.data" --stdio $mode --percent-limit 0.7 -g none 2>&1 | head -120
+  done > "$OUT/perf-$name.txt"
+  LD_LIBRARY_PATH=${PERF_LIB:-} "$PERF" report -i "$W/perf-$name.data" --stdio --no-children --percent-limit 2 -g caller,0.5,callee --max-stack 14 2>&1 | head -600 > "$OUT/perf-$name-calls.txt"
+  kill "$p" 2>/dev/null
+  sleep 1
+}
+# htop's libraries where the GPU image lacks them (libnl, ncurses: carried in lib/).
+[ -d "$(dirname "$BIN")/lib" ] && export LD_LIBRARY_PATH=$(dirname "$BIN")/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+# BUILDS="name:path ...": several builds' top windows one after the other, on the same
+# processes (top only); default: the one build given.
+for b in ${BUILDS:-top:$BIN}; do top_window "${b%%:*}" "${b#*:}"; done
+if [ -n "${PERF:-}" ]; then
+  for b in ${PERF_BUILDS:-${BUILDS:-top:$BIN}}; do top_perf "${b%%:*}" "${b#*:}"; done
 fi
-for k in htop btop; do [ -f "$W/pid.$k.tail" ] && cp "$W/pid.$k.tail" "$OUT/$k-tail.txt"; done
-for k in top htop btop; do
-  if [ -n "${pid[$k]:-}" ] && ! kill -0 "${pid[$k]}" 2>/dev/null; then
-    echo "| $k | exited before the window ended (no CPU to report) |" >> "$OUT/cost.md"; continue
-  fi
-  [ -n "${pid[$k]:-}" ] && row "$k$([ $k = btop ] && echo ' (update_ms 1000)')" "${pid[$k]}" "${t0[$k]}" "${t1[$k]}" >> "$OUT/cost.md"
-done
 command -v htop > /dev/null || echo "| htop | not installed here |" >> "$OUT/cost.md"
 command -v btop > /dev/null || echo "| btop | not installed here |" >> "$OUT/cost.md"
-for k in "${!pid[@]}"; do kill "${pid[$k]}" 2>/dev/null; done
 # TOP_ONLY=1: the live views' window only (no serve, no record).
 [ "${TOP_ONLY:-0}" = 1 ] && { cat "$OUT/cost.md"; exit 0; }
 

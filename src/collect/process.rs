@@ -297,6 +297,14 @@ pub fn parse_status(path: &Path, text: &str) -> Result<StatusRead> {
     Ok(read)
 }
 
+/// `smaps_rollup` of one process under `root` (`None`: gone, denied, a kernel thread).
+pub fn rollup_of(root: &Path, pid: i32) -> Option<RollupSample> {
+    let path = root.join(pid.to_string()).join("smaps_rollup");
+    keyvalue::with_text(&path, |text| parse_rollup(&path, text))
+        .ok()
+        .flatten()
+}
+
 pub fn parse_rollup(path: &Path, text: &str) -> Result<Option<RollupSample>> {
     if text.trim().is_empty() {
         return Ok(None);

@@ -26,7 +26,10 @@ pub use crate::sample::unsearched::CHANGED_SINCE_SEARCH;
 pub use manual::{Progress, ProveJob, Proved};
 use reuse::Reused;
 pub(crate) use reuse::{Fingerprint, Fingerprints};
-pub use reuse::{REPROVE_AFTER, RESEARCH_COST_FACTOR, RESEARCH_MAX, RESEARCH_MIN, REVERIFY_AFTER};
+pub use reuse::{
+    REPROVE_AFTER, REPROVE_COST_FACTOR, RESEARCH_COST_FACTOR, RESEARCH_MAX, RESEARCH_MIN,
+    REVERIFY_AFTER,
+};
 pub use weighed::{REWEIGH_AFTER, REWEIGH_AFTER_QUIET, REWEIGH_AFTER_TRACKED};
 
 use crate::collect::cache::{CacheStats, ProcCache};

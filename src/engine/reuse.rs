@@ -21,6 +21,9 @@ pub(super) struct Reused {
     fingerprint: (Option<u64>, Option<u64>, Option<u64>),
     at: Instant,
     pub(super) proof: Proof,
+    /// How long the last full search took (a search of what moved keeps the full one's):
+    /// the safety net's cadence ([`Reused::again_after`]).
+    full_took: Duration,
     /// The last check in place since (memory changed): when, how long it took, and what
     /// it found.
     checked: Option<Checked>,
@@ -60,6 +63,13 @@ pub const REVERIFY_AFTER: Duration = Duration::from_secs(10 * 60);
 /// them compared more (large copies; a few MiB are confirmed again instead).
 const SPOT_BYTES: u64 = crate::dupes::sweep::SPOT_PAGES as u64 * crate::sample::PAGE_BYTES;
 
+/// ...and, for a process that ran, no sooner than this many times as long as its last full
+/// search took: the search again for what nothing cheap can see (a copy written over
+/// pages the process had, which moves no frame and no counter) costs at most about 0.1%
+/// of a core per process (a daemon of 1.5 GiB searched in 0.2 s: every 200 s, not every
+/// minute), at most [`RESEARCH_MAX`].
+pub const REPROVE_COST_FACTOR: u32 = 1000;
+
 /// A process whose memory changes is searched again at most this often...
 pub const RESEARCH_MIN: Duration = Duration::from_secs(5);
 /// ...and no sooner than this many times as long as its last search took, so searching a
@@ -73,6 +83,18 @@ impl Reused {
     fn cadence(&self) -> Duration {
         (self.proof.took * RESEARCH_COST_FACTOR).clamp(RESEARCH_MIN, RESEARCH_MAX)
     }
+
+    /// How long after its last full search a process whose counters stand, or whose moved
+    /// memory alone was searched since, is searched again in full.
+    fn again_after(&self) -> Duration {
+        again_after(self.full_took, self.cadence())
+    }
+}
+
+/// The safety net's age for a process whose last full search took `full_took`.
+fn again_after(full_took: Duration, cadence: Duration) -> Duration {
+    let budget = (full_took * REPROVE_COST_FACTOR).min(RESEARCH_MAX);
+    REPROVE_AFTER.max(budget).max(cadence)
 }
 
 /// What a proof of a (process, file) depends on: the process's private memory (`RssAnon`
@@ -153,8 +175,8 @@ impl Engine {
     /// Proves the sample's candidates: each (process, file) is searched in full when it
     /// never was, when its memory changed and the last search is older than its cadence
     /// ([`RESEARCH_COST_FACTOR`] times the search's time, from [`RESEARCH_MIN`] to
-    /// [`RESEARCH_MAX`]), or when the last search is older than [`REPROVE_AFTER`] and the
-    /// cadence. Unchanged, the last search is reused. Changed but within the cadence, the
+    /// [`RESEARCH_MAX`]), or when the last full search is older than [`REPROVE_AFTER`], the
+    /// cadence and [`REPROVE_COST_FACTOR`] times its time (and the process ran). Unchanged, the last search is reused. Changed but within the cadence, the
     /// copies the last search found are checked again in place ([`stale`]), and the rest
     /// of the process's memory counts as not searched: a suspicion beside the count, which
     /// then says it is a lower bound, until the next full search.
@@ -205,7 +227,7 @@ impl Engine {
             // proofs after collections of varying length, and must not just miss it.
             let age = now.duration_since(r.at);
             let due = |after: Duration| age + after / 8 >= after;
-            let again = due(REPROVE_AFTER.max(r.cadence()));
+            let again = due(r.again_after());
             // Unchanged and not run since its search: nothing of its own wrote its memory
             // (what another process could write into it, through shared memory or
             // `/proc/PID/mem`, is searched at least every REVERIFY_AFTER). An idle
@@ -341,6 +363,14 @@ impl Engine {
                 continue;
             }
             let ran_before = ran.get(&p.sample.pid).copied().flatten();
+            let key = (p.sample.pid, p.sample.file);
+            let full_took = match partial_at.contains_key(&key) {
+                true => self
+                    .reuse
+                    .get(&key)
+                    .map_or(p.took, |r| r.full_took.max(p.took)),
+                false => p.took,
+            };
             self.reuse.insert(
                 (p.sample.pid, p.sample.file),
                 Reused {
@@ -352,6 +382,7 @@ impl Engine {
                         .unwrap_or(now),
                     placement: placements.get(&p.sample.pid).cloned().flatten(),
                     proof: p,
+                    full_took,
                     checked: None,
                     verified,
                     confirmed_bytes,
@@ -496,5 +527,26 @@ pub(super) fn pending(sample: &Sample, todo: Vec<CandidateSample>) -> Sample {
         observers: observers.clone(),
         privilege: *privilege,
         host_files: host_files.clone(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_safety_net_costs_a_thousandth_of_the_search_at_least_a_minute_apart() {
+        let ms = Duration::from_millis;
+        // A small process searched in 5 ms: every minute.
+        assert_eq!(again_after(ms(5), RESEARCH_MIN), REPROVE_AFTER);
+        // A 1.5 GiB daemon searched in 0.2 s: every 200 s, not every minute.
+        assert_eq!(again_after(ms(200), ms(20_000)), Duration::from_secs(200));
+        // A search of 10 s: at most RESEARCH_MAX apart.
+        assert_eq!(again_after(ms(10_000), RESEARCH_MAX), RESEARCH_MAX);
+        // Never sooner than the cadence.
+        assert_eq!(
+            again_after(ms(1), Duration::from_secs(90)),
+            Duration::from_secs(90)
+        );
     }
 }

@@ -16,8 +16,33 @@ pub(super) struct Weighed {
     key: Vec<WeighKey>,
     physical: std::collections::BTreeMap<i32, Option<crate::sample::PhysicalSample>>,
     at: Instant,
-    /// The host's counters of what shares or moves pages without a fault, at the weigh.
+    /// The host's counters of what shares or moves pages without a fault, at the weigh or
+    /// at the last check that the sharers' anonymous memory stood ([`Weighed::anon`]).
     silent: Option<crate::dupes::physical::SilentMoves>,
+    /// When the share-out was last known to hold: the weigh, or the last check of `anon`.
+    checked: Instant,
+    /// Each sharer's anonymous memory at the weigh ([`AnonShares`]), where pages were
+    /// shared and every sharer's faults are known; empty otherwise.
+    anon: Vec<(i32, Option<AnonShares>)>,
+}
+
+/// What a merge (KSM) or a collapse (khugepaged) of a process's shared anonymous pages
+/// changes in its `smaps_rollup`: `Pss_Anon` (a page shared by one more or one fewer
+/// process), `Anonymous`, `Swap`, and the shared/private dirty sizes (a page leaving or
+/// joining the shared ones). Neither moves with other processes' file mappings (a
+/// library mapped by a new process moves `Pss` and the clean sizes only).
+type AnonShares = (Option<u64>, Option<u64>, Option<u64>, u64, u64);
+
+fn anon_shares(root: &std::path::Path, pid: i32) -> Option<AnonShares> {
+    let r = crate::collect::process::rollup_of(root, pid)?;
+    r.pss_anon_bytes?;
+    Some((
+        r.pss_anon_bytes,
+        r.anonymous_bytes,
+        r.swap_bytes,
+        r.shared_dirty_bytes,
+        r.private_dirty_bytes,
+    ))
 }
 
 impl Weighed {
@@ -40,6 +65,16 @@ impl Weighed {
         } else {
             then == now
         }
+    }
+
+    /// Whether every sharer's anonymous memory reads as at the weigh (each known then and
+    /// now): no page of theirs was merged, collapsed, swapped or shared anew since.
+    fn anon_stands(&self, root: &std::path::Path) -> bool {
+        !self.anon.is_empty()
+            && self
+                .anon
+                .iter()
+                .all(|(pid, then)| then.is_some() && *then == anon_shares(root, *pid))
     }
 
     /// The processes whose copies were weighed (their page faults are in the key).
@@ -103,6 +138,22 @@ impl Engine {
     pub fn backdate_weighs(&mut self, by: Duration) {
         for w in self.weighed.values_mut() {
             w.at = w.at.checked_sub(by).unwrap_or(w.at);
+            w.checked = w.checked.checked_sub(by).unwrap_or(w.checked);
+        }
+    }
+
+    /// Makes every kept share-out's record of the host's silent counters differ from the
+    /// host's (as if KSM or khugepaged had moved pages somewhere) and, with `anon`, its
+    /// record of the sharers' anonymous memory too (tests).
+    #[doc(hidden)]
+    pub fn pretend_pages_moved(&mut self, anon: bool) {
+        for w in self.weighed.values_mut() {
+            w.silent = Some(SilentMoves::of([None, None, None, Some(u64::MAX)]));
+            if anon {
+                for a in w.anon.iter_mut().filter_map(|a| a.1.as_mut()) {
+                    a.4 = a.4.wrapping_add(4096);
+                }
+            }
         }
     }
 
@@ -130,6 +181,7 @@ impl Engine {
         // copy bytes, ranges). `kept` is sorted by file: each file's proofs
         // are one run.
         let mut weighed = std::mem::take(&mut self.weighed);
+        let proc_root = self.roots.proc.clone();
         // Read once, and only where a file has copies to weigh.
         let silent = std::cell::OnceCell::new();
         let silent = || *silent.get_or_init(crate::dupes::physical::SilentMoves::read);
@@ -150,21 +202,42 @@ impl Engine {
                 })
                 .collect();
             // Every sharer's faults known: a copy-on-write break shows in them; and what
-            // moves pages without a fault, in the host's counters.
-            let keep = |w: &Weighed| match key.iter().all(|k| k.2.is_some()) {
-                true if w.quiet_since(silent().as_ref()) => REWEIGH_AFTER_QUIET,
-                true => REWEIGH_AFTER_TRACKED,
-                false => REWEIGH_AFTER,
+            // moves pages without a fault, in the host's counters or, where those moved (a
+            // collapse anywhere on the host), in the sharers' anonymous memory, read once
+            // REWEIGH_AFTER_TRACKED passed (a few page-table walks instead of a page map).
+            let tracked = key.iter().all(|k| k.2.is_some());
+            let holds = |w: &mut Weighed| {
+                let age = now.saturating_duration_since(w.at);
+                if !tracked {
+                    return age < REWEIGH_AFTER;
+                }
+                if age >= REWEIGH_AFTER_QUIET {
+                    return false;
+                }
+                if w.quiet_since(silent().as_ref())
+                    || now.saturating_duration_since(w.checked) < REWEIGH_AFTER_TRACKED
+                {
+                    return true;
+                }
+                let stands = w.anon_stands(&proc_root);
+                if stands {
+                    w.checked = now;
+                    w.silent = silent();
+                }
+                stands
             };
-            match weighed.get(&file) {
-                Some(w) if w.holds_for(&key) && w.at.elapsed() < keep(w) => {
+            let kept = weighed
+                .remove(&file)
+                .filter(|w| w.holds_for(&key))
+                .and_then(|mut w| holds(&mut w).then_some(w));
+            match kept {
+                Some(w) => {
                     for p in &mut proofs[from..to] {
                         p.physical = w.physical.get(&p.pid).cloned().flatten();
                     }
-                    self.weighed
-                        .insert(file, weighed.remove(&file).expect("just found"));
+                    self.weighed.insert(file, w);
                 }
-                _ => {
+                None => {
                     self.last_weighed += usize::from(!key.is_empty());
                     physical::weigh(&self.roots.proc, &mut proofs[from..to], &ranges[from..to]);
                     let physical = proofs[from..to]
@@ -172,6 +245,18 @@ impl Engine {
                         .map(|p| (p.pid, p.physical.clone()))
                         .collect();
                     let silent = (!key.is_empty()).then(silent).flatten();
+                    // The sharers' anonymous memory, where pages were shared and faults
+                    // are known: what a later check compares.
+                    let shared = proofs[from..to]
+                        .iter()
+                        .any(|p| p.physical.as_ref().is_some_and(|w| !alone(w)));
+                    let anon = match tracked && shared {
+                        true => key
+                            .iter()
+                            .map(|k| (k.0, anon_shares(&proc_root, k.0)))
+                            .collect(),
+                        false => Vec::new(),
+                    };
                     self.weighed.insert(
                         file,
                         Weighed {
@@ -179,6 +264,8 @@ impl Engine {
                             physical,
                             at: now,
                             silent,
+                            checked: now,
+                            anon,
                         },
                     );
                 }
@@ -206,6 +293,8 @@ mod tests {
             physical: [(7, Some(w)), (8, None)].into_iter().collect(),
             at: Instant::now(),
             silent: Some(SilentMoves::of(silent)),
+            checked: Instant::now(),
+            anon: Vec::new(),
         }
     }
 

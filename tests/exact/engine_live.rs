@@ -299,6 +299,7 @@ fn a_changing_copier_is_checked_in_place_between_full_searches() {
 /// kept while no sharer faulted, past the minute a host whose KSM and khugepaged counters
 /// move gets (`REWEIGH_AFTER_TRACKED`), up to `REWEIGH_AFTER_QUIET`: reading 8 bytes of
 /// page map per page of every sharer each minute was most of a 5 s `serve`'s proof cost.
+/// Where the host's counters move, the sharers' `smaps_rollup` stands in for the page maps.
 #[test]
 fn a_share_out_is_kept_while_nothing_on_the_host_can_have_moved_its_pages() {
     let _group = crate::common::group(module_path!());
@@ -359,8 +360,24 @@ fn a_share_out_is_kept_while_nothing_on_the_host_can_have_moved_its_pages() {
         assert!(first.iter().all(|s| (s.1 - pages / 4.0).abs() < 1e-6));
         let again = shares(&mut engine);
         let kept_at_once = engine.last_weighed;
-        engine.backdate_weighs(REWEIGH_AFTER_TRACKED + std::time::Duration::from_secs(1));
+        let minute = REWEIGH_AFTER_TRACKED + std::time::Duration::from_secs(1);
+        engine.backdate_weighs(minute);
         let later = shares(&mut engine);
+        let kept_past_a_minute = engine.last_weighed;
+        engine.backdate_weighs(REWEIGH_AFTER_QUIET);
+        let net = shares(&mut engine);
+        let weighed_at_the_net = engine.last_weighed;
+        // Where the host's counters moved (a collapse somewhere else), the sharers'
+        // anonymous memory (`smaps_rollup`) is read instead of their page maps: standing,
+        // the share-out is kept; moved, the copies are weighed again.
+        engine.pretend_pages_moved(false);
+        engine.backdate_weighs(minute);
+        let anon_stood = shares(&mut engine);
+        let kept_anon_stood = engine.last_weighed;
+        engine.pretend_pages_moved(true);
+        engine.backdate_weighs(minute);
+        let anon_moved = shares(&mut engine);
+        let weighed_anon_moved = engine.last_weighed;
         let after = SilentMoves::read();
         if before.is_none() || before != after || stat_of(&pids) != counters {
             // A sharer faulted, or the host's counters moved, during this try: no
@@ -371,11 +388,20 @@ fn a_share_out_is_kept_while_nothing_on_the_host_can_have_moved_its_pages() {
         assert_eq!(again, first);
         assert_eq!(kept_at_once, 0, "kept at once");
         assert!(weighed <= 1, "{weighed}");
-        assert_eq!(engine.last_weighed, 0, "kept past a minute: nothing moved");
+        assert_eq!(kept_past_a_minute, 0, "kept past a minute: nothing moved");
         assert_eq!(later, first);
-        engine.backdate_weighs(REWEIGH_AFTER_QUIET);
-        assert_eq!(shares(&mut engine), first);
-        assert_eq!(engine.last_weighed, 1, "weighed again after the safety net");
+        assert_eq!(net, first);
+        assert_eq!(weighed_at_the_net, 1, "weighed again after the safety net");
+        assert_eq!(anon_stood, first);
+        assert_eq!(
+            kept_anon_stood, 0,
+            "kept: the sharers' anonymous memory stood"
+        );
+        assert_eq!(anon_moved, first);
+        assert_eq!(
+            weighed_anon_moved, 1,
+            "weighed again: anonymous memory moved"
+        );
         break;
     }
 }

@@ -26,23 +26,19 @@ fn a_long_lived_engine_reuses_a_proof_while_nothing_changed() {
     let fm = f.files.iter().find(|x| Path::new(&x.path) == path).unwrap();
     assert_count(fm, 2.0);
 
-    // A minute on, unchanged and not run since (it sleeps on its stdin): nothing of its
-    // own wrote its memory, its search stands.
-    engine.backdate_searches(
-        twofold::engine::REPROVE_AFTER,
-        twofold::engine::REPROVE_AFTER,
-    );
+    // Past its search's safety net (a minute, or a thousand times the search's time: at
+    // most RESEARCH_MAX), unchanged and not run since (it sleeps on its stdin): nothing
+    // of its own wrote its memory, its search stands.
+    let net = twofold::engine::RESEARCH_MAX;
+    engine.backdate_searches(net, twofold::engine::REPROVE_AFTER);
     let idle = engine.snapshot(&mut w).unwrap();
     assert_eq!((engine.last_reused, engine.last_slept), (1, 1));
     assert_eq!(first.sample.proofs, idle.sample.proofs);
-    // It runs (a line on its stdin), and a minute on it is searched again (for a copy
-    // written over pages it had) in full: its 24 MiB copy was confirmed with fewer bytes
-    // than a check in place takes.
+    // It runs (a line on its stdin), and past the safety net it is searched again (for a
+    // copy written over pages it had) in full: its 24 MiB copy was confirmed with fewer
+    // bytes than a check in place takes.
     wake(&mut copier);
-    engine.backdate_searches(
-        twofold::engine::REPROVE_AFTER,
-        twofold::engine::REPROVE_AFTER,
-    );
+    engine.backdate_searches(net, twofold::engine::REPROVE_AFTER);
     let third = engine.snapshot(&mut w).unwrap();
     assert_eq!((engine.last_reused, engine.last_carried), (0, 0));
     assert_eq!(first.sample.proofs, third.sample.proofs);
