@@ -133,9 +133,15 @@ static TABLES_KEPT: std::sync::Mutex<Vec<(String, std::time::Instant, Table)>> =
 /// `None` where procfs does not tell (a fixture root, a process gone).
 pub fn table(proc_root: &Path, pid: Option<i32>) -> Option<Table> {
     let dir = proc_root.join(pid.map_or_else(|| "self".to_string(), |p| p.to_string()));
-    let ns = std::fs::read_link(dir.join("ns/mnt"))
-        .ok()
-        .map(|l| format!("{}:{}", proc_root.display(), l.display()));
+    // This process's own namespace is its own key: twofold never changes namespace, and
+    // its link need not be read at each of a snapshot's hundreds of calls (one per model
+    // file whose filesystem is asked about).
+    let ns = match pid {
+        None => Some(format!("{}:self", proc_root.display())),
+        Some(_) => std::fs::read_link(dir.join("ns/mnt"))
+            .ok()
+            .map(|l| format!("{}:{}", proc_root.display(), l.display())),
+    };
     let now = std::time::Instant::now();
     if let Some(ns) = &ns {
         let kept = TABLES_KEPT.lock().unwrap_or_else(|e| e.into_inner());
