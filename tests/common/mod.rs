@@ -175,6 +175,41 @@ pub fn status_bytes(pid: i32, field: &str) -> u64 {
     kb * 1024
 }
 
+/// The pids of the other twofolds running now (their `maps` carry twofold's observer mark).
+pub fn other_twofolds() -> Vec<i32> {
+    let me = std::process::id() as i32;
+    std::fs::read_dir("/proc")
+        .into_iter()
+        .flatten()
+        .flatten()
+        .filter_map(|e| e.file_name().to_str()?.parse::<i32>().ok())
+        .filter(|p| *p != me)
+        .filter(|p| {
+            std::fs::read_to_string(format!("/proc/{p}/maps"))
+                .is_ok_and(|t| twofold::collect::observer::marked(&t))
+        })
+        .collect()
+}
+
+/// `f()`, run again (up to 50 times, 100 ms apart) until no other twofold (a `top` or
+/// `serve` beside the suite) faulted while it ran: one that maps a file's pages for a
+/// moment, to read cached ones, is a third mapper then, and a test that expects two
+/// mappers' PSS must not read that moment. The last result where it never held.
+pub fn while_others_quiet<T>(mut f: impl FnMut() -> T) -> T {
+    let root = Path::new("/proc");
+    let mut last = None;
+    for _ in 0..50 {
+        let quiet = twofold::collect::quiet::Quiet::before(root, &other_twofolds(), false);
+        let r = f();
+        if quiet.held(root) {
+            return r;
+        }
+        last = Some(r);
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    last.expect("ran at least once")
+}
+
 /// Allowed error: one page per MiB of `size`.
 pub fn tolerance(size: u64) -> u64 {
     (size / MIB).max(1) * 4096
