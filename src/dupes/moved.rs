@@ -11,7 +11,6 @@
 //! written over pages the process already had resident at the same frames; the next full
 //! search (within the cadence) finds it.
 
-use crate::collect::memory::RegionKind;
 use crate::collect::memory::{ProcMemory, PM_PFN};
 use crate::collect::Roots;
 use crate::sample::PAGE_BYTES as PAGE;
@@ -31,22 +30,6 @@ pub struct Placement {
     frames: Vec<(u64, u64)>,
 }
 
-/// The parts of `present` (sorted, disjoint) inside `regions` (sorted, disjoint).
-fn clip(present: &[(u64, u64)], regions: impl Iterator<Item = (u64, u64)>) -> Vec<(u64, u64)> {
-    let mut out = Vec::new();
-    let mut i = 0;
-    for (lo, hi) in regions {
-        i += present[i..].partition_point(|p| p.1 <= lo);
-        for &(a, b) in &present[i..] {
-            if a >= hi {
-                break;
-            }
-            out.push((a.max(lo), b.min(hi)));
-        }
-    }
-    out
-}
-
 impl Placement {
     /// The placement of `pid`'s searchable memory now; `None` when it cannot be known
     /// (no `PAGEMAP_SCAN`, frame numbers hidden without `CAP_SYS_ADMIN`, the process gone).
@@ -55,27 +38,11 @@ impl Placement {
         let maps = roots.proc.join(pid.to_string()).join("maps");
         let text = std::fs::read_to_string(&maps).ok()?;
         let regions = ProcMemory::regions(&maps, &text).ok()?;
-        // Private memory (anonymous regions, and the copy-on-write pages of private file
-        // mappings) in one `PAGEMAP_SCAN` of its whole span, anonymous pages only, clipped
-        // to those regions: a CUDA process has a thousand or more small mappings, and one
-        // ioctl each was most of the cost of knowing where its memory is (the walk skips
-        // what has no page tables: reservations, device memory). The rest (shared memory,
-        // huge pages, driver memory: their pages may be file-backed) region by region.
-        let private = |r: &&crate::collect::memory::Region| {
-            matches!(r.kind, RegionKind::Anon | RegionKind::PrivateFile)
-        };
         let mut ranges = Vec::new();
-        let span: Vec<_> = regions.iter().filter(private).collect();
-        if let (Some(first), Some(last)) = (span.first(), span.last()) {
-            let pm =
-                PageMap::scan(&target, first.start, last.end, RegionKind::PrivateFile).ok()??;
-            ranges.extend(clip(pm.ranges()?, span.iter().map(|r| (r.start, r.end))));
-        }
-        for r in regions.iter().filter(|r| !private(r)) {
+        for r in &regions {
             let pm = PageMap::scan(&target, r.start, r.end, r.kind).ok()??;
             ranges.extend(pm.ranges()?.iter().copied());
         }
-        ranges.sort_unstable();
         let mut frames = Vec::new();
         let mut one = Vec::new();
         for &(a, b) in &ranges {
@@ -173,84 +140,6 @@ impl Placement {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn present_pages_are_clipped_to_the_regions() {
-        let present = [(0x1000, 0x5000), (0x8000, 0x9000), (0xa000, 0xc000)];
-        let regions = [(0x0, 0x2000), (0x3000, 0x8800), (0xb000, 0xf000)];
-        assert_eq!(
-            clip(&present, regions.into_iter()),
-            vec![
-                (0x1000, 0x2000),
-                (0x3000, 0x5000),
-                (0x8000, 0x8800),
-                (0xb000, 0xc000)
-            ]
-        );
-        assert!(clip(&[], regions.into_iter()).is_empty());
-    }
-
-    /// One scan of the private span finds what a scan of each region finds: the written
-    /// (copy-on-write) page of a private file mapping, none of its file pages, and the
-    /// pages of an anonymous buffer.
-    #[test]
-    fn one_scan_of_the_private_span_sees_what_each_region_does() {
-        use std::os::fd::AsRawFd;
-        let roots = Roots::live();
-        let me = std::process::id() as i32;
-        let page = PAGE as usize;
-        let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join("weights.bin");
-        std::fs::write(&path, vec![7u8; 8 * page]).unwrap();
-        let f = std::fs::File::open(&path).unwrap();
-        // SAFETY: a private mapping of a file of 8 pages, read and one page written.
-        let (file, anon) = unsafe {
-            let file = libc::mmap(
-                std::ptr::null_mut(),
-                8 * page,
-                libc::PROT_READ | libc::PROT_WRITE,
-                libc::MAP_PRIVATE,
-                f.as_raw_fd(),
-                0,
-            );
-            assert_ne!(file, libc::MAP_FAILED);
-            let anon = libc::mmap(
-                std::ptr::null_mut(),
-                4 * page,
-                libc::PROT_READ | libc::PROT_WRITE,
-                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
-                -1,
-                0,
-            );
-            assert_ne!(anon, libc::MAP_FAILED);
-            let mut sum = 0u8;
-            for i in 0..8 {
-                sum = sum.wrapping_add(std::ptr::read_volatile((file as *const u8).add(i * page)));
-            }
-            assert_eq!(sum, 56);
-            *(file as *mut u8).add(3 * page) = 1;
-            std::ptr::write_bytes(anon as *mut u8, 5, 4 * page);
-            (file as u64, anon as u64)
-        };
-        let Some(pl) = Placement::of(&roots, me) else {
-            println!("SKIPPED: PAGEMAP_SCAN needs Linux 6.7");
-            return;
-        };
-        let within =
-            |a: u64, b: u64| -> Vec<(u64, u64)> { clip(&pl.ranges, std::iter::once((a, b))) };
-        let p = PAGE;
-        assert_eq!(
-            within(file, file + 8 * p),
-            vec![(file + 3 * p, file + 4 * p)]
-        );
-        assert_eq!(within(anon, anon + 4 * p), vec![(anon, anon + 4 * p)]);
-        assert!(pl.ranges.is_sorted(), "{:?}", pl.ranges);
-        // SAFETY: the mappings made above.
-        unsafe {
-            libc::munmap(file as *mut libc::c_void, 8 * page);
-            libc::munmap(anon as *mut libc::c_void, 4 * page);
-        }
-    }
 
     /// `pl` less the pages of `[p, p + len)`: as if that buffer had been freed.
     fn again_without(pl: &Placement, p: *mut libc::c_void, len: usize) -> Placement {
