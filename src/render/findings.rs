@@ -22,8 +22,8 @@ pub fn searched_line(f: &crate::model::FileModel) -> Option<String> {
     );
     // Grouped by reason: "pid 1, 2 and 5 more (over the proof budget)".
     let mut by_why: Vec<(String, Vec<i32>)> = Vec::new();
-    for x in &f.suspected_copies {
-        let why = x.unsearched.text();
+    for x in &c.unsearched {
+        let why = x.why.text();
         let why = why
             .strip_prefix("not searched: ")
             .unwrap_or(why)

@@ -134,6 +134,7 @@ pub fn report() -> Report {
         not_searched: 0,
         sampled_bytes: 0,
         compared_bytes: 0,
+        unsearched: Vec::new(),
     };
     llama.representations = Representations {
         page_cache: Some(1.0),
@@ -155,6 +156,19 @@ pub fn report() -> Report {
         why: CandidateWhy::Named,
         unsearched: "over the proof budget".into(),
     });
+    // Two candidates not searched: 6161 suspected, 6262 named though too little of its
+    // memory is left to suspect it (a lower bound names every pid it comes from).
+    qwen.candidates = CandidateCounts {
+        could_hold: 2,
+        not_searched: 2,
+        unsearched: [6161, 6262]
+            .map(|pid| crate::model::UnsearchedCandidate {
+                pid,
+                why: "over the proof budget".into(),
+            })
+            .to_vec(),
+        ..CandidateCounts::default()
+    };
     qwen.representations.lower_bound = true;
 
     Report {

@@ -147,6 +147,10 @@ pub fn attribute(sample: &Sample, reads: &BTreeMap<(i32, FileKey), u64>, files: 
                 continue;
             };
             f.candidates.not_searched += 1;
+            f.candidates.unsearched.push(super::UnsearchedCandidate {
+                pid: c.pid,
+                why: why_not.clone(),
+            });
             // Memory already proven to be a copy is not suspected again.
             let proven: u64 = proof.map_or(0, |p| p.copy_memory_bytes);
             let avail = left

@@ -298,11 +298,23 @@ pub struct CandidateCounts {
     pub could_hold: usize,
     pub searched: usize,
     pub not_searched: usize,
+    /// Each candidate not searched (or searched only in part) and why, whether or not
+    /// enough of its memory is left to suspect it: what makes the count a lower bound is
+    /// named by pid wherever the count is shown.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub unsearched: Vec<UnsearchedCandidate>,
     /// Memory sampled and compared with the file over all searched candidates.
     #[serde(default)]
     pub sampled_bytes: u64,
     #[serde(default)]
     pub compared_bytes: u64,
+}
+
+/// A candidate copy holder that was not searched in full, and why.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct UnsearchedCandidate {
+    pub pid: i32,
+    pub why: crate::sample::unsearched::Unsearched,
 }
 
 /// How many times the file's bytes are in memory, from proven parts only. The default

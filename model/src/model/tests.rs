@@ -205,6 +205,13 @@ fn one_heap_is_not_suspected_of_two_files() {
         .collect();
     assert_eq!(suspected, ["/m/f1.gguf"]);
     assert!(r.files.iter().all(|f| f.representations.lower_bound));
+    // Both bounds name the process not searched, the second too though none of its memory
+    // is left to suspect.
+    for f in &r.files {
+        let named: Vec<i32> = f.candidates.unsearched.iter().map(|u| u.pid).collect();
+        assert_eq!(named, [10], "{}", f.path);
+        assert_eq!(f.candidates.not_searched, 1);
+    }
 }
 
 #[test]
