@@ -450,6 +450,10 @@ fn healthz_fails_when_the_last_good_collection_is_older_than_3_intervals() {
         (rss - status_rss).abs() <= 8.0 * MIB as f64,
         "rss {rss} vs VmRSS {status_rss}"
     );
+    // No transparent huge page in its own memory: khugepaged collapsing its heap would
+    // move the host counter it reads to know no page moved silently.
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+    assert!(status.contains("THP_enabled:\t0"), "{status}");
     // Its CPU once it has used a clock tick (a collection of one small file can take less
     // than the 10 ms the kernel counts in).
     let cpu_body = poll_metrics(port, 60, |b| {
