@@ -60,6 +60,9 @@ pub struct Engine {
     /// Proofs of earlier snapshots, reused while nothing they depend on changed (looked
     /// up once per candidate each snapshot: hashed, not a tree of 2,000 large entries).
     reuse: std::collections::HashMap<(i32, FileKey), Reused, foldhash::fast::RandomState>,
+    /// The (process, file) searches the budget cut, one after another: searched again at
+    /// the next snapshot with twice the budget each time, up to [`reuse::MAX_BOOST`].
+    cut: std::collections::HashMap<(i32, FileKey), u32, foldhash::fast::RandomState>,
     /// How many (process, file) proofs the last snapshot reused rather than searched.
     pub last_reused: usize,
     /// How many it checked again in place (memory changed within the search cadence).
@@ -107,6 +110,7 @@ impl Engine {
             req,
             prove,
             reuse: Default::default(),
+            cut: Default::default(),
             last_reused: 0,
             last_rechecked: 0,
             last_moved: 0,

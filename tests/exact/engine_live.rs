@@ -492,3 +492,90 @@ fn exclusive_heap(pid: i32) -> bool {
     }
     true
 }
+
+/// A search cut by the proof budget after others took most of it is searched again at the
+/// next snapshot, not kept as if whole: on `bench/host.sh`, a `top` started after another
+/// twofold indexed from the point cache for 1.5 s, its two 1.5 GiB daemons were searched in
+/// part, and their unchanged fingerprints kept that part (`≥` on every file) for minutes.
+#[test]
+fn a_search_cut_short_by_the_budget_is_searched_again_at_the_next_snapshot() {
+    let _group = crate::common::group(module_path!());
+    use twofold::dupes::prove::ProveOptions;
+    use twofold::engine::{report, Engine, RESEARCH_MAX};
+    use twofold::sample::unsearched::Unsearched;
+    if !require(is_root(), "reading another process's memory needs root") {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let size = 128 * MIB;
+    let file = model_file(dir.path(), "cut.safetensors", size);
+    let copier = reader("copy", Some(&file), &["--close"]);
+    let pid = copier.pid();
+    let req = Request {
+        paths: vec![file.clone()],
+        pids: vec![pid],
+        candidates: true,
+        ..Request::default()
+    };
+    let mut engine = Engine::new(req, Some(ProveOptions::default()))
+        .incremental(std::time::Duration::from_secs(3600));
+    let snap = |engine: &mut Engine| {
+        let s = engine.snapshot(&mut Vec::new()).unwrap();
+        let r = report(&s, None);
+        let f = r
+            .files
+            .iter()
+            .find(|f| std::path::Path::new(&f.path) == file)
+            .unwrap()
+            .clone();
+        let proof = s
+            .sample
+            .proofs
+            .iter()
+            .find(|p| p.pid == pid)
+            .cloned()
+            .unwrap();
+        (f, proof)
+    };
+    let (f, proof) = snap(&mut engine);
+    assert_eq!(proof.unsearched, None, "{proof:?}");
+    assert!(!f.representations.lower_bound, "{:?}", f.representations);
+    // Searched again with a budget so small that the search is cut in the middle (the
+    // files' index is kept: the search begins at once): tried with budgets of 50 µs and
+    // up until one is.
+    let mut budget = std::time::Duration::from_micros(50);
+    let cut = (0..40).find_map(|_| {
+        engine.backdate_searches(RESEARCH_MAX, RESEARCH_MAX);
+        engine.forget_run_times();
+        engine.prove = Some(ProveOptions {
+            budget: Some(budget),
+            exact: false,
+        });
+        let (f, proof) = snap(&mut engine);
+        match &proof.unsearched {
+            Some(Unsearched::OverBudget(w)) if w.contains("searched in part") => Some(f),
+            Some(Unsearched::OverBudget(_)) => {
+                budget = budget.mul_f64(1.5);
+                None
+            }
+            None => {
+                budget = budget.mul_f64(0.5);
+                None
+            }
+            other => panic!("{other:?}"),
+        }
+    });
+    let f = cut.expect("no budget cut the search of a 128 MiB copy in the middle");
+    assert!(f.representations.lower_bound, "{:?}", f.representations);
+    // The next snapshot, with the whole budget and nothing changed: searched again, exact.
+    engine.prove = Some(ProveOptions::default());
+    let (f, proof) = snap(&mut engine);
+    assert_eq!(proof.unsearched, None, "{proof:?}");
+    assert!(!f.representations.lower_bound, "{:?}", f.representations);
+    assert!(
+        f.representations.private_copies > 0.99,
+        "{:?}",
+        f.representations
+    );
+    drop(copier);
+}
