@@ -182,39 +182,15 @@ fn an_incremental_snapshot_sees_a_file_mapped_since_the_last_one() {
 #[test]
 fn a_changing_copier_is_checked_in_place_between_full_searches() {
     let _group = crate::common::group(module_path!());
-    use twofold::engine::{report, Engine, REPROVE_AFTER, RESEARCH_MIN};
+    use twofold::engine::{Engine, REPROVE_AFTER, RESEARCH_MIN};
     if !require(is_root(), "reading another process's memory needs root") {
         return;
     }
-    let dir = tempfile::tempdir().unwrap();
-    let size = 16 * MIB;
-    let file = model_file(dir.path(), "drift.gguf", size);
-    let mut copier = reader("copy", Some(&file), &["--close", "--drift"]);
+    let (_dir, file, mut copier, req) = copier_of("drift.gguf", 16 * MIB, &["--drift"]);
     let pid = copier.pid();
-    let req = Request {
-        paths: vec![file.clone()],
-        pids: vec![pid],
-        candidates: true,
-        ..Request::default()
-    };
     let mut engine = Engine::new(req, Some(Default::default()));
     let snap = |engine: &mut Engine| {
-        let mut warnings = Vec::new();
-        let s = engine.snapshot(&mut warnings).unwrap();
-        let r = report(&s, None);
-        let f = r
-            .files
-            .iter()
-            .find(|f| std::path::Path::new(&f.path) == file)
-            .unwrap()
-            .clone();
-        let proof = s
-            .sample
-            .proofs
-            .iter()
-            .find(|p| p.pid == pid)
-            .cloned()
-            .unwrap();
+        let (f, proof) = file_and_proof(engine, &file, pid);
         (f, proof, status_bytes(pid, "RssAnon"))
     };
     let (f, proof, anon0) = snap(&mut engine);
@@ -293,6 +269,58 @@ fn a_changing_copier_is_checked_in_place_between_full_searches() {
     assert_eq!(proof.unsearched, None, "{proof:?}");
     assert_eq!(f.representations.private_copies, 0.0);
     assert!(!f.representations.lower_bound, "{:?}", f.representations);
+}
+
+/// A model file of `size` in a temporary directory, a reader that copies it with read() and
+/// closes it (`extra`: more of its flags), and a live engine's request for both.
+fn copier_of(
+    name: &str,
+    size: u64,
+    extra: &[&str],
+) -> (
+    tempfile::TempDir,
+    std::path::PathBuf,
+    twofold::spawn::Reader,
+    Request,
+) {
+    let dir = tempfile::tempdir().unwrap();
+    let file = model_file(dir.path(), name, size);
+    let flags: Vec<&str> = ["--close"]
+        .into_iter()
+        .chain(extra.iter().copied())
+        .collect();
+    let copier = reader("copy", Some(&file), &flags);
+    let req = Request {
+        paths: vec![file.clone()],
+        pids: vec![copier.pid()],
+        candidates: true,
+        ..Request::default()
+    };
+    (dir, file, copier, req)
+}
+
+/// One snapshot of `engine`: the report's row of `file`, and the proof of `pid` for it.
+fn file_and_proof(
+    engine: &mut twofold::engine::Engine,
+    file: &std::path::Path,
+    pid: i32,
+) -> (twofold::model::FileModel, twofold::sample::ProofSample) {
+    let s = engine.snapshot(&mut Vec::new()).unwrap();
+    let r = twofold::engine::report(&s, None);
+    let f = r
+        .files
+        .iter()
+        .find(|f| std::path::Path::new(&f.path) == file)
+        .unwrap()
+        .clone();
+    let proof = s
+        .sample
+        .proofs
+        .iter()
+        .find(|p| p.pid == pid)
+        .cloned()
+        .unwrap();
+    (f, proof)
 }
 
 /// A forked pool's one physical copy, weighed from its page maps once; the share-out is
@@ -501,42 +529,21 @@ fn exclusive_heap(pid: i32) -> bool {
 fn a_search_cut_short_by_the_budget_is_searched_again_at_the_next_snapshot() {
     let _group = crate::common::group(module_path!());
     use twofold::dupes::prove::ProveOptions;
-    use twofold::engine::{report, Engine, RESEARCH_MAX};
+    use twofold::engine::{Engine, RESEARCH_MAX};
     use twofold::sample::unsearched::Unsearched;
     if !require(is_root(), "reading another process's memory needs root") {
         return;
     }
-    let dir = tempfile::tempdir().unwrap();
-    let size = 128 * MIB;
-    let file = model_file(dir.path(), "cut.safetensors", size);
-    let copier = reader("copy", Some(&file), &["--close"]);
+    let (_dir, file, copier, req) = copier_of("cut.safetensors", 32 * MIB, &[]);
     let pid = copier.pid();
-    let req = Request {
-        paths: vec![file.clone()],
-        pids: vec![pid],
-        candidates: true,
-        ..Request::default()
+    // No budget where the search must be whole (a loaded host can take seconds).
+    let whole = ProveOptions {
+        budget: None,
+        exact: false,
     };
-    let mut engine = Engine::new(req, Some(ProveOptions::default()))
-        .incremental(std::time::Duration::from_secs(3600));
-    let snap = |engine: &mut Engine| {
-        let s = engine.snapshot(&mut Vec::new()).unwrap();
-        let r = report(&s, None);
-        let f = r
-            .files
-            .iter()
-            .find(|f| std::path::Path::new(&f.path) == file)
-            .unwrap()
-            .clone();
-        let proof = s
-            .sample
-            .proofs
-            .iter()
-            .find(|p| p.pid == pid)
-            .cloned()
-            .unwrap();
-        (f, proof)
-    };
+    let mut engine =
+        Engine::new(req, Some(whole)).incremental(std::time::Duration::from_secs(3600));
+    let snap = |engine: &mut Engine| file_and_proof(engine, &file, pid);
     let (f, proof) = snap(&mut engine);
     assert_eq!(proof.unsearched, None, "{proof:?}");
     assert!(!f.representations.lower_bound, "{:?}", f.representations);
@@ -565,10 +572,11 @@ fn a_search_cut_short_by_the_budget_is_searched_again_at_the_next_snapshot() {
             other => panic!("{other:?}"),
         }
     });
-    let f = cut.expect("no budget cut the search of a 128 MiB copy in the middle");
+    let f = cut.expect("no budget cut the search of a 32 MiB copy in the middle");
     assert!(f.representations.lower_bound, "{:?}", f.representations);
-    // The next snapshot, with the whole budget and nothing changed: searched again, exact.
-    engine.prove = Some(ProveOptions::default());
+    // The next snapshot, nothing changed: searched again, exact (a cut proof kept would
+    // stand while the copier's fingerprint holds).
+    engine.prove = Some(whole);
     let (f, proof) = snap(&mut engine);
     assert_eq!(proof.unsearched, None, "{proof:?}");
     assert!(!f.representations.lower_bound, "{:?}", f.representations);
