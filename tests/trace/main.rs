@@ -80,15 +80,21 @@ fn anonymous_write_faults_match_proc_stat_exactly() {
     );
 }
 
-#[test]
-fn eviction_read_back_and_refaults_are_exact() {
-    let _serial = serial();
-    if !bpf_ready() {
-        return;
-    }
-    let dir = tempfile::tempdir().unwrap();
-    let size = 24 * MIB;
+/// One run of the eviction test's first part: a file of `size` fully cached, the tracer
+/// attached, the file evicted and read() back, evicted again and readv() back, each step
+/// checked against the ground truth. `None` when the tracer saw pages of the file evicted
+/// that the test did not evict (reclaim elsewhere on the host): its exact counts cannot
+/// hold then.
+fn read_back(
+    size: u64,
+) -> Option<(
+    tempfile::TempDir,
+    std::path::PathBuf,
+    twofold::sample::FileKey,
+    twofold::collect::bpf::Tracer,
+)> {
     let n = pages(size);
+    let dir = tempfile::tempdir().unwrap();
     let file = model_file(dir.path(), "m.gguf", size);
     let k = key(&file);
     // Fully cached now, whatever DAMON or reclaim (other work on the host) did meanwhile.
@@ -111,20 +117,24 @@ fn eviction_read_back_and_refaults_are_exact() {
         "ground truth: all of it left the cache"
     );
     let f1 = s1.files[&k];
-    assert_eq!(
-        f1.evicted_pages - s0.files.get(&k).map_or(0, |f| f.evicted_pages),
-        n
-    );
+    let evicted0 = s0.files.get(&k).map_or(0, |f| f.evicted_pages);
+    if f1.evicted_pages - evicted0 > n {
+        return None;
+    }
+    assert_eq!(f1.evicted_pages - evicted0, n);
     assert_eq!(f1.added_pages, 0);
 
     // read() it back: every page added again, and each is a refault.
     assert_eq!(read_all(&file), size);
     let s2 = tracer.sample();
-    // Ground truth: all of it is cached again, less what reclaim (memory pressure from
-    // other work on the host) took since, which the tracer counts too.
+    // Ground truth: all of it is cached again; a page reclaim took since is counted by
+    // the tracer, and the run is made again.
     let resident = resident_pages(&file);
     let reclaimed = tracer.sample().files[&k].evicted_pages - f1.evicted_pages;
-    assert_eq!(resident + reclaimed, n, "resident + reclaimed since");
+    if reclaimed > 0 {
+        return None;
+    }
+    assert_eq!(resident, n, "resident after the read");
     let f2 = s2.files[&k];
     assert_eq!(f2.added_pages, n, "added pages");
     assert_eq!(f2.refault_pages, n, "refaulted pages");
@@ -134,6 +144,35 @@ fn eviction_read_back_and_refaults_are_exact() {
     evict(&file);
     let got = readv_all(&file);
     assert_eq!(got, size);
+    let f3 = tracer.sample().files[&k];
+    if f3.evicted_pages > 2 * n || resident_pages(&file) != n {
+        return None;
+    }
+    Some((dir, file, k, tracer))
+}
+
+#[test]
+fn eviction_read_back_and_refaults_are_exact() {
+    let _serial = serial();
+    if !bpf_ready() {
+        return;
+    }
+    let size = 24 * MIB;
+    let n = pages(size);
+    let me = std::process::id() as i32;
+    // Reclaim by other work on the host (DAMON, memory pressure) can take a page while it
+    // is read back, and readahead bring it again: the exact counts below hold only where
+    // nothing but the test moved the file's pages, which the tracer itself tells (its
+    // evictions beyond the test's own). A run so disturbed is run again, said so.
+    let (_dir, file, k, tracer) = (0..5)
+        .find_map(|attempt| {
+            let r = read_back(size);
+            if r.is_none() {
+                eprintln!("run {attempt}: reclaim elsewhere took pages of the file; again");
+            }
+            r
+        })
+        .expect("reclaim elsewhere took pages of the file in 5 runs out of 5");
     let s3 = tracer.sample();
     let f3 = s3.files[&k];
     assert_eq!(f3.evicted_pages, 2 * n);
