@@ -313,14 +313,12 @@ fn file_and_proof(
         .find(|f| std::path::Path::new(&f.path) == file)
         .unwrap()
         .clone();
-    let proof = s
-        .sample
-        .proofs
-        .iter()
-        .find(|p| p.pid == pid)
-        .cloned()
-        .unwrap();
-    (f, proof)
+    (f, proof_of(&s.sample, pid))
+}
+
+/// The proof of `pid` in a snapshot's sample.
+fn proof_of(s: &twofold::sample::Sample, pid: i32) -> twofold::sample::ProofSample {
+    s.proofs.iter().find(|p| p.pid == pid).cloned().unwrap()
 }
 
 /// A forked pool's one physical copy, weighed from its page maps once; the share-out is
@@ -459,13 +457,7 @@ fn an_exclusive_copy_is_not_weighed_again_when_its_process_faults() {
         .incremental(std::time::Duration::from_secs(3600));
     let share = |engine: &mut Engine| {
         let s = engine.snapshot(&mut Vec::new()).unwrap();
-        let p = s
-            .sample
-            .proofs
-            .iter()
-            .find(|p| p.pid == pid)
-            .cloned()
-            .unwrap();
+        let p = proof_of(&s.sample, pid);
         assert!(p.identical_file_bytes >= 16 * MIB - 4096, "{p:?}");
         p.physical.unwrap()
     };
