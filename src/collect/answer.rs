@@ -224,7 +224,7 @@ pub fn within<T: Send + 'static>(
     path: &Path,
     f: impl FnOnce() -> T + Send + 'static,
 ) -> Result<T, NotAnswering> {
-    if local(&place) {
+    if is_local(&place) {
         return Ok(f());
     }
     let limit = deadline();
@@ -284,7 +284,7 @@ const LOCAL: &[&str] = &[
 /// unknown, a device only a container mounts) is not. The local devices are kept for
 /// [`LOCAL_AGE`]: asking the mount table itself (a `readlink` of the namespace, a lookup)
 /// for each of a snapshot's thousands of reads was 6% of `top` on `bench/host.sh`.
-fn local(place: &Place) -> bool {
+pub fn is_local(place: &Place) -> bool {
     static KEPT: Mutex<Option<(Instant, Vec<u64>)>> = Mutex::new(None);
     let Place::Device(dev) = place else {
         return false;

@@ -220,6 +220,8 @@ pub struct ProcCache {
     /// The walks of the directories named, lent to each snapshot's gatherer.
     pub walks: super::walkmemo::WalkMemo,
     pub stats: CacheStats,
+    /// Model files kept open between snapshots, and the stamps of the last snapshot's.
+    pub held: super::heldfiles::HeldFiles,
     /// Whether this snapshot reads every process's mappings (no pid or cgroup filter, or
     /// a filter whose gather reads the whole host): only then are all mappers of a file
     /// known, and a mapper's PSS of it kept while none of them changed.
@@ -247,6 +249,7 @@ impl ProcCache {
             walks: super::walkmemo::WalkMemo::new(max_age),
             sees_host: true,
             stats: CacheStats::default(),
+            held: super::heldfiles::HeldFiles::default(),
         }
     }
 

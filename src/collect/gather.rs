@@ -345,11 +345,23 @@ pub fn gather_cached(
     lap("candidates (rchar)");
     g.observers.sort_unstable();
     sample.observers = std::mem::take(&mut g.observers);
-    if let Some(c) = cache {
-        c.decisions = std::mem::take(&mut g.decisions);
-        c.walks = std::mem::take(&mut g.walks);
-    }
-    sample.files = g.files(&sample);
+    let held = match cache {
+        Some(c) => {
+            c.decisions = std::mem::take(&mut g.decisions);
+            c.walks = std::mem::take(&mut g.walks);
+            c.held.begin();
+            Some(&mut c.held)
+        }
+        None => None,
+    };
+    sample.files = match held {
+        Some(h) => {
+            let files = g.files(&sample, Some(&mut *h));
+            h.end();
+            files
+        }
+        None => g.files(&sample, None),
+    };
     if host_wide {
         sample.host_files = Some(crate::sample::HostFiles {
             considered: g.considered,

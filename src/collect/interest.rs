@@ -429,7 +429,13 @@ impl<'a> Gatherer<'a> {
             && self.req.candidates
     }
 
-    pub(super) fn files(&mut self, sample: &Sample) -> Vec<FileSample> {
+    /// `held`: the files a long-lived engine keeps open ([`super::heldfiles`]), measured
+    /// through those descriptors, and told what this snapshot measured.
+    pub(super) fn files(
+        &mut self,
+        sample: &Sample,
+        mut held: Option<&mut super::heldfiles::HeldFiles>,
+    ) -> Vec<FileSample> {
         let mut by_key: BTreeMap<FileKey, Interest> = BTreeMap::new();
         for (k, v) in self.decided.drain() {
             if let Some(i) = v {
@@ -439,8 +445,8 @@ impl<'a> Gatherer<'a> {
         // Which processes map or hold each file, once (rather than every process's
         // mappings searched for each file).
         let refs = crate::sample::referrers(&sample.processes);
-        let referenced =
-            |k: &FileKey| refs.contains_key(k) || sample.candidates.iter().any(|c| c.file == *k);
+        let candidates: HashSet<FileKey> = sample.candidates.iter().map(|c| c.file).collect();
+        let referenced = |k: &FileKey| refs.contains_key(k) || candidates.contains(k);
         // `scan --pid P`: the host's files of interest, of which those P maps, holds or
         // could hold a copy of are kept (its candidates: it read enough, or names them).
         let host_wide = self.host_wide();
@@ -454,10 +460,22 @@ impl<'a> Gatherer<'a> {
                     .map_or(&[][..], Vec::as_slice)
                     .iter()
                     .map(|&i| &sample.processes[i]);
-                let ways =
-                    reopen::ways_among(self.procs.root(), holders.clone(), key, Some(&i.open_path));
+                let kept = held.as_ref().and_then(|h| h.get(key));
+                let ways = match kept {
+                    Some(_) => Vec::new(),
+                    None => reopen::ways_among(
+                        self.procs.root(),
+                        holders.clone(),
+                        key,
+                        Some(&i.open_path),
+                    ),
+                };
                 let mapped = super::measure::mapped_bytes(holders.clone(), key);
-                let mut f = super::measure::file_sample(key, i, ways, self.req.residency, mapped);
+                let (mut f, (stamp, file)) =
+                    super::measure::file_sample(key, i, ways, self.req.residency, mapped, kept);
+                if let Some(h) = held.as_deref_mut() {
+                    h.measured(key, stamp, file);
+                }
                 f.seen_as = seen_as(holders, key, &f.path);
                 f
             })

@@ -3,10 +3,13 @@
 //! helper thread under [`super::answer`]'s deadline, and never where opening would drop
 //! its page cache (FUSE, `statfs(2)`'s `f_type`).
 
+use std::fs::File;
 use std::path::PathBuf;
+use std::sync::Arc;
 
 use super::answer::{self, Place};
 use super::decisions::Interest;
+use super::heldfiles::{stamp, Stamp};
 use super::reopen;
 use super::residency::{self, Method};
 use crate::sample::{FileKey, FileSample, ProcessSample, ResidencySample};
@@ -19,7 +22,14 @@ struct Measured {
     residency: Result<ResidencySample, String>,
     /// On FUSE: nothing was opened.
     fuse: bool,
+    /// The `fstat` of what was measured, and the descriptor it was measured through while
+    /// the file has a link left (to keep: [`super::heldfiles`]).
+    opened: Option<(Stamp, Option<Arc<File>>)>,
 }
+
+/// What a snapshot measured of a file, for [`super::heldfiles::HeldFiles::measured`]: its
+/// stamp, and a descriptor to keep (only of a file on a local filesystem).
+pub type Opened = (Option<Stamp>, Option<Arc<File>>);
 
 /// The most bytes of `key` that one of `holders` maps (smaps `Rss` of its mappings): the
 /// page cache holds at least that much of it.
@@ -37,13 +47,16 @@ pub fn mapped_bytes<'a>(
 
 /// The file's sample: its size, residency, and why either is unknown. `mapped`: what
 /// its holders map of it ([`mapped_bytes`]), said where its residency is not read.
+/// `held`: the descriptor an earlier snapshot kept of it (then `ways` is not needed).
+/// Returns what was measured, and the descriptor to keep.
 pub fn file_sample(
     key: FileKey,
     i: Interest,
     ways: Vec<PathBuf>,
     method: Method,
     mapped: Option<u64>,
-) -> FileSample {
+    held: Option<Arc<File>>,
+) -> (FileSample, Opened) {
     let mut f = FileSample {
         key,
         deleted: i.shown.ends_with(reopen::DELETED),
@@ -61,8 +74,10 @@ pub fn file_sample(
     };
     let shown = PathBuf::from(reopen::strip_deleted(&i.shown));
     let open_path = i.open_path;
-    let measured = answer::within(Place::of_key(key), &shown, move || {
-        measure(key, &open_path, &ways, method)
+    let place = Place::of_key(key);
+    let measured = answer::within(place.clone(), &shown, move || match held {
+        Some(file) => measure_held(file, &open_path, method),
+        None => measure(key, &open_path, &ways, method),
     });
     let m = match measured {
         Ok(m) => m,
@@ -70,8 +85,12 @@ pub fn file_sample(
             let why = e.to_string();
             f.residency_error = Some(why.clone());
             f.unopened = Some(why);
-            return f;
+            return (f, (None, None));
         }
+    };
+    let opened = match m.opened {
+        Some((s, file)) => (Some(s), file.filter(|_| answer::is_local(&place))),
+        None => (None, None),
     };
     f.now_at_path = m.at_path.filter(|k| *k != key);
     f.deleted |= f.now_at_path.is_some();
@@ -85,7 +104,7 @@ pub fn file_sample(
             _ => format!("not read: {why}"),
         });
         f.unopened = Some(why);
-        return f;
+        return (f, (None, None));
     }
     if m.size.is_some() {
         f.size_bytes = m.size;
@@ -94,7 +113,7 @@ pub fn file_sample(
         Ok(r) => f.residency = Some(r),
         Err(e) => f.residency_error = Some(e),
     }
-    f
+    (f, opened)
 }
 
 /// Runs on the helper thread: opens the first way that is the inode `key` (none on FUSE)
@@ -116,33 +135,76 @@ fn measure(
             fuse = true;
             return Err(std::io::Error::other("on FUSE: not opened"));
         }
-        let r = residency::open(p);
-        if let (true, Ok(o)) = (p == open_path, &r) {
-            at_path = Some(Some(o.2));
-        }
-        let (file, size, k) = r.map_err(|e| match e {
+        let (file, st) = residency::open_stat(p).map_err(|e| match e {
             residency::ResidencyError::Open { source, .. } => source,
             other => std::io::Error::other(other.to_string()),
         })?;
-        Ok(((file, size), k))
+        let k = FileKey::from_dev(st.st_dev, st.st_ino);
+        if p == open_path {
+            at_path = Some(Some(k));
+        }
+        Ok(((file, st), k))
     });
-    let at_path = at_path.unwrap_or_else(|| {
-        std::fs::metadata(open_path)
-            .ok()
-            .map(|m| reopen::identity(&m))
-    });
-    let (size, residency) = match opened {
-        Ok(((file, size), path)) => (
-            Some(size),
-            residency::query(&file, &path, size, method)
-                .map_err(|e| format!("{:#}", anyhow::Error::from(e))),
-        ),
-        Err(misses) => (None, Err(misses.describe())),
-    };
+    let at_path = at_path.unwrap_or_else(|| path_names(open_path));
+    match opened {
+        Ok(((file, st), path)) => Measured {
+            fuse,
+            ..measured(file, st, &path, at_path, method)
+        },
+        Err(misses) => Measured {
+            at_path,
+            size: None,
+            residency: Err(misses.describe()),
+            fuse,
+            opened: None,
+        },
+    }
+}
+
+/// The inode `path` names now (`None`: none, or unknown).
+fn path_names(path: &std::path::Path) -> Option<FileKey> {
+    std::fs::metadata(path).ok().map(|m| reopen::identity(&m))
+}
+
+/// Runs on the helper thread: the residency of a file kept open ([`super::heldfiles`])
+/// through its descriptor; its name, `open_path`, by a `stat`.
+fn measure_held(file: Arc<File>, open_path: &std::path::Path, method: Method) -> Measured {
+    use std::os::fd::AsRawFd;
+    let at_path = path_names(open_path);
+    match nix::sys::stat::fstat(file.as_raw_fd()) {
+        Ok(st) => measured(file, st, open_path, at_path, method),
+        Err(e) => Measured {
+            at_path,
+            size: None,
+            residency: Err(format!(
+                "fstat failed on '{}': {}",
+                open_path.display(),
+                std::io::Error::from(e)
+            )),
+            fuse: false,
+            opened: None,
+        },
+    }
+}
+
+/// The residency of an open file whose `fstat` is `st`; the descriptor given back to keep
+/// while the file has a link.
+fn measured(
+    file: impl Into<Arc<File>>,
+    st: nix::sys::stat::FileStat,
+    path: &std::path::Path,
+    at_path: Option<FileKey>,
+    method: Method,
+) -> Measured {
+    let file = file.into();
+    let size = st.st_size as u64;
+    let residency = residency::query(&file, path, size, method)
+        .map_err(|e| format!("{:#}", anyhow::Error::from(e)));
     Measured {
         at_path,
-        size,
+        size: Some(size),
         residency,
-        fuse,
+        fuse: false,
+        opened: Some((stamp(&st), (st.st_nlink > 0).then_some(file))),
     }
 }

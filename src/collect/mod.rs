@@ -13,6 +13,7 @@ pub mod detail;
 pub mod error;
 pub mod gather;
 pub mod gpu;
+pub mod heldfiles;
 pub mod hostledger;
 pub mod input;
 pub mod interest;

@@ -85,6 +85,16 @@ pub enum ResidencyError {
 /// Opens a file read-only for residency queries; refuses what is not a regular file.
 /// Returns it with its size and identity (device, inode), from one `fstat`.
 pub fn open(path: &Path) -> Result<(File, u64, FileKey), ResidencyError> {
+    let (file, st) = open_stat(path)?;
+    Ok((
+        file,
+        st.st_size as u64,
+        FileKey::from_dev(st.st_dev, st.st_ino),
+    ))
+}
+
+/// [`open`], with the whole `fstat`.
+pub fn open_stat(path: &Path) -> Result<(File, nix::sys::stat::FileStat), ResidencyError> {
     let err = |source: io::Error| ResidencyError::Open {
         path: path.display().to_string(),
         source,
@@ -102,11 +112,7 @@ pub fn open(path: &Path) -> Result<(File, u64, FileKey), ResidencyError> {
             path: path.display().to_string(),
         });
     }
-    Ok((
-        file,
-        st.st_size as u64,
-        FileKey::from_dev(st.st_dev, st.st_ino),
-    ))
+    Ok((file, st))
 }
 
 /// Page-cache state of an open file of `size` bytes.

@@ -15,6 +15,7 @@ use std::path::Path;
 
 use super::filebytes::FileBytes;
 use super::pointcache::{self, PointCache};
+use crate::collect::heldfiles::HeldFiles;
 use crate::collect::reopen;
 use crate::sample::{FileKey, Sample, PAGE_BYTES as PAGE};
 
@@ -105,10 +106,23 @@ pub(super) fn same_bytes(
 
 /// The fingerprint of the file `key` of `sample`, from `points` when this version of it
 /// was read before; opened through its path or its holders ([`reopen::ways`]).
-fn print_of(proc_root: &Path, sample: &Sample, i: usize, points: &PointCache) -> Option<u128> {
+fn print_of(
+    proc_root: &Path,
+    sample: &Sample,
+    i: usize,
+    points: &PointCache,
+    held: Option<&HeldFiles>,
+) -> Option<u128> {
     let f = &sample.files[i];
     if f.unopened.is_some() {
         return None;
+    }
+    // The version this snapshot measured (a live engine's): a fingerprint kept of it is
+    // this file's, without a `stat` of each file at every snapshot.
+    if let Some((len, mtime, ctime)) = held.and_then(|h| h.stamp(f.key)) {
+        if let Some(p) = points.fingerprint(&(f.key, len, mtime, ctime)) {
+            return Some(p);
+        }
     }
     let shown = Path::new(&f.path);
     let place = crate::collect::answer::Place::of_key(f.key);
@@ -145,7 +159,14 @@ fn print_of(proc_root: &Path, sample: &Sample, i: usize, points: &PointCache) ->
 
 /// Links the files of interest with the same bytes: each one's `same_bytes` names the
 /// others (sorted). `points` is made only when two files have one size.
-pub fn link(proc_root: &Path, sample: &mut Sample, points: &mut Option<PointCache>) {
+/// `held`: what a live engine measured of each file this snapshot
+/// ([`crate::collect::heldfiles`]).
+pub fn link(
+    proc_root: &Path,
+    sample: &mut Sample,
+    points: &mut Option<PointCache>,
+    held: Option<&HeldFiles>,
+) {
     let mut by_size: BTreeMap<u64, Vec<usize>> = BTreeMap::new();
     for (i, f) in sample.files.iter_mut().enumerate() {
         f.same_bytes.clear();
@@ -157,7 +178,7 @@ pub fn link(proc_root: &Path, sample: &mut Sample, points: &mut Option<PointCach
     for (size, files) in by_size.into_iter().filter(|(_, v)| v.len() > 1) {
         let points = points.get_or_insert_with(PointCache::new);
         for i in files {
-            if let Some(p) = print_of(proc_root, sample, i, points) {
+            if let Some(p) = print_of(proc_root, sample, i, points, held) {
                 groups.entry((size, p)).or_default().push(i);
             }
         }

@@ -188,7 +188,12 @@ impl Engine {
         let mut sample =
             gather::gather_cached(&self.roots, &self.req, warnings, self.cache.as_mut())?;
         sample.gpu = gpu;
-        crate::dupes::twins::link(&self.roots.proc, &mut sample, &mut self.twin_points);
+        crate::dupes::twins::link(
+            &self.roots.proc,
+            &mut sample,
+            &mut self.twin_points,
+            self.cache.as_ref().map(|c| &c.held),
+        );
         self.last_proof_seconds = None;
         if let Some(opts) = self.prove {
             let began = std::time::Instant::now();

@@ -189,7 +189,7 @@ impl Engine {
         use crate::dupes::physical::CopyRanges;
         let now = Instant::now();
         // Each proof with the memory ranges of its copies (to weigh their pages).
-        let mut kept: Vec<(ProofSample, CopyRanges)> = Vec::new();
+        let mut kept: Vec<(ProofSample, CopyRanges)> = Vec::with_capacity(sample.candidates.len());
         let mut todo = Vec::new();
         self.last_reused = 0;
         self.last_rechecked = 0;
@@ -245,7 +245,17 @@ impl Engine {
                 kept.push((r.proof.sample.clone(), ranges));
                 continue;
             }
-            if again || (r.fingerprint != fp && due(r.cadence())) {
+            // Changed, and its cadence due: searched in full where a `read()` could have
+            // written a copy over pages it had (`rchar` moved) or where the placement of its
+            // memory is not known; where only its private memory's size moved, what moved is
+            // searched (below), as within the cadence: a copy written over pages it had
+            // without a `read()` moves nothing an unchanged process's would not, and is
+            // the safety net's (`again`). A Python server allocating 24 MiB a second was
+            // searched in full at every `serve` snapshot (5 s), a third of its CPU.
+            let placed_known = r.placement.is_some() && self.cache.is_some();
+            let read_since = r.fingerprint.1 != fp.1 || r.fingerprint.2 != fp.2;
+            let cadence = r.fingerprint != fp && due(r.cadence()) && (read_since || !placed_known);
+            if again || cadence {
                 // Unchanged, searched again for what nothing cheap can see (a copy written
                 // over pages it had): the copies found, still in place, are kept.
                 if again
@@ -410,7 +420,16 @@ impl Engine {
                 },
             );
         }
-        kept.sort_by(|a, b| a.0.file.cmp(&b.0.file).then(a.0.pid.cmp(&b.0.pid)));
+        // In the candidates' order, which is mostly this one already (a steady snapshot's
+        // is): each element (a proof and its ranges) moved once at most.
+        let by = |p: &ProofSample| (p.file, p.pid);
+        if !kept.is_sorted_by_key(|k| by(&k.0)) {
+            let mut order: Vec<usize> = (0..kept.len()).collect();
+            order.sort_by_key(|&i| by(&kept[i].0));
+            let mut slots: Vec<Option<(ProofSample, CopyRanges)>> =
+                kept.into_iter().map(Some).collect();
+            kept = order.iter().filter_map(|&i| slots[i].take()).collect();
+        }
         let (mut proofs, ranges): (Vec<ProofSample>, Vec<CopyRanges>) = kept.into_iter().unzip();
         self.share_out(&mut proofs, &ranges, &prints, now);
         proofs

@@ -16,6 +16,7 @@ mod engine_live;
 mod fincore;
 mod fuse;
 mod gate;
+mod held;
 mod holders;
 mod live;
 mod llama;

@@ -1,0 +1,112 @@
+//! Model files kept open between a live view's snapshots (`top`, `record`, `serve`): each
+//! snapshot reads a kept file's residency through the descriptor it opened before, where
+//! it would otherwise `statfs` a way to it (not on FUSE), open it, `fstat` and close it
+//! again. On `bench/host.sh` (205 model files, one snapshot a second) those calls were 6%
+//! of `top`'s CPU.
+//!
+//! Only files on a filesystem of this machine's disks or memory ([`super::answer`]'s
+//! local ones) are kept: an open descriptor on NFS would make an unlink there a
+//! `.nfsXXXX` rename, and a file on FUSE is never opened at all. A descriptor is the inode
+//! it was opened on, so what it measures stays that file whatever its path names since
+//! (which is read by a `stat` of the path, as before).
+//!
+//! What keeping costs the host: a file deleted while it is kept stays allocated (its
+//! blocks, or its pages on tmpfs) until the next snapshot, whose `fstat` sees no link
+//! left and closes it (a snapshot that sees it unlinked never keeps it). A file that
+//! leaves the files of interest is closed at that snapshot. At most
+//! [`HeldFiles::budget`] descriptors are kept.
+
+use std::collections::HashMap;
+use std::fs::File;
+use std::sync::Arc;
+
+use crate::sample::FileKey;
+
+/// A measured file's `fstat`: its size and its last modification and change times (ns).
+/// The same for every way to one inode: what the twins' fingerprints are kept by.
+pub type Stamp = (u64, i128, i128);
+
+/// The [`Stamp`] of an `fstat`.
+pub fn stamp(st: &nix::sys::stat::FileStat) -> Stamp {
+    let ns = |s: i64, n: i64| s as i128 * 1_000_000_000 + n as i128;
+    (
+        st.st_size as u64,
+        ns(st.st_mtime, st.st_mtime_nsec),
+        ns(st.st_ctime, st.st_ctime_nsec),
+    )
+}
+
+/// The files kept open, and the stamps of every file measured at the last snapshot.
+pub struct HeldFiles {
+    open: HashMap<FileKey, Arc<File>>,
+    stamps: HashMap<FileKey, Stamp>,
+    budget: usize,
+}
+
+impl Default for HeldFiles {
+    fn default() -> Self {
+        HeldFiles::new(Self::budget())
+    }
+}
+
+impl HeldFiles {
+    /// Descriptors kept at most: a sixteenth of the soft `RLIMIT_NOFILE` (`statm`, `io`
+    /// and the proof's indexes take the rest but a sixteenth).
+    pub fn budget() -> usize {
+        super::statfiles::soft_limit() / 16
+    }
+
+    pub fn new(budget: usize) -> Self {
+        HeldFiles {
+            open: HashMap::new(),
+            stamps: HashMap::new(),
+            budget,
+        }
+    }
+
+    /// The descriptor kept for `key`, if any.
+    pub fn get(&self, key: FileKey) -> Option<Arc<File>> {
+        self.open.get(&key).cloned()
+    }
+
+    /// Starts a snapshot: the stamps are this snapshot's only.
+    pub fn begin(&mut self) {
+        self.stamps.clear();
+    }
+
+    /// What this snapshot measured of `key`: its stamp, and the descriptor to keep
+    /// (`None`: closed, or not kept). A descriptor is kept within the budget only.
+    pub fn measured(&mut self, key: FileKey, stamp: Option<Stamp>, file: Option<Arc<File>>) {
+        if let Some(s) = stamp {
+            self.stamps.insert(key, s);
+        }
+        match file {
+            Some(f) if self.open.contains_key(&key) || self.open.len() < self.budget => {
+                self.open.insert(key, f);
+            }
+            _ => {
+                self.open.remove(&key);
+            }
+        }
+    }
+
+    /// Closes the descriptors of files this snapshot did not measure.
+    pub fn end(&mut self) {
+        let stamps = &self.stamps;
+        self.open.retain(|k, _| stamps.contains_key(k));
+    }
+
+    /// The stamp this snapshot measured of `key`.
+    pub fn stamp(&self, key: FileKey) -> Option<Stamp> {
+        self.stamps.get(&key).copied()
+    }
+
+    /// Descriptors kept now.
+    pub fn len(&self) -> usize {
+        self.open.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.open.is_empty()
+    }
+}
