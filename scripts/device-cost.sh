@@ -9,9 +9,10 @@
 # made by python's pty), htop -d 10 and btop (if installed) together; `serve --interval
 # 5s` (scraped every 5 s: how many scrapes had a lower bound); `record --interval 1s` (how
 # many snapshots had one). CPU = utime + stime of /proc/PID/stat over the window.
-# A profile of serve's snapshots (TWOFOLD_PROFILE: gather phases, NVML, proof) is kept.
+# A profile of serve's snapshots (TWOFOLD_PROFILE: gather phases, NVML, proof) is kept
+# ($OUT/profile-NAME.txt).
 # Run on the GPU machine from the repository root with a stripped release build of twofold
-# in the folder given (default .devcarry). Results in $OUT/cost.md and $OUT/profile.txt.
+# in the folder given (default .devcarry). Results in $OUT/cost.md and $OUT/profile-NAME.txt.
 # BUILDS="name:path ..." times several builds' top one after the other on the same
 # processes (each window with htop and btop beside it; TOP_ONLY=1 to stop there), and
 # PERF=path/to/perf (PERF_LIB: its libraries; PERF_BUILDS: which builds) adds a perf
@@ -190,25 +191,30 @@ command -v btop > /dev/null || echo "| btop | not installed here |" >> "$OUT/cos
 # TOP_ONLY=1: the live views' window only (no serve, no record).
 [ "${TOP_ONLY:-0}" = 1 ] && { cat "$OUT/cost.md"; exit 0; }
 
-# serve, scraped every 5 s.
-PORT=19777
-TWOFOLD_PROFILE=1 "$BIN" serve --listen 127.0.0.1:$PORT --interval 5s --model-glob "$W/*.safetensors" > /dev/null 2> "$OUT/profile.txt" &
-SP=$!
-PIDS+=($SP)
-sleep "$WARMUP"
-a=$(ticks $SP)
-low=0; n=0
-end=$((SECONDS + WINDOW))
-while [ $SECONDS -lt $end ]; do
-  body=$(curl -s 127.0.0.1:$PORT/metrics 2>/dev/null || python3 -c "import urllib.request;print(urllib.request.urlopen('http://127.0.0.1:$PORT/metrics').read().decode())" 2>/dev/null)
-  n=$((n + 1))
-  echo "$body" | grep -q '^twofold_file_copies_lower_bound{[^}]*} 1' && low=$((low + 1))
-  sleep 5
-done
-b=$(ticks $SP)
-row "twofold serve --interval 5s" $SP "$a" "$b" >> "$OUT/cost.md"
-echo "$body" | grep '^twofold_file_copies{' > "$OUT/serve-last.txt"
-kill -INT $SP 2>/dev/null
+# serve, scraped every 5 s; SERVE_BUILDS="name:path ..." times several builds' serve one
+# after the other (default: the build given).
+serve_window() { # NAME BIN_
+  local name=$1 bin=$2 PORT=19777 SP a b low=0 n=0 end body
+  TWOFOLD_PROFILE=1 "$bin" serve --listen 127.0.0.1:$PORT --interval 5s --model-glob "$W/*.safetensors" > /dev/null 2> "$OUT/profile-$name.txt" &
+  SP=$!
+  PIDS+=($SP)
+  sleep "$WARMUP"
+  a=$(ticks $SP)
+  end=$((SECONDS + WINDOW))
+  while [ $SECONDS -lt $end ]; do
+    body=$(curl -s 127.0.0.1:$PORT/metrics 2>/dev/null || python3 -c "import urllib.request;print(urllib.request.urlopen('http://127.0.0.1:$PORT/metrics').read().decode())" 2>/dev/null)
+    n=$((n + 1))
+    echo "$body" | grep -q '^twofold_file_copies_lower_bound{[^}]*} 1' && low=$((low + 1))
+    sleep 5
+  done
+  b=$(ticks $SP)
+  row "twofold serve --interval 5s ($name)" $SP "$a" "$b" >> "$OUT/cost.md"
+  echo "$body" | grep '^twofold_file_copies{' > "$OUT/serve-last-$name.txt"
+  kill -INT $SP 2>/dev/null
+  wait $SP 2>/dev/null
+  echo "serve ($name): $low of $n scrapes had a count marked lower bound" >> "$OUT/serve-low.txt"
+}
+for b in ${SERVE_BUILDS:-serve:$BIN}; do serve_window "${b%%:*}" "${b#*:}"; done
 
 # record.
 "$BIN" record --store "$W/store" --interval 1s "$W" > /dev/null 2>&1 &
@@ -230,6 +236,6 @@ for line in open(sys.argv[1]):
     snaps[d["at"]] = snaps.get(d["at"], False) or d["lower_bound"]
 print(f"\nrecord: {sum(snaps.values())} of {len(snaps)} snapshots had a count marked lower bound")
 PY
-echo "serve: $low of $n scrapes had a count marked lower bound" >> "$OUT/cost.md"
+cat "$OUT/serve-low.txt" >> "$OUT/cost.md"
 "$BIN" scan "$W" > "$OUT/scan.txt" 2>&1
 cat "$OUT/cost.md"
