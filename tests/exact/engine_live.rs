@@ -299,6 +299,60 @@ fn copier_of(
     (dir, file, copier, req)
 }
 
+/// A live engine's copier whose memory grows (new pages, no `read()`) is searched at its
+/// cadence for what moved only, and stays exact; once its `rchar` moves (a `read()` could
+/// have written a copy over pages it had: here it zeroes its copy in place, on a line
+/// read from stdin), the search at its cadence is a full one and sees the copy gone.
+#[test]
+fn a_growing_copier_is_searched_for_what_moved_and_in_full_once_it_read() {
+    let _group = crate::common::group(module_path!());
+    use twofold::engine::{
+        Engine, REPROVE_AFTER, REPROVE_COST_FACTOR, RESEARCH_COST_FACTOR, RESEARCH_MIN,
+    };
+    if !require(is_root(), "reading another process's memory needs root") {
+        return;
+    }
+    let (_dir, file, mut copier, req) = copier_of("grow.gguf", 16 * MIB, &["--drift"]);
+    let pid = copier.pid();
+    let mut engine = Engine::new(req, Some(Default::default()))
+        .incremental(std::time::Duration::from_secs(3600));
+    let (f, proof) = file_and_proof(&mut engine, &file, pid);
+    assert_eq!(proof.unsearched, None, "{proof:?}");
+    let copies = f.representations.private_copies;
+    assert!(copies > 0.99, "{:?}", f.representations);
+    // Its cadence: RESEARCH_COST_FACTOR times as long as the search took, at least
+    // RESEARCH_MIN (and far from the age at which any is searched in full again).
+    let took = std::time::Duration::from_secs_f64(engine.last_proof_seconds.unwrap());
+    let cadence = (took * RESEARCH_COST_FACTOR * 11 / 10).max(RESEARCH_MIN);
+    let again = REPROVE_AFTER.max(took * REPROVE_COST_FACTOR);
+    assert!(cadence * 2 < again, "a search of {took:?}");
+    // It touched new pages; its cadence is due (the search made older by it).
+    let anon0 = status_bytes(pid, "RssAnon");
+    std::thread::sleep(std::time::Duration::from_millis(300));
+    engine.backdate_searches(cadence, std::time::Duration::ZERO);
+    let (f, proof) = file_and_proof(&mut engine, &file, pid);
+    assert!(
+        status_bytes(pid, "RssAnon") > anon0,
+        "the copier's RssAnon did not grow"
+    );
+    assert_eq!(
+        engine.last_moved, 1,
+        "what moved searched, not the whole process"
+    );
+    assert_eq!(proof.unsearched, None, "{proof:?}");
+    assert_eq!(f.representations.private_copies, copies);
+    assert!(!f.representations.lower_bound, "{:?}", f.representations);
+    // It reads a line and zeroes its copy where it is: no page moves, `rchar` does.
+    copier.say("zero").unwrap();
+    std::thread::sleep(std::time::Duration::from_millis(300));
+    engine.backdate_searches(cadence, std::time::Duration::ZERO);
+    let (f, proof) = file_and_proof(&mut engine, &file, pid);
+    assert_eq!(engine.last_moved, 0, "searched in full");
+    assert_eq!(proof.unsearched, None, "{proof:?}");
+    assert_eq!(f.representations.private_copies, 0.0);
+    assert!(!f.representations.lower_bound, "{:?}", f.representations);
+}
+
 /// One snapshot of `engine`: the report's row of `file`, and the proof of `pid` for it.
 fn file_and_proof(
     engine: &mut twofold::engine::Engine,
