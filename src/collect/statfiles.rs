@@ -11,8 +11,8 @@
 //! A descriptor of `/proc/PID/...` names the process it was opened for, not the pid: once
 //! that process is gone, reading it fails (`ESRCH`) even where the pid now names another
 //! process, so a kept descriptor never reads a stranger. On a failed read the path is
-//! opened again. Nothing but `/proc` is held open: no model file and no other mount
-//! (a held file would keep a deleted model's pages, or a volume, from going away).
+//! opened again. Nothing but `/proc` is held open here: model files are kept by
+//! [`super::heldfiles`], which closes one at the snapshot that sees it unlinked.
 //!
 //! Descriptors are kept up to a budget, a share of the soft `RLIMIT_NOFILE` (`statm` half
 //! of it less 64, `io` a quarter), at most [`MAX_KEPT`] each; past it the file is opened
