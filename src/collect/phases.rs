@@ -209,7 +209,8 @@ pub(super) fn read_basic(
         // command line); the number read where the kernel gives it (one `stat`).
         Some((stat, Hit::PartsIfFds(parts))) => {
             // twofold's own are kept whatever its fds (its kept `/proc` descriptors come
-            // and go with the processes it watches; an observer holds no model).
+            // and go with the processes it watches; the model files it keeps open, measuring
+            // them, make it no holder: an observer is left out).
             let same = pid == procs.own_pid()
                 || parts.fd_count.is_some()
                     && procs.fd_count(pid) == parts.fd_count
