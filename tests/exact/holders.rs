@@ -93,6 +93,20 @@ fn second_twofold_observes(dir: &Path, program: &Path) {
         holds_fd(rpid, &file),
         "ground truth: the recorder holds the file open"
     );
+    // It maps its mark first thing in `main`; a loaded host can run the scan before that
+    // (the recorder then truly is a process holding the file, not yet an observer).
+    let marked = || {
+        std::fs::read_to_string(format!("/proc/{rpid}/maps"))
+            .is_ok_and(|m| twofold::collect::observer::marked(&m))
+    };
+    let start = Instant::now();
+    while !marked() {
+        assert!(
+            start.elapsed() < Duration::from_secs(30),
+            "the recorder never mapped its mark"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
     let r = scan_json(&[file.to_str().unwrap()]);
     let fm = r.files.iter().find(|x| Path::new(&x.path) == file).unwrap();
     let rpid = rpid as i32;
