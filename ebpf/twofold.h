@@ -284,4 +284,27 @@ struct upload_pending {
 	__u32 kind;
 };
 
+/* iter/task (tasks.bpf.c): one record per thread, read by twofold at every
+ * snapshot instead of /proc/PID/statm, io and task/TID/schedstat of each
+ * process (src/collect/bpf/tasks.rs). The process part is the thread group
+ * leader's only (tid == tgid); other threads leave it 0. */
+#define TASK_HAS_MM 1 /* the task has an address space (not a kernel thread) */
+struct task_stamp {
+	__u32 tgid;
+	__u32 tid;
+	__u64 run_ns;       /* se.sum_exec_runtime: schedstat's first field */
+	__u64 rchar;        /* ioac.rchar */
+	__u64 faults;       /* min_flt + maj_flt */
+	__u64 start_ns;     /* start_boottime: with the tgid, names one process */
+	__u64 total_vm;     /* pages */
+	__u64 rss_file;     /* the rss counters' global parts (percpu_counter.count) */
+	__u64 rss_anon;
+	__u64 rss_shmem;
+	__u64 data;         /* data_vm + stack_vm */
+	__u64 dead_rchar;   /* signal->ioac.rchar: of threads that exited */
+	__u64 dead_faults;  /* signal->min_flt + maj_flt */
+	__u32 flags;        /* TASK_HAS_MM */
+	__u32 pad;
+};
+
 #endif

@@ -110,6 +110,11 @@ const ENVIRONMENT: &[(&str, &str)] = &[
          compare the two).",
     ),
     (
+        "TWOFOLD_NO_TASK_ITER",
+        "Set: live views (top, serve, record) read every process's statm, io and schedstat \
+         from /proc, not one read of the BPF task iterator (the benchmarks compare the two).",
+    ),
+    (
         "LD_LIBRARY_PATH",
         "Where probe's GPU jobs find the Vulkan and CUDA drivers.",
     ),

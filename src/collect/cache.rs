@@ -52,11 +52,11 @@
 //! (table 1-4, "Contents of the stat fields").
 
 use std::collections::{HashMap, HashSet};
-use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 pub use super::detail::{Detail, PageState};
+pub use super::names::NamedFile;
 use super::process::{FdTarget, StatusRead};
 pub use super::statfiles::StatStamp;
 use crate::sample::{FileKey, MappingSample};
@@ -123,19 +123,6 @@ impl BasicParts {
     }
 }
 
-/// An existing regular file with a model extension that a process's command line names
-/// (`llama-server -m /models/x.gguf`), resolved in the process's root and working
-/// directory.
-#[derive(Debug, Clone)]
-pub struct NamedFile {
-    /// The path as the process names it (absolute).
-    pub shown: PathBuf,
-    /// Where twofold opens it (`/proc/PID/root/...`).
-    pub open_path: PathBuf,
-    pub key: FileKey,
-    pub size_bytes: u64,
-}
-
 /// How much of a process phase 1 can take from the cache.
 pub enum Hit {
     /// Nothing changed: `status` and the parts.
@@ -177,6 +164,8 @@ struct Entry {
     /// age alone does not move them.
     moved: bool,
     seen: bool,
+    /// Seen in the last snapshot (its stamp then confirmed it).
+    was_seen: bool,
 }
 
 /// Counts of the last snapshot, for `TWOFOLD_PROFILE` and tests.
@@ -197,6 +186,9 @@ pub struct CacheStats {
     /// Of those read, reads made while another twofold could have mapped a file's pages:
     /// read again at the next snapshot.
     pub tainted: usize,
+    /// Of the unchanged, those whose `statm` was not read: the task iterator showed
+    /// nothing of theirs moved ([`super::taskview`]).
+    pub statm_skipped: usize,
 }
 
 /// The per-engine cache (see the module documentation for when an entry is reused).
@@ -222,6 +214,8 @@ pub struct ProcCache {
     pub stats: CacheStats,
     /// Model files kept open between snapshots, and the stamps of the last snapshot's.
     pub held: super::heldfiles::HeldFiles,
+    /// Every process's stamp in one read, where the task iterator loads.
+    pub tasks: super::taskview::Tasks,
     /// Whether this snapshot reads every process's mappings (no pid or cgroup filter, or
     /// a filter whose gather reads the whole host): only then are all mappers of a file
     /// known, and a mapper's PSS of it kept while none of them changed.
@@ -250,6 +244,7 @@ impl ProcCache {
             sees_host: true,
             stats: CacheStats::default(),
             held: super::heldfiles::HeldFiles::default(),
+            tasks: super::taskview::Tasks::default(),
         }
     }
 
@@ -277,6 +272,7 @@ impl ProcCache {
         for e in self.entries.values_mut() {
             e.changed = false;
             e.moved = false;
+            e.was_seen = e.seen;
             e.seen = false;
         }
     }
@@ -304,6 +300,10 @@ impl ProcCache {
         root: &std::path::Path,
         pid: i32,
     ) -> Option<(StatStamp, Option<std::fs::File>)> {
+        if let Some(quiet) = self.unmoved(pid) {
+            self.tasks.skipped();
+            return Some((quiet, None));
+        }
         let (statm, opened) = self
             .statm_files
             .read(root, pid, super::statfiles::parse_statm)?;
@@ -319,6 +319,18 @@ impl ProcCache {
             },
             opened,
         ))
+    }
+
+    /// The stamp kept for `pid` when the task iterator says nothing of it moved since the
+    /// last snapshot, which confirmed its entry ([`super::taskview`]), it is not watched
+    /// and its entry is within its maximum age: not even `statm` need be read.
+    fn unmoved(&self, pid: i32) -> Option<StatStamp> {
+        let e = self.entries.get(&pid)?;
+        (e.was_seen
+            && self.tasks.unmoved(pid)
+            && !self.watch.contains(&pid)
+            && self.now.duration_since(e.read_at) < self.age_limit(pid))
+        .then(|| e.stat.clone())
     }
 
     /// The stamp kept for `pid` when its `statm` reads as when that stamp was read, it is
@@ -401,6 +413,7 @@ impl ProcCache {
                 rchar: None,
                 moved,
                 seen: true,
+                was_seen: false,
             },
         );
         match old {

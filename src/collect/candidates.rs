@@ -163,10 +163,19 @@ pub(super) fn add_to(
     named: &HashSet<(i32, FileKey)>,
     policy: bool,
     mut io: Option<&mut super::statfiles::KeptFiles>,
+    tasks: Option<&super::bpf::tasks::TaskStamps>,
 ) {
     for p in &mut sample.processes {
         if p.rchar_bytes.is_none() && !p.kernel_thread {
-            // A long-lived engine reads them through descriptors it keeps.
+            // A long-lived engine takes them from the task iterator's stamps (the same
+            // sum of the threads' counters), or reads them through descriptors it keeps.
+            let stamped = tasks
+                .filter(|_| p.unreadable.is_none())
+                .and_then(|t| t.get(p.pid));
+            if let Some(t) = stamped {
+                p.rchar_bytes = Some(t.rchar);
+                continue;
+            }
             p.rchar_bytes = match io.as_deref_mut() {
                 Some(io) => io
                     .read_keep(procs.root(), p.pid, |t| {

@@ -11,6 +11,7 @@
 
 use crate::sample::{Warning, WarningKind};
 use std::collections::HashSet;
+use std::sync::atomic::Ordering;
 use std::time::Instant;
 
 use anyhow::Context;
@@ -133,8 +134,20 @@ pub fn gather_cached(
     let asked: Option<HashSet<i32>> =
         (!req.pids.is_empty()).then(|| req.pids.iter().copied().collect());
     let host_wide = g.host_wide();
+    // A live engine's stamps of every process, in one read where the task iterator loads:
+    // the processes listed from them, not from `/proc` ([`super::taskview`]).
+    if let Some(c) = cache.as_deref_mut() {
+        c.tasks.read(&roots.proc);
+    }
+    let listed = cache
+        .as_deref()
+        .and_then(|c| c.tasks.now())
+        .map(|t| t.pids());
     let pids = if req.pids.is_empty() {
-        g.procs.pids()?
+        match listed {
+            Some(pids) => pids,
+            None => g.procs.pids()?,
+        }
     } else {
         for pid in &req.pids {
             crate::input::check_pid(&roots.proc, *pid)?;
@@ -142,7 +155,11 @@ pub fn gather_cached(
         let mut pids = req.pids.clone();
         if host_wide {
             let named: HashSet<i32> = pids.iter().copied().collect();
-            pids.extend(g.procs.pids()?.into_iter().filter(|p| !named.contains(p)));
+            let all = match listed {
+                Some(pids) => pids,
+                None => g.procs.pids()?,
+            };
+            pids.extend(all.into_iter().filter(|p| !named.contains(p)));
         }
         pids
     };
@@ -185,6 +202,9 @@ pub fn gather_cached(
             basic
         })
         .collect();
+    if let Some(c) = cache.as_deref_mut() {
+        c.stats.statm_skipped = c.tasks.statm_skipped.load(Ordering::Relaxed);
+    }
     lap("phase 1 (status, maps, fds)");
     // Phase 2: which files are of interest (a stat per new file, cached), which
     // processes to keep.
@@ -332,8 +352,11 @@ pub fn gather_cached(
     if req.candidates {
         // The processes kept read `rchar` afresh: it is in their proofs' fingerprints (a
         // read() into memory already resident moves it and nothing in `stat`).
-        let io = cache.as_deref_mut().map(|c| &mut c.io_files);
-        candidates::add_to(&procs, &mut sample, &sizes, &g.named, policy, io);
+        let (io, tasks) = match cache.as_deref_mut() {
+            Some(c) => (Some(&mut c.io_files), c.tasks.now()),
+            None => (None, None),
+        };
+        candidates::add_to(&procs, &mut sample, &sizes, &g.named, policy, io, tasks);
         if let Some(c) = cache.as_deref_mut() {
             for p in &sample.processes {
                 c.put_rchar(p.pid, p.rchar_bytes);

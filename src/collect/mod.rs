@@ -38,6 +38,7 @@ pub mod statfiles;
 pub mod stop;
 pub mod stores;
 pub mod system;
+pub mod taskview;
 pub mod walk;
 pub mod walkmemo;
 

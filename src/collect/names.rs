@@ -114,3 +114,16 @@ mod tests {
         assert_eq!(names.comms()[&42], "sleep");
     }
 }
+
+/// An existing regular file with a model extension that a process's command line names
+/// (`llama-server -m /models/x.gguf`), resolved in the process's root and working
+/// directory.
+#[derive(Debug, Clone)]
+pub struct NamedFile {
+    /// The path as the process names it (absolute).
+    pub shown: std::path::PathBuf,
+    /// Where twofold opens it (`/proc/PID/root/...`).
+    pub open_path: std::path::PathBuf,
+    pub key: crate::sample::FileKey,
+    pub size_bytes: u64,
+}

@@ -133,7 +133,12 @@ impl Engine {
     /// Makes later snapshots incremental: a process whose counters did not change is not
     /// read again for up to `max_age` (see [`crate::collect::cache`] for the rule).
     pub fn incremental(mut self, max_age: Duration) -> Engine {
-        self.cache = Some(ProcCache::new(max_age));
+        let mut cache = ProcCache::new(max_age);
+        // The host's processes in one read, where this engine reads the host's `/proc`.
+        if self.roots.proc == std::path::Path::new("/proc") {
+            cache.tasks.want();
+        }
+        self.cache = Some(cache);
         self
     }
 
@@ -286,6 +291,17 @@ impl Engine {
                 self.last_carried,
                 self.last_weighed
             );
+            if let Some(c) = self.cache.as_ref() {
+                let t = &c.tasks;
+                eprintln!(
+                    "tasks: {} stamps, {} statm reads skipped{}",
+                    t.now().map_or(0, |s| s.len()),
+                    c.stats.statm_skipped,
+                    t.unavailable()
+                        .map(|w| format!(" (iterator unavailable: {w})"))
+                        .unwrap_or_default()
+                );
+            }
         }
         Ok(Snapshot {
             version: SNAPSHOT_VERSION,

@@ -212,9 +212,15 @@ impl Engine {
         // Each process's run time, read at most once a snapshot, before its search.
         let mut ran: HashMap<i32, Option<u64>> = HashMap::new();
         let proc_root = self.roots.proc.clone();
+        // From the task iterator's stamps where it loaded (the same sum, read at the start
+        // of the snapshot), else from each thread's `schedstat`.
+        let stamps = self.cache.as_ref().and_then(|c| c.tasks.now());
         let mut run_time = |pid: i32| {
             *ran.entry(pid)
-                .or_insert_with(|| crate::collect::statfiles::run_time_ns(&proc_root, pid))
+                .or_insert_with(|| match stamps.and_then(|t| t.get(pid)) {
+                    Some(t) => Some(t.run_ns),
+                    None => crate::collect::statfiles::run_time_ns(&proc_root, pid),
+                })
         };
         for c in &sample.candidates {
             let fp = prints.get(c.pid, c.file);

@@ -33,6 +33,7 @@ mod runtimes;
 mod serve;
 mod shared_tensors;
 mod stops;
+mod tasks;
 mod top;
 mod truth;
 mod twins;

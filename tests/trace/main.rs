@@ -14,6 +14,7 @@ mod host_ledger;
 mod loaders;
 mod serve_trace;
 mod sparse;
+mod tasks;
 mod uploads;
 
 /// The tests here count events exactly, or disturb the whole host (OOM, direct reclaim,
@@ -417,8 +418,9 @@ fn committed_bpf_objects_match_their_sources_and_rebuilt_ones_load() {
     let out = tempfile::tempdir().unwrap();
     sh(&format!("./build.sh {}", out.path().display()));
     let same_clang = sh("clang --version | head -1") == field("clang:");
-    for family in &twofold::collect::bpf::FAMILIES {
-        let name = format!("{}.bpf.o", family.name);
+    let names = twofold::collect::bpf::FAMILIES.iter().map(|f| f.name);
+    for family in names.chain(["uploads", "tasks"]) {
+        let name = format!("{family}.bpf.o");
         let rebuilt = std::fs::read(out.path().join(&name)).unwrap();
         let committed = std::fs::read(root.join("ebpf").join(&name)).unwrap();
         if same_clang {

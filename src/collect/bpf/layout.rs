@@ -21,6 +21,8 @@ pub const TOTAL_ADDED_PAGES: u32 = 3;
 /// Indices of the `config` array.
 pub const CONFIG_PINNED_PIDS: u32 = 0;
 pub const CONFIG_PINNED_FILES: u32 = 1;
+/// `TASK_HAS_MM` of `struct task_stamp`'s flags.
+pub const TASK_HAS_MM: u32 = 1;
 
 /// The kernel's internal `dev_t` (`major << 20 | minor`), as tracepoints give `s_dev`.
 pub fn kernel_dev(key: FileKey) -> u32 {
@@ -77,6 +79,24 @@ layouts! {
         map_pages_events: u64,
         map_pages_pages: u64,
         pad: u64,
+    }
+    /// `struct task_stamp` (records of the `iter/task` program, not a map).
+    struct TaskStampC (104) {
+        tgid: u32,
+        tid: u32,
+        run_ns: u64,
+        rchar: u64,
+        faults: u64,
+        start_ns: u64,
+        total_vm: u64,
+        rss_file: u64,
+        rss_anon: u64,
+        rss_shmem: u64,
+        data: u64,
+        dead_rchar: u64,
+        dead_faults: u64,
+        flags: u32,
+        pad: u32,
     }
     /// `struct file_cache`.
     struct FileCache (48) {

@@ -16,6 +16,7 @@ pub mod layout;
 mod libraries;
 mod read;
 mod setup;
+pub mod tasks;
 mod tiny;
 mod upload_entries;
 mod upload_records;
