@@ -4,7 +4,7 @@
 //! to write sizes.
 //!
 //! Pure: no I/O, no clock, no system calls; a function here takes values and returns
-//! values. It may import serde, `twofold-formats` (the parsers' tensor-table types) and
+//! values. It may import serde, foldhash (fixed seeds only: no randomness), `twofold-formats` (the parsers' tensor-table types) and
 //! `twofold-probe-types` (the GPU probes' report types), and nothing that reads the
 //! machine: not libc, nix, procfs, aya, NVML, ratatui, nor the main `twofold` crate
 //! (whose `collect`, `dupes` and `engine` fill these types in, and whose `render`,
@@ -23,7 +23,7 @@ pub mod units;
 #[cfg(test)]
 mod purity {
     /// What the model crate may depend on (`[dependencies]` of its manifest).
-    const ALLOWED: &[&str] = &["serde", "twofold-formats", "twofold-probe-types"];
+    const ALLOWED: &[&str] = &["serde", "foldhash", "twofold-formats", "twofold-probe-types"];
 
     #[test]
     fn the_manifest_names_no_io_dependency() {

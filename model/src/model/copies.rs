@@ -8,7 +8,12 @@
 //! other processes' copies map too (after `fork()`, or in shared memory) is one physical
 //! copy: each process counts its share ([`crate::sample::PhysicalSample`]).
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
+
+/// Keyed by pids and file keys, built for every snapshot of a live view (thousands of
+/// candidacies): a fixed-seed foldhash, not SipHash (whose hashing was a third of this
+/// module's time in `top`'s profile).
+type HashMap<K, V> = std::collections::HashMap<K, V, foldhash::fast::FixedState>;
 
 use super::{CopyHow, FileModel, ProvenCopy, Representations, SharedCopy, SuspectedCopy};
 use crate::sample::{FileKey, ProcessSample, ProofSample, Sample};
@@ -67,20 +72,20 @@ fn place_how(pr: &ProofSample) -> Option<CopyHow> {
 pub fn attribute(sample: &Sample, reads: &BTreeMap<(i32, FileKey), u64>, files: &mut [FileModel]) {
     // Looked up by key rather than searched for each file (a host has hundreds of files
     // and thousands of candidacies); the first of each key, in the sample's order.
-    let mut procs: HashMap<i32, &ProcessSample> = HashMap::new();
+    let mut procs: HashMap<i32, &ProcessSample> = HashMap::default();
     for p in &sample.processes {
         procs.entry(p.pid).or_insert(p);
     }
     let proc_of = |pid: i32| procs.get(&pid).copied();
     let (under, said) = twin_choices(sample, reads);
     let counted = |p: &ProofSample| under.get(&(p.pid, p.file)).copied().unwrap_or(p.file);
-    let mut proofs_of: HashMap<FileKey, Vec<&ProofSample>> = HashMap::new();
-    let mut proof_at: HashMap<(i32, FileKey), &ProofSample> = HashMap::new();
+    let mut proofs_of: HashMap<FileKey, Vec<&ProofSample>> = HashMap::default();
+    let mut proof_at: HashMap<(i32, FileKey), &ProofSample> = HashMap::default();
     for p in &sample.proofs {
         proofs_of.entry(counted(p)).or_default().push(p);
         proof_at.entry((p.pid, counted(p))).or_insert(p);
     }
-    let mut candidates_of: HashMap<FileKey, Vec<&crate::sample::CandidateSample>> = HashMap::new();
+    let mut candidates_of: HashMap<FileKey, Vec<&crate::sample::CandidateSample>> = HashMap::default();
     for c in &sample.candidates {
         candidates_of.entry(c.file).or_default().push(c);
     }
@@ -190,8 +195,8 @@ fn twin_choices(
     HashMap<(i32, FileKey), FileKey>,
     HashMap<(i32, FileKey), String>,
 ) {
-    let mut under = HashMap::new();
-    let mut said = HashMap::new();
+    let mut under = HashMap::default();
+    let mut said = HashMap::default();
     if sample.files.iter().all(|f| f.same_bytes.is_empty()) {
         return (under, said);
     }
