@@ -23,7 +23,12 @@ pub mod units;
 #[cfg(test)]
 mod purity {
     /// What the model crate may depend on (`[dependencies]` of its manifest).
-    const ALLOWED: &[&str] = &["serde", "foldhash", "twofold-formats", "twofold-probe-types"];
+    const ALLOWED: &[&str] = &[
+        "serde",
+        "foldhash",
+        "twofold-formats",
+        "twofold-probe-types",
+    ];
 
     #[test]
     fn the_manifest_names_no_io_dependency() {

@@ -49,6 +49,12 @@ impl Tasks {
                 Ok(it) => State::Loaded(Box::new(it)),
                 Err(why) => State::Failed(why),
             };
+            // Loading parsed the kernel's BTF (tens of MiB, freed): mimalloc keeps freed
+            // pages for reuse and, with nothing else to free, kept these for good (a
+            // `top` of one file: 70 MiB resident against 19). Handed back now.
+            // SAFETY: mi_collect only walks mimalloc's own heaps; it is safe whether or
+            // not mimalloc is the global allocator.
+            unsafe { libmimalloc_sys::mi_collect(true) };
         }
         self.statm_skipped.store(0, Ordering::Relaxed);
         self.before = self.now.take();

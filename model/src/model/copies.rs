@@ -85,7 +85,8 @@ pub fn attribute(sample: &Sample, reads: &BTreeMap<(i32, FileKey), u64>, files: 
         proofs_of.entry(counted(p)).or_default().push(p);
         proof_at.entry((p.pid, counted(p))).or_insert(p);
     }
-    let mut candidates_of: HashMap<FileKey, Vec<&crate::sample::CandidateSample>> = HashMap::default();
+    let mut candidates_of: HashMap<FileKey, Vec<&crate::sample::CandidateSample>> =
+        HashMap::default();
     for c in &sample.candidates {
         candidates_of.entry(c.file).or_default().push(c);
     }
