@@ -209,11 +209,10 @@ impl Engine {
         let mut unmoved_known: HashMap<i32, Vec<(u64, u64)>> = HashMap::new();
         let mut full: HashSet<i32> = HashSet::new();
         let mut partial_at: HashMap<(i32, FileKey), Instant> = HashMap::new();
-        // Each process's run time, read at most once a snapshot, before its search.
+        // Each process's run time, read at most once a snapshot, before its search: the
+        // task iterator's (read first in the snapshot) where it loaded, else `schedstat`'s.
         let mut ran: HashMap<i32, Option<u64>> = HashMap::new();
         let proc_root = self.roots.proc.clone();
-        // From the task iterator's stamps where it loaded (the same sum, read at the start
-        // of the snapshot), else from each thread's `schedstat`.
         let stamps = self.cache.as_ref().and_then(|c| c.tasks.now());
         let mut run_time = |pid: i32| {
             *ran.entry(pid)
