@@ -121,13 +121,16 @@ fn repacked_holder(seed: u64) -> Option<Repacked> {
         };
         let rows = t.shape[1] as usize;
         let src = &data[t.offset as usize..(t.offset + t.len) as usize];
-        let out = repack(layout, rows, t.len as usize / rows, src).unwrap();
+        let mut out = repack(layout, rows, t.len as usize / rows, src).unwrap();
         copy.extend_from_slice(&out);
         // ggml aligns each tensor of a buffer to 32 bytes; the sizes here are multiples.
         match bytes.iter_mut().find(|(l, _)| *l == layout) {
             Some(e) => e.1 += out.len() as u64,
             None => bytes.push((layout, out.len() as u64)),
         }
+        // Freed as it is, a tensor's repack would stay in this process's heap (glibc
+        // serves such sizes from the heap once its mmap threshold has grown): a copy.
+        out.fill(0);
     }
     let copy_path = dir.path().join("repacked.bin");
     std::fs::File::create(&copy_path)
@@ -274,9 +277,11 @@ fn amx_packed_weights_count_by_the_bytes_they_occupy() {
         };
         let rows = t.shape[1] as usize;
         let src = &bytes[t.offset as usize..(t.offset + t.len) as usize];
-        let out = pack(layout, rows, t.len as usize / rows, src).unwrap();
+        let mut out = pack(layout, rows, t.len as usize / rows, src).unwrap();
         packed += out.len() as u64;
         copy.extend_from_slice(&out);
+        // Zeroed before it is freed, as the others below.
+        out.fill(0);
     }
     let copy_path = dir.path().join("packed.bin");
     std::fs::write(&copy_path, &copy).unwrap();
