@@ -13,6 +13,12 @@ use super::bpf::tasks::{TaskIter, TaskStamps};
 /// and tests compare the two).
 pub const OFF_VAR: &str = "TWOFOLD_NO_TASK_ITER";
 
+/// Set by a process whose engines should read `/proc` unless told otherwise
+/// ([`Tasks::set_wanted`]): the test binaries, whose own heap must not keep the BTF
+/// parse's leftovers beside the files they write.
+pub static OFF_IN_THIS_PROCESS: std::sync::atomic::AtomicBool =
+    std::sync::atomic::AtomicBool::new(false);
+
 #[derive(Default)]
 enum State {
     /// Not wanted: a one-shot engine, or a `/proc` that is not the host's.
@@ -36,9 +42,17 @@ pub struct Tasks {
 impl Tasks {
     /// Loads the iterator at the first snapshot, unless [`OFF_VAR`] is set.
     pub fn want(&mut self) {
-        if matches!(self.state, State::Off) && std::env::var_os(OFF_VAR).is_none() {
+        if matches!(self.state, State::Off)
+            && std::env::var_os(OFF_VAR).is_none()
+            && !OFF_IN_THIS_PROCESS.load(Ordering::Relaxed)
+        {
             self.state = State::Wanted;
         }
+    }
+
+    /// Loads it at the first snapshot, or never, whatever [`OFF_VAR`] says.
+    pub fn set_wanted(&mut self, on: bool) {
+        self.state = if on { State::Wanted } else { State::Off };
     }
 
     /// Reads this snapshot's stamps (loading the program the first time), keeping the last

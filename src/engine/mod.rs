@@ -142,6 +142,15 @@ impl Engine {
         self
     }
 
+    /// Whether an incremental engine reads the BPF task iterator (on by default where it
+    /// reads the host's `/proc`, unless `TWOFOLD_NO_TASK_ITER` is set).
+    pub fn task_iterator(mut self, on: bool) -> Engine {
+        if let Some(c) = self.cache.as_mut() {
+            c.tasks.set_wanted(on);
+        }
+        self
+    }
+
     /// How many content indexes were built and reused since the start, and how many are
     /// kept now.
     pub fn index_stats(&self) -> (u64, u64, usize) {

@@ -451,6 +451,13 @@ fn quiet_heap() {
             libc::mallopt(libc::M_MMAP_THRESHOLD, 128 << 10);
             libc::mallopt(libc::M_TRIM_THRESHOLD, 128 << 10);
         }
+        // Engines made in this process read `/proc`, not the BPF task iterator: loading it
+        // parses the kernel's BTF here (tens of MiB of small allocations), after which
+        // this heap kept freed fragments of the files the tests write, found (rightly) as
+        // copies. `tests/exact/tasks.rs` turns it on for its engine; the twofolds the
+        // tests start (`serve`, `top`, `record`) use it as root.
+        twofold::collect::taskview::OFF_IN_THIS_PROCESS
+            .store(true, std::sync::atomic::Ordering::Relaxed);
     });
 }
 

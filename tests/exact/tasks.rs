@@ -61,7 +61,9 @@ fn a_process_that_did_not_run_is_not_read_and_one_that_freed_a_few_pages_is() {
         pids: vec![ipid, spid],
         ..Request::default()
     };
-    let mut engine = Engine::new(req, None).incremental(Duration::from_secs(3600));
+    let mut engine = Engine::new(req, None)
+        .incremental(Duration::from_secs(3600))
+        .task_iterator(true);
     let mut w = Vec::new();
     engine.snapshot(&mut w).unwrap();
     let s = engine.snapshot(&mut w).unwrap().sample;
