@@ -26,6 +26,11 @@ pub struct Interest {
     pub(crate) size_bytes: Option<u64>,
     pub(crate) explicit: bool,
     pub(crate) store: bool,
+    /// `open_path` was seen naming this file during this gather: `stat`ed, or listed by a
+    /// walk of its directory whose every directory was unchanged (a file created, removed
+    /// or renamed in one moves its mtime: [`super::walkmemo`]). Only files named by the
+    /// user are; no decision kept between snapshots is.
+    pub(crate) named: bool,
 }
 
 /// Decisions about the files processes map or hold, kept by a long-lived engine between

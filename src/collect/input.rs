@@ -140,25 +140,69 @@ fn refuse_pseudo_fd(file: &File, path: &Path, what: &str) -> anyhow::Result<()> 
 /// Its `stat` and `statfs` run under the deadline ([`super::answer`]): a path on a mount
 /// that does not answer is no kernel interface (those always answer), and is let through.
 pub fn refuse_pseudo(path: &Path, what: &str) -> anyhow::Result<()> {
-    use std::os::unix::fs::MetadataExt;
+    let place = super::answer::Place::of(path);
     let p = path.to_path_buf();
-    let found = super::answer::within(super::answer::Place::of(path), path, move || {
-        let meta = std::fs::metadata(&p).ok()?;
-        if !meta.is_file() && !meta.is_dir() {
-            return None;
+    match super::answer::within(place.clone(), path, move || std::fs::metadata(&p).ok()) {
+        Ok(Some(meta)) => refuse_pseudo_meta(path, what, place, &meta),
+        _ => Ok(()),
+    }
+}
+
+/// [`refuse_pseudo`] of a path whose `stat` the caller has (`meta`, following links, as
+/// `statfs` does): its file system's type is its device's, asked once per device and kept
+/// for [`PSEUDO_AGE`] (a long-lived engine checks every file named at every snapshot).
+pub fn refuse_pseudo_meta(
+    path: &Path,
+    what: &str,
+    place: super::answer::Place,
+    meta: &std::fs::Metadata,
+) -> anyhow::Result<()> {
+    use std::os::unix::fs::MetadataExt;
+    if !meta.is_file() && !meta.is_dir() {
+        return Ok(());
+    }
+    let dev = meta.dev();
+    let now = std::time::Instant::now();
+    let seen = |kept: &PseudoKept| {
+        kept.get(&dev)
+            .filter(|(at, _)| now.duration_since(*at) < PSEUDO_AGE)
+            .map(|(_, v)| *v)
+    };
+    let kept = seen(&PSEUDO_KEPT.lock().unwrap_or_else(|e| e.into_inner()));
+    let fs = match kept {
+        Some(v) => v,
+        None => {
+            let p = path.to_path_buf();
+            let asked = super::answer::within(place, path, move || {
+                nix::sys::statfs::statfs(&p)
+                    .ok()
+                    .map(|s| s.filesystem_type().0)
+            });
+            let Some(f_type) = asked.ok().flatten() else {
+                return Ok(());
+            };
+            let v = pseudo_name(f_type, dev);
+            let mut kept = PSEUDO_KEPT.lock().unwrap_or_else(|e| e.into_inner());
+            kept.retain(|_, (at, _)| now.duration_since(*at) < PSEUDO_AGE);
+            kept.insert(dev, (now, v));
+            v
         }
-        let st = nix::sys::statfs::statfs(&p).ok()?;
-        Some((st.filesystem_type().0, meta.dev()))
-    });
-    match found
-        .ok()
-        .flatten()
-        .and_then(|(t, dev)| pseudo_name(t, dev))
-    {
+    };
+    match fs {
         Some(fs) => Err(pseudo_error(path, what, fs)),
         None => Ok(()),
     }
 }
+
+/// How long a device's file system type is trusted (a device number freed by an unmount
+/// and taken by a new mount is asked again after it).
+const PSEUDO_AGE: std::time::Duration = std::time::Duration::from_secs(10);
+
+type PseudoKept = std::collections::HashMap<u64, (std::time::Instant, Option<&'static str>)>;
+
+/// [`pseudo_name`]'s verdicts by device, with when each was taken.
+static PSEUDO_KEPT: std::sync::LazyLock<std::sync::Mutex<PseudoKept>> =
+    std::sync::LazyLock::new(Default::default);
 
 /// The error for a model path that is neither a regular file nor a directory.
 pub fn not_file_or_dir(path: &Path, meta: &std::fs::Metadata) -> anyhow::Error {
@@ -401,6 +445,13 @@ mod tests {
         std::fs::write(&p, b"x").unwrap();
         assert!(check_target(&p).is_ok());
         assert!(check_target(dir.path()).is_ok());
+        // Asked again, each device's verdict kept: the same answers.
+        for _ in 0..2 {
+            let err = refuse_pseudo(Path::new("/proc/self/status"), "file").unwrap_err();
+            assert!(err.to_string().contains("is on procfs"), "{err}");
+            assert!(refuse_pseudo(&p, "file").is_ok());
+            assert!(refuse_pseudo(Path::new("/sys/kernel"), "directory").is_err());
+        }
     }
 
     #[test]

@@ -17,6 +17,7 @@ use super::decisions::{Decided, Interest};
 use super::phases::Basic;
 use super::process::ProcReader;
 use super::reopen;
+pub use super::reopen::raw_if_lossy;
 use super::request::Request;
 use super::{has_model_extension, Roots};
 use crate::sample::{FileKey, FileSample, OpenFileSample, ProcessSample, Sample, Unreadable};
@@ -101,13 +102,14 @@ impl<'a> Gatherer<'a> {
     }
 
     fn add_explicit(&mut self, path: &Path) -> anyhow::Result<()> {
-        let meta = super::answer::metadata(Place::of(path), path)?
+        let place = Place::of(path);
+        let meta = super::answer::metadata(place.clone(), path)?
             .with_context(|| format!("cannot access '{}'", path.display()))?;
         if meta.is_dir() {
-            crate::input::refuse_pseudo(path, "directory")?;
+            crate::input::refuse_pseudo_meta(path, "directory", place, &meta)?;
             self.walk(path)?;
         } else if meta.is_file() {
-            crate::input::refuse_pseudo(path, "file")?;
+            crate::input::refuse_pseudo_meta(path, "file", place, &meta)?;
             self.insert_explicit(path, &meta);
         } else {
             return Err(crate::input::not_file_or_dir(path, &meta));
@@ -139,6 +141,7 @@ impl<'a> Gatherer<'a> {
             Some(Interest {
                 shown: abs.display().to_string(),
                 raw: raw_if_lossy(&abs),
+                named: open_path == abs,
                 open_path,
                 size_bytes: Some(meta.len()),
                 explicit: true,
@@ -224,6 +227,7 @@ impl<'a> Gatherer<'a> {
             size_bytes: size,
             explicit: false,
             store: false,
+            named: false,
         });
         self.decisions.note(key, path_hash, value.clone());
         self.decided.insert(key, value);
@@ -373,6 +377,7 @@ impl<'a> Gatherer<'a> {
                     size_bytes: Some(n.size_bytes),
                     explicit: false,
                     store: false,
+                    named: false,
                 })
             });
             if self.decided.get(&n.key).is_some_and(|d| d.is_some()) {
@@ -401,6 +406,7 @@ impl<'a> Gatherer<'a> {
                     size_bytes: Some(size),
                     explicit: false,
                     store: true,
+                    named: false,
                 })
             });
         }
@@ -555,14 +561,6 @@ fn seen_as<'a>(
     out.sort();
     out.dedup();
     out
-}
-
-/// A path's bytes when they are not UTF-8 (its `display()` is lossy).
-pub fn raw_if_lossy(p: &Path) -> Option<Vec<u8>> {
-    use std::os::unix::ffi::OsStrExt;
-    p.to_str()
-        .is_none()
-        .then(|| p.as_os_str().as_bytes().to_vec())
 }
 
 #[cfg(test)]

@@ -75,8 +75,10 @@ pub fn file_sample(
     let shown = PathBuf::from(reopen::strip_deleted(&i.shown));
     let open_path = i.open_path;
     let place = Place::of_key(key);
+    // What its name names now, where this gather saw it (else a `stat` of it).
+    let named = i.named.then_some(key);
     let measured = answer::within(place.clone(), &shown, move || match held {
-        Some(file) => measure_held(file, &open_path, method),
+        Some(file) => measure_held(file, &open_path, named, method),
         None => measure(key, &open_path, &ways, method),
     });
     let m = match measured {
@@ -167,10 +169,16 @@ fn path_names(path: &std::path::Path) -> Option<FileKey> {
 }
 
 /// Runs on the helper thread: the residency of a file kept open ([`super::heldfiles`])
-/// through its descriptor; its name, `open_path`, by a `stat`.
-fn measure_held(file: Arc<File>, open_path: &std::path::Path, method: Method) -> Measured {
+/// through its descriptor; what its name, `open_path`, names by a `stat` unless `named`
+/// (this gather saw it).
+fn measure_held(
+    file: Arc<File>,
+    open_path: &std::path::Path,
+    named: Option<FileKey>,
+    method: Method,
+) -> Measured {
     use std::os::fd::AsRawFd;
-    let at_path = path_names(open_path);
+    let at_path = named.or_else(|| path_names(open_path));
     match nix::sys::stat::fstat(file.as_raw_fd()) {
         Ok(st) => measured(file, st, open_path, at_path, method),
         Err(e) => Measured {

@@ -191,6 +191,14 @@ pub fn identity(m: &std::fs::Metadata) -> FileKey {
     FileKey::from_dev(m.dev(), m.ino())
 }
 
+/// A path's bytes when they are not UTF-8 (its `display()` is lossy).
+pub fn raw_if_lossy(p: &Path) -> Option<Vec<u8>> {
+    use std::os::unix::ffi::OsStrExt;
+    p.to_str()
+        .is_none()
+        .then(|| p.as_os_str().as_bytes().to_vec())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -62,13 +62,33 @@ fn agreeing(engine: &mut Engine, path: &Path) -> Sample {
 #[test]
 fn a_kept_file_is_read_as_fincore_sees_it_and_closed_when_replaced() {
     let _group = crate::common::group(module_path!());
+    kept_and_replaced(false);
+}
+
+/// The same, the file found by a walk of its directory (kept between snapshots while its
+/// directory is unchanged, and what the file's name names taken from it).
+#[test]
+fn a_kept_file_of_a_walked_directory_is_closed_when_replaced() {
+    let _group = crate::common::group(module_path!());
+    kept_and_replaced(true);
+}
+
+fn kept_and_replaced(walked: bool) {
     let dir = tempfile::tempdir().unwrap();
     let file = model_file(dir.path(), "m.gguf", 8 * MIB);
     // A process of the test's (it copies the file and closes it): the gather reads it
     // alone rather than the whole host.
     let copy = reader("copy", Some(&file), &[]);
+    let named = if walked { dir.path() } else { &file };
+    if walked {
+        // Its last change settled (10 s back): the walk is kept between snapshots.
+        let t = std::time::SystemTime::now() - Duration::from_secs(10);
+        let d = std::fs::File::open(dir.path()).unwrap();
+        d.set_times(std::fs::FileTimes::new().set_modified(t))
+            .unwrap();
+    }
     let req = Request {
-        paths: vec![file.clone()],
+        paths: vec![named.to_path_buf()],
         pids: vec![copy.pid()],
         ..Request::default()
     };
