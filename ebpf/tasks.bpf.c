@@ -2,7 +2,10 @@
 /*
  * A task iterator (iter/task): one struct task_stamp per thread of the host,
  * read with one read() loop at every snapshot of a long-lived twofold instead
- * of a /proc file or three per process. Nothing is attached to any event: the
+ * of a /proc file or three per process. And a task_file iterator linked to
+ * twofold's own process only: one struct held_pages per descriptor it holds,
+ * the page count of each model file it keeps open (an O(1) read where
+ * cachestat walks every page of the file). Nothing is attached to any event: the
  * program runs only while twofold reads its iterator, under RCU, and changes
  * nothing.
  *
@@ -63,6 +66,26 @@ struct bpf_iter__task___tasks {
 	struct task_struct___tasks *task;
 };
 
+struct address_space___tasks {
+	unsigned long nrpages;
+};
+
+struct inode___tasks {
+	unsigned long i_ino;
+};
+
+struct file___tasks {
+	struct inode___tasks *f_inode;
+	struct address_space___tasks *f_mapping;
+};
+
+struct bpf_iter__task_file___tasks {
+	struct bpf_iter_meta___tasks *meta;
+	struct task_struct___tasks *task;
+	__u32 fd;
+	struct file___tasks *file;
+};
+
 #pragma clang attribute pop
 
 /* enum mm_counter_type */
@@ -106,6 +129,21 @@ int task_stamps(struct bpf_iter__task___tasks *ctx)
 			r.data = mm->data_vm + mm->stack_vm;
 		}
 	}
+	bpf_seq_write(ctx->meta->seq, &r, sizeof(r));
+	return 0;
+}
+
+SEC("iter/task_file")
+int held_pages(struct bpf_iter__task_file___tasks *ctx)
+{
+	struct file___tasks *f = ctx->file;
+	struct held_pages r = {};
+
+	if (!f)
+		return 0;
+	r.fd = ctx->fd;
+	r.ino = f->f_inode->i_ino;
+	r.nrpages = f->f_mapping->nrpages;
 	bpf_seq_write(ctx->meta->seq, &r, sizeof(r));
 	return 0;
 }

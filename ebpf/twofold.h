@@ -307,4 +307,13 @@ struct task_stamp {
 	__u32 pad;
 };
 
+/* One open file of the process the held_pages iterator (iter/task_file) was
+ * linked to: its descriptor, inode number and page-cache page count. */
+struct held_pages {
+	__u32 fd;
+	__u32 pad;
+	__u64 ino;          /* f_inode->i_ino */
+	__u64 nrpages;      /* f_mapping->nrpages: cachestat's nr_cache of the file */
+};
+
 #endif

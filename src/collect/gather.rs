@@ -372,7 +372,8 @@ pub fn gather_cached(
         Some(c) => {
             c.decisions = std::mem::take(&mut g.decisions);
             c.walks = std::mem::take(&mut g.walks);
-            c.held.begin();
+            let pages = c.tasks.held_pages();
+            c.held.begin(pages);
             Some(&mut c.held)
         }
         None => None,

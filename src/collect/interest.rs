@@ -477,10 +477,11 @@ impl<'a> Gatherer<'a> {
                     ),
                 };
                 let mapped = super::measure::mapped_bytes(holders.clone(), key);
-                let (mut f, (stamp, file)) =
-                    super::measure::file_sample(key, i, ways, self.req.residency, mapped, kept);
+                let now = (kept, held.as_ref().and_then(|h| h.pages(key)));
+                let (mut f, (stamp, file, since)) =
+                    super::measure::file_sample(key, i, ways, self.req.residency, mapped, now);
                 if let Some(h) = held.as_deref_mut() {
-                    h.measured(key, stamp, file);
+                    h.measured(key, stamp, file, since);
                 }
                 f.seen_as = seen_as(holders, key, &f.path);
                 f

@@ -9,7 +9,7 @@ use std::sync::Arc;
 
 use super::answer::{self, Place};
 use super::decisions::Interest;
-use super::heldfiles::{stamp, Stamp};
+use super::heldfiles::{stamp, PagesNow, Since, Stamp};
 use super::reopen;
 use super::residency::{self, Method};
 use crate::sample::{FileKey, FileSample, ProcessSample, ResidencySample};
@@ -25,11 +25,14 @@ struct Measured {
     /// The `fstat` of what was measured, and the descriptor it was measured through while
     /// the file has a link left (to keep: [`super::heldfiles`]).
     opened: Option<(Stamp, Option<Arc<File>>)>,
+    /// The residency with the page count it stands on (a kept file's).
+    since: Option<Since>,
 }
 
 /// What a snapshot measured of a file, for [`super::heldfiles::HeldFiles::measured`]: its
-/// stamp, and a descriptor to keep (only of a file on a local filesystem).
-pub type Opened = (Option<Stamp>, Option<Arc<File>>);
+/// stamp, a descriptor to keep (only of a file on a local filesystem), and its residency
+/// with the page count it stands on.
+pub type Opened = (Option<Stamp>, Option<Arc<File>>, Option<Since>);
 
 /// The most bytes of `key` that one of `holders` maps (smaps `Rss` of its mappings): the
 /// page cache holds at least that much of it.
@@ -47,15 +50,15 @@ pub fn mapped_bytes<'a>(
 
 /// The file's sample: its size, residency, and why either is unknown. `mapped`: what
 /// its holders map of it ([`mapped_bytes`]), said where its residency is not read.
-/// `held`: the descriptor an earlier snapshot kept of it (then `ways` is not needed).
-/// Returns what was measured, and the descriptor to keep.
+/// `held`: the descriptor an earlier snapshot kept of it (then `ways` is not needed), and
+/// its page count now. Returns what was measured, and the descriptor to keep.
 pub fn file_sample(
     key: FileKey,
     i: Interest,
     ways: Vec<PathBuf>,
     method: Method,
     mapped: Option<u64>,
-    held: Option<Arc<File>>,
+    (held, pages): (Option<Arc<File>>, Option<PagesNow>),
 ) -> (FileSample, Opened) {
     let mut f = FileSample {
         key,
@@ -78,7 +81,7 @@ pub fn file_sample(
     // What its name names now, where this gather saw it (else a `stat` of it).
     let named = i.named.then_some(key);
     let measured = answer::within(place.clone(), &shown, move || match held {
-        Some(file) => measure_held(file, &open_path, named, method),
+        Some(file) => measure_held(file, &open_path, named, pages, method),
         None => measure(key, &open_path, &ways, method),
     });
     let m = match measured {
@@ -87,12 +90,12 @@ pub fn file_sample(
             let why = e.to_string();
             f.residency_error = Some(why.clone());
             f.unopened = Some(why);
-            return (f, (None, None));
+            return (f, (None, None, None));
         }
     };
     let opened = match m.opened {
-        Some((s, file)) => (Some(s), file.filter(|_| answer::is_local(&place))),
-        None => (None, None),
+        Some((s, file)) => (Some(s), file.filter(|_| answer::is_local(&place)), m.since),
+        None => (None, None, None),
     };
     f.now_at_path = m.at_path.filter(|k| *k != key);
     f.deleted |= f.now_at_path.is_some();
@@ -106,7 +109,7 @@ pub fn file_sample(
             _ => format!("not read: {why}"),
         });
         f.unopened = Some(why);
-        return (f, (None, None));
+        return (f, (None, None, None));
     }
     if m.size.is_some() {
         f.size_bytes = m.size;
@@ -159,6 +162,7 @@ fn measure(
             residency: Err(misses.describe()),
             fuse,
             opened: None,
+            since: None,
         },
     }
 }
@@ -171,16 +175,50 @@ fn path_names(path: &std::path::Path) -> Option<FileKey> {
 /// Runs on the helper thread: the residency of a file kept open ([`super::heldfiles`])
 /// through its descriptor; what its name, `open_path`, names by a `stat` unless `named`
 /// (this gather saw it).
+/// Its residency stands where its page count and stamp do ([`Since`]).
 fn measure_held(
     file: Arc<File>,
     open_path: &std::path::Path,
     named: Option<FileKey>,
+    pages: Option<PagesNow>,
     method: Method,
 ) -> Measured {
     use std::os::fd::AsRawFd;
     let at_path = named.or_else(|| path_names(open_path));
     match nix::sys::stat::fstat(file.as_raw_fd()) {
-        Ok(st) => measured(file, st, open_path, at_path, method),
+        Ok(st) => {
+            let now = stamp(&st);
+            if let Some(PagesNow {
+                nrpages,
+                since: Some(s),
+            }) = &pages
+            {
+                if s.stands(now, *nrpages) {
+                    return Measured {
+                        at_path,
+                        size: Some(st.st_size as u64),
+                        residency: Ok(s.sample.clone()),
+                        fuse: false,
+                        opened: Some((now, (st.st_nlink > 0).then_some(file))),
+                        since: Some(s.clone()),
+                    };
+                }
+            }
+            let mut m = measured(file, st, open_path, at_path, method);
+            // Kept for the next snapshot where `cachestat` counted the pages the iterator
+            // did just before (nothing moved between the two).
+            let ps = super::system::page_size();
+            m.since = match (&m.residency, pages) {
+                (Ok(r), Some(p)) if r.cached_bytes == p.nrpages * ps => Some(Since {
+                    stamp: now,
+                    nrpages: p.nrpages,
+                    sample: r.clone(),
+                    at: std::time::Instant::now(),
+                }),
+                _ => None,
+            };
+            m
+        }
         Err(e) => Measured {
             at_path,
             size: None,
@@ -191,6 +229,7 @@ fn measure_held(
             )),
             fuse: false,
             opened: None,
+            since: None,
         },
     }
 }
@@ -214,5 +253,6 @@ fn measured(
         residency,
         fuse: false,
         opened: Some((stamp(&st), (st.st_nlink > 0).then_some(file))),
+        since: None,
     }
 }

@@ -77,6 +77,15 @@ impl Tasks {
         }
     }
 
+    /// The page counts of the files this process holds open, read now (`None` without
+    /// the iterator, or where the kernel refused its task_file part).
+    pub fn held_pages(&mut self) -> Option<super::bpf::tasks::HeldPages> {
+        match &mut self.state {
+            State::Loaded(it) => it.held_pages().ok(),
+            _ => None,
+        }
+    }
+
     /// This snapshot's stamps.
     pub fn now(&self) -> Option<&TaskStamps> {
         self.now.as_ref()

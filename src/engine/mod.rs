@@ -151,6 +151,12 @@ impl Engine {
         self
     }
 
+    /// How many kept files' residency the last snapshot took as it stood (their page
+    /// count and stamp unchanged: `collect::heldfiles::Since`), not from `cachestat`.
+    pub fn residencies_stood(&self) -> usize {
+        self.cache.as_ref().map_or(0, |c| c.held.stood)
+    }
+
     /// How many content indexes were built and reused since the start, and how many are
     /// kept now.
     pub fn index_stats(&self) -> (u64, u64, usize) {
@@ -303,9 +309,11 @@ impl Engine {
             if let Some(c) = self.cache.as_ref() {
                 let t = &c.tasks;
                 eprintln!(
-                    "tasks: {} stamps, {} statm reads skipped{}",
+                    "tasks: {} stamps, {} statm reads skipped, {} of {} kept files' residency stood{}",
                     t.now().map_or(0, |s| s.len()),
                     c.stats.statm_skipped,
+                    c.held.stood,
+                    c.held.len(),
                     t.unavailable()
                         .map(|w| format!(" (iterator unavailable: {w})"))
                         .unwrap_or_default()

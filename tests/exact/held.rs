@@ -145,3 +145,50 @@ fn a_deleted_file_is_never_kept_past_the_snapshot_that_sees_it_unlinked() {
     assert_eq!(cached(&s, &file), 8 * MIB);
     assert_eq!(fds_to(&file), 0);
 }
+
+/// With the task iterator (root), a kept file's residency stands while its page count
+/// (the iterator's `nrpages` of the kept descriptor) and stamp do, and is read again with
+/// `cachestat` as soon as either moves: every snapshot agrees with `fincore`.
+#[test]
+fn a_kept_files_residency_stands_while_its_page_count_does() {
+    let _group = crate::common::group(module_path!());
+    if !require(is_root(), "root (the task iterator is a BPF program)") {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let file = model_file(dir.path(), "s.gguf", 8 * MIB);
+    // Written back: a file with dirty pages is read at every snapshot.
+    std::fs::File::open(&file).unwrap().sync_all().unwrap();
+    let copy = reader("copy", Some(&file), &[]);
+    let req = Request {
+        paths: vec![file.clone()],
+        pids: vec![copy.pid()],
+        ..Request::default()
+    };
+    let mut engine = Engine::new(req, None)
+        .incremental(Duration::from_secs(3600))
+        .task_iterator(true);
+    // Opened at the first snapshot, read through the kept descriptor at the second.
+    for _ in 0..2 {
+        agreeing(&mut engine, &file);
+        assert_eq!(engine.residencies_stood(), 0, "the first two are read");
+    }
+    let s = agreeing(&mut engine, &file);
+    assert_eq!(engine.residencies_stood(), 1, "unchanged: it stands");
+    assert_eq!(cached(&s, &file), 8 * MIB);
+    // Evicted: its page count moved, so it is read again, and stands after.
+    evict_all(&file);
+    // (A sample left standing would still say 8 MiB.)
+    let s = agreeing(&mut engine, &file);
+    assert_eq!(cached(&s, &file), 0, "moved: read again");
+    agreeing(&mut engine, &file);
+    assert_eq!(engine.residencies_stood(), 1);
+    // A quarter read back by the test (readahead may add more while a snapshot runs:
+    // `agreeing` takes one that fincore held still over).
+    let mut f = std::fs::File::open(&file).unwrap();
+    let mut part = vec![0u8; (2 * MIB) as usize];
+    std::io::Read::read_exact(&mut f, &mut part).unwrap();
+    drop(f);
+    let s = agreeing(&mut engine, &file);
+    assert!(cached(&s, &file) >= 2 * MIB, "read back: read again");
+}

@@ -160,3 +160,83 @@ fn task_stamps_are_the_counters_proc_shows() {
     let _ = py.kill();
     let _ = py.wait();
 }
+
+/// `fincore`'s resident bytes of `path` (util-linux: the peer tool's own count).
+fn fincore_bytes(path: &Path) -> u64 {
+    let out = Command::new("fincore")
+        .args(["--bytes", "--noheadings", "--output", "RES"])
+        .arg(path)
+        .output()
+        .unwrap();
+    String::from_utf8_lossy(&out.stdout).trim().parse().unwrap()
+}
+
+/// The page count of each file this process holds open, from one read of the
+/// `iter/task_file` program linked to this process alone, against `fincore` and `mincore`
+/// of the same files: one evicted, one half read back, one whole in the page cache.
+#[test]
+fn held_pages_are_the_page_counts_fincore_shows() {
+    use std::io::{Read, Write};
+    use std::os::fd::AsRawFd;
+    use std::os::unix::fs::MetadataExt;
+    let _serial = serial();
+    if !bpf_ready() {
+        return;
+    }
+    let mut it = TaskIter::load(Path::new("/proc")).unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let mut files = Vec::new();
+    for (i, mib) in [2u64, 4, 8].into_iter().enumerate() {
+        let path = dir.path().join(format!("m{i}.bin"));
+        let mut f = std::fs::File::create(&path).unwrap();
+        let chunk: Vec<u8> = (0..1u32 << 20).map(|b| (b as u8) ^ (i as u8 + 1)).collect();
+        for _ in 0..mib {
+            f.write_all(&chunk).unwrap();
+        }
+        f.sync_all().unwrap();
+        drop(f);
+        let f = std::fs::File::open(&path).unwrap();
+        // SAFETY: advice on our own descriptor; it changes nothing but this file's cache.
+        unsafe { libc::posix_fadvise(f.as_raw_fd(), 0, 0, libc::POSIX_FADV_DONTNEED) };
+        files.push((path, f, mib << 20));
+    }
+    // The second half read back, the third whole; the first stays evicted.
+    let mut half = vec![0u8; (files[1].2 / 2) as usize];
+    std::fs::File::open(&files[1].0)
+        .unwrap()
+        .read_exact(&mut half)
+        .unwrap();
+    std::fs::read(&files[2].0).unwrap();
+    let fds_before: BTreeSet<i32> = own_fds();
+    let pages = it.held_pages().unwrap();
+    let fds_after: BTreeSet<i32> = own_fds();
+    for (path, f, size) in &files {
+        let (ino, n) = pages[&f.as_raw_fd()];
+        assert_eq!(ino, f.metadata().unwrap().ino(), "{}", path.display());
+        assert_eq!(n, resident_pages(path), "{} (mincore)", path.display());
+        assert_eq!(
+            n * 4096,
+            fincore_bytes(path),
+            "{} (fincore)",
+            path.display()
+        );
+        assert!(n * 4096 <= *size);
+    }
+    assert_eq!(pages[&files[0].1.as_raw_fd()].1, 0, "evicted");
+    assert_eq!(pages[&files[2].1.as_raw_fd()].1 * 4096, files[2].2, "whole");
+    // This process's descriptors only (the link's pid), not the host's.
+    assert!(
+        pages
+            .keys()
+            .all(|fd| fds_before.contains(fd) || fds_after.contains(fd)),
+        "{:?} not all in {fds_before:?}",
+        pages.keys()
+    );
+}
+
+fn own_fds() -> BTreeSet<i32> {
+    std::fs::read_dir("/proc/self/fd")
+        .unwrap()
+        .filter_map(|e| e.ok()?.file_name().to_str()?.parse().ok())
+        .collect()
+}

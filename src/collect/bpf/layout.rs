@@ -98,6 +98,13 @@ layouts! {
         flags: u32,
         pad: u32,
     }
+    /// `struct held_pages` (records of the `iter/task_file` program).
+    struct HeldPagesC (24) {
+        fd: u32,
+        pad: u32,
+        ino: u64,
+        nrpages: u64,
+    }
     /// `struct file_cache`.
     struct FileCache (48) {
         added_pages: u64,

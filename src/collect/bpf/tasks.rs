@@ -29,10 +29,12 @@ use std::path::Path;
 use aya::programs::Iter;
 use aya::{Btf, Ebpf, EbpfLoader};
 
-use super::layout::{TaskStampC, TASK_HAS_MM};
+use super::layout::{HeldPagesC, TaskStampC, TASK_HAS_MM};
 
 /// The program's name in `ebpf/tasks.bpf.c`.
 const PROGRAM: &str = "task_stamps";
+/// The `iter/task_file` program's: the page counts of this process's open files.
+const HELD_PAGES: &str = "held_pages";
 
 /// `ebpf/tasks.bpf.o`, embedded.
 static OBJECT: &[u8] = aya::include_bytes_aligned!("../../../ebpf/tasks.bpf.o");
@@ -136,7 +138,14 @@ impl TaskStamps {
 pub struct TaskIter {
     ebpf: Ebpf,
     buf: Vec<u8>,
+    /// The `held_pages` program's link to this process, made at the first read (`Err`:
+    /// why it cannot be).
+    held: Option<Result<std::os::fd::OwnedFd, String>>,
 }
+
+/// The page count of each file this process holds open, by descriptor: (inode number,
+/// `nrpages`), read in one pass (`ebpf/tasks.bpf.c`'s `held_pages`).
+pub type HeldPages = HashMap<i32, (u64, u64), foldhash::fast::RandomState>;
 
 impl TaskIter {
     /// Loads the program, or says why it cannot be: no privilege, no BTF, a kernel without
@@ -159,9 +168,17 @@ impl TaskIter {
             .map_err(|e| format!("{e}"))?;
         prog.load("task", &btf)
             .map_err(|e| format!("the kernel refused the task iterator: {e}"))?;
+        let held = match ebpf.program_mut(HELD_PAGES).map(<&mut Iter>::try_from) {
+            Some(Ok(p)) => p
+                .load("task_file", &btf)
+                .map_err(|e| format!("the kernel refused the task_file iterator: {e}"))
+                .err(),
+            _ => Some("tasks.bpf.o has no held_pages program".to_string()),
+        };
         let mut it = TaskIter {
             ebpf,
             buf: Vec::new(),
+            held: held.map(Err),
         };
         // A first read proves the whole path works before anything relies on it.
         it.read()
@@ -184,6 +201,127 @@ impl TaskIter {
         file.read_to_end(&mut self.buf)?;
         Ok(TaskStamps::parse(&self.buf))
     }
+}
+
+impl TaskIter {
+    /// The page counts of the files this process holds open, read afresh: one iterator
+    /// over this process's descriptors only (a link with its pid, made once).
+    pub fn held_pages(&mut self) -> Result<HeldPages, String> {
+        use std::os::fd::{AsFd, AsRawFd, FromRawFd};
+        if self.held.is_none() {
+            let prog: &mut Iter = self
+                .ebpf
+                .program_mut(HELD_PAGES)
+                .ok_or("no held_pages program")?
+                .try_into()
+                .map_err(|e| format!("{e}"))?;
+            let fd = prog.fd().map_err(|e| format!("{e}"))?;
+            self.held = Some(link_to_process(fd.as_fd(), std::process::id()));
+        }
+        let link = match self.held.as_ref() {
+            Some(Ok(l)) => l,
+            Some(Err(why)) => return Err(why.clone()),
+            None => return Err("no link".into()),
+        };
+        let mut create = IterCreate {
+            link_fd: link.as_raw_fd() as u32,
+            ..Default::default()
+        };
+        let fd = bpf(BPF_ITER_CREATE, &mut create).map_err(|e| format!("BPF_ITER_CREATE: {e}"))?;
+        // SAFETY: a descriptor the kernel just returned, owned by nothing else.
+        let mut file = unsafe { std::fs::File::from_raw_fd(fd) };
+        self.buf.clear();
+        file.read_to_end(&mut self.buf)
+            .map_err(|e| format!("read: {e}"))?;
+        let size = std::mem::size_of::<HeldPagesC>();
+        Ok(self
+            .buf
+            .chunks_exact(size)
+            .map(|c| {
+                let r: HeldPagesC = bytemuck::pod_read_unaligned(c);
+                (r.fd as i32, (r.ino, r.nrpages))
+            })
+            .collect())
+    }
+}
+
+/// `enum bpf_cmd` and `enum bpf_attach_type` values (`include/uapi/linux/bpf.h`).
+const BPF_LINK_CREATE: libc::c_int = 28;
+const BPF_ITER_CREATE: libc::c_int = 33;
+const BPF_TRACE_ITER: u32 = 28;
+
+/// `bpf_attr.link_create` with an iterator's `iter_info` (aya 0.14 makes iterator links
+/// without one), zero-padded.
+#[repr(C)]
+#[derive(Default)]
+struct LinkCreate {
+    prog_fd: u32,
+    target_fd: u32,
+    attach_type: u32,
+    flags: u32,
+    iter_info: u64,
+    iter_info_len: u32,
+    pad: [u32; 9],
+}
+
+/// `union bpf_iter_link_info`'s `task` (Linux 6.1): iterate one process's tasks only.
+#[repr(C)]
+#[derive(Default)]
+struct IterTask {
+    tid: u32,
+    pid: u32,
+    pid_fd: u32,
+    pad: u32,
+}
+
+/// `bpf_attr.iter_create`, zero-padded.
+#[repr(C)]
+#[derive(Default)]
+struct IterCreate {
+    link_fd: u32,
+    flags: u32,
+    pad: [u64; 7],
+}
+
+/// `bpf(2)` with `attr`; the descriptor it returns.
+fn bpf<T>(cmd: libc::c_int, attr: &mut T) -> std::io::Result<i32> {
+    // SAFETY: `attr` is a live, zero-padded `repr(C)` struct of the size given; the kernel
+    // reads it (and the memory `iter_info` points to, which outlives the call).
+    let rc = unsafe {
+        libc::syscall(
+            libc::SYS_bpf,
+            cmd,
+            attr as *mut T,
+            std::mem::size_of::<T>() as libc::c_uint,
+        )
+    };
+    match rc {
+        r if r < 0 => Err(std::io::Error::last_os_error()),
+        r => Ok(r as i32),
+    }
+}
+
+/// A link of the `iter/task_file` program to process `pid`'s descriptors only.
+fn link_to_process(
+    prog: std::os::fd::BorrowedFd<'_>,
+    pid: u32,
+) -> Result<std::os::fd::OwnedFd, String> {
+    use std::os::fd::{AsRawFd, FromRawFd};
+    let info = IterTask {
+        pid,
+        ..Default::default()
+    };
+    let mut attr = LinkCreate {
+        prog_fd: prog.as_raw_fd() as u32,
+        attach_type: BPF_TRACE_ITER,
+        iter_info: &info as *const IterTask as u64,
+        iter_info_len: std::mem::size_of::<IterTask>() as u32,
+        ..Default::default()
+    };
+    let fd = bpf(BPF_LINK_CREATE, &mut attr)
+        .map_err(|e| format!("the kernel refused a task_file link to one process: {e}"))?;
+    // SAFETY: a descriptor the kernel just returned, owned by nothing else.
+    Ok(unsafe { std::os::fd::OwnedFd::from_raw_fd(fd) })
 }
 
 /// `PROC_PID_INIT_INO`: the inode number of the initial pid namespace.
