@@ -372,7 +372,10 @@ pub fn gather_cached(
         Some(c) => {
             c.decisions = std::mem::take(&mut g.decisions);
             c.walks = std::mem::take(&mut g.walks);
-            let pages = c.tasks.held_pages();
+            let pages = match c.held.want_pages() {
+                true => c.tasks.held_pages(),
+                false => None,
+            };
             c.held.begin(pages);
             Some(&mut c.held)
         }

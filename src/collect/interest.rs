@@ -480,8 +480,9 @@ impl<'a> Gatherer<'a> {
                 let now = (kept, held.as_ref().and_then(|h| h.pages(key)));
                 let (mut f, (stamp, file, since)) =
                     super::measure::file_sample(key, i, ways, self.req.residency, mapped, now);
+                let cached = f.residency.as_ref().map(|r| r.cached_bytes);
                 if let Some(h) = held.as_deref_mut() {
-                    h.measured(key, stamp, file, since);
+                    h.measured(key, stamp, file, since, cached);
                 }
                 f.seen_as = seen_as(holders, key, &f.path);
                 f

@@ -151,6 +151,15 @@ impl Engine {
         self
     }
 
+    /// Whether an incremental engine reads its kept files' page counts at every snapshot
+    /// (where the task iterator loads), not only where that costs less than `cachestat`.
+    pub fn held_pages_always(mut self, on: bool) -> Engine {
+        if let Some(c) = self.cache.as_mut() {
+            c.held.always_pages = on;
+        }
+        self
+    }
+
     /// How many kept files' residency the last snapshot took as it stood (their page
     /// count and stamp unchanged: `collect::heldfiles::Since`), not from `cachestat`.
     pub fn residencies_stood(&self) -> usize {

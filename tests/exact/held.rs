@@ -167,7 +167,8 @@ fn a_kept_files_residency_stands_while_its_page_count_does() {
     };
     let mut engine = Engine::new(req, None)
         .incremental(Duration::from_secs(3600))
-        .task_iterator(true);
+        .task_iterator(true)
+        .held_pages_always(true);
     // Opened at the first snapshot, read through the kept descriptor at the second.
     for _ in 0..2 {
         agreeing(&mut engine, &file);
