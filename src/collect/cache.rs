@@ -32,9 +32,10 @@
 //!   is in its proof's fingerprint);
 //! - all of it when the entry is older than its maximum age (between half of
 //!   [`MAX_AGE`] and all of it, spread by pid so that re-reads do not all fall on one
-//!   snapshot); such a refresh, when `stat` has not changed, keeps phase 3 (read again
-//!   after [`DETAIL_AGE_FACTOR`] times the maximum age) and does not make the other
-//!   mappers of its files read again (nothing moved their PSS).
+//!   snapshot), or [`DETAIL_AGE_FACTOR`] times that for a process none of whose threads
+//!   ran since it was read ([`fresh`]); such a refresh, when `stat` has not changed, keeps
+//!   phase 3 (read again after [`DETAIL_AGE_FACTOR`] times the maximum age) and does not
+//!   make the other mappers of its files read again (nothing moved their PSS).
 //!
 //! A mapper's `smaps` of a file of interest is never kept where this snapshot does not read
 //! every process (pids or a cgroup asked: its other mappers are unknown), nor when it was
@@ -45,11 +46,14 @@
 //! What no counter shows, and only the maximum age bounds: a newly opened (not mapped) fd,
 //! an `mprotect` or an `mremap` that moves a mapping (addresses and permissions in `maps`)
 //! or a mapping that replaces another of the same size, before any page is touched, a
-//! `setuid`, a move to another cgroup, a changed command line, and the whole-process PSS/USS shift when an unrelated process
-//! maps or unmaps a shared library. A one-shot `scan` keeps no cache and reads everything.
+//! `setuid`, a changed command line (all made by the process: it ran), a move to another
+//! cgroup, and the whole-process PSS/USS shift when an unrelated process maps or unmaps a
+//! shared library. A one-shot `scan` keeps no cache and reads everything.
 //!
 //! Kernel documentation: <https://www.kernel.org/doc/html/latest/filesystems/proc.html>
 //! (table 1-4, "Contents of the stat fields").
+
+mod fresh;
 
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
@@ -149,8 +153,10 @@ pub enum Read {
 struct Entry {
     stat: StatStamp,
     status: StatusRead,
-    /// When the parts were read.
+    /// When the parts were read, and the task iterator's (start, run time) of the process
+    /// then ([`fresh`]).
     read_at: Instant,
+    ran: Option<(u64, u64)>,
     basic: Arc<BasicParts>,
     detail: Option<Detail>,
     /// When `detail` was read.
@@ -251,6 +257,7 @@ impl ProcCache {
     /// What the cache lends each snapshot's gatherer (given back when the gather is done):
     /// a gather that fails half-way leaves empty ones of the same maximum age behind.
     pub fn lend(&mut self) -> (super::decisions::Decided, super::walkmemo::WalkMemo) {
+        self.walks.begin();
         (
             std::mem::replace(
                 &mut self.decisions,
@@ -326,21 +333,16 @@ impl ProcCache {
     /// and its entry is within its maximum age: not even `statm` need be read.
     fn unmoved(&self, pid: i32) -> Option<StatStamp> {
         let e = self.entries.get(&pid)?;
-        (e.was_seen
-            && self.tasks.unmoved(pid)
-            && !self.watch.contains(&pid)
-            && self.now.duration_since(e.read_at) < self.age_limit(pid))
-        .then(|| e.stat.clone())
+        (e.was_seen && self.tasks.unmoved(pid) && !self.watch.contains(&pid) && self.fresh(pid, e))
+            .then(|| e.stat.clone())
     }
 
     /// The stamp kept for `pid` when its `statm` reads as when that stamp was read, it is
     /// not watched and its entry is within its maximum age: `stat` need not be read.
     pub fn quiet(&self, pid: i32, statm: &super::statfiles::Statm) -> Option<StatStamp> {
         let e = self.entries.get(&pid)?;
-        (e.stat.statm.as_ref() == Some(statm)
-            && !self.watch.contains(&pid)
-            && self.now.duration_since(e.read_at) < self.age_limit(pid))
-        .then(|| e.stat.clone())
+        (e.stat.statm.as_ref() == Some(statm) && !self.watch.contains(&pid) && self.fresh(pid, e))
+            .then(|| e.stat.clone())
     }
 
     /// What phase 1 can reuse for a process whose `stat` reads `stat`.
@@ -348,10 +350,7 @@ impl ProcCache {
         let Some(e) = self.entries.get(&pid) else {
             return Hit::Miss;
         };
-        if self.now.duration_since(e.read_at) >= self.age_limit(pid)
-            || e.stat.start_time != stat.start_time
-            || e.stat.comm != stat.comm
-        {
+        if !self.fresh(pid, e) || e.stat.start_time != stat.start_time || e.stat.comm != stat.comm {
             // Aged, another process, or an exec (a new name): everything again.
             Hit::Miss
         } else if e.stat == *stat {
@@ -406,6 +405,7 @@ impl ProcCache {
                 stat,
                 status,
                 read_at: self.now,
+                ran: self.run_stamp(pid),
                 basic,
                 changed: kept.is_none(),
                 detail_at: kept.as_ref().map_or(self.now, |k| k.1),
@@ -591,5 +591,4 @@ impl ProcCache {
 }
 
 #[cfg(test)]
-#[path = "cache_tests.rs"]
 mod tests;

@@ -111,7 +111,7 @@ pub fn gather_cached(
         c.decisions.expire(Instant::now());
         (g.decisions, g.walks) = c.lend();
     }
-    g.add_explicit_paths(cache.is_some())?;
+    g.add_explicit_paths(cache.is_some(), cache.as_deref().map(|c| &c.held))?;
     if req.stores {
         g.add_store_files();
     }

@@ -94,3 +94,77 @@ fn a_process_that_did_not_run_is_not_read_and_one_that_freed_a_few_pages_is() {
     drop(shrinker.stdin.take());
     let _ = shrinker.wait();
 }
+
+/// Answers `done` to each line it reads; runs only then.
+const ECHO: &str = r#"
+import sys
+print("ready"); sys.stdout.flush()
+for line in sys.stdin:
+    print("done"); sys.stdout.flush()
+"#;
+
+/// A process none of whose threads ran since its entry was read is not read again at its
+/// maximum age but at three times it (`collect::cache::fresh`); one that ran is read again
+/// at its maximum age, as without the task iterator.
+#[test]
+fn an_idle_process_is_read_again_at_three_times_its_maximum_age_one_that_ran_at_it() {
+    let _group = crate::common::group(module_path!());
+    if !require(is_root(), "root (the task iterator is a BPF program)") {
+        return;
+    }
+    let age = Duration::from_secs(2);
+    let engine_of = |pid: i32| {
+        let req = Request {
+            pids: vec![pid],
+            ..Request::default()
+        };
+        Engine::new(req, None).incremental(age).task_iterator(true)
+    };
+    let mut w = Vec::new();
+    // Stopped: it cannot run.
+    let dir = tempfile::tempdir().unwrap();
+    let file = model_file(dir.path(), "m.safetensors", MIB);
+    let idle = reader("copy", Some(&file), &[]);
+    let ipid = idle.pid();
+    let p = nix::unistd::Pid::from_raw(ipid);
+    nix::sys::signal::kill(p, nix::sys::signal::Signal::SIGSTOP).unwrap();
+    while !stopped(ipid) {
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    let mut engine = engine_of(ipid);
+    engine.snapshot(&mut w).unwrap();
+    // Its entry was read before this.
+    let t0 = std::time::Instant::now();
+    assert_eq!(engine.cache_stats().unwrap().full_read, 1);
+    std::thread::sleep(age + Duration::from_millis(100));
+    let s = engine.snapshot(&mut w).unwrap().sample;
+    let stats = engine.cache_stats().unwrap();
+    assert_eq!(stats.full_read, 0, "idle past its age, not read: {stats:?}");
+    assert_eq!(anon_of(&s, ipid), Some(status_bytes(ipid, "RssAnon")));
+    std::thread::sleep((age * 3 + Duration::from_millis(100)).saturating_sub(t0.elapsed()));
+    engine.snapshot(&mut w).unwrap();
+    let stats = engine.cache_stats().unwrap();
+    assert_eq!(stats.full_read, 1, "past three times its age: {stats:?}");
+    nix::sys::signal::kill(p, nix::sys::signal::Signal::SIGCONT).unwrap();
+
+    // It ran (answered a line) after its entry was read: read again at its age.
+    let (mut echo, epid) = python_ready(ECHO, &[]);
+    let mut out = BufReader::new(echo.stdout.take().unwrap());
+    let mut engine = engine_of(epid);
+    engine.snapshot(&mut w).unwrap();
+    std::thread::sleep(age + Duration::from_millis(100));
+    let stdin = echo.stdin.as_mut().unwrap();
+    stdin.write_all(b"x\n").unwrap();
+    stdin.flush().unwrap();
+    let mut line = String::new();
+    out.read_line(&mut line).unwrap();
+    assert_eq!(line.trim(), "done");
+    engine.snapshot(&mut w).unwrap();
+    let stats = engine.cache_stats().unwrap();
+    assert_eq!(
+        stats.full_read, 1,
+        "it ran: read again at its age: {stats:?}"
+    );
+    drop(echo.stdin.take());
+    let _ = echo.wait();
+}
