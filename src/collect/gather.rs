@@ -372,11 +372,12 @@ pub fn gather_cached(
         Some(c) => {
             c.decisions = std::mem::take(&mut g.decisions);
             c.walks = std::mem::take(&mut g.walks);
+            let t = Instant::now();
             let pages = match c.held.want_pages() {
                 true => c.tasks.held_pages(),
                 false => None,
             };
-            c.held.begin(pages);
+            c.held.begin(pages, t.elapsed());
             Some(&mut c.held)
         }
         None => None,

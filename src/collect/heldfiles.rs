@@ -82,24 +82,22 @@ pub struct HeldFiles {
     since: HashMap<FileKey, Since>,
     /// Residencies this snapshot took from [`Since`] (no `cachestat`).
     pub stood: usize,
-    /// Descriptors of this process at the last read of the iterator, which visits each.
-    fds_seen: Option<usize>,
-    /// Files measured, and their cached pages, at the last snapshot: what `cachestat`
-    /// of them all costs ([`HeldFiles::want_pages`]).
-    measured_files: (usize, u64),
-    counting: (usize, u64),
+    /// What the last read of the iterator took (it visits every descriptor of this
+    /// process, not only these), and what `cachestat` of the files whose residency could
+    /// stand on it (clean, its page count as `cachestat` counted) took at their last read:
+    /// what reading it saves ([`HeldFiles::want_pages`]).
+    iter_took: Option<Duration>,
+    saves: Duration,
+    /// This snapshot's sum for `saves`, where it reads the iterator.
+    saving: Option<Duration>,
+    /// What each kept file's last `cachestat` took.
+    took: HashMap<FileKey, Duration>,
     /// Snapshots since the iterator was last read.
     unread: u32,
     /// Read the iterator at every snapshot, whatever it costs (tests).
     pub always_pages: bool,
 }
 
-/// What the task_file iterator costs per descriptor of this process, and `cachestat` per
-/// call and per cached page (ns; measured on this 2-core VM, Linux 6.18: 0.8 ms for 2,030
-/// descriptors; 90–150 µs for a cached 1 GiB file, about 1 µs for a small one).
-const ITER_NS_PER_FD: u64 = 400;
-const CACHESTAT_NS_PER_CALL: u64 = 1000;
-const CACHESTAT_PAGES_PER_US: u64 = 2500;
 /// While `cachestat` is the cheaper, the iterator is read once in this many snapshots
 /// (how many descriptors it would visit changes).
 const PROBE_EVERY: u32 = 16;
@@ -125,27 +123,23 @@ impl HeldFiles {
             pages: None,
             since: HashMap::new(),
             stood: 0,
-            fds_seen: None,
-            measured_files: (0, 0),
-            counting: (0, 0),
+            iter_took: None,
+            saves: Duration::ZERO,
+            saving: None,
+            took: HashMap::new(),
             unread: 0,
             always_pages: false,
         }
     }
 
     /// Whether to read the kept descriptors' page counts this snapshot: where the
-    /// iterator's walk of every descriptor of this process costs less than `cachestat` of
-    /// the files kept (few files of many pages: a 20 GiB model's `cachestat` takes about
-    /// 2 ms), and once in [`PROBE_EVERY`] snapshots to learn how many descriptors it
-    /// would walk. A process that holds many more descriptors than model files (statm of
+    /// iterator's last read (a walk of every descriptor of this process) took less than
+    /// the `cachestat` calls it spared (few files of many pages: a 20 GiB model's takes
+    /// about 2 ms), both as measured, and once in [`PROBE_EVERY`] snapshots to measure
+    /// them again. A process that holds many more descriptors than model files (statm of
     /// each process, the proof's indexes) with small files reads `cachestat`.
     pub fn want_pages(&mut self) -> bool {
-        let (files, pages) = self.measured_files;
-        let want = self.fds_seen.is_none_or(|fds| {
-            let stat_ns =
-                files as u64 * CACHESTAT_NS_PER_CALL + pages * 1000 / CACHESTAT_PAGES_PER_US;
-            fds as u64 * ITER_NS_PER_FD < stat_ns
-        });
+        let want = self.iter_took.is_none_or(|t| t < self.saves);
         self.unread += 1;
         if want || self.always_pages || self.unread >= PROBE_EVERY {
             self.unread = 0;
@@ -171,46 +165,44 @@ impl HeldFiles {
     }
 
     /// Starts a snapshot: the stamps are this snapshot's only; `pages`, the kept
-    /// descriptors' page counts read now.
-    pub fn begin(&mut self, pages: Option<HeldPages>) {
+    /// descriptors' page counts read now, in `took`.
+    pub fn begin(&mut self, pages: Option<HeldPages>, took: Duration) {
         self.stamps.clear();
-        if let Some(p) = &pages {
-            self.fds_seen = Some(p.len());
+        // With no file kept yet (the first snapshot), nothing can stand on it: not
+        // measured, so read again at the next.
+        let judged = pages.is_some() && !self.open.is_empty();
+        self.saving = judged.then_some(Duration::ZERO);
+        if judged {
+            self.iter_took = Some(took);
         }
         self.pages = pages;
         self.stood = 0;
-        self.counting = (0, 0);
     }
 
-    /// What this snapshot measured of `key`: its stamp, and the descriptor to keep
-    /// (`None`: closed, or not kept); its residency with the page count it stands on.
-    /// A descriptor is kept within the budget only.
-    pub fn measured(
-        &mut self,
-        key: FileKey,
-        stamp: Option<Stamp>,
-        file: Option<Arc<File>>,
-        since: Option<Since>,
-        cached_bytes: Option<u64>,
-    ) {
-        if let Some(s) = stamp {
+    /// What this snapshot measured of `key` ([`super::measure::Opened`]): its stamp, the
+    /// descriptor to keep (`None`: closed, or not kept), its residency with the page count
+    /// it stands on, and what its `cachestat` took. A descriptor is kept within the budget
+    /// only.
+    pub fn measured(&mut self, key: FileKey, o: super::measure::Opened) {
+        if let Some(s) = o.stamp {
             self.stamps.insert(key, s);
         }
-        if file.is_some() {
-            let ps = super::system::page_size().max(1);
-            self.counting.0 += 1;
-            self.counting.1 += cached_bytes.unwrap_or(0) / ps;
+        if let Some(t) = o.took {
+            self.took.insert(key, t);
         }
-        match since {
+        match o.since {
             Some(s) => {
                 self.stood += usize::from(self.since.get(&key).is_some_and(|o| o.at == s.at));
+                if let Some(sum) = self.saving.as_mut() {
+                    *sum += self.took.get(&key).copied().unwrap_or_default();
+                }
                 self.since.insert(key, s);
             }
             None => {
                 self.since.remove(&key);
             }
         }
-        match file {
+        match o.file {
             Some(f) if self.open.contains_key(&key) || self.open.len() < self.budget => {
                 self.open.insert(key, f);
             }
@@ -226,8 +218,11 @@ impl HeldFiles {
         self.open.retain(|k, _| stamps.contains_key(k));
         let open = &self.open;
         self.since.retain(|k, _| open.contains_key(k));
+        self.took.retain(|k, _| open.contains_key(k));
         self.pages = None;
-        self.measured_files = self.counting;
+        if let Some(sum) = self.saving.take() {
+            self.saves = sum;
+        }
     }
 
     /// The stamp this snapshot measured of `key`.
@@ -249,24 +244,61 @@ impl HeldFiles {
 mod tests {
     use super::*;
 
-    fn held(fds: usize, files: usize, pages: u64) -> HeldFiles {
-        let mut h = HeldFiles::new(16);
-        h.fds_seen = Some(fds);
-        h.measured_files = (files, pages);
-        h
+    fn ms(n: u64) -> Duration {
+        Duration::from_micros(n * 100)
+    }
+
+    /// One snapshot measuring `files` (key inode, `cachestat` time, whether its residency
+    /// could stand on the page count), reading the iterator (in `iter`) or not.
+    fn snapshot(h: &mut HeldFiles, iter: Option<Duration>, files: &[(u64, Duration, bool)]) {
+        let pages = iter.map(|_| HeldPages::default());
+        h.begin(pages, iter.unwrap_or_default());
+        for &(ino, took, stands) in files {
+            let since = stands.then(|| Since {
+                stamp: (0, 0, 0),
+                nrpages: 0,
+                sample: ResidencySample::default(),
+                at: Instant::now(),
+            });
+            let o = crate::collect::measure::Opened {
+                stamp: Some((0, 0, 0)),
+                since,
+                took: Some(took),
+                file: Some(Arc::new(File::open("/dev/null").unwrap())),
+            };
+            h.measured(FileKey::from_dev(1, ino), o);
+        }
+        h.end();
     }
 
     #[test]
-    fn the_page_counts_are_read_where_cheaper_than_cachestat_and_probed_else() {
-        // The bench host: 2,030 descriptors, 205 files of 1.28 M pages in all.
-        let mut h = held(2030, 205, 1_280_000);
+    fn the_page_counts_are_read_where_they_spare_more_cachestat_than_they_cost() {
+        // Not read yet, or read with no file kept (the first snapshot): read, to measure.
+        let mut h = HeldFiles::new(256);
+        assert!(h.want_pages());
+        // The bench host: the iterator walks 2,030 descriptors (0.8 ms) to spare 205
+        // files' `cachestat` (0.6 ms): probed once in 16 snapshots.
+        let small: Vec<(u64, Duration, bool)> = (0..205).map(|i| (i, ms(6) / 205, true)).collect();
+        snapshot(&mut h, Some(ms(8)), &small);
+        assert!(h.want_pages());
+        snapshot(&mut h, Some(ms(8)), &small);
         let read: Vec<bool> = (0..PROBE_EVERY * 2).map(|_| h.want_pages()).collect();
         assert_eq!(read.iter().filter(|r| **r).count(), 2, "probed once in 16");
         assert!(read[PROBE_EVERY as usize - 1]);
-        // A serving host: 300 descriptors, three 20 GiB models whole in the page cache.
-        let mut h = held(300, 3, 3 * 5_242_880);
+        // A serving host: three 20 GiB models (2 ms each) for 300 descriptors (0.1 ms).
+        let big = [(1, ms(20), true), (2, ms(20), true), (3, ms(20), true)];
+        let mut h = HeldFiles::new(16);
+        snapshot(&mut h, Some(ms(1)), &big);
+        snapshot(&mut h, Some(ms(1)), &big);
         assert!((0..4).all(|_| h.want_pages()));
-        // Not read yet: read, to learn the count.
-        assert!(HeldFiles::new(16).want_pages());
+        // Their page counts move at every snapshot: nothing could stand, nothing spared.
+        let moving = [(1, ms(20), false), (2, ms(20), false), (3, ms(20), false)];
+        snapshot(&mut h, Some(ms(1)), &moving);
+        assert!(!h.want_pages());
+        // A snapshot that did not read it leaves what it measured as it was.
+        snapshot(&mut h, None, &big);
+        assert!(!h.want_pages());
+        snapshot(&mut h, Some(ms(1)), &big);
+        assert!(h.want_pages());
     }
 }

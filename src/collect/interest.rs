@@ -410,11 +410,10 @@ impl<'a> Gatherer<'a> {
                 };
                 let mapped = super::measure::mapped_bytes(holders.clone(), key);
                 let now = (kept, held.as_ref().and_then(|h| h.pages(key)));
-                let (mut f, (stamp, file, since)) =
+                let (mut f, opened) =
                     super::measure::file_sample(key, i, ways, self.req.residency, mapped, now);
-                let cached = f.residency.as_ref().map(|r| r.cached_bytes);
                 if let Some(h) = held.as_deref_mut() {
-                    h.measured(key, stamp, file, since, cached);
+                    h.measured(key, opened);
                 }
                 f.seen_as = seen_as(holders, key, &f.path);
                 f

@@ -27,12 +27,21 @@ struct Measured {
     opened: Option<(Stamp, Option<Arc<File>>)>,
     /// The residency with the page count it stands on (a kept file's).
     since: Option<Since>,
+    /// How long the residency read took, where one was made.
+    took: Option<std::time::Duration>,
 }
 
 /// What a snapshot measured of a file, for [`super::heldfiles::HeldFiles::measured`]: its
 /// stamp, a descriptor to keep (only of a file on a local filesystem), and its residency
 /// with the page count it stands on.
-pub type Opened = (Option<Stamp>, Option<Arc<File>>, Option<Since>);
+#[derive(Default)]
+pub struct Opened {
+    pub stamp: Option<Stamp>,
+    pub file: Option<Arc<File>>,
+    pub since: Option<Since>,
+    /// How long its residency read took (`None`: none was read, or it stood).
+    pub took: Option<std::time::Duration>,
+}
 
 /// The most bytes of `key` that one of `holders` maps (smaps `Rss` of its mappings): the
 /// page cache holds at least that much of it.
@@ -90,12 +99,17 @@ pub fn file_sample(
             let why = e.to_string();
             f.residency_error = Some(why.clone());
             f.unopened = Some(why);
-            return (f, (None, None, None));
+            return (f, Opened::default());
         }
     };
     let opened = match m.opened {
-        Some((s, file)) => (Some(s), file.filter(|_| answer::is_local(&place)), m.since),
-        None => (None, None, None),
+        Some((s, file)) => Opened {
+            stamp: Some(s),
+            file: file.filter(|_| answer::is_local(&place)),
+            since: m.since,
+            took: m.took,
+        },
+        None => Opened::default(),
     };
     f.now_at_path = m.at_path.filter(|k| *k != key);
     f.deleted |= f.now_at_path.is_some();
@@ -109,7 +123,7 @@ pub fn file_sample(
             _ => format!("not read: {why}"),
         });
         f.unopened = Some(why);
-        return (f, (None, None, None));
+        return (f, Opened::default());
     }
     if m.size.is_some() {
         f.size_bytes = m.size;
@@ -163,6 +177,7 @@ fn measure(
             fuse,
             opened: None,
             since: None,
+            took: None,
         },
     }
 }
@@ -201,6 +216,7 @@ fn measure_held(
                         fuse: false,
                         opened: Some((now, (st.st_nlink > 0).then_some(file))),
                         since: Some(s.clone()),
+                        took: None,
                     };
                 }
             }
@@ -230,6 +246,7 @@ fn measure_held(
             fuse: false,
             opened: None,
             since: None,
+            took: None,
         },
     }
 }
@@ -245,6 +262,7 @@ fn measured(
 ) -> Measured {
     let file = file.into();
     let size = st.st_size as u64;
+    let t = std::time::Instant::now();
     let residency = residency::query(&file, path, size, method)
         .map_err(|e| format!("{:#}", anyhow::Error::from(e)));
     Measured {
@@ -254,5 +272,6 @@ fn measured(
         fuse: false,
         opened: Some((stamp(&st), (st.st_nlink > 0).then_some(file))),
         since: None,
+        took: Some(t.elapsed()),
     }
 }
