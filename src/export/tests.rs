@@ -175,7 +175,7 @@ fn encodings_are_openmetrics_and_text_0_0_4() {
     let mut stats = SelfStats::default();
     stats.error("collection", 3);
     stats.collect_durations.observe(0.3);
-    let om = openmetrics(&families(&r, Options::default(), &stats).families);
+    let om = openmetrics(families(&r, Options::default(), &stats).families);
     assert!(om.ends_with("# EOF\n"), "{om}");
     assert!(om.contains("# TYPE twofold_collect_errors counter\n"));
     assert!(om.contains("twofold_collect_errors_total{kind=\"collection\"} 3\n"));
@@ -200,7 +200,7 @@ fn scrape_time_series_are_the_client_libraries_names() {
         resident_bytes: 4096,
         start_time_seconds: Some(1e9),
     };
-    let om = openmetrics(&scrape_time(Some(2.5), Some(own)));
+    let om = openmetrics(scrape_time(Some(2.5), Some(own)));
     assert!(
         om.contains("twofold_collect_last_success_age_seconds 2.5\n"),
         "{om}"
@@ -214,7 +214,7 @@ fn scrape_time_series_are_the_client_libraries_names() {
         "{text}"
     );
     // Before the first good collection there is no age (not 0).
-    assert!(!openmetrics(&scrape_time(None, None)).contains("age"));
+    assert!(!openmetrics(scrape_time(None, None)).contains("age"));
 }
 
 #[test]

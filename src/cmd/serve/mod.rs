@@ -162,7 +162,7 @@ fn collect_loop(args: &ServeArgs, latest: &Latest, stop: &AtomicBool) {
                 stats.last_success_unix_seconds = Some(snap.at_unix_ns as f64 / 1e9);
                 let exp = export::families(&report, opts, &stats);
                 stats.series_dropped_total += exp.dropped_series;
-                publish(latest, &exp.families, Some(Instant::now()));
+                publish(latest, exp.families, Some(Instant::now()));
                 last = Some(report);
                 prev = Some(snap);
             }
@@ -177,7 +177,7 @@ fn collect_loop(args: &ServeArgs, latest: &Latest, stop: &AtomicBool) {
                 // to date (the error, the duration); their age keeps growing.
                 if let Some(r) = last.as_ref() {
                     let at = latest.read().ok().and_then(|l| l.at);
-                    publish(latest, &export::families(r, opts, &stats).families, at);
+                    publish(latest, export::families(r, opts, &stats).families, at);
                 }
             }
         }
@@ -267,9 +267,9 @@ fn node_label() -> Vec<(String, String)> {
     }
 }
 
-/// Encodes `families` once and hands them to the HTTP workers; `at`: when the good
-/// collection they come from finished.
-fn publish(latest: &Latest, families: &[export::Family], at: Option<Instant>) {
+/// Encodes `families` once (the encoder takes them) and hands them to the HTTP workers;
+/// `at`: when the good collection they come from finished.
+fn publish(latest: &Latest, families: Vec<export::Family>, at: Option<Instant>) {
     let om = export::openmetrics_with(families, &node_label());
     let text = export::prometheus_text(&om);
     let om = om.strip_suffix("# EOF\n").unwrap_or(&om).to_string();
@@ -325,7 +325,7 @@ pub fn wants_text_004(accept: Option<&str>) -> bool {
 pub fn scrape_body(bodies: &Bodies, text_004: bool, now: Instant) -> Vec<u8> {
     let age = bodies.at.map(|at| now.duration_since(at).as_secs_f64());
     let own = crate::collect::own::read(std::path::Path::new("/proc"));
-    let tail = export::openmetrics_with(&export::scrape_time(age, own), &node_label());
+    let tail = export::openmetrics_with(export::scrape_time(age, own), &node_label());
     let (main, tail) = if text_004 {
         (&bodies.text, export::prometheus_text(&tail))
     } else {
