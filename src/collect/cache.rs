@@ -438,6 +438,7 @@ impl ProcCache {
     /// not kept that maps one of those files (another twofold reading its pages, a process
     /// outside the pids asked) and moved, appeared or exited marks it too.
     pub fn end_basic<'a>(&mut self, kept: impl Iterator<Item = (i32, &'a HashSet<FileKey>)>) {
+        self.close_unread_statm();
         let kept: HashMap<i32, &HashSet<FileKey>> = kept.collect();
         let all: HashSet<FileKey> = kept.values().flat_map(|w| w.iter().copied()).collect();
         let mapped = |b: &BasicParts| -> Vec<FileKey> {

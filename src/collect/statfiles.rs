@@ -192,6 +192,11 @@ impl KeptFiles {
         self.files.remove(&pid);
     }
 
+    /// The processes whose file is kept open.
+    pub fn pids(&self) -> impl Iterator<Item = i32> + '_ {
+        self.files.keys().copied()
+    }
+
     pub fn len(&self) -> usize {
         self.files.len()
     }

@@ -38,4 +38,20 @@ impl ProcCache {
         let s = self.tasks.now()?.get(pid)?;
         Some((s.start_ns, s.run_ns))
     }
+
+    /// With the task iterator, a process whose stamp stood this snapshot had its `statm`
+    /// left unread: its descriptor is closed (opened again by path when it moves), so that
+    /// this process does not keep one per process on the host, each of which the
+    /// task_file iterator visits ([`super::super::heldfiles::HeldFiles::want_pages`]).
+    pub(super) fn close_unread_statm(&mut self) {
+        if !self.tasks.loaded() {
+            return;
+        }
+        let unread: Vec<i32> = (self.statm_files.pids())
+            .filter(|p| self.tasks.unmoved(*p) && !self.watch.contains(p))
+            .collect();
+        for pid in unread {
+            self.statm_files.forget(pid);
+        }
+    }
 }
