@@ -72,6 +72,17 @@ pub fn stamp(st: &nix::sys::stat::FileStat) -> Stamp {
     )
 }
 
+/// What a snapshot measured of a file ([`super::measure::file_sample`]), for
+/// [`HeldFiles::measured`].
+#[derive(Default)]
+pub struct Opened {
+    pub stamp: Option<Stamp>,
+    pub file: Option<Arc<File>>,
+    pub since: Option<Since>,
+    /// How long its residency read took (`None`: none was read, or it stood).
+    pub took: Option<Duration>,
+}
+
 /// The files kept open, and the stamps of every file measured at the last snapshot.
 pub struct HeldFiles {
     open: HashMap<FileKey, Arc<File>>,
@@ -179,11 +190,11 @@ impl HeldFiles {
         self.stood = 0;
     }
 
-    /// What this snapshot measured of `key` ([`super::measure::Opened`]): its stamp, the
+    /// What this snapshot measured of `key` ([`Opened`]): its stamp, the
     /// descriptor to keep (`None`: closed, or not kept), its residency with the page count
     /// it stands on, and what its `cachestat` took. A descriptor is kept within the budget
     /// only.
-    pub fn measured(&mut self, key: FileKey, o: super::measure::Opened) {
+    pub fn measured(&mut self, key: FileKey, o: Opened) {
         if let Some(s) = o.stamp {
             self.stamps.insert(key, s);
         }
@@ -260,7 +271,7 @@ mod tests {
                 sample: ResidencySample::default(),
                 at: Instant::now(),
             });
-            let o = crate::collect::measure::Opened {
+            let o = Opened {
                 stamp: Some((0, 0, 0)),
                 since,
                 took: Some(took),

@@ -9,7 +9,7 @@ use std::sync::Arc;
 
 use super::answer::{self, Place};
 use super::decisions::Interest;
-use super::heldfiles::{stamp, PagesNow, Since, Stamp};
+use super::heldfiles::{stamp, Opened, PagesNow, Since, Stamp};
 use super::reopen;
 use super::residency::{self, Method};
 use crate::sample::{FileKey, FileSample, ProcessSample, ResidencySample};
@@ -29,18 +29,6 @@ struct Measured {
     since: Option<Since>,
     /// How long the residency read took, where one was made.
     took: Option<std::time::Duration>,
-}
-
-/// What a snapshot measured of a file, for [`super::heldfiles::HeldFiles::measured`]: its
-/// stamp, a descriptor to keep (only of a file on a local filesystem), and its residency
-/// with the page count it stands on.
-#[derive(Default)]
-pub struct Opened {
-    pub stamp: Option<Stamp>,
-    pub file: Option<Arc<File>>,
-    pub since: Option<Since>,
-    /// How long its residency read took (`None`: none was read, or it stood).
-    pub took: Option<std::time::Duration>,
 }
 
 /// The most bytes of `key` that one of `holders` maps (smaps `Rss` of its mappings): the
