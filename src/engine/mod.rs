@@ -307,7 +307,8 @@ impl Engine {
                 ms(w.saturating_sub(cpu0.1 .1)),
             );
             eprintln!(
-                "proof: {} reused ({} had not run), {} checked in place, {} moved, {} carried, {} files weighed",
+                "proof: {:.1} ms: {} reused ({} had not run), {} checked in place, {} moved, {} carried, {} files weighed",
+                self.last_proof_seconds.unwrap_or(0.0) * 1e3,
                 self.last_reused,
                 self.last_slept,
                 self.last_rechecked,
