@@ -96,7 +96,7 @@ cargo test --workspace --all-targets --no-fail-fast -- --show-output 2>&1 | tee 
 cargo test --workspace --doc --no-fail-fast 2>&1 | tee -a "$log" || status=1
 # Why each failed test failed, again at the end (a long log's tail is what a reader sees
 # first): the panic's line and the four after it, 80 lines at most.
-grep -A4 "^thread '.*' panicked at" "$log" | head -80 | sed 's/^/failure: /' || true
+grep -A4 "^thread '.*' .*panicked at" "$log" | head -80 | sed 's/^/failure: /' || true
 # One closing line for the whole suite (cargo prints one per test binary), always printed.
 awk '/^test result:/ { for (i = 1; i <= NF; i++) { if ($(i) ~ /^passed;?$/) p += $(i-1); if ($(i) ~ /^failed;?$/) f += $(i-1); if ($(i) ~ /^ignored;?$/) g += $(i-1) } }
      /^SKIPPED: / { s += 1 }
