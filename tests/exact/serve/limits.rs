@@ -84,19 +84,24 @@ fn at_rest(pid: u32) -> (usize, usize) {
     let until = Instant::now() + Duration::from_millis(1_500);
     let mut most = (0, 0);
     while Instant::now() < until {
-        most = (most.0.max(fds(pid)), most.1.max(socket_fds(pid)));
+        let (all, sockets) = descriptors(pid);
+        most = (most.0.max(all), most.1.max(sockets));
         std::thread::sleep(Duration::from_millis(5));
     }
     most
 }
 
-/// The descriptors of `pid` that are sockets.
-fn socket_fds(pid: u32) -> usize {
-    std::fs::read_dir(format!("/proc/{pid}/fd"))
+/// The descriptors of `pid`, and how many of them are sockets, from one listing.
+fn descriptors(pid: u32) -> (usize, usize) {
+    let links: Vec<_> = std::fs::read_dir(format!("/proc/{pid}/fd"))
         .unwrap()
         .filter_map(|e| std::fs::read_link(e.ok()?.path()).ok())
+        .collect();
+    let sockets = links
+        .iter()
         .filter(|l| l.to_string_lossy().starts_with("socket:"))
-        .count()
+        .count();
+    (links.len(), sockets)
 }
 
 fn fds(pid: u32) -> usize {
@@ -162,7 +167,7 @@ fn serve_answers_after_1100_idle_connections_under_nofile_1024() {
         // the bound's connections and at most one more, accepted to be refused or to
         // replace the oldest idle one. (Its other descriptors are a collection's, a few
         // `/proc` files for a moment whatever the clients do.)
-        let (during, sockets) = (fds(s.pid), socket_fds(s.pid));
+        let (during, sockets) = descriptors(s.pid);
         assert!(
             sockets <= bound + sockets_before + 1,
             "{sockets} sockets open ({sockets_before} at rest), {during} descriptors"
