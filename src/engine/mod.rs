@@ -75,6 +75,10 @@ pub struct Engine {
     pub last_carried: usize,
     /// Of those reused, the searches due again of processes that had not run since.
     pub last_slept: usize,
+    /// How many processes' placements (present ranges and sampled frames,
+    /// [`crate::dupes::moved::Placement`]) the last snapshot read: a changed process whose
+    /// threads took no page fault since its placement was read needs none.
+    pub last_placements: usize,
     /// How many files' copies the last snapshot weighed again (read their page maps)
     /// rather than keep their last share-out.
     pub last_weighed: usize,
@@ -116,6 +120,7 @@ impl Engine {
             last_moved: 0,
             last_carried: 0,
             last_slept: 0,
+            last_placements: 0,
             last_weighed: 0,
             last_proof_seconds: None,
             gpu: crate::collect::gpu::source(),
@@ -307,13 +312,14 @@ impl Engine {
                 ms(w.saturating_sub(cpu0.1 .1)),
             );
             eprintln!(
-                "proof: {:.1} ms: {} reused ({} had not run), {} checked in place, {} moved, {} carried, {} files weighed",
+                "proof: {:.1} ms: {} reused ({} had not run), {} checked in place, {} moved, {} carried, {} placements read, {} files weighed",
                 self.last_proof_seconds.unwrap_or(0.0) * 1e3,
                 self.last_reused,
                 self.last_slept,
                 self.last_rechecked,
                 self.last_moved,
                 self.last_carried,
+                self.last_placements,
                 self.last_weighed
             );
             if let Some(c) = self.cache.as_ref() {

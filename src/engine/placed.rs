@@ -15,15 +15,21 @@ use crate::dupes::moved::Placement;
 pub(super) struct Placed {
     now: std::collections::BTreeMap<i32, Option<Arc<Placement>>>,
     verdicts: HashMap<(i32, *const Placement), bool>,
+    /// How many placements were read.
+    pub(super) reads: usize,
 }
 
 impl Placed {
     /// Where `pid`'s memory is now: read once per snapshot, and kept as the placement of a
     /// search that follows (read before it, as a search's placement must be).
     pub(super) fn current(&mut self, roots: &Roots, pid: i32) -> Option<Arc<Placement>> {
+        let reads = &mut self.reads;
         self.now
             .entry(pid)
-            .or_insert_with(|| Placement::of(roots, pid).map(Arc::new))
+            .or_insert_with(|| {
+                *reads += 1;
+                Placement::of(roots, pid).map(Arc::new)
+            })
             .clone()
     }
 

@@ -39,6 +39,11 @@ pub(super) struct Reused {
     /// The process's run time (all its threads, `collect::statfiles::run_time_ns`) read
     /// before the search: while it stands, the process has not run since.
     ran: Option<u64>,
+    /// The process's start and page faults (all its threads, live and exited: the task
+    /// iterator's stamp) read before `placement`: while they stand, no page of it was
+    /// faulted in, or freed and faulted again, so its memory has not moved (a copy needs
+    /// new pages or refaulted ones), and no placement need be read to know it.
+    placed_faults: Option<(u64, u64)>,
 }
 
 pub(super) struct Checked {
@@ -214,6 +219,14 @@ impl Engine {
         let mut ran: HashMap<i32, Option<u64>> = HashMap::new();
         let proc_root = self.roots.proc.clone();
         let stamps = self.cache.as_ref().and_then(|c| c.tasks.now());
+        let faults_now = |pid: i32| {
+            stamps
+                .and_then(|t| t.get(pid))
+                .map(|s| (s.start_ns, s.faults))
+        };
+        // No page faulted since the placement was read: the memory has not moved.
+        let quiet =
+            |pid: i32, r: &Reused| r.placed_faults.is_some() && faults_now(pid) == r.placed_faults;
         let mut run_time = |pid: i32| {
             *ran.entry(pid)
                 .or_insert_with(|| match stamps.and_then(|t| t.get(pid)) {
@@ -281,7 +294,9 @@ impl Engine {
                 kept.push((r.proof.sample.clone(), ranges));
             } else {
                 let moved = match (&r.placement, self.cache.is_some()) {
-                    (Some(then), true) if !placed.unmoved(&self.roots, c.pid, then) => {
+                    (Some(then), true)
+                        if !quiet(c.pid, r) && !placed.unmoved(&self.roots, c.pid, then) =>
+                    {
                         placed.unmoved_ranges(&self.roots, c.pid, then)
                     }
                     _ => None,
@@ -307,7 +322,8 @@ impl Engine {
                     todo.push(c.clone());
                     continue;
                 }
-                match stale(&self.roots, sample, r, now, opts.exact, &mut placed) {
+                let faults = faults_now(c.pid);
+                match stale(&self.roots, sample, r, now, opts.exact, faults, &mut placed) {
                     Some(p) => {
                         self.last_rechecked += 1;
                         // A check in place keeps the whole copies only.
@@ -416,6 +432,11 @@ impl Engine {
                         .copied()
                         .unwrap_or(now),
                     placement: placements.get(&p.sample.pid).cloned().flatten(),
+                    placed_faults: placements
+                        .get(&p.sample.pid)
+                        .is_some_and(Option::is_some)
+                        .then(|| faults_now(p.sample.pid))
+                        .flatten(),
                     proof: p,
                     full_took,
                     checked: None,
@@ -435,6 +456,7 @@ impl Engine {
                 kept.into_iter().map(Some).collect();
             kept = order.iter().filter_map(|&i| slots[i].take()).collect();
         }
+        self.last_placements = placed.reads;
         let (mut proofs, ranges): (Vec<ProofSample>, Vec<CopyRanges>) = kept.into_iter().unzip();
         self.share_out(&mut proofs, &ranges, &prints, now);
         proofs
@@ -466,13 +488,18 @@ fn boosted(opts: ProveOptions, cuts: impl Iterator<Item = u32>) -> ProveOptions 
 /// copies found then, checked again in place (no more often than
 /// [`RESEARCH_COST_FACTOR`] times as long as the last check took, so that checking costs
 /// at most about 1% of a core too); the rest not searched, with the reason. `None` when
-/// the check found a copy gone or changed: the process is searched in full now.
+/// the check found a copy gone or changed: the process is searched in full now. `faults`:
+/// the process's start and faults in this snapshot's stamp; where they are those read
+/// before its placement, it has not moved, and where a placement read now says it has not
+/// either, they become those ([`Reused::placed_faults`]).
+#[allow(clippy::too_many_arguments)]
 fn stale(
     roots: &Roots,
     sample: &Sample,
     r: &mut Reused,
     now: Instant,
     exact: bool,
+    faults: Option<(u64, u64)>,
     placed: &mut Placed,
 ) -> Option<ProofSample> {
     use crate::dupes::recheck::Rechecked;
@@ -529,8 +556,18 @@ fn stale(
     // Nothing moved (no page faulted in or freed and faulted again since the search
     // began): the memory is where the search saw it, rewritten in place at most, so the
     // search stands and the count stays exact (dupes::moved says what this cannot see).
+    let quiet = faults.is_some() && faults == r.placed_faults;
     let unmoved = match &r.placement {
-        Some(then) => placed.unmoved(roots, pid, then),
+        Some(_) if quiet => true,
+        Some(then) => {
+            let unmoved = placed.unmoved(roots, pid, then);
+            if unmoved {
+                // Unmoved up to a placement read after this stamp: while the stamp's
+                // faults stand, it stays so.
+                r.placed_faults = faults;
+            }
+            unmoved
+        }
         None => false,
     };
     Some(match &checked.result {

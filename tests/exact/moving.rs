@@ -121,3 +121,111 @@ fn a_process_whose_memory_moves_stays_exact_at_every_snapshot() {
     assert!((r.private_copies - 2.0 * tensor).abs() < 0.01, "{r:?}");
     assert!(engine.last_moved >= 1, "searched again only where it moved");
 }
+
+/// python3: reads MODEL into a bytes object (closed), then every 50 ms reads 64 KiB of
+/// /dev/zero into one buffer it already has (its `rchar` moves, none of its pages); on
+/// "grow" from stdin, faults in 8 MiB of new memory and says "grown".
+const READER: &str = r#"
+import os, sys, select
+d = open(os.environ['MODEL'], 'rb').read()
+buf = bytearray(1 << 16)
+z = open('/dev/zero', 'rb', buffering=0)
+z.readinto(buf)
+keep = []
+print('ready', flush=True)
+while True:
+    r, _, _ = select.select([sys.stdin], [], [], 0.05)
+    if r:
+        if not sys.stdin.readline():
+            break
+        keep.append(bytearray(os.urandom(8 << 20)))
+        print('grown', flush=True)
+    z.readinto(buf)
+"#;
+
+/// Minor plus major faults of `pid` (`/proc/PID/stat`; one thread).
+fn faults(pid: i32) -> u64 {
+    let s = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap();
+    let f: Vec<&str> = s.rsplit(')').next().unwrap().split_whitespace().collect();
+    f[7].parse::<u64>().unwrap() + f[9].parse::<u64>().unwrap()
+}
+
+#[test]
+fn a_process_that_reads_without_faulting_stays_exact_without_reading_where_its_memory_is() {
+    let _group = crate::common::group(module_path!());
+    if !require(
+        is_root(),
+        "frame numbers and the task iterator (a BPF program) need root",
+    ) {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let (file, _) = safetensors(dir.path(), &[("w", 16 * MIB, Fill::Random(22))]);
+    let size = std::fs::metadata(&file).unwrap().len();
+    let mut c = Command::new("python3")
+        .args(["-c", READER])
+        .env("MODEL", &file)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let out = BufReader::new(c.stdout.take().unwrap());
+    let mut reader = Churn(c, out);
+    assert_eq!(reader.line(), "ready");
+    let pid = reader.0.id() as i32;
+    let req = Request {
+        paths: vec![file.clone()],
+        pids: vec![pid],
+        candidates: true,
+        ..Request::default()
+    };
+    let mut engine = Engine::new(req, Some(Default::default()))
+        .incremental(twofold::collect::cache::MAX_AGE)
+        .task_iterator(true);
+    let tensor = 16.0 * MIB as f64 / size as f64;
+    let mut snap = |engine: &mut Engine, what: &str| {
+        let mut warnings = Vec::new();
+        let s = engine.snapshot(&mut warnings).unwrap();
+        let f = report(&s, None)
+            .files
+            .into_iter()
+            .find(|f| std::path::Path::new(&f.path) == file)
+            .unwrap();
+        let r = &f.representations;
+        assert!(!r.lower_bound, "{what}: {r:?} {:?}", f.suspected_copies);
+        assert!((r.private_copies - tensor).abs() < 0.01, "{what}: {r:?}");
+    };
+    snap(&mut engine, "the first search");
+    // Its rchar moves at every snapshot (the proof is checked in place); where /proc says
+    // it took no fault from the start of the snapshot before to the end of this one, this
+    // one read no placement of it.
+    let mut quiet = 0;
+    let mut before = faults(pid);
+    for i in 0..8 {
+        std::thread::sleep(Duration::from_millis(200));
+        let start = faults(pid);
+        snap(&mut engine, &format!("snapshot {i}"));
+        let after = faults(pid);
+        if before == after && engine.last_rechecked == 1 {
+            assert_eq!(
+                engine.last_placements, 0,
+                "snapshot {i}: no fault since, yet its placement was read"
+            );
+            quiet += 1;
+        }
+        before = start;
+    }
+    assert!(
+        quiet > 0,
+        "it faulted across every snapshot, or was never checked in place"
+    );
+
+    // New memory faulted in: its placement is read again, and the count stays exact.
+    writeln!(reader.0.stdin.as_mut().unwrap(), "grow").unwrap();
+    assert_eq!(reader.line(), "grown");
+    snap(&mut engine, "after it grew");
+    assert!(
+        engine.last_placements >= 1,
+        "it faulted in 8 MiB, yet no placement was read"
+    );
+}
