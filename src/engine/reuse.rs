@@ -44,6 +44,10 @@ pub(super) struct Reused {
     /// faulted in, or freed and faulted again, so its memory has not moved (a copy needs
     /// new pages or refaulted ones), and no placement need be read to know it.
     placed_faults: Option<(u64, u64)>,
+    /// The process's start and its live threads' reads (the task iterator's stamp) read
+    /// before the search: while they stand, none of its threads `read()` since, whatever
+    /// its `rchar` (which takes in its reaped children's reads) says.
+    reads: Option<(u64, (u64, u32, u64))>,
 }
 
 pub(super) struct Checked {
@@ -224,6 +228,11 @@ impl Engine {
                 .and_then(|t| t.get(pid))
                 .map(|s| (s.start_ns, s.faults))
         };
+        let reads_now = |pid: i32| {
+            stamps
+                .and_then(|t| t.get(pid))
+                .map(|s| (s.start_ns, s.own_reads))
+        };
         // No page faulted since the placement was read: the memory has not moved.
         let quiet =
             |pid: i32, r: &Reused| r.placed_faults.is_some() && faults_now(pid) == r.placed_faults;
@@ -264,14 +273,20 @@ impl Engine {
                 continue;
             }
             // Changed, and its cadence due: searched in full where a `read()` could have
-            // written a copy over pages it had (`rchar` moved) or where the placement of its
+            // written a copy over pages it had (one of its threads read since: `rchar` moved
+            // by more than its reaped children's reads) or where the placement of its
             // memory is not known; where only its private memory's size moved, what moved is
             // searched (below), as within the cadence: a copy written over pages it had
             // without a `read()` moves nothing an unchanged process's would not, and is
             // the safety net's (`again`). A Python server allocating 24 MiB a second was
             // searched in full at every `serve` snapshot (5 s), a third of its CPU.
             let placed_known = r.placement.is_some() && self.cache.is_some();
-            let read_since = r.fingerprint.1 != fp.1 || r.fingerprint.2 != fp.2;
+            // Its own threads' reads where the task iterator counts them, else `rchar`.
+            let read_since = r.fingerprint.2 != fp.2
+                || match (r.reads, reads_now(c.pid)) {
+                    (Some(then), Some(now)) => then != now,
+                    _ => r.fingerprint.1 != fp.1,
+                };
             let cadence = r.fingerprint != fp && due(r.cadence()) && (read_since || !placed_known);
             if again || cadence {
                 // Unchanged, searched again for what nothing cheap can see (a copy written
@@ -422,6 +437,7 @@ impl Engine {
                     .map_or(p.took, |r| r.full_took.max(p.took)),
                 false => p.took,
             };
+            let reads = reads_now(p.sample.pid);
             self.reuse.insert(
                 (p.sample.pid, p.sample.file),
                 Reused {
@@ -443,6 +459,7 @@ impl Engine {
                     verified,
                     confirmed_bytes,
                     ran: ran_before,
+                    reads,
                 },
             );
         }

@@ -229,3 +229,107 @@ fn a_process_that_reads_without_faulting_stays_exact_without_reading_where_its_m
         "it faulted in 8 MiB, yet no placement was read"
     );
 }
+
+/// python3: reads MODEL into a bytes object (closed), then every 100 ms runs a child that
+/// reads 1 MiB of it (the kernel adds a reaped child's reads to its parent's `rchar`), and
+/// reads nothing itself.
+const SPAWNER: &str = r#"
+import os, sys, time
+d = open(os.environ['MODEL'], 'rb').read()
+print('ready', flush=True)
+while True:
+    pid = os.fork()
+    if pid == 0:
+        fd = os.open(os.environ['MODEL'], os.O_RDONLY)
+        os.read(fd, 1 << 20)
+        os._exit(0)
+    os.waitpid(pid, 0)
+    time.sleep(0.1)
+"#;
+
+fn rchar(pid: i32) -> u64 {
+    let io = std::fs::read_to_string(format!("/proc/{pid}/io")).unwrap();
+    io.lines()
+        .find_map(|l| l.strip_prefix("rchar: "))
+        .unwrap()
+        .parse()
+        .unwrap()
+}
+
+#[test]
+fn a_parent_whose_rchar_moves_by_its_childrens_reads_is_not_searched_again_for_them() {
+    let _group = crate::common::group(module_path!());
+    if !require(
+        is_root(),
+        "frame numbers and the task iterator (a BPF program) need root",
+    ) {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let (file, _) = safetensors(dir.path(), &[("w", 16 * MIB, Fill::Random(23))]);
+    let size = std::fs::metadata(&file).unwrap().len();
+    let mut c = Command::new("python3")
+        .args(["-c", SPAWNER])
+        .env("MODEL", &file)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let out = BufReader::new(c.stdout.take().unwrap());
+    let mut spawner = Churn(c, out);
+    assert_eq!(spawner.line(), "ready");
+    let pid = spawner.0.id() as i32;
+    let req = Request {
+        paths: vec![file.clone()],
+        pids: vec![pid],
+        candidates: true,
+        ..Request::default()
+    };
+    let mut engine = Engine::new(req, Some(Default::default()))
+        .incremental(twofold::collect::cache::MAX_AGE)
+        .task_iterator(true);
+    let tensor = 16.0 * MIB as f64 / size as f64;
+    let start = std::time::Instant::now();
+    let read_before = rchar(pid);
+    let mut searched = Vec::new();
+    // Past the cadence at which a process that read since its search is searched again
+    // (RESEARCH_MIN), each snapshot exact.
+    let mut i = 0;
+    while start.elapsed() < twofold::engine::RESEARCH_MIN + Duration::from_secs(2) {
+        let mut warnings = Vec::new();
+        let s = engine.snapshot(&mut warnings).unwrap();
+        let f = report(&s, None)
+            .files
+            .into_iter()
+            .find(|f| std::path::Path::new(&f.path) == file)
+            .unwrap();
+        let r = &f.representations;
+        assert!(
+            !r.lower_bound,
+            "snapshot {i}: {r:?} {:?}",
+            f.suspected_copies
+        );
+        assert!(
+            (r.private_copies - tensor).abs() < 0.01,
+            "snapshot {i}: {r:?}"
+        );
+        // One candidate: searched in full unless reused, checked in place or searched
+        // where it moved.
+        let kept = engine.last_reused + engine.last_rechecked + engine.last_moved;
+        if kept == 0 {
+            searched.push(i);
+        }
+        i += 1;
+        std::thread::sleep(Duration::from_millis(400));
+    }
+    let read = rchar(pid) - read_before;
+    assert!(
+        read >= 10 << 20,
+        "its children read {read} bytes: the test did not move its rchar"
+    );
+    assert_eq!(
+        searched,
+        vec![0],
+        "searched in full at snapshots {searched:?} of {i}, though none of its threads read"
+    );
+}

@@ -50,6 +50,11 @@ pub struct ProcStamp {
     pub rchar: u64,
     /// Minor and major faults of its threads, live and exited.
     pub faults: u64,
+    /// Bytes `read()` by its live threads, their count and the sum of their ids: while
+    /// these stand, none of its threads read since (`rchar` also takes in what its reaped
+    /// children read, which cannot have written into its memory: a server that runs a
+    /// helper process every second moved its `rchar` by the helper's reads).
+    pub own_reads: (u64, u32, u64),
     /// `total_vm`, `data_vm + stack_vm`, and the file, anonymous and shmem resident
     /// counters' global parts, in pages.
     pub total_vm: u64,
@@ -92,6 +97,11 @@ impl TaskStamps {
             s.run_ns = s.run_ns.wrapping_add(r.run_ns);
             s.rchar = s.rchar.wrapping_add(r.rchar);
             s.faults = s.faults.wrapping_add(r.faults);
+            s.own_reads = (
+                s.own_reads.0.wrapping_add(r.rchar),
+                s.own_reads.1.wrapping_add(1),
+                s.own_reads.2.wrapping_add(u64::from(r.tid)),
+            );
             if r.tid == r.tgid {
                 *leader = true;
                 s.start_ns = r.start_ns;
