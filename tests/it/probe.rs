@@ -96,10 +96,12 @@ fn vulkan_imports_a_read_only_shared_mapping_and_all_arms_match_the_cpu() {
     // Map and resident read the same DRAM on a CPU device, but not through the same
     // pages (the file's page cache against anonymous memory, which may have huge pages):
     // resident can lead by a few percent, more under load (five runs in a row under two
-    // busy loops came out resident, by up to 7.1%). So each run's verdict must follow the
-    // placement rule from its own measurements, and map must come within twice the tie
-    // band of the fastest arm in one of five runs (a map arm that paid a fault per page or
-    // read through a copy would be far behind).
+    // busy loops came out resident, by up to 7.1%; under two busy loops and a build, five
+    // runs all came out more than 10% behind). So each run's verdict must follow the
+    // placement rule from its own measurements, and map must come within five times the
+    // tie band (25%) of the fastest arm in one of five runs: a map arm that paid a fault
+    // per page (34,816 faults a pass, about 2.5 times a 14 ms read of 136 MiB) or read
+    // through a copy (twice the bytes moved) would be more than twice as slow.
     let mut gaps = Vec::new();
     for _ in 0..5 {
         let r = vulkan_probe(&file, &["--passes", "5", "--processes", "2"]);
@@ -155,9 +157,9 @@ fn vulkan_imports_a_read_only_shared_mapping_and_all_arms_match_the_cpu() {
         gaps.push(gap);
     }
     assert!(
-        gaps.iter().any(|&g| g <= 2.0 * TIE_BAND),
+        gaps.iter().any(|&g| g <= 5.0 * TIE_BAND),
         "map was never within {:.0}% of the fastest arm: gaps {gaps:.3?}",
-        200.0 * TIE_BAND
+        500.0 * TIE_BAND
     );
 }
 
