@@ -162,7 +162,7 @@ pub enum Unreadable {
 pub struct ProcessSample {
     pub pid: i32,
     pub comm: String,
-    pub cmdline: Vec<String>,
+    pub cmdline: std::sync::Arc<[String]>,
     pub kernel_thread: bool,
     pub status: StatusSample,
     pub rollup: Option<RollupSample>,

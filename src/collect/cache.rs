@@ -99,7 +99,7 @@ pub fn rollup_every(took: Duration) -> Duration {
 pub struct BasicParts {
     pub maps: Vec<MappingSample>,
     pub fds: Vec<FdTarget>,
-    pub cmdline: Vec<String>,
+    pub cmdline: std::sync::Arc<[String]>,
     /// Model files its command line names, resolved when the command line was read.
     pub named: Vec<NamedFile>,
     pub denied: bool,

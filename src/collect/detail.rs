@@ -23,7 +23,7 @@ pub struct Detail {
     pub rollup_at: Instant,
     pub mappings: Vec<MappingSample>,
     pub rollup: Option<RollupSample>,
-    pub cmdline: Vec<String>,
+    pub cmdline: std::sync::Arc<[String]>,
     pub cgroup: Option<CgroupRef>,
     pub denied: bool,
     /// Read while another twofold could have mapped a file's pages

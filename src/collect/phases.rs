@@ -214,7 +214,7 @@ pub(super) fn read_basic(
             let same = pid == procs.own_pid()
                 || parts.fd_count.is_some()
                     && procs.fd_count(pid) == parts.fd_count
-                    && procs.cmdline(pid).is_ok_and(|c| c == parts.cmdline);
+                    && procs.cmdline(pid).is_ok_and(|c| c[..] == parts.cmdline[..]);
             (Some(stat), same.then_some(parts))
         }
         Some((stat, Hit::Miss)) => (Some(stat), None),
@@ -352,7 +352,7 @@ fn read_parts(procs: &ProcReader, pid: i32, kernel_thread: bool) -> CResult<Basi
     if kernel_thread {
         return Ok(b);
     }
-    b.cmdline = procs.cmdline(pid).unwrap_or_default();
+    b.cmdline = procs.cmdline(pid).unwrap_or_default().into();
     b.named = named_files(procs, pid, &b.cmdline);
     match procs.maps_marked(pid) {
         Ok((m, mark)) => {
@@ -408,7 +408,7 @@ pub(super) fn read_detail(
         Err(e) => return Err(e),
     }
     if p.cmdline.is_empty() {
-        p.cmdline = procs.cmdline(pid).unwrap_or_default();
+        p.cmdline = procs.cmdline(pid).unwrap_or_default().into();
     }
     p.cgroup = procs.cgroup(pid).ok().flatten();
     if denied {

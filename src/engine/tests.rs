@@ -178,7 +178,7 @@ fn sample(r: &mut Rng) -> Sample {
         s.processes.push(ProcessSample {
             pid,
             comm: r.name(),
-            cmdline: vec![r.name()],
+            cmdline: vec![r.name()].into(),
             status: StatusSample {
                 rss_anon_bytes: Some(r.below(1 << 40)),
                 ..StatusSample::default()

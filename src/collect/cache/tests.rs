@@ -52,7 +52,7 @@ fn detail(wanted: &HashSet<FileKey>) -> Detail {
         wanted: wanted.clone(),
         mappings: Vec::new(),
         rollup: None,
-        cmdline: Vec::new(),
+        cmdline: Default::default(),
         cgroup: None,
         denied: false,
         tainted: false,
