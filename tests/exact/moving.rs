@@ -183,7 +183,7 @@ fn a_process_that_reads_without_faulting_stays_exact_without_reading_where_its_m
         .incremental(twofold::collect::cache::MAX_AGE)
         .task_iterator(true);
     let tensor = 16.0 * MIB as f64 / size as f64;
-    let mut snap = |engine: &mut Engine, what: &str| {
+    let snap = |engine: &mut Engine, what: &str| {
         let mut warnings = Vec::new();
         let s = engine.snapshot(&mut warnings).unwrap();
         let f = report(&s, None)
