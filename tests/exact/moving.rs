@@ -7,6 +7,7 @@
 #![allow(clippy::unwrap_used)]
 
 use std::io::{BufRead, BufReader, Write};
+use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
@@ -53,6 +54,51 @@ impl Drop for Churn {
     }
 }
 
+/// A 16 MiB-tensor model in `dir`, python3 running `script` on it (said "ready"), and a
+/// live engine (with the task iterator where `tasks`) on the file and that process; with
+/// the tensor's share of the file.
+fn start(dir: &Path, script: &str, seed: u64, tasks: bool) -> (PathBuf, Churn, Engine, f64) {
+    let (file, _) = safetensors(dir, &[("w", 16 * MIB, Fill::Random(seed))]);
+    let size = std::fs::metadata(&file).unwrap().len();
+    let mut c = Command::new("python3")
+        .args(["-c", script])
+        .env("MODEL", &file)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let out = BufReader::new(c.stdout.take().unwrap());
+    let mut child = Churn(c, out);
+    assert_eq!(child.line(), "ready");
+    let req = Request {
+        paths: vec![file.clone()],
+        pids: vec![child.0.id() as i32],
+        candidates: true,
+        ..Request::default()
+    };
+    let mut engine =
+        Engine::new(req, Some(Default::default())).incremental(twofold::collect::cache::MAX_AGE);
+    if tasks {
+        engine = engine.task_iterator(true);
+    }
+    (file, child, engine, 16.0 * MIB as f64 / size as f64)
+}
+
+/// Takes a snapshot and asserts that `file`'s count is exact: `copies` tensors' worth of
+/// private copies, no lower bound.
+fn exact(engine: &mut Engine, file: &Path, copies: f64, what: &str) {
+    let mut warnings = Vec::new();
+    let s = engine.snapshot(&mut warnings).unwrap();
+    let f = report(&s, None)
+        .files
+        .into_iter()
+        .find(|f| Path::new(&f.path) == file)
+        .unwrap();
+    let r = &f.representations;
+    assert!(!r.lower_bound, "{what}: {r:?} {:?}", f.suspected_copies);
+    assert!((r.private_copies - copies).abs() < 0.01, "{what}: {r:?}");
+}
+
 #[test]
 fn a_process_whose_memory_moves_stays_exact_at_every_snapshot() {
     let _group = crate::common::group(module_path!());
@@ -63,50 +109,10 @@ fn a_process_whose_memory_moves_stays_exact_at_every_snapshot() {
         return;
     }
     let dir = tempfile::tempdir().unwrap();
-    let (file, _) = safetensors(dir.path(), &[("w", 16 * MIB, Fill::Random(21))]);
-    let size = std::fs::metadata(&file).unwrap().len();
-    let mut c = Command::new("python3")
-        .args(["-c", CHURN])
-        .env("MODEL", &file)
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let out = BufReader::new(c.stdout.take().unwrap());
-    let mut churn = Churn(c, out);
-    assert_eq!(churn.line(), "ready");
-    let pid = churn.0.id() as i32;
-    let req = Request {
-        paths: vec![file.clone()],
-        pids: vec![pid],
-        candidates: true,
-        ..Request::default()
-    };
-    let mut engine =
-        Engine::new(req, Some(Default::default())).incremental(twofold::collect::cache::MAX_AGE);
-    let snap = |engine: &mut Engine| {
-        let mut warnings = Vec::new();
-        let s = engine.snapshot(&mut warnings).unwrap();
-        let r = report(&s, None);
-        r.files
-            .into_iter()
-            .find(|f| std::path::Path::new(&f.path) == file)
-            .unwrap()
-    };
-    let tensor = 16.0 * MIB as f64 / size as f64;
+    let (file, mut churn, mut engine, tensor) = start(dir.path(), CHURN, 21, false);
     let mut moved = 0;
     for i in 0..8 {
-        let f = snap(&mut engine);
-        let r = &f.representations;
-        assert!(
-            !r.lower_bound,
-            "snapshot {i}: {r:?} {:?}",
-            f.suspected_copies
-        );
-        assert!(
-            (r.private_copies - tensor).abs() < 0.01,
-            "snapshot {i}: {r:?}"
-        );
+        exact(&mut engine, &file, tensor, &format!("snapshot {i}"));
         moved += engine.last_moved;
         std::thread::sleep(Duration::from_millis(300));
     }
@@ -115,10 +121,7 @@ fn a_process_whose_memory_moves_stays_exact_at_every_snapshot() {
     // A second copy, in new memory: found in the next snapshot, the count exact.
     writeln!(churn.0.stdin.as_mut().unwrap(), "copy").unwrap();
     assert_eq!(churn.line(), "copied");
-    let f = snap(&mut engine);
-    let r = &f.representations;
-    assert!(!r.lower_bound, "{r:?}");
-    assert!((r.private_copies - 2.0 * tensor).abs() < 0.01, "{r:?}");
+    exact(&mut engine, &file, 2.0 * tensor, "after the second copy");
     assert!(engine.last_moved >= 1, "searched again only where it moved");
 }
 
@@ -160,42 +163,9 @@ fn a_process_that_reads_without_faulting_stays_exact_without_reading_where_its_m
         return;
     }
     let dir = tempfile::tempdir().unwrap();
-    let (file, _) = safetensors(dir.path(), &[("w", 16 * MIB, Fill::Random(22))]);
-    let size = std::fs::metadata(&file).unwrap().len();
-    let mut c = Command::new("python3")
-        .args(["-c", READER])
-        .env("MODEL", &file)
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let out = BufReader::new(c.stdout.take().unwrap());
-    let mut reader = Churn(c, out);
-    assert_eq!(reader.line(), "ready");
+    let (file, mut reader, mut engine, tensor) = start(dir.path(), READER, 22, true);
     let pid = reader.0.id() as i32;
-    let req = Request {
-        paths: vec![file.clone()],
-        pids: vec![pid],
-        candidates: true,
-        ..Request::default()
-    };
-    let mut engine = Engine::new(req, Some(Default::default()))
-        .incremental(twofold::collect::cache::MAX_AGE)
-        .task_iterator(true);
-    let tensor = 16.0 * MIB as f64 / size as f64;
-    let snap = |engine: &mut Engine, what: &str| {
-        let mut warnings = Vec::new();
-        let s = engine.snapshot(&mut warnings).unwrap();
-        let f = report(&s, None)
-            .files
-            .into_iter()
-            .find(|f| std::path::Path::new(&f.path) == file)
-            .unwrap();
-        let r = &f.representations;
-        assert!(!r.lower_bound, "{what}: {r:?} {:?}", f.suspected_copies);
-        assert!((r.private_copies - tensor).abs() < 0.01, "{what}: {r:?}");
-    };
-    snap(&mut engine, "the first search");
+    exact(&mut engine, &file, tensor, "the first search");
     // Its rchar moves at every snapshot (the proof is checked in place); where /proc says
     // it took no fault from the start of the snapshot before to the end of this one, this
     // one read no placement of it.
@@ -204,7 +174,7 @@ fn a_process_that_reads_without_faulting_stays_exact_without_reading_where_its_m
     for i in 0..8 {
         std::thread::sleep(Duration::from_millis(200));
         let start = faults(pid);
-        snap(&mut engine, &format!("snapshot {i}"));
+        exact(&mut engine, &file, tensor, &format!("snapshot {i}"));
         let after = faults(pid);
         if before == after && engine.last_rechecked == 1 {
             assert_eq!(
@@ -223,7 +193,7 @@ fn a_process_that_reads_without_faulting_stays_exact_without_reading_where_its_m
     // New memory faulted in: its placement is read again, and the count stays exact.
     writeln!(reader.0.stdin.as_mut().unwrap(), "grow").unwrap();
     assert_eq!(reader.line(), "grown");
-    snap(&mut engine, "after it grew");
+    exact(&mut engine, &file, tensor, "after it grew");
     assert!(
         engine.last_placements >= 1,
         "it faulted in 8 MiB, yet no placement was read"
@@ -266,53 +236,16 @@ fn a_parent_whose_rchar_moves_by_its_childrens_reads_is_not_searched_again_for_t
         return;
     }
     let dir = tempfile::tempdir().unwrap();
-    let (file, _) = safetensors(dir.path(), &[("w", 16 * MIB, Fill::Random(23))]);
-    let size = std::fs::metadata(&file).unwrap().len();
-    let mut c = Command::new("python3")
-        .args(["-c", SPAWNER])
-        .env("MODEL", &file)
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let out = BufReader::new(c.stdout.take().unwrap());
-    let mut spawner = Churn(c, out);
-    assert_eq!(spawner.line(), "ready");
+    let (file, spawner, mut engine, tensor) = start(dir.path(), SPAWNER, 23, true);
     let pid = spawner.0.id() as i32;
-    let req = Request {
-        paths: vec![file.clone()],
-        pids: vec![pid],
-        candidates: true,
-        ..Request::default()
-    };
-    let mut engine = Engine::new(req, Some(Default::default()))
-        .incremental(twofold::collect::cache::MAX_AGE)
-        .task_iterator(true);
-    let tensor = 16.0 * MIB as f64 / size as f64;
-    let start = std::time::Instant::now();
+    let began = std::time::Instant::now();
     let read_before = rchar(pid);
     let mut searched = Vec::new();
     // Past the cadence at which a process that read since its search is searched again
     // (RESEARCH_MIN), each snapshot exact.
     let mut i = 0;
-    while start.elapsed() < twofold::engine::RESEARCH_MIN + Duration::from_secs(2) {
-        let mut warnings = Vec::new();
-        let s = engine.snapshot(&mut warnings).unwrap();
-        let f = report(&s, None)
-            .files
-            .into_iter()
-            .find(|f| std::path::Path::new(&f.path) == file)
-            .unwrap();
-        let r = &f.representations;
-        assert!(
-            !r.lower_bound,
-            "snapshot {i}: {r:?} {:?}",
-            f.suspected_copies
-        );
-        assert!(
-            (r.private_copies - tensor).abs() < 0.01,
-            "snapshot {i}: {r:?}"
-        );
+    while began.elapsed() < twofold::engine::RESEARCH_MIN + Duration::from_secs(2) {
+        exact(&mut engine, &file, tensor, &format!("snapshot {i}"));
         // One candidate: searched in full unless reused, checked in place or searched
         // where it moved.
         let kept = engine.last_reused + engine.last_rechecked + engine.last_moved;
