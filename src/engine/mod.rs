@@ -19,6 +19,7 @@ mod ledger;
 mod manual;
 mod placed;
 mod reuse;
+mod todo;
 mod tracing;
 mod uploads;
 mod weighed;
@@ -61,7 +62,7 @@ pub struct Engine {
     /// up once per candidate each snapshot: hashed, not a tree of 2,000 large entries).
     reuse: std::collections::HashMap<(i32, FileKey), Reused, foldhash::fast::RandomState>,
     /// The (process, file) searches the budget cut, one after another: searched again at
-    /// the next snapshot with twice the budget ([`reuse::MAX_BOOST`]).
+    /// the next snapshot with twice the budget ([`todo::MAX_BOOST`]).
     cut: std::collections::HashMap<(i32, FileKey), u32, foldhash::fast::RandomState>,
     /// How many (process, file) proofs the last snapshot reused rather than searched.
     pub last_reused: usize,

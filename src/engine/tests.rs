@@ -492,7 +492,7 @@ fn a_pending_search_keeps_its_processes_and_the_holders_of_its_files() {
         candidates: vec![candidate.clone()],
         ..Sample::default()
     };
-    let p = reuse::pending(&sample, vec![candidate.clone()]);
+    let p = todo::pending(&sample, vec![candidate.clone()]);
     let pids: Vec<i32> = p.processes.iter().map(|p| p.pid).collect();
     assert_eq!(pids, vec![1, 2, 3]);
     assert_eq!(p.candidates, vec![candidate]);
