@@ -94,6 +94,12 @@ impl Reused {
         (self.proof.took * RESEARCH_COST_FACTOR).clamp(RESEARCH_MIN, RESEARCH_MAX)
     }
 
+    /// Whether no page of the process faulted since its placement was read (`faults`: its
+    /// start and faults in this snapshot's stamp): its memory has not moved.
+    fn quiet(&self, faults: Option<(u64, u64)>) -> bool {
+        faults.is_some() && faults == self.placed_faults
+    }
+
     /// How long after its last full search a process whose counters stand, or whose moved
     /// memory alone was searched since, is searched again in full.
     fn again_after(&self) -> Duration {
@@ -234,9 +240,6 @@ impl Engine {
                 .and_then(|t| t.get(pid))
                 .map(|s| (s.start_ns, s.own_reads))
         };
-        // No page faulted since the placement was read: the memory has not moved.
-        let quiet =
-            |pid: i32, r: &Reused| r.placed_faults.is_some() && faults_now(pid) == r.placed_faults;
         let mut run_time = |pid: i32| {
             *ran.entry(pid)
                 .or_insert_with(|| match stamps.and_then(|t| t.get(pid)) {
@@ -309,9 +312,10 @@ impl Engine {
                 let ranges = CopyRanges::of(c.file, &r.proof.found);
                 kept.push((r.proof.sample.clone(), ranges));
             } else {
+                let faults = faults_now(c.pid);
                 let moved = match (&r.placement, self.cache.is_some()) {
                     (Some(then), true)
-                        if !quiet(c.pid, r) && !placed.unmoved(&self.roots, c.pid, then) =>
+                        if !r.quiet(faults) && !placed.unmoved(&self.roots, c.pid, then) =>
                     {
                         placed.unmoved_ranges(&self.roots, c.pid, then)
                     }
@@ -338,7 +342,6 @@ impl Engine {
                     todo.push(c.clone());
                     continue;
                 }
-                let faults = faults_now(c.pid);
                 match stale(&self.roots, sample, r, now, opts.exact, faults, &mut placed) {
                     Some(p) => {
                         self.last_rechecked += 1;
@@ -522,6 +525,7 @@ fn stale(
             result,
         })
     };
+    let quiet = r.quiet(faults);
     let checked = match r.checked.take() {
         Some(c) if now.duration_since(c.at) < c.took * RESEARCH_COST_FACTOR => c,
         _ => fresh(r)?,
@@ -553,7 +557,6 @@ fn stale(
     // Nothing moved (no page faulted in or freed and faulted again since the search
     // began): the memory is where the search saw it, rewritten in place at most, so the
     // search stands and the count stays exact (dupes::moved says what this cannot see).
-    let quiet = faults.is_some() && faults == r.placed_faults;
     let unmoved = match &r.placement {
         Some(_) if quiet => true,
         Some(then) => {
